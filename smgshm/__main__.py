@@ -1,0 +1,5 @@
+"""``python -m smgshm``."""
+
+from smgshm.cli import main
+
+main()

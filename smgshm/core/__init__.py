@@ -1,0 +1,1 @@
+"""The transport core: a pure library (no click, no rich) that every command shares."""

@@ -1,0 +1,73 @@
+"""The SmgshmError tree. Each error carries fields and builds a one-line message."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class SmgshmError(Exception):
+    """Base of every error the core raises on purpose.
+
+    ``kind`` is a stable snake_case name used in JSON; ``fields`` carry the facts
+    (path, pid, endpoint, nbytes) the way psutil's exceptions do; ``hint`` is the fix.
+    """
+
+    kind = "error"
+
+    def __init__(self, what: str, *, hint: str | None = None, **fields: Any) -> None:
+        super().__init__(what)
+        self.what = what
+        self.hint = hint
+        self.fields = {k: v for k, v in fields.items() if v is not None}
+
+    def __str__(self) -> str:
+        if not self.fields:
+            return self.what
+        inner = ", ".join(f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}" for k, v in self.fields.items())
+        return f"{self.what} ({inner})"
+
+
+class HandleError(SmgshmError):
+    """A ShmHandle that SMG's reader would refuse: bad name, offset or size."""
+
+    kind = "invalid_handle"
+
+
+class SegmentError(SmgshmError):
+    """A segment that exists but cannot be read as a tensor payload."""
+
+    kind = "bad_segment"
+
+    def __init__(self, what: str, *, code: str = "bad_segment", **kw: Any) -> None:
+        super().__init__(what, **kw)
+        self.code = code
+
+
+class WireError(SmgshmError):
+    """A TensorData whose dtype, shape and payload disagree, or an unknown layout."""
+
+    kind = "wire"
+
+
+class HostError(SmgshmError):
+    """The local environment: no shm dir, a full tmpfs, permission denied."""
+
+    kind = "host"
+
+
+class NoSpaceError(HostError):
+    """The shm dir cannot hold the segment; carries free and needed bytes."""
+
+    kind = "no_space"
+
+
+class TransportError(SmgshmError):
+    """The endpoint is unreachable, timed out, or is not the service we expected."""
+
+    kind = "transport"
+
+
+class ServerError(SmgshmError):
+    """The peer answered but refused the request."""
+
+    kind = "refused"

@@ -1,0 +1,154 @@
+"""The reference receiver behind ``smgshm serve``: tensors in, receipts out.
+
+``receive`` is the pure part (no gRPC): it reads each TensorData the way SMG's
+servicer does (``mm_shm`` + ``tensor_wire``), only stricter where SMG can hang or
+lose data. ``services`` wraps it, and the engine RPCs a gateway calls at
+registration, in gRPC servicers.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from smgshm import __version__
+from smgshm.core.errors import HandleError, SegmentError, SmgshmError, WireError
+from smgshm.core.host import HostIdentity, read_host_identity
+from smgshm.core.namespace import read_namespace_id
+from smgshm.core.paths import DEFAULT_SHM_DIR
+from smgshm.core.segments import ReaderMode, read_segment
+from smgshm.core.tensors import DIGEST_ALGO, check_payload, digest, tensor_from_payload
+from smgshm.core.wire import InTensor, Layout, parse_multimodal
+
+Engine = Literal["vllm", "tokenspeed", "sglang"]
+MAX_MESSAGE_BYTES = 256 * 1024 * 1024  # SMG's Python servers cap messages here
+MODEL_NAME = "smgshm-reference-receiver"
+
+
+@dataclass(frozen=True)
+class ReceiverConfig:
+    """How the receiver behaves; ``namespace_id`` overrides the computed one (tests, demos)."""
+
+    shm_dir: str = DEFAULT_SHM_DIR
+    unlink_after_read: bool = True
+    reader: ReaderMode = "view"
+    engine: Engine = "vllm"
+    namespace_id: str | None = None
+    max_message_bytes: int = MAX_MESSAGE_BYTES
+    workers: int = 8
+
+    def advertised_namespace_id(self) -> str:
+        return self.namespace_id if self.namespace_id is not None else read_namespace_id(self.shm_dir)
+
+
+@dataclass(frozen=True)
+class Receipt:
+    """What the receiver saw for one tensor."""
+
+    key: str
+    payload_kind: str
+    dtype: str
+    shape: tuple[int, ...]
+    nbytes: int = 0
+    digest: bytes = b""
+    read_ns: int = 0
+    decode_ns: int = 0
+    unlinked: bool = False
+    shm_name: str = ""
+    error_code: str = ""
+    error_message: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.error_code
+
+
+def _error_code(err: SmgshmError) -> str:
+    if isinstance(err, SegmentError):
+        return err.code
+    if isinstance(err, HandleError):
+        return "invalid_handle"
+    if isinstance(err, WireError):
+        return "wire"
+    return err.kind
+
+
+def receive_one(t: InTensor, cfg: ReceiverConfig) -> Receipt:
+    """Fetch and decode one tensor; every refusal becomes a receipt, never an exception."""
+    base: dict[str, Any] = {"key": t.key, "payload_kind": t.kind, "dtype": t.dtype, "shape": t.shape}
+    if t.kind == "shm":
+        base["shm_name"] = t.shm_name
+    try:
+        if t.kind == "inline":
+            return _receive_inline(t, base)
+        if t.kind == "shm":
+            return _receive_shm(t, cfg, base)
+        if t.kind == "remote":
+            return Receipt(**base, error_code="remote_unsupported", error_message="remote payloads are not implemented")
+        return Receipt(**base, error_code="payload_missing", error_message="TensorData payload is required")
+    except SmgshmError as err:
+        return Receipt(**base, error_code=_error_code(err), error_message=str(err))
+
+
+def _receive_inline(t: InTensor, base: dict[str, Any]) -> Receipt:
+    t0 = time.perf_counter_ns()
+    raw = t.inline or b""
+    check_payload(t.shape, t.dtype, len(raw))
+    d = digest(raw)
+    t1 = time.perf_counter_ns()
+    # SMG's tensor_wire copies into a bytearray before torch.frombuffer; so do we.
+    tensor = tensor_from_payload(bytearray(raw), t.shape, t.dtype)
+    del tensor
+    return Receipt(**base, nbytes=len(raw), digest=d, read_ns=t1 - t0, decode_ns=time.perf_counter_ns() - t1)
+
+
+def _receive_shm(t: InTensor, cfg: ReceiverConfig, base: dict[str, Any]) -> Receipt:
+    # Check the handle against shape and dtype before opening: a mismatch is refused
+    # without touching (or unlinking) the producer's file.
+    check_payload(t.shape, t.dtype, t.shm_nbytes)
+    seg = read_segment(
+        t.shm_name, t.shm_offset, t.shm_nbytes, shm_dir=cfg.shm_dir, mode=cfg.reader, unlink=cfg.unlink_after_read
+    )
+    try:
+        t1 = time.perf_counter_ns()
+        tensor = tensor_from_payload(seg.data, t.shape, t.dtype)
+        decode_ns = time.perf_counter_ns() - t1
+        d = digest(seg.data)
+        del tensor
+    finally:
+        seg.release()
+    return Receipt(
+        **base, nbytes=seg.nbytes, digest=d, read_ns=seg.read_ns, decode_ns=decode_ns, unlinked=seg.unlinked
+    )
+
+
+def receive(layout: Layout, raw: bytes, cfg: ReceiverConfig) -> list[Receipt]:
+    """One receipt per TensorData in a serialized engine ``MultimodalInputs``."""
+    return [receive_one(t, cfg) for t in parse_multimodal(layout, raw)]
+
+
+@dataclass
+class ReceiverState:
+    """Live counters the engine RPCs report."""
+
+    cfg: ReceiverConfig
+    started: float = field(default_factory=time.time)
+    active: int = 0
+    last_receive: float = 0.0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def identity(self) -> HostIdentity:
+        return read_host_identity(self.cfg.shm_dir)
+
+
+def is_loopback(address: str) -> bool:
+    """True for unix sockets and loopback hosts; the receiver binds these by default."""
+    if address.startswith("unix:"):
+        return True
+    host = address.rsplit(":", 1)[0].strip("[]")
+    return host in ("localhost", "::1") or host.startswith("127.")
+
+
+__all__ = ["MAX_MESSAGE_BYTES", "DIGEST_ALGO", "Receipt", "ReceiverConfig", "ReceiverState", "receive"]

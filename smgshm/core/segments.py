@@ -1,0 +1,290 @@
+"""Segments in the shm dir: names, the writer, the reader and unlinking.
+
+A segment written here looks exactly like one of SMG's gateway's: one file per
+tensor, offset 0, mode 0600, created O_CREAT|O_EXCL, space reserved up front.
+"""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import mmap
+import os
+import stat
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from smgshm.core.errors import HandleError, HostError, NoSpaceError, SegmentError
+from smgshm.core.paths import DEFAULT_SHM_DIR, SMGSHM_PREFIX
+
+NAME_MAX = 255
+WriteStrategy = Literal["pwrite", "mmap"]
+ReaderMode = Literal["view", "copy"]
+
+_seq = itertools.count()
+_seq_lock = threading.Lock()
+
+
+def new_segment_name(prefix: str = SMGSHM_PREFIX) -> str:
+    """``<prefix><pid>-<nanos>-<seq>``: the gateway's shape, under smgshm's prefix."""
+    with _seq_lock:
+        seq = next(_seq)
+    return f"{prefix}{os.getpid()}-{time.time_ns()}-{seq}"
+
+
+def validated_name(name: str) -> str:
+    """Validate a handle's name the way SMG's reader does, plus NAME_MAX.
+
+    SMG strips every leading ``/`` and then refuses empty, ``.``, ``..`` and any
+    name with ``/`` or NUL; it has no prefix allowlist, and neither does this.
+    """
+    stripped = name.lstrip("/")
+    if not stripped or "/" in stripped or stripped in (".", "..") or "\x00" in stripped:
+        raise HandleError("invalid segment name", name=name)
+    if len(stripped.encode("utf-8", "surrogateescape")) > NAME_MAX:
+        raise HandleError("segment name longer than NAME_MAX", name=name[:40] + "...", limit=NAME_MAX)
+    return stripped
+
+
+@dataclass(frozen=True)
+class ShmRef:
+    """What a ShmHandle carries, for a segment this process wrote."""
+
+    name: str
+    offset: int
+    nbytes: int
+    owner_id: str
+    shm_dir: str
+
+    @property
+    def path(self) -> str:
+        return os.path.join(self.shm_dir, self.name)
+
+
+def owner_id() -> str:
+    """SMG's owner id format, ``smg:<pid>``."""
+    return f"smg:{os.getpid()}"
+
+
+def _free_bytes(shm_dir: str) -> int | None:
+    try:
+        st = os.statvfs(shm_dir)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def _host_error(err: OSError, shm_dir: str, path: str, nbytes: int) -> HostError:
+    if err.errno == errno.ENOSPC:
+        return NoSpaceError(
+            "shm dir is full",
+            path=shm_dir,
+            needed_bytes=nbytes,
+            free_bytes=_free_bytes(shm_dir),
+            hint="free space (smgshm gc --delete) or enlarge the tmpfs (docker --shm-size, emptyDir sizeLimit)",
+        )
+    if err.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return HostError(
+            "cannot create a segment in the shm dir",
+            path=path,
+            errno=errno.errorcode.get(err.errno or 0, str(err.errno)),
+            uid=os.getuid(),
+            hint="run as a user that may write the shm dir, or mount it read-write",
+        )
+    if err.errno in (errno.ENOENT, errno.ENOTDIR):
+        return HostError("shm dir does not exist", path=shm_dir, hint="mount a tmpfs at /dev/shm")
+    return HostError(f"cannot write segment: {err.strerror}", path=path, nbytes=nbytes)
+
+
+def write_segment(
+    data: memoryview | bytes | bytearray,
+    *,
+    shm_dir: str = DEFAULT_SHM_DIR,
+    name: str | None = None,
+    strategy: WriteStrategy = "pwrite",
+) -> ShmRef:
+    """Create a new segment holding ``data`` and return its handle fields.
+
+    Never leaves a partial file: on any failure the file is unlinked before the
+    typed error is raised.
+    """
+    view = memoryview(data).cast("B")
+    nbytes = view.nbytes
+    name = validated_name(name or new_segment_name())
+    path = os.path.join(shm_dir, name)
+    flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags, 0o600)
+    except FileExistsError as err:
+        raise SegmentError("segment already exists", code="exists", path=path) from err
+    except OSError as err:
+        raise _host_error(err, shm_dir, path, nbytes) from err
+    try:
+        # umask may only narrow 0600, but an inherited ACL default could widen it.
+        os.fchmod(fd, 0o600)
+        if nbytes:
+            # Reserve every page first, as SMG does: a tmpfs that fills up mid-copy
+            # would otherwise turn an mmap write into SIGBUS.
+            os.posix_fallocate(fd, 0, nbytes)
+            _fill(fd, view, strategy)
+    except OSError as err:
+        _discard(fd, path)
+        raise _host_error(err, shm_dir, path, nbytes) from err
+    except BaseException:
+        _discard(fd, path)
+        raise
+    os.close(fd)
+    return ShmRef(name=name, offset=0, nbytes=nbytes, owner_id=owner_id(), shm_dir=shm_dir)
+
+
+def _fill(fd: int, view: memoryview, strategy: WriteStrategy) -> None:
+    if strategy == "mmap":
+        with mmap.mmap(fd, view.nbytes, flags=mmap.MAP_SHARED, prot=mmap.PROT_WRITE | mmap.PROT_READ) as mm:
+            mm[:] = view
+        return
+    done = 0
+    while done < view.nbytes:  # pwrite may stop short (2 GiB per call on Linux)
+        done += os.pwrite(fd, view[done:], done)
+
+
+def _discard(fd: int, path: str) -> None:
+    os.close(fd)
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def unlink_segment(name: str, shm_dir: str = DEFAULT_SHM_DIR) -> bool:
+    """Unlink a segment by name; ``False`` when it was already gone."""
+    try:
+        os.unlink(os.path.join(shm_dir, validated_name(name)))
+    except FileNotFoundError:
+        return False
+    return True
+
+
+@dataclass
+class SegmentRead:
+    """A payload read from a segment: ``data`` is a private mmap view or a copy."""
+
+    name: str
+    nbytes: int
+    data: memoryview
+    unlinked: bool
+    read_ns: int
+    mode: ReaderMode
+    _mm: mmap.mmap | None = None
+
+    def release(self) -> None:
+        """Drop the mapping (a no-op for a copy). Views must be released first."""
+        self.data.release()
+        if self._mm is not None:
+            self._mm.close()
+            self._mm = None
+
+
+def check_handle(offset: int, nbytes: int) -> None:
+    """Refuse offsets and sizes no file can satisfy before touching the file."""
+    if offset < 0 or nbytes < 0:
+        raise HandleError("negative offset or nbytes", offset=offset, nbytes=nbytes)
+    if offset + nbytes > 2**63 - 1:
+        raise HandleError("offset + nbytes beyond 2^63", offset=offset, nbytes=nbytes)
+
+
+def read_segment(
+    name: str,
+    offset: int,
+    nbytes: int,
+    *,
+    shm_dir: str = DEFAULT_SHM_DIR,
+    mode: ReaderMode = "view",
+    unlink: bool = True,
+    clock: Callable[[], int] = time.perf_counter_ns,
+) -> SegmentRead:
+    """Read ``nbytes`` at ``offset`` from a segment, refusing anything SMG's reader refuses.
+
+    Stricter than SMG's reader where it is unsafe: O_NONBLOCK so a FIFO cannot hang
+    the read, a size check before reading, and a refused segment is never unlinked
+    (its producer still owns it). A good segment is unlinked after the read when
+    ``unlink`` is set, as SMG's ``TOKENSPEED_UNLINK_MM_SHM_AFTER_READ`` does.
+    """
+    t0 = clock()
+    clean = validated_name(name)
+    check_handle(offset, nbytes)
+    path = os.path.join(shm_dir, clean)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as err:
+        raise _open_error(err, path) from err
+    mm: mmap.mmap | None = None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise SegmentError("segment is not a regular file", code="not_regular", path=path)
+        if offset + nbytes > st.st_size:
+            raise SegmentError(
+                "segment is shorter than its handle",
+                code="short",
+                path=path,
+                size=st.st_size,
+                offset=offset,
+                nbytes=nbytes,
+            )
+        if mode == "view" and nbytes:
+            mm, data = _map(fd, offset, nbytes)
+        else:
+            data = memoryview(_pread_exact(fd, nbytes, offset, path))
+    finally:
+        os.close(fd)
+    unlinked = False
+    if unlink:
+        # The mapping survives the unlink; tmpfs frees the pages when it goes.
+        try:
+            os.unlink(path)
+            unlinked = True
+        except FileNotFoundError:
+            pass
+    return SegmentRead(clean, nbytes, data, unlinked, clock() - t0, mode, mm)
+
+
+def _open_error(err: OSError, path: str) -> SegmentError:
+    codes = {
+        errno.ELOOP: ("segment is a symlink", "symlink"),
+        errno.ENOENT: ("segment does not exist", "missing"),
+        errno.EACCES: ("permission denied opening segment", "permission"),
+        errno.EPERM: ("permission denied opening segment", "permission"),
+        errno.ENXIO: ("segment is not a regular file", "not_regular"),  # a socket
+        errno.EISDIR: ("segment is not a regular file", "not_regular"),
+    }
+    what, code = codes.get(err.errno or 0, (f"cannot open segment: {err.strerror}", "open_failed"))
+    hint = None
+    if code == "permission":
+        hint = "segments are 0600: run the reader as the producer's uid"
+    return SegmentError(what, code=code, path=path, uid=os.getuid(), hint=hint)
+
+
+def _map(fd: int, offset: int, nbytes: int) -> tuple[mmap.mmap, memoryview]:
+    # mmap offsets must be page aligned; map from the page below and slice.
+    base = offset - offset % mmap.ALLOCATIONGRANULARITY
+    # MAP_PRIVATE + PROT_WRITE gives torch.frombuffer a writable buffer without a
+    # copy; pages are only copied if someone writes to them.
+    mm = mmap.mmap(
+        fd, nbytes + offset - base, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE, offset=base
+    )
+    return mm, memoryview(mm)[offset - base :]
+
+
+def _pread_exact(fd: int, nbytes: int, offset: int, path: str) -> bytearray:
+    buf = bytearray(nbytes)
+    view = memoryview(buf)
+    done = 0
+    while done < nbytes:
+        n = os.preadv(fd, [view[done:]], offset + done)
+        if n == 0:  # the file shrank after fstat
+            raise SegmentError("segment shrank while being read", code="short", path=path, got=done, nbytes=nbytes)
+        done += n
+    return buf

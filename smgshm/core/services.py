@@ -1,0 +1,196 @@
+"""gRPC servicers of the reference receiver and the server that hosts them.
+
+It answers as a vLLM, TokenSpeed or SGLang worker for the RPCs SMG's gateway calls
+at registration (HealthCheck, GetModelInfo, GetServerInfo), serves
+``grpc.health.v1`` and reflection, and smgshm's own Diagnostics service.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent import futures
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+import grpc
+
+from smgshm import __version__
+from smgshm.core.errors import TransportError, WireError
+from smgshm.core.receiver import MODEL_NAME, ReceiverConfig, ReceiverState, receive
+from smgshm.core.tensors import DIGEST_ALGO
+from smgshm.core.wire import Layout
+from smgshm.rpc.v1 import diag_pb2, diag_pb2_grpc
+
+DIAG_SERVICE = "smgshm.rpc.v1.Diagnostics"
+
+
+def engine_modules(engine: str) -> tuple[ModuleType, ModuleType, str]:
+    """(pb2, pb2_grpc, service name) of an engine in smg-grpc-proto."""
+    from smg_grpc_proto.generated import (
+        sglang_scheduler_pb2,
+        sglang_scheduler_pb2_grpc,
+        tokenspeed_scheduler_pb2,
+        tokenspeed_scheduler_pb2_grpc,
+        vllm_engine_pb2,
+        vllm_engine_pb2_grpc,
+    )
+
+    table = {
+        "vllm": (vllm_engine_pb2, vllm_engine_pb2_grpc, "VllmEngine"),
+        "tokenspeed": (tokenspeed_scheduler_pb2, tokenspeed_scheduler_pb2_grpc, "TokenSpeedScheduler"),
+        "sglang": (sglang_scheduler_pb2, sglang_scheduler_pb2_grpc, "SglangScheduler"),
+    }
+    return table[engine]
+
+
+def _engine_servicer(state: ReceiverState) -> tuple[Any, str]:
+    """An engine servicer instance and its full service name."""
+    pb, pb_grpc, svc = engine_modules(state.cfg.engine)
+    base = getattr(pb_grpc, f"{svc}Servicer")
+    engine = state.cfg.engine
+
+    class EngineServicer(base):  # type: ignore[misc, valid-type]
+        def HealthCheck(self, request: Any, context: Any) -> Any:  # noqa: N802 - gRPC method name
+            return pb.HealthCheckResponse(healthy=True, message="Health")
+
+        def GetModelInfo(self, request: Any, context: Any) -> Any:  # noqa: N802
+            common = {"model_path": MODEL_NAME, "served_model_name": MODEL_NAME, "max_context_length": 4096}
+            if engine == "tokenspeed":
+                return pb.GetModelInfoResponse(**common, model_type="smgshm")
+            return pb.GetModelInfoResponse(**common, is_generation=True, supports_vision=True, model_type="smgshm")
+
+        def GetServerInfo(self, request: Any, context: Any) -> Any:  # noqa: N802
+            ns = state.cfg.advertised_namespace_id()
+            up = time.time() - state.started
+            if engine == "vllm":
+                return pb.GetServerInfoResponse(
+                    active_requests=state.active,
+                    last_receive_timestamp=state.last_receive,
+                    uptime_seconds=up,
+                    server_type="smgshm",
+                    shm_namespace_id=ns,
+                )
+            resp = pb.GetServerInfoResponse(active_requests=state.active, uptime_seconds=up)
+            resp.server_args.update({"model_path": MODEL_NAME})
+            if engine == "tokenspeed":
+                # TokenSpeed has no dedicated field: the id is a key of scheduler_info.
+                if ns:
+                    resp.scheduler_info.update({"shm_namespace_id": ns})
+                resp.tokenspeed_version = f"smgshm-{__version__}"
+            else:
+                resp.server_type = "grpc"
+                resp.sglang_version = f"smgshm-{__version__}"
+            return resp
+
+    return EngineServicer(), pb.DESCRIPTOR.services_by_name[svc].full_name
+
+
+class DiagnosticsServicer(diag_pb2_grpc.DiagnosticsServicer):  # type: ignore[misc]
+    """smgshm's own service: identity, and reading tensors as SMG's servicer does."""
+
+    def __init__(self, state: ReceiverState) -> None:
+        self.state = state
+
+    def Identity(self, request: Any, context: Any) -> Any:  # noqa: N802
+        cfg, ident = self.state.cfg, self.state.identity()
+        return diag_pb2.IdentityResponse(
+            namespace_id=cfg.advertised_namespace_id(),
+            boot_id=ident.boot_id,
+            shm_dev=ident.shm_dev,
+            shm_dir=ident.shm_dir,
+            uid=ident.uid,
+            gid=ident.gid,
+            pid=ident.pid,
+            pid_namespace=ident.pid_namespace,
+            hostname=ident.hostname,
+            shm_total_bytes=ident.shm_total_bytes,
+            shm_free_bytes=ident.shm_free_bytes,
+            unlink_after_read=cfg.unlink_after_read,
+            reader=cfg.reader,
+            version=__version__,
+            engine=cfg.engine,
+        )
+
+    def Receive(self, request: Any, context: Any) -> Any:  # noqa: N802
+        t0 = time.perf_counter_ns()
+        layouts = {diag_pb2.LAYOUT_VLLM: Layout.VLLM, diag_pb2.LAYOUT_TOKENSPEED: Layout.TOKENSPEED}
+        layout = layouts.get(request.layout)
+        if layout is None:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "layout must be LAYOUT_VLLM or LAYOUT_TOKENSPEED")
+        with self.state.lock:
+            self.state.active += 1
+            self.state.last_receive = time.time()
+        try:
+            receipts = receive(layout, request.multimodal_inputs, self.state.cfg)
+        except WireError as err:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+        finally:
+            with self.state.lock:
+                self.state.active -= 1
+        out = diag_pb2.ReceiveResponse(request_id=request.request_id)
+        for r in receipts:
+            pr = out.receipts.add(
+                key=r.key,
+                payload_kind=r.payload_kind,
+                dtype=r.dtype,
+                shape=list(r.shape),
+                nbytes=r.nbytes,
+                digest_algo=DIGEST_ALGO if r.digest else "",
+                digest=r.digest,
+                read_ns=r.read_ns,
+                decode_ns=r.decode_ns,
+                unlinked=r.unlinked,
+                shm_name=r.shm_name,
+            )
+            if r.error_code:
+                pr.error.code, pr.error.message = r.error_code, r.error_message
+        out.elapsed_ns = time.perf_counter_ns() - t0
+        return out
+
+
+@dataclass
+class RunningReceiver:
+    """A started server; ``address`` has the real port when 0 was asked for."""
+
+    server: grpc.Server
+    address: str
+    engine_service: str
+    state: ReceiverState
+
+    def stop(self, grace: float = 2.0) -> None:
+        self.server.stop(grace).wait(grace + 1)
+
+
+def start_receiver(cfg: ReceiverConfig, address: str = "127.0.0.1:0") -> RunningReceiver:
+    """Start the receiver on ``address`` (host:port or unix:PATH) and return at once."""
+    from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+    from grpc_reflection.v1alpha import reflection
+
+    state = ReceiverState(cfg)
+    opts = [
+        ("grpc.max_receive_message_length", cfg.max_message_bytes),
+        ("grpc.max_send_message_length", cfg.max_message_bytes),
+        ("grpc.so_reuseport", 0),  # a second server on a busy port must fail, not share it
+    ]
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=cfg.workers), options=opts)
+    engine, engine_name = _engine_servicer(state)
+    _, pb_grpc, svc = engine_modules(cfg.engine)
+    getattr(pb_grpc, f"add_{svc}Servicer_to_server")(engine, server)
+    diag_pb2_grpc.add_DiagnosticsServicer_to_server(DiagnosticsServicer(state), server)
+    health_servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    for name in ("", engine_name, DIAG_SERVICE):
+        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    reflection.enable_server_reflection(
+        [engine_name, DIAG_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME], server
+    )
+    try:
+        port = server.add_insecure_port(address)
+    except RuntimeError as err:
+        raise TransportError("cannot bind", endpoint=address) from err
+    if port == 0 and not address.startswith("unix:"):
+        raise TransportError("cannot bind", endpoint=address, hint="is the port in use or the address wrong?")
+    server.start()
+    bound = address if address.startswith("unix:") else f"{address.rsplit(':', 1)[0]}:{port}"
+    return RunningReceiver(server, bound, engine_name, state)

@@ -1,0 +1,71 @@
+"""SMG's transport decision as one pure function (smg-facts §2.3).
+
+probe, send and bench all explain a choice with this, the way the gateway makes it.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from smgshm.core.namespace import compare_namespace_ids
+
+DEFAULT_SHM_MIN_BYTES = 64 * 1024
+SHM_ENGINES = frozenset({"vllm", "tokenspeed"})
+
+
+class Mode(enum.Enum):
+    INLINE = "inline"
+    SHM = "shm"
+    AUTO = "auto"
+    RDMA = "rdma"
+
+
+def parse_mode(text: str | None) -> Mode | None:
+    """``TransportMode::parse``: trimmed and lowercased; ``None`` when unknown or empty."""
+    if not text or not text.strip():
+        return None
+    try:
+        return Mode(text.strip().lower())
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Where one tensor goes, and why, in one sentence."""
+
+    path: str  # "inline" | "shm"
+    reason: str
+
+    @property
+    def shm(self) -> bool:
+        return self.path == "shm"
+
+
+def decide(
+    mode: Mode,
+    *,
+    nbytes: int,
+    engine: str,
+    local_ns: str,
+    worker_ns: str,
+    writable: bool,
+    shm_min_bytes: int = DEFAULT_SHM_MIN_BYTES,
+    over_grpc: bool = True,
+) -> Decision:
+    """The gateway's ``resolve_mm_shm_enabled`` plus its size rule, for one tensor."""
+    if mode in (Mode.INLINE, Mode.RDMA):
+        return Decision("inline", f"mode {mode.value} never uses SHM")
+    if engine not in SHM_ENGINES or not over_grpc:
+        return Decision("inline", f"{engine} workers take tensors inline only")
+    if mode is Mode.AUTO:
+        cmp = compare_namespace_ids(local_ns, worker_ns)
+        if not cmp.shared:
+            return Decision("inline", f"auto: {cmp.reason}")
+    if not writable:
+        return Decision("inline", "the gateway's writability probe of /dev/shm fails")
+    if nbytes < shm_min_bytes:
+        return Decision("inline", f"{nbytes} B is below shm_min_bytes {shm_min_bytes}")
+    why = "namespace ids match" if mode is Mode.AUTO else "mode shm asserts a shared /dev/shm"
+    return Decision("shm", f"{mode.value}: {why} and {nbytes} B >= {shm_min_bytes}")

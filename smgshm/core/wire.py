@@ -1,0 +1,136 @@
+"""Between core values and the engines' real protobuf messages (smg-grpc-proto).
+
+Generated types stay here: callers hand in and get back dataclasses. The vLLM and
+TokenSpeed ``TensorData`` differ in field numbers (shape/dtype/inline are 2/3/1 in
+vLLM and 1/2/3 in TokenSpeed); using their own classes keeps that right.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+from smgshm.core.errors import WireError
+from smgshm.core.segments import ShmRef
+
+
+class Layout(enum.Enum):
+    """Which engine's ``MultimodalInputs`` carries the tensors."""
+
+    VLLM = "vllm"
+    TOKENSPEED = "tokenspeed"
+
+
+@dataclass(frozen=True)
+class OutTensor:
+    """A tensor to put on the wire: inline bytes or a segment this process wrote."""
+
+    shape: tuple[int, ...]
+    dtype: str
+    inline: bytes | None = None
+    shm: ShmRef | None = None
+
+
+@dataclass(frozen=True)
+class InTensor:
+    """One TensorData as read off the wire, before its payload is fetched."""
+
+    key: str
+    shape: tuple[int, ...]
+    dtype: str
+    kind: str  # inline | shm | remote | unset
+    inline: bytes | None = None
+    shm_name: str = ""
+    shm_offset: int = 0
+    shm_nbytes: int = 0
+    shm_owner_id: str = ""
+
+
+@dataclass(frozen=True)
+class Request:
+    """The tensors of one request: the primary (pixel values / encoder input) and extras."""
+
+    primary: OutTensor | None
+    extras: dict[str, OutTensor] = field(default_factory=dict)
+
+
+def engine_pb2(layout: Layout) -> ModuleType:
+    """The engine's generated message module."""
+    if layout is Layout.VLLM:
+        from smg_grpc_proto.generated import vllm_engine_pb2
+
+        return vllm_engine_pb2
+    from smg_grpc_proto.generated import tokenspeed_scheduler_pb2
+
+    return tokenspeed_scheduler_pb2
+
+
+def to_tensor_data(layout: Layout, t: OutTensor) -> Any:
+    """An engine ``TensorData`` for ``t``, with the payload arm it carries."""
+    pb = engine_pb2(layout)
+    td = pb.TensorData(shape=list(t.shape), dtype=t.dtype)
+    if t.shm is not None:
+        td.shm.name = t.shm.name
+        td.shm.offset = t.shm.offset
+        td.shm.nbytes = t.shm.nbytes
+        td.shm.owner_id = t.shm.owner_id
+    elif t.inline is not None:
+        td.inline = t.inline
+    return td
+
+
+def build_multimodal(layout: Layout, req: Request) -> Any:
+    """The engine's ``MultimodalInputs`` message for ``req`` (TokenSpeed: one item)."""
+    pb = engine_pb2(layout)
+    if layout is Layout.VLLM:
+        msg = pb.MultimodalInputs()
+        if req.primary is not None:
+            msg.pixel_values.CopyFrom(to_tensor_data(layout, req.primary))
+        for k, t in req.extras.items():
+            msg.model_specific_tensors[k].CopyFrom(to_tensor_data(layout, t))
+        return msg
+    item = pb.MultimodalItem()
+    if req.primary is not None:
+        item.encoder_input.CopyFrom(to_tensor_data(layout, req.primary))
+    for k, t in req.extras.items():
+        item.model_specific_tensors[k].CopyFrom(to_tensor_data(layout, t))
+    return pb.MultimodalInputs(items=[item])
+
+
+def from_tensor_data(key: str, td: Any) -> InTensor:
+    """Read one ``TensorData`` (either engine's) into an ``InTensor``."""
+    kind = td.WhichOneof("payload") or "unset"
+    shape, dtype = tuple(int(d) for d in td.shape), str(td.dtype)
+    if kind == "inline":
+        return InTensor(key, shape, dtype, kind, inline=td.inline)
+    if kind == "shm":
+        h = td.shm
+        return InTensor(key, shape, dtype, kind, None, h.name, int(h.offset), int(h.nbytes), h.owner_id)
+    return InTensor(key, shape, dtype, kind)
+
+
+def parse_multimodal(layout: Layout, raw: bytes) -> list[InTensor]:
+    """Every TensorData in a serialized ``MultimodalInputs``, keyed by where it sits."""
+    from google.protobuf.message import DecodeError
+
+    pb = engine_pb2(layout)
+    msg = pb.MultimodalInputs()
+    try:
+        msg.ParseFromString(raw)
+    except DecodeError as err:
+        raise WireError(f"cannot parse {layout.value} MultimodalInputs", nbytes=len(raw)) from err
+    out: list[InTensor] = []
+    if layout is Layout.VLLM:
+        if msg.HasField("pixel_values"):
+            out.append(from_tensor_data("pixel_values", msg.pixel_values))
+        for k in sorted(msg.model_specific_tensors):
+            out.append(from_tensor_data(f"model_specific_tensors[{k}]", msg.model_specific_tensors[k]))
+        return out
+    for i, item in enumerate(msg.items):
+        if item.HasField("encoder_input"):
+            out.append(from_tensor_data(f"items[{i}].encoder_input", item.encoder_input))
+        for k in sorted(item.model_specific_tensors):
+            out.append(from_tensor_data(f"items[{i}].model_specific_tensors[{k}]", item.model_specific_tensors[k]))
+    return out
