@@ -1,0 +1,117 @@
+"""The root command group and the one place where errors become exit codes."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import click
+from rich.text import Text
+
+from smgshm import __version__
+from smgshm.cli import jsonout
+from smgshm.cli.app import App
+from smgshm.cli.exitcodes import ExitCode, for_error_kind
+from smgshm.core.errors import SmgshmError
+
+
+class CliError(click.ClickException):
+    """A core error on its way out, with the exit code of its kind."""
+
+    def __init__(self, err: SmgshmError, app: App | None) -> None:
+        super().__init__(str(err))
+        self.err = err
+        self.app = app
+        self.exit_code = for_error_kind(type(err))
+
+    def show(self, file: Any = None) -> None:
+        console = self.app.err_console if self.app else None
+        line = Text("Error: ", style="bold red") + Text(str(self.err))
+        hint = Text("hint: ", style="cyan") + Text(self.err.hint) if self.err.hint else None
+        if console is None:
+            click.echo(line.plain + (f"\nhint: {self.err.hint}" if self.err.hint else ""), err=True)
+            return
+        console.print(line)
+        if hint is not None:
+            console.print(hint)
+
+
+class RootGroup(click.Group):
+    """Translates exceptions once: SmgshmError -> its code, Ctrl-C -> 130, a bug -> 70."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except SmgshmError as err:
+            app = ctx.obj if isinstance(ctx.obj, App) else None
+            if app is not None and app.json:
+                jsonout.write_error(app, err.kind, str(err), err.hint)
+            raise CliError(err, app) from err
+        except click.UsageError as err:
+            app = ctx.obj if isinstance(ctx.obj, App) else None
+            if app is not None and app.json:
+                jsonout.write_error(app, "usage", err.format_message(), None)
+            raise
+        except (click.exceptions.Exit, click.ClickException, click.Abort):
+            raise
+        except KeyboardInterrupt:
+            raise click.exceptions.Exit(ExitCode.INTERRUPTED) from None
+        except Exception as err:
+            app = ctx.obj if isinstance(ctx.obj, App) else None
+            if (app is not None and app.traceback) or os.environ.get("SMGSHM_DEBUG") == "1":
+                raise
+            if app is not None and app.json:
+                jsonout.write_error(app, "internal", f"{type(err).__name__}: {err}", "rerun with --traceback")
+            click.echo(f"Error: internal error: {type(err).__name__}: {err}", err=True)
+            click.echo("hint: this is a bug in smgshm; rerun with --traceback and report it", err=True)
+            raise click.exceptions.Exit(ExitCode.INTERNAL) from err
+
+
+@click.group(cls=RootGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option("--json", "json_", is_flag=True, help="Write one JSON document to stdout (schema_version 1).")
+@click.option("--no-color", is_flag=True, help="No colour (also when NO_COLOR is set or output is not a TTY).")
+@click.option("-q", "--quiet", is_flag=True, help="Only the result and errors; no progress or hints.")
+@click.option("--traceback", is_flag=True, help="Show the Python traceback of an internal error.")
+@click.version_option(__version__, "-V", "--version", prog_name="smgshm")
+@click.pass_context
+def cli(ctx: click.Context, json_: bool, no_color: bool, quiet: bool, traceback: bool) -> None:
+    """Diagnose and administer SMG's same-host /dev/shm tensor transport.
+
+    SMG's gateway sends large multimodal tensors to vLLM and TokenSpeed workers
+    either inline in gRPC or through /dev/shm segments. smgshm tells you whether
+    SHM works between a gateway and its workers, why not, and what leaked.
+
+    \b
+    Examples:
+      smgshm serve                      # the reference receiver, on 127.0.0.1:50051
+      smgshm ns                         # this host's shm_namespace_id
+      smgshm ns compare ID_A ID_B       # do two ids share /dev/shm?
+    """
+    ctx.obj = App(json=json_, quiet=quiet, no_color=no_color, traceback=traceback, command=ctx.invoked_subcommand or "")
+
+
+def _register() -> None:
+    from smgshm.cli.ns import ns
+    from smgshm.cli.serve import serve
+
+    for command in (serve, ns):
+        cli.add_command(command)
+
+
+_register()
+
+
+def main() -> None:
+    """Console-script entry point."""
+    try:
+        cli.main(prog_name="smgshm")
+    except KeyboardInterrupt:
+        sys.exit(ExitCode.INTERRUPTED)
+    except BrokenPipeError:
+        # `smgshm ... | head`: the reader left; exit quietly as other CLIs do.
+        sys.stderr.close()
+        sys.exit(ExitCode.FAILED)
+
+
+__all__ = ["App", "CliError", "cli", "main"]

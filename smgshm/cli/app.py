@@ -1,0 +1,52 @@
+"""Per-invocation state: output mode and the two consoles."""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich.console import Console
+from rich.text import Text
+
+from smgshm.cli.exitcodes import ExitCode
+
+
+@dataclass
+class App:
+    json: bool = False
+    quiet: bool = False
+    no_color: bool = False
+    traceback: bool = False
+    command: str = ""
+    warnings: list[str] = field(default_factory=list)
+    console: Console = field(init=False)
+    err_console: Console = field(init=False)
+
+    def __post_init__(self) -> None:
+        plain = self.no_color or bool(os.environ.get("NO_COLOR"))
+        # Each stream decides its own colour from its own isatty (rich does that per file).
+        self.console = Console(file=sys.stdout, no_color=plain, highlight=False, soft_wrap=True)
+        self.err_console = Console(file=sys.stderr, no_color=plain, highlight=False, soft_wrap=True)
+
+    def warn(self, message: str) -> None:
+        """A warning: kept for the JSON document and always said on stderr (unless --quiet)."""
+        self.warnings.append(message)
+        if not self.quiet:
+            self.err_console.print(Text("warning: ", style="yellow") + Text(message))
+
+    def info(self, message: str) -> None:
+        """Progress or status on stderr; silent under --quiet and --json."""
+        if not self.json and not self.quiet:
+            self.err_console.print(Text(message), style="dim")
+
+    def emit(self, result: Any, human: Any, code: ExitCode = ExitCode.OK) -> ExitCode:
+        """Write the result: one JSON document, or the human renderer's output."""
+        from smgshm.cli import jsonout
+
+        if self.json:
+            jsonout.write_result(self, result, ok=code == ExitCode.OK)
+        else:
+            human(self, result)
+        return code

@@ -1,0 +1,41 @@
+"""The one table of exit codes. Each is documented in the README and man pages and tested."""
+
+from __future__ import annotations
+
+import enum
+
+
+class ExitCode(enum.IntEnum):
+    OK = 0  # success, or the check passed
+    FAILED = 1  # the operation failed: bad handle, bad segment, request refused
+    USAGE = 2  # bad arguments or conflicting flags (click)
+    CHECK_FAILED = 3  # a verdict: SHM unusable, byte mismatch or leftover, leaks found
+    UNREACHABLE = 4  # endpoint unreachable, deadline exceeded, wrong service
+    HOST = 5  # local environment: no or full shm dir, permission denied
+    UNDETERMINED = 6  # the peer advertises no namespace id, or ours is unreadable
+    INTERNAL = 70  # a bug in smgshm (sysexits EX_SOFTWARE)
+    INTERRUPTED = 130  # Ctrl-C
+
+
+DESCRIPTIONS: dict[ExitCode, str] = {
+    ExitCode.OK: "success; the check passed",
+    ExitCode.FAILED: "the operation failed (bad handle, truncated or foreign segment, request refused)",
+    ExitCode.USAGE: "usage error, including conflicting flags",
+    ExitCode.CHECK_FAILED: "check failed: SHM unusable, byte mismatch or leftover segment, leaks found",
+    ExitCode.UNREACHABLE: "endpoint unreachable, deadline exceeded, or wrong service",
+    ExitCode.HOST: "local environment: no or full shm dir, permission denied",
+    ExitCode.UNDETERMINED: "undetermined: no namespace id advertised, or this host's is unreadable",
+    ExitCode.INTERNAL: "internal error (a bug); rerun with --traceback",
+    ExitCode.INTERRUPTED: "interrupted",
+}
+
+
+def for_error_kind(kind: type[BaseException]) -> ExitCode:
+    """Map a core exception class to its exit code."""
+    from smgshm.core.errors import HostError, TransportError
+
+    if issubclass(kind, TransportError):
+        return ExitCode.UNREACHABLE
+    if issubclass(kind, HostError):
+        return ExitCode.HOST
+    return ExitCode.FAILED

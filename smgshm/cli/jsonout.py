@@ -1,0 +1,58 @@
+"""The JSON interface: one document per invocation, schema version 1.
+
+Within a schema version fields are only added, never renamed or retyped;
+tests/test_json_schema.py pins the key sets.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import sys
+from typing import TYPE_CHECKING, Any
+
+from smgshm import __version__
+
+if TYPE_CHECKING:
+    from smgshm.cli.app import App
+
+SCHEMA_VERSION = 1
+
+
+def plain(obj: Any) -> Any:
+    """Dataclasses, enums, bytes and tuples as JSON values (bytes as lowercase hex)."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: plain(getattr(obj, f.name)) for f in dataclasses.fields(obj) if not f.name.startswith("_")}
+    if isinstance(obj, enum.Enum):
+        return obj.value
+    if isinstance(obj, bytes):
+        return obj.hex()
+    if isinstance(obj, dict):
+        return {str(k): plain(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple | set | frozenset):
+        return [plain(v) for v in obj]
+    return obj
+
+
+def _write(app: App, doc: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(doc, allow_nan=False, sort_keys=False) + "\n")
+    sys.stdout.flush()
+
+
+def envelope(app: App, ok: bool) -> dict[str, Any]:
+    return {"smgshm_version": __version__, "schema_version": SCHEMA_VERSION, "command": app.command, "ok": ok}
+
+
+def write_result(app: App, result: Any, ok: bool = True) -> None:
+    doc = envelope(app, ok)
+    doc["result"] = plain(result)
+    doc["warnings"] = list(app.warnings)
+    _write(app, doc)
+
+
+def write_error(app: App, kind: str, message: str, hint: str | None) -> None:
+    doc = envelope(app, False)
+    doc["error"] = {"kind": kind, "message": message, "hint": hint}
+    doc["warnings"] = list(app.warnings)
+    _write(app, doc)

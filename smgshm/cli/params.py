@@ -1,0 +1,60 @@
+"""Shared option types: byte sizes (``64MiB``) and durations (``250ms``)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import click
+
+_UNITS = {
+    "": 1, "b": 1,
+    "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3,
+    "kib": 1024, "mib": 1024**2, "gib": 1024**3,
+}  # fmt: skip
+_DUR = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0, "": 1.0}
+
+
+def parse_bytes(text: str) -> int:
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text)
+    if not m or m.group(2).lower() not in _UNITS:
+        raise ValueError(f"{text!r} is not a size (examples: 4096, 64KiB, 16MiB, 1GB)")
+    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+
+
+class BytesType(click.ParamType):
+    name = "BYTES"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        try:
+            return parse_bytes(str(value))
+        except ValueError as err:
+            self.fail(str(err), param, ctx)
+
+
+class DurationType(click.ParamType):
+    """Seconds, or Go-style ``250ms``/``2s``/``1m``."""
+
+    name = "DURATION"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        if isinstance(value, int | float):
+            return float(value)
+        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|)\s*", str(value))
+        if not m:
+            self.fail(f"{value!r} is not a duration (examples: 250ms, 2s, 1.5)", param, ctx)
+        return float(m.group(1)) * _DUR[m.group(2)]
+
+
+BYTES = BytesType()
+DURATION = DurationType()
+
+shm_dir_option = click.option(
+    "--shm-dir",
+    default="/dev/shm",  # noqa: S108 - SMG's own directory, not a scratch path
+    show_default=True,
+    envvar="SMGSHM_SHM_DIR",
+    help="The shm directory (a container's is /proc/<pid>/root/dev/shm).",
+)

@@ -1,0 +1,85 @@
+"""Human renderers: one per result type. Remote and user strings are never markup."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from rich.table import Table
+from rich.text import Text
+
+if TYPE_CHECKING:
+    from smgshm.cli.app import App
+    from smgshm.core.host import HostIdentity
+    from smgshm.core.namespace import NamespaceComparison
+
+
+def human_bytes(n: int) -> str:
+    """1536 -> '1.5 KiB'."""
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(size) < 1024 or unit == "TiB":
+            return f"{int(size)} B" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"
+
+
+def _kv_table(rows: list[tuple[str, Any]]) -> Table:
+    table = Table(show_header=False, box=None, pad_edge=False)
+    table.add_column(style="bold")
+    table.add_column()
+    for k, v in rows:
+        table.add_row(k, Text(str(v)))
+    return table
+
+
+def identity(app: App, ident: HostIdentity) -> None:
+    verdict = ident.namespace_id or "(unreadable: auto will stay inline)"
+    app.console.print(Text("shm_namespace_id: ", style="bold") + Text(verdict))
+    used = ident.shm_total_bytes - ident.shm_free_bytes
+    app.console.print(
+        _kv_table(
+            [
+                ("boot_id", ident.boot_id),
+                ("shm dir", f"{ident.shm_dir} (st_dev {ident.shm_dev}, {ident.fstype or '?'})"),
+                ("size", f"{human_bytes(ident.shm_total_bytes)}, {human_bytes(used)} used, "
+                 f"{human_bytes(ident.shm_free_bytes)} free"),
+                ("mount options", ident.mount_options or "?"),
+                ("pid", f"{ident.pid} ({ident.pid_namespace or 'pid namespace unknown'})"),
+                ("uid/gid", f"{ident.uid}/{ident.gid}"),
+                ("hostname", ident.hostname),
+            ]
+        )
+    )
+
+
+def comparison(app: App, cmp: NamespaceComparison) -> None:
+    style = "green" if cmp.shared else "red"
+    head = "shared" if cmp.shared else f"not shared ({cmp.sharing.value})"
+    if cmp.sharing.value == "undetermined":
+        head, style = "undetermined", "yellow"
+    app.console.print(Text(f"/dev/shm {head}: ", style=f"bold {style}") + Text(cmp.reason))
+    app.console.print(_kv_table([("a", cmp.peer or "(empty)"), ("b", cmp.local or "(empty)")]))
+    fix = sharing_fix(cmp.sharing.value)
+    if fix and not app.quiet:
+        app.err_console.print(Text("hint: ", style="cyan") + Text(fix))
+
+
+def sharing_fix(sharing: str) -> str:
+    """The fix an operator can paste, per verdict."""
+    return {
+        "other_host": "SHM needs gateway and worker on one host; keep --multimodal-tensor-transport inline "
+        "(or auto) for remote workers.",
+        "private_tmpfs": "share one tmpfs: docker --ipc=host or --ipc=container:<gateway>, a shared volume at "
+        "/dev/shm, or a Kubernetes emptyDir {medium: Memory} mounted at /dev/shm in both containers.",
+        "undetermined": "the worker must advertise shm_namespace_id (vLLM field 10, TokenSpeed scheduler_info); "
+        "SGLang, TRT-LLM and MLX never do and always get inline.",
+    }.get(sharing, "")
+
+
+def serve_ready(app: App, info: dict[str, Any]) -> None:
+    line = (
+        f"smgshm serve: ready on {info['address']} as a {info['engine']} worker "
+        f"(namespace {info['namespace_id'] or 'unreadable'}, reader {info['reader']}, "
+        f"unlink after read {'on' if info['unlink_after_read'] else 'off'})"
+    )
+    app.console.print(Text(line))

@@ -1,0 +1,84 @@
+"""``smgshm serve``: the reference receiver."""
+
+from __future__ import annotations
+
+import signal
+import threading
+
+import click
+
+from smgshm.cli import render
+from smgshm.cli.app import App
+from smgshm.cli.params import BYTES, shm_dir_option
+
+
+@click.command()
+@click.option("--listen", default="127.0.0.1:50051", show_default=True, help="host:port or unix:PATH; port 0 picks one.")
+@click.option("--engine", type=click.Choice(["vllm", "tokenspeed", "sglang"]), default="vllm", show_default=True,
+              help="Which worker to answer as for HealthCheck/GetModelInfo/GetServerInfo.")
+@click.option("--reader", type=click.Choice(["view", "copy"]), default="view", show_default=True,
+              help="view: zero-copy mmap; copy: pread into a buffer, as SMG's servicer does today.")
+@click.option("--keep-segments", is_flag=True, help="Do not unlink after reading (like TOKENSPEED_UNLINK_MM_SHM_AFTER_READ=0).")
+@click.option("--advertise-namespace-id", metavar="ID", help="Advertise this id instead of this host's (demos, tests).")
+@click.option("--max-message-bytes", type=BYTES, default="256MiB", show_default=True, help="gRPC message limit.")
+@click.option("--workers", type=click.IntRange(1, 256), default=8, show_default=True, help="RPC worker threads.")
+@shm_dir_option
+@click.pass_obj
+def serve(
+    app: App,
+    listen: str,
+    engine: str,
+    reader: str,
+    keep_segments: bool,
+    advertise_namespace_id: str | None,
+    max_message_bytes: int,
+    workers: int,
+    shm_dir: str,
+) -> None:
+    """Run the reference receiver that `send`, `bench` and `probe --verify` talk to.
+
+    It answers as a vLLM worker (or TokenSpeed/SGLang with --engine) for the RPCs
+    SMG's gateway calls at registration, advertising this host's shm_namespace_id;
+    serves grpc.health.v1 and reflection; and serves smgshm's Diagnostics service,
+    which reads every tensor exactly as SMG's servicer does (refusing symlinks,
+    FIFOs and short segments without hanging) and returns a receipt per tensor.
+    It binds loopback unless told otherwise and stops cleanly on SIGTERM/SIGINT.
+
+    \b
+    Examples:
+      smgshm serve
+      smgshm serve --listen 0.0.0.0:50051      # reachable from other hosts: says so loudly
+      smg launch --worker-urls grpc://127.0.0.1:50051 --multimodal-tensor-transport auto
+    """
+    from smgshm.core.receiver import ReceiverConfig, is_loopback
+    from smgshm.core.services import start_receiver
+
+    cfg = ReceiverConfig(
+        shm_dir=shm_dir,
+        unlink_after_read=not keep_segments,
+        reader=reader,  # type: ignore[arg-type]
+        engine=engine,  # type: ignore[arg-type]
+        namespace_id=advertise_namespace_id,
+        max_message_bytes=max_message_bytes,
+        workers=workers,
+    )
+    if not is_loopback(listen):
+        app.warn(f"listening on {listen}: NOT loopback; any host that reaches it can send tensors to it")
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    running = start_receiver(cfg, listen)
+    info = {
+        "address": running.address,
+        "engine": engine,
+        "engine_service": running.engine_service,
+        "namespace_id": cfg.advertised_namespace_id(),
+        "reader": reader,
+        "unlink_after_read": cfg.unlink_after_read,
+        "shm_dir": shm_dir,
+        "pid": running.state.identity().pid,
+    }
+    app.emit(info, render.serve_ready)
+    stop.wait()
+    app.info("smgshm serve: stopping")
+    running.stop(2.0)

@@ -1,0 +1,136 @@
+"""Shared fixtures: a leak guard on the real /dev/shm, real receivers, real children."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+SHM = "/dev/shm"
+
+
+def _smg_entries() -> set[str]:
+    try:
+        return {n for n in os.listdir(SHM) if n.startswith("smg-")}
+    except FileNotFoundError:
+        return set()
+
+
+@pytest.fixture(autouse=True)
+def no_shm_leaks() -> Iterator[None]:
+    """Fail any test that leaves a new smg-* entry in /dev/shm (and remove it)."""
+    before = _smg_entries()
+    yield
+    leaked = _smg_entries() - before
+    for name in leaked:
+        path = os.path.join(SHM, name)
+        try:
+            if os.path.isdir(path) and not os.path.islink(path):
+                os.rmdir(path)
+            else:
+                os.unlink(path)
+        except OSError:
+            pass
+    if leaked:
+        pytest.fail(f"test leaked /dev/shm entries: {sorted(leaked)}")
+
+
+@pytest.fixture
+def receiver() -> Iterator[Any]:
+    """An in-process reference receiver (vLLM face) on a random loopback port."""
+    from smgshm.core.receiver import ReceiverConfig
+    from smgshm.core.services import start_receiver
+
+    r = start_receiver(ReceiverConfig(), "127.0.0.1:0")
+    yield r
+    r.stop(0)
+
+
+class Children:
+    """A registry of spawned children, all killed and reaped at teardown (psutil's pattern)."""
+
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen[str]] = []
+
+    def spawn(self, argv: list[str], **kw: Any) -> subprocess.Popen[str]:
+        kw.setdefault("stdout", subprocess.PIPE)
+        kw.setdefault("stderr", subprocess.PIPE)
+        p = subprocess.Popen(argv, text=True, start_new_session=True, **kw)
+        self.procs.append(p)
+        return p
+
+    def reap(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            try:
+                p.communicate(timeout=10)
+            except (subprocess.TimeoutExpired, ValueError):
+                pass
+
+
+@pytest.fixture
+def children() -> Iterator[Children]:
+    reg = Children()
+    yield reg
+    reg.reap()
+
+
+def wait_for(pred: Any, timeout: float = 20.0, what: str = "condition") -> Any:
+    """Poll ``pred`` until it returns a truthy value; never a bare sleep in a test."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@dataclass
+class CliResult:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+    @property
+    def json(self) -> Any:
+        return json.loads(self.stdout)
+
+
+def run_cli(*args: str, exit: int = 0, env: dict[str, str] | None = None) -> CliResult:  # noqa: A002 - httpie's name
+    """Invoke the real root group in-process; assert the exit code, show stderr if not."""
+    from smgshm.cli import cli
+
+    res = CliRunner().invoke(cli, list(args), env=env, catch_exceptions=False)
+    out = CliResult(res.exit_code, res.stdout, res.stderr)
+    assert res.exit_code == exit, f"exit {res.exit_code} != {exit}\nstdout:\n{res.stdout}\nstderr:\n{res.stderr}"
+    return out
+
+
+def smgshm_argv(*args: str) -> list[str]:
+    """argv that runs the installed CLI in a child process."""
+    return [sys.executable, "-m", "smgshm", *args]
+
+
+def start_serve(children: Children, *args: str) -> tuple[subprocess.Popen[str], dict[str, Any]]:
+    """A real ``smgshm serve`` child; returns it with its JSON ready document."""
+    p = children.spawn(smgshm_argv("--json", "serve", "--listen", "127.0.0.1:0", *args))
+    assert p.stdout is not None
+    line = p.stdout.readline()
+    if not line:
+        raise AssertionError(f"serve exited early: {p.stderr.read() if p.stderr else ''}")
+    doc = json.loads(line)
+    return p, doc
