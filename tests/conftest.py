@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -71,14 +72,10 @@ class Children:
     def reap(self) -> None:
         for p in self.procs:
             if p.poll() is None:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.killpg(p.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired, ValueError):
                 p.communicate(timeout=10)
-            except (subprocess.TimeoutExpired, ValueError):
-                pass
 
 
 @pytest.fixture
@@ -110,7 +107,7 @@ class CliResult:
         return json.loads(self.stdout)
 
 
-def run_cli(*args: str, exit: int = 0, env: dict[str, str] | None = None) -> CliResult:  # noqa: A002 - httpie's name
+def run_cli(*args: str, exit: int = 0, env: dict[str, str] | None = None) -> CliResult:
     """Invoke the real root group in-process; assert the exit code, show stderr if not."""
     from smgshm.cli import cli
 

@@ -41,8 +41,11 @@ def identity(app: App, ident: HostIdentity) -> None:
             [
                 ("boot_id", ident.boot_id),
                 ("shm dir", f"{ident.shm_dir} (st_dev {ident.shm_dev}, {ident.fstype or '?'})"),
-                ("size", f"{human_bytes(ident.shm_total_bytes)}, {human_bytes(used)} used, "
-                 f"{human_bytes(ident.shm_free_bytes)} free"),
+                (
+                    "size",
+                    f"{human_bytes(ident.shm_total_bytes)}, {human_bytes(used)} used, "
+                    f"{human_bytes(ident.shm_free_bytes)} free",
+                ),
                 ("mount options", ident.mount_options or "?"),
                 ("pid", f"{ident.pid} ({ident.pid_namespace or 'pid namespace unknown'})"),
                 ("uid/gid", f"{ident.uid}/{ident.gid}"),
@@ -57,7 +60,7 @@ def comparison(app: App, cmp: NamespaceComparison) -> None:
     head = "shared" if cmp.shared else f"not shared ({cmp.sharing.value})"
     if cmp.sharing.value == "undetermined":
         head, style = "undetermined", "yellow"
-    app.console.print(Text(f"/dev/shm {head}: ", style=f"bold {style}") + Text(cmp.reason))
+    app.console.print(Text(f"/dev/shm {head}: ", style=f"bold {style}") + Text(cmp.reason))  # noqa: S108 - prose, not a path
     app.console.print(_kv_table([("a", cmp.peer or "(empty)"), ("b", cmp.local or "(empty)")]))
     fix = sharing_fix(cmp.sharing.value)
     if fix and not app.quiet:

@@ -13,12 +13,26 @@ from smgshm.cli.params import BYTES, shm_dir_option
 
 
 @click.command()
-@click.option("--listen", default="127.0.0.1:50051", show_default=True, help="host:port or unix:PATH; port 0 picks one.")
-@click.option("--engine", type=click.Choice(["vllm", "tokenspeed", "sglang"]), default="vllm", show_default=True,
-              help="Which worker to answer as for HealthCheck/GetModelInfo/GetServerInfo.")
-@click.option("--reader", type=click.Choice(["view", "copy"]), default="view", show_default=True,
-              help="view: zero-copy mmap; copy: pread into a buffer, as SMG's servicer does today.")
-@click.option("--keep-segments", is_flag=True, help="Do not unlink after reading (like TOKENSPEED_UNLINK_MM_SHM_AFTER_READ=0).")
+@click.option(
+    "--listen", default="127.0.0.1:50051", show_default=True, help="host:port or unix:PATH; port 0 picks one."
+)
+@click.option(
+    "--engine",
+    type=click.Choice(["vllm", "tokenspeed", "sglang"]),
+    default="vllm",
+    show_default=True,
+    help="Which worker to answer as for HealthCheck/GetModelInfo/GetServerInfo.",
+)
+@click.option(
+    "--reader",
+    type=click.Choice(["view", "copy"]),
+    default="view",
+    show_default=True,
+    help="view: zero-copy mmap; copy: pread into a buffer, as SMG's servicer does today.",
+)
+@click.option(
+    "--keep-segments", is_flag=True, help="Do not unlink after reading (like TOKENSPEED_UNLINK_MM_SHM_AFTER_READ=0)."
+)
 @click.option("--advertise-namespace-id", metavar="ID", help="Advertise this id instead of this host's (demos, tests).")
 @click.option("--max-message-bytes", type=BYTES, default="256MiB", show_default=True, help="gRPC message limit.")
 @click.option("--workers", type=click.IntRange(1, 256), default=8, show_default=True, help="RPC worker threads.")

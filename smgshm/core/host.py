@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import socket
@@ -70,10 +71,8 @@ def read_host_identity(shm_dir: str = DEFAULT_SHM_DIR, pid: int | None = None) -
             raise HostError("permission denied reading the shm dir", path=seen, uid=os.getuid()) from err
         raise HostError("shm dir does not exist", path=seen, hint="mount a tmpfs at /dev/shm") from err
     ns_link = ""
-    try:
+    with contextlib.suppress(OSError):
         ns_link = os.readlink(f"{proc}/ns/pid")
-    except OSError:
-        pass
     uid, gid = os.getuid(), os.getgid()
     hostname = socket.gethostname()
     if pid is not None:

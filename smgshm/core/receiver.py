@@ -13,7 +13,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from smgshm import __version__
 from smgshm.core.errors import HandleError, SegmentError, SmgshmError, WireError
 from smgshm.core.host import HostIdentity, read_host_identity
 from smgshm.core.namespace import read_namespace_id
@@ -119,9 +118,7 @@ def _receive_shm(t: InTensor, cfg: ReceiverConfig, base: dict[str, Any]) -> Rece
         del tensor
     finally:
         seg.release()
-    return Receipt(
-        **base, nbytes=seg.nbytes, digest=d, read_ns=seg.read_ns, decode_ns=decode_ns, unlinked=seg.unlinked
-    )
+    return Receipt(**base, nbytes=seg.nbytes, digest=d, read_ns=seg.read_ns, decode_ns=decode_ns, unlinked=seg.unlinked)
 
 
 def receive(layout: Layout, raw: bytes, cfg: ReceiverConfig) -> list[Receipt]:
@@ -151,4 +148,4 @@ def is_loopback(address: str) -> bool:
     return host in ("localhost", "::1") or host.startswith("127.")
 
 
-__all__ = ["MAX_MESSAGE_BYTES", "DIGEST_ALGO", "Receipt", "ReceiverConfig", "ReceiverState", "receive"]
+__all__ = ["DIGEST_ALGO", "MAX_MESSAGE_BYTES", "Receipt", "ReceiverConfig", "ReceiverState", "receive"]

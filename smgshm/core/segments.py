@@ -6,6 +6,7 @@ tensor, offset 0, mode 0600, created O_CREAT|O_EXCL, space reserved up front.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import itertools
 import mmap
@@ -152,10 +153,8 @@ def _fill(fd: int, view: memoryview, strategy: WriteStrategy) -> None:
 
 def _discard(fd: int, path: str) -> None:
     os.close(fd)
-    try:
+    with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
-    except FileNotFoundError:
-        pass
 
 
 def unlink_segment(name: str, shm_dir: str = DEFAULT_SHM_DIR) -> bool:

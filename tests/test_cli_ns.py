@@ -1,0 +1,75 @@
+"""`smgshm ns`, `ns --pid` and `ns compare` against the real host and real children."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+from smgshm.core.namespace import read_namespace_id
+from tests.conftest import Children, run_cli, wait_for
+
+A = "5ef74ec3-1111-4000-8000-000000000000"
+B = "5ef74ec3-2222-4000-8000-000000000000"
+
+
+def test_ns_human_and_json_agree() -> None:
+    human = run_cli("ns").stdout
+    doc = run_cli("--json", "ns").json
+    assert doc["result"]["namespace_id"] == read_namespace_id()
+    assert doc["result"]["namespace_id"] in human
+    assert doc["result"]["shm_dev"] == os.stat("/dev/shm").st_dev
+    assert doc["result"]["pid"] == os.getpid()
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "sharing", "code"),
+    [
+        (f"{A}:27", f"{A}:27", "shared", 0),
+        (f"{A}:27", f"{B}:27", "other_host", 3),
+        (f"{A}:27", f"{A}:31", "private_tmpfs", 3),
+        ("", f"{A}:27", "undetermined", 6),
+        ("garbage", f"{A}:27", "undetermined", 6),
+    ],
+)
+def test_compare_causes(a: str, b: str, sharing: str, code: int) -> None:
+    doc = run_cli("--json", "ns", "compare", a, b, exit=code).json
+    assert doc["result"]["sharing"] == sharing
+    assert doc["command"] == "ns compare"
+    human = run_cli("ns", "compare", a, b, exit=code)
+    assert sharing.replace("_", "") in human.stdout.replace("_", "").replace(" ", "") or sharing == "shared"
+
+
+def test_compare_defaults_to_this_host() -> None:
+    run_cli("ns", "compare", read_namespace_id(), exit=0)
+
+
+def test_ns_pid_of_self_child(children: Children) -> None:
+    p = children.spawn(["sleep", "30"])
+    doc = run_cli("--json", "ns", "--pid", str(p.pid)).json
+    assert doc["result"]["namespace_id"] == read_namespace_id()
+    assert doc["result"]["pid"] == p.pid
+
+
+def test_ns_pid_missing_process() -> None:
+    res = run_cli("ns", "--pid", "999999999", exit=5)
+    assert "no such process" in res.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None, reason="needs root and unshare")
+def test_ns_pid_private_tmpfs(children: Children) -> None:
+    """A child in its own mount namespace with its own tmpfs over /dev/shm: st_dev differs."""
+    script = "mount -t tmpfs -o size=1m tmpfs /dev/shm && echo ready && exec sleep 30"
+    p = children.spawn(["unshare", "--mount", "--propagation", "private", "sh", "-c", script])
+    assert p.stdout is not None
+    line = p.stdout.readline().strip()
+    if line != "ready":
+        pytest.skip(f"cannot mount a private tmpfs here: {p.stderr.read() if p.stderr else ''}")
+    # The shell exec'd sleep, so p.pid now runs in the private mount namespace.
+    wait_for(lambda: os.readlink(f"/proc/{p.pid}/exe").endswith("sleep"), what="exec sleep")
+    theirs = run_cli("--json", "ns", "--pid", str(p.pid)).json["result"]
+    assert theirs["shm_dev"] != os.stat("/dev/shm").st_dev
+    assert theirs["shm_total_bytes"] == 1024 * 1024
+    res = run_cli("--json", "ns", "compare", theirs["namespace_id"], exit=3).json
+    assert res["result"]["sharing"] == "private_tmpfs"

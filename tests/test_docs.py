@@ -1,0 +1,52 @@
+"""Man pages match regeneration; every command has help with examples and a page."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+import pytest
+
+from tests.conftest import run_cli
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _generator():  # type: ignore[no-untyped-def]
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("man_generate", ROOT / "man" / "generate.py")
+    assert spec is not None
+    assert spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_man_pages_are_fresh(tmp_path: Path) -> None:
+    written = _generator().generate(tmp_path)
+    assert {p.name for p in written} == {p.name for p in (ROOT / "man").glob("*.1")}
+    for p in written:
+        assert p.read_text() == (ROOT / "man" / p.name).read_text(), (
+            f"man/{p.name} is stale: run python man/generate.py"
+        )
+        assert ".SH EXIT STATUS" in p.read_text()
+
+
+def _commands() -> list[tuple[str, click.Command]]:
+    from smgshm.cli import cli
+
+    out: list[tuple[str, click.Command]] = [("", cli)]
+    for name, cmd in cli.commands.items():  # type: ignore[attr-defined]
+        out.append((name, cmd))
+        if isinstance(cmd, click.Group):
+            out += [(f"{name} {s}", c) for s, c in cmd.commands.items()]
+    return out
+
+
+@pytest.mark.parametrize(("path", "cmd"), _commands(), ids=lambda v: v if isinstance(v, str) else "")
+def test_help_has_summary_and_examples(path: str, cmd: click.Command) -> None:
+    out = run_cli(*path.split(), "--help").stdout
+    assert "Examples:" in out
+    assert (cmd.help or "").splitlines()[0].endswith("."), "the first help line is a one-line summary"
+    assert (ROOT / "man" / f"{('smgshm ' + path).strip().replace(' ', '-')}.1").exists()

@@ -1,0 +1,30 @@
+"""`smgshm --help` must start fast: no torch, no grpc, no generated code at import."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+PROBE = (
+    "import sys\n"
+    "from smgshm.cli import main\n"
+    "sys.argv = ['smgshm', *sys.argv[1:]]\n"
+    "try:\n    main()\nexcept SystemExit:\n    pass\n"
+    "heavy = sorted(m for m in ('torch', 'grpc', 'smgshm.rpc', 'smg_grpc_proto') if m in sys.modules)\n"
+    "sys.stderr.write('HEAVY=' + ','.join(heavy) + '\\n')\n"
+)
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["serve", "--help"], ["ns", "--help"], ["ns"]])
+def test_no_heavy_imports(argv: list[str]) -> None:
+    res = subprocess.run([sys.executable, "-c", PROBE, *argv], capture_output=True, text=True, timeout=60)
+    assert "HEAVY=\n" in res.stderr, res.stderr
+    assert res.stdout.strip(), "the command printed nothing"
+
+
+def test_python_dash_m_runs() -> None:
+    res = subprocess.run([sys.executable, "-m", "smgshm", "--version"], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0
+    assert res.stdout.startswith("smgshm, version ")
