@@ -87,15 +87,17 @@ def cli(ctx: click.Context, json_: bool, no_color: bool, quiet: bool, traceback:
       smgshm serve                      # the reference receiver, on 127.0.0.1:50051
       smgshm ns                         # this host's shm_namespace_id
       smgshm ns compare ID_A ID_B       # do two ids share /dev/shm?
+      smgshm probe 127.0.0.1:50051      # does this worker share /dev/shm with me?
     """
     ctx.obj = App(json=json_, quiet=quiet, no_color=no_color, traceback=traceback, command=ctx.invoked_subcommand or "")
 
 
 def _register() -> None:
     from smgshm.cli.ns import ns
+    from smgshm.cli.probe import probe
     from smgshm.cli.serve import serve
 
-    for command in (serve, ns):
+    for command in (probe, serve, ns):
         cli.add_command(command)
 
 

@@ -86,3 +86,37 @@ def serve_ready(app: App, info: dict[str, Any]) -> None:
         f"unlink after read {'on' if info['unlink_after_read'] else 'off'})"
     )
     app.console.print(Text(line))
+
+
+def probe_report(app: App, report: Any) -> None:
+    from rich.table import Table
+
+    shared = [w for w in report.workers if w.verdict == "shared"]
+    n = len(report.workers)
+    if len(shared) == n:
+        head, style = f"SHM usable: /dev/shm is shared with {'the worker' if n == 1 else f'all {n} workers'}", "green"
+    else:
+        head, style = f"SHM not usable for {n - len(shared)} of {n} worker(s)", "red"
+    app.console.print(Text(head, style=f"bold {style}"))
+    table = Table(show_lines=False)
+    for col in ("worker", "engine", "health", "verdict", "auto"):
+        table.add_column(col, no_wrap=True)
+    table.add_column("why")
+    for w in report.workers:
+        health = "-"
+        if w.health is not None:
+            health = ("healthy" if w.health.engine_healthy else "unhealthy") + f" / {w.health.grpc_health.lower()}"
+        auto = w.decisions["auto"].path if w.decisions else "-"
+        why = w.reason + (f"; verify: {w.verify.message}" if w.verify is not None else "")
+        table.add_row(Text(w.address), w.engine or "-", health, w.verdict, auto, Text(why))
+    app.console.print(table)
+    if app.quiet:
+        return
+    for w in report.workers:
+        fix = sharing_fix(w.verdict)
+        if w.verdict == "unreachable":
+            fix = "check the address and that the worker's gRPC server is up (--connect-timeout to wait longer)"
+        if w.verdict == "uid_mismatch":
+            fix = "run the gateway and the worker as the same uid (segments are created 0600)"
+        if fix:
+            app.err_console.print(Text("hint: ", style="cyan") + Text(f"{w.address}: {fix}"))

@@ -1,0 +1,108 @@
+"""``smgshm probe``: does this worker share /dev/shm with me, and if not, why."""
+
+from __future__ import annotations
+
+import click
+
+from smgshm.cli import render
+from smgshm.cli.app import App
+from smgshm.cli.exitcodes import ExitCode
+from smgshm.cli.params import BYTES, DURATION, shm_dir_option
+
+_CODES = {"shared": ExitCode.OK, "undetermined": ExitCode.UNDETERMINED, "unreachable": ExitCode.UNREACHABLE}
+_SEVERITY = [ExitCode.UNREACHABLE, ExitCode.CHECK_FAILED, ExitCode.UNDETERMINED, ExitCode.OK]
+
+
+def verdict_code(verdict: str, expect: str) -> ExitCode:
+    """A worker's exit code; --expect not-shared flips shared and not shared."""
+    code = _CODES.get(verdict, ExitCode.CHECK_FAILED)
+    if expect == "not-shared" and code in (ExitCode.OK, ExitCode.CHECK_FAILED):
+        return ExitCode.CHECK_FAILED if code == ExitCode.OK else ExitCode.OK
+    return code
+
+
+@click.command()
+@click.argument("addresses", nargs=-1, required=True, metavar="ADDRESS...")
+@click.option(
+    "--engine",
+    type=click.Choice(["vllm", "tokenspeed", "sglang", "trtllm", "mlx"]),
+    help="Skip detection (the gateway tries sglang, vllm, trtllm, tokenspeed, mlx in turn).",
+)
+@click.option("--connect-timeout", type=DURATION, default="2s", show_default=True, help="Per worker, to connect.")
+@click.option("--timeout", type=DURATION, default="5s", show_default=True, help="Per RPC.")
+@click.option(
+    "--shm-min-bytes",
+    type=BYTES,
+    default="64KiB",
+    show_default=True,
+    help="The gateway's --multimodal-shm-min-bytes, for the decisions shown.",
+)
+@click.option(
+    "--tensor-bytes",
+    type=BYTES,
+    default="1MiB",
+    show_default=True,
+    help="Explain the decisions for a tensor of this size.",
+)
+@click.option("--need", type=BYTES, help="Fail when the shm dir has less free space than this.")
+@click.option("--verify", is_flag=True, help="Prove the verdict: a smgshm receiver reads a canary segment.")
+@click.option(
+    "--expect",
+    type=click.Choice(["shared", "not-shared"]),
+    default="shared",
+    show_default=True,
+    help="Which verdict exits 0.",
+)
+@shm_dir_option
+@click.pass_obj
+def probe(
+    app: App,
+    addresses: tuple[str, ...],
+    engine: str | None,
+    connect_timeout: float,
+    timeout: float,
+    shm_min_bytes: int,
+    tensor_bytes: int,
+    need: int | None,
+    verify: bool,
+    expect: str,
+    shm_dir: str,
+) -> None:
+    """Ask workers' GetServerInfo whether they share /dev/shm with this host.
+
+    For each ADDRESS (host:port, grpc://host:port or unix:PATH) it detects the
+    engine as SMG's gateway does, reads the advertised shm_namespace_id (vLLM
+    field 10, TokenSpeed scheduler_info; SGLang, TRT-LLM and MLX advertise none),
+    compares it with this host's, and says what the gateway would do under
+    inline, shm and auto. It also checks what equal ids do not prove: that this
+    host can create a 0600 segment, and that no leftover smg-tokenspeed-probe-<pid>
+    file will silently turn a gateway's SHM off.
+
+    Exit 0 when every worker shares /dev/shm (see --expect), 3 when one does not,
+    4 when one is unreachable, 6 when one advertises no id; the worst wins.
+
+    \b
+    Examples:
+      smgshm probe 127.0.0.1:50051
+      smgshm probe --verify grpc://worker-0:50051 grpc://worker-1:50051
+      # Kubernetes exec probe in the gateway's pod:
+      #   command: ["smgshm", "-q", "probe", "--expect", "shared", "127.0.0.1:50051"]
+    """
+    from smgshm.core.probe import ProbeOptions
+    from smgshm.core.probe import probe as run_probe
+
+    opts = ProbeOptions(engine, connect_timeout, timeout, shm_min_bytes, shm_dir, verify, tensor_bytes)
+    report = run_probe(list(addresses), opts)
+    if not report.local.writable:
+        app.warn(f"this host cannot create a segment in {shm_dir}: {report.local.writable_error}")
+    for name in report.local.leftover_probe_files:
+        pid = name.rsplit("-", 1)[-1]
+        app.warn(f"leftover {name}: a gateway with pid {pid} will find /dev/shm unwritable and stay inline")
+    codes = [verdict_code(w.verdict, expect) for w in report.workers]
+    if need is not None and report.local.shm_free_bytes < need:
+        app.warn(f"{shm_dir} has {report.local.shm_free_bytes} bytes free, less than --need {need}")
+        codes.append(ExitCode.CHECK_FAILED)
+    if not report.local.writable:
+        codes.append(ExitCode.HOST)
+    worst = min(codes, key=lambda c: _SEVERITY.index(c) if c in _SEVERITY else -1)
+    click.get_current_context().exit(app.emit(report, render.probe_report, worst))

@@ -1,0 +1,290 @@
+"""Probe a worker: which engine, is it healthy, what id it advertises, what SMG would do.
+
+Engine detection follows the gateway (smg-facts §2.1): HealthCheck per runtime,
+tried in the gateway's order; UNIMPLEMENTED means "not this one".
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from smgshm.core.errors import SmgshmError, TransportError
+from smgshm.core.host import probe_writable
+from smgshm.core.namespace import NamespaceComparison, compare_namespace_ids
+from smgshm.core.paths import DEFAULT_SHM_DIR, GATEWAY_PROBE_PREFIX
+from smgshm.core.transport import DEFAULT_SHM_MIN_BYTES, Decision, Mode, decide
+
+# The gateway's detect_backend order; trtllm and mlx never carry an shm id.
+ENGINE_ORDER = ("sglang", "vllm", "trtllm", "tokenspeed", "mlx")
+_MODULES = {
+    "vllm": ("vllm_engine", "VllmEngine"),
+    "tokenspeed": ("tokenspeed_scheduler", "TokenSpeedScheduler"),
+    "sglang": ("sglang_scheduler", "SglangScheduler"),
+    "trtllm": ("trtllm_service", "TrtllmService"),
+    "mlx": ("mlx_engine", "MlxEngine"),
+}
+
+
+@dataclass(frozen=True)
+class ProbeOptions:
+    engine: str | None = None  # None: detect
+    connect_timeout: float = 2.0
+    timeout: float = 5.0
+    shm_min_bytes: int = DEFAULT_SHM_MIN_BYTES
+    shm_dir: str = DEFAULT_SHM_DIR
+    verify: bool = False
+    tensor_nbytes: int = 1024 * 1024  # the size the transport decisions are explained for
+
+
+@dataclass(frozen=True)
+class Health:
+    engine_healthy: bool | None
+    engine_message: str
+    grpc_health: str  # SERVING, NOT_SERVING, NOT_FOUND, UNIMPLEMENTED, ...
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    """A canary segment read back by a smgshm receiver."""
+
+    ok: bool
+    code: str
+    message: str
+
+
+@dataclass(frozen=True)
+class WorkerReport:
+    """One worker's probe: facts, the namespace verdict and SMG's three decisions."""
+
+    address: str
+    verdict: str  # shared | other_host | private_tmpfs | undetermined | unreachable | uid_mismatch
+    reason: str
+    engine: str = ""
+    health: Health | None = None
+    namespace_id: str = ""
+    comparison: NamespaceComparison | None = None
+    decisions: dict[str, Decision] = field(default_factory=dict)
+    facts: dict[str, Any] = field(default_factory=dict)
+    smgshm_receiver: bool = False
+    verify: VerifyResult | None = None
+    elapsed_ms: float = 0.0
+
+
+@dataclass(frozen=True)
+class LocalChecks:
+    """What equal ids do not prove, checked on this side."""
+
+    namespace_id: str
+    writable: bool
+    writable_error: str
+    leftover_probe_files: list[str]
+    shm_free_bytes: int
+
+
+def grpc_target(address: str) -> str:
+    """``grpc://h:p`` and ``h:p`` -> ``h:p``; ``unix:PATH`` as is; a DP ``@rank`` suffix stripped."""
+    a = address.strip()
+    for scheme in ("grpc://", "grpcs://"):
+        if a.startswith(scheme):
+            a = a[len(scheme) :]
+    if not a.startswith("unix:"):
+        a = a.split("/", 1)[0].split("@", 1)[0]
+    return a
+
+
+def local_checks(shm_dir: str = DEFAULT_SHM_DIR) -> LocalChecks:
+    """This host's id, the writability probe, and leftover gateway probe files."""
+    from smgshm.core.namespace import read_namespace_id
+
+    err = probe_writable(shm_dir)
+    try:
+        leftovers = sorted(n for n in os.listdir(shm_dir) if n.startswith(GATEWAY_PROBE_PREFIX))
+    except OSError:
+        leftovers = []
+    try:
+        st = os.statvfs(shm_dir)
+        free = st.f_bavail * st.f_frsize
+    except OSError:
+        free = 0
+    return LocalChecks(read_namespace_id(shm_dir), err is None, err or "", leftovers, free)
+
+
+def _stub(channel: Any, engine: str) -> tuple[Any, Any]:
+    import importlib
+
+    mod, svc = _MODULES[engine]
+    pb = importlib.import_module(f"smg_grpc_proto.generated.{mod}_pb2")
+    pb_grpc = importlib.import_module(f"smg_grpc_proto.generated.{mod}_pb2_grpc")
+    return pb, getattr(pb_grpc, f"{svc}Stub")(channel)
+
+
+def _unreachable(address: str, err: Any, timeout: float) -> TransportError:
+    import grpc
+
+    code = err.code() if hasattr(err, "code") else None
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return TransportError("deadline exceeded", endpoint=address, timeout_s=timeout)
+    return TransportError("endpoint unreachable", endpoint=address, detail=(err.details() or "")[:120])
+
+
+def _detect(channel: Any, address: str, opts: ProbeOptions) -> tuple[str, Any]:
+    """(engine, HealthCheckResponse) of the first runtime that answers HealthCheck."""
+    import grpc
+
+    engines = (opts.engine,) if opts.engine else ENGINE_ORDER
+    for engine in engines:
+        pb, stub = _stub(channel, engine)
+        try:
+            return engine, stub.HealthCheck(pb.HealthCheckRequest(), timeout=opts.timeout)
+        except grpc.RpcError as err:
+            if err.code() == grpc.StatusCode.UNIMPLEMENTED:
+                continue
+            raise _unreachable(address, err, opts.timeout) from err
+    raise TransportError(
+        "no SMG engine service answers here", endpoint=address, hint="is this a vLLM/TokenSpeed/SGLang gRPC port?"
+    )
+
+
+def _grpc_health(channel: Any, service: str, timeout: float) -> str:
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    try:
+        r = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=service), timeout=timeout)
+    except grpc.RpcError as err:
+        return str(err.code().name)
+    return str(health_pb2.HealthCheckResponse.ServingStatus.Name(r.status))
+
+
+def _server_info(channel: Any, engine: str, timeout: float) -> tuple[str, dict[str, Any]]:
+    """(advertised id, useful facts) from GetServerInfo, read where each engine keeps it."""
+    import grpc
+    from google.protobuf.json_format import MessageToDict
+
+    pb, stub = _stub(channel, engine)
+    try:
+        info = stub.GetServerInfo(pb.GetServerInfoRequest(), timeout=timeout)
+    except grpc.RpcError as err:
+        return "", {"server_info_error": f"{err.code().name}: {err.details() or ''}"[:200]}
+    d = MessageToDict(info, preserving_proto_field_name=True)
+    ns = ""
+    if engine == "vllm":
+        ns = info.shm_namespace_id
+    elif engine == "tokenspeed":
+        value = d.get("scheduler_info", {}).get("shm_namespace_id")
+        ns = value if isinstance(value, str) else ""  # the gateway takes only a non-empty string
+    keep = ("uptime_seconds", "active_requests", "multimodal_encoder_dtype", "server_type",
+            "tokenspeed_version", "sglang_version", "version", "backend", "model_dtype")  # fmt: skip
+    return ns, {k: d[k] for k in keep if k in d}
+
+
+def _receiver_identity(channel: Any, timeout: float) -> Any | None:
+    import grpc
+
+    from smgshm.rpc.v1 import diag_pb2, diag_pb2_grpc
+
+    try:
+        return diag_pb2_grpc.DiagnosticsStub(channel).Identity(diag_pb2.IdentityRequest(), timeout=timeout)
+    except grpc.RpcError:
+        return None
+
+
+def verify_canary(channel: Any, opts: ProbeOptions) -> VerifyResult:
+    """Write a 4 KiB segment, have the receiver read it, and always clean up."""
+    from smgshm.core.segments import unlink_segment, write_segment
+    from smgshm.core.tensors import digest
+    from smgshm.core.wire import Layout, OutTensor, Request, build_multimodal
+    from smgshm.rpc.v1 import diag_pb2, diag_pb2_grpc
+
+    payload = os.urandom(4096)
+    try:
+        ref = write_segment(payload, shm_dir=opts.shm_dir)
+    except SmgshmError as err:
+        return VerifyResult(False, err.kind, str(err))
+    try:
+        msg = build_multimodal(Layout.VLLM, Request(OutTensor((4096,), "uint8", shm=ref)))
+        req = diag_pb2.ReceiveRequest(
+            request_id=f"canary-{ref.name}", layout=diag_pb2.LAYOUT_VLLM, multimodal_inputs=msg.SerializeToString()
+        )
+        resp = diag_pb2_grpc.DiagnosticsStub(channel).Receive(req, timeout=opts.timeout)
+    except Exception as err:  # any failure here is the verdict, reported not raised
+        return VerifyResult(False, "rpc_failed", str(err)[:200])
+    finally:
+        unlink_segment(ref.name, opts.shm_dir)
+    r = resp.receipts[0]
+    if r.error.code:
+        return VerifyResult(False, r.error.code, r.error.message)
+    if r.digest != digest(payload):
+        return VerifyResult(False, "mismatch", "the receiver read different bytes than were written")
+    return VerifyResult(True, "ok", "the receiver read the canary segment byte-exactly")
+
+
+def probe_worker(address: str, opts: ProbeOptions, local: LocalChecks) -> WorkerReport:
+    """Probe one worker; an unreachable one is a report, not an exception."""
+    import grpc
+
+    t0 = time.monotonic()
+    target = grpc_target(address)
+    channel = grpc.insecure_channel(target)
+    try:
+        try:
+            grpc.channel_ready_future(channel).result(timeout=opts.connect_timeout)
+        except grpc.FutureTimeoutError:
+            raise TransportError(
+                "endpoint unreachable", endpoint=target, connect_timeout_s=opts.connect_timeout
+            ) from None
+        engine, hc = _detect(channel, target, opts)
+        service = f"{_stub(channel, engine)[0].DESCRIPTOR.package}.{_MODULES[engine][1]}"
+        health = Health(bool(hc.healthy) if hasattr(hc, "healthy") else None,
+                        getattr(hc, "message", "") or getattr(hc, "status", ""),
+                        _grpc_health(channel, service, opts.timeout))  # fmt: skip
+        ns, facts = _server_info(channel, engine, opts.timeout)
+        ident = _receiver_identity(channel, opts.timeout)
+        verify = verify_canary(channel, opts) if opts.verify and ident is not None else None
+    except TransportError as err:
+        return WorkerReport(address, "unreachable", str(err), elapsed_ms=(time.monotonic() - t0) * 1e3)
+    finally:
+        channel.close()
+    cmp = compare_namespace_ids(local.namespace_id, ns)
+    verdict, reason = cmp.sharing.value, cmp.reason
+    if verify is not None and not verify.ok and cmp.shared:
+        verdict = "uid_mismatch" if verify.code == "permission" else "verify_failed"
+        reason = verify.message
+        if ident is not None and verify.code == "permission":
+            reason = f"the receiver runs as uid {ident.uid}; segments are 0600 owned by uid {os.getuid()}"
+    decisions = {
+        m.value: decide(
+            m,
+            nbytes=opts.tensor_nbytes,
+            engine=engine,
+            local_ns=local.namespace_id,
+            worker_ns=ns,
+            writable=local.writable,
+            shm_min_bytes=opts.shm_min_bytes,
+        )
+        for m in (Mode.INLINE, Mode.SHM, Mode.AUTO)
+    }
+    return WorkerReport(
+        address=address, verdict=verdict, reason=reason, engine=engine, health=health, namespace_id=ns,
+        comparison=cmp, decisions=decisions, facts=facts, smgshm_receiver=ident is not None, verify=verify,
+        elapsed_ms=(time.monotonic() - t0) * 1e3,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ProbeReport:
+    local: LocalChecks
+    workers: list[WorkerReport]
+
+
+def probe(addresses: list[str], opts: ProbeOptions) -> ProbeReport:
+    """Probe every worker concurrently, each under its own timeouts."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    local = local_checks(opts.shm_dir)
+    with ThreadPoolExecutor(max_workers=min(16, max(1, len(addresses)))) as pool:
+        workers = list(pool.map(lambda a: probe_worker(a, opts, local), addresses))
+    return ProbeReport(local, workers)
