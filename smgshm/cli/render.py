@@ -101,15 +101,17 @@ def probe_report(app: App, report: Any) -> None:
     table = Table(show_lines=False)
     for col in ("worker", "engine", "health", "verdict", "auto"):
         table.add_column(col, no_wrap=True)
-    table.add_column("why")
     for w in report.workers:
         health = "-"
         if w.health is not None:
             health = ("healthy" if w.health.engine_healthy else "unhealthy") + f" / {w.health.grpc_health.lower()}"
         auto = w.decisions["auto"].path if w.decisions else "-"
-        why = w.reason + (f"; verify: {w.verify.message}" if w.verify is not None else "")
-        table.add_row(Text(w.address), w.engine or "-", health, w.verdict, auto, Text(why))
+        table.add_row(Text(w.address), w.engine or "-", health, w.verdict, auto)
     app.console.print(table)
+    for w in report.workers:
+        why = w.reason + (f"; verify: {w.verify.message}" if w.verify is not None else "")
+        auto = f"; under auto the gateway sends {w.decisions['auto'].path}" if w.decisions else ""
+        app.console.print(Text(f"{w.address}: ", style="bold") + Text(why + auto))
     if app.quiet:
         return
     for w in report.workers:
