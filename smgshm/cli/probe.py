@@ -9,7 +9,12 @@ from smgshm.cli.app import App
 from smgshm.cli.exitcodes import ExitCode
 from smgshm.cli.params import BYTES, DURATION, shm_dir_option
 
-_CODES = {"shared": ExitCode.OK, "undetermined": ExitCode.UNDETERMINED, "unreachable": ExitCode.UNREACHABLE}
+_CODES = {
+    "shared": ExitCode.OK,
+    "not_grpc": ExitCode.OK,
+    "undetermined": ExitCode.UNDETERMINED,
+    "unreachable": ExitCode.UNREACHABLE,
+}
 _SEVERITY = [ExitCode.UNREACHABLE, ExitCode.CHECK_FAILED, ExitCode.UNDETERMINED, ExitCode.OK]
 
 
@@ -22,7 +27,9 @@ def verdict_code(verdict: str, expect: str) -> ExitCode:
 
 
 @click.command()
-@click.argument("addresses", nargs=-1, required=True, metavar="ADDRESS...")
+@click.argument("addresses", nargs=-1, metavar="ADDRESS...")
+@click.option("--from-gateway", metavar="URL", help="Also probe every worker of this gateway (GET URL/workers).")
+@click.option("--api-key", envvar="SMG_API_KEY", help="The gateway's --api-key, for --from-gateway.")
 @click.option(
     "--engine",
     type=click.Choice(["vllm", "tokenspeed", "sglang", "trtllm", "mlx"]),
@@ -58,6 +65,8 @@ def verdict_code(verdict: str, expect: str) -> ExitCode:
 def probe(
     app: App,
     addresses: tuple[str, ...],
+    from_gateway: str | None,
+    api_key: str | None,
     engine: str | None,
     connect_timeout: float,
     timeout: float,
@@ -85,14 +94,30 @@ def probe(
     Examples:
       smgshm probe 127.0.0.1:50051
       smgshm probe --verify grpc://worker-0:50051 grpc://worker-1:50051
+      smgshm probe --from-gateway http://127.0.0.1:30000 --api-key "$SMG_API_KEY"
       # Kubernetes exec probe in the gateway's pod:
       #   command: ["smgshm", "-q", "probe", "--expect", "shared", "127.0.0.1:50051"]
     """
     from smgshm.core.probe import ProbeOptions
     from smgshm.core.probe import probe as run_probe
 
+    if not addresses and not from_gateway:
+        raise click.UsageError("give at least one ADDRESS or --from-gateway URL")
+    gateway = None
+    if from_gateway:
+        from smgshm.core.gateway import list_workers
+
+        gateway = list_workers(from_gateway, api_key, timeout)
+        if not gateway:
+            app.warn(f"the gateway at {from_gateway} has no workers registered")
     opts = ProbeOptions(engine, connect_timeout, timeout, shm_min_bytes, shm_dir, verify, tensor_bytes)
-    report = run_probe(list(addresses), opts)
+    report = run_probe(list(addresses), opts, gateway)
+    for w in report.workers:
+        if w.gateway_label is not None and w.namespace_id and w.gateway_label != w.namespace_id:
+            app.warn(
+                f"{w.address}: the gateway recorded shm_namespace_id {w.gateway_label or '(none)'!r} but the worker "
+                f"advertises {w.namespace_id!r} now: a stale (labels are read once, at registration) or pinned label"
+            )
     if not report.local.writable:
         app.warn(f"this host cannot create a segment in {shm_dir}: {report.local.writable_error}")
     for name in report.local.leftover_probe_files:
@@ -104,5 +129,7 @@ def probe(
         codes.append(ExitCode.CHECK_FAILED)
     if not report.local.writable:
         codes.append(ExitCode.HOST)
+    if not codes:
+        codes.append(ExitCode.OK)
     worst = min(codes, key=lambda c: _SEVERITY.index(c) if c in _SEVERITY else -1)
     click.get_current_context().exit(app.emit(report, render.probe_report, worst))

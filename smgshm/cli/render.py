@@ -99,14 +99,17 @@ def probe_report(app: App, report: Any) -> None:
         head, style = f"SHM not usable for {n - len(shared)} of {n} worker(s)", "red"
     app.console.print(Text(head, style=f"bold {style}"))
     table = Table(show_lines=False)
-    for col in ("worker", "engine", "health", "verdict", "auto"):
+    labelled = any(w.gateway_label is not None for w in report.workers)
+    for col in ("worker", "engine", "health", "verdict", "auto", *(("gw label",) if labelled else ())):
         table.add_column(col, no_wrap=True)
     for w in report.workers:
         health = "-"
         if w.health is not None:
-            health = ("healthy" if w.health.engine_healthy else "unhealthy") + f" / {w.health.grpc_health.lower()}"
+            ok = w.health.engine_healthy is not False and w.health.grpc_health == "SERVING"
+            health = "ok" if ok else f"{'healthy' if w.health.engine_healthy else 'unhealthy'}/{w.health.grpc_health}"
         auto = w.decisions["auto"].path if w.decisions else "-"
-        table.add_row(Text(w.address), w.engine or "-", health, w.verdict, auto)
+        label = () if not labelled else (("same" if w.gateway_label == w.namespace_id else w.gateway_label or "-"),)
+        table.add_row(Text(w.address), w.engine or "-", health, w.verdict, auto, *label)
     app.console.print(table)
     for w in report.workers:
         why = w.reason + (f"; verify: {w.verify.message}" if w.verify is not None else "")

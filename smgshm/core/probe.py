@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from smgshm.core.errors import SmgshmError, TransportError
+from smgshm.core.gateway import GatewayWorker
 from smgshm.core.host import probe_writable
 from smgshm.core.namespace import NamespaceComparison, compare_namespace_ids
 from smgshm.core.paths import DEFAULT_SHM_DIR, GATEWAY_PROBE_PREFIX
@@ -71,6 +72,7 @@ class WorkerReport:
     smgshm_receiver: bool = False
     verify: VerifyResult | None = None
     elapsed_ms: float = 0.0
+    gateway_label: str | None = None  # what the gateway recorded at registration, with --from-gateway
 
 
 @dataclass(frozen=True)
@@ -280,11 +282,28 @@ class ProbeReport:
     workers: list[WorkerReport]
 
 
-def probe(addresses: list[str], opts: ProbeOptions) -> ProbeReport:
-    """Probe every worker concurrently, each under its own timeouts."""
+def probe(addresses: list[str], opts: ProbeOptions, gateway: list[GatewayWorker] | None = None) -> ProbeReport:
+    """Probe every worker concurrently, each under its own timeouts.
+
+    With ``gateway`` (from ``GET /workers``), its gRPC workers are probed too and each
+    report carries the label the gateway recorded; HTTP workers are listed as not_grpc.
+    """
     from concurrent.futures import ThreadPoolExecutor
 
     local = local_checks(opts.shm_dir)
-    with ThreadPoolExecutor(max_workers=min(16, max(1, len(addresses)))) as pool:
-        workers = list(pool.map(lambda a: probe_worker(a, opts, local), addresses))
+    jobs: list[tuple[str, GatewayWorker | None]] = [(a, None) for a in addresses]
+    jobs += [(w.url, w) for w in gateway or []]
+
+    def one(job: tuple[str, GatewayWorker | None]) -> WorkerReport:
+        address, gw = job
+        if gw is not None and not gw.grpc:
+            reason = f"a {gw.connection_mode or 'non-gRPC'} worker: SMG sends it tensors inline only"
+            return WorkerReport(
+                address, "not_grpc", reason, engine=gw.runtime_type, gateway_label=gw.label_namespace_id
+            )
+        report = probe_worker(address, opts, local)
+        return replace(report, gateway_label=gw.label_namespace_id) if gw is not None else report
+
+    with ThreadPoolExecutor(max_workers=min(16, max(1, len(jobs)))) as pool:
+        workers = list(pool.map(one, jobs))
     return ProbeReport(local, workers)
