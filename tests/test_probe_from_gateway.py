@@ -1,0 +1,99 @@
+"""`probe --from-gateway` against a small fake admin API: what the real gateway cannot easily show.
+
+(The real gateway, `smg launch`, is exercised in test_interop_gateway.py.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from smgshm.core.namespace import read_namespace_id
+from smgshm.core.receiver import ReceiverConfig
+from smgshm.core.services import RunningReceiver, start_receiver
+from tests.conftest import run_cli
+
+KEY = "sekret"
+
+
+@pytest.fixture
+def two_receivers() -> Iterator[tuple[RunningReceiver, RunningReceiver]]:
+    a = start_receiver(ReceiverConfig(), "127.0.0.1:0")
+    b = start_receiver(ReceiverConfig(), "127.0.0.1:0")
+    yield a, b
+    a.stop(0)
+    b.stop(0)
+
+
+def _gateway(workers: list[dict[str, Any]], key: str | None = None) -> tuple[ThreadingHTTPServer, str]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if key and self.headers.get("Authorization") != f"Bearer {key}":
+                self.send_response(401)
+                self.end_headers()
+                return
+            body = json.dumps({"workers": workers, "total": len(workers), "stats": {}}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv, f"http://127.0.0.1:{srv.server_address[1]}"
+
+
+def _worker(url: str, label: str, mode: str = "grpc", **extra: Any) -> dict[str, Any]:
+    return {"id": os.urandom(4).hex(), "url": url, "connection_mode": mode, "runtime_type": "vllm",
+            "labels": {"shm_namespace_id": label}, "is_healthy": True, "status": "ready", **extra}  # fmt: skip
+
+
+def test_dp_rank_http_worker_and_stale_label(two_receivers: tuple[RunningReceiver, RunningReceiver]) -> None:
+    a, b = two_receivers
+    me = read_namespace_id()
+    stale = "00000000-0000-4000-8000-000000000000:1"
+    workers = [
+        _worker(f"grpc://{a.address}@3", me),  # DP-aware: dial the base
+        _worker(f"grpc://{b.address}", stale),  # the label recorded at registration is not what it says now
+        _worker("http://127.0.0.1:1", "", mode="http"),
+    ]
+    srv, url = _gateway(workers, key=KEY)
+    try:
+        res = run_cli("--json", "probe", "--from-gateway", url, "--api-key", KEY)
+    finally:
+        srv.shutdown()
+    doc = res.json
+    rows = {w["address"]: w for w in doc["result"]["workers"]}
+    assert rows[f"grpc://{a.address}"]["verdict"] == "shared"
+    assert rows[f"grpc://{a.address}"]["gateway_label"] == me
+    assert rows[f"grpc://{b.address}"]["gateway_label"] == stale
+    assert rows["http://127.0.0.1:1"]["verdict"] == "not_grpc"
+    assert any("stale" in w and b.address in w for w in doc["warnings"])
+
+
+def test_api_key_required() -> None:
+    srv, url = _gateway([], key=KEY)
+    try:
+        res = run_cli("probe", "--from-gateway", url, exit=1)
+    finally:
+        srv.shutdown()
+    assert "HTTP 401" in res.stderr
+    assert "--api-key" in res.stderr
+
+
+def test_gateway_unreachable() -> None:
+    res = run_cli("probe", "--from-gateway", "http://127.0.0.1:1", "--timeout", "1s", exit=4)
+    assert "gateway unreachable" in res.stderr
+
+
+def test_no_address_is_usage() -> None:
+    run_cli("probe", exit=2)
