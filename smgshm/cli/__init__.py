@@ -95,9 +95,10 @@ def cli(ctx: click.Context, json_: bool, no_color: bool, quiet: bool, traceback:
 def _register() -> None:
     from smgshm.cli.ns import ns
     from smgshm.cli.probe import probe
+    from smgshm.cli.send import send
     from smgshm.cli.serve import serve
 
-    for command in (probe, serve, ns):
+    for command in (probe, send, serve, ns):
         cli.add_command(command)
 
 

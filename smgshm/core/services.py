@@ -164,6 +164,7 @@ class RunningReceiver:
 
 def start_receiver(cfg: ReceiverConfig, address: str = "127.0.0.1:0") -> RunningReceiver:
     """Start the receiver on ``address`` (host:port or unix:PATH) and return at once."""
+    import torch  # noqa: F401 - import now, not inside the first request's timing
     from grpc_health.v1 import health, health_pb2, health_pb2_grpc
     from grpc_reflection.v1alpha import reflection
 

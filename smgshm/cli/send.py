@@ -1,0 +1,100 @@
+"""``smgshm send``: push real test tensors and verify every byte and every cleanup."""
+
+from __future__ import annotations
+
+import click
+
+from smgshm.cli import render
+from smgshm.cli.app import App
+from smgshm.cli.exitcodes import ExitCode
+from smgshm.cli.params import BYTES, DURATION, shm_dir_option
+
+
+def _shape(text: str | None, size: int | None, dtype: str) -> tuple[int, ...]:
+    from smgshm.core.tensors import ITEMSIZE
+
+    if text and size is not None:
+        raise click.UsageError("--shape and --size are exclusive")
+    if size is not None:
+        if size % ITEMSIZE[dtype]:
+            raise click.BadParameter(f"{size} is not a multiple of {dtype}'s item size", param_hint="--size")
+        return (size // ITEMSIZE[dtype],)
+    try:
+        return tuple(int(d) for d in (text or "1024x1024").lower().replace(",", "x").split("x"))
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not a shape like 3x224x224", param_hint="--shape") from None
+
+
+@click.command()
+@click.argument("address")
+@click.option(
+    "--transport",
+    type=click.Choice(["inline", "shm", "auto"]),
+    default="shm",
+    show_default=True,
+    help="SMG's rule: shm/auto use SHM for tensors >= --shm-min-bytes (auto: only when ids match).",
+)
+@click.option(
+    "--layout",
+    type=click.Choice(["vllm", "tokenspeed"]),
+    default="vllm",
+    show_default=True,
+    help="Which engine's MultimodalInputs carries the tensors.",
+)
+@click.option(
+    "--dtype",
+    type=click.Choice(["float32", "bfloat16", "float16", "uint8", "int64", "uint32"]),
+    default="float32",
+    show_default=True,
+)
+@click.option("--shape", help="Tensor shape, e.g. 3x224x224 (default 1024x1024).")
+@click.option("--size", type=BYTES, help="Instead of --shape: a 1-D tensor of this many bytes, e.g. 16MiB.")
+@click.option(
+    "--tensors",
+    type=click.IntRange(1, 64),
+    default=1,
+    show_default=True,
+    help="Tensors per request: pixel values plus model-specific ones.",
+)
+@click.option("-n", "--count", type=click.IntRange(1), default=1, show_default=True, help="Requests.")
+@click.option("-c", "--concurrency", type=click.IntRange(1, 64), default=1, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True, help="Tensors are reproducible from the seed.")
+@click.option("--shm-min-bytes", type=BYTES, default="64KiB", show_default=True)
+@click.option("--verify/--no-verify", default=True, show_default=True, help="Compare digests and check cleanup.")
+@click.option("--timeout", type=DURATION, default="30s", show_default=True, help="Per request.")
+@click.option("--connect-timeout", type=DURATION, default="5s", show_default=True)
+@shm_dir_option
+@click.pass_obj
+def send(app: App, address: str, transport: str, layout: str, dtype: str, shape: str | None, size: int | None,
+         tensors: int, count: int, concurrency: int, seed: int, shm_min_bytes: int, verify: bool, timeout: float,
+         connect_timeout: float, shm_dir: str) -> None:  # fmt: skip
+    """Send test tensors to a smgshm receiver and verify every byte and every cleanup.
+
+    Run `smgshm serve` where the worker runs (in its container) and send from
+    where the gateway runs. Each request carries real vLLM or TokenSpeed
+    MultimodalInputs; the receiver reads them as SMG's servicer does and returns
+    a digest per tensor. By default every digest is compared, and every segment
+    must be gone after the receiver answered; a segment the receiver kept is
+    removed by the sender and reported. On a failed request the sender unlinks
+    every segment it created for it.
+
+    Exit 0 when all verified, 3 on a mismatch, a receiver error or a leftover
+    segment, 4 when the receiver is unreachable, 5 when /dev/shm here is full or
+    not writable.
+
+    \b
+    Examples:
+      smgshm send 127.0.0.1:50051
+      smgshm send --transport inline --dtype bfloat16 --shape 3x448x448 -n 20 -c 4 127.0.0.1:50051
+      smgshm send --layout tokenspeed --size 64MiB --tensors 3 worker:50051
+    """
+    from smgshm.core.send import SendOptions
+    from smgshm.core.send import send as run_send
+    from smgshm.core.transport import Mode
+    from smgshm.core.wire import Layout
+
+    opts = SendOptions(Layout(layout), Mode(transport), dtype, _shape(shape, size, dtype), tensors, count,
+                       concurrency, seed, shm_min_bytes, verify, timeout, connect_timeout, shm_dir)  # fmt: skip
+    report = run_send(address, opts)
+    code = ExitCode.UNREACHABLE if report.unreachable else ExitCode.OK if report.ok else ExitCode.CHECK_FAILED
+    click.get_current_context().exit(app.emit(report, render.send_report, code))
