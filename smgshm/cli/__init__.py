@@ -88,17 +88,20 @@ def cli(ctx: click.Context, json_: bool, no_color: bool, quiet: bool, traceback:
       smgshm ns                         # this host's shm_namespace_id
       smgshm ns compare ID_A ID_B       # do two ids share /dev/shm?
       smgshm probe 127.0.0.1:50051      # does this worker share /dev/shm with me?
+      smgshm send 127.0.0.1:50051       # verified tensors through /dev/shm
+      smgshm gc                         # what leaked?
     """
     ctx.obj = App(json=json_, quiet=quiet, no_color=no_color, traceback=traceback, command=ctx.invoked_subcommand or "")
 
 
 def _register() -> None:
+    from smgshm.cli.gc import gc
     from smgshm.cli.ns import ns
     from smgshm.cli.probe import probe
     from smgshm.cli.send import send
     from smgshm.cli.serve import serve
 
-    for command in (probe, send, serve, ns):
+    for command in (probe, send, gc, serve, ns):
         cli.add_command(command)
 
 
