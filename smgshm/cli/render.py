@@ -205,7 +205,7 @@ def gc_report(app: App, report: Any) -> None:
             f"reclaimable {human_bytes(report.reclaimable_bytes)}; {report.shm_dir} "
             f"{human_bytes(report.shm_used_bytes)} used of {human_bytes(report.shm_total_bytes)}, "
             f"{human_bytes(report.shm_free_bytes)} free"
-        )  # fmt: skip
+        )
     )
     if deleted:
         app.console.print(Text(f"deleted {len(deleted)}, freed {human_bytes(sum(d.nbytes for d in deleted))}"))
