@@ -84,6 +84,7 @@ def cli(ctx: click.Context, json_: bool, no_color: bool, quiet: bool, traceback:
 
     \b
     Examples:
+      smgshm doctor                     # every check, with the fix for each failure
       smgshm serve                      # the reference receiver, on 127.0.0.1:50051
       smgshm ns                         # this host's shm_namespace_id
       smgshm ns compare ID_A ID_B       # do two ids share /dev/shm?
@@ -95,13 +96,14 @@ def cli(ctx: click.Context, json_: bool, no_color: bool, quiet: bool, traceback:
 
 
 def _register() -> None:
+    from smgshm.cli.doctor import doctor
     from smgshm.cli.gc import gc
     from smgshm.cli.ns import ns
     from smgshm.cli.probe import probe
     from smgshm.cli.send import send
     from smgshm.cli.serve import serve
 
-    for command in (probe, send, gc, serve, ns):
+    for command in (doctor, probe, send, gc, serve, ns):
         cli.add_command(command)
 
 

@@ -236,3 +236,14 @@ def write_prometheus(report: Any, path: str) -> None:
         size.labels(report.shm_dir, state).set(report.bytes_by_state[state])
     free.labels(report.shm_dir).set(report.shm_free_bytes)
     write_to_textfile(path, reg)
+
+
+_MARK = {"ok": ("ok  ", "green"), "warn": ("warn", "yellow"), "fail": ("FAIL", "bold red"), "skip": ("skip", "dim")}
+
+
+def doctor_check(app: App, check: Any) -> None:
+    """One line per check as it finishes, then its fix on the next line."""
+    mark, style = _MARK.get(check.status, (check.status, ""))
+    app.console.print(Text(f"[{mark}] ", style=style) + Text(f"{check.name}: ", style="bold") + Text(check.summary))
+    if check.fix and check.status in ("fail", "warn"):
+        app.console.print(Text("       fix: ", style="cyan") + Text(check.fix))

@@ -1,0 +1,73 @@
+"""``smgshm doctor``: every check in one run, with the fix for each failure."""
+
+from __future__ import annotations
+
+import click
+from rich.text import Text
+
+from smgshm.cli import render
+from smgshm.cli.app import App
+from smgshm.cli.exitcodes import ExitCode
+from smgshm.cli.params import DURATION, shm_dir_option
+
+_SEVERITY = [4, 5, 3, 6, 1, 0]
+
+
+@click.command()
+@click.option(
+    "-w",
+    "--worker",
+    "workers",
+    multiple=True,
+    metavar="ADDRESS",
+    help="Check this worker (repeatable); without it, an embedded reference receiver.",
+)
+@click.option("--from-gateway", metavar="URL", help="Check every worker registered with this gateway.")
+@click.option("--api-key", envvar="SMG_API_KEY", help="The gateway's --api-key, for --from-gateway.")
+@click.option("--timeout", type=DURATION, default="5s", show_default=True, help="Per RPC and per connect.")
+@shm_dir_option
+@click.pass_obj
+def doctor(app: App, workers: tuple[str, ...], from_gateway: str | None, api_key: str | None, timeout: float,
+           shm_dir: str) -> None:  # fmt: skip
+    """Check everything SMG's SHM transport needs here, and say how to fix what fails.
+
+    In order: this host's namespace id and shm dir (tmpfs, size, Docker's 64 MiB
+    default, free space, writable as the gateway's probe needs); each worker's
+    probe, verified with a canary segment; a verified send of inline and SHM
+    tensors where the worker is a smgshm receiver; a gc scan (leaks, hazards,
+    leftover probe files); and reapers that would delete live segments
+    (systemd-logind RemoveIPC, tmpfiles rules on /dev/shm). With no worker it
+    starts the reference receiver in-process on loopback (the embedded default).
+
+    Exit with the worst code of the checks: 4, 5, 3, 6, 1, then 0.
+
+    \b
+    Examples:
+      smgshm doctor
+      smgshm doctor --worker 127.0.0.1:50051
+      smgshm doctor --from-gateway http://127.0.0.1:30000 --json
+    """
+    from smgshm.core.doctor import run_doctor
+
+    addresses = list(workers)
+    if from_gateway:
+        from smgshm.core.gateway import list_workers
+
+        addresses += [w.url for w in list_workers(from_gateway, api_key, timeout) if w.grpc]
+        if not addresses:
+            raise click.UsageError(f"the gateway at {from_gateway} has no gRPC workers to check")
+    live = not app.json and not app.quiet
+
+    def say(c: object) -> None:
+        if live:
+            render.doctor_check(app, c)
+
+    report = run_doctor(addresses, shm_dir=shm_dir, timeout=timeout, on_check=say)
+    codes = [c.code for c in report.checks if c.status == "fail"] or [0]
+    worst = ExitCode(min(codes, key=lambda c: _SEVERITY.index(c) if c in _SEVERITY else -1))
+    if live:
+        ok = not report.failed
+        line = "all checks passed" if ok else f"{len(report.failed)} check(s) failed"
+        app.console.print(Text(f"doctor: {line}", style="bold green" if ok else "bold red"))
+        click.get_current_context().exit(worst)
+    click.get_current_context().exit(app.emit(report, lambda _a, _r: None, worst))
