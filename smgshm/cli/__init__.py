@@ -92,6 +92,9 @@ def cli(ctx: click.Context, json_: bool, no_color: bool, quiet: bool, traceback:
       smgshm send 127.0.0.1:50051       # verified tensors through /dev/shm
       smgshm gc                         # what leaked?
     """
+    # gRPC's C core logs its own copy of errors we already report in one line (e.g. a busy
+    # port); grpc is imported lazily, so this takes effect. An operator's setting wins.
+    os.environ.setdefault("GRPC_VERBOSITY", "NONE")
     ctx.obj = App(json=json_, quiet=quiet, no_color=no_color, traceback=traceback, command=ctx.invoked_subcommand or "")
 
 
