@@ -75,6 +75,7 @@ def sharing_fix(sharing: str) -> str:
         "(or auto) for remote workers.",
         "private_tmpfs": "share one tmpfs: docker --ipc=host or --ipc=container:<gateway>, a shared volume at "
         "/dev/shm, or a Kubernetes emptyDir {medium: Memory} mounted at /dev/shm in both containers.",
+        "spelling": "advertise the id exactly as `smgshm ns` prints it (or as SMG's servicer computes it).",
         "undetermined": "the worker must advertise shm_namespace_id (vLLM field 10, TokenSpeed scheduler_info); "
         "SGLang, TRT-LLM and MLX never do and always get inline.",
     }.get(sharing, "")

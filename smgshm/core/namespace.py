@@ -58,6 +58,7 @@ class Sharing(enum.Enum):
     OTHER_HOST = "other_host"
     PRIVATE_TMPFS = "private_tmpfs"
     UNDETERMINED = "undetermined"
+    SPELLING = "spelling"  # same tmpfs, but the strings differ: the gateway compares strings
 
 
 @dataclass(frozen=True)
@@ -94,5 +95,13 @@ def compare_namespace_ids(local: str | None, peer: str | None) -> NamespaceCompa
             peer_s,
             Sharing.PRIVATE_TMPFS,
             f"same host, but /dev/shm is a different tmpfs (st_dev {lo.shm_dev} here, {pe.shm_dev} there)",
+        )
+    if local_s != peer_s:
+        return NamespaceComparison(
+            local_s,
+            peer_s,
+            Sharing.SPELLING,
+            "the ids name the same tmpfs but are spelled differently; the gateway compares them as strings "
+            "and will stay inline",
         )
     return NamespaceComparison(local_s, peer_s, Sharing.SHARED, "namespace ids match")
