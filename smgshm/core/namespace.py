@@ -28,7 +28,8 @@ def parse_namespace_id(text: str | None) -> NamespaceId | None:
     if not text:
         return None
     boot_id, sep, dev = text.strip().rpartition(":")
-    if not sep or not _UUID.match(boot_id) or not dev.isdigit():
+    # fullmatch and ASCII digits only: "\n" before "$", or "²" (isdigit but not int()), are not ids.
+    if not sep or not _UUID.fullmatch(boot_id) or not (dev.isascii() and dev.isdigit()):
         return None
     return NamespaceId(boot_id.lower(), int(dev))
 

@@ -1,0 +1,756 @@
+"""`smgshm gc` against real processes, real holders and real shm dirs (no mocks).
+
+Every scenario spawns the processes it judges: a SIGKILLed producer, a live holder
+with an fd or only a mapping, a live producer, a younger process on an old pid,
+a producer in another pid namespace. Scratch dirs are either a tmp dir on the root
+filesystem or a tmpfs dir under /dev/shm that is not named ``smg-*`` (so the
+autouse leak guard and other suites' segments are never involved); only the
+pid-namespace tests write into the real /dev/shm, and they never pass --min-age 0
+there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from tests.conftest import Children, run_cli, wait_for
+
+PY = sys.executable
+SHM = "/dev/shm"
+HOUR_NS = 3600 * 10**9
+STATES = {"in_flight", "held", "leaked", "stale", "hazard", "unknown"}
+ENVELOPE = {"smgshm_version", "schema_version", "command", "ok", "result", "warnings"}
+RESULT_KEYS = {
+    "shm_dir", "segments", "counts", "bytes_by_state", "reclaimable_bytes", "shm_total_bytes",
+    "shm_used_bytes", "shm_free_bytes", "liveness_trusted", "liveness_note", "scan_ms", "deleted",
+}  # fmt: skip
+SEGMENT_KEYS = {
+    "name", "kind", "file_type", "nbytes", "allocated_bytes", "age_s", "uid", "producer_pid",
+    "producer_alive", "holders", "state", "reason", "ino",
+}  # fmt: skip
+HOLDER_KEYS = {"pid", "comm", "how"}
+DELETION_KEYS = {"name", "nbytes", "deleted", "reason"}
+
+# gc can only trust a dead-looking pid from the host's initial pid namespace. Run inside a
+# container, the suite judges by this namespace's pids (the pid-namespace tests cover trust).
+_IN_INIT_NS = os.readlink("/proc/self/ns/pid") == "pid:[4026531836]"
+JUDGE: tuple[str, ...] = () if _IN_INIT_NS else ("--assume-dead",)
+
+# A producer: writes one gateway-named segment for its own pid, closes it, says its name, waits.
+WRITER = """
+import os, signal, sys, time
+d = sys.argv[1]
+name = f"smg-tokenspeed-{os.getpid()}-{time.time_ns()}-0"
+fd = os.open(os.path.join(d, name), os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+os.write(fd, b"\\0" * 4096)
+os.close(fd)
+print(name, flush=True)
+signal.pause()
+"""
+
+# A holder: keeps an existing segment open (fd) or only mapped (its fd closed), then waits.
+HOLDER = """
+import mmap, os, signal, sys
+path, how = sys.argv[1], sys.argv[2]
+fd = os.open(path, os.O_RDWR)
+if how == "map":
+    m = mmap.mmap(fd, 0)
+    os.close(fd)
+print("ready", flush=True)
+signal.pause()
+"""
+
+SLEEPER = "import signal; signal.pause()"
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers
+
+
+def gc(d: str, *args: str, exit: int = 0) -> dict[str, Any]:
+    doc: dict[str, Any] = run_cli("--json", "gc", "--shm-dir", d, *JUDGE, *args, exit=exit).json
+    return doc
+
+
+def segs(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {s["name"]: s for s in doc["result"]["segments"]}
+
+
+def deletions(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {d["name"]: d for d in doc["result"]["deleted"]}
+
+
+def first_line(children: Children, argv: list[str]) -> tuple[subprocess.Popen[str], str]:
+    """Spawn a child and read the one line it prints once it is ready (EOF if it died)."""
+    p = children.spawn(argv)
+    assert p.stdout is not None
+    line = p.stdout.readline().strip()
+    if not line:
+        p.wait(timeout=10)
+        err = p.stderr.read() if p.stderr else ""
+        raise AssertionError(f"child {argv[:4]} exited {p.returncode} before it was ready: {err}")
+    return p, line
+
+
+def kill_and_reap(p: subprocess.Popen[str]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(p.pid, signal.SIGKILL)
+    p.wait(timeout=10)
+
+
+def dead_pid(children: Children) -> int:
+    """The pid of a child that has exited and been reaped: no process has it now."""
+    p = children.spawn([PY, "-c", ""])
+    p.wait(timeout=30)
+    assert not psutil.pid_exists(p.pid)
+    return p.pid
+
+
+def seg_name(pid: int, nanos: int | None = None, seq: int = 0) -> str:
+    return f"smg-tokenspeed-{pid}-{time.time_ns() if nanos is None else nanos}-{seq}"
+
+
+def make_file(d: str, name: str, size: int = 4096, age_s: float | None = None) -> str:
+    path = os.path.join(d, name)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.write(fd, b"\x5a" * size)
+    finally:
+        os.close(fd)
+    if age_s is not None:
+        t = time.time() - age_s
+        os.utime(path, (t, t))
+    return path
+
+
+def comm(pid: int) -> str:
+    with open(f"/proc/{pid}/comm", encoding="utf-8") as f:
+        return f.read().strip()
+
+
+def unique() -> str:
+    return f"{os.getpid()}-{uuid.uuid4().hex}"
+
+
+# ---------------------------------------------------------------------------------------------
+# fixtures
+
+
+@pytest.fixture
+def tmp_dir(tmp_path: Path) -> str:
+    """A scratch shm dir on the root filesystem (holder detection is by (st_dev, st_ino) anywhere)."""
+    d = tmp_path / f"shm-{unique()}"
+    d.mkdir()
+    return str(d)
+
+
+@pytest.fixture
+def tmpfs_dir() -> Iterator[str]:
+    """A scratch dir on the real /dev/shm tmpfs, not named smg-*, removed whatever happens."""
+    d = os.path.join(SHM, f"smgshm-test-{unique()}")
+    os.mkdir(d, 0o700)
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture(params=["tmp", "tmpfs"])
+def shm_dir(request: pytest.FixtureRequest) -> str:
+    """Both kinds of scratch dir: ext4-or-whatever under /tmp, and tmpfs like production."""
+    name = "tmp_dir" if request.param == "tmp" else "tmpfs_dir"
+    d: str = request.getfixturevalue(name)
+    return d
+
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
+needs_unshare = pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("unshare") is None, reason="needs root and unshare(1)"
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# leaked, held, in flight, stale
+
+
+def test_sigkilled_producer_is_leaked_and_deleted(children: Children, shm_dir: str) -> None:
+    p, name = first_line(children, [PY, "-c", WRITER, shm_dir])
+    path = os.path.join(shm_dir, name)
+    kill_and_reap(p)
+    assert p.returncode == -signal.SIGKILL
+
+    doc = gc(shm_dir)
+    s = segs(doc)[name]
+    assert s["state"] == "leaked"
+    assert s["kind"] == "gateway"
+    assert s["file_type"] == "regular"
+    assert s["producer_pid"] == p.pid
+    assert s["producer_alive"] is False
+    assert s["holders"] == []
+    assert s["nbytes"] == 4096
+    assert s["uid"] == os.getuid()
+    assert s["ino"] == os.lstat(path).st_ino
+    assert "no process has that pid" in s["reason"]
+    assert doc["result"]["counts"]["leaked"] == 1
+    assert doc["result"]["reclaimable_bytes"] == s["allocated_bytes"] > 0
+    assert doc["result"]["deleted"] == []
+    assert os.path.exists(path), "a scan without --delete must not delete"
+
+    doc = gc(shm_dir, "--delete", "--min-age", "0", "--yes")
+    d = deletions(doc)[name]
+    assert d["deleted"] is True
+    assert d["nbytes"] == s["allocated_bytes"]
+    assert not os.path.lexists(path)
+    assert gc(shm_dir)["result"]["segments"] == []
+
+
+@pytest.mark.parametrize("how", ["fd", "map"])
+def test_held_segment_is_kept_until_its_holder_dies(children: Children, shm_dir: str, how: str) -> None:
+    # Named for a dead producer: without the holder it would be leaked, so "held" must win.
+    name = seg_name(dead_pid(children))
+    path = make_file(shm_dir, name)
+    holder, _ = first_line(children, [PY, "-c", HOLDER, path, how])
+
+    doc = gc(shm_dir)
+    s = segs(doc)[name]
+    assert s["state"] == "held"
+    mine = [h for h in s["holders"] if h["pid"] == holder.pid]
+    assert mine, s["holders"]
+    assert {h["how"] for h in mine} == {how}, "the map case closed its fd; the fd case never mapped"
+    assert mine[0]["comm"] == comm(holder.pid)
+    assert str(holder.pid) in s["reason"]
+    assert doc["result"]["counts"]["held"] == 1
+
+    doc = gc(shm_dir, "--delete", "--min-age", "0", "--yes")
+    assert name not in deletions(doc)
+    assert segs(doc)[name]["state"] == "held"
+    assert os.path.exists(path)
+
+    kill_and_reap(holder)
+    doc = gc(shm_dir, "--delete", "--min-age", "0", "--yes")
+    assert segs(doc)[name]["state"] == "leaked"
+    assert deletions(doc)[name]["deleted"] is True
+    assert not os.path.lexists(path)
+
+
+def test_live_producer_young_segment_is_in_flight(children: Children, shm_dir: str) -> None:
+    p, name = first_line(children, [PY, "-c", WRITER, shm_dir])
+    path = os.path.join(shm_dir, name)
+    doc = gc(shm_dir, "--delete", "--min-age", "0", "--yes", "--check")
+    s = segs(doc)[name]
+    assert s["state"] == "in_flight"
+    assert s["producer_pid"] == p.pid
+    assert s["producer_alive"] is True
+    assert s["holders"] == [], "the writer closed its fd: it is a producer, not a holder"
+    assert name not in deletions(doc)
+    assert os.path.exists(path)
+    assert doc["ok"] is True
+    os.unlink(path)
+
+
+def test_live_producer_old_segment_is_stale_and_reaped_only_with_include_stale(
+    children: Children, tmp_dir: str
+) -> None:
+    p, name = first_line(children, [PY, "-c", WRITER, tmp_dir])
+    path = os.path.join(tmp_dir, name)
+
+    doc = gc(tmp_dir, "--stale-after", "0")
+    s = segs(doc)[name]
+    assert s["state"] == "stale"
+    assert s["producer_alive"] is True
+    assert f"producer pid {p.pid} lives, but" in s["reason"]
+    # With the default --stale-after the same segment is in flight.
+    assert segs(gc(tmp_dir))[name]["state"] == "in_flight"
+
+    doc = gc(tmp_dir, "--stale-after", "0", "--delete", "--min-age", "0", "--yes")
+    assert name not in deletions(doc)
+    assert os.path.exists(path)
+
+    doc = gc(tmp_dir, "--stale-after", "0", "--delete", "--include-stale", "--min-age", "0", "--yes")
+    assert deletions(doc)[name]["deleted"] is True
+    assert not os.path.lexists(path)
+    assert p.poll() is None, "reaping a stale segment leaves its producer alone"
+
+
+def test_old_segment_of_an_older_live_producer_is_stale_by_default(tmp_dir: str) -> None:
+    pid = 1  # init started at boot; pretend it wrote a segment two hours ago
+    if psutil.Process(pid).create_time() > time.time() - 2.5 * 3600:
+        pytest.skip("pid 1 is younger than 2.5 h; no live process old enough")
+    name = seg_name(pid, time.time_ns() - 2 * HOUR_NS)
+    path = make_file(tmp_dir, name, age_s=2 * 3600)
+    doc = gc(tmp_dir, "--delete", "--min-age", "0", "--yes")
+    s = segs(doc)[name]
+    assert s["state"] == "stale"
+    assert s["producer_alive"] is True
+    assert 7190 <= s["age_s"] <= 7300
+    assert name not in deletions(doc)
+    assert os.path.exists(path)
+    doc = gc(tmp_dir, "--delete", "--include-stale", "--yes")  # 2 h is past the default --min-age
+    assert deletions(doc)[name]["deleted"] is True
+    assert not os.path.lexists(path)
+
+
+def test_reused_pid_is_leaked(children: Children, tmp_dir: str) -> None:
+    fresh = children.spawn([PY, "-c", SLEEPER])
+    assert psutil.pid_exists(fresh.pid)
+    name = seg_name(fresh.pid, time.time_ns() - HOUR_NS)
+    path = make_file(tmp_dir, name, age_s=3600)
+
+    doc = gc(tmp_dir)
+    s = segs(doc)[name]
+    assert s["state"] == "leaked"
+    assert "reused" in s["reason"]
+    assert s["producer_alive"] is False
+    assert s["producer_pid"] == fresh.pid
+
+    doc = gc(tmp_dir, "--delete", "--yes")  # an hour old: past the default --min-age
+    assert deletions(doc)[name]["deleted"] is True
+    assert not os.path.lexists(path)
+    assert fresh.poll() is None
+
+
+def test_reused_pid_needs_both_name_and_mtime_old(children: Children, tmp_dir: str) -> None:
+    """The later of name time and mtime counts: an old name on a fresh write is not a reuse."""
+    fresh = children.spawn([PY, "-c", SLEEPER])
+    name = seg_name(fresh.pid, time.time_ns() - HOUR_NS)
+    path = make_file(tmp_dir, name)  # mtime now, after the child started
+    s = segs(gc(tmp_dir))[name]
+    assert s["state"] == "in_flight"
+    assert s["producer_alive"] is True
+    os.unlink(path)
+
+
+# ---------------------------------------------------------------------------------------------
+# another pid namespace
+
+
+@needs_unshare
+@pytest.mark.timeout(60)
+def test_producer_in_another_pid_namespace_makes_pids_untrusted(children: Children) -> None:
+    p = children.spawn(["unshare", "--pid", "--fork", "--mount-proc", PY, "-c", WRITER, SHM])
+    assert p.stdout is not None
+    name = p.stdout.readline().strip()
+    extra = seg_name(dead_pid(children), seq=uuid.uuid4().int % 10**9)
+    made: list[str] = [os.path.join(SHM, n) for n in (name, extra) if n]
+    try:
+        if not name:
+            p.wait(timeout=10)
+            pytest.skip(f"unshare --pid --fork --mount-proc failed: {p.stderr.read() if p.stderr else ''}")
+        ns_pid = int(name.split("-")[2])
+        assert ns_pid == 1, "with --fork the python is pid 1 of the new namespace"
+        make_file(SHM, extra)
+
+        # Read-only first: only trust that has been seen to be off makes --delete safe on /dev/shm.
+        doc = run_cli("--json", "gc").json
+        r = doc["result"]
+        assert r["liveness_trusted"] is False
+        assert "another pid namespace" in r["liveness_note"]
+        assert any("another pid namespace" in w for w in doc["warnings"])
+        s = segs(doc)
+        assert s[name]["state"] == "unknown"
+        assert s[extra]["state"] == "unknown", "even a pid that is dead here proves nothing"
+        judged = [x for x in r["segments"] if x["state"] not in ("hazard", "held")]
+        assert judged
+        assert {x["state"] for x in judged} == {"unknown"}
+        assert r["counts"]["leaked"] == r["counts"]["in_flight"] == r["counts"]["stale"] == 0
+
+        doc = run_cli("--json", "gc", "--delete", "--yes").json
+        assert doc["result"]["liveness_trusted"] is False
+        assert name not in deletions(doc)
+        assert extra not in deletions(doc)
+        assert all(os.path.exists(m) for m in made)
+
+        # --assume-dead: judged by this namespace's pids (read-only: never --delete there).
+        doc = run_cli("--json", "gc", "--assume-dead").json
+        s = segs(doc)
+        assert s[name]["state"] == "in_flight", "its pid 1 reads as this host's init"
+        assert s[extra]["state"] == "leaked"
+        assert not any("another pid namespace" in w for w in doc["warnings"])
+    finally:
+        kill_and_reap(p)
+        for m in made:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(m)
+
+
+@needs_unshare
+@pytest.mark.timeout(60)
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: pid_liveness_trust stats f'/proc/{pid}/root{shm_dir}'; a relative --shm-dir gives "
+    "'/proc/N/rootrel/dir' (ENOENT, skipped), so another pid namespace sharing the dir goes unseen "
+    "and pids are trusted",
+)
+def test_relative_shm_dir_still_sees_another_pid_namespace(children: Children, tmp_dir: str) -> None:
+    p, name = first_line(children, ["unshare", "--pid", "--fork", "--mount-proc", PY, "-c", WRITER, tmp_dir])
+    absolute = gc(tmp_dir)["result"]
+    assert absolute["liveness_trusted"] is False  # the control: the absolute path is judged right
+    assert segs({"result": absolute})[name]["state"] == "unknown"
+    rel = gc(os.path.relpath(tmp_dir))["result"]
+    assert rel["liveness_trusted"] is False
+    assert segs({"result": rel})[name]["state"] == "unknown"
+
+
+@needs_unshare
+@pytest.mark.timeout(60)
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: with --shm-dir /proc/<pid>/root/dev/shm (the container dir --help suggests), "
+    "pid_liveness_trust stats /proc/<q>/root/proc/<pid>/root/dev/shm, which inside the container's own "
+    "procfs does not exist, so the container's pid namespace is skipped and its pids are judged as host pids",
+)
+def test_container_shm_dir_is_untrusted(children: Children) -> None:
+    # A "container": its own pid namespace, mount namespace and private /dev/shm tmpfs.
+    inner = f"mount -t tmpfs -o size=1m tmpfs {SHM} && exec {PY} -c '{WRITER}' {SHM}"
+    p, name = first_line(children, ["unshare", "--pid", "--fork", "--mount-proc", "sh", "-c", inner])
+    host_pid = wait_for(lambda: [c.pid for c in psutil.Process(p.pid).children()], what="the container's pid 1")[0]
+    cdir = f"/proc/{host_pid}/root{SHM}"
+    assert name in os.listdir(cdir)
+    assert name not in os.listdir(SHM), "the container's tmpfs is private"
+    doc = gc(cdir, "--delete", "--yes")
+    assert name not in deletions(doc)
+    r = doc["result"]
+    assert r["liveness_trusted"] is False
+    assert segs(doc)[name]["state"] == "unknown"
+
+
+# ---------------------------------------------------------------------------------------------
+# hazards, foreign files, probes, age and owner guards
+
+
+@pytest.mark.timeout(20)
+def test_non_regular_entries_are_hazards_and_never_touched(tmp_path: Path, shm_dir: str) -> None:
+    outside = tmp_path / f"outside-{unique()}"
+    outside.mkdir()
+    target = outside / "precious"
+    target.write_bytes(b"do not touch")
+    before = os.stat(target)
+    u = uuid.uuid4().int % 10**9
+    kinds = {
+        f"smg-tokenspeed-1-{u}-1": "symlink",  # to a real file outside the shm dir
+        f"smg-tokenspeed-1-{u}-2": "symlink",  # to a directory
+        f"smg-tokenspeed-1-{u}-3": "symlink",  # dangling
+        f"smg-tokenspeed-1-{u}-4": "fifo",
+        f"smg-tokenspeed-1-{u}-5": "directory",
+        f"smg-tokenspeed-1-{u}-6": "socket",
+    }
+    names = list(kinds)
+    os.symlink(target, os.path.join(shm_dir, names[0]))
+    os.symlink(outside, os.path.join(shm_dir, names[1]))
+    os.symlink(os.path.join(shm_dir, f"gone-{u}"), os.path.join(shm_dir, names[2]))
+    os.mkfifo(os.path.join(shm_dir, names[3]), 0o600)
+    os.mkdir(os.path.join(shm_dir, names[4]))
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(os.path.join(shm_dir, names[5]))
+    tests = {"symlink": stat.S_ISLNK, "fifo": stat.S_ISFIFO, "directory": stat.S_ISDIR, "socket": stat.S_ISSOCK}
+    for n in names:  # hazards even when old: the guards are not the age filter
+        os.utime(os.path.join(shm_dir, n), (time.time() - 3600,) * 2, follow_symlinks=False)
+
+    doc = gc(shm_dir, exit=0)
+    s = segs(doc)
+    assert set(s) == set(names)
+    for n, kind in kinds.items():
+        assert s[n]["state"] == "hazard", s[n]
+        assert s[n]["file_type"] == kind
+        assert "never touched" in s[n]["reason"]
+    assert "a FIFO would hang" in s[names[3]]["reason"]
+    assert doc["result"]["counts"]["hazard"] == len(names)
+
+    doc = gc(shm_dir, "--delete", "--include-stale", "--min-age", "0", "--yes", "--check", exit=3)
+    assert doc["result"]["deleted"] == []
+    assert doc["ok"] is False
+    for n, kind in kinds.items():
+        assert tests[kind](os.lstat(os.path.join(shm_dir, n)).st_mode), n
+    assert target.read_bytes() == b"do not touch"
+    after = os.stat(target)
+    assert (after.st_ino, after.st_mtime_ns, after.st_nlink) == (before.st_ino, before.st_mtime_ns, before.st_nlink)
+    assert os.readlink(os.path.join(shm_dir, names[0])) == str(target)
+
+
+def test_foreign_files_are_not_listed_nor_touched(children: Children, tmp_dir: str) -> None:
+    foreign = ["psm_5de18b27", f"torch_{os.getpid()}_{uuid.uuid4().hex[:8]}", f"nccl-{uuid.uuid4().hex[:8]}"]
+    stamps: dict[str, tuple[int, int, bytes]] = {}
+    for f in foreign:
+        path = make_file(tmp_dir, f, size=64, age_s=3600)
+        st = os.stat(path)
+        stamps[f] = (st.st_ino, st.st_mtime_ns, Path(path).read_bytes())
+    leak = seg_name(dead_pid(children))
+    make_file(tmp_dir, leak)
+
+    doc = gc(tmp_dir, "--delete", "--min-age", "0", "--include-stale", "--yes")
+    listed = set(segs(doc))
+    assert listed == {leak}
+    assert set(deletions(doc)) == {leak}
+    assert deletions(doc)[leak]["deleted"] is True
+    for f in foreign:
+        path = os.path.join(tmp_dir, f)
+        st = os.stat(path)
+        assert (st.st_ino, st.st_mtime_ns, Path(path).read_bytes()) == stamps[f], f
+    assert sorted(os.listdir(tmp_dir)) == sorted(foreign)
+
+
+def test_leftover_gateway_probe_is_leaked_with_its_consequence(children: Children, tmp_dir: str) -> None:
+    pid = dead_pid(children)
+    probe = f"smg-tokenspeed-probe-{pid}"
+    own_probe = f"smg-smgshm-probe-{pid}-{time.time_ns()}"
+    make_file(tmp_dir, probe, size=0)
+    make_file(tmp_dir, own_probe, size=0)
+
+    s = segs(gc(tmp_dir))
+    assert s[probe]["kind"] == "gateway_probe"
+    assert s[probe]["state"] == "leaked"
+    assert s[probe]["producer_pid"] == pid
+    assert f"a gateway with pid {pid} will find /dev/shm unwritable and stay inline" in s[probe]["reason"]
+    assert s[own_probe]["kind"] == "smgshm_probe"
+    assert s[own_probe]["state"] == "leaked"
+    assert "stay inline" not in s[own_probe]["reason"], "only the gateway's probe name blocks a gateway"
+
+    doc = gc(tmp_dir, "--delete", "--min-age", "0", "--yes")
+    assert deletions(doc)[probe]["deleted"] is True
+    assert deletions(doc)[own_probe]["deleted"] is True
+    assert os.listdir(tmp_dir) == []
+
+
+def test_default_min_age_keeps_a_just_leaked_segment(children: Children, tmp_dir: str) -> None:
+    name = seg_name(dead_pid(children))
+    path = make_file(tmp_dir, name)
+    doc = gc(tmp_dir, "--delete", "--yes", "--check", exit=3)
+    assert segs(doc)[name]["state"] == "leaked"
+    d = deletions(doc)[name]
+    assert d["deleted"] is False
+    assert "--min-age" in d["reason"]
+    assert os.path.exists(path)
+    # An explicit --min-age that the segment is past lets it go.
+    doc = gc(tmp_dir, "--delete", "--yes", "--min-age", "0", "--check")
+    assert deletions(doc)[name]["deleted"] is True
+
+
+@needs_root
+def test_other_users_segment_is_kept_unless_all_users(children: Children, tmp_dir: str) -> None:
+    name = seg_name(dead_pid(children))
+    path = make_file(tmp_dir, name)
+    os.chown(path, 65534, 65534)
+
+    doc = gc(tmp_dir, "--delete", "--min-age", "0", "--yes")
+    assert segs(doc)[name]["uid"] == 65534
+    assert segs(doc)[name]["state"] == "leaked"
+    d = deletions(doc)[name]
+    assert d["deleted"] is False
+    assert "owned by uid 65534" in d["reason"]
+    assert os.path.exists(path)
+
+    doc = gc(tmp_dir, "--delete", "--min-age", "0", "--yes", "--all-users")
+    assert deletions(doc)[name]["deleted"] is True
+    assert not os.path.lexists(path)
+
+
+# ---------------------------------------------------------------------------------------------
+# --check, --json, --prometheus, --watch, errors, human output
+
+
+def test_check_exit_codes(children: Children, tmp_dir: str) -> None:
+    doc = gc(tmp_dir, "--check")
+    assert doc["ok"] is True
+    assert doc["result"]["segments"] == []
+    assert set(doc["result"]["counts"].values()) == {0}
+
+    names = [seg_name(dead_pid(children), seq=i) for i in range(3)]
+    for n in names:
+        make_file(tmp_dir, n)
+    doc = gc(tmp_dir, "--check", exit=3)
+    assert doc["ok"] is False
+    assert doc["result"]["counts"]["leaked"] == 3
+    run_cli("gc", "--shm-dir", tmp_dir, *JUDGE, "--check", exit=3)  # human mode too
+
+    doc = gc(tmp_dir, "--check", "--delete", "--min-age", "0", "--yes")
+    assert all(d["deleted"] for d in doc["result"]["deleted"])
+    assert len(doc["result"]["deleted"]) == 3
+    assert gc(tmp_dir, "--check")["result"]["segments"] == []
+
+
+def test_json_schema(children: Children, tmp_dir: str) -> None:
+    leak = seg_name(dead_pid(children), seq=0)
+    held = seg_name(dead_pid(children), seq=1)
+    make_file(tmp_dir, leak)
+    holder, _ = first_line(children, [PY, "-c", HOLDER, make_file(tmp_dir, held), "fd"])
+
+    doc = gc(tmp_dir, "--delete", "--min-age", "0", "--yes")
+    assert set(doc) == ENVELOPE
+    assert doc["schema_version"] == 1
+    assert doc["command"] == "gc"
+    r = doc["result"]
+    assert set(r) == RESULT_KEYS
+    assert set(r["counts"]) == STATES
+    assert set(r["bytes_by_state"]) == STATES
+    assert r["shm_dir"] == tmp_dir
+    assert isinstance(r["scan_ms"], float) and r["scan_ms"] >= 0
+    assert isinstance(r["liveness_trusted"], bool)
+    assert r["shm_total_bytes"] >= r["shm_free_bytes"] >= 0
+    assert r["shm_used_bytes"] == r["shm_total_bytes"] - r["shm_free_bytes"]
+    assert [s["name"] for s in r["segments"]] == sorted([leak, held])
+    for s in r["segments"]:
+        assert set(s) == SEGMENT_KEYS
+        assert s["state"] in STATES
+        assert isinstance(s["age_s"], float)
+    h = segs(doc)[held]["holders"]
+    assert h
+    for entry in h:
+        assert set(entry) == HOLDER_KEYS
+    assert holder.pid in {entry["pid"] for entry in h}
+    assert len(r["deleted"]) == 1
+    for d in r["deleted"]:
+        assert set(d) == DELETION_KEYS
+        assert isinstance(d["deleted"], bool)
+    assert r["deleted"][0]["name"] == leak
+    kill_and_reap(holder)
+    os.unlink(os.path.join(tmp_dir, held))
+
+
+def _metrics(path: str) -> dict[str, dict[str, float]]:
+    """metric name -> state (or '') -> value, with every sample's shm_dir label collected too."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[str, dict[str, float]] = {}
+    for fam in text_string_to_metric_families(Path(path).read_text(encoding="utf-8")):
+        for sample in fam.samples:
+            out.setdefault(sample.name, {})[sample.labels.get("state", "")] = sample.value
+            out.setdefault("_shm_dir", {})[sample.labels["shm_dir"]] = 1
+    return out
+
+
+def test_prometheus_textfile(children: Children, tmp_path: Path, tmp_dir: str) -> None:
+    for i in range(2):
+        make_file(tmp_dir, seg_name(dead_pid(children), seq=i), size=8192)
+    os.mkfifo(os.path.join(tmp_dir, seg_name(1, seq=9)))
+    prom = str(tmp_path / "smgshm.prom")
+    doc = gc(tmp_dir, "--prometheus", prom)
+    r = doc["result"]
+    m = _metrics(prom)
+    assert m["smgshm_segments"]["leaked"] == r["counts"]["leaked"] == 2
+    assert m["smgshm_segments"]["hazard"] == 1
+    assert set(m["smgshm_segments"]) == STATES
+    assert set(m["smgshm_segment_bytes"]) == STATES
+    assert m["smgshm_segment_bytes"]["leaked"] == r["bytes_by_state"]["leaked"] >= 2 * 8192
+    assert m["smgshm_shm_free_bytes"][""] > 0
+    assert set(m["_shm_dir"]) == {tmp_dir}
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: after --delete, write_prometheus still exports the pre-deletion counts "
+    "(smgshm_segments{state='leaked'} stays N although all N were unlinked), unlike --check and the "
+    "human summary which subtract report.deleted; the cron line in `gc --help` would alert forever",
+)
+def test_prometheus_after_delete_counts_what_is_left(children: Children, tmp_path: Path, tmp_dir: str) -> None:
+    for i in range(2):
+        make_file(tmp_dir, seg_name(dead_pid(children), seq=i))
+    prom = str(tmp_path / "smgshm.prom")
+    doc = gc(tmp_dir, "--delete", "--min-age", "0", "--yes", "--check", "--prometheus", prom)
+    assert all(d["deleted"] for d in doc["result"]["deleted"])
+    assert os.listdir(tmp_dir) == []
+    assert _metrics(prom)["smgshm_segments"]["leaked"] == 0
+
+
+def test_watch_json_and_human(children: Children, tmp_dir: str) -> None:
+    make_file(tmp_dir, seg_name(dead_pid(children)))
+    doc = gc(tmp_dir, "--watch", "0.05", "--watch-count", "3")
+    r = doc["result"]
+    assert r["scans"] == 3
+    assert set(r["growth"]) == STATES
+    assert set(r["growth"].values()) == {0}
+    assert r["first"] == r["last"]
+    assert r["last"]["leaked"] == 1
+
+    out = run_cli("gc", "--shm-dir", tmp_dir, *JUDGE, "--watch", "0.05", "--watch-count", "3").stdout
+    lines = out.splitlines()
+    assert len(lines) == 3, out
+    for line in lines:
+        assert re.fullmatch(r"\d\d:\d\d:\d\d 1 segments: in_flight 0, held 0, leaked 1, .*unknown 0", line), line
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: --watch returns before --delete, --check and --prometheus are looked at: "
+    "`gc --watch 1 --watch-count 1 --delete --min-age 0 --yes` deletes nothing, `... --check` exits 0 on a "
+    "leak, `... --prometheus F` writes no F; all silently (expected: usage error, exit 2, or honoured)",
+)
+@pytest.mark.parametrize("flag", ["--delete", "--check", "--prometheus"])
+def test_watch_does_not_silently_drop_flags(children: Children, tmp_path: Path, tmp_dir: str, flag: str) -> None:
+    from click.testing import CliRunner
+
+    from smgshm.cli import cli
+
+    path = make_file(tmp_dir, seg_name(dead_pid(children)))
+    prom = tmp_path / "watch.prom"
+    extra = {
+        "--delete": ["--delete", "--min-age", "0", "--yes"],
+        "--check": ["--check"],
+        "--prometheus": ["--prometheus", str(prom)],
+    }[flag]
+    argv = ["gc", "--shm-dir", tmp_dir, *JUDGE, "--watch", "0.05", "--watch-count", "1", *extra]
+    res = CliRunner().invoke(cli, argv, catch_exceptions=False)
+    honoured = {
+        "--delete": not os.path.lexists(path),
+        "--check": res.exit_code == 3,
+        "--prometheus": prom.exists(),
+    }[flag]
+    assert res.exit_code == 2 or honoured, (res.exit_code, res.stdout, res.stderr)
+
+
+def test_missing_shm_dir_is_a_host_error() -> None:
+    missing = f"/nonexistent-smgshm-{unique()}"
+    res = run_cli("gc", "--shm-dir", missing, exit=5)
+    assert "shm dir does not exist" in res.stderr
+    assert missing in res.stderr
+    doc = run_cli("--json", "gc", "--shm-dir", missing, exit=5).json
+    assert doc["ok"] is False
+    assert doc["error"]["kind"] == "host"
+    run_cli("gc", "--shm-dir", missing, "--watch", "0.05", "--watch-count", "2", exit=5)
+
+
+def test_human_output_tells_the_story(children: Children, tmp_dir: str) -> None:
+    name = seg_name(dead_pid(children))
+    make_file(tmp_dir, name)
+    res = run_cli("gc", "--shm-dir", tmp_dir, *JUDGE)
+    assert f"1 SMG segment(s) in {tmp_dir}: 1 leaked" in res.stdout
+    assert name in res.stdout
+    assert "no process has that pid" in res.stdout
+    assert "smgshm gc --delete" in res.stderr
+    res = run_cli("gc", "--shm-dir", tmp_dir, *JUDGE, "--delete", "--min-age", "0", "--yes")
+    assert "deleted 1, freed 4.0 KiB" in res.stdout
+    assert f"deleted {name}" in res.stderr
+    assert "smgshm gc --delete" not in res.stderr
+
+
+PROBE = (
+    "import sys\n"
+    "from smgshm.cli import main\n"
+    "sys.argv = ['smgshm', *sys.argv[1:]]\n"
+    "try:\n    main()\nexcept SystemExit:\n    pass\n"
+    "heavy = sorted(m for m in ('torch', 'grpc', 'smgshm.rpc', 'smg_grpc_proto') if m in sys.modules)\n"
+    "sys.stderr.write('HEAVY=' + ','.join(heavy) + '\\n')\n"
+)
+
+
+@pytest.mark.parametrize("argv", [["gc", "--help"], ["gc"], ["--json", "gc", "--prometheus", "PROM"]])
+def test_gc_does_not_import_torch_or_grpc(argv: list[str], tmp_path: Path) -> None:
+    argv = [str(tmp_path / "x.prom") if a == "PROM" else a for a in argv]
+    res = subprocess.run([PY, "-c", PROBE, *argv], capture_output=True, text=True, timeout=60)
+    assert "HEAVY=\n" in res.stderr, res.stderr
+    assert res.stdout.strip(), "the command printed nothing"
