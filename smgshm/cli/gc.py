@@ -71,6 +71,8 @@ def gc(app: App, delete: bool, include_stale: bool, min_age: float, stale_after:
 
     opts = ScanOptions(shm_dir, stale_after, assume_dead)
     if watch is not None:
+        if delete or check or prometheus_file:
+            raise click.UsageError("--watch only lists: it does not combine with --delete, --check or --prometheus")
         _watch(app, opts, watch, watch_count)
         return
     report = scan_segments(opts)
@@ -87,7 +89,7 @@ def gc(app: App, delete: bool, include_stale: bool, min_age: float, stale_after:
         report = reap(report, opts, include_stale=include_stale, min_age_s=min_age, all_users=all_users, on_action=say)
     if prometheus_file:
         render.write_prometheus(report, prometheus_file)
-    bad = report.counts["leaked"] - sum(d.deleted for d in report.deleted) + report.counts["hazard"]
+    bad = report.remaining_counts["leaked"] + report.remaining_counts["hazard"]
     code = ExitCode.CHECK_FAILED if check and bad > 0 else ExitCode.OK
     click.get_current_context().exit(app.emit(report, render.gc_report, code))
 

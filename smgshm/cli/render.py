@@ -185,7 +185,8 @@ def gc_report(app: App, report: Any) -> None:
     deleted = [d for d in report.deleted if d.deleted]
     head = f"{len(report.segments)} SMG segment(s) in {report.shm_dir}: "
     head += ", ".join(f"{n} {k}" for k, n in c.items() if n) or "none"
-    style = "bold red" if c["leaked"] - len(deleted) > 0 or c["hazard"] else "bold green"
+    now = report.remaining_counts
+    style = "bold red" if now["leaked"] or now["hazard"] else "bold green"
     app.console.print(Text(head, style=style))
     if report.segments:
         table = Table(box=None)
@@ -232,9 +233,9 @@ def write_prometheus(report: Any, path: str) -> None:
         "smgshm_segment_bytes", "Allocated bytes of SMG segments, by state", ["shm_dir", "state"], registry=reg
     )
     free = Gauge("smgshm_shm_free_bytes", "Free bytes in the shm dir", ["shm_dir"], registry=reg)
-    for state, n in report.counts.items():
+    for state, n in report.remaining_counts.items():  # what is there now, after any --delete
         count.labels(report.shm_dir, state).set(n)
-        size.labels(report.shm_dir, state).set(report.bytes_by_state[state])
+        size.labels(report.shm_dir, state).set(report.remaining_bytes_by_state[state])
     free.labels(report.shm_dir).set(report.shm_free_bytes)
     write_to_textfile(path, reg)
 

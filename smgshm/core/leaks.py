@@ -92,6 +92,8 @@ class GcReport:
     liveness_note: str
     scan_ms: float
     deleted: list[Deletion] = field(default_factory=list)
+    remaining_counts: dict[str, int] = field(default_factory=dict)  # after --delete; else equal to counts
+    remaining_bytes_by_state: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -186,6 +188,7 @@ def scan_holders(targets: set[tuple[int, int]]) -> dict[tuple[int, int], list[Ho
 
 def pid_liveness_trust(shm_dir: str) -> tuple[bool, str]:
     """Whether a dead-looking pid proves a dead producer for segments in ``shm_dir``."""
+    shm_dir = os.path.abspath(shm_dir)
     try:
         mine = os.readlink("/proc/self/ns/pid")
         dev = os.stat(shm_dir).st_dev
@@ -196,6 +199,17 @@ def pid_liveness_trust(shm_dir: str) -> tuple[bool, str]:
             "gc runs in a container's pid namespace: a producer in another namespace sharing this /dev/shm "
             "would look dead (pass --assume-dead if this namespace is the only writer)"
         )
+    m = re.match(r"/proc/(\d+)/root(/|$)", shm_dir)
+    if m:  # another process's view of its shm dir: its names carry that process's pids
+        try:
+            theirs = os.readlink(f"/proc/{m.group(1)}/ns/pid")
+        except OSError:
+            theirs = ""
+        if theirs != mine:
+            return False, (
+                f"{shm_dir} is seen through pid {m.group(1)}, whose pid namespace ({theirs or 'unknown'}) is not "
+                "this one: the pids in its segment names mean nothing here (pass --assume-dead to judge anyway)"
+            )
     seen: set[str] = {mine}
     for pid in _pids():
         try:
@@ -203,7 +217,9 @@ def pid_liveness_trust(shm_dir: str) -> tuple[bool, str]:
             if ns in seen:
                 continue
             seen.add(ns)
-            if os.stat(f"/proc/{pid}/root{shm_dir}").st_dev == dev:
+            # Where that namespace sees this dir, and where it keeps its own /dev/shm.
+            views = {f"/proc/{pid}/root{shm_dir}", f"/proc/{pid}/root{DEFAULT_SHM_DIR}"}
+            if any(_dev_of(v) == dev for v in views):
                 return False, (
                     f"processes in another pid namespace ({ns}, e.g. pid {pid}) share this tmpfs: their pids "
                     "mean nothing here (pass --assume-dead to judge by this namespace's pids anyway)"
@@ -211,6 +227,13 @@ def pid_liveness_trust(shm_dir: str) -> tuple[bool, str]:
         except OSError:
             continue
     return True, "gc sees every pid namespace that shares this tmpfs"
+
+
+def _dev_of(path: str) -> int | None:
+    try:
+        return os.stat(path).st_dev
+    except OSError:
+        return None
 
 
 def _judge(
@@ -282,14 +305,20 @@ def scan_segments(opts: ScanOptions, progress: Callable[[int, int], None] | None
 def _report(
     opts: ScanOptions, segs: list[SegmentInfo], vfs: os.statvfs_result, trusted: bool, note: str, ms: float
 ) -> GcReport:
+    counts, by_state = _tally(segs)
+    remaining = (dict(counts), dict(by_state))
+    total, free = vfs.f_blocks * vfs.f_frsize, vfs.f_bavail * vfs.f_frsize
+    return GcReport(opts.shm_dir, segs, counts, by_state, by_state["leaked"], total, total - free, free, trusted,
+                    note, ms, [], *remaining)  # fmt: skip
+
+
+def _tally(segs: list[SegmentInfo]) -> tuple[dict[str, int], dict[str, int]]:
     counts = {s.value: 0 for s in State}
     by_state = {s.value: 0 for s in State}
     for seg in segs:
         counts[seg.state.value] += 1
         by_state[seg.state.value] += seg.allocated_bytes
-    total, free = vfs.f_blocks * vfs.f_frsize, vfs.f_bavail * vfs.f_frsize
-    return GcReport(opts.shm_dir, segs, counts, by_state, by_state["leaked"], total, total - free, free, trusted,
-                    note, ms)  # fmt: skip
+    return counts, by_state
 
 
 def reap(
@@ -318,7 +347,11 @@ def reap(
                 on_action(d)
     finally:
         os.close(dfd)
-    return replace(report, deleted=done)
+    gone = {d.name for d in done if d.deleted}
+    counts, by_state = _tally([s for s in report.segments if s.name not in gone])
+    # segments and counts stay the scan's story; remaining_* say what is in the shm dir now,
+    # so that --check and --prometheus report the result of the deletion.
+    return replace(report, deleted=done, remaining_counts=counts, remaining_bytes_by_state=by_state)
 
 
 def _reap_one(
