@@ -1,0 +1,25 @@
+"""``smgshm completion SHELL``: the shell completion script, from click's own machinery."""
+
+from __future__ import annotations
+
+import click
+from click.shell_completion import get_completion_class
+
+
+@click.command()
+@click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
+@click.pass_context
+def completion(ctx: click.Context, shell: str) -> None:
+    """Print the completion script for SHELL (bash, zsh or fish).
+
+    \b
+    Examples:
+      eval "$(smgshm completion bash)"               # in ~/.bashrc
+      smgshm completion zsh > "${fpath[1]}/_smgshm"
+      smgshm completion fish > ~/.config/fish/completions/smgshm.fish
+    """
+    cls = get_completion_class(shell)
+    assert cls is not None  # the Choice above only admits shells click supports
+    root = ctx.find_root().command
+    comp = cls(root, {}, "smgshm", "_SMGSHM_COMPLETE")
+    click.echo(comp.source())
