@@ -19,7 +19,8 @@ def completion(ctx: click.Context, shell: str) -> None:
       smgshm completion fish > ~/.config/fish/completions/smgshm.fish
     """
     cls = get_completion_class(shell)
-    assert cls is not None  # the Choice above only admits shells click supports
+    if cls is None:  # the Choice above only admits shells click supports
+        raise click.UsageError(f"no completion for {shell}")
     root = ctx.find_root().command
     comp = cls(root, {}, "smgshm", "_SMGSHM_COMPLETE")
     click.echo(comp.source())
