@@ -99,6 +99,7 @@ def cli(ctx: click.Context, json_: bool, no_color: bool, quiet: bool, traceback:
 
 
 def _register() -> None:
+    from smgshm.cli.bench import bench
     from smgshm.cli.completion import completion
     from smgshm.cli.doctor import doctor
     from smgshm.cli.gc import gc
@@ -107,7 +108,7 @@ def _register() -> None:
     from smgshm.cli.send import send
     from smgshm.cli.serve import serve
 
-    for command in (doctor, probe, send, gc, serve, ns, completion):
+    for command in (doctor, probe, send, gc, bench, serve, ns, completion):
         cli.add_command(command)
 
 

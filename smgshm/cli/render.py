@@ -146,9 +146,19 @@ def send_report(app: App, report: Any) -> None:
         table.add_column(col, justify="left" if col == "path" else "right", no_wrap=True, min_width=len(col))
     table.box = None  # the widest report still fits 80 columns
     for p in report.paths:
-        table.add_row(p.path, str(p.requests), str(p.tensors), human_bytes(p.nbytes), str(p.failures),
-                      str(p.mismatches), str(p.leftovers), f"{p.p50_ms:.2f}", f"{p.p90_ms:.2f}", f"{p.p99_ms:.2f}",
-                      f"{p.gb_per_s:.2f}")  # fmt: skip
+        table.add_row(
+            p.path,
+            str(p.requests),
+            str(p.tensors),
+            human_bytes(p.nbytes),
+            str(p.failures),
+            str(p.mismatches),
+            str(p.leftovers),
+            f"{p.p50_ms:.2f}",
+            f"{p.p90_ms:.2f}",
+            f"{p.p99_ms:.2f}",
+            f"{p.gb_per_s:.2f}",
+        )
     app.console.print(table)
     for prob in report.problems[:10]:
         app.console.print(Text(f"request {prob.request} {prob.key}: {prob.kind}: {prob.message}"))
@@ -163,9 +173,13 @@ def send_report(app: App, report: Any) -> None:
         fix = f"the receiver runs as uid {uid}; segments are 0600 and owned by this process's uid"
         app.err_console.print(Text("hint: ", style="cyan") + Text(fix))
     if "leftover" in kinds and not report.receiver_unlinks:
-        app.err_console.print(Text("hint: ", style="cyan") + Text(
-            "the receiver keeps segments (unlink after read is off); SMG's gateway relies on the worker to unlink "
-            "after reading, so every SHM tensor would leak"))  # fmt: skip
+        app.err_console.print(
+            Text("hint: ", style="cyan")
+            + Text(
+                "the receiver keeps segments (unlink after read is off); SMG's gateway relies on the worker to unlink "
+                "after reading, so every SHM tensor would leak"
+            )
+        )
 
 
 def human_age(seconds: float) -> str:
@@ -249,3 +263,78 @@ def doctor_check(app: App, check: Any) -> None:
     app.console.print(Text(f"[{mark}] ", style=style) + Text(f"{check.name}: ", style="bold") + Text(check.summary))
     if check.fix and check.status in ("fail", "warn"):
         app.console.print(Text("       fix: ", style="cyan") + Text(check.fix))
+
+
+def bench_progress(app: App) -> tuple[Any, Any]:
+    """(progress(done, total), on_size(result)) callbacks: a rich bar on a TTY stderr only."""
+    if app.json or app.quiet or not app.err_console.is_terminal:
+        return (lambda done, total: None), (lambda r: None)
+    from rich.progress import Progress
+
+    bar = Progress(console=app.err_console, transient=True)
+    task = bar.add_task("bench", total=None)
+    bar.start()
+
+    def progress(done: int, total: int) -> None:
+        if done < 0:
+            bar.stop()
+            return
+        bar.update(task, completed=done, total=total)
+
+    def on_size(r: Any) -> None:
+        bar.console.print(
+            Text(
+                f"{human_bytes(r.nbytes)}: shm {r.shm.p50_ms:.2f} ms"
+                + (f", inline {r.inline.p50_ms:.2f} ms" if r.inline else "")
+            )
+        )
+
+    return progress, on_size
+
+
+def bench_report(app: App, report: Any) -> None:
+    from rich.table import Table
+
+    h = report.host
+    app.console.print(Text(report.recommendation, style="bold"))
+    table = Table(box=None)
+    for col in (
+        "size",
+        "inline p50",
+        "shm p50",
+        "speedup",
+        "inline GB/s",
+        "shm GB/s",
+        "write/rpc/read ms",
+        "of memcpy",
+    ):
+        table.add_column(col, justify="right", no_wrap=True)
+    for r in report.sizes:
+        inl = r.inline
+        table.add_row(
+            human_bytes(r.nbytes),
+            f"{inl.p50_ms:.2f}" if inl else "n/a",
+            f"{r.shm.p50_ms:.2f}",
+            f"{r.speedup:.1f}x" if r.speedup else "-",
+            f"{inl.gb_per_s:.2f}" if inl else "n/a",
+            f"{r.shm.gb_per_s:.2f}",
+            f"{r.shm_write_ms:.2f}/{r.shm_rpc_ms:.2f}/{r.shm_read_ms:.2f}",
+            f"{r.shm_fraction_of_memcpy:.0%}",
+        )
+    app.console.print(table)
+    app.console.print(
+        Text(
+            f"host: {h.cpu_count} cpus; memcpy {h.memcpy_gb_per_s:.1f} GB/s; "
+            f"fresh tmpfs pages {h.fresh_page_gb_per_s:.2f} GB/s; writers: pwrite {h.writer_pwrite_gb_per_s:.2f}, fallocate+mmap {h.writer_mmap_gb_per_s:.2f} GB/s "
+            f"(GB = 1e9 B; medians)"
+        )
+    )
+    top = max([r.shm.gb_per_s for r in report.sizes] + [r.inline.gb_per_s for r in report.sizes if r.inline] + [1e-9])
+    app.console.print(Text("GB/s by size (# shm, = inline):"))
+    for r in report.sizes:
+        s = int(30 * r.shm.gb_per_s / top)
+        i = int(30 * r.inline.gb_per_s / top) if r.inline else 0
+        app.console.print(Text(f"{human_bytes(r.nbytes):>10} shm    {'#' * s} {r.shm.gb_per_s:.2f}"))
+        app.console.print(
+            Text(f"{'':>10} inline {'=' * i} {r.inline.gb_per_s:.2f}" if r.inline else f"{'':>10} inline n/a")
+        )

@@ -1,0 +1,108 @@
+"""``smgshm bench``: what SHM is worth here, and the shm_min_bytes to set."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from smgshm.cli import render
+from smgshm.cli.app import App
+from smgshm.cli.exitcodes import ExitCode
+from smgshm.cli.params import BYTES, parse_bytes, shm_dir_option
+
+
+def _sizes(lo: int, hi: int, factor: int, explicit: str | None) -> tuple[int, ...]:
+    if explicit:
+        try:
+            return tuple(parse_bytes(s) for s in explicit.split(","))
+        except ValueError as err:
+            raise click.BadParameter(str(err), param_hint="--sizes") from None
+    if lo <= 0 or hi < lo or factor < 2:
+        raise click.UsageError("need 0 < --min <= --max and --factor >= 2")
+    out, s = [], lo
+    while s <= hi:
+        out.append(s)
+        s *= factor
+    return tuple(out)
+
+
+@click.command()
+@click.argument("address", required=False)
+@click.option("--min", "min_", type=BYTES, default="4KiB", show_default=True, help="Smallest size of the sweep.")
+@click.option("--max", "max_", type=BYTES, default="64MiB", show_default=True, help="Largest size of the sweep.")
+@click.option("--factor", type=click.IntRange(2), default=4, show_default=True)
+@click.option("--sizes", help="Instead of the sweep: a comma list, e.g. 1MiB,16MiB,64MiB.")
+@click.option("-w", "--warmup", type=click.IntRange(0), default=2, show_default=True)
+@click.option("-n", "--iterations", type=click.IntRange(1), default=10, show_default=True)
+@click.option("--verify/--no-verify", default=True, show_default=True, help="Digest-check every payload.")
+@click.option(
+    "--reader",
+    type=click.Choice(["view", "copy"]),
+    default="view",
+    show_default=True,
+    help="The embedded receiver's read: zero-copy mmap, or SMG's pread copy.",
+)
+@click.option("--jsonl", is_flag=True, help="One JSON record per size as it finishes (stdout).")
+@click.option("--min-shm-speedup", type=float, help="Exit 3 unless SHM is this many times faster at the largest size.")
+@click.option("--min-gbps", type=float, help="Exit 3 unless SHM reaches this many GB/s at the largest size.")
+@shm_dir_option
+@click.pass_obj
+def bench(app: App, address: str | None, min_: int, max_: int, factor: int, sizes: str | None, warmup: int,
+          iterations: int, verify: bool, reader: str, jsonl: bool, min_shm_speedup: float | None,
+          min_gbps: float | None, shm_dir: str) -> None:  # fmt: skip
+    """Time inline against SHM across sizes, find the crossover, recommend shm_min_bytes.
+
+    Without ADDRESS it starts the reference receiver in-process on loopback (the
+    embedded default). Both transports run on the same payloads in alternation;
+    the SHM path is split into write, RPC and read; and the same run measures
+    this host's memcpy bandwidth and fresh-page floor, so every SHM figure is seen
+    against the physical limit. GB is 1e9 bytes. Figures are medians: these
+    machines are noisy, so compare ratios, not absolutes.
+
+    \b
+    Examples:
+      smgshm bench
+      smgshm bench --sizes 1MiB,16MiB,64MiB -n 20 --reader copy
+      smgshm bench worker:50051 --min-shm-speedup 4 --json     # a CI gate
+    """
+    from smgshm.core.bench import BenchOptions, run_bench
+
+    opts = BenchOptions(_sizes(min_, max_, factor, sizes), warmup, iterations, verify, shm_dir)
+    embedded = None
+    if address is None:
+        from smgshm.core.receiver import ReceiverConfig
+        from smgshm.core.services import start_receiver
+
+        embedded = start_receiver(ReceiverConfig(shm_dir=shm_dir, reader=reader), "127.0.0.1:0")  # type: ignore[arg-type]
+        address = embedded.address
+    progress, on_size = render.bench_progress(app)
+
+    def emit_line(r: object) -> None:
+        from smgshm.cli.jsonout import plain
+
+        if jsonl:
+            sys.stdout.write(json.dumps(plain(r), allow_nan=False) + "\n")
+            sys.stdout.flush()
+        on_size(r)
+
+    try:
+        report = run_bench(address, opts, reader if embedded else "", progress, emit_line)
+    finally:
+        if embedded is not None:
+            embedded.stop(0)
+        progress(-1, -1)
+    code = ExitCode.OK
+    last = max(report.sizes, key=lambda s: s.nbytes)
+    if min_shm_speedup is not None and (last.speedup or 0.0) < min_shm_speedup:
+        app.warn(
+            f"SHM speedup {last.speedup or 0:.2f}x at {last.nbytes} B is below --min-shm-speedup {min_shm_speedup}"
+        )
+        code = ExitCode.CHECK_FAILED
+    if min_gbps is not None and last.shm.gb_per_s < min_gbps:
+        app.warn(f"SHM {last.shm.gb_per_s:.2f} GB/s at {last.nbytes} B is below --min-gbps {min_gbps}")
+        code = ExitCode.CHECK_FAILED
+    if jsonl:
+        click.get_current_context().exit(code)
+    click.get_current_context().exit(app.emit(report, render.bench_report, code))
