@@ -298,17 +298,8 @@ def bench_report(app: App, report: Any) -> None:
     h = report.host
     app.console.print(Text(report.recommendation, style="bold"))
     table = Table(box=None)
-    for col in (
-        "size",
-        "inline p50",
-        "shm p50",
-        "speedup",
-        "inline GB/s",
-        "shm GB/s",
-        "write/rpc/read ms",
-        "of memcpy",
-    ):
-        table.add_column(col, justify="right", no_wrap=True)
+    for col in ("size", "inline ms", "shm ms", "x", "in GB/s", "shm GB/s", "w/rpc/r ms", "memcpy"):
+        table.add_column(col, justify="right", no_wrap=True, min_width=len(col))
     for r in report.sizes:
         inl = r.inline
         table.add_row(
@@ -325,7 +316,8 @@ def bench_report(app: App, report: Any) -> None:
     app.console.print(
         Text(
             f"host: {h.cpu_count} cpus; memcpy {h.memcpy_gb_per_s:.1f} GB/s; "
-            f"fresh tmpfs pages {h.fresh_page_gb_per_s:.2f} GB/s; writers: pwrite {h.writer_pwrite_gb_per_s:.2f}, fallocate+mmap {h.writer_mmap_gb_per_s:.2f} GB/s "
+            f"fresh tmpfs pages {h.fresh_page_gb_per_s:.2f} GB/s; "
+            f"writers: pwrite {h.writer_pwrite_gb_per_s:.2f}, fallocate+mmap {h.writer_mmap_gb_per_s:.2f} GB/s "
             f"(GB = 1e9 B; medians)"
         )
     )
