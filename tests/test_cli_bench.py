@@ -1,0 +1,81 @@
+"""bench: the sweep's structure, the crossover logic and the JSON schema (never timings)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from smgshm.core.bench import SizeResult, Stats, crossover, recommend
+from tests.conftest import run_cli
+
+
+def _size(nbytes: int, inline_ms: float | None, shm_ms: float) -> SizeResult:
+    st = Stats(shm_ms, shm_ms, shm_ms, nbytes / (shm_ms * 1e6))
+    inl = Stats(inline_ms, inline_ms, inline_ms, 0.0) if inline_ms is not None else None
+    return SizeResult(nbytes, inl, st, 0.0, 0.0, 0.0, None, 0.0)
+
+
+@pytest.mark.parametrize(
+    ("rows", "want"),
+    [
+        ([(4096, 0.5, 0.9), (65536, 0.8, 0.9), (1 << 20, 3.0, 1.0), (16 << 20, 40.0, 5.0)], 1 << 20),
+        ([(4096, 0.5, 0.4), (65536, 0.8, 0.5)], 4096),  # SHM wins everywhere
+        ([(4096, 0.5, 0.9), (65536, 0.8, 0.9)], None),  # never
+        # a noisy win at a small size does not count when SHM loses above it
+        ([(4096, 0.9, 0.5), (65536, 0.8, 0.9), (1 << 20, 3.0, 1.0)], 1 << 20),
+        ([(1 << 20, 3.0, 1.0), (512 << 20, None, 50.0)], 1 << 20),  # the largest did not fit inline
+    ],
+)
+def test_crossover(rows: list[tuple[int, float | None, float]], want: int | None) -> None:
+    assert crossover([_size(*r) for r in rows]) == want
+
+
+def test_recommendation_is_a_power_of_two_between_loss_and_win() -> None:
+    rows = [_size(65536, 0.8, 0.9), _size(1 << 20, 3.0, 1.0)]
+    x, rec, why = recommend(rows)
+    assert x == 1 << 20
+    assert rec is not None
+    assert 65536 <= rec <= 1 << 20
+    assert rec & (rec - 1) == 0
+    assert str(rec) in why
+    assert recommend([_size(4096, 0.5, 0.9)])[1] is None
+
+
+def test_bench_embedded_json_schema_and_no_leftovers() -> None:
+    before = {n for n in os.listdir("/dev/shm") if n.startswith("smg-")}
+    doc = run_cli("--json", "bench", "--sizes", "4KiB,256KiB", "-w", "0", "-n", "2").json
+    assert {n for n in os.listdir("/dev/shm") if n.startswith("smg-")} <= before
+    r = doc["result"]
+    assert set(r) == {"address", "reader", "host", "sizes", "crossover_bytes", "recommended_shm_min_bytes",
+                      "recommendation", "verified"}  # fmt: skip
+    assert set(r["host"]) == {"cpu_count", "python", "torch", "memcpy_gb_per_s", "fresh_page_gb_per_s",
+                              "writer_pwrite_gb_per_s", "writer_mmap_gb_per_s"}  # fmt: skip
+    assert [s["nbytes"] for s in r["sizes"]] == [4096, 262144]
+    for s in r["sizes"]:
+        assert set(s) == {"nbytes", "inline", "shm", "shm_write_ms", "shm_rpc_ms", "shm_read_ms", "speedup",
+                          "shm_fraction_of_memcpy", "samples_ns"}  # fmt: skip
+        assert set(s["shm"]) == {"p50_ms", "p90_ms", "p99_ms", "gb_per_s"}
+        assert len(s["samples_ns"]["shm"]) == 2
+        assert len(s["samples_ns"]["inline"]) == 2
+    assert r["verified"] is True
+    assert r["reader"] == "view"
+
+
+def test_bench_jsonl_and_copy_reader() -> None:
+    out = run_cli("bench", "--sizes", "4KiB,8KiB", "-w", "0", "-n", "1", "--jsonl", "--reader", "copy").stdout
+    lines = [ln for ln in out.splitlines() if ln.strip()]
+    assert len(lines) == 2
+    import json
+
+    assert [json.loads(ln)["nbytes"] for ln in lines] == [4096, 8192]
+
+
+def test_bench_gate_exits_3() -> None:
+    res = run_cli("--json", "bench", "--sizes", "4KiB", "-w", "0", "-n", "1", "--min-shm-speedup", "1000", exit=3)
+    assert any("below --min-shm-speedup" in w for w in res.json["warnings"])
+
+
+def test_bench_unreachable_and_usage() -> None:
+    run_cli("bench", "127.0.0.1:1", "--sizes", "4KiB", exit=4)
+    run_cli("bench", "--min", "1MiB", "--max", "4KiB", exit=2)
