@@ -26,7 +26,7 @@ ITEMSIZE: dict[str, int] = {
     "uint32": 4,
 }
 DTYPES = tuple(ITEMSIZE)
-DIGEST_ALGO = "blake2b-128"
+DIGEST_ALGO = "sha256"
 
 
 def expected_nbytes(shape: Sequence[int], dtype: str) -> int:
@@ -46,8 +46,12 @@ def check_payload(shape: Sequence[int], dtype: str, nbytes: int) -> None:
 
 
 def digest(data: memoryview | bytes | bytearray) -> bytes:
-    """The digest receipts carry; blake2b is the fastest strong hash in hashlib."""
-    return hashlib.blake2b(data, digest_size=16).digest()
+    """The digest receipts carry.
+
+    sha256, not blake2b: with the SHA extensions these CPUs have, hashlib's sha256 runs
+    at ~1.7 GB/s against blake2b's ~0.7 GB/s, and verification is on every payload.
+    """
+    return hashlib.sha256(data).digest()
 
 
 def torch_dtype(dtype: str) -> torch.dtype:
