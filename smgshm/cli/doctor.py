@@ -56,10 +56,10 @@ def doctor(app: App, workers: tuple[str, ...], from_gateway: str | None, api_key
         addresses += [w.url for w in list_workers(from_gateway, api_key, timeout) if w.grpc]
         if not addresses:
             raise click.UsageError(f"the gateway at {from_gateway} has no gRPC workers to check")
-    live = not app.json and not app.quiet
+    live = not app.json
 
     def say(c: object) -> None:
-        if live:
+        if live and not app.quiet:
             render.doctor_check(app, c)
 
     report = run_doctor(addresses, shm_dir=shm_dir, timeout=timeout, on_check=say)

@@ -45,8 +45,13 @@ def check_identity(shm_dir: str) -> list[Check]:
         ident = read_host_identity(shm_dir)
     except SmgshmError as err:
         return [Check("shm dir", "fail", str(err), err.hint or "mount a tmpfs at /dev/shm", 5)]
+    from smgshm.core.namespace import parse_namespace_id
+
     out = []
-    if ident.namespace_id:
+    if ident.namespace_id and parse_namespace_id(ident.namespace_id) is None:
+        out.append(Check("namespace id", "fail", f"{ident.namespace_id!r} is malformed: the gateway stays inline",
+                         "check /proc/sys/kernel/random/boot_id (a UUID) and the shm dir", 6))  # fmt: skip
+    elif ident.namespace_id:
         out.append(Check("namespace id", "ok", f"{ident.namespace_id} (boot_id:st_dev of {shm_dir})"))
     else:
         out.append(
@@ -83,15 +88,12 @@ def check_identity(shm_dir: str) -> list[Check]:
         out.append(Check("shm dir", "ok", f"{shm_dir}: {ident.fstype or '?'}, {size}"))
     err = probe_writable(shm_dir)
     if err:
-        out.append(
-            Check(
-                "writable",
-                "fail",
-                f"cannot create a 0600 segment: {err}",
-                "run as a uid that may write the shm dir; SMG's gateway would stay inline",
-                5,
-            )
+        fix = (
+            "free space (smgshm gc --delete) or enlarge the tmpfs (docker --shm-size, emptyDir sizeLimit)"
+            if "No space" in err
+            else "run as a uid that may write the shm dir; SMG's gateway would stay inline"
         )
+        out.append(Check("writable", "fail", f"cannot create a 0600 segment: {err}", fix, 5))
     else:
         out.append(Check("writable", "ok", "a 0600 segment can be created and removed, as the gateway's probe does"))
     return out
@@ -135,7 +137,7 @@ def check_workers(addresses: list[str], shm_dir: str, timeout: float) -> list[Ch
     return out
 
 
-def check_send(address: str, shm_dir: str, timeout: float) -> list[Check]:
+def check_send(address: str, shm_dir: str, timeout: float, label: str = "") -> list[Check]:
     from smgshm.core.send import SendOptions, send
     from smgshm.core.transport import Mode
 
@@ -147,7 +149,11 @@ def check_send(address: str, shm_dir: str, timeout: float) -> list[Check]:
         except SmgshmError as err:
             out.append(
                 Check(
-                    f"send {mode.value}", "fail", str(err), err.hint or "", 5 if err.kind in ("host", "no_space") else 4
+                    f"send {mode.value}{label}",
+                    "fail",
+                    str(err),
+                    err.hint or "",
+                    5 if err.kind in ("host", "no_space") else 4,
                 )
             )
             continue
@@ -155,7 +161,7 @@ def check_send(address: str, shm_dir: str, timeout: float) -> list[Check]:
             p = r.paths[0]
             out.append(
                 Check(
-                    f"send {mode.value}",
+                    f"send {mode.value}{label}",
                     "ok",
                     f"{p.requests} requests, {p.tensors} tensors byte-exact via "
                     f"{p.path}, nothing left behind (p50 {p.p50_ms:.1f} ms)",
@@ -169,14 +175,17 @@ def check_send(address: str, shm_dir: str, timeout: float) -> list[Check]:
                 if first and first.kind == "leftover"
                 else ""
             )
-            out.append(Check(f"send {mode.value}", "fail", what, fix, 4 if r.unreachable else 3))
+            out.append(Check(f"send {mode.value}{label}", "fail", what, fix, 4 if r.unreachable else 3))
     return out
 
 
 def check_leaks(shm_dir: str) -> list[Check]:
     from smgshm.core.leaks import ScanOptions, scan_segments
 
-    r = scan_segments(ScanOptions(shm_dir))
+    try:
+        r = scan_segments(ScanOptions(shm_dir))
+    except SmgshmError as err:
+        return [Check("leaks", "fail", str(err), err.hint or "", 5)]
     c = r.counts
     out = []
     if c["leaked"]:
@@ -276,6 +285,12 @@ def run_doctor(
                 on_check(c)
 
     add(check_identity(shm_dir))
+    if any(c.name == "shm dir" and c.status == "fail" for c in checks):
+        # Nothing below can mean anything without a shm dir; say so instead of failing obscurely.
+        for name in ("probe", "send", "leaks"):
+            add([Check(name, "skip", f"skipped: {shm_dir} is not usable")])
+        add(check_reapers())
+        return DoctorReport(checks, "", list(workers))
     embedded = None
     if not workers:
         from smgshm.core.receiver import ReceiverConfig
@@ -287,7 +302,7 @@ def run_doctor(
         add(check_workers(workers, shm_dir, timeout))
         for w in workers:
             if embedded is not None or _is_smgshm(w, timeout):
-                add(check_send(w, shm_dir, timeout))
+                add(check_send(w, shm_dir, timeout, f" {w}" if len(workers) > 1 else ""))
     finally:
         if embedded is not None:
             embedded.stop(0)

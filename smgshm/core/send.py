@@ -202,7 +202,6 @@ def send(address: str, opts: SendOptions) -> SendReport:
     """Run ``opts.count`` requests (``opts.concurrency`` at a time) against a smgshm receiver."""
     import grpc
 
-    from smgshm.core.host import probe_writable
     from smgshm.core.namespace import read_namespace_id
     from smgshm.core.probe import grpc_target
     from smgshm.rpc.v1 import diag_pb2, diag_pb2_grpc
@@ -228,10 +227,16 @@ def send(address: str, opts: SendOptions) -> SendReport:
                     "not a smgshm receiver", endpoint=target, hint="run `smgshm serve` in the worker's container"
                 ) from err
             raise TransportError("endpoint unreachable", endpoint=target, detail=err.code().name) from err
-        writable_err = probe_writable(opts.shm_dir) if opts.mode is not Mode.INLINE else None
-        if writable_err and opts.mode is Mode.SHM:
-            raise HostError("cannot create a segment in the shm dir", path=opts.shm_dir, detail=writable_err)
-        run = _Run(opts, stub, diag_pb2, read_namespace_id(opts.shm_dir), ident.namespace_id, writable_err is None)
+        writable = True
+        if opts.mode is not Mode.INLINE:
+            try:  # the gateway's probe, through the writer itself: a full dir raises NoSpaceError
+                ref = write_segment(b"x", shm_dir=opts.shm_dir)
+                unlink_segment(ref.name, ref.shm_dir)
+            except HostError:
+                if opts.mode is Mode.SHM:
+                    raise
+                writable = False  # auto: the gateway would stay inline, and so do we
+        run = _Run(opts, stub, diag_pb2, read_namespace_id(opts.shm_dir), ident.namespace_id, writable)
         with ThreadPoolExecutor(max_workers=opts.concurrency) as pool:
             for fut in [pool.submit(run.one, i) for i in range(opts.count)]:
                 fut.result()  # re-raise a HostError (full shm dir) from any request

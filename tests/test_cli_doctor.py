@@ -1,0 +1,736 @@
+"""`smgshm doctor` against real failing conditions: real tmpfs mounts, real workers, real leaks.
+
+Every scenario builds the condition it judges (no mocks): a private tmpfs in another mount
+namespace, a tmpfs filled by a file, a 64 MiB tmpfs like Docker's default, segment files
+named for a dead pid, a FIFO, an unreachable port, an SGLang-faced receiver, a bare gRPC
+server, a small HTTP admin API. Scratch shm dirs are tmpfs mounts under tmp_path (as root)
+or a tmpfs dir under /dev/shm not named ``smg-*`` (otherwise), so the leak check never sees
+another suite's segments; one test runs doctor on the real /dev/shm.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import socket
+import stat
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from concurrent import futures
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from tests.conftest import Children, run_cli, start_serve, wait_for
+
+PY = sys.executable
+SHM = "/dev/shm"
+ENVELOPE = {"smgshm_version", "schema_version", "command", "ok", "result", "warnings"}
+RESULT_KEYS = {"checks", "embedded_receiver", "workers"}
+CHECK_KEYS = {"name", "status", "summary", "fix", "code"}
+STATUSES = {"ok", "warn", "fail", "skip"}
+SEVERITY = [4, 5, 3, 6, 1, 0]  # the documented order: the worst code of the failing checks wins
+REAPERS = {"reaper: RemoveIPC", "reaper: tmpfiles"}
+
+IS_ROOT = os.geteuid() == 0
+needs_root = pytest.mark.skipif(not IS_ROOT, reason="needs root (mount -t tmpfs)")
+needs_unshare = pytest.mark.skipif(not IS_ROOT or shutil.which("unshare") is None, reason="needs root and unshare(1)")
+# The leak check trusts a dead-looking pid only from the host's initial pid namespace (and
+# doctor has no --assume-dead), so leak verdicts are only asserted there.
+needs_init_pidns = pytest.mark.skipif(
+    os.readlink("/proc/self/ns/pid") != "pid:[4026531836]",
+    reason="leak verdicts need the host's initial pid namespace",
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers
+
+
+def worst(codes: list[int]) -> int:
+    return min(codes or [0], key=SEVERITY.index)
+
+
+def doctor(*args: str, exit: int) -> dict[str, Any]:
+    """``smgshm --json doctor ARGS``: assert the exit code, the document's shape, and its self-consistency."""
+    doc: dict[str, Any] = run_cli("--json", "doctor", *args, exit=exit).json
+    assert set(doc) == ENVELOPE, doc
+    assert doc["command"] == "doctor"
+    assert doc["schema_version"] == 1
+    assert set(doc["result"]) == RESULT_KEYS
+    checks = doc["result"]["checks"]
+    assert checks, "doctor ran no checks"
+    for c in checks:
+        assert set(c) == CHECK_KEYS, c
+        assert c["status"] in STATUSES, c
+        assert isinstance(c["code"], int)
+        assert c["summary"], c
+        if c["status"] != "fail":
+            assert c["code"] == 0, c
+    assert exit == worst([c["code"] for c in checks if c["status"] == "fail"]), checks
+    assert doc["ok"] is (exit == 0)
+    return doc
+
+
+def checks(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """name -> check, asserting the names are unique (where one worker is checked)."""
+    names = [c["name"] for c in doc["result"]["checks"]]
+    assert len(names) == len(set(names)), names
+    return {c["name"]: c for c in doc["result"]["checks"]}
+
+
+def probe_check(doc: dict[str, Any], address: str) -> dict[str, Any]:
+    c = checks(doc)
+    assert f"probe {address}" in c, list(c)
+    return c[f"probe {address}"]
+
+
+def send_checks(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    return [c for c in doc["result"]["checks"] if c["name"].startswith("send ")]
+
+
+def dead_pid(children: Children) -> int:
+    """The pid of a child that has exited and been reaped: no process has it now."""
+    p = children.spawn([PY, "-c", ""])
+    p.wait(timeout=30)
+    assert not psutil.pid_exists(p.pid)
+    return p.pid
+
+
+def make_file(d: str, name: str, size: int = 4096) -> str:
+    path = os.path.join(d, name)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.write(fd, b"\x5a" * size)
+    finally:
+        os.close(fd)
+    return path
+
+
+def fill(path: str, nbytes: int | None = None) -> int:
+    """Write zeros to ``path`` until ``nbytes`` are written or the filesystem is full; the size written."""
+    chunk = b"\0" * 4096
+    written = 0
+    with open(path, "wb", buffering=0) as f:
+        while nbytes is None or written < nbytes:
+            try:
+                written += f.write(chunk if nbytes is None else chunk[: nbytes - written])
+            except OSError:
+                break
+    return os.path.getsize(path)
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+    return port
+
+
+def refuses(address: str) -> bool:
+    host, port = address.rsplit(":", 1)
+    try:
+        with socket.create_connection((host, int(port)), timeout=1):
+            return False
+    except OSError:
+        return True
+
+
+def unique() -> str:
+    return f"{os.getpid()}-{uuid.uuid4().hex}"
+
+
+@contextlib.contextmanager
+def tmpfs(path: Path, size: str) -> Iterator[str]:
+    """A fresh tmpfs of ``size`` mounted at ``path``, unmounted whatever happens."""
+    path.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=1777", "tmpfs", str(path)], check=True, timeout=30)
+    try:
+        yield str(path)
+    finally:
+        if subprocess.run(["umount", str(path)], timeout=30).returncode != 0:
+            subprocess.run(["umount", "-l", str(path)], timeout=30)
+
+
+def is_tmpfs(path: str) -> bool:
+    best, fstype = "", ""
+    for part in psutil.disk_partitions(all=True):
+        mnt = part.mountpoint
+        if (path == mnt or path.startswith(mnt.rstrip("/") + "/")) and len(mnt) >= len(best):
+            best, fstype = mnt, part.fstype
+    return fstype == "tmpfs"
+
+
+# ---------------------------------------------------------------------------------------------
+# fixtures
+
+
+@pytest.fixture
+def shm_dir(tmp_path: Path) -> Iterator[str]:
+    """A private tmpfs shm dir: a 32 MiB mount as root, else a dir on /dev/shm not named smg-*."""
+    if IS_ROOT:
+        with tmpfs(tmp_path / f"shm-{unique()}", "32m") as d:
+            yield d
+        return
+    d = os.path.join(SHM, f"smgshm-test-{unique()}")
+    os.mkdir(d, 0o700)
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def full_tmpfs(tmp_path: Path) -> Iterator[str]:
+    """A 64 KiB tmpfs with one ordinary file (not smg-*) filling every page."""
+    if not IS_ROOT:
+        pytest.skip("needs root (mount -t tmpfs)")
+    with tmpfs(tmp_path / f"packed-{unique()}", "64k") as d:
+        fill(os.path.join(d, "filler"))
+        vfs = os.statvfs(d)
+        assert vfs.f_bavail == 0, "the filler did not fill the tmpfs"
+        yield d
+
+
+class FakeGateway:
+    """A tiny admin API: ``serve(workers)`` returns its base URL; ``paths`` records each request."""
+
+    def __init__(self) -> None:
+        self.servers: list[ThreadingHTTPServer] = []
+        self.paths: list[str] = []
+
+    def serve(self, workers: list[dict[str, Any]]) -> str:
+        paths = self.paths
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                paths.append(self.path)
+                body = json.dumps({"workers": workers, "total": len(workers)}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.servers.append(srv)
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        return f"http://127.0.0.1:{srv.server_address[1]}"
+
+    def close(self) -> None:
+        for srv in self.servers:
+            srv.shutdown()
+            srv.server_close()
+
+
+@pytest.fixture
+def gateway() -> Iterator[FakeGateway]:
+    gw = FakeGateway()
+    yield gw
+    gw.close()
+
+
+@pytest.fixture
+def bare_grpc_server() -> Iterator[str]:
+    """A real gRPC server that serves only grpc.health.v1: up, but neither an engine nor smgshm."""
+    import grpc
+    from grpc_health.v1 import health, health_pb2_grpc
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    health_pb2_grpc.add_HealthServicer_to_server(health.HealthServicer(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        server.stop(0).wait(10)
+
+
+def gw_worker(url: str, mode: str = "grpc") -> dict[str, Any]:
+    return {"url": url, "connection_mode": mode, "runtime_type": "vllm", "labels": {}}
+
+
+# ---------------------------------------------------------------------------------------------
+# the embedded default
+
+
+def _assert_embedded_all_ok(doc: dict[str, Any], shm: str, shm_dir_status: str = "ok", private: bool = True) -> str:
+    r = doc["result"]
+    addr = r["embedded_receiver"]
+    assert addr.startswith("127.0.0.1:")
+    assert r["workers"] == [addr]
+    names = [c["name"] for c in r["checks"]]
+    if not private and "liveness" in names:
+        # Another pid namespace shares the real /dev/shm right now: a warning, never a failure.
+        assert checks(doc)["liveness"]["status"] == "warn"
+        names.remove("liveness")
+    assert names == [
+        "namespace id", "shm dir", "writable", f"probe {addr}", "send inline", "send shm", "leaks",
+        "reaper: RemoveIPC", "reaper: tmpfiles",
+    ]  # fmt: skip
+    for c in r["checks"]:
+        allowed = (
+            {"ok", "warn"}
+            if c["name"] in REAPERS | {"liveness"}
+            else {shm_dir_status}
+            if c["name"] == "shm dir"
+            else {"ok"}
+        )
+        assert c["status"] in allowed, c
+    c = checks(doc)
+    assert shm in c["namespace id"]["summary"]
+    assert c["shm dir"]["summary"].startswith(shm)
+    assert "verified with a canary segment" in c[f"probe {addr}"]["summary"]
+    assert "via inline" in c["send inline"]["summary"]
+    assert "via shm" in c["send shm"]["summary"]
+    assert "nothing left behind" in c["send shm"]["summary"]
+    if private:
+        assert c["leaks"]["summary"].startswith("0 SMG segment(s)"), "the scratch dir holds no segment"
+    else:  # other processes may have live segments in the real /dev/shm
+        assert c["leaks"]["summary"].endswith("none leaked")
+    # doctor stops the receiver it started.
+    wait_for(lambda: refuses(addr), timeout=10, what=f"the embedded receiver on {addr} to stop")
+    return addr
+
+
+@needs_init_pidns
+def test_embedded_default_on_the_real_dev_shm() -> None:
+    doc = doctor(exit=0)
+    assert doc["warnings"] == []
+    _assert_embedded_all_ok(doc, SHM, private=False)
+
+
+def test_embedded_default_on_a_private_tmpfs(shm_dir: str) -> None:
+    assert is_tmpfs(shm_dir)
+    doc = doctor("--shm-dir", shm_dir, exit=0)
+    _assert_embedded_all_ok(doc, shm_dir)
+    assert os.listdir(shm_dir) == [], "the sends and probes left something in the shm dir"
+
+
+def test_human_mode_prints_one_line_per_check(shm_dir: str) -> None:
+    res = run_cli("--no-color", "doctor", "--shm-dir", shm_dir, exit=0)
+    lines = res.stdout.splitlines()
+    assert lines[-1] == "doctor: all checks passed"
+    rows = [ln for ln in lines if ln.startswith("[")]
+    names = [ln[7:].split(":", 1)[0] if not ln[7:].startswith("probe") else "probe" for ln in rows]
+    assert names == [
+        "namespace id", "shm dir", "writable", "probe", "send inline", "send shm", "leaks", "reaper", "reaper",
+    ]  # fmt: skip
+    for ln in rows:
+        if ln.startswith("[warn] reaper: "):
+            continue  # a reaper may warn on this machine; it never fails the run
+        assert ln.startswith("[ok  ] "), ln
+    assert rows[3].startswith("[ok  ] probe 127.0.0.1:")
+    # Nothing else: no fix lines (nothing failed), no JSON.
+    extra = [ln for ln in lines[:-1] if not ln.startswith("[") and not ln.startswith("       fix: ")]
+    assert extra == [], extra
+
+
+def test_not_tmpfs_warns_but_passes(tmp_path: Path) -> None:
+    d = tmp_path / f"disk-{unique()}"
+    d.mkdir()
+    if is_tmpfs(str(d)):
+        pytest.skip("tmp_path is itself on a tmpfs")
+    doc = doctor("--shm-dir", str(d), exit=0)
+    c = checks(doc)["shm dir"]
+    assert c["status"] == "warn"
+    assert "not tmpfs" in c["summary"]
+    assert "mount a tmpfs" in c["fix"]
+    _assert_embedded_all_ok(doc, str(d), shm_dir_status="warn")
+    assert os.listdir(d) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# shm dir: Docker's default, nearly full, full, missing
+
+
+@needs_root
+def test_docker_default_64_mib_tmpfs_warns(tmp_path: Path) -> None:
+    with tmpfs(tmp_path / f"d64-{unique()}", "64m") as d:
+        doc = doctor("--shm-dir", d, exit=0)
+        c = checks(doc)
+        assert c["shm dir"]["status"] == "warn"
+        assert "Docker" in c["shm dir"]["summary"]
+        assert "64 MiB" in c["shm dir"]["summary"]
+        assert "--shm-size" in c["shm dir"]["fix"]
+        assert c["send shm"]["status"] == "ok", "a warning is advice: the sends still pass"
+        assert [x for x in doc["result"]["checks"] if x["status"] == "fail"] == []
+
+
+@needs_root
+def test_nearly_full_tmpfs_warns(tmp_path: Path) -> None:
+    with tmpfs(tmp_path / f"nearly-{unique()}", "100m") as d:
+        vfs = os.statvfs(d)
+        total = vfs.f_blocks * vfs.f_frsize
+        fill(os.path.join(d, "filler"), total - total // 12)  # about 8% free: under the 10% line
+        doc = doctor("--shm-dir", d, exit=0)
+        c = checks(doc)["shm dir"]
+        assert c["status"] == "warn"
+        assert "nearly full" in c["summary"]
+        assert "smgshm gc --delete" in c["fix"]
+        assert checks(doc)["send shm"]["status"] == "ok", "8 MiB still holds the test tensors"
+        assert os.listdir(d) == ["filler"]
+
+
+@needs_root
+def test_tmpfs_too_full_for_a_tensor_fails_send_shm(tmp_path: Path) -> None:
+    with tmpfs(tmp_path / f"tiny-{unique()}", "64k") as d:
+        fill(os.path.join(d, "filler"), 48 * 1024)  # 16 KiB left: room for a probe, not a 1 MiB tensor
+        doc = doctor("--shm-dir", d, exit=5)
+        c = checks(doc)
+        assert c["writable"]["status"] == "ok", "a one-byte probe still fits"
+        assert c["send inline"]["status"] == "ok", "inline needs no shm space"
+        s = c["send shm"]
+        assert s["status"] == "fail"
+        assert s["code"] == 5
+        assert s["summary"].startswith("shm dir is full")
+        assert "needed_bytes=1048576" in s["summary"]
+        assert "smgshm gc --delete" in s["fix"]
+        assert "--shm-size" in s["fix"]
+        assert os.listdir(d) == ["filler"], "a failed SHM send must not leave a partial segment"
+
+
+def test_full_tmpfs_fails_writable_and_send_shm_with_exit_5(full_tmpfs: str) -> None:
+    doc = doctor("--shm-dir", full_tmpfs, exit=5)
+    c = checks(doc)
+    assert c["writable"]["status"] == "fail"
+    assert c["writable"]["code"] == 5
+    assert "No space left on device" in c["writable"]["summary"]
+    assert c["send inline"]["status"] == "ok"
+    assert c["send shm"]["status"] == "fail"
+    assert c["send shm"]["code"] == 5
+    assert c["leaks"]["status"] == "ok"
+    assert os.listdir(full_tmpfs) == ["filler"], "nothing but the filler may be left"
+
+
+def test_full_tmpfs_send_shm_says_full_and_how_to_fix(full_tmpfs: str) -> None:
+    s = checks(doctor("--shm-dir", full_tmpfs, exit=5))["send shm"]
+    assert "shm dir is full" in s["summary"], s
+    assert s["fix"], s
+
+
+def test_full_tmpfs_writable_fix_is_about_space(full_tmpfs: str) -> None:
+    w = checks(doctor("--shm-dir", full_tmpfs, exit=5))["writable"]
+    assert "No space left on device" in w["summary"]
+    assert "uid" not in w["fix"], w
+    assert "gc --delete" in w["fix"] or "enlarge" in w["fix"] or "--shm-size" in w["fix"], w
+
+
+def test_missing_shm_dir_exits_5(tmp_path: Path) -> None:
+    missing = str(tmp_path / f"missing-{unique()}")
+    doc = run_cli("--json", "doctor", "--shm-dir", missing, "--timeout", "2s", exit=5).json
+    assert doc["ok"] is False
+    assert missing in json.dumps(doc)
+    assert not os.path.exists(missing), "doctor must not create the shm dir"
+
+
+def test_missing_shm_dir_still_reports_every_check(tmp_path: Path) -> None:
+    missing = str(tmp_path / f"missing-{unique()}")
+    doc = run_cli("--json", "doctor", "--shm-dir", missing, "--timeout", "2s", exit=5).json
+    assert "result" in doc, doc
+    c = {x["name"]: x for x in doc["result"]["checks"]}
+    assert c["shm dir"]["status"] == "fail"
+    assert c["shm dir"]["code"] == 5
+
+
+# ---------------------------------------------------------------------------------------------
+# the namespace id (a private mount namespace with boot_id bind-mounted over)
+
+
+def _doctor_with_boot_id(tmp_path: Path, children: Children, shm: str, boot_id: str) -> tuple[int, dict[str, Any]]:
+    fake = tmp_path / f"boot_id-{unique()}"
+    fake.write_text(boot_id, encoding="ascii")
+    inner = f"mount --bind {fake} /proc/sys/kernel/random/boot_id && exec {PY} -m smgshm --json doctor --shm-dir {shm}"
+    p = children.spawn(["unshare", "--mount", "--propagation", "private", "sh", "-c", inner])
+    out, err = p.communicate(timeout=60)
+    assert out, f"doctor printed nothing (exit {p.returncode}): {err}"
+    doc: dict[str, Any] = json.loads(out)
+    assert set(doc) == ENVELOPE
+    return p.returncode, doc
+
+
+@needs_unshare
+def test_unreadable_boot_id_fails_namespace_id(tmp_path: Path, children: Children, shm_dir: str) -> None:
+    code, doc = _doctor_with_boot_id(tmp_path, children, shm_dir, "")
+    c = checks(doc)
+    assert c["namespace id"]["status"] == "fail"
+    assert c["namespace id"]["code"] == 6
+    assert "boot_id" in c["namespace id"]["fix"]
+    addr = doc["result"]["embedded_receiver"]
+    assert c[f"probe {addr}"]["status"] == "fail"
+    assert c[f"probe {addr}"]["code"] == 6
+    assert code == 6 == worst([x["code"] for x in doc["result"]["checks"] if x["status"] == "fail"])
+    assert os.listdir(shm_dir) == []
+
+
+@needs_unshare
+def test_malformed_boot_id_fails_namespace_id(tmp_path: Path, children: Children, shm_dir: str) -> None:
+    code, doc = _doctor_with_boot_id(tmp_path, children, shm_dir, "garbage\n")
+    assert code == 6
+    assert checks(doc)["namespace id"]["status"] == "fail", checks(doc)["namespace id"]
+
+
+# ---------------------------------------------------------------------------------------------
+# leaks, hazards, leftover probe files
+
+
+@needs_init_pidns
+def test_leaked_segment_fails_leaks(children: Children, shm_dir: str) -> None:
+    name = f"smg-tokenspeed-{dead_pid(children)}-{time.time_ns()}-0"
+    path = make_file(shm_dir, name)
+    doc = doctor("--shm-dir", shm_dir, exit=3)
+    c = checks(doc)["leaks"]
+    assert c["status"] == "fail"
+    assert c["code"] == 3
+    assert c["fix"] == "smgshm gc --delete"
+    assert c["summary"].startswith("1 leaked segment(s)")
+    assert "hazards" not in checks(doc)
+    assert checks(doc)["send shm"]["status"] == "ok", "a leak elsewhere does not stop a send"
+    assert os.path.exists(path), "doctor reports; it never deletes"
+
+
+@pytest.mark.timeout(60)
+def test_fifo_named_like_a_segment_fails_hazards(shm_dir: str) -> None:
+    fifo = os.path.join(shm_dir, "smg-tokenspeed-fifo-x")
+    os.mkfifo(fifo, 0o600)
+    t0 = time.monotonic()
+    doc = doctor("--shm-dir", shm_dir, exit=3)
+    assert time.monotonic() - t0 < 45, "doctor must not block on the FIFO"
+    c = checks(doc)
+    assert c["hazards"]["status"] == "fail"
+    assert c["hazards"]["code"] == 3
+    assert "FIFO" in c["hazards"]["summary"]
+    assert "smgshm gc" in c["hazards"]["fix"]
+    assert c["leaks"]["status"] == "ok", "a FIFO is a hazard, not a leak"
+    assert os.path.exists(fifo)
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
+@needs_init_pidns
+def test_leftover_gateway_probe_file_fails_probe_files(children: Children, shm_dir: str) -> None:
+    pid = dead_pid(children)
+    name = f"smg-tokenspeed-probe-{pid}"
+    make_file(shm_dir, name, size=0)
+    doc = doctor("--shm-dir", shm_dir, exit=3)
+    c = checks(doc)
+    pf = c["probe files"]
+    assert pf["status"] == "fail"
+    assert pf["code"] == 3
+    assert name in pf["summary"]
+    assert f"a gateway with pid {pid} will stay inline" in pf["summary"]
+    assert "smgshm gc --delete" in pf["fix"]
+    assert c["leaks"]["status"] == "fail", "a probe file of a dead pid is also a leaked entry"
+    assert os.path.exists(os.path.join(shm_dir, name))
+
+
+@needs_init_pidns
+def test_human_mode_prints_the_fix_and_the_failure_count(children: Children, shm_dir: str) -> None:
+    make_file(shm_dir, f"smg-tokenspeed-{dead_pid(children)}-{time.time_ns()}-0")
+    res = run_cli("--no-color", "doctor", "--shm-dir", shm_dir, exit=3)
+    lines = res.stdout.splitlines()
+    i = next(i for i, ln in enumerate(lines) if ln.startswith("[FAIL] leaks: "))
+    assert lines[i + 1] == "       fix: smgshm gc --delete"
+    assert lines[-1] == "doctor: 1 check(s) failed"
+
+
+@needs_init_pidns
+def test_quiet_mode_keeps_the_exit_code(children: Children, shm_dir: str) -> None:
+    make_file(shm_dir, f"smg-tokenspeed-{dead_pid(children)}-{time.time_ns()}-0")
+    res = run_cli("-q", "doctor", "--shm-dir", shm_dir, exit=3)
+    assert "[ok  ]" not in res.stdout, "--quiet prints no progress lines"
+
+
+# ---------------------------------------------------------------------------------------------
+# workers
+
+
+@needs_unshare
+@pytest.mark.timeout(90)
+def test_private_tmpfs_worker_fails_the_probe(children: Children, shm_dir: str) -> None:
+    inner = f"mount -t tmpfs -o size=4m tmpfs {SHM} && exec {PY} -m smgshm --json serve --listen 127.0.0.1:0"
+    p = children.spawn(["unshare", "--mount", "--propagation", "private", "sh", "-c", inner])
+    assert p.stdout is not None
+    line = p.stdout.readline()
+    assert line, f"serve exited early: {p.stderr.read() if p.stderr else ''}"
+    ready = json.loads(line)["result"]
+    addr = ready["address"]
+    from smgshm.core.namespace import read_namespace_id
+
+    assert ready["namespace_id"] != read_namespace_id(shm_dir), "the worker has its own tmpfs"
+
+    doc = doctor("--worker", addr, "--shm-dir", shm_dir, exit=3)
+    assert doc["result"]["embedded_receiver"] == ""
+    assert doc["result"]["workers"] == [addr]
+    c = probe_check(doc, addr)
+    assert c["status"] == "fail"
+    assert c["code"] == 3
+    assert c["summary"].startswith("private_tmpfs: ")
+    assert "different tmpfs" in c["summary"]
+    assert "--ipc" in c["fix"]
+    # It is a smgshm receiver, so the sends run: inline works, SHM cannot (the tmpfs is not shared).
+    assert checks(doc)["send inline"]["status"] == "ok"
+    assert checks(doc)["send shm"]["status"] == "fail"
+    assert os.listdir(shm_dir) == [], "the failed SHM sends left their segments behind"
+    assert p.poll() is None, "the worker outlives the doctor run"
+
+
+@pytest.mark.timeout(60)
+def test_unreachable_worker_exits_4_quickly(shm_dir: str) -> None:
+    addr = f"127.0.0.1:{closed_port()}"
+    t0 = time.monotonic()
+    doc = doctor("--worker", addr, "--timeout", "500ms", "--shm-dir", shm_dir, exit=4)
+    assert time.monotonic() - t0 < 20, "a 500 ms timeout must bound the run"
+    c = probe_check(doc, addr)
+    assert c["status"] == "fail"
+    assert c["code"] == 4
+    assert c["summary"].startswith("unreachable: ")
+    assert "gRPC server is up" in c["fix"]
+    assert send_checks(doc) == [], "no send to a worker that does not answer"
+    assert doc["result"]["workers"] == [addr]
+    assert doc["result"]["embedded_receiver"] == ""
+    assert checks(doc)["leaks"]["status"] == "ok", "the local checks still run"
+
+
+def test_sglang_faced_receiver_is_undetermined_but_still_sent_to(children: Children, shm_dir: str) -> None:
+    p, ready = start_serve(children, "--engine", "sglang", "--shm-dir", shm_dir)
+    addr = ready["result"]["address"]
+    assert ready["result"]["engine"] == "sglang"
+    doc = doctor("--worker", addr, "--shm-dir", shm_dir, exit=6)
+    c = probe_check(doc, addr)
+    assert c["status"] == "fail"
+    assert c["code"] == 6
+    assert c["summary"].startswith("undetermined: ")
+    assert "SGLang" in c["fix"]
+    # The gateway sends SGLang inline only, but this worker is still smgshm's receiver (it
+    # serves Diagnostics), so doctor does run both sends, and they pass.
+    sends = {s["name"]: s for s in send_checks(doc)}
+    assert set(sends) == {"send inline", "send shm"}
+    assert {s["status"] for s in sends.values()} == {"ok"}
+    assert os.listdir(shm_dir) == []
+    assert p.poll() is None
+
+
+def test_non_smgshm_grpc_server_gets_no_send_checks(bare_grpc_server: str, shm_dir: str) -> None:
+    addr = bare_grpc_server
+    doc = doctor("--worker", addr, "--timeout", "2s", "--shm-dir", shm_dir, exit=4)
+    c = probe_check(doc, addr)
+    assert c["status"] == "fail"
+    assert c["code"] == 4
+    assert "no SMG engine service answers" in c["summary"]
+    assert send_checks(doc) == [], "only a smgshm receiver can verify a send"
+
+
+def test_shared_worker_passes(children: Children, shm_dir: str) -> None:
+    _, ready = start_serve(children, "--shm-dir", shm_dir)
+    addr = ready["result"]["address"]
+    doc = doctor("--worker", addr, "--shm-dir", shm_dir, exit=0)
+    c = probe_check(doc, addr)
+    assert c["status"] == "ok"
+    assert "verified with a canary segment" in c["summary"]
+    assert [s["status"] for s in send_checks(doc)] == ["ok", "ok"]
+    assert os.listdir(shm_dir) == [], "the receiver unlinked every segment it read"
+
+
+def test_send_checks_name_their_worker(children: Children, shm_dir: str) -> None:
+    _, a = start_serve(children, "--shm-dir", shm_dir)
+    _, b = start_serve(children, "--shm-dir", shm_dir)
+    doc = doctor("--worker", a["result"]["address"], "--worker", b["result"]["address"], "--shm-dir", shm_dir, exit=0)
+    names = [s["name"] for s in send_checks(doc)]
+    assert len(names) == 4
+    assert len(set(names)) == 4, names
+
+
+# ---------------------------------------------------------------------------------------------
+# --from-gateway
+
+
+def test_from_gateway_probes_the_registered_worker(children: Children, gateway: FakeGateway, shm_dir: str) -> None:
+    _, ready = start_serve(children, "--shm-dir", shm_dir)
+    addr = ready["result"]["address"]
+    url = gateway.serve([gw_worker(f"grpc://{addr}"), gw_worker("http://127.0.0.1:1", mode="http")])
+    doc = doctor("--from-gateway", url, "--shm-dir", shm_dir, exit=0)
+    assert gateway.paths == ["/workers"]
+    assert doc["result"]["workers"] == [f"grpc://{addr}"], "the HTTP worker is not a gRPC worker to check"
+    assert doc["result"]["embedded_receiver"] == ""
+    c = probe_check(doc, f"grpc://{addr}")
+    assert c["status"] == "ok"
+    assert [s["status"] for s in send_checks(doc)] == ["ok", "ok"]
+
+
+def test_from_gateway_with_no_grpc_workers_is_a_usage_error(gateway: FakeGateway) -> None:
+    url = gateway.serve([gw_worker("http://127.0.0.1:1", mode="http")])
+    res = run_cli("doctor", "--from-gateway", url, exit=2)
+    assert "no gRPC workers" in res.stderr
+
+
+def test_from_gateway_unreachable_exits_4() -> None:
+    url = f"http://127.0.0.1:{closed_port()}"
+    res = run_cli("--json", "doctor", "--from-gateway", url, "--timeout", "1s", exit=4)
+    assert res.json["ok"] is False
+    assert "gateway unreachable" in res.json["error"]["message"]
+
+
+# ---------------------------------------------------------------------------------------------
+# the exit code is the worst check's, in the order 4, 5, 3, 6
+
+
+@needs_init_pidns
+def test_unreachable_beats_full_beats_leaked(children: Children, full_tmpfs: str) -> None:
+    # The leak goes in before the filler fills the tmpfs: delete the filler, add it, refill.
+    os.unlink(os.path.join(full_tmpfs, "filler"))
+    make_file(full_tmpfs, f"smg-tokenspeed-{dead_pid(children)}-{time.time_ns()}-0")
+    fill(os.path.join(full_tmpfs, "filler"))
+    dead = f"127.0.0.1:{closed_port()}"
+    doc = doctor("--worker", dead, "--timeout", "500ms", "--shm-dir", full_tmpfs, exit=4)
+    codes = {c["name"]: c["code"] for c in doc["result"]["checks"] if c["status"] == "fail"}
+    assert codes[f"probe {dead}"] == 4
+    assert codes["writable"] == 5
+    assert codes["leaks"] == 3
+    # Without the unreachable worker, the full tmpfs (5) outranks the leak (3).
+    doc = doctor("--shm-dir", full_tmpfs, exit=5)
+    assert checks(doc)["leaks"]["code"] == 3
+
+
+@needs_init_pidns
+def test_leaked_beats_undetermined(children: Children, shm_dir: str) -> None:
+    make_file(shm_dir, f"smg-tokenspeed-{dead_pid(children)}-{time.time_ns()}-0")
+    _, ready = start_serve(children, "--engine", "sglang", "--shm-dir", shm_dir)
+    addr = ready["result"]["address"]
+    doc = doctor("--worker", addr, "--shm-dir", shm_dir, exit=3)
+    assert probe_check(doc, addr)["code"] == 6
+    assert checks(doc)["leaks"]["code"] == 3
+
+
+# ---------------------------------------------------------------------------------------------
+# the JSON document
+
+
+@needs_init_pidns
+def test_json_envelope_on_success_and_failure(children: Children, shm_dir: str) -> None:
+    ok = doctor("--shm-dir", shm_dir, exit=0)
+    assert set(ok) == ENVELOPE
+    assert set(ok["result"]) == RESULT_KEYS
+    assert ok["ok"] is True
+    assert isinstance(ok["smgshm_version"], str)
+    assert ok["smgshm_version"]
+    assert isinstance(ok["warnings"], list)
+    make_file(shm_dir, f"smg-tokenspeed-{dead_pid(children)}-{time.time_ns()}-0")
+    bad = doctor("--shm-dir", shm_dir, exit=3)
+    assert set(bad) == ENVELOPE, "a failing check is a result, not an error document"
+    assert set(bad["result"]) == RESULT_KEYS
+    assert bad["ok"] is False
+    for doc in (ok, bad):
+        for c in doc["result"]["checks"]:
+            assert set(c) == CHECK_KEYS
