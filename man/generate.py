@@ -28,9 +28,23 @@ def _exit_status() -> str:
     return "\n".join(lines) + "\n"
 
 
+def _split_examples(page: str) -> tuple[str, str]:
+    """Move the help text's ``Examples:`` block out of DESCRIPTION into its own EXAMPLES section."""
+    head, sep, rest = page.partition("\nExamples:\n")
+    if not sep:
+        return page, ""
+    examples, nl, tail = rest.partition("\n.SH ")
+    lines = [ln.strip().replace("-", "\\-") for ln in examples.splitlines() if ln.strip() and ln.strip() != ".PP"]
+    section = ".SH EXAMPLES\n" + "\n".join(f".nf\n{ln}\n.fi" for ln in lines) + "\n"
+    head = head.rstrip()
+    while head.endswith(".PP"):  # the paragraph break click-man left before the block
+        head = head.removesuffix(".PP").rstrip()
+    return head + "\n" + (".SH " + tail if nl else ""), section
+
+
 def _pages(cmd: click.Command, ctx: click.Context) -> list[tuple[str, str]]:
-    page = str(generate_man_page(ctx, version=__version__, date=MAN_DATE))
-    out = [(ctx.command_path.replace(" ", "-"), HEADER + page.rstrip("\n") + "\n" + _exit_status())]
+    page, examples = _split_examples(str(generate_man_page(ctx, version=__version__, date=MAN_DATE)))
+    out = [(ctx.command_path.replace(" ", "-"), HEADER + page.rstrip("\n") + "\n" + examples + _exit_status())]
     if isinstance(cmd, click.Group):
         for name in sorted(cmd.list_commands(ctx)):
             sub = cmd.get_command(ctx, name)

@@ -75,7 +75,8 @@ def gc(app: App, delete: bool, include_stale: bool, min_age: float, stale_after:
             raise click.UsageError("--watch only lists: it does not combine with --delete, --check or --prometheus")
         _watch(app, opts, watch, watch_count)
         return
-    report = scan_segments(opts)
+    with render.scan_progress(app) as progress:
+        report = scan_segments(opts, progress)
     if not report.liveness_trusted and not assume_dead:
         app.warn(report.liveness_note)
     if delete:

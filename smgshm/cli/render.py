@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
@@ -330,3 +332,16 @@ def bench_report(app: App, report: Any) -> None:
         app.console.print(
             Text(f"{'':>10} inline {'=' * i} {r.inline.gb_per_s:.2f}" if r.inline else f"{'':>10} inline n/a")
         )
+
+
+@contextlib.contextmanager
+def scan_progress(app: App) -> Iterator[Callable[[int, int], None] | None]:
+    """A transient progress bar for a large scan, on a TTY stderr only (never with --json/--quiet)."""
+    if app.json or app.quiet or not app.err_console.is_terminal:
+        yield None
+        return
+    from rich.progress import Progress
+
+    with Progress(console=app.err_console, transient=True) as bar:
+        task = bar.add_task("scanning", total=None)
+        yield lambda done, total: bar.update(task, completed=done, total=total)
