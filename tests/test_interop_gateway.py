@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from smgshm.core.namespace import read_namespace_id
-from tests.conftest import Children, start_serve, wait_for
+from tests.conftest import Children, run_cli, start_serve, wait_for
 
 SMG = Path(sys.executable).parent / "smg"
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -75,7 +75,7 @@ class Gateway:
         return None
 
 
-def launch_gateway(children: Children, tmp_path: Path, worker_address: str) -> Gateway:
+def launch_gateway(children: Children, tmp_path: Path, *worker_addresses: str) -> Gateway:
     port, prom = free_port(), free_port()
     out, err = tmp_path / "gateway.stdout", tmp_path / "gateway.stderr"
     argv = [
@@ -86,7 +86,7 @@ def launch_gateway(children: Children, tmp_path: Path, worker_address: str) -> G
         "--port",
         str(port),
         "--worker-urls",
-        f"grpc://{worker_address}",
+        *(f"grpc://{a}" for a in worker_addresses),
         "--multimodal-tensor-transport",
         "auto",
         "--disable-tokenizer-autoload",
@@ -131,3 +131,24 @@ def test_gateway_records_pinned_namespace_label(children: Children, tmp_path: Pa
     assert worker["labels"]["shm_namespace_id"] == PINNED_ID
     assert worker["status"] == "ready"
     assert worker["runtime_type"] == "vllm"
+
+
+def test_probe_from_real_gateway_with_several_workers(children: Children, tmp_path: Path) -> None:
+    """`probe --from-gateway` against `smg launch` with a vLLM and a TokenSpeed worker registered."""
+    _, vllm = start_serve(children)
+    _, ts = start_serve(children, "--engine", "tokenspeed")
+    addrs = [vllm["result"]["address"], ts["result"]["address"]]
+    gw = launch_gateway(children, tmp_path, *addrs)
+    for a in addrs:
+        wait_for(lambda a=a: gw.healthy_worker(f"grpc://{a}"), 60, f"the gateway to report {a} healthy")
+    doc = run_cli("--json", "probe", "--from-gateway", f"http://127.0.0.1:{gw.port}").json
+    rows = {w["address"]: w for w in doc["result"]["workers"]}
+    assert set(rows) == {f"grpc://{a}" for a in addrs}
+    assert rows[f"grpc://{addrs[0]}"]["engine"] == "vllm"
+    assert rows[f"grpc://{addrs[1]}"]["engine"] == "tokenspeed"
+    for w in rows.values():
+        assert w["verdict"] == "shared"
+        # The label the gateway recorded at registration is the id the worker advertises now.
+        assert w["gateway_label"] == w["namespace_id"] == read_namespace_id()
+        assert w["decisions"]["auto"]["path"] == "shm"
+    assert doc["warnings"] == []
