@@ -126,6 +126,8 @@ class _Run:
 
         from smgshm.rpc.v1 import diag_pb2
 
+        if self.unreachable:
+            return  # the receiver is gone: writing more segments only to unlink them helps nobody
         o = self.opts
         path = self._path_for()
         created: list[ShmRef] = []
@@ -244,6 +246,11 @@ def send(address: str, opts: SendOptions) -> SendReport:
         raise
     finally:
         channel.close()
+    sent = sum(st.requests for st in run.stats.values())
+    if sent < opts.count:
+        run.problems.append(
+            Problem(sent, "", "not_sent", f"{opts.count - sent} request(s) not sent: the receiver became unreachable")
+        )
     paths = [
         PathSummary(
             p,
