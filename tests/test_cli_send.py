@@ -519,3 +519,14 @@ def test_size_a_multiple_of_itemsize_is_accepted(address: str) -> None:
     r = send_json(address, "--dtype", "int64", "--size", "1KiB", "--shm-min-bytes", "1")["result"]
     assert (r["shape"], r["tensor_nbytes"]) == ([128], 1024)
     assert only_path(r)["mismatches"] == 0
+
+
+@pytest.mark.parametrize("layout", ["vllm", "tokenspeed"])
+def test_many_tensors_match_by_key_not_order(address: str, layout: str) -> None:
+    """12 tensors: the receiver's map order (extra_10 before extra_2) must not read as mismatches."""
+    doc = run_cli("--json", "send", address, "--layout", layout, "--tensors", "12", "--shape", "16",
+                  "--shm-min-bytes", "1").json  # fmt: skip
+    p = only_path(doc["result"])
+    assert p["tensors"] == 12
+    assert p["mismatches"] == 0
+    assert doc["result"]["problems"] == []

@@ -9,6 +9,7 @@ On any failure to send, every segment created for that request is unlinked first
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -105,6 +106,9 @@ def _pct(values: list[int], q: float) -> float:
     return s[min(len(s) - 1, round(q * (len(s) - 1)))] / 1e6
 
 
+_EXTRA = re.compile(r"\[extra_(\d+)\]$")
+
+
 class _Run:
     def __init__(self, opts: SendOptions, stub: Any, pb: Any, local_ns: str, peer_ns: str, writable: bool) -> None:
         self.opts, self.stub, self.pb = opts, stub, pb
@@ -173,7 +177,11 @@ class _Run:
         problems: list[Problem] = []
         mismatches = failures = 0
         by_order = list(resp.receipts)
-        for k, r in enumerate(by_order):
+        for r in by_order:
+            # Receipts come back in the receiver's order (map keys sorted as strings: extra_10 before
+            # extra_2), so match each to its tensor by key, never by position.
+            m = _EXTRA.search(r.key)
+            k = int(m.group(1)) if m else 0
             if r.error.code:
                 failures += 1
                 problems.append(Problem(i, r.key, "receiver_error", f"{r.error.code}: {r.error.message}"[:300]))
