@@ -220,19 +220,11 @@ def run_bench(
     """Sweep ``opts.sizes`` against a smgshm receiver, alternating inline and SHM."""
     import grpc
 
-    from smgshm.core.probe import grpc_target
+    from smgshm.core.channel import open_channel
     from smgshm.rpc.v1 import diag_pb2, diag_pb2_grpc
 
-    limit = opts.max_message_bytes + MESSAGE_OVERHEAD
-    channel = grpc.insecure_channel(
-        grpc_target(address),
-        options=[("grpc.max_send_message_length", limit), ("grpc.max_receive_message_length", limit)],
-    )
+    channel = open_channel(address, 5.0, opts.max_message_bytes + MESSAGE_OVERHEAD)
     try:
-        try:
-            grpc.channel_ready_future(channel).result(timeout=5)
-        except grpc.FutureTimeoutError:
-            raise TransportError("endpoint unreachable", endpoint=address) from None
         host = measure_host(opts.shm_dir, min(max(opts.sizes), 64 * 1024 * 1024))
         bench = _Bench(diag_pb2_grpc.DiagnosticsStub(channel), diag_pb2, opts)
         total, done = len(opts.sizes) * (opts.warmup + opts.iterations), 0

@@ -314,7 +314,7 @@ def run_doctor(
 def _is_smgshm(address: str, timeout: float) -> bool:
     import grpc
 
-    from smgshm.core.probe import grpc_target
+    from smgshm.core.channel import grpc_target
     from smgshm.rpc.v1 import diag_pb2, diag_pb2_grpc
 
     with grpc.insecure_channel(grpc_target(address)) as ch:

@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from smgshm.core.channel import grpc_target, open_channel
 from smgshm.core.errors import SmgshmError, TransportError
 from smgshm.core.gateway import GatewayWorker
 from smgshm.core.host import probe_writable
@@ -84,17 +85,6 @@ class LocalChecks:
     writable_error: str
     leftover_probe_files: list[str]
     shm_free_bytes: int
-
-
-def grpc_target(address: str) -> str:
-    """``grpc://h:p`` and ``h:p`` -> ``h:p``; ``unix:PATH`` as is; a DP ``@rank`` suffix stripped."""
-    a = address.strip()
-    for scheme in ("grpc://", "grpcs://"):
-        if a.startswith(scheme):
-            a = a[len(scheme) :]
-    if not a.startswith("unix:"):
-        a = a.split("/", 1)[0].split("@", 1)[0]
-    return a
 
 
 def local_checks(shm_dir: str = DEFAULT_SHM_DIR) -> LocalChecks:
@@ -226,18 +216,13 @@ def verify_canary(channel: Any, opts: ProbeOptions) -> VerifyResult:
 
 def probe_worker(address: str, opts: ProbeOptions, local: LocalChecks) -> WorkerReport:
     """Probe one worker; an unreachable one is a report, not an exception."""
-    import grpc
-
     t0 = time.monotonic()
     target = grpc_target(address)
-    channel = grpc.insecure_channel(target)
     try:
-        try:
-            grpc.channel_ready_future(channel).result(timeout=opts.connect_timeout)
-        except grpc.FutureTimeoutError:
-            raise TransportError(
-                "endpoint unreachable", endpoint=target, connect_timeout_s=opts.connect_timeout
-            ) from None
+        channel = open_channel(target, opts.connect_timeout)
+    except TransportError as err:
+        return WorkerReport(address, "unreachable", str(err), elapsed_ms=(time.monotonic() - t0) * 1e3)
+    try:
         engine, hc = _detect(channel, target, opts)
         service = f"{_stub(channel, engine)[0].DESCRIPTOR.package}.{_MODULES[engine][1]}"
         health = Health(bool(hc.healthy) if hasattr(hc, "healthy") else None,

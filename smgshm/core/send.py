@@ -212,22 +212,13 @@ def send(address: str, opts: SendOptions) -> SendReport:
     """Run ``opts.count`` requests (``opts.concurrency`` at a time) against a smgshm receiver."""
     import grpc
 
+    from smgshm.core.channel import grpc_target, open_channel
     from smgshm.core.namespace import read_namespace_id
-    from smgshm.core.probe import grpc_target
     from smgshm.rpc.v1 import diag_pb2, diag_pb2_grpc
 
     target = grpc_target(address)
-    limit = 512 * 1024 * 1024
-    channel = grpc.insecure_channel(
-        target, options=[("grpc.max_send_message_length", limit), ("grpc.max_receive_message_length", limit)]
-    )
+    channel = open_channel(target, opts.connect_timeout, 512 * 1024 * 1024)
     try:
-        try:
-            grpc.channel_ready_future(channel).result(timeout=opts.connect_timeout)
-        except grpc.FutureTimeoutError:
-            raise TransportError(
-                "endpoint unreachable", endpoint=target, connect_timeout_s=opts.connect_timeout
-            ) from None
         stub = diag_pb2_grpc.DiagnosticsStub(channel)
         try:
             ident = stub.Identity(diag_pb2.IdentityRequest(), timeout=opts.timeout)
