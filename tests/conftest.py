@@ -45,6 +45,42 @@ def no_shm_leaks() -> Iterator[None]:
         pytest.fail(f"test leaked /dev/shm entries: {sorted(leaked)}")
 
 
+def remove_path(path: str) -> None:
+    """Remove a file, link, FIFO or empty directory a test made; gone already is fine."""
+    try:
+        if os.path.isdir(path) and not os.path.islink(path):
+            os.rmdir(path)
+        else:
+            os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+@pytest.fixture
+def scratch() -> Iterator[list[str]]:
+    """Paths a test creates in /dev/shm; every one is removed at teardown, pass or fail."""
+    paths: list[str] = []
+    try:
+        yield paths
+    finally:
+        for p in paths:
+            remove_path(p)
+
+
+def make_file(d: str, name: str, size: int = 4096, age_s: float | None = None) -> str:
+    """A 0600 regular file of ``size`` bytes in ``d``, its times set ``age_s`` seconds back if given."""
+    path = os.path.join(d, name)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.write(fd, b"\x5a" * size)
+    finally:
+        os.close(fd)
+    if age_s is not None:
+        t = time.time() - age_s
+        os.utime(path, (t, t))
+    return path
+
+
 @pytest.fixture
 def receiver() -> Iterator[Any]:
     """An in-process reference receiver (vLLM face) on a random loopback port."""

@@ -30,7 +30,7 @@ from typing import Any
 import psutil
 import pytest
 
-from tests.conftest import Children, run_cli, start_serve, wait_for
+from tests.conftest import Children, make_file, run_cli, start_serve, wait_for
 
 PY = sys.executable
 SHM = "/dev/shm"
@@ -104,16 +104,6 @@ def dead_pid(children: Children) -> int:
     p.wait(timeout=30)
     assert not psutil.pid_exists(p.pid)
     return p.pid
-
-
-def make_file(d: str, name: str, size: int = 4096) -> str:
-    path = os.path.join(d, name)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        os.write(fd, b"\x5a" * size)
-    finally:
-        os.close(fd)
-    return path
 
 
 def fill(path: str, nbytes: int | None = None) -> int:

@@ -28,7 +28,7 @@ from typing import Any
 import psutil
 import pytest
 
-from tests.conftest import Children, run_cli, wait_for
+from tests.conftest import Children, make_file, run_cli, wait_for
 
 PY = sys.executable
 SHM = "/dev/shm"
@@ -130,19 +130,6 @@ def dead_pid(children: Children) -> int:
 
 def seg_name(pid: int, nanos: int | None = None, seq: int = 0) -> str:
     return f"smg-tokenspeed-{pid}-{time.time_ns() if nanos is None else nanos}-{seq}"
-
-
-def make_file(d: str, name: str, size: int = 4096, age_s: float | None = None) -> str:
-    path = os.path.join(d, name)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        os.write(fd, b"\x5a" * size)
-    finally:
-        os.close(fd)
-    if age_s is not None:
-        t = time.time() - age_s
-        os.utime(path, (t, t))
-    return path
 
 
 def comm(pid: int) -> str:

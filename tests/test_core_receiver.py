@@ -35,18 +35,6 @@ LAYOUTS = [Layout.VLLM, Layout.TOKENSPEED]
 FAKE_NS = "0badc0de-1111-4000-8000-000000000000:4242"
 
 
-@pytest.fixture
-def scratch() -> Iterator[list[str]]:
-    """Paths a test creates in /dev/shm; every one is removed at teardown."""
-    paths: list[str] = []
-    try:
-        yield paths
-    finally:
-        for p in paths:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(p)
-
-
 def _seg(scratch: list[str], data: bytes) -> ShmRef:
     ref = write_segment(data)
     scratch.append(ref.path)

@@ -32,25 +32,6 @@ def _name() -> str:
     return f"smg-smgshm-test-{os.getpid()}-{uuid.uuid4().hex}"
 
 
-def _remove(path: str) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        if os.path.isdir(path) and not os.path.islink(path):
-            os.rmdir(path)
-        else:
-            os.unlink(path)
-
-
-@pytest.fixture
-def scratch() -> Iterator[list[str]]:
-    """Paths a test creates in /dev/shm; every one is removed at teardown, pass or fail."""
-    paths: list[str] = []
-    try:
-        yield paths
-    finally:
-        for p in paths:
-            _remove(p)
-
-
 def _make_file(scratch: list[str], data: bytes) -> str:
     """A 0600 regular file in /dev/shm holding ``data``; returns its name."""
     name = _name()
