@@ -33,14 +33,8 @@ def no_shm_leaks() -> Iterator[None]:
     yield
     leaked = _smg_entries() - before
     for name in leaked:
-        path = os.path.join(SHM, name)
-        try:
-            if os.path.isdir(path) and not os.path.islink(path):
-                os.rmdir(path)
-            else:
-                os.unlink(path)
-        except OSError:
-            pass
+        with contextlib.suppress(OSError):  # e.g. a non-empty directory: report it, leave it
+            remove_path(os.path.join(SHM, name))
     if leaked:
         pytest.fail(f"test leaked /dev/shm entries: {sorted(leaked)}")
 
