@@ -53,6 +53,15 @@ def main() -> None:
         f"({big.shm_read_ms:.2f} ms vs {cbig.shm_read_ms:.2f} ms)",
         f"recommendation: {view.recommendation}",
     ]
+    s16 = by[16 * MIB].speedup or 0.0
+    bar = {
+        "shm >= 5x inline at 16 MiB": s16 >= 5,
+        "shm >= 8x inline at 64 MiB": (big.speedup or 0.0) >= 8,
+        "shm at 64 MiB >= 0.5 of the fresh-page floor": big.shm.gb_per_s / h.fresh_page_gb_per_s >= 0.5,
+        "zero-copy read <= 10 % of the copy read": big.shm_read_ms <= 0.1 * cbig.shm_read_ms,
+        "smgshm's writer (pwrite) is the faster": h.writer_pwrite_gb_per_s >= h.writer_mmap_gb_per_s,
+    }
+    out += [f"bar  {'met   ' if ok else 'MISSED'} {what}" for what, ok in bar.items()]
     print("\n".join(out))  # noqa: T201 - a script's report
 
 

@@ -26,7 +26,7 @@ from smgshm.core.namespace import read_namespace_id
 from smgshm.core.receiver import MODEL_NAME, Receipt, ReceiverConfig, receive
 from smgshm.core.segments import ShmRef, write_segment
 from smgshm.core.services import RunningReceiver, start_receiver
-from smgshm.core.tensors import DIGEST_ALGO, digest, make_tensor, tensor_bytes
+from smgshm.core.tensors import DIGEST_ALGO, digest, digest_mismatch, make_tensor, tensor_bytes
 from smgshm.core.wire import Layout, OutTensor, Request, build_multimodal
 from smgshm.rpc.v1 import diag_pb2, diag_pb2_grpc
 
@@ -365,3 +365,21 @@ def test_namespace_override_is_advertised(ns: str) -> None:
         info = stub.GetServerInfo(tokenspeed_scheduler_pb2.GetServerInfoRequest(), timeout=10)
         # An empty id is not advertised at all, as SMG's servicer leaves the key out.
         assert dict(info.scheduler_info).get("shm_namespace_id") == (ns or None)
+
+
+def test_digest_is_xxh3_128_and_a_receipt_vouches_only_under_the_same_algorithm() -> None:
+    import xxhash
+
+    data = os.urandom(1 << 16)
+    want = digest(data)
+    assert (DIGEST_ALGO, len(want)) == ("xxh3_128", 16)
+    assert want == xxhash.xxh3_128_digest(data) == digest(memoryview(bytearray(data)))
+    assert digest_mismatch(DIGEST_ALGO, want, want) is None
+    flipped = bytes([want[0] ^ 1]) + want[1:]
+    assert digest_mismatch(DIGEST_ALGO, flipped, want) == "the receiver's digest differs from the sender's"
+    # An older receiver digesting with sha256 is a version skew, said so, not a silent pass.
+    skew = digest_mismatch("sha256", want, want)
+    assert skew is not None
+    assert "'sha256'" in skew
+    assert "upgrade" in skew
+    assert digest_mismatch("", b"", want) is not None

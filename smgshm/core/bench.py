@@ -17,7 +17,7 @@ from typing import Any
 from smgshm.core.errors import SmgshmError, TransportError
 from smgshm.core.paths import DEFAULT_SHM_DIR
 from smgshm.core.segments import WriteStrategy, unlink_segment, write_segment
-from smgshm.core.tensors import digest
+from smgshm.core.tensors import digest, digest_mismatch
 from smgshm.core.wire import Layout, OutTensor, Request, build_multimodal
 
 MESSAGE_OVERHEAD = 64 * 1024  # headroom under the gRPC limit for the envelope around an inline payload
@@ -185,8 +185,8 @@ class _Bench:
         r = resp.receipts[0]
         if r.error.code:
             raise SmgshmError(f"the receiver refused the payload: {r.error.code}: {r.error.message}")
-        if want is not None and r.digest != want:
-            raise SmgshmError("the receiver read different bytes than were sent", nbytes=r.nbytes)
+        if want is not None and (why := digest_mismatch(r.digest_algo, r.digest, want)):
+            raise SmgshmError(why, nbytes=r.nbytes)
 
     def inline(self, payload: bytes, want: bytes | None) -> int:
         t0 = time.perf_counter_ns()

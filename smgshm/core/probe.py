@@ -187,7 +187,7 @@ def _receiver_identity(channel: Any, timeout: float) -> Any | None:
 def verify_canary(channel: Any, opts: ProbeOptions) -> VerifyResult:
     """Write a 4 KiB segment, have the receiver read it, and always clean up."""
     from smgshm.core.segments import unlink_segment, write_segment
-    from smgshm.core.tensors import digest
+    from smgshm.core.tensors import digest, digest_mismatch
     from smgshm.core.wire import Layout, OutTensor, Request, build_multimodal
     from smgshm.rpc.v1 import diag_pb2, diag_pb2_grpc
 
@@ -209,8 +209,8 @@ def verify_canary(channel: Any, opts: ProbeOptions) -> VerifyResult:
     r = resp.receipts[0]
     if r.error.code:
         return VerifyResult(False, r.error.code, r.error.message)
-    if r.digest != digest(payload):
-        return VerifyResult(False, "mismatch", "the receiver read different bytes than were written")
+    if why := digest_mismatch(r.digest_algo, r.digest, digest(payload)):
+        return VerifyResult(False, "mismatch", why)
     return VerifyResult(True, "ok", "the receiver read the canary segment byte-exactly")
 
 

@@ -56,6 +56,7 @@ class Receipt:
     decode_ns: int = 0
     unlinked: bool = False
     shm_name: str = ""
+    reader: str = ""  # shm only: the read actually made (view falls back to copy without a lease)
     error_code: str = ""
     error_message: str = ""
 
@@ -118,7 +119,10 @@ def _receive_shm(t: InTensor, cfg: ReceiverConfig, base: dict[str, Any]) -> Rece
         del tensor
     finally:
         seg.release()
-    return Receipt(**base, nbytes=seg.nbytes, digest=d, read_ns=seg.read_ns, decode_ns=decode_ns, unlinked=seg.unlinked)
+    return Receipt(
+        **base, nbytes=seg.nbytes, digest=d, read_ns=seg.read_ns, decode_ns=decode_ns, unlinked=seg.unlinked,
+        reader=seg.mode,
+    )  # fmt: skip
 
 
 def receive(layout: Layout, raw: bytes, cfg: ReceiverConfig) -> list[Receipt]:

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import itertools
 import mmap
 import os
+import signal
 import stat
 import threading
 import time
@@ -210,6 +212,11 @@ def read_segment(
     the read, a size check before reading, and a refused segment is never unlinked
     (its producer still owns it). A good segment is unlinked after the read when
     ``unlink`` is set, as SMG's ``TOKENSPEED_UNLINK_MM_SHM_AFTER_READ`` does.
+
+    ``view`` maps the segment only under a read lease, so that no one can shrink the
+    file under the mapping (which would SIGBUS this process); without one (someone
+    still has it open for writing, or it is another uid's) it copies, and ``mode``
+    on the result says which read was made.
     """
     t0 = clock()
     clean = validated_name(name)
@@ -221,7 +228,8 @@ def read_segment(
         raise _open_error(err, path) from err
     mm: mmap.mmap | None = None
     try:
-        st = os.fstat(fd)
+        leased = mode == "view" and nbytes > 0 and _read_lease(fd)
+        st = os.fstat(fd)  # after the lease: a truncate that beat it shows here
         if not stat.S_ISREG(st.st_mode):
             raise SegmentError("segment is not a regular file", code="not_regular", path=path)
         if offset + nbytes > st.st_size:
@@ -233,7 +241,8 @@ def read_segment(
                 offset=offset,
                 nbytes=nbytes,
             )
-        if mode == "view" and nbytes:
+        if leased:
+            # The mapping holds the open file, and so the lease, until release().
             mm, data = _map(fd, offset, nbytes)
         else:
             data = memoryview(_pread_exact(fd, nbytes, offset, path))
@@ -247,7 +256,22 @@ def read_segment(
             unlinked = True
         except FileNotFoundError:
             pass
-    return SegmentRead(clean, nbytes, data, unlinked, clock() - t0, mode, mm)
+    made: ReaderMode = "copy" if mode == "view" and nbytes and mm is None else mode
+    return SegmentRead(clean, nbytes, data, unlinked, clock() - t0, made, mm)
+
+
+def _read_lease(fd: int) -> bool:
+    """Take a read lease: a truncate or open-for-write elsewhere then waits until the lease
+    goes (at most /proc/sys/fs/lease-break-time seconds). Refused while anyone has the
+    file open for writing, or when it is another uid's and we lack CAP_LEASE."""
+    try:
+        # A lease break signals its holder, SIGIO by default, which would kill us;
+        # SIGURG's default action is to ignore it.
+        fcntl.fcntl(fd, fcntl.F_SETSIG, signal.SIGURG)
+        fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_RDLCK)
+    except OSError:
+        return False
+    return True
 
 
 def _open_error(err: OSError, path: str) -> SegmentError:

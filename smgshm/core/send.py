@@ -19,7 +19,7 @@ from typing import Any
 from smgshm.core.errors import HostError, SmgshmError, TransportError
 from smgshm.core.paths import DEFAULT_SHM_DIR
 from smgshm.core.segments import ShmRef, WriteStrategy, unlink_segment, write_segment
-from smgshm.core.tensors import digest, expected_nbytes, make_tensor, tensor_bytes
+from smgshm.core.tensors import digest, digest_mismatch, expected_nbytes, make_tensor, tensor_bytes
 from smgshm.core.transport import DEFAULT_SHM_MIN_BYTES, Mode, decide
 from smgshm.core.wire import Layout, OutTensor, Request, build_multimodal
 
@@ -185,9 +185,9 @@ class _Run:
             if r.error.code:
                 failures += 1
                 problems.append(Problem(i, r.key, "receiver_error", f"{r.error.code}: {r.error.message}"[:300]))
-            elif want and k < len(want) and r.digest != want[k]:
+            elif want and k < len(want) and (why := digest_mismatch(r.digest_algo, r.digest, want[k])):
                 mismatches += 1
-                problems.append(Problem(i, r.key, "mismatch", "the receiver's digest differs from the sender's"))
+                problems.append(Problem(i, r.key, "mismatch", why))
         if len(by_order) != self.opts.tensors:
             failures += 1
             problems.append(Problem(i, "", "receiver_error", f"{len(by_order)} receipts for {self.opts.tensors}"))

@@ -142,6 +142,7 @@ class DiagnosticsServicer(diag_pb2_grpc.DiagnosticsServicer):  # type: ignore[mi
                 decode_ns=r.decode_ns,
                 unlinked=r.unlinked,
                 shm_name=r.shm_name,
+                reader=r.reader,
             )
             if r.error_code:
                 pr.error.code, pr.error.message = r.error_code, r.error_message

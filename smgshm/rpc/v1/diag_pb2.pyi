@@ -73,7 +73,7 @@ class ReceiveError(_message.Message):
     def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
 
 class TensorReceipt(_message.Message):
-    __slots__ = ("key", "payload_kind", "dtype", "shape", "nbytes", "digest_algo", "digest", "read_ns", "decode_ns", "unlinked", "shm_name", "error")
+    __slots__ = ("key", "payload_kind", "dtype", "shape", "nbytes", "digest_algo", "digest", "read_ns", "decode_ns", "unlinked", "shm_name", "error", "reader")
     KEY_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_KIND_FIELD_NUMBER: _ClassVar[int]
     DTYPE_FIELD_NUMBER: _ClassVar[int]
@@ -86,6 +86,7 @@ class TensorReceipt(_message.Message):
     UNLINKED_FIELD_NUMBER: _ClassVar[int]
     SHM_NAME_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    READER_FIELD_NUMBER: _ClassVar[int]
     key: str
     payload_kind: str
     dtype: str
@@ -98,7 +99,8 @@ class TensorReceipt(_message.Message):
     unlinked: bool
     shm_name: str
     error: ReceiveError
-    def __init__(self, key: _Optional[str] = ..., payload_kind: _Optional[str] = ..., dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., nbytes: _Optional[int] = ..., digest_algo: _Optional[str] = ..., digest: _Optional[bytes] = ..., read_ns: _Optional[int] = ..., decode_ns: _Optional[int] = ..., unlinked: _Optional[bool] = ..., shm_name: _Optional[str] = ..., error: _Optional[_Union[ReceiveError, _Mapping]] = ...) -> None: ...
+    reader: str
+    def __init__(self, key: _Optional[str] = ..., payload_kind: _Optional[str] = ..., dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., nbytes: _Optional[int] = ..., digest_algo: _Optional[str] = ..., digest: _Optional[bytes] = ..., read_ns: _Optional[int] = ..., decode_ns: _Optional[int] = ..., unlinked: _Optional[bool] = ..., shm_name: _Optional[str] = ..., error: _Optional[_Union[ReceiveError, _Mapping]] = ..., reader: _Optional[str] = ...) -> None: ...
 
 class ReceiveResponse(_message.Message):
     __slots__ = ("request_id", "receipts", "elapsed_ns")
