@@ -79,3 +79,33 @@ def test_bench_gate_exits_3() -> None:
 def test_bench_unreachable_and_usage() -> None:
     run_cli("bench", "127.0.0.1:1", "--sizes", "4KiB", exit=4)
     run_cli("bench", "--min", "1MiB", "--max", "4KiB", exit=2)
+
+
+def test_a_size_over_the_message_limit_is_shm_only_and_the_gate_uses_the_largest_shared_size() -> None:
+    argv = ["--json", "bench", "--sizes", "1MiB,256MiB", "-w", "0", "-n", "1"]
+    doc = run_cli(*argv, "--min-shm-speedup", "0.001").json
+    small, big = doc["result"]["sizes"]
+    assert big["nbytes"] == 256 * 1024 * 1024
+    assert (big["inline"], big["speedup"]) == (None, None)  # 256 MiB inline exceeds SMG's message limit
+    assert big["shm"]["gb_per_s"] > 0
+    assert small["inline"] is not None
+    assert small["speedup"] > 0
+    res = run_cli(*argv, "--min-shm-speedup", "1000", exit=3)
+    assert any("at 1048576 B is below --min-shm-speedup" in w for w in res.json["warnings"])
+
+
+def test_the_default_sweep_is_the_issues_4kib_to_256mib() -> None:
+    from smgshm.cli.bench import _sizes
+
+    assert _sizes(4096, 256 * 1024 * 1024, 4, None) == tuple(4096 * 4**i for i in range(9))
+    out = run_cli("bench", "--help").stdout
+    assert "[default: 4KiB]" in out
+    assert "[default: 256MiB]" in out
+
+
+def test_human_report_fits_a_pipe_without_cut_cells() -> None:
+    out = run_cli("bench", "--sizes", "4KiB,256MiB", "-w", "0", "-n", "1").stdout
+    assert "w/rpc/r ms" in out
+    assert "GB/s by size" in out
+    assert "256.0 MiB        n/a" in out
+    assert "…" not in out  # rich shortens cells that do not fit 80 columns

@@ -299,7 +299,7 @@ def bench_report(app: App, report: Any) -> None:
 
     h = report.host
     app.console.print(Text(report.recommendation, style="bold"))
-    table = Table(box=None)
+    table = Table(box=None, pad_edge=False)  # fits 80 columns, the width of a pipe
     for col in ("size", "inline ms", "shm ms", "x", "in GB/s", "shm GB/s", "w/rpc/r ms", "memcpy"):
         table.add_column(col, justify="right", no_wrap=True, min_width=len(col))
     for r in report.sizes:
@@ -311,7 +311,7 @@ def bench_report(app: App, report: Any) -> None:
             f"{r.speedup:.1f}x" if r.speedup else "-",
             f"{inl.gb_per_s:.2f}" if inl else "n/a",
             f"{r.shm.gb_per_s:.2f}",
-            f"{r.shm_write_ms:.2f}/{r.shm_rpc_ms:.2f}/{r.shm_read_ms:.2f}",
+            "/".join(f"{ms:.1f}" if ms >= 10 else f"{ms:.2f}" for ms in (r.shm_write_ms, r.shm_rpc_ms, r.shm_read_ms)),
             f"{r.shm_fraction_of_memcpy:.0%}",
         )
     app.console.print(table)
