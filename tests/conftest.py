@@ -19,6 +19,15 @@ from click.testing import CliRunner
 SHM = "/dev/shm"
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--soak-seconds",
+        type=float,
+        default=40.0,
+        help="how long tests/test_soak.py keeps its senders going (CI: the default; longer by hand)",
+    )
+
+
 def _smg_entries() -> set[str]:
     try:
         return {n for n in os.listdir(SHM) if n.startswith("smg-")}

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import socket
 import stat
 import subprocess
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -356,3 +358,75 @@ def test_read_only_tmpfs_is_a_host_error(tmp_path: Path) -> None:
         assert not isinstance(ei.value, NoSpaceError)
         assert ei.value.fields["errno"] == "EROFS"
         assert os.listdir(d) == []
+
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="mknod and unshare need root")
+
+
+@needs_root
+@pytest.mark.parametrize(
+    ("kind", "mode", "dev"), [("char_device", stat.S_IFCHR, (1, 3)), ("block_device", stat.S_IFBLK, (7, 0))]
+)
+def test_device_nodes_named_like_segments_are_refused_unopened(
+    scratch: list[str], kind: str, mode: int, dev: tuple[int, int]
+) -> None:
+    name = _name()
+    path = os.path.join(SHM, name)
+    scratch.append(path)
+    os.mknod(path, mode | 0o600, os.makedev(*dev))
+    for reader in ("view", "copy"):
+        with pytest.raises(SegmentError) as ei:
+            read_segment(name, 0, 4, mode=reader, unlink=True)  # type: ignore[arg-type]
+        assert (ei.value.code, ei.value.fields["kind"]) == ("not_regular", kind)
+        assert os.lstat(path).st_rdev == os.makedev(*dev)  # refused and kept
+
+
+@pytest.mark.timeout(20)
+def test_a_fifo_is_never_opened_so_a_waiting_writer_stays_blocked(scratch: list[str]) -> None:
+    # Opening a FIFO for reading would release a writer blocked in open(O_WRONLY): the
+    # writer still waiting afterwards proves the reader never opened it.
+    name = _name()
+    path = os.path.join(SHM, name)
+    scratch.append(path)
+    os.mkfifo(path, 0o600)
+    writer = subprocess.Popen(["python3", "-c", f"open({path!r}, 'wb').close()"])
+    try:
+        for reader in ("view", "copy"):
+            with pytest.raises(SegmentError) as ei:
+                read_segment(name, 0, 4, mode=reader)  # type: ignore[arg-type]
+            assert ei.value.fields["kind"] == "fifo"
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            writer.wait(0.5)
+        assert writer.poll() is None, "the FIFO was opened"
+    finally:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # releases the writer
+        writer.wait(10)
+        os.close(fd)
+
+
+# Reads a segment and a symlink with /proc hidden, printing what happened.
+_NO_PROC = """
+import os, sys
+from smgshm.core.errors import SegmentError
+from smgshm.core.segments import read_segment
+assert not os.path.exists("/proc/self/fd")
+seg = read_segment(sys.argv[1], 0, 5, mode="copy", unlink=False)
+print(bytes(seg.data).decode())
+try:
+    read_segment(sys.argv[2], 0, 1, unlink=False)
+except SegmentError as err:
+    print(err.code)
+"""
+
+
+@needs_root
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare(1)")
+def test_reads_work_and_links_are_refused_without_proc(scratch: list[str]) -> None:
+    name = _make_file(scratch, b"hello world")
+    link = _name()
+    scratch.append(os.path.join(SHM, link))
+    os.symlink(os.path.join(SHM, name), os.path.join(SHM, link))
+    script = f"mount -t tmpfs none /proc && exec {sys.executable} -c '{_NO_PROC}' {name} {link}"
+    out = subprocess.run(["unshare", "--mount", "sh", "-c", script], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-800:]
+    assert out.stdout.split() == ["hello", "symlink"]

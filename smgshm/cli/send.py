@@ -57,6 +57,7 @@ def _shape(text: str | None, size: int | None, dtype: str) -> tuple[int, ...]:
     help="Tensors per request: pixel values plus model-specific ones.",
 )
 @click.option("-n", "--count", type=click.IntRange(1), default=1, show_default=True, help="Requests.")
+@click.option("--duration", type=DURATION, help="A soak: keep sending for this long instead of --count requests.")
 @click.option("-c", "--concurrency", type=click.IntRange(1, 64), default=1, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True, help="Tensors are reproducible from the seed.")
 @click.option("--shm-min-bytes", type=BYTES, default="64KiB", show_default=True)
@@ -66,8 +67,8 @@ def _shape(text: str | None, size: int | None, dtype: str) -> tuple[int, ...]:
 @shm_dir_option
 @click.pass_obj
 def send(app: App, address: str, transport: str, layout: str, dtype: str, shape: str | None, size: int | None,
-         tensors: int, count: int, concurrency: int, seed: int, shm_min_bytes: int, verify: bool, timeout: float,
-         connect_timeout: float, shm_dir: str) -> None:  # fmt: skip
+         tensors: int, count: int, duration: float | None, concurrency: int, seed: int, shm_min_bytes: int,
+         verify: bool, timeout: float, connect_timeout: float, shm_dir: str) -> None:  # fmt: skip
     """Send test tensors to a smgshm receiver and verify every byte and every cleanup.
 
     Run `smgshm serve` where the worker runs (in its container) and send from
@@ -87,6 +88,7 @@ def send(app: App, address: str, transport: str, layout: str, dtype: str, shape:
       smgshm send 127.0.0.1:50051
       smgshm send --transport inline --dtype bfloat16 --shape 3x448x448 -n 20 -c 4 127.0.0.1:50051
       smgshm send --layout tokenspeed --size 64MiB --tensors 3 worker:50051
+      smgshm send --duration 10m -c 8 --size 4MiB 127.0.0.1:50051       # a soak
     """
     from smgshm.core.send import SendOptions
     from smgshm.core.send import send as run_send
@@ -94,7 +96,8 @@ def send(app: App, address: str, transport: str, layout: str, dtype: str, shape:
     from smgshm.core.wire import Layout
 
     opts = SendOptions(Layout(layout), Mode(transport), dtype, _shape(shape, size, dtype), tensors, count,
-                       concurrency, seed, shm_min_bytes, verify, timeout, connect_timeout, shm_dir)  # fmt: skip
+                       concurrency, seed, shm_min_bytes, verify, timeout, connect_timeout, shm_dir,
+                       duration=duration)  # fmt: skip
     report = run_send(address, opts)
     code = ExitCode.UNREACHABLE if report.unreachable else ExitCode.OK if report.ok else ExitCode.CHECK_FAILED
     click.get_current_context().exit(app.emit(report, render.send_report, code))

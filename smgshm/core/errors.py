@@ -49,6 +49,12 @@ class WireError(SmgshmError):
     kind = "wire"
 
 
+class MessageTooLargeError(WireError):
+    """An inline request the receiver's gRPC message limit would refuse: refused before sending."""
+
+    kind = "message_too_large"
+
+
 class HostError(SmgshmError):
     """The local environment: no shm dir, a full tmpfs, permission denied."""
 

@@ -222,16 +222,11 @@ def read_segment(
     clean = validated_name(name)
     check_handle(offset, nbytes)
     path = os.path.join(shm_dir, clean)
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as err:
-        raise _open_error(err, path) from err
+    fd = _open_regular(path)
     mm: mmap.mmap | None = None
     try:
         leased = mode == "view" and nbytes > 0 and _read_lease(fd)
         st = os.fstat(fd)  # after the lease: a truncate that beat it shows here
-        if not stat.S_ISREG(st.st_mode):
-            raise SegmentError("segment is not a regular file", code="not_regular", path=path)
         if offset + nbytes > st.st_size:
             raise SegmentError(
                 "segment is shorter than its handle",
@@ -272,6 +267,54 @@ def _read_lease(fd: int) -> bool:
     except OSError:
         return False
     return True
+
+
+def _open_regular(path: str) -> int:
+    """Open ``path`` for reading only if it is a regular file, without opening anything else.
+
+    Opening a device node can act on the device and opening a FIFO can block, so the
+    entry is first pinned with O_PATH (which opens nothing and follows no link), checked,
+    and only then opened for reading through /proc/self/fd: the same inode, no race.
+    """
+    try:
+        pin = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as err:
+        raise _open_error(err, path) from err
+    try:
+        mode = os.fstat(pin).st_mode
+        if stat.S_ISLNK(mode):
+            raise SegmentError("segment is a symlink", code="symlink", path=path)
+        if not stat.S_ISREG(mode):
+            raise SegmentError("segment is not a regular file", code="not_regular", path=path, kind=_kind(mode))
+        try:
+            return os.open(f"/proc/self/fd/{pin}", os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return _reopen_without_proc(path, os.fstat(pin))
+        except OSError as err:
+            raise _open_error(err, path) from err
+    finally:
+        os.close(pin)
+
+
+def _reopen_without_proc(path: str, pinned: os.stat_result) -> int:
+    # No /proc (a minimal container): open by name, then prove it is the inode we checked.
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as err:
+        raise _open_error(err, path) from err
+    st = os.fstat(fd)
+    if (st.st_dev, st.st_ino) != (pinned.st_dev, pinned.st_ino):
+        os.close(fd)
+        raise SegmentError("segment was replaced while being opened", code="replaced", path=path)
+    return fd
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "directory"), (stat.S_ISFIFO, "fifo"), (stat.S_ISSOCK, "socket"),
+                       (stat.S_ISCHR, "char_device"), (stat.S_ISBLK, "block_device")):  # fmt: skip
+        if test(mode):
+            return name
+    return "other"
 
 
 def _open_error(err: OSError, path: str) -> SegmentError:

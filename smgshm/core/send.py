@@ -8,6 +8,7 @@ On any failure to send, every segment created for that request is unlinked first
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import threading
@@ -16,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from smgshm.core.errors import HostError, SmgshmError, TransportError
+from smgshm.core.errors import HostError, MessageTooLargeError, SmgshmError, TransportError
 from smgshm.core.paths import DEFAULT_SHM_DIR
 from smgshm.core.segments import ShmRef, WriteStrategy, unlink_segment, write_segment
 from smgshm.core.tensors import digest, digest_mismatch, expected_nbytes, make_tensor, tensor_bytes
@@ -40,6 +41,7 @@ class SendOptions:
     connect_timeout: float = 5.0
     shm_dir: str = DEFAULT_SHM_DIR
     strategy: WriteStrategy = "pwrite"
+    duration: float | None = None  # a soak: keep sending until this many seconds passed, ``count`` ignored
 
 
 @dataclass
@@ -117,6 +119,7 @@ class _Run:
         self.problems: list[Problem] = []
         self.unreachable = False
         self.lock = threading.Lock()
+        self.numbers = itertools.count()
         self.nbytes = expected_nbytes(opts.shape, opts.dtype)
 
     def _path_for(self) -> str:
@@ -124,6 +127,16 @@ class _Run:
         d = decide(self.opts.mode, nbytes=self.nbytes, engine=engine, local_ns=self.local_ns,
                    worker_ns=self.peer_ns, writable=self.writable, shm_min_bytes=self.opts.shm_min_bytes)  # fmt: skip
         return d.path
+
+    def worker(self) -> None:
+        """One of ``concurrency`` loops: take the next request number until the count or the time is up."""
+        deadline = None if self.opts.duration is None else time.monotonic() + self.opts.duration
+        while not self.unreachable:
+            with self.lock:
+                i = next(self.numbers)
+            if (deadline is None and i >= self.opts.count) or (deadline is not None and time.monotonic() >= deadline):
+                return
+            self.one(i)
 
     def one(self, i: int) -> None:
         import grpc
@@ -208,6 +221,23 @@ class _Run:
             self.problems.extend(problems)
 
 
+SMG_MAX_MESSAGE_BYTES = 256 * 1024 * 1024  # SMG's Python servers' limit, for receivers that do not say
+ENVELOPE_BYTES = 64 * 1024  # headroom for the request around the tensor bytes
+
+
+def _refuse_oversize_inline(run: _Run, limit: int, target: str) -> None:
+    """Refuse before sending what the receiver would refuse only after reading all of it."""
+    payload = run.nbytes * run.opts.tensors
+    if run._path_for() == "inline" and payload + ENVELOPE_BYTES > limit:
+        raise MessageTooLargeError(
+            "inline request exceeds the receiver's gRPC message limit",
+            endpoint=target,
+            nbytes=payload,
+            limit=limit,
+            hint="SMG would fail this request the same way; use --transport shm, or fewer or smaller tensors",
+        )
+
+
 def send(address: str, opts: SendOptions) -> SendReport:
     """Run ``opts.count`` requests (``opts.concurrency`` at a time) against a smgshm receiver."""
     import grpc
@@ -238,15 +268,16 @@ def send(address: str, opts: SendOptions) -> SendReport:
                     raise
                 writable = False  # auto: the gateway would stay inline, and so do we
         run = _Run(opts, stub, diag_pb2, read_namespace_id(opts.shm_dir), ident.namespace_id, writable)
+        _refuse_oversize_inline(run, ident.max_message_bytes or SMG_MAX_MESSAGE_BYTES, target)
         with ThreadPoolExecutor(max_workers=opts.concurrency) as pool:
-            for fut in [pool.submit(run.one, i) for i in range(opts.count)]:
+            for fut in [pool.submit(run.worker) for _ in range(opts.concurrency)]:
                 fut.result()  # re-raise a HostError (full shm dir) from any request
     except SmgshmError:
         raise
     finally:
         channel.close()
     sent = sum(st.requests for st in run.stats.values())
-    if sent < opts.count:
+    if opts.duration is None and sent < opts.count:
         run.problems.append(
             Problem(sent, "", "not_sent", f"{opts.count - sent} request(s) not sent: the receiver became unreachable")
         )

@@ -110,6 +110,7 @@ class DiagnosticsServicer(diag_pb2_grpc.DiagnosticsServicer):  # type: ignore[mi
             reader=cfg.reader,
             version=__version__,
             engine=cfg.engine,
+            max_message_bytes=cfg.max_message_bytes,
         )
 
     def Receive(self, request: Any, context: Any) -> Any:  # noqa: N802

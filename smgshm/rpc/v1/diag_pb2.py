@@ -24,27 +24,27 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18smgshm/rpc/v1/diag.proto\x12\rsmgshm.rpc.v1\"\x11\n\x0fIdentityRequest\"\xa8\x02\n\x10IdentityResponse\x12\x14\n\x0cnamespace_id\x18\x01 \x01(\t\x12\x0f\n\x07\x62oot_id\x18\x02 \x01(\t\x12\x0f\n\x07shm_dev\x18\x03 \x01(\x04\x12\x0f\n\x07shm_dir\x18\x04 \x01(\t\x12\x0b\n\x03uid\x18\x05 \x01(\r\x12\x0b\n\x03gid\x18\x06 \x01(\r\x12\x0b\n\x03pid\x18\x07 \x01(\r\x12\x15\n\rpid_namespace\x18\x08 \x01(\t\x12\x10\n\x08hostname\x18\t \x01(\t\x12\x17\n\x0fshm_total_bytes\x18\n \x01(\x04\x12\x16\n\x0eshm_free_bytes\x18\x0b \x01(\x04\x12\x19\n\x11unlink_after_read\x18\x0c \x01(\x08\x12\x0e\n\x06reader\x18\r \x01(\t\x12\x0f\n\x07version\x18\x0e \x01(\t\x12\x0e\n\x06\x65ngine\x18\x0f \x01(\t\"f\n\x0eReceiveRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12%\n\x06layout\x18\x02 \x01(\x0e\x32\x15.smgshm.rpc.v1.Layout\x12\x19\n\x11multimodal_inputs\x18\x03 \x01(\x0c\"-\n\x0cReceiveError\x12\x0c\n\x04\x63ode\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\"\x89\x02\n\rTensorReceipt\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x14\n\x0cpayload_kind\x18\x02 \x01(\t\x12\r\n\x05\x64type\x18\x03 \x01(\t\x12\r\n\x05shape\x18\x04 \x03(\x04\x12\x0e\n\x06nbytes\x18\x05 \x01(\x04\x12\x13\n\x0b\x64igest_algo\x18\x06 \x01(\t\x12\x0e\n\x06\x64igest\x18\x07 \x01(\x0c\x12\x0f\n\x07read_ns\x18\x08 \x01(\x04\x12\x11\n\tdecode_ns\x18\t \x01(\x04\x12\x10\n\x08unlinked\x18\n \x01(\x08\x12\x10\n\x08shm_name\x18\x0b \x01(\t\x12*\n\x05\x65rror\x18\x0c \x01(\x0b\x32\x1b.smgshm.rpc.v1.ReceiveError\x12\x0e\n\x06reader\x18\r \x01(\t\"i\n\x0fReceiveResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12.\n\x08receipts\x18\x02 \x03(\x0b\x32\x1c.smgshm.rpc.v1.TensorReceipt\x12\x12\n\nelapsed_ns\x18\x03 \x01(\x04*H\n\x06Layout\x12\x16\n\x12LAYOUT_UNSPECIFIED\x10\x00\x12\x0f\n\x0bLAYOUT_VLLM\x10\x01\x12\x15\n\x11LAYOUT_TOKENSPEED\x10\x02\x32\xa4\x01\n\x0b\x44iagnostics\x12K\n\x08Identity\x12\x1e.smgshm.rpc.v1.IdentityRequest\x1a\x1f.smgshm.rpc.v1.IdentityResponse\x12H\n\x07Receive\x12\x1d.smgshm.rpc.v1.ReceiveRequest\x1a\x1e.smgshm.rpc.v1.ReceiveResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18smgshm/rpc/v1/diag.proto\x12\rsmgshm.rpc.v1\"\x11\n\x0fIdentityRequest\"\xc3\x02\n\x10IdentityResponse\x12\x14\n\x0cnamespace_id\x18\x01 \x01(\t\x12\x0f\n\x07\x62oot_id\x18\x02 \x01(\t\x12\x0f\n\x07shm_dev\x18\x03 \x01(\x04\x12\x0f\n\x07shm_dir\x18\x04 \x01(\t\x12\x0b\n\x03uid\x18\x05 \x01(\r\x12\x0b\n\x03gid\x18\x06 \x01(\r\x12\x0b\n\x03pid\x18\x07 \x01(\r\x12\x15\n\rpid_namespace\x18\x08 \x01(\t\x12\x10\n\x08hostname\x18\t \x01(\t\x12\x17\n\x0fshm_total_bytes\x18\n \x01(\x04\x12\x16\n\x0eshm_free_bytes\x18\x0b \x01(\x04\x12\x19\n\x11unlink_after_read\x18\x0c \x01(\x08\x12\x0e\n\x06reader\x18\r \x01(\t\x12\x0f\n\x07version\x18\x0e \x01(\t\x12\x0e\n\x06\x65ngine\x18\x0f \x01(\t\x12\x19\n\x11max_message_bytes\x18\x10 \x01(\x04\"f\n\x0eReceiveRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12%\n\x06layout\x18\x02 \x01(\x0e\x32\x15.smgshm.rpc.v1.Layout\x12\x19\n\x11multimodal_inputs\x18\x03 \x01(\x0c\"-\n\x0cReceiveError\x12\x0c\n\x04\x63ode\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\"\x89\x02\n\rTensorReceipt\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x14\n\x0cpayload_kind\x18\x02 \x01(\t\x12\r\n\x05\x64type\x18\x03 \x01(\t\x12\r\n\x05shape\x18\x04 \x03(\x04\x12\x0e\n\x06nbytes\x18\x05 \x01(\x04\x12\x13\n\x0b\x64igest_algo\x18\x06 \x01(\t\x12\x0e\n\x06\x64igest\x18\x07 \x01(\x0c\x12\x0f\n\x07read_ns\x18\x08 \x01(\x04\x12\x11\n\tdecode_ns\x18\t \x01(\x04\x12\x10\n\x08unlinked\x18\n \x01(\x08\x12\x10\n\x08shm_name\x18\x0b \x01(\t\x12*\n\x05\x65rror\x18\x0c \x01(\x0b\x32\x1b.smgshm.rpc.v1.ReceiveError\x12\x0e\n\x06reader\x18\r \x01(\t\"i\n\x0fReceiveResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12.\n\x08receipts\x18\x02 \x03(\x0b\x32\x1c.smgshm.rpc.v1.TensorReceipt\x12\x12\n\nelapsed_ns\x18\x03 \x01(\x04*H\n\x06Layout\x12\x16\n\x12LAYOUT_UNSPECIFIED\x10\x00\x12\x0f\n\x0bLAYOUT_VLLM\x10\x01\x12\x15\n\x11LAYOUT_TOKENSPEED\x10\x02\x32\xa4\x01\n\x0b\x44iagnostics\x12K\n\x08Identity\x12\x1e.smgshm.rpc.v1.IdentityRequest\x1a\x1f.smgshm.rpc.v1.IdentityResponse\x12H\n\x07Receive\x12\x1d.smgshm.rpc.v1.ReceiveRequest\x1a\x1e.smgshm.rpc.v1.ReceiveResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'smgshm.rpc.v1.diag_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_LAYOUT']._serialized_start=887
-  _globals['_LAYOUT']._serialized_end=959
+  _globals['_LAYOUT']._serialized_start=914
+  _globals['_LAYOUT']._serialized_end=986
   _globals['_IDENTITYREQUEST']._serialized_start=43
   _globals['_IDENTITYREQUEST']._serialized_end=60
   _globals['_IDENTITYRESPONSE']._serialized_start=63
-  _globals['_IDENTITYRESPONSE']._serialized_end=359
-  _globals['_RECEIVEREQUEST']._serialized_start=361
-  _globals['_RECEIVEREQUEST']._serialized_end=463
-  _globals['_RECEIVEERROR']._serialized_start=465
-  _globals['_RECEIVEERROR']._serialized_end=510
-  _globals['_TENSORRECEIPT']._serialized_start=513
-  _globals['_TENSORRECEIPT']._serialized_end=778
-  _globals['_RECEIVERESPONSE']._serialized_start=780
-  _globals['_RECEIVERESPONSE']._serialized_end=885
-  _globals['_DIAGNOSTICS']._serialized_start=962
-  _globals['_DIAGNOSTICS']._serialized_end=1126
+  _globals['_IDENTITYRESPONSE']._serialized_end=386
+  _globals['_RECEIVEREQUEST']._serialized_start=388
+  _globals['_RECEIVEREQUEST']._serialized_end=490
+  _globals['_RECEIVEERROR']._serialized_start=492
+  _globals['_RECEIVEERROR']._serialized_end=537
+  _globals['_TENSORRECEIPT']._serialized_start=540
+  _globals['_TENSORRECEIPT']._serialized_end=805
+  _globals['_RECEIVERESPONSE']._serialized_start=807
+  _globals['_RECEIVERESPONSE']._serialized_end=912
+  _globals['_DIAGNOSTICS']._serialized_start=989
+  _globals['_DIAGNOSTICS']._serialized_end=1153
 # @@protoc_insertion_point(module_scope)

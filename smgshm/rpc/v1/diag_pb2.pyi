@@ -21,7 +21,7 @@ class IdentityRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class IdentityResponse(_message.Message):
-    __slots__ = ("namespace_id", "boot_id", "shm_dev", "shm_dir", "uid", "gid", "pid", "pid_namespace", "hostname", "shm_total_bytes", "shm_free_bytes", "unlink_after_read", "reader", "version", "engine")
+    __slots__ = ("namespace_id", "boot_id", "shm_dev", "shm_dir", "uid", "gid", "pid", "pid_namespace", "hostname", "shm_total_bytes", "shm_free_bytes", "unlink_after_read", "reader", "version", "engine", "max_message_bytes")
     NAMESPACE_ID_FIELD_NUMBER: _ClassVar[int]
     BOOT_ID_FIELD_NUMBER: _ClassVar[int]
     SHM_DEV_FIELD_NUMBER: _ClassVar[int]
@@ -37,6 +37,7 @@ class IdentityResponse(_message.Message):
     READER_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     ENGINE_FIELD_NUMBER: _ClassVar[int]
+    MAX_MESSAGE_BYTES_FIELD_NUMBER: _ClassVar[int]
     namespace_id: str
     boot_id: str
     shm_dev: int
@@ -52,7 +53,8 @@ class IdentityResponse(_message.Message):
     reader: str
     version: str
     engine: str
-    def __init__(self, namespace_id: _Optional[str] = ..., boot_id: _Optional[str] = ..., shm_dev: _Optional[int] = ..., shm_dir: _Optional[str] = ..., uid: _Optional[int] = ..., gid: _Optional[int] = ..., pid: _Optional[int] = ..., pid_namespace: _Optional[str] = ..., hostname: _Optional[str] = ..., shm_total_bytes: _Optional[int] = ..., shm_free_bytes: _Optional[int] = ..., unlink_after_read: _Optional[bool] = ..., reader: _Optional[str] = ..., version: _Optional[str] = ..., engine: _Optional[str] = ...) -> None: ...
+    max_message_bytes: int
+    def __init__(self, namespace_id: _Optional[str] = ..., boot_id: _Optional[str] = ..., shm_dev: _Optional[int] = ..., shm_dir: _Optional[str] = ..., uid: _Optional[int] = ..., gid: _Optional[int] = ..., pid: _Optional[int] = ..., pid_namespace: _Optional[str] = ..., hostname: _Optional[str] = ..., shm_total_bytes: _Optional[int] = ..., shm_free_bytes: _Optional[int] = ..., unlink_after_read: _Optional[bool] = ..., reader: _Optional[str] = ..., version: _Optional[str] = ..., engine: _Optional[str] = ..., max_message_bytes: _Optional[int] = ...) -> None: ...
 
 class ReceiveRequest(_message.Message):
     __slots__ = ("request_id", "layout", "multimodal_inputs")
