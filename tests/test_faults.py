@@ -22,6 +22,7 @@ import pytest
 from smgshm.core.namespace import read_namespace_id
 from smgshm.rpc.v1 import diag_pb2, diag_pb2_grpc
 from tests.conftest import Children, run_cli, smgshm_argv, start_serve, wait_for
+from tests.test_cli_gc import JUDGE
 from tests.test_cli_send import own_segments, receiver_has_received
 
 pytestmark = pytest.mark.timeout(120)
@@ -182,15 +183,10 @@ def test_a_sender_sigkilled_after_writing_leaves_a_segment_gc_reaps(
     os.killpg(sender.pid, signal.SIGKILL)
     sender.wait(10)
 
-    doc = run_cli("--json", "gc", "--shm-dir", shm_dir, *_judge()).json
+    doc = run_cli("--json", "gc", "--shm-dir", shm_dir, *JUDGE).json
     (seg,) = doc["result"]["segments"]
     assert (seg["name"], seg["kind"], seg["state"]) == (name, "smgshm", "leaked")
     assert (seg["producer_pid"], seg["producer_alive"], seg["nbytes"]) == (sender.pid, False, MIB)
-    doc = run_cli("--json", "gc", "--shm-dir", shm_dir, *_judge(), "--delete", "--min-age", "0", "--yes").json
+    doc = run_cli("--json", "gc", "--shm-dir", shm_dir, *JUDGE, "--delete", "--min-age", "0", "--yes").json
     assert [d["name"] for d in doc["result"]["deleted"] if d["deleted"]] == [name]
     assert os.listdir(shm_dir) == []
-
-
-def _judge() -> tuple[str, ...]:
-    # Outside the host's initial pid namespace gc cannot trust a dead-looking pid (see test_cli_gc).
-    return () if os.readlink("/proc/self/ns/pid") == "pid:[4026531836]" else ("--assume-dead",)

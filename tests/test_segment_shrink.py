@@ -11,29 +11,17 @@ import os
 import subprocess
 import sys
 import time
-import uuid
 
 from smgshm.core.segments import read_segment
 from tests.conftest import SHM
+from tests.test_core_segments import _make_file
 
 MIB = 1024 * 1024
 
 
-def _segment(scratch: list[str], data: bytes) -> str:
-    name = f"smg-smgshm-test-{os.getpid()}-{uuid.uuid4().hex}"
-    path = os.path.join(SHM, name)
-    scratch.append(path)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        os.pwrite(fd, data, 0)
-    finally:
-        os.close(fd)
-    return name
-
-
 def test_a_truncate_waits_for_the_zero_copy_reader_and_the_bytes_stay_readable(scratch: list[str]) -> None:
     blob = os.urandom(4 * MIB)
-    name = _segment(scratch, blob)
+    name = _make_file(scratch, blob)
     path = os.path.join(SHM, name)
     seg = read_segment(name, 0, len(blob), mode="view", unlink=False)
     truncater = subprocess.Popen([sys.executable, "-c", f"import os; os.truncate({path!r}, 0)"])
@@ -52,7 +40,7 @@ def test_a_truncate_waits_for_the_zero_copy_reader_and_the_bytes_stay_readable(s
 
 def test_a_segment_open_for_writing_elsewhere_is_copied_not_mapped(scratch: list[str]) -> None:
     blob = os.urandom(MIB)
-    name = _segment(scratch, blob)
+    name = _make_file(scratch, blob)
     writer = os.open(os.path.join(SHM, name), os.O_WRONLY)
     try:
         seg = read_segment(name, 0, len(blob), mode="view", unlink=False)
@@ -115,7 +103,7 @@ print(counts["view"], counts["copy"], counts["short"])
 
 
 def _race(scratch: list[str], how: str) -> tuple[int, int, int]:
-    name = _segment(scratch, os.urandom(2 * MIB))
+    name = _make_file(scratch, os.urandom(2 * MIB))
     out = subprocess.run(
         [sys.executable, "-c", _READER, os.path.join(SHM, name), how, _HAMMER],
         capture_output=True,
@@ -144,7 +132,7 @@ def test_the_receiver_reports_which_read_it_made(scratch: list[str]) -> None:
     from smgshm.core.wire import InTensor
 
     blob = os.urandom(MIB)
-    name = _segment(scratch, blob)
+    name = _make_file(scratch, blob)
     writer = os.open(os.path.join(SHM, name), os.O_WRONLY)
     try:
         t = InTensor("pixel_values", (MIB,), "uint8", "shm", shm_name=name, shm_offset=0, shm_nbytes=MIB)
