@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -28,6 +29,31 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+# The pids whose segments a test answers for: this process, every child it spawns
+# (recorded by the Popen hook below) and their live descendants at teardown. The
+# machine is shared: another run's or another user's segments are never blamed
+# nor removed. The pattern is the guard's own, independent of smgshm's parser.
+_OWN_PIDS: set[int] = {os.getpid()}
+_PID_NAME = re.compile(r"smg-(?:tokenspeed|smgshm)-(?:probe-)?([0-9]+)(?:-|$)")
+_popen_init = subprocess.Popen.__init__
+
+
+def _recording_init(self: subprocess.Popen[Any], *args: Any, **kw: Any) -> None:
+    _popen_init(self, *args, **kw)
+    _OWN_PIDS.add(self.pid)
+
+
+subprocess.Popen.__init__ = _recording_init  # type: ignore[method-assign]
+
+
+def _own_pids() -> set[int]:
+    import psutil
+
+    with contextlib.suppress(psutil.Error):
+        _OWN_PIDS.update(c.pid for c in psutil.Process().children(recursive=True))
+    return _OWN_PIDS
+
+
 def _smg_entries() -> set[str]:
     try:
         return {n for n in os.listdir(SHM) if n.startswith("smg-")}
@@ -35,12 +61,18 @@ def _smg_entries() -> set[str]:
         return set()
 
 
+def _ours(name: str, pids: set[int]) -> bool:
+    m = _PID_NAME.match(name)
+    return m is not None and int(m.group(1)) in pids
+
+
 @pytest.fixture(autouse=True)
 def no_shm_leaks() -> Iterator[None]:
-    """Fail any test that leaves a new smg-* entry in /dev/shm (and remove it)."""
+    """Fail any test that leaves a new smg-* entry made by its own processes (and remove it)."""
     before = _smg_entries()
     yield
-    leaked = _smg_entries() - before
+    pids = _own_pids()
+    leaked = {n for n in _smg_entries() - before if _ours(n, pids)}
     for name in leaked:
         with contextlib.suppress(OSError):  # e.g. a non-empty directory: report it, leave it
             remove_path(os.path.join(SHM, name))

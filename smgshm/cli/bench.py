@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from smgshm.cli import render
+from smgshm.cli import bench_view as view
 from smgshm.cli.app import App
 from smgshm.cli.exitcodes import ExitCode
 from smgshm.cli.params import BYTES, parse_bytes, shm_dir_option
@@ -88,7 +88,7 @@ def bench(app: App, address: str | None, min_: int, max_: int, factor: int, size
 
         embedded = start_receiver(ReceiverConfig(shm_dir=shm_dir, reader=reader), "127.0.0.1:0")  # type: ignore[arg-type]
         address = embedded.address
-    progress, on_size = render.bench_progress(app)
+    progress, on_size = view.bench_progress(app)
 
     def emit_line(r: object) -> None:
         from smgshm.cli.jsonout import plain
@@ -116,4 +116,4 @@ def bench(app: App, address: str | None, min_: int, max_: int, factor: int, size
         code = ExitCode.CHECK_FAILED
     if jsonl:
         click.get_current_context().exit(code)
-    click.get_current_context().exit(app.emit(report, render.bench_report, code))
+    click.get_current_context().exit(app.emit(report, view.bench_report, code))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 from rich.text import Text
 
-from smgshm.cli import render
+from smgshm.cli import doctor_view as view
 from smgshm.cli.app import App
 from smgshm.cli.exitcodes import ExitCode
 from smgshm.cli.params import DURATION, shm_dir_option
@@ -60,7 +60,7 @@ def doctor(app: App, workers: tuple[str, ...], from_gateway: str | None, api_key
 
     def say(c: object) -> None:
         if live and not app.quiet:
-            render.doctor_check(app, c)
+            view.doctor_check(app, c)
 
     report = run_doctor(addresses, shm_dir=shm_dir, timeout=timeout, on_check=say)
     codes = [c.code for c in report.checks if c.status == "fail"] or [0]

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from smgshm.cli import render
+from smgshm.cli import gc_view as view
 from smgshm.cli.app import App
 from smgshm.cli.exitcodes import ExitCode
 from smgshm.cli.params import DURATION, shm_dir_option
@@ -75,7 +75,7 @@ def gc(app: App, delete: bool, include_stale: bool, min_age: float, stale_after:
             raise click.UsageError("--watch only lists: it does not combine with --delete, --check or --prometheus")
         _watch(app, opts, watch, watch_count)
         return
-    with render.scan_progress(app) as progress:
+    with view.scan_progress(app) as progress:
         report = scan_segments(opts, progress)
     if not report.liveness_trusted and not assume_dead:
         app.warn(report.liveness_note)
@@ -89,10 +89,10 @@ def gc(app: App, delete: bool, include_stale: bool, min_age: float, stale_after:
 
         report = reap(report, opts, include_stale=include_stale, min_age_s=min_age, all_users=all_users, on_action=say)
     if prometheus_file:
-        render.write_prometheus(report, prometheus_file)
+        view.write_prometheus(report, prometheus_file)
     bad = report.remaining_counts["leaked"] + report.remaining_counts["hazard"]
     code = ExitCode.CHECK_FAILED if check and bad > 0 else ExitCode.OK
-    click.get_current_context().exit(app.emit(report, render.gc_report, code))
+    click.get_current_context().exit(app.emit(report, view.gc_report, code))
 
 
 def _watch(app: App, opts: ScanOptions, every: float, count: int | None) -> None:
@@ -101,11 +101,11 @@ def _watch(app: App, opts: ScanOptions, every: float, count: int | None) -> None
 
     first = prev = scan_segments(opts)
     n = 1
-    render.gc_watch_line(app, first, None)
+    view.gc_watch_line(app, first, None)
     while count is None or n < count:
         time.sleep(every)
         cur = scan_segments(opts)
-        render.gc_watch_line(app, cur, growth(prev, cur))
+        view.gc_watch_line(app, cur, growth(prev, cur))
         prev, n = cur, n + 1
     if app.json:
         summary = {"scans": n, "first": first.counts, "last": prev.counts, "growth": growth(first, prev)}

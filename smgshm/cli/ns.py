@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from smgshm.cli import render
+from smgshm.cli import ns_view as view
 from smgshm.cli.app import App
 from smgshm.cli.exitcodes import ExitCode
 from smgshm.cli.params import shm_dir_option
@@ -34,7 +34,7 @@ def ns(ctx: click.Context, pid: int | None, shm_dir: str) -> None:
     app: App = ctx.obj
     ident = read_host_identity(shm_dir, pid)
     code = ExitCode.OK if ident.namespace_id else ExitCode.UNDETERMINED
-    ctx.exit(app.emit(ident, render.identity, code))
+    ctx.exit(app.emit(ident, view.identity, code))
 
 
 @ns.command()
@@ -61,4 +61,4 @@ def compare(app: App, id_a: str, id_b: str | None, shm_dir: str) -> None:
     code = {Sharing.SHARED: ExitCode.OK, Sharing.UNDETERMINED: ExitCode.UNDETERMINED}.get(
         cmp.sharing, ExitCode.CHECK_FAILED
     )
-    click.get_current_context().exit(app.emit(cmp, render.comparison, code))
+    click.get_current_context().exit(app.emit(cmp, view.comparison, code))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from smgshm.cli import render
+from smgshm.cli import probe_view as view
 from smgshm.cli.app import App
 from smgshm.cli.exitcodes import ExitCode
 from smgshm.cli.params import BYTES, DURATION, shm_dir_option
@@ -132,4 +132,4 @@ def probe(
     if not codes:
         codes.append(ExitCode.OK)
     worst = min(codes, key=lambda c: _SEVERITY.index(c) if c in _SEVERITY else -1)
-    click.get_current_context().exit(app.emit(report, render.probe_report, worst))
+    click.get_current_context().exit(app.emit(report, view.probe_report, worst))

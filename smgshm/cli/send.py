@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from smgshm.cli import render
+from smgshm.cli import send_view as view
 from smgshm.cli.app import App
 from smgshm.cli.exitcodes import ExitCode
 from smgshm.cli.params import BYTES, DURATION, shm_dir_option
@@ -100,4 +100,4 @@ def send(app: App, address: str, transport: str, layout: str, dtype: str, shape:
                        duration=duration)  # fmt: skip
     report = run_send(address, opts)
     code = ExitCode.UNREACHABLE if report.unreachable else ExitCode.OK if report.ok else ExitCode.CHECK_FAILED
-    click.get_current_context().exit(app.emit(report, render.send_report, code))
+    click.get_current_context().exit(app.emit(report, view.send_report, code))

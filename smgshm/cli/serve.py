@@ -7,7 +7,7 @@ import threading
 
 import click
 
-from smgshm.cli import render
+from smgshm.cli import serve_view as view
 from smgshm.cli.app import App
 from smgshm.cli.params import BYTES, shm_dir_option
 
@@ -92,7 +92,7 @@ def serve(
         "shm_dir": shm_dir,
         "pid": running.state.identity().pid,
     }
-    app.emit(info, render.serve_ready)
+    app.emit(info, view.serve_ready)
     stop.wait()
     app.info("smgshm serve: stopping")
     running.stop(2.0)

@@ -1,0 +1,77 @@
+"""Human output of ``smgshm bench``: progress on a TTY, then the table."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from rich.table import Table
+from rich.text import Text
+
+from smgshm.cli.fmt import human_bytes
+
+if TYPE_CHECKING:
+    from smgshm.cli.app import App
+
+def bench_progress(app: App) -> tuple[Any, Any]:
+    """(progress(done, total), on_size(result)) callbacks: a rich bar on a TTY stderr only."""
+    if app.json or app.quiet or not app.err_console.is_terminal:
+        return (lambda done, total: None), (lambda r: None)
+    from rich.progress import Progress
+
+    bar = Progress(console=app.err_console, transient=True)
+    task = bar.add_task("bench", total=None)
+    bar.start()
+
+    def progress(done: int, total: int) -> None:
+        if done < 0:
+            bar.stop()
+            return
+        bar.update(task, completed=done, total=total)
+
+    def on_size(r: Any) -> None:
+        bar.console.print(
+            Text(
+                f"{human_bytes(r.nbytes)}: shm {r.shm.p50_ms:.2f} ms"
+                + (f", inline {r.inline.p50_ms:.2f} ms" if r.inline else "")
+            )
+        )
+
+    return progress, on_size
+
+
+def bench_report(app: App, report: Any) -> None:
+    h = report.host
+    app.console.print(Text(report.recommendation, style="bold"))
+    table = Table(box=None, pad_edge=False)  # fits 80 columns, the width of a pipe
+    for col in ("size", "inline ms", "shm ms", "x", "in GB/s", "shm GB/s", "w/rpc/r ms", "memcpy"):
+        table.add_column(col, justify="right", no_wrap=True, min_width=len(col))
+    for r in report.sizes:
+        inl = r.inline
+        table.add_row(
+            human_bytes(r.nbytes),
+            f"{inl.p50_ms:.2f}" if inl else "n/a",
+            f"{r.shm.p50_ms:.2f}",
+            f"{r.speedup:.1f}x" if r.speedup else "-",
+            f"{inl.gb_per_s:.2f}" if inl else "n/a",
+            f"{r.shm.gb_per_s:.2f}",
+            "/".join(f"{ms:.1f}" if ms >= 10 else f"{ms:.2f}" for ms in (r.shm_write_ms, r.shm_rpc_ms, r.shm_read_ms)),
+            f"{r.shm_fraction_of_memcpy:.0%}",
+        )
+    app.console.print(table)
+    app.console.print(
+        Text(
+            f"host: {h.cpu_count} cpus; memcpy {h.memcpy_gb_per_s:.1f} GB/s; "
+            f"fresh tmpfs pages {h.fresh_page_gb_per_s:.2f} GB/s; "
+            f"writers: pwrite {h.writer_pwrite_gb_per_s:.2f}, fallocate+mmap {h.writer_mmap_gb_per_s:.2f} GB/s "
+            f"(GB = 1e9 B; medians)"
+        )
+    )
+    top = max([r.shm.gb_per_s for r in report.sizes] + [r.inline.gb_per_s for r in report.sizes if r.inline] + [1e-9])
+    app.console.print(Text("GB/s by size (# shm, = inline):"))
+    for r in report.sizes:
+        s = int(30 * r.shm.gb_per_s / top)
+        i = int(30 * r.inline.gb_per_s / top) if r.inline else 0
+        app.console.print(Text(f"{human_bytes(r.nbytes):>10} shm    {'#' * s} {r.shm.gb_per_s:.2f}"))
+        app.console.print(
+            Text(f"{'':>10} inline {'=' * i} {r.inline.gb_per_s:.2f}" if r.inline else f"{'':>10} inline n/a")
+        )

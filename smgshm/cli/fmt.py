@@ -1,0 +1,89 @@
+"""Shared helpers for human output: sizes, ages, escaped names and quoted commands.
+
+Names come from a world-writable directory and messages from peers: anything a
+stranger controls is shown through ``escape`` (``ls -b`` style) and never as markup,
+and every command smgshm suggests is built with ``quote_cmd`` so that pasting it
+can only do what it says.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import unicodedata
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from rich.table import Table
+from rich.text import Text
+
+if TYPE_CHECKING:
+    from smgshm.cli.app import App
+
+_NAMED = {"\n": "\\n", "\t": "\\t", "\r": "\\r", "\\": "\\\\", "\x1b": "\\x1b"}
+
+
+def escape(value: str | bytes) -> str:
+    """A stranger's string made safe to print: controls and undecodable bytes as escapes.
+
+    ``str`` values are taken as ``os.fsdecode`` gives them (surrogateescape), so an
+    invalid UTF-8 byte shows as ``\\xff`` whatever the locale. Control, format and
+    line/paragraph separator characters (C0, DEL, C1, bidi overrides, U+2028) are
+    escaped; a backslash is doubled so the escaped form is unambiguous.
+    """
+    raw = value if isinstance(value, bytes) else os.fsencode(value)
+    text = raw.decode("utf-8", errors="surrogateescape")
+    out: list[str] = []
+    for ch in text:
+        code = ord(ch)
+        if ch in _NAMED:
+            out.append(_NAMED[ch])
+        elif 0xDC80 <= code <= 0xDCFF:  # an undecodable byte, carried by surrogateescape
+            out.append(f"\\x{code - 0xDC00:02x}")
+        elif unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"):
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def safe(value: str | bytes, style: str = "") -> Text:
+    """``escape`` as a rich Text: never markup, never terminal control."""
+    return Text(escape(value), style=style)
+
+
+def quote_cmd(argv: Sequence[str]) -> str:
+    """A command line to paste: every word shell-quoted (names may hold ``;``, ``$()``, newlines)."""
+    return shlex.join(argv)
+
+
+def hint(app: App, message: str) -> None:
+    """A ``hint:`` line on stderr, unless --quiet; the message is shown escaped."""
+    if not app.quiet:
+        app.err_console.print(Text("hint: ", style="cyan") + safe(message))
+
+
+def human_bytes(n: int) -> str:
+    """1536 -> '1.5 KiB'."""
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(size) < 1024 or unit == "TiB":
+            return f"{int(size)} B" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"
+
+
+def kv_table(rows: list[tuple[str, Any]]) -> Table:
+    table = Table(show_header=False, box=None, pad_edge=False)
+    table.add_column(style="bold")
+    table.add_column()
+    for k, v in rows:
+        table.add_row(k, Text(str(v)))
+    return table
+
+
+def human_age(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f}{unit}"
+    return f"{seconds:.0f}s"

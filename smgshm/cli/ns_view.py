@@ -1,0 +1,61 @@
+"""Human output of ``smgshm ns`` and ``ns compare``."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rich.text import Text
+
+from smgshm.cli.fmt import human_bytes, kv_table
+
+if TYPE_CHECKING:
+    from smgshm.cli.app import App
+    from smgshm.core.host import HostIdentity
+    from smgshm.core.namespace import NamespaceComparison
+
+def identity(app: App, ident: HostIdentity) -> None:
+    verdict = ident.namespace_id or "(unreadable: auto will stay inline)"
+    app.console.print(Text("shm_namespace_id: ", style="bold") + Text(verdict))
+    used = ident.shm_total_bytes - ident.shm_free_bytes
+    app.console.print(
+        kv_table(
+            [
+                ("boot_id", ident.boot_id),
+                ("shm dir", f"{ident.shm_dir} (st_dev {ident.shm_dev}, {ident.fstype or '?'})"),
+                (
+                    "size",
+                    f"{human_bytes(ident.shm_total_bytes)}, {human_bytes(used)} used, "
+                    f"{human_bytes(ident.shm_free_bytes)} free",
+                ),
+                ("mount options", ident.mount_options or "?"),
+                ("pid", f"{ident.pid} ({ident.pid_namespace or 'pid namespace unknown'})"),
+                ("uid/gid", f"{ident.uid}/{ident.gid}"),
+                ("hostname", ident.hostname),
+            ]
+        )
+    )
+
+
+def comparison(app: App, cmp: NamespaceComparison) -> None:
+    style = "green" if cmp.shared else "red"
+    head = "shared" if cmp.shared else f"not shared ({cmp.sharing.value})"
+    if cmp.sharing.value == "undetermined":
+        head, style = "undetermined", "yellow"
+    app.console.print(Text(f"/dev/shm {head}: ", style=f"bold {style}") + Text(cmp.reason))  # noqa: S108 - prose, not a path
+    app.console.print(kv_table([("a", cmp.peer or "(empty)"), ("b", cmp.local or "(empty)")]))
+    fix = sharing_fix(cmp.sharing.value)
+    if fix and not app.quiet:
+        app.err_console.print(Text("hint: ", style="cyan") + Text(fix))
+
+
+def sharing_fix(sharing: str) -> str:
+    """The fix an operator can paste, per verdict."""
+    return {
+        "other_host": "SHM needs gateway and worker on one host; keep --multimodal-tensor-transport inline "
+        "(or auto) for remote workers.",
+        "private_tmpfs": "share one tmpfs: docker --ipc=host or --ipc=container:<gateway>, a shared volume at "
+        "/dev/shm, or a Kubernetes emptyDir {medium: Memory} mounted at /dev/shm in both containers.",
+        "spelling": "advertise the id exactly as `smgshm ns` prints it (or as SMG's servicer computes it).",
+        "undetermined": "the worker must advertise shm_namespace_id (vLLM field 10, TokenSpeed scheduler_info); "
+        "SGLang, TRT-LLM and MLX never do and always get inline.",
+    }.get(sharing, "")
