@@ -30,11 +30,14 @@ from smgshm.core.paths import (
 
 INIT_PID_NS = "pid:[4026531836]"  # PROC_PID_INIT_INO: the host's initial pid namespace
 
+# ASCII digits only and a full match: \d would take any Unicode digit (smg-tokenspeed-١٢٣-1-0)
+# and `$` matches before a trailing newline; either would hand gc a pid the name never meant.
+_D = "([0-9]+)"
 _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
-    ("gateway_probe", re.compile(re.escape(GATEWAY_PROBE_PREFIX) + r"(\d+)$")),
-    ("smgshm_probe", re.compile(re.escape(SMGSHM_PROBE_PREFIX) + r"(\d+)-(\d+)$")),
-    ("gateway", re.compile(re.escape(GATEWAY_PREFIX) + r"(\d+)-(\d+)-(\d+)$")),
-    ("smgshm", re.compile(re.escape(SMGSHM_PREFIX) + r"(\d+)-(\d+)-(\d+)$")),
+    ("gateway_probe", re.compile(re.escape(GATEWAY_PROBE_PREFIX) + _D)),
+    ("smgshm_probe", re.compile(re.escape(SMGSHM_PROBE_PREFIX) + f"{_D}-{_D}")),
+    ("gateway", re.compile(re.escape(GATEWAY_PREFIX) + f"{_D}-{_D}-{_D}")),
+    ("smgshm", re.compile(re.escape(SMGSHM_PREFIX) + f"{_D}-{_D}-{_D}")),
 ]
 
 
@@ -107,7 +110,7 @@ class Deletion:
 def parse_name(name: str) -> tuple[str, int | None, int | None]:
     """(kind, producer pid, creation time in ns if the name carries one)."""
     for kind, pat in _PATTERNS:
-        m = pat.match(name)
+        m = pat.fullmatch(name)
         if m:
             pid = int(m.group(1))
             nanos = int(m.group(2)) if m.lastindex and m.lastindex >= 2 else None
@@ -302,6 +305,25 @@ def scan_segments(opts: ScanOptions, progress: Callable[[int, int], None] | None
     return _report(opts, segs, vfs, trusted, note, (time.monotonic() - t0) * 1e3)
 
 
+def judge_entry(shm_dir: str, name: str, opts: ScanOptions | None = None) -> SegmentInfo | None:
+    """The gc judgement of ONE entry of ``shm_dir`` (the scan's own code path); None once it is gone.
+
+    For callers that follow single names (``watch``'s orphans): it pays the pid-namespace
+    check and one holder walk of /proc per call, so it is not for whole listings.
+    """
+    opts = replace(opts, shm_dir=shm_dir) if opts else ScanOptions(shm_dir=shm_dir)
+    try:
+        st = os.lstat(os.path.join(shm_dir, name))
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        raise HostError(f"cannot stat a segment: {err.strerror}", path=os.path.join(shm_dir, name)) from err
+    trusted, _ = pid_liveness_trust(shm_dir)
+    key = (st.st_dev, st.st_ino)
+    holders = scan_holders({key}).get(key, []) if stat.S_ISREG(st.st_mode) else []
+    return _judge(name, st, time.time(), opts, trusted, _start_times(), holders)
+
+
 def _report(
     opts: ScanOptions, segs: list[SegmentInfo], vfs: os.statvfs_result, trusted: bool, note: str, ms: float
 ) -> GcReport:
@@ -389,4 +411,6 @@ def growth(before: GcReport, after: GcReport) -> dict[str, int]:
     return {k: after.counts.get(k, 0) - before.counts.get(k, 0) for k in after.counts}
 
 
-__all__: Iterable[str] = ["GcReport", "ScanOptions", "SegmentInfo", "State", "reap", "scan_segments"]
+__all__: Iterable[str] = [
+    "GcReport", "ScanOptions", "SegmentInfo", "State", "judge_entry", "parse_name", "reap", "scan_segments",
+]  # fmt: skip

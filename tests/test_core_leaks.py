@@ -1,0 +1,81 @@
+"""The gc core directly: name parsing, the one-entry judgement, and what it shares with the scan.
+
+Scratch dirs are per-test tmp dirs (never ``/dev/shm`` itself), and every judgement here passes
+``assume_dead`` so that another process's pid namespace on this shared machine cannot turn a
+verdict into "unknown"; the trust decision has its own tests (test_cli_gc.py, test_gc_trust.py).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+
+from smgshm.core.leaks import ScanOptions, State, judge_entry, parse_name, scan_segments
+from tests.conftest import Children, make_file
+from tests.test_cli_gc import HOLDER, dead_pid, first_line, kill_and_reap, seg_name
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "smg-tokenspeed-\u0661\u0662\u0663-1-0",  # Arabic-Indic digits: \d matches them, a pid does not
+        "smg-tokenspeed-123-1-0\n",  # `$` matches before a trailing newline
+        "smg-tokenspeed-123-1-0\nsmg-tokenspeed-1-1-0",
+        "smg-tokenspeed-\uff11\uff12-1-0",  # fullwidth digits
+        "smg-tokenspeed-probe-12\n",
+        "smg-smgshm-12-3-4x",
+        "smg-tokenspeed-12-3",
+        "smg-tokenspeed--1-2-3",
+    ],
+)
+def test_names_parse_only_with_ascii_digits_and_a_full_match(name: str) -> None:
+    kind, pid, nanos = parse_name(name)
+    assert (kind, pid, nanos) == ("other", None, None), name
+
+
+def test_well_formed_names_parse() -> None:
+    assert parse_name("smg-tokenspeed-123-1700000000000000000-7") == ("gateway", 123, 1700000000000000000)
+    assert parse_name("smg-tokenspeed-probe-42") == ("gateway_probe", 42, None)
+    assert parse_name("smg-smgshm-9-5-0") == ("smgshm", 9, 5)
+    assert parse_name("smg-smgshm-probe-9-5") == ("smgshm_probe", 9, 5)
+    assert parse_name(f"smg-tokenspeed-{2**32}-1-0")[1] is None, "beyond u32 is no pid"
+
+
+def test_a_name_with_unicode_digits_is_never_judged_by_a_pid(children: Children, tmp_path: Path) -> None:
+    name = "smg-tokenspeed-\u0661\u0662\u0663-1-0"
+    make_file(str(tmp_path), name, age_s=3600)
+    seg = judge_entry(str(tmp_path), name, ScanOptions(assume_dead=True))
+    assert seg is not None
+    assert seg.kind == "other"
+    assert seg.producer_pid is None
+    assert seg.state is State.UNKNOWN
+
+
+def test_judge_entry_is_the_scans_judgement(children: Children, tmp_path: Path) -> None:
+    d = str(tmp_path)
+    opts = ScanOptions(shm_dir=d, assume_dead=True)
+    leaked = seg_name(dead_pid(children), seq=1)
+    held = seg_name(dead_pid(children), seq=2)
+    make_file(d, leaked)
+    holder, _ = first_line(children, [sys.executable, "-c", HOLDER, make_file(d, held), "fd"])
+    fifo = seg_name(dead_pid(children), seq=3)
+    os.mkfifo(os.path.join(d, fifo), 0o600)
+    try:
+        scanned = {s.name: s for s in scan_segments(opts).segments}
+        for name, state in ((leaked, State.LEAKED), (held, State.HELD), (fifo, State.HAZARD)):
+            one = judge_entry(d, name, opts)
+            assert one is not None
+            assert one.state is state, (name, one.reason)
+            assert (one.state, one.reason, one.ino, one.kind) == (
+                scanned[name].state, scanned[name].reason, scanned[name].ino, scanned[name].kind,
+            )  # fmt: skip
+        assert holder.pid in {h.pid for h in judge_entry(d, held, opts).holders}  # type: ignore[union-attr]
+        assert judge_entry(d, seg_name(dead_pid(children), seq=4), opts) is None, "a missing entry is None"
+    finally:
+        kill_and_reap(holder)
+    assert holder.returncode == -signal.SIGKILL
+    assert sorted(os.listdir(d)) == sorted([leaked, held, fifo]), "judging touches nothing"
