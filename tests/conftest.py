@@ -182,6 +182,9 @@ def run_cli(*args: str, exit: int = 0, env: dict[str, str] | None = None) -> Cli
     """Invoke the real root group in-process; assert the exit code, show stderr if not."""
     from smgshm.cli import cli
 
+    # Prose wraps at the terminal's width (80 when piped); tests match phrases, so they get a
+    # wide one. The wrapping itself is tested with COLUMNS=80 (tests/test_cli_output.py).
+    env = {"COLUMNS": "400", **(env or {})}
     res = CliRunner().invoke(cli, list(args), env=env, catch_exceptions=False)
     out = CliResult(res.exit_code, res.stdout, res.stderr)
     assert res.exit_code == exit, f"exit {res.exit_code} != {exit}\nstdout:\n{res.stdout}\nstderr:\n{res.stderr}"

@@ -50,3 +50,19 @@ def test_help_has_summary_and_examples(path: str, cmd: click.Command) -> None:
     assert "Examples:" in out
     assert (cmd.help or "").splitlines()[0].endswith("."), "the first help line is a one-line summary"
     assert (ROOT / "man" / f"{('smgshm ' + path).strip().replace(' ', '-')}.1").exists()
+
+
+def test_man_names_are_whole_summaries() -> None:
+    for page in (ROOT / "man").glob("*.1"):
+        name = page.read_text().split(".SH NAME\n", 1)[1].splitlines()[0]
+        assert not name.endswith("..."), f"{page.name}: NAME cut short: {name}"
+
+
+def test_readme_commands_table_lists_every_command() -> None:
+    """One unbroken table: a blank line inside it would cut the rows after it off the table."""
+    from smgshm.cli import cli
+
+    text = (ROOT / "README.md").read_text()
+    table = text.split("| command | what it answers |", 1)[1].split("\n\n", 1)[0]
+    for name in cli.commands:  # type: ignore[attr-defined]
+        assert f"| `smgshm {name}" in table, f"README's commands table has no row for {name}"

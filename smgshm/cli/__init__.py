@@ -83,6 +83,9 @@ def cli(ctx: click.Context, json_: bool, no_color: bool, quiet: bool, traceback:
     SHM works between a gateway and its workers, why not, and what leaked.
 
     \b
+    The root options may also follow the subcommand: `smgshm gc --check --json`.
+
+    \b
     Examples:
       smgshm doctor                     # every check, with the fix for each failure
       smgshm serve                      # the reference receiver, on 127.0.0.1:50051
@@ -98,6 +101,39 @@ def cli(ctx: click.Context, json_: bool, no_color: bool, quiet: bool, traceback:
     ctx.obj = App(json=json_, quiet=quiet, no_color=no_color, traceback=traceback, command=ctx.invoked_subcommand or "")
 
 
+# Root flags a user may also put after the subcommand, as with git, kubectl and docker.
+# (attribute on App, spellings); --traceback too, so it can be added when a run fails.
+_LATE_FLAGS = (("json", ("--json",)), ("no_color", ("--no-color",)), ("quiet", ("-q", "--quiet")),
+               ("traceback", ("--traceback",)))  # fmt: skip
+
+
+def _late_flag(name: str) -> Any:
+    def callback(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+        app = ctx.find_object(App)
+        if value and app is not None:
+            app.set_flag(name)
+
+    return callback
+
+
+def accept_root_flags(cmd: click.Command) -> None:
+    """Give ``cmd`` (and its subcommands) hidden copies of the root flags.
+
+    Click parses options per command, so ``smgshm gc --check --json`` was a usage error.
+    Copies are added only where the command has no option of that spelling itself.
+    """
+    taken = {opt for p in cmd.params for opt in (*p.opts, *p.secondary_opts)}
+    for name, spellings in _LATE_FLAGS:
+        free = [s for s in spellings if s not in taken]
+        if free:
+            flag = click.Option(free, is_flag=True, hidden=True, expose_value=False, is_eager=True)
+            flag.callback = _late_flag(name)
+            cmd.params.append(flag)
+    if isinstance(cmd, click.Group):
+        for sub in cmd.commands.values():
+            accept_root_flags(sub)
+
+
 def _register() -> None:
     from smgshm.cli.bench import bench
     from smgshm.cli.completion import completion
@@ -110,6 +146,8 @@ def _register() -> None:
 
     for command in (doctor, probe, send, gc, bench, serve, ns, completion):
         cli.add_command(command)
+    for command in cli.commands.values():
+        accept_root_flags(command)
 
 
 _register()

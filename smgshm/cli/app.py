@@ -25,16 +25,27 @@ class App:
     err_console: Console = field(init=False)
 
     def __post_init__(self) -> None:
+        self._consoles()
+
+    def _consoles(self) -> None:
         plain = self.no_color or bool(os.environ.get("NO_COLOR"))
         # Each stream decides its own colour from its own isatty (rich does that per file).
         self.console = Console(file=sys.stdout, no_color=plain, highlight=False, soft_wrap=True)
         self.err_console = Console(file=sys.stderr, no_color=plain, highlight=False, soft_wrap=True)
 
+    def set_flag(self, name: str) -> None:
+        """A root flag given after the subcommand (``smgshm gc --check --json``): same effect as before it."""
+        setattr(self, name, True)
+        if name == "no_color":
+            self._consoles()
+
     def warn(self, message: str) -> None:
         """A warning: kept for the JSON document and always said on stderr (unless --quiet)."""
+        from smgshm.cli.fmt import prose, safe
+
         self.warnings.append(message)
         if not self.quiet:
-            self.err_console.print(Text("warning: ", style="yellow") + Text(message))
+            prose(self.err_console, Text("warning: ", style="yellow") + safe(message), indent=9)
 
     def info(self, message: str) -> None:
         """Progress or status on stderr; silent under --quiet and --json."""

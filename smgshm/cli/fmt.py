@@ -18,6 +18,8 @@ from rich.table import Table
 from rich.text import Text
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from smgshm.cli.app import App
 
 _NAMED = {"\n": "\\n", "\t": "\\t", "\r": "\\r", "\\": "\\\\", "\x1b": "\\x1b"}
@@ -57,10 +59,49 @@ def quote_cmd(argv: Sequence[str]) -> str:
     return shlex.join(argv)
 
 
+def prose(console: Console, text: Text | str, indent: int = 0) -> None:
+    """Print a sentence wrapped at the terminal's width (80 when piped), continuation lines indented.
+
+    The App consoles never wrap (soft_wrap), so that tables and names are never cut;
+    prose goes through here instead. Words are never split: an over-long one (a name,
+    a URL) keeps its own line. A ``str`` is taken as already safe text, not markup.
+    """
+    text = Text(text) if isinstance(text, str) else text
+    width = max(40, console.width)
+    lead = len(text.plain) - len(text.plain.lstrip(" "))
+    line = Text(" " * lead, end="\n")
+    for word in text.split(" "):
+        if not word.plain:
+            continue
+        if line.plain.strip() and line.cell_len + 1 + word.cell_len > width:
+            console.print(line, soft_wrap=True, end="\n")
+            line = Text(" " * indent, end="\n")
+        elif line.plain.strip():
+            line.append(" ")
+        line.append_text(word)
+    if line.plain.strip():
+        console.print(line, soft_wrap=True, end="\n")
+
+
 def hint(app: App, message: str) -> None:
-    """A ``hint:`` line on stderr, unless --quiet; the message is shown escaped."""
+    """A ``hint:`` line on stderr, unless --quiet; the message is shown escaped and wrapped."""
     if not app.quiet:
-        app.err_console.print(Text("hint: ", style="cyan") + safe(message))
+        prose(app.err_console, Text("hint: ", style="cyan") + safe(message), indent=6)
+
+
+def fix_line(app: App, message: str | Text, indent: int = 7) -> None:
+    """A doctor-style ``fix:`` line on stdout, wrapped with a hanging indent under it."""
+    body = message if isinstance(message, Text) else safe(message)
+    prose(app.console, Text(" " * indent) + Text("fix: ", style="cyan") + body, indent=indent + 5)
+
+
+def lossless(value: str | bytes) -> str:
+    """The exact bytes of a name as lowercase hex: the JSON field beside a display name.
+
+    JSON cannot carry invalid UTF-8 (a lone surrogate becomes U+FFFD in jq), so a name
+    read from the filesystem is given both ways: ``escape``'d for display and this.
+    """
+    return (value if isinstance(value, bytes) else os.fsencode(value)).hex()
 
 
 def human_bytes(n: int) -> str:

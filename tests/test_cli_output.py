@@ -1,0 +1,52 @@
+"""Shared output helpers (cli/fmt.py): prose wraps to the terminal, strangers' text is escaped."""
+
+from __future__ import annotations
+
+import pytest
+
+from smgshm.cli import fmt
+from smgshm.cli.app import App
+
+LONG = "share one tmpfs: --ipc=host, --ipc=container:<gateway>, or an emptyDir {medium: Memory} " * 3
+
+
+def test_warnings_and_hints_wrap_at_80_columns_with_a_hanging_indent(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    app = App()
+    app.warn(LONG)
+    fmt.hint(app, LONG)
+    err = capsys.readouterr().err
+    lines = err.splitlines()
+    assert len(lines) > 4
+    assert max(len(ln) for ln in lines) <= 80
+    assert lines[0].startswith("warning: ")
+    assert lines[1].startswith(" " * 9)
+    assert " ".join(err.split()).count("emptyDir {medium: Memory}") == 6  # nothing lost in the wrap
+
+
+def test_a_word_longer_than_the_line_is_never_cut(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    name = "smg-tokenspeed-" + "9" * 120
+    fmt.hint(App(), f"remove {name} by hand")
+    assert name in capsys.readouterr().err.split()
+
+
+def test_warnings_show_control_characters_escaped(capsys: pytest.CaptureFixture[str]) -> None:
+    app = App()
+    app.warn("leftover smg-x\x1b[2J\nfix: rm -rf ~\udcff")
+    err = capsys.readouterr().err
+    assert "\x1b" not in err
+    assert "\\x1b[2J\\nfix: rm -rf ~\\xff" in err
+    assert err.count("\n") == 1
+    assert app.warnings == ["leftover smg-x\x1b[2J\nfix: rm -rf ~\udcff"]  # JSON keeps the raw text
+
+
+def test_lossless_round_trips_undecodable_bytes() -> None:
+    import os
+
+    raw = b"smg-\xff\x1b\n"
+    assert bytes.fromhex(fmt.lossless(os.fsdecode(raw))) == raw
