@@ -35,6 +35,9 @@ RESULT_KEYS = {
     "unlink_after_read",
     "shm_dir",
     "pid",
+    "model_dir",
+    "served_model_name",
+    "log_receipts",
 }
 
 

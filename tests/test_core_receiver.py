@@ -258,8 +258,11 @@ def test_vllm_face_registration_rpcs(receiver: RunningReceiver, vllm_channel: gr
     assert health.healthy
     model = stub.GetModelInfo(vllm_engine_pb2.GetModelInfoRequest(), timeout=10)
     assert model.served_model_name == MODEL_NAME
+    # Generate answers (a text-only request: just a complete); Embed is not served.
+    out = list(stub.Generate(vllm_engine_pb2.GenerateRequest(), timeout=10))
+    assert [m.WhichOneof("response") for m in out] == ["complete"]
     with pytest.raises(grpc.RpcError) as ei:
-        list(stub.Generate(vllm_engine_pb2.GenerateRequest(), timeout=10))
+        stub.Embed(vllm_engine_pb2.EmbedRequest(), timeout=10)
     assert ei.value.code() == grpc.StatusCode.UNIMPLEMENTED
     for service in ("", "vllm.grpc.engine.VllmEngine", "smgshm.rpc.v1.Diagnostics"):
         assert _health(vllm_channel, service) == health_pb2.HealthCheckResponse.SERVING

@@ -36,6 +36,17 @@ from smgshm.cli.params import BYTES, shm_dir_option
 @click.option("--advertise-namespace-id", metavar="ID", help="Advertise this id instead of this host's (demos, tests).")
 @click.option("--max-message-bytes", type=BYTES, default="256MiB", show_default=True, help="gRPC message limit.")
 @click.option("--workers", type=click.IntRange(1, 256), default=8, show_default=True, help="RPC worker threads.")
+@click.option(
+    "--model-dir",
+    metavar="DIR",
+    help="Serve this weight-less Qwen2-VL model directory (written when missing; pass the same DIR to "
+    "`smg launch --model-path`), so a real gateway sends real image tensors in Generate.",
+)
+@click.option(
+    "--log-receipts",
+    metavar="FILE|-",
+    help="Append one JSON line per Generate tensor receipt to FILE (- for stdout).",
+)
 @shm_dir_option
 @click.pass_obj
 def serve(
@@ -47,6 +58,8 @@ def serve(
     advertise_namespace_id: str | None,
     max_message_bytes: int,
     workers: int,
+    model_dir: str | None,
+    log_receipts: str | None,
     shm_dir: str,
 ) -> None:
     """Run the reference receiver that `send`, `bench` and `probe --verify` talk to.
@@ -58,13 +71,23 @@ def serve(
     FIFOs and short segments without hanging) and returns a receipt per tensor.
     It binds loopback unless told otherwise and stops cleanly on SIGTERM/SIGINT.
 
+    As a stand-in worker behind the real gateway (vLLM or TokenSpeed), it answers
+    Generate (a chunk when streaming, then a complete), GetLoads and Abort, and
+    GetModelInfo from --model-dir. Every tensor of a Generate is read through the
+    same reader and gets a receipt (key, payload kind, segment, dtype, shape,
+    bytes, digest, read time, unlinked, age since the gateway wrote it), kept in a
+    bounded ring served by the Diagnostics RPCs Receipts and WatchReceipts.
+
     \b
     Examples:
       smgshm serve
       smgshm serve --listen 0.0.0.0:50051      # reachable from other hosts: says so loudly
       smg launch --worker-urls grpc://127.0.0.1:50051 --multimodal-tensor-transport auto
+      smgshm serve --model-dir ~/.cache/smgshm/model-qwen2vl-tiny --log-receipts -
+      smg launch --worker-urls grpc://127.0.0.1:50051 --model-path ~/.cache/smgshm/model-qwen2vl-tiny \\
+          --multimodal-tensor-transport shm
     """
-    from smgshm.core.receiver import ReceiverConfig, is_loopback
+    from smgshm.core.receiver import MODEL_NAME, ReceiverConfig, is_loopback
     from smgshm.core.services import start_receiver
 
     cfg = ReceiverConfig(
@@ -75,6 +98,8 @@ def serve(
         namespace_id=advertise_namespace_id,
         max_message_bytes=max_message_bytes,
         workers=workers,
+        model_dir=model_dir,
+        on_receipt=view.receipt_logger(log_receipts) if log_receipts else None,
     )
     if not is_loopback(listen):
         app.warn(f"listening on {listen}: NOT loopback; any host that reaches it can send tensors to it")
@@ -91,6 +116,9 @@ def serve(
         "unlink_after_read": cfg.unlink_after_read,
         "shm_dir": shm_dir,
         "pid": running.state.identity().pid,
+        "model_dir": running.state.model.path if running.state.model else None,
+        "served_model_name": running.state.model.served_model_name if running.state.model else MODEL_NAME,
+        "log_receipts": log_receipts,
     }
     app.emit(info, view.serve_ready)
     stop.wait()

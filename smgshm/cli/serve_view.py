@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import json
+import sys
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TextIO
 
 from rich.text import Text
 
+from smgshm.cli.fmt import escape
+from smgshm.core.errors import HostError
+
 if TYPE_CHECKING:
     from smgshm.cli.app import App
+    from smgshm.core.receipts import GenerateReceipt
 
 def serve_ready(app: App, info: dict[str, Any]) -> None:
     line = (
@@ -16,3 +24,22 @@ def serve_ready(app: App, info: dict[str, Any]) -> None:
         f"unlink after read {'on' if info['unlink_after_read'] else 'off'})"
     )
     app.console.print(Text(line))
+    if info.get("model_dir"):
+        app.console.print(Text(f"  model {info['served_model_name']} from {escape(info['model_dir'])}"))
+
+
+def receipt_logger(target: str) -> Callable[[GenerateReceipt], None]:
+    """A thread-safe writer of one JSON line per receipt to ``target`` (a path, or - for stdout)."""
+    try:
+        out: TextIO = sys.stdout if target == "-" else open(target, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as serve
+    except OSError as err:
+        raise HostError(f"cannot open the receipts log: {err.strerror}", path=target) from err
+    lock = threading.Lock()
+
+    def write(r: GenerateReceipt) -> None:
+        line = json.dumps(r.to_json(), allow_nan=False, separators=(",", ":"))
+        with lock:
+            out.write(line + "\n")
+            out.flush()
+
+    return write

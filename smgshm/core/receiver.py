@@ -10,16 +10,21 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from smgshm.core.errors import HandleError, SegmentError, SmgshmError, WireError
 from smgshm.core.host import HostIdentity, read_host_identity
 from smgshm.core.namespace import read_namespace_id
 from smgshm.core.paths import DEFAULT_SHM_DIR
+from smgshm.core.receipts import ReceiptRing
 from smgshm.core.segments import ReaderMode, read_segment
 from smgshm.core.tensors import DIGEST_ALGO, check_payload, digest, tensor_from_payload
 from smgshm.core.wire import InTensor, Layout, parse_multimodal
+
+if TYPE_CHECKING:
+    from smgshm.core.modeldir import ModelDir
 
 Engine = Literal["vllm", "tokenspeed", "sglang"]
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024  # SMG's Python servers cap messages here
@@ -37,6 +42,12 @@ class ReceiverConfig:
     namespace_id: str | None = None
     max_message_bytes: int = MAX_MESSAGE_BYTES
     workers: int = 8
+    # The weight-less model directory GetModelInfo describes (written when missing); None
+    # answers with smgshm's own model name and no tokenizer.
+    model_dir: str | None = None
+    fault: str | None = None
+    # Called with every Generate receipt, from server threads (serve --log-receipts).
+    on_receipt: Callable[[Any], None] | None = None
 
     def advertised_namespace_id(self) -> str:
         return self.namespace_id if self.namespace_id is not None else read_namespace_id(self.shm_dir)
@@ -132,13 +143,15 @@ def receive(layout: Layout, raw: bytes, cfg: ReceiverConfig) -> list[Receipt]:
 
 @dataclass
 class ReceiverState:
-    """Live counters the engine RPCs report."""
+    """Live counters the engine RPCs report, the receipts ring and the model served."""
 
     cfg: ReceiverConfig
     started: float = field(default_factory=time.time)
     active: int = 0
     last_receive: float = 0.0
     lock: threading.Lock = field(default_factory=threading.Lock)
+    ring: ReceiptRing = field(default_factory=ReceiptRing)
+    model: ModelDir | None = None
 
     def identity(self) -> HostIdentity:
         return read_host_identity(self.cfg.shm_dir)

@@ -7,7 +7,9 @@ at registration (HealthCheck, GetModelInfo, GetServerInfo), serves
 
 from __future__ import annotations
 
+import datetime
 import time
+from collections.abc import Iterator
 from concurrent import futures
 from dataclasses import dataclass
 from types import ModuleType
@@ -17,9 +19,13 @@ import grpc
 
 from smgshm import __version__
 from smgshm.core.errors import TransportError, WireError
+from smgshm.core.modeldir import ModelDir, ensure_model_dir
+from smgshm.core.receipts import MAX_PER_CALL, ReceiptRing
+from smgshm.core.receipts import to_proto as receipt_proto
 from smgshm.core.receiver import MODEL_NAME, ReceiverConfig, ReceiverState, receive
 from smgshm.core.tensors import DIGEST_ALGO
 from smgshm.core.wire import Layout
+from smgshm.core.worker import read_generate
 from smgshm.rpc.v1 import diag_pb2, diag_pb2_grpc
 
 DIAG_SERVICE = "smgshm.rpc.v1.Diagnostics"
@@ -55,10 +61,27 @@ def _engine_servicer(state: ReceiverState) -> tuple[Any, str]:
             return pb.HealthCheckResponse(healthy=True, message="Health")
 
         def GetModelInfo(self, request: Any, context: Any) -> Any:  # noqa: N802
-            common = {"model_path": MODEL_NAME, "served_model_name": MODEL_NAME, "max_context_length": 4096}
-            if engine == "tokenspeed":
-                return pb.GetModelInfoResponse(**common, model_type="smgshm")
-            return pb.GetModelInfoResponse(**common, is_generation=True, supports_vision=True, model_type="smgshm")
+            return model_info(pb, engine, state.model)
+
+        def GetLoads(self, request: Any, context: Any) -> Any:  # noqa: N802
+            with state.lock:
+                active = state.active
+            load = pb.SchedulerLoad(
+                dp_rank=0,
+                num_running_reqs=active,
+                num_total_reqs=active,
+                max_total_num_tokens=state.model.max_context_length if state.model else 4096,
+                max_running_requests=state.cfg.workers,
+            )
+            stamp = datetime.datetime.now(datetime.timezone.utc).isoformat()
+            return pb.GetLoadsResponse(timestamp=stamp, version=f"smgshm-{__version__}", dp_rank_count=1, loads=[load])
+
+        def Abort(self, request: Any, context: Any) -> Any:  # noqa: N802
+            # Generate answers at once, so there is never anything in flight to abort.
+            return pb.AbortResponse() if engine == "vllm" else pb.AbortResponse(success=True, message="")
+
+        def Generate(self, request: Any, context: Any) -> Iterator[Any]:  # noqa: N802
+            yield from generate(pb, engine, state, request, context)
 
         def GetServerInfo(self, request: Any, context: Any) -> Any:  # noqa: N802
             ns = state.cfg.advertised_namespace_id()
@@ -84,6 +107,65 @@ def _engine_servicer(state: ReceiverState) -> tuple[Any, str]:
             return resp
 
     return EngineServicer(), pb.DESCRIPTOR.services_by_name[svc].full_name
+
+
+def model_info(pb: ModuleType, engine: str, model: ModelDir | None) -> Any:
+    """GetModelInfo: from the model directory served, or smgshm's own name without one."""
+    if model is None:
+        common: dict[str, Any] = {"model_path": MODEL_NAME, "served_model_name": MODEL_NAME, "max_context_length": 4096}
+        if engine == "tokenspeed":
+            return pb.GetModelInfoResponse(**common, model_type="smgshm")
+        return pb.GetModelInfoResponse(**common, is_generation=True, supports_vision=True, model_type="smgshm")
+    common = {
+        "model_path": model.path,
+        "tokenizer_path": model.path,
+        "served_model_name": model.served_model_name,
+        "max_context_length": model.max_context_length,
+        "vocab_size": model.vocab_size,
+        "model_type": model.model_type,
+        "architectures": list(model.architectures),
+        "eos_token_ids": [model.eos_token_id],
+        "supports_vision": True,
+    }
+    if engine == "tokenspeed":
+        from smg_grpc_proto.generated import common_pb2
+
+        return pb.GetModelInfoResponse(
+            **common, supports_multimodal=True, supported_modalities=[common_pb2.IMAGE], model_dtype="float32"
+        )
+    return pb.GetModelInfoResponse(**common, is_generation=True)
+
+
+def generate(pb: ModuleType, engine: str, state: ReceiverState, request: Any, context: Any) -> Iterator[Any]:
+    """Generate as smg-facts §5.2: read every tensor (receipts), then a chunk if streaming and a complete."""
+    layout = Layout.VLLM if engine == "vllm" else Layout.TOKENSPEED
+    with state.lock:
+        state.active += 1
+        state.last_receive = time.time()
+    try:
+        outcome = read_generate(layout, request, state.cfg, state.ring)
+    except WireError as err:
+        context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+    finally:
+        with state.lock:
+            state.active -= 1
+    if outcome.refused:
+        bad = outcome.refused[0]
+        context.abort(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"{len(outcome.refused)} of {len(outcome.receipts)} tensors refused; {bad.key}: {bad.error_message}",
+        )
+    token = state.model.reply_token_id if state.model else 0
+    eos = state.model.eos_token_id if state.model else 0
+    n = outcome.prompt_tokens
+    rid = {"request_id": outcome.request_id} if engine == "tokenspeed" else {}
+    if request.stream:
+        chunk = pb.GenerateStreamChunk(token_ids=[token], prompt_tokens=n, completion_tokens=1)
+        yield pb.GenerateResponse(**rid, chunk=chunk)
+    complete = pb.GenerateComplete(
+        output_ids=[token], finish_reason="stop", prompt_tokens=n, completion_tokens=1, matched_token_id=eos
+    )
+    yield pb.GenerateResponse(**rid, complete=complete)
 
 
 class DiagnosticsServicer(diag_pb2_grpc.DiagnosticsServicer):  # type: ignore[misc]
@@ -150,6 +232,19 @@ class DiagnosticsServicer(diag_pb2_grpc.DiagnosticsServicer):  # type: ignore[mi
         out.elapsed_ns = time.perf_counter_ns() - t0
         return out
 
+    def Receipts(self, request: Any, context: Any) -> Any:  # noqa: N802
+        limit = min(int(request.max) or MAX_PER_CALL, MAX_PER_CALL)
+        got, nxt, dropped = self.state.ring.after(int(request.after_seq), limit)
+        return diag_pb2.ReceiptsResponse(receipts=[receipt_proto(r) for r in got], next_seq=nxt, dropped=dropped)
+
+    def WatchReceipts(self, request: Any, context: Any) -> Iterator[Any]:  # noqa: N802
+        after = int(request.after_seq)
+        # Wake up now and then to notice a client that went away (or a deadline that passed).
+        while context.is_active():
+            for r in self.state.ring.wait_after(after, timeout_s=0.25):
+                yield receipt_proto(r)
+                after = r.seq
+
 
 @dataclass
 class RunningReceiver:
@@ -170,7 +265,8 @@ def start_receiver(cfg: ReceiverConfig, address: str = "127.0.0.1:0") -> Running
     from grpc_health.v1 import health, health_pb2, health_pb2_grpc
     from grpc_reflection.v1alpha import reflection
 
-    state = ReceiverState(cfg)
+    model = ensure_model_dir(cfg.model_dir) if cfg.model_dir is not None else None
+    state = ReceiverState(cfg, ring=ReceiptRing(sink=cfg.on_receipt), model=model)
     opts = [
         ("grpc.max_receive_message_length", cfg.max_message_bytes),
         ("grpc.max_send_message_length", cfg.max_message_bytes),

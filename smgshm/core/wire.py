@@ -121,16 +121,45 @@ def parse_multimodal(layout: Layout, raw: bytes) -> list[InTensor]:
         msg.ParseFromString(raw)
     except DecodeError as err:
         raise WireError(f"cannot parse {layout.value} MultimodalInputs", nbytes=len(raw)) from err
+    return multimodal_tensors(layout, msg)
+
+
+def multimodal_tensors(layout: Layout, msg: Any, prefix: str = "") -> list[InTensor]:
+    """Every TensorData of a parsed ``MultimodalInputs``, keyed by where it sits."""
     out: list[InTensor] = []
     if layout is Layout.VLLM:
         if msg.HasField("pixel_values"):
-            out.append(from_tensor_data("pixel_values", msg.pixel_values))
+            out.append(from_tensor_data(f"{prefix}pixel_values", msg.pixel_values))
         for k in sorted(msg.model_specific_tensors):
-            out.append(from_tensor_data(f"model_specific_tensors[{k}]", msg.model_specific_tensors[k]))
+            out.append(from_tensor_data(f"{prefix}model_specific_tensors[{k}]", msg.model_specific_tensors[k]))
         return out
     for i, item in enumerate(msg.items):
+        p = f"{prefix}items[{i}]"
         if item.HasField("encoder_input"):
-            out.append(from_tensor_data(f"items[{i}].encoder_input", item.encoder_input))
+            out.append(from_tensor_data(f"{p}.encoder_input", item.encoder_input))
         for k in sorted(item.model_specific_tensors):
-            out.append(from_tensor_data(f"items[{i}].model_specific_tensors[{k}]", item.model_specific_tensors[k]))
+            out.append(from_tensor_data(f"{p}.model_specific_tensors[{k}]", item.model_specific_tensors[k]))
     return out
+
+
+def generate_tensors(layout: Layout, request: Any) -> list[InTensor]:
+    """Every TensorData of an engine ``GenerateRequest``: vLLM ``mm_inputs`` then each
+    ``extra_mm_inputs[i]`` (keys prefixed so), TokenSpeed every item of ``mm_inputs``."""
+    out: list[InTensor] = []
+    if request.HasField("mm_inputs"):
+        out.extend(multimodal_tensors(layout, request.mm_inputs))
+    if layout is Layout.VLLM:
+        for i, extra in enumerate(request.extra_mm_inputs):
+            out.extend(multimodal_tensors(layout, extra, f"extra_mm_inputs[{i}]."))
+    return out
+
+
+def count_generate_tensors(layout: Layout, request: Any) -> int:
+    """How many TensorData a GenerateRequest carries, without building anything."""
+    if layout is Layout.VLLM:
+        msgs = [request.mm_inputs, *request.extra_mm_inputs] if request.HasField("mm_inputs") else [
+            *request.extra_mm_inputs
+        ]
+        return sum(int(m.HasField("pixel_values")) + len(m.model_specific_tensors) for m in msgs)
+    items = request.mm_inputs.items
+    return sum(int(it.HasField("encoder_input")) + len(it.model_specific_tensors) for it in items)

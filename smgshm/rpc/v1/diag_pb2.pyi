@@ -113,3 +113,63 @@ class ReceiveResponse(_message.Message):
     receipts: _containers.RepeatedCompositeFieldContainer[TensorReceipt]
     elapsed_ns: int
     def __init__(self, request_id: _Optional[str] = ..., receipts: _Optional[_Iterable[_Union[TensorReceipt, _Mapping]]] = ..., elapsed_ns: _Optional[int] = ...) -> None: ...
+
+class ReceiptsRequest(_message.Message):
+    __slots__ = ("after_seq", "max")
+    AFTER_SEQ_FIELD_NUMBER: _ClassVar[int]
+    MAX_FIELD_NUMBER: _ClassVar[int]
+    after_seq: int
+    max: int
+    def __init__(self, after_seq: _Optional[int] = ..., max: _Optional[int] = ...) -> None: ...
+
+class GenerateReceipt(_message.Message):
+    __slots__ = ("seq", "request_id", "engine", "key", "payload_kind", "shm_name", "dtype", "shape", "nbytes", "digest_algo", "digest", "read_ns", "unlinked", "age_ns", "received_unix_ns", "error", "reader", "decode_ns", "shm_owner_id")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    ENGINE_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_KIND_FIELD_NUMBER: _ClassVar[int]
+    SHM_NAME_FIELD_NUMBER: _ClassVar[int]
+    DTYPE_FIELD_NUMBER: _ClassVar[int]
+    SHAPE_FIELD_NUMBER: _ClassVar[int]
+    NBYTES_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_ALGO_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    READ_NS_FIELD_NUMBER: _ClassVar[int]
+    UNLINKED_FIELD_NUMBER: _ClassVar[int]
+    AGE_NS_FIELD_NUMBER: _ClassVar[int]
+    RECEIVED_UNIX_NS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    READER_FIELD_NUMBER: _ClassVar[int]
+    DECODE_NS_FIELD_NUMBER: _ClassVar[int]
+    SHM_OWNER_ID_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    request_id: str
+    engine: str
+    key: str
+    payload_kind: str
+    shm_name: str
+    dtype: str
+    shape: _containers.RepeatedScalarFieldContainer[int]
+    nbytes: int
+    digest_algo: str
+    digest: bytes
+    read_ns: int
+    unlinked: bool
+    age_ns: int
+    received_unix_ns: int
+    error: ReceiveError
+    reader: str
+    decode_ns: int
+    shm_owner_id: str
+    def __init__(self, seq: _Optional[int] = ..., request_id: _Optional[str] = ..., engine: _Optional[str] = ..., key: _Optional[str] = ..., payload_kind: _Optional[str] = ..., shm_name: _Optional[str] = ..., dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., nbytes: _Optional[int] = ..., digest_algo: _Optional[str] = ..., digest: _Optional[bytes] = ..., read_ns: _Optional[int] = ..., unlinked: _Optional[bool] = ..., age_ns: _Optional[int] = ..., received_unix_ns: _Optional[int] = ..., error: _Optional[_Union[ReceiveError, _Mapping]] = ..., reader: _Optional[str] = ..., decode_ns: _Optional[int] = ..., shm_owner_id: _Optional[str] = ...) -> None: ...
+
+class ReceiptsResponse(_message.Message):
+    __slots__ = ("receipts", "next_seq", "dropped")
+    RECEIPTS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_SEQ_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_FIELD_NUMBER: _ClassVar[int]
+    receipts: _containers.RepeatedCompositeFieldContainer[GenerateReceipt]
+    next_seq: int
+    dropped: int
+    def __init__(self, receipts: _Optional[_Iterable[_Union[GenerateReceipt, _Mapping]]] = ..., next_seq: _Optional[int] = ..., dropped: _Optional[int] = ...) -> None: ...

@@ -44,6 +44,16 @@ class DiagnosticsStub:
                 request_serializer=smgshm_dot_rpc_dot_v1_dot_diag__pb2.ReceiveRequest.SerializeToString,
                 response_deserializer=smgshm_dot_rpc_dot_v1_dot_diag__pb2.ReceiveResponse.FromString,
                 _registered_method=True)
+        self.Receipts = channel.unary_unary(
+                '/smgshm.rpc.v1.Diagnostics/Receipts',
+                request_serializer=smgshm_dot_rpc_dot_v1_dot_diag__pb2.ReceiptsRequest.SerializeToString,
+                response_deserializer=smgshm_dot_rpc_dot_v1_dot_diag__pb2.ReceiptsResponse.FromString,
+                _registered_method=True)
+        self.WatchReceipts = channel.unary_stream(
+                '/smgshm.rpc.v1.Diagnostics/WatchReceipts',
+                request_serializer=smgshm_dot_rpc_dot_v1_dot_diag__pb2.ReceiptsRequest.SerializeToString,
+                response_deserializer=smgshm_dot_rpc_dot_v1_dot_diag__pb2.GenerateReceipt.FromString,
+                _registered_method=True)
 
 
 class DiagnosticsServicer:
@@ -64,6 +74,22 @@ class DiagnosticsServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Receipts(self, request, context):
+        """The receipts of engine Generate traffic (what a gateway sent this worker) with
+        seq > after_seq, oldest first, from a bounded ring.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WatchReceipts(self, request, context):
+        """The same, then every new one as it arrives, until the client goes away or the
+        call's deadline passes.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_DiagnosticsServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -76,6 +102,16 @@ def add_DiagnosticsServicer_to_server(servicer, server):
                     servicer.Receive,
                     request_deserializer=smgshm_dot_rpc_dot_v1_dot_diag__pb2.ReceiveRequest.FromString,
                     response_serializer=smgshm_dot_rpc_dot_v1_dot_diag__pb2.ReceiveResponse.SerializeToString,
+            ),
+            'Receipts': grpc.unary_unary_rpc_method_handler(
+                    servicer.Receipts,
+                    request_deserializer=smgshm_dot_rpc_dot_v1_dot_diag__pb2.ReceiptsRequest.FromString,
+                    response_serializer=smgshm_dot_rpc_dot_v1_dot_diag__pb2.ReceiptsResponse.SerializeToString,
+            ),
+            'WatchReceipts': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchReceipts,
+                    request_deserializer=smgshm_dot_rpc_dot_v1_dot_diag__pb2.ReceiptsRequest.FromString,
+                    response_serializer=smgshm_dot_rpc_dot_v1_dot_diag__pb2.GenerateReceipt.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -132,6 +168,60 @@ class Diagnostics:
             '/smgshm.rpc.v1.Diagnostics/Receive',
             smgshm_dot_rpc_dot_v1_dot_diag__pb2.ReceiveRequest.SerializeToString,
             smgshm_dot_rpc_dot_v1_dot_diag__pb2.ReceiveResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Receipts(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/smgshm.rpc.v1.Diagnostics/Receipts',
+            smgshm_dot_rpc_dot_v1_dot_diag__pb2.ReceiptsRequest.SerializeToString,
+            smgshm_dot_rpc_dot_v1_dot_diag__pb2.ReceiptsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchReceipts(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/smgshm.rpc.v1.Diagnostics/WatchReceipts',
+            smgshm_dot_rpc_dot_v1_dot_diag__pb2.ReceiptsRequest.SerializeToString,
+            smgshm_dot_rpc_dot_v1_dot_diag__pb2.GenerateReceipt.FromString,
             options,
             channel_credentials,
             insecure,

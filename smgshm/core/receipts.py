@@ -1,0 +1,218 @@
+"""Receipts of Generate traffic: what a gateway sent the stand-in worker, tensor by tensor.
+
+``serve`` keeps them in a bounded ring (``ReceiptRing``) and serves them through the
+Diagnostics RPCs ``Receipts`` and ``WatchReceipts``; ``fetch_receipts`` reads them back.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+from smgshm.core.errors import TransportError
+
+RING_SIZE = 4096  # receipts kept; older ones are dropped (and counted as dropped)
+MAX_PER_CALL = 1000  # receipts one Receipts call returns at most
+
+
+@dataclass(frozen=True)
+class GenerateReceipt:
+    """One tensor of one Generate request, as the worker read it."""
+
+    request_id: str
+    engine: str
+    key: str
+    payload_kind: str  # inline | shm | remote | unset
+    dtype: str
+    shape: tuple[int, ...]
+    nbytes: int = 0
+    shm_name: str = ""
+    shm_owner_id: str = ""
+    digest_algo: str = ""
+    digest: bytes = b""
+    read_ns: int = 0
+    decode_ns: int = 0
+    unlinked: bool = False
+    age_ns: int = 0  # receive time minus the nanos in the segment's name; 0 when unknown
+    received_unix_ns: int = 0
+    reader: str = ""
+    error_code: str = ""
+    error_message: str = ""
+    seq: int = 0  # assigned by ReceiptRing.add
+
+    @property
+    def ok(self) -> bool:
+        return not self.error_code
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready: the digest in hex, the shape as a list."""
+        doc = asdict(self)
+        doc["digest"] = self.digest.hex()
+        doc["shape"] = list(self.shape)
+        return doc
+
+
+class ReceiptRing:
+    """A bounded, thread-safe ring of receipts with increasing ``seq``; watchers can wait."""
+
+    def __init__(self, size: int = RING_SIZE, sink: Callable[[GenerateReceipt], None] | None = None) -> None:
+        self._ring: collections.deque[GenerateReceipt] = collections.deque(maxlen=size)
+        self._cond = threading.Condition()
+        self._seq = 0
+        self._sink = sink
+
+    def add(self, receipts: list[GenerateReceipt]) -> list[GenerateReceipt]:
+        """Number the receipts (seq is assigned here, so the ring is always in seq order) and keep them."""
+        with self._cond:
+            numbered = []
+            for r in receipts:
+                self._seq += 1
+                numbered.append(replace(r, seq=self._seq))
+            self._ring.extend(numbered)
+            self._cond.notify_all()
+        if self._sink is not None:
+            for r in numbered:
+                self._sink(r)
+        return numbered
+
+    def after(self, after_seq: int, limit: int = MAX_PER_CALL) -> tuple[list[GenerateReceipt], int, int]:
+        """(receipts with seq > after_seq, next after_seq, how many had already been dropped)."""
+        with self._cond:
+            return self._after(after_seq, limit)
+
+    def _after(self, after_seq: int, limit: int) -> tuple[list[GenerateReceipt], int, int]:
+        out = [r for r in self._ring if r.seq > after_seq][: max(1, limit)]
+        oldest = self._ring[0].seq if self._ring else self._seq + 1
+        dropped = max(0, oldest - after_seq - 1) if after_seq < oldest else 0
+        nxt = out[-1].seq if out else max(after_seq, self._seq)
+        return out, nxt, dropped
+
+    def wait_after(self, after_seq: int, timeout_s: float, limit: int = MAX_PER_CALL) -> list[GenerateReceipt]:
+        """Receipts with seq > after_seq, waiting at most ``timeout_s`` for the first."""
+        with self._cond:
+            self._cond.wait_for(lambda: bool(self._ring) and self._ring[-1].seq > after_seq, timeout=timeout_s)
+            return self._after(after_seq, limit)[0]
+
+
+def to_proto(r: GenerateReceipt) -> Any:
+    from smgshm.rpc.v1 import diag_pb2
+
+    msg = diag_pb2.GenerateReceipt(
+        seq=r.seq,
+        request_id=r.request_id,
+        engine=r.engine,
+        key=r.key,
+        payload_kind=r.payload_kind,
+        shm_name=r.shm_name,
+        shm_owner_id=r.shm_owner_id,
+        dtype=r.dtype,
+        shape=list(r.shape),
+        nbytes=r.nbytes,
+        digest_algo=r.digest_algo,
+        digest=r.digest,
+        read_ns=r.read_ns,
+        decode_ns=r.decode_ns,
+        unlinked=r.unlinked,
+        age_ns=r.age_ns,
+        received_unix_ns=r.received_unix_ns,
+        reader=r.reader,
+    )
+    if r.error_code:
+        msg.error.code, msg.error.message = r.error_code, r.error_message
+    return msg
+
+
+def from_proto(m: Any) -> GenerateReceipt:
+    err = m.error if m.HasField("error") else None
+    return GenerateReceipt(
+        seq=int(m.seq),
+        request_id=m.request_id,
+        engine=m.engine,
+        key=m.key,
+        payload_kind=m.payload_kind,
+        dtype=m.dtype,
+        shape=tuple(int(d) for d in m.shape),
+        nbytes=int(m.nbytes),
+        shm_name=m.shm_name,
+        shm_owner_id=m.shm_owner_id,
+        digest_algo=m.digest_algo,
+        digest=bytes(m.digest),
+        read_ns=int(m.read_ns),
+        decode_ns=int(m.decode_ns),
+        unlinked=bool(m.unlinked),
+        age_ns=int(m.age_ns),
+        received_unix_ns=int(m.received_unix_ns),
+        reader=m.reader,
+        error_code=err.code if err else "",
+        error_message=err.message if err else "",
+    )
+
+
+def _rpc_error(err: Any, target: str) -> TransportError:
+    import grpc
+
+    code = err.code() if hasattr(err, "code") else None
+    if code == grpc.StatusCode.UNIMPLEMENTED:
+        return TransportError("not a smgshm serve with receipts (Receipts is unimplemented)", endpoint=target)
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return TransportError("deadline exceeded reading receipts", endpoint=target)
+    return TransportError(f"cannot read receipts: {code.name if code else err}", endpoint=target)
+
+
+def fetch_receipts(address: str, after_seq: int = 0, timeout_s: float = 5.0) -> tuple[list[GenerateReceipt], int]:
+    """The receipts a smgshm serve holds with seq > ``after_seq``, and the after_seq for next time.
+
+    Pages through the server's per-call cap, all within one ``timeout_s`` deadline.
+    TransportError when the address is unreachable or is not a smgshm serve.
+    """
+    import time
+
+    import grpc
+
+    from smgshm.core.channel import open_channel
+    from smgshm.rpc.v1 import diag_pb2, diag_pb2_grpc
+
+    deadline = time.monotonic() + timeout_s
+    channel = open_channel(address, timeout_s)
+    out: list[GenerateReceipt] = []
+    try:
+        stub = diag_pb2_grpc.DiagnosticsStub(channel)
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TransportError("deadline exceeded reading receipts", endpoint=address)
+            try:
+                resp = stub.Receipts(diag_pb2.ReceiptsRequest(after_seq=after_seq, max=MAX_PER_CALL), timeout=left)
+            except grpc.RpcError as err:
+                raise _rpc_error(err, address) from None
+            out.extend(from_proto(m) for m in resp.receipts)
+            if not resp.receipts or int(resp.next_seq) <= after_seq:
+                return out, max(after_seq, int(resp.next_seq))
+            after_seq = int(resp.next_seq)
+    finally:
+        channel.close()
+
+
+def watch_receipts(address: str, after_seq: int = 0, timeout_s: float = 60.0) -> Iterator[GenerateReceipt]:
+    """Stream receipts as they arrive for at most ``timeout_s`` seconds."""
+    import grpc
+
+    from smgshm.core.channel import open_channel
+    from smgshm.rpc.v1 import diag_pb2, diag_pb2_grpc
+
+    channel = open_channel(address, min(timeout_s, 5.0))
+    try:
+        stream = diag_pb2_grpc.DiagnosticsStub(channel).WatchReceipts(
+            diag_pb2.ReceiptsRequest(after_seq=after_seq), timeout=timeout_s
+        )
+        try:
+            for m in stream:
+                yield from_proto(m)
+        except grpc.RpcError as err:
+            if err.code() != grpc.StatusCode.DEADLINE_EXCEEDED:
+                raise _rpc_error(err, address) from None
+    finally:
+        channel.close()

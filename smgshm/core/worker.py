@@ -1,0 +1,86 @@
+"""The stand-in worker's Generate, without gRPC: read every tensor, keep a receipt for each.
+
+``services`` calls ``read_generate`` from its vLLM and TokenSpeed ``Generate`` handlers
+and turns the outcome into the engine's stream (one chunk when asked, then a complete).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from smgshm.core.errors import WireError
+from smgshm.core.leaks import parse_name
+from smgshm.core.receipts import GenerateReceipt, ReceiptRing
+from smgshm.core.receiver import Receipt, ReceiverConfig, receive_one
+from smgshm.core.tensors import DIGEST_ALGO
+from smgshm.core.wire import InTensor, Layout, generate_tensors
+
+
+@dataclass(frozen=True)
+class GenerateOutcome:
+    """What one Generate carried, and how many prompt tokens it had."""
+
+    request_id: str
+    receipts: list[GenerateReceipt]
+    prompt_tokens: int
+
+    @property
+    def refused(self) -> list[GenerateReceipt]:
+        return [r for r in self.receipts if not r.ok]
+
+
+def segment_age_ns(name: str, now_ns: int) -> int:
+    """``now_ns`` minus the creation nanos in an SMG segment name; 0 when it has none."""
+    _, _, nanos = parse_name(name)
+    if nanos is None:
+        return 0
+    return max(0, now_ns - nanos)
+
+
+def _to_generate_receipt(r: Receipt, t: InTensor, request_id: str, engine: str, now_ns: int) -> GenerateReceipt:
+    return GenerateReceipt(
+        request_id=request_id,
+        engine=engine,
+        key=r.key,
+        payload_kind=r.payload_kind,
+        dtype=r.dtype,
+        shape=r.shape,
+        nbytes=r.nbytes,
+        shm_name=r.shm_name,
+        shm_owner_id=t.shm_owner_id,
+        digest_algo=DIGEST_ALGO if r.digest else "",
+        digest=r.digest,
+        read_ns=r.read_ns,
+        decode_ns=r.decode_ns,
+        unlinked=r.unlinked,
+        age_ns=segment_age_ns(t.shm_name, now_ns) if t.kind == "shm" else 0,
+        received_unix_ns=now_ns,
+        reader=r.reader,
+        error_code=r.error_code,
+        error_message=r.error_message,
+    )
+
+
+def prompt_tokens(layout: Layout, request: Any) -> int:
+    if layout is Layout.VLLM and request.WhichOneof("input") != "tokenized":
+        return 0
+    return len(request.tokenized.input_ids)
+
+
+def check_generate(layout: Layout, request: Any) -> None:
+    """The refusals vLLM's servicer makes before reading anything (its segments stay unread)."""
+    if layout is Layout.VLLM and request.HasField("media_refs") and request.HasField("mm_inputs"):
+        raise WireError("media_refs and mm_inputs are mutually exclusive")
+
+
+def read_generate(layout: Layout, request: Any, cfg: ReceiverConfig, ring: ReceiptRing) -> GenerateOutcome:
+    """Read every tensor of ``request`` through the receiver's reader; receipts go to ``ring``."""
+    check_generate(layout, request)
+    request_id = str(request.request_id)
+    out: list[GenerateReceipt] = []
+    for t in generate_tensors(layout, request):
+        now = time.time_ns()
+        out.append(_to_generate_receipt(receive_one(t, cfg), t, request_id, layout.value, now))
+    return GenerateOutcome(request_id, ring.add(out), prompt_tokens(layout, request))

@@ -1,0 +1,276 @@
+"""serve as a stand-in worker, in-process: the model directory, Generate, receipts and their ring."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from smg_grpc_proto.generated import (
+    tokenspeed_scheduler_pb2,
+    tokenspeed_scheduler_pb2_grpc,
+    vllm_engine_pb2,
+    vllm_engine_pb2_grpc,
+)
+
+from smgshm.core.errors import HostError, TransportError
+from smgshm.core.modeldir import SERVED_MODEL_NAME, ensure_model_dir
+from smgshm.core.receipts import GenerateReceipt, ReceiptRing, fetch_receipts, watch_receipts
+from smgshm.core.receiver import ReceiverConfig
+from smgshm.core.segments import new_segment_name, write_segment
+from smgshm.core.services import RunningReceiver, start_receiver
+from smgshm.core.tensors import digest
+from smgshm.core.worker import segment_age_ns
+from tests.conftest import SHM
+
+# --- the model directory ---------------------------------------------------------------------
+
+
+def test_model_dir_is_written_complete_and_its_tokenizer_works(tmp_path: Path) -> None:
+    from tokenizers import Tokenizer
+
+    md = ensure_model_dir(str(tmp_path / "m"))
+    assert md.path == str(tmp_path / "m")
+    names = sorted(os.listdir(md.path))
+    assert names == sorted(
+        ["config.json", "preprocessor_config.json", "tokenizer.json", "tokenizer_config.json",
+         "generation_config.json", "special_tokens_map.json"]
+    )  # fmt: skip
+    tok = Tokenizer.from_file(os.path.join(md.path, "tokenizer.json"))
+    assert tok.token_to_id("<|image_pad|>") == md.image_token_id
+    assert tok.token_to_id("<|im_end|>") == md.eos_token_id
+    assert tok.token_to_id("<image>") is not None
+    # Added tokens are whole tokens; words outside the tiny vocabulary are [UNK], not errors.
+    ids = tok.encode("<|im_start|>user describe zebra <image><|im_end|>").ids
+    assert ids[0] == tok.token_to_id("<|im_start|>")
+    assert tok.token_to_id("<image>") in ids
+    assert tok.token_to_id("[UNK]") in ids
+    assert tok.get_vocab_size() == md.vocab_size
+    cfg = json.loads((tmp_path / "m" / "config.json").read_text())
+    assert cfg["model_type"] == md.model_type == "qwen2_vl"
+    assert cfg["vision_token_id"] == md.image_token_id
+    assert cfg["vision_config"]["patch_size"] == 14
+    tc = json.loads((tmp_path / "m" / "tokenizer_config.json").read_text())
+    assert "message['content']" in tc["chat_template"]
+    assert "for content" not in tc["chat_template"]
+    assert md.served_model_name == SERVED_MODEL_NAME
+    assert md.reply_token_id == tok.token_to_id("ok")
+
+
+def test_model_dir_is_reused_and_an_empty_dir_is_filled(tmp_path: Path) -> None:
+    first = ensure_model_dir(str(tmp_path / "m"))
+    mtime = os.stat(tmp_path / "m" / "tokenizer.json").st_mtime_ns
+    assert ensure_model_dir(str(tmp_path / "m")) == first
+    assert os.stat(tmp_path / "m" / "tokenizer.json").st_mtime_ns == mtime
+    (tmp_path / "empty").mkdir()
+    assert ensure_model_dir(str(tmp_path / "empty")).vocab_size == first.vocab_size
+    # No temporary siblings left behind.
+    assert sorted(os.listdir(tmp_path)) == ["empty", "m"]
+
+
+def test_model_dir_refuses_a_foreign_non_empty_dir_and_keeps_it(tmp_path: Path) -> None:
+    d = tmp_path / "mine"
+    d.mkdir()
+    (d / "notes.txt").write_text("keep me")
+    with pytest.raises(HostError, match="not a complete model directory"):
+        ensure_model_dir(str(d))
+    assert os.listdir(d) == ["notes.txt"]
+    assert sorted(os.listdir(tmp_path)) == ["mine"]
+
+
+def test_model_dir_default_lives_under_xdg_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    md = ensure_model_dir()
+    assert md.path == str(tmp_path / "smgshm" / "model-qwen2vl-tiny")
+
+
+def test_racing_writers_both_get_the_directory(tmp_path: Path) -> None:
+    got: list[Any] = []
+    threads = [threading.Thread(target=lambda: got.append(ensure_model_dir(str(tmp_path / "m")))) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert len(got) == 4
+    assert len({g.vocab_size for g in got}) == 1
+    assert os.listdir(tmp_path) == ["m"]
+
+
+# --- the ring --------------------------------------------------------------------------------
+
+
+def _r(key: str) -> GenerateReceipt:
+    return GenerateReceipt(request_id="r", engine="vllm", key=key, payload_kind="inline", dtype="uint8", shape=(1,))
+
+
+def test_ring_numbers_in_order_and_is_bounded() -> None:
+    seen: list[int] = []
+    ring = ReceiptRing(size=3, sink=lambda r: seen.append(r.seq))
+    ring.add([_r("a"), _r("b")])
+    ring.add([_r("c"), _r("d"), _r("e")])
+    assert seen == [1, 2, 3, 4, 5]
+    got, nxt, dropped = ring.after(0)
+    assert [r.seq for r in got] == [3, 4, 5]
+    assert (nxt, dropped) == (5, 2)
+    got, nxt, dropped = ring.after(3, limit=1)
+    assert ([r.key for r in got], nxt, dropped) == (["d"], 4, 0)
+    assert ring.after(5) == ([], 5, 0)
+    assert ring.wait_after(5, timeout_s=0.01) == []
+
+
+# --- Generate over gRPC, in-process ----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return ensure_model_dir(str(tmp_path_factory.mktemp("model") / "m")).path
+
+
+@pytest.fixture
+def vllm(model: str) -> Iterator[RunningReceiver]:
+    r = start_receiver(ReceiverConfig(model_dir=model), "127.0.0.1:0")
+    yield r
+    r.stop(0)
+
+
+def _vllm_request(rid: str, pixels: Any, extras: dict[str, Any] | None = None, stream: bool = False) -> Any:
+    mm = vllm_engine_pb2.MultimodalInputs(pixel_values=pixels)
+    for k, v in (extras or {}).items():
+        mm.model_specific_tensors[k].CopyFrom(v)
+    return vllm_engine_pb2.GenerateRequest(
+        request_id=rid, tokenized=vllm_engine_pb2.TokenizedInput(input_ids=[1, 2, 3]), mm_inputs=mm, stream=stream
+    )
+
+
+def _shm_td(pb: Any, scratch: list[str], data: bytes, name: str | None = None) -> Any:
+    ref = write_segment(data, name=name or new_segment_name("smg-tokenspeed-"))
+    scratch.append(ref.path)
+    td = pb.TensorData(shape=[len(data)], dtype="uint8")
+    td.shm.name, td.shm.offset, td.shm.nbytes, td.shm.owner_id = ref.name, 0, ref.nbytes, ref.owner_id
+    return td
+
+
+def test_vllm_generate_streams_a_chunk_then_a_complete_with_receipts(
+    vllm: RunningReceiver, scratch: list[str]
+) -> None:
+    pix = _shm_td(vllm_engine_pb2, scratch, b"\x01" * 70000)
+    grid = vllm_engine_pb2.TensorData(shape=[1, 3], dtype="int64", inline=b"\0" * 24)
+    extra = vllm_engine_pb2.MultimodalInputs(
+        pixel_values=vllm_engine_pb2.TensorData(shape=[2], dtype="float32", inline=b"\0" * 8)
+    )
+    req = _vllm_request("req-1", pix, {"image_grid_thw": grid}, stream=True)
+    req.extra_mm_inputs.append(extra)
+    with grpc.insecure_channel(vllm.address) as ch:
+        stub = vllm_engine_pb2_grpc.VllmEngineStub(ch)
+        out = list(stub.Generate(req, timeout=10))
+        info = stub.GetModelInfo(vllm_engine_pb2.GetModelInfoRequest(), timeout=5)
+        loads = stub.GetLoads(vllm_engine_pb2.GetLoadsRequest(), timeout=5)
+        stub.Abort(vllm_engine_pb2.AbortRequest(request_ids=["req-1"]), timeout=5)
+    assert [m.WhichOneof("response") for m in out] == ["chunk", "complete"]
+    md = vllm.state.model
+    assert md is not None
+    assert list(out[1].complete.output_ids) == [md.reply_token_id]
+    assert out[1].complete.finish_reason == "stop"
+    assert out[1].complete.matched_token_id == md.eos_token_id
+    assert out[1].complete.prompt_tokens == 3
+    assert (info.served_model_name, info.model_path, info.tokenizer_path) == (SERVED_MODEL_NAME, md.path, md.path)
+    assert info.supports_vision
+    assert info.is_generation
+    assert list(info.eos_token_ids) == [md.eos_token_id]
+    assert len(loads.loads) == 1
+    receipts, nxt = fetch_receipts(vllm.address)
+    assert nxt == 3
+    got = {r.key: r for r in receipts}
+    assert set(got) == {"pixel_values", "model_specific_tensors[image_grid_thw]", "extra_mm_inputs[0].pixel_values"}
+    pv = got["pixel_values"]
+    assert (pv.payload_kind, pv.nbytes, pv.unlinked, pv.request_id) == ("shm", 70000, True, "req-1")
+    assert pv.digest == digest(b"\x01" * 70000)
+    assert pv.age_ns > 0
+    assert not os.path.exists(os.path.join(SHM, pv.shm_name))
+    assert fetch_receipts(vllm.address, after_seq=nxt) == ([], nxt)
+
+
+def test_bad_tensor_is_a_typed_error_and_its_segment_is_kept(vllm: RunningReceiver, scratch: list[str]) -> None:
+    good = _shm_td(vllm_engine_pb2, scratch, b"\x02" * 100)
+    bad = vllm_engine_pb2.TensorData(shape=[7], dtype="float32", inline=b"\0" * 3)
+    req = _vllm_request("req-bad", good, {"image_grid_thw": bad})
+    with grpc.insecure_channel(vllm.address) as ch, pytest.raises(grpc.RpcError) as info:
+        list(vllm_engine_pb2_grpc.VllmEngineStub(ch).Generate(req, timeout=10))
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "model_specific_tensors[image_grid_thw]" in (info.value.details() or "")
+    got = {r.key: r for r in fetch_receipts(vllm.address)[0]}
+    assert got["model_specific_tensors[image_grid_thw]"].error_code == "wire"
+    assert got["pixel_values"].ok
+
+
+def test_media_refs_with_mm_inputs_is_refused_before_reading(vllm: RunningReceiver, scratch: list[str]) -> None:
+    td = _shm_td(vllm_engine_pb2, scratch, b"\x03" * 10)
+    req = _vllm_request("req-refs", td)
+    req.media_refs.items.add(url="data:,x")
+    with grpc.insecure_channel(vllm.address) as ch, pytest.raises(grpc.RpcError) as info:
+        list(vllm_engine_pb2_grpc.VllmEngineStub(ch).Generate(req, timeout=10))
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert os.path.exists(os.path.join(SHM, td.shm.name))  # vLLM never reads it either
+    assert fetch_receipts(vllm.address) == ([], 0)
+
+
+def test_tokenspeed_generate_reads_every_item(model: str, scratch: list[str]) -> None:
+    r = start_receiver(ReceiverConfig(model_dir=model, engine="tokenspeed"), "127.0.0.1:0")
+    try:
+        pb = tokenspeed_scheduler_pb2
+        items = []
+        for i in range(2):
+            it = pb.MultimodalItem(encoder_input=_shm_td(pb, scratch, bytes([i]) * 1000))
+            grid = pb.TensorData(shape=[3], dtype="int64", inline=b"\0" * 24)
+            it.model_specific_tensors["image_grid_thw"].CopyFrom(grid)
+            items.append(it)
+        req = pb.GenerateRequest(
+            request_id="ts-1", tokenized=pb.TokenizedInput(input_ids=[5]), mm_inputs=pb.MultimodalInputs(items=items)
+        )
+        with grpc.insecure_channel(r.address) as ch:
+            stub = tokenspeed_scheduler_pb2_grpc.TokenSpeedSchedulerStub(ch)
+            out = list(stub.Generate(req, timeout=10))
+            info = stub.GetModelInfo(pb.GetModelInfoRequest(), timeout=5)
+            assert stub.Abort(pb.AbortRequest(request_id="ts-1"), timeout=5).success
+        assert [m.WhichOneof("response") for m in out] == ["complete"]
+        assert out[0].request_id == "ts-1"
+        assert info.supports_vision
+        assert info.served_model_name == SERVED_MODEL_NAME
+        got = {x.key: x for x in fetch_receipts(r.address)[0]}
+        keys = ("encoder_input", "model_specific_tensors[image_grid_thw]")
+        assert set(got) == {f"items[{i}].{k}" for i in range(2) for k in keys}
+        assert all(x.ok and x.engine == "tokenspeed" for x in got.values())
+    finally:
+        r.stop(0)
+
+
+def test_watch_receipts_streams_new_ones(vllm: RunningReceiver) -> None:
+    got: list[GenerateReceipt] = []
+    t = threading.Thread(target=lambda: got.extend(watch_receipts(vllm.address, timeout_s=3)))
+    t.start()
+    req = _vllm_request("w", vllm_engine_pb2.TensorData(shape=[1], dtype="uint8", inline=b"\0"))
+    with grpc.insecure_channel(vllm.address) as ch:
+        list(vllm_engine_pb2_grpc.VllmEngineStub(ch).Generate(req, timeout=10))
+    t.join(10)
+    assert [(r.seq, r.key, r.request_id) for r in got] == [(1, "pixel_values", "w")]
+
+
+def test_fetch_receipts_from_something_that_is_not_serve() -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(TransportError, match="unreachable"):
+        fetch_receipts(f"127.0.0.1:{port}", timeout_s=0.5)
+
+
+def test_segment_age_from_the_name() -> None:
+    assert segment_age_ns("smg-tokenspeed-12-1000-0", 1500) == 500
+    assert segment_age_ns("smg-tokenspeed-12-2000-0", 1500) == 0  # a clock ahead of ours: never negative
+    assert segment_age_ns("victim.dat", 1500) == 0

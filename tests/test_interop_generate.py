@@ -1,0 +1,200 @@
+"""Real multimodal traffic: the real gateway (`smg launch` 1.13.0) sends `smgshm serve` real tensors.
+
+The gateway tokenizes the chat prompt with the weight-less model directory, preprocesses
+a real PNG in Rust and sends `pixel_values` in a vLLM (or TokenSpeed) Generate, through
+/dev/shm under `shm` and inline under `inline` (smg-facts §5.2). serve's receipts, the
+gateway's metrics and the shm dir must all tell the same story.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import re
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from smgshm.core.gatewayproc import GatewayConfig, RunningGateway, start_gateway
+from smgshm.core.http import request
+from smgshm.core.metrics import TENSOR_BYTES, TENSORS, scrape
+from smgshm.core.modeldir import ensure_model_dir
+from smgshm.core.receipts import GenerateReceipt, fetch_receipts
+from smgshm.core.tensors import ITEMSIZE
+from tests.conftest import SHM, Children, start_serve, wait_for
+from tests.test_interop_gateway import HAVE_SMG
+
+pytestmark = [
+    pytest.mark.timeout(180),
+    pytest.mark.skipif(not HAVE_SMG, reason="SMG gateway (smg) not installed"),
+]
+
+
+@pytest.fixture
+def stack() -> Iterator[ExitStack]:
+    """Gateways entered here are stopped (group SIGTERM, SIGKILL, reaped) at teardown."""
+    with ExitStack() as s:
+        yield s
+
+PIXELS_448 = (1024, 1176)  # 448x448 -> 32x32 patches of 14 px, 3x2x14x14 values each
+
+
+def png(size: int) -> bytes:
+    """A real PNG with some structure (a gradient), made with Pillow."""
+    from PIL import Image
+
+    img = Image.new("RGB", (size, size))
+    img.putdata([(x % 256, y % 256, (x + y) % 256) for y in range(size) for x in range(size)])
+    buf = io.BytesIO()
+    img.save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def chat(gw: RunningGateway, model: str, image: bytes, stream: bool) -> tuple[int, str]:
+    """One OpenAI chat completion with the image as a data URL: (HTTP status, body)."""
+    b64 = base64.b64encode(image).decode()
+    body = {
+        "model": model,
+        "max_tokens": 4,
+        "stream": stream,
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "describe this image"},
+                    {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{b64}"}},
+                ],
+            }
+        ],
+    }
+    resp = request(
+        "POST",
+        f"{gw.http_url}/v1/chat/completions",
+        headers={"content-type": "application/json"},
+        body=json.dumps(body).encode(),
+        deadline_s=60,
+    )
+    return resp.status, resp.text()
+
+
+def serve_behind_gateway(
+    children: Children, stack: ExitStack, tmp_path: Path, transport: str, *serve_args: str,
+    disable_retries: bool = False,
+) -> tuple[str, RunningGateway, str]:
+    """A serve with the model dir and a gateway in front of it: (serve address, gateway, model name)."""
+    md = ensure_model_dir(str(tmp_path / "model"))
+    _, ready = start_serve(children, "--model-dir", md.path, *serve_args)
+    address = ready["result"]["address"]
+    assert ready["result"]["served_model_name"] == md.served_model_name
+    cfg = GatewayConfig(
+        worker_urls=(address,), model_path=md.path, transport=transport, disable_retries=disable_retries,
+        log_path=str(tmp_path / "gateway.log"),
+    )  # fmt: skip
+    gw = stack.enter_context(start_gateway(cfg, ready_timeout_s=60))
+    return address, gw, md.served_model_name
+
+
+def by_key(receipts: list[GenerateReceipt]) -> dict[str, GenerateReceipt]:
+    out = {r.key: r for r in receipts}
+    assert len(out) == len(receipts), f"duplicate keys in {[r.key for r in receipts]}"
+    return out
+
+
+def traffic(gw: RunningGateway) -> Any:
+    return scrape(gw.metrics_url)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["complete", "stream"])
+def test_shm_transport_delivers_pixel_values_through_dev_shm(
+    children: Children, stack: ExitStack, tmp_path: Path, stream: bool
+) -> None:
+    address, gw, model = serve_behind_gateway(children, stack, tmp_path, "shm")
+    before = traffic(gw)
+    status, text = chat(gw, model, png(448), stream)
+    assert status == 200, text[-2000:]
+    if stream:
+        assert "data: [DONE]" in text
+    else:
+        assert json.loads(text)["choices"][0]["finish_reason"] == "stop"
+    receipts, nxt = fetch_receipts(address)
+    assert nxt == max(r.seq for r in receipts)
+    got = by_key(receipts)
+    extras = {f"model_specific_tensors[{k}]" for k in ("image_grid_thw", "patches_per_image")}
+    assert set(got) == {"pixel_values", *extras}
+    pv = got["pixel_values"]
+    assert pv.ok, pv.error_message
+    assert (pv.payload_kind, pv.dtype, pv.shape, pv.nbytes) == ("shm", "float32", PIXELS_448, 4816896)
+    # The gateway's name: its own pid, the nanos it wrote the segment at, a sequence number.
+    assert re.fullmatch(rf"smg-tokenspeed-{gw.pid}-\d+-\d+", pv.shm_name), pv.shm_name
+    assert pv.shm_owner_id == f"smg:{gw.pid}"
+    assert pv.unlinked is True
+    assert not os.path.exists(os.path.join(SHM, pv.shm_name))
+    assert 0 < pv.age_ns < 60 * 10**9
+    assert pv.digest_algo == "xxh3_128"
+    assert len(pv.digest) == 16
+    for k in ("model_specific_tensors[image_grid_thw]", "model_specific_tensors[patches_per_image]"):
+        assert (got[k].payload_kind, got[k].dtype, got[k].ok) == ("inline", "int64", True)
+    assert got["model_specific_tensors[image_grid_thw]"].shape == (1, 3)
+    assert len({r.request_id for r in receipts}) == 1
+    assert receipts[0].request_id
+    # The gateway's own account agrees.
+    delta = traffic(gw).minus(before)
+    assert delta.value(TENSORS, runtime="vllm", path="shm") == 1
+    assert delta.value(TENSORS, runtime="vllm", path="inline") == 2
+    assert delta.value(TENSOR_BYTES, runtime="vllm", path="shm") == 4816896
+
+
+def test_inline_transport_delivers_everything_inline(children: Children, stack: ExitStack, tmp_path: Path) -> None:
+    address, gw, model = serve_behind_gateway(children, stack, tmp_path, "inline")
+    before = traffic(gw)
+    status, text = chat(gw, model, png(448), stream=False)
+    assert status == 200, text[-2000:]
+    got = by_key(fetch_receipts(address)[0])
+    assert got["pixel_values"].payload_kind == "inline"
+    assert (got["pixel_values"].nbytes, got["pixel_values"].shape) == (4816896, PIXELS_448)
+    assert (got["pixel_values"].shm_name, got["pixel_values"].age_ns) == ("", 0)
+    assert all(r.ok and r.payload_kind == "inline" for r in got.values())
+    delta = traffic(gw).minus(before)
+    assert delta.value(TENSORS, runtime="vllm", path="inline") == 3
+    assert delta.value(TENSORS, runtime="vllm", path="shm") == 0
+
+
+def test_tokenspeed_face_gets_encoder_input_through_shm(children: Children, stack: ExitStack, tmp_path: Path) -> None:
+    address, gw, model = serve_behind_gateway(children, stack, tmp_path, "shm", "--engine", "tokenspeed")
+    before = traffic(gw)
+    status, text = chat(gw, model, png(448), stream=True)
+    assert status == 200, text[-2000:]
+    got = by_key(fetch_receipts(address)[0])
+    enc = got["items[0].encoder_input"]
+    assert enc.ok, enc.error_message
+    assert enc.engine == "tokenspeed"
+    assert enc.payload_kind == "shm"
+    assert enc.unlinked
+    # TokenSpeed's encoder input travels in the model's dtype (bfloat16 unless told otherwise).
+    assert enc.shape == PIXELS_448
+    assert enc.nbytes == PIXELS_448[0] * PIXELS_448[1] * ITEMSIZE[enc.dtype]
+    assert not os.path.exists(os.path.join(SHM, enc.shm_name))
+    assert any(k.startswith("items[0].model_specific_tensors[") for k in got)
+    delta = traffic(gw).minus(before)
+    assert delta.value(TENSORS, runtime="tokenspeed", path="shm") == 1
+
+
+def test_log_receipts_writes_one_json_line_per_tensor(children: Children, stack: ExitStack, tmp_path: Path) -> None:
+    log = tmp_path / "receipts.jsonl"
+    _, gw, model = serve_behind_gateway(children, stack, tmp_path, "shm", "--log-receipts", str(log))
+    status, _ = chat(gw, model, png(448), stream=False)
+    assert status == 200
+    lines = wait_for(lambda: log.read_text().splitlines() if log.exists() else None, 10, "receipt lines")
+    docs = [json.loads(line) for line in lines]
+    assert len(docs) == 3
+    assert [d["seq"] for d in docs] == [1, 2, 3]
+    pv = next(d for d in docs if d["key"] == "pixel_values")
+    assert pv["payload_kind"] == "shm"
+    assert pv["unlinked"] is True
+    assert pv["shape"] == list(PIXELS_448)
+    assert len(bytes.fromhex(pv["digest"])) == 16
