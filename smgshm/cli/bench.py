@@ -58,11 +58,17 @@ def _sizes(lo: int, hi: int, factor: int, explicit: str | None) -> tuple[int, ..
     help="Exit 3 unless SHM is this many times faster at the largest size both transports ran.",
 )
 @click.option("--min-gbps", type=float, help="Exit 3 unless SHM reaches this many GB/s at the largest size.")
+@click.option(
+    "--what-if",
+    "what_if",
+    type=click.Choice(["huge-pages"]),
+    help="Instead: SMG's SHM path on a private huge=within_size tmpfs beside the shm dir (root only).",
+)
 @shm_dir_option
 @click.pass_obj
 def bench(app: App, address: str | None, min_: int, max_: int, factor: int, sizes: str | None, warmup: int,
           iterations: int, verify: bool, reader: str, jsonl: bool, min_shm_speedup: float | None,
-          min_gbps: float | None, shm_dir: str) -> None:  # fmt: skip
+          min_gbps: float | None, what_if: str | None, shm_dir: str) -> None:  # fmt: skip
     """Time inline against SHM across sizes, find the crossover, recommend shm_min_bytes.
 
     Without ADDRESS it starts the reference receiver in-process on loopback (the
@@ -72,12 +78,29 @@ def bench(app: App, address: str | None, min_: int, max_: int, factor: int, size
     against the physical limit. GB is 1e9 bytes. Figures are medians: these
     machines are noisy, so compare ratios, not absolutes.
 
+    --what-if huge-pages (root only; otherwise exit 5 with the reason) mounts a
+    private tmpfs with huge=within_size in a private mount namespace (so no exit
+    path can leave the mount behind; the host's mounts are never changed) and
+    times there, beside the shm dir, on the same payloads: SMG's writer
+    (fallocate+mmap), smgshm's (pwrite), SMG's reader (pread), the zero-copy
+    reader, the unlink, and SMG's whole path; each pair with its ratio. Sizes
+    default to a 448x448 image's pixel_values, 16 MiB and 64 MiB; --sizes and -n
+    apply. doctor quotes the last result.
+
     \b
     Examples:
       smgshm bench
       smgshm bench --sizes 1MiB,16MiB,64MiB -n 20 --reader copy
       smgshm bench worker:50051 --min-shm-speedup 4 --json     # a CI gate
+      sudo smgshm bench --what-if huge-pages -n 5
     """
+    if what_if:
+        from smgshm.core.hugepage_whatif import DEFAULT_SIZES, run_what_if
+
+        chosen = _sizes(min_, max_, factor, sizes) if sizes else DEFAULT_SIZES
+        app.info(f"what-if {what_if}: {len(chosen)} sizes x {iterations} rounds in each dir")
+        report = run_what_if(chosen, iterations, shm_dir)
+        click.get_current_context().exit(app.emit(report, view.what_if_report))
     from smgshm.core.bench import BenchOptions, run_bench
 
     opts = BenchOptions(_sizes(min_, max_, factor, sizes), warmup, iterations, verify, shm_dir)

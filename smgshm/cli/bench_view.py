@@ -75,3 +75,24 @@ def bench_report(app: App, report: Any) -> None:
         app.console.print(
             Text(f"{'':>10} inline {'=' * i} {r.inline.gb_per_s:.2f}" if r.inline else f"{'':>10} inline n/a")
         )
+
+
+def what_if_report(app: App, report: Any) -> None:
+    """``bench --what-if huge-pages``: each operation here and on huge pages, and the ratio."""
+    p = report.policy
+    app.console.print(
+        Text(f"huge-page what-if: {report.shm_dir} ({p.reason}) against a private tmpfs "
+             f"({report.scratch_mount_options}); medians of {report.iterations} rounds, GB = 1e9 B", style="bold")
+    )  # fmt: skip
+    if not report.huge_pages_used:
+        app.console.print(Text("note: the kernel gave the scratch tmpfs no huge pages (ShmemHugePages did not grow): "
+                               "memory may be too fragmented; the figures are then 4 KiB against 4 KiB"))  # fmt: skip
+    for s in report.sizes:
+        table = Table(box=None, pad_edge=False, title=f"{human_bytes(s.nbytes)}", title_justify="left")
+        for col in ("operation", "4 KiB ms", "huge ms", "4 KiB GB/s", "huge GB/s", "x"):
+            table.add_column(col, justify="left" if col == "operation" else "right", no_wrap=col != "operation")
+        for op in s.pairs:
+            table.add_row(op.label, f"{op.normal_ms:.2f}", f"{op.huge_ms:.2f}", f"{op.normal_gb_per_s:.2f}",
+                          f"{op.huge_gb_per_s:.2f}", f"{op.speedup:.2f}x")  # fmt: skip
+        app.console.print(table)
+        app.console.print(Text(f"end to end (SMG's path) at {human_bytes(s.nbytes)}: {s.end_to_end_speedup:.2f}x"))
