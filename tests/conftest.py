@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -66,12 +67,6 @@ def _ours(name: str, pids: set[int]) -> bool:
     return m is not None and int(m.group(1)) in pids
 
 
-def own_smg_entries() -> set[str]:
-    """The smg-* entries of /dev/shm made by this test's processes (never another run's)."""
-    pids = _own_pids()
-    return {n for n in _smg_entries() if _ours(n, pids)}
-
-
 @pytest.fixture(autouse=True)
 def no_shm_leaks() -> Iterator[None]:
     """Fail any test that leaves a new smg-* entry made by its own processes (and remove it)."""
@@ -106,6 +101,19 @@ def scratch() -> Iterator[list[str]]:
     finally:
         for p in paths:
             remove_path(p)
+
+
+@contextlib.contextmanager
+def tmpfs(path: Path, size: str, options: str = "") -> Iterator[str]:
+    """A fresh tmpfs of ``size`` (plus mount ``options``) at ``path`` (as root), unmounted whatever happens."""
+    path.mkdir(parents=True, exist_ok=True)
+    opts = f"size={size},mode=1777" + (f",{options}" if options else "")
+    subprocess.run(["mount", "-t", "tmpfs", "-o", opts, "tmpfs", str(path)], check=True, timeout=30)
+    try:
+        yield str(path)
+    finally:
+        if subprocess.run(["umount", str(path)], timeout=30).returncode != 0:
+            subprocess.run(["umount", "-l", str(path)], timeout=30)
 
 
 def make_file(d: str, name: str, size: int = 4096, age_s: float | None = None) -> str:

@@ -8,7 +8,7 @@ from rich.text import Text
 from smgshm.cli import doctor_view as view
 from smgshm.cli.app import App
 from smgshm.cli.exitcodes import ExitCode
-from smgshm.cli.params import DURATION, shm_dir_option
+from smgshm.cli.params import BYTES, DURATION, shm_dir_option
 
 _SEVERITY = [4, 5, 3, 6, 1, 0]
 
@@ -25,19 +25,33 @@ _SEVERITY = [4, 5, 3, 6, 1, 0]
 @click.option("--from-gateway", metavar="URL", help="Check every worker registered with this gateway.")
 @click.option("--api-key", envvar="SMG_API_KEY", help="The gateway's --api-key, for --from-gateway.")
 @click.option("--timeout", type=DURATION, default="5s", show_default=True, help="Per RPC and per connect.")
+@click.option(
+    "--gateway-log",
+    "gateway_logs",
+    multiple=True,
+    type=click.Path(dir_okay=False),
+    help="A gateway's log (repeatable): its start-up line states the transport. Logs a running gateway "
+    "writes are found without it.",
+)
+@click.option("--inflight-bytes", type=BYTES, help="The in-flight budget the shm dir must hold (e.g. 2GiB).")
 @shm_dir_option
 @click.pass_obj
 def doctor(app: App, workers: tuple[str, ...], from_gateway: str | None, api_key: str | None, timeout: float,
-           shm_dir: str) -> None:  # fmt: skip
+           gateway_logs: tuple[str, ...], inflight_bytes: int | None, shm_dir: str) -> None:  # fmt: skip
     """Check everything SMG's SHM transport needs here, and say how to fix what fails.
 
     In order: this host's namespace id and shm dir (tmpfs, size, Docker's 64 MiB
     default, free space, writable as the gateway's probe needs); each worker's
     probe, verified with a canary segment; a verified send of inline and SHM
     tensors where the worker is a smgshm receiver; a gc scan (leaks, hazards,
-    leftover probe files); and reapers that would delete live segments
-    (systemd-logind RemoveIPC, tmpfiles rules on /dev/shm). With no worker it
-    starts the reference receiver in-process on loopback (the embedded default).
+    leftover probe files); the SMG gateways running here (process title
+    smg::router: pid, uid, uptime, HTTP and metrics ports) and their transport
+    from evidence (the start-up log line, metrics since start); what fills the
+    shm dir by family and whether its free space holds the in-flight budget; the
+    page-size policy (huge= and shmem_enabled) with what huge pages would gain;
+    and reapers that would delete live segments (systemd-logind RemoveIPC,
+    tmpfiles rules on /dev/shm). With no worker it starts the reference receiver
+    in-process on loopback (the embedded default).
 
     Exit with the worst code of the checks: 4, 5, 3, 6, 1, then 0.
 
@@ -46,6 +60,7 @@ def doctor(app: App, workers: tuple[str, ...], from_gateway: str | None, api_key
       smgshm doctor
       smgshm doctor --worker 127.0.0.1:50051
       smgshm doctor --from-gateway http://127.0.0.1:30000 --json
+      smgshm doctor --gateway-log /var/log/smg/gateway.log --inflight-bytes 2GiB
     """
     from smgshm.core.doctor import run_doctor
 
@@ -62,7 +77,8 @@ def doctor(app: App, workers: tuple[str, ...], from_gateway: str | None, api_key
         if live and not app.quiet:
             view.doctor_check(app, c)
 
-    report = run_doctor(addresses, shm_dir=shm_dir, timeout=timeout, on_check=say)
+    report = run_doctor(addresses, shm_dir=shm_dir, timeout=timeout, on_check=say, gateway_logs=list(gateway_logs),
+                        inflight_bytes=inflight_bytes)  # fmt: skip
     codes = [c.code for c in report.checks if c.status == "fail"] or [0]
     worst = ExitCode(min(codes, key=lambda c: _SEVERITY.index(c) if c in _SEVERITY else -1))
     if live:

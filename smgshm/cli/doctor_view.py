@@ -6,6 +6,8 @@ from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 
+from smgshm.cli.fmt import safe
+
 if TYPE_CHECKING:
     from smgshm.cli.app import App
 
@@ -15,6 +17,7 @@ _MARK = {"ok": ("ok  ", "green"), "warn": ("warn", "yellow"), "fail": ("FAIL", "
 def doctor_check(app: App, check: Any) -> None:
     """One line per check as it finishes, then its fix on the next line."""
     mark, style = _MARK.get(check.status, (check.status, ""))
-    app.console.print(Text(f"[{mark}] ", style=style) + Text(f"{check.name}: ", style="bold") + Text(check.summary))
+    # Summaries carry strangers' strings (log paths, names): escaped, never raw control characters.
+    app.console.print(Text(f"[{mark}] ", style=style) + safe(f"{check.name}: ", "bold") + safe(check.summary))
     if check.fix and check.status in ("fail", "warn"):
-        app.console.print(Text("       fix: ", style="cyan") + Text(check.fix))
+        app.console.print(Text("       fix: ", style="cyan") + safe(check.fix))

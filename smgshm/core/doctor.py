@@ -11,6 +11,7 @@ import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from smgshm.core.errors import SmgshmError
 from smgshm.core.paths import DEFAULT_SHM_DIR
@@ -32,6 +33,7 @@ class DoctorReport:
     checks: list[Check]
     embedded_receiver: str = ""  # its address when doctor started one
     workers: list[str] = field(default_factory=list)
+    host: Any = None  # hostchecks.HostFindings: gateways here, shm usage, capacity, page size
 
     @property
     def failed(self) -> list[Check]:
@@ -274,6 +276,8 @@ def run_doctor(
     shm_dir: str = DEFAULT_SHM_DIR,
     timeout: float = 5.0,
     on_check: Callable[[Check], None] | None = None,
+    gateway_logs: list[str] | None = None,
+    inflight_bytes: int | None = None,
 ) -> DoctorReport:
     """Run every check in order; with no workers, against an embedded reference receiver."""
     checks: list[Check] = []
@@ -307,8 +311,11 @@ def run_doctor(
         if embedded is not None:
             embedded.stop(0)
     add(check_leaks(shm_dir))
+    from smgshm.core.hostchecks import run_host_checks
+
+    host = run_host_checks(add, shm_dir, timeout, gateway_logs, inflight_bytes)
     add(check_reapers())
-    return DoctorReport(checks, embedded.address if embedded else "", workers)
+    return DoctorReport(checks, embedded.address if embedded else "", workers, host)
 
 
 def _is_smgshm(address: str, timeout: float) -> bool:

@@ -1,0 +1,175 @@
+"""A running gateway's transport setting, established from evidence, each source named.
+
+Sources, strongest first: its start-up log line (gatewaylog: the setting itself), its
+metrics since start (what its tensors did: behaviour, not the setting), and for
+certainty an e2e request. Metrics alone cannot tell "SHM is off" from "SHM is failing
+quietly" unless the write-failure counter moved, so findings say which they cannot tell.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+
+from smgshm.core.gatewaylog import TransportConfig
+from smgshm.core.metrics import MmTraffic
+
+DEFAULT_SHM_MIN_BYTES = 65536  # SMG's built-in default (smg-facts §2.3)
+FIX_FLAG = ["--multimodal-tensor-transport", "auto"]
+
+
+@dataclass(frozen=True)
+class Evidence:
+    source: str  # "log /var/log/smg.log:12" | "metrics http://127.0.0.1:29000/metrics"
+    says: str
+
+
+@dataclass(frozen=True)
+class ModeFinding:
+    """What can be said about one gateway's transport, with its evidence and fix."""
+
+    verdict: str  # shm | inline | off_or_failing | failing | probe_failed | no_traffic | unknown
+    status: str  # ok | warn | fail (doctor's)
+    summary: str
+    fix: str = ""
+    code: int = 0  # the exit code a failing finding asks for
+    evidence: list[Evidence] = field(default_factory=list)
+    mode: str = ""  # as logged, when a log was read
+    mean_tensor_bytes: int | None = None  # over every path since start
+
+
+def _mb(n: float) -> str:
+    return f"{n / 1e6:.1f} MB"
+
+
+def fix_text(mode: str = "auto") -> str:
+    flag = shlex.join([FIX_FLAG[0], mode])
+    return f"restart the gateway with {flag} (or SMG_MM_TENSOR_TRANSPORT={shlex.quote(mode)}; the flag wins)"
+
+
+def judge(
+    who: str,
+    config: TransportConfig | None,
+    traffic: MmTraffic | None,
+    metrics_url: str = "",
+    e2e_hint: str = "",
+    http_url: str = "",
+) -> ModeFinding:
+    """The finding for gateway ``who`` ("gateway pid 4242") from what is known about it."""
+    ev: list[Evidence] = []
+    if config is not None:
+        ev.append(
+            Evidence(
+                f"log {config.path}:{config.line_no}",
+                f"mode={config.mode} shm_min_bytes={config.shm_min_bytes} "
+                f"dev_writable={str(config.dev_writable).lower()}",
+            )
+        )
+    threshold = config.shm_min_bytes if config and config.shm_min_bytes is not None else DEFAULT_SHM_MIN_BYTES
+    t = traffic
+    total = t.total_tensors if t else 0
+    mean = round(sum(t.nbytes.values()) / total) if t and total else None
+    if t is not None:
+        paths = ", ".join(f"{k} {v:,}" for k, v in sorted(t.tensors.items())) or "none"
+        ev.append(
+            Evidence(
+                f"metrics {metrics_url}",
+                f"tensors since start by path: {paths}; shm write failures {t.shm_write_failures}",
+            )
+        )
+    mode = config.mode if config else ""
+    certain = f"; for certainty: {e2e_hint}" if e2e_hint else ""
+
+    def found(verdict: str, status: str, summary: str, fix: str = "", code: int = 0) -> ModeFinding:
+        return ModeFinding(verdict, status, f"{who}: {summary}", fix, code, ev, mode, mean)
+
+    # The setting itself first: the log is the only source that states it.
+    if config is not None and mode in ("shm", "auto") and config.dev_writable is False:
+        return found(
+            "probe_failed",
+            "fail",
+            f"configured {mode} but its /dev/shm probe failed (dev_writable=false, log): "
+            "every tensor goes inline for the life of this process",
+            "a leftover smg-tokenspeed-probe-<pid> or an unwritable /dev/shm: smgshm gc, then restart the gateway",
+            5,
+        )
+    if t is not None and t.shm_write_failures:
+        return found(
+            "failing",
+            "fail",
+            f"{t.shm_write_failures:,} SHM write failure(s) since start (metrics): those tensors went inline",
+            "free or enlarge the shm dir (smgshm gc --delete; docker --shm-size)",
+            3,
+        )
+    shm_n = t.tensors.get("shm", 0) if t else 0
+    inline_n = t.tensors.get("inline", 0) if t else 0
+    if shm_n:
+        share = t.shm_byte_share if t else None
+        return found(
+            "shm",
+            "ok",
+            f"SHM in use since start: {shm_n:,} of {total:,} tensors via shm"
+            + (f", {share:.0%} of the bytes" if share is not None else "")
+            + (f" (mode={mode}, log)" if mode else " (metrics)"),
+        )
+    if mode == "inline":
+        return found(
+            "inline",
+            "warn",
+            "configured inline (log): SHM is off"
+            + (f"; {inline_n:,} tensors went inline since start" if inline_n else ""),
+            fix_text(),
+        )
+    if mode == "rdma":
+        return found("inline", "ok", "configured rdma (log): tensors go by RDMA or inline, never SHM")
+    if inline_n and t is not None:
+        inline_mean = t.nbytes.get("inline", 0) / inline_n
+        if inline_mean >= threshold:
+            if mode == "auto":
+                return found(
+                    "inline",
+                    "warn",
+                    f"configured auto (log) but all {inline_n:,} tensors since start went inline "
+                    f"(mean {_mb(inline_mean)}): the worker's shm_namespace_id does not match the "
+                    "gateway's",
+                    "compare them: " + shlex.join(["smgshm", "probe", "--from-gateway", http_url or "URL"]) + certain,
+                )
+            if mode == "shm":
+                return found(
+                    "unknown",
+                    "warn",
+                    f"configured shm (log) yet {inline_n:,} tensors since start went inline "
+                    f"(mean {_mb(inline_mean)}) and no write failed: the workers may not take SHM "
+                    "(SGLang, TRT-LLM, MLX, ZMQ)" + certain,
+                )
+            return found(
+                "off_or_failing",
+                "warn",
+                f"multimodal tensors went inline since start ({inline_n:,} tensors, mean "
+                f"{_mb(inline_mean)}): SHM is off (the default is inline) or failing",
+                fix_text(),
+            )
+        return found(
+            "unknown",
+            "ok" if mode else "warn",
+            f"{inline_n:,} tensors since start, all inline, mean {inline_mean:,.0f} B: below "
+            f"shm_min_bytes {threshold:,}, so they say nothing about the setting"
+            + (f" (mode={mode}, log)" if mode else "")
+            + certain,
+        )
+    if mode in ("shm", "auto"):
+        return found("no_traffic", "ok", f"configured {mode} (log); no multimodal tensor since start yet")
+    if t is not None:
+        worker = t.processing.get("worker", 0)
+        why = (
+            f"{worker:,} request(s) preprocessed by the worker (--mm-processing worker): no gateway SHM"
+            if worker
+            else "no multimodal tensor since start (metrics): nothing shows the setting"
+        )
+        return found("no_traffic", "ok", why + certain)
+    return found(
+        "unknown",
+        "warn",
+        "no log and no metrics at hand: its transport setting is unknown",
+        "pass its log: smgshm doctor --gateway-log FILE" + certain,
+    )

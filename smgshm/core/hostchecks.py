@@ -1,0 +1,314 @@
+"""doctor's host checks: the gateways running here, capacity and families, the page-size policy."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from smgshm.core.capacity import CapacityVerdict, Need, ShmUsage, assess_capacity, shm_usage
+from smgshm.core.doctor import Check
+from smgshm.core.errors import SmgshmError
+from smgshm.core.gatewaylog import TransportConfig, read_transport_config
+from smgshm.core.gatewaymode import ModeFinding, judge
+from smgshm.core.gateways import GatewayProcess, find_gateways
+from smgshm.core.hugepages import CAVEATS, ELSEWHERE, PagePolicy, age_text, load_last_what_if, page_policy
+from smgshm.core.hugepages import remount_command as huge_remount
+from smgshm.core.metrics import MmTraffic, mm_traffic, scrape
+
+
+@dataclass(frozen=True)
+class GatewayFinding:
+    gateway: GatewayProcess | None  # None: a --gateway-log no running gateway here has open
+    log_path: str  # the log read ("" when none)
+    log: TransportConfig | None
+    traffic: MmTraffic | None
+    finding: ModeFinding
+
+
+@dataclass(frozen=True)
+class HostFindings:
+    """What doctor's host checks saw, for --json: the checks only summarise it."""
+
+    gateways: list[GatewayFinding] = field(default_factory=list)
+    shm_usage: ShmUsage | None = None
+    capacity: CapacityVerdict | None = None
+    page_policy: PagePolicy | None = None
+    last_what_if: dict[str, Any] | None = None
+
+
+def _mib(n: float) -> str:
+    return f"{n / 2**20:,.1f} MiB" if n < 2**30 else f"{n / 2**30:,.1f} GiB"
+
+
+def _age(s: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if s >= size:
+            return f"{s / size:.1f}{unit}"
+    return f"{s:.0f}s"
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        sa, sb = os.stat(a), os.stat(b)
+    except OSError:
+        return False
+    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
+
+
+def _read_log(path: str) -> TransportConfig | None:
+    try:
+        return read_transport_config(path)
+    except SmgshmError:
+        return None
+
+
+def _e2e_hint(http_url: str) -> str:
+    if not http_url or importlib.util.find_spec("smgshm.core.e2e") is None:
+        return ""
+    return shlex.join(["smgshm", "e2e", "--gateway", http_url])
+
+
+def gateway_findings(logs: list[str], timeout: float) -> list[GatewayFinding]:
+    """Every gateway here with the evidence about its transport; and each --gateway-log none has open."""
+    out = []
+    unclaimed = list(logs)
+    for g in find_gateways(timeout_s=min(timeout, 2.0)):
+        config, log_path = None, ""
+        # Its own open files first (/proc/PID/fd/N is the very file, even in another mount namespace).
+        for log in g.logs:
+            config = _read_log(f"/proc/{g.pid}/fd/{log.fd}")
+            if config is not None:
+                log_path = log.path
+                break
+        for path in list(unclaimed):
+            if any(_same_file(path, f"/proc/{g.pid}/fd/{log.fd}") for log in g.logs):
+                unclaimed.remove(path)
+                named = _read_log(path)
+                if named is not None:
+                    config, log_path = named, path
+        traffic = None
+        if g.metrics_url:
+            try:
+                traffic = mm_traffic(scrape(g.metrics_url, timeout_s=timeout))
+            except SmgshmError:
+                traffic = None
+        who = f"gateway pid {g.pid}"
+        finding = judge(who, config, traffic, g.metrics_url, _e2e_hint(g.http_url), g.http_url)
+        out.append(GatewayFinding(g, log_path, config, traffic, finding))
+    for path in unclaimed:
+        try:
+            config = read_transport_config(path)
+        except SmgshmError as err:  # the operator named it: unreadable is a failure, said as such
+            out.append(GatewayFinding(None, path, None, None, ModeFinding("unknown", "fail", str(err), "", 5)))
+            continue
+        out.append(GatewayFinding(None, path, config, None, judge(f"log {path}", config, None)))
+    return out
+
+
+def check_gateways(findings: list[GatewayFinding]) -> list[Check]:
+    if not findings:
+        return [Check("gateways", "ok", "no SMG gateway (process title smg::router) is visible here")]
+    out = []
+    for f in findings:
+        g = f.gateway
+        if g is None:
+            if f.finding.status == "fail":
+                out.append(Check(f"gateway log {f.log_path}", "fail", f.finding.summary, "", f.finding.code))
+                continue
+            if f.log is None:
+                out.append(
+                    Check(
+                        f"gateway log {f.log_path}",
+                        "warn",
+                        "no 'Multimodal tensor transport configured' line in it (rotated, or not SMG's log)",
+                        "pass the log the gateway wrote at its start",
+                    )
+                )
+                continue
+            out.append(
+                Check(
+                    f"gateway log {f.log_path}",
+                    f.finding.status,
+                    f.finding.summary + " (no running gateway here has this log open)",
+                    f.finding.fix,
+                    f.finding.code,
+                )
+            )
+            continue
+        parts = [f"uid {g.uid}" if g.uid is not None else "uid ?"]
+        if g.uptime_s is not None:
+            parts.append(f"up {_age(g.uptime_s)}")
+        if g.http_url:
+            parts.append(f"HTTP {g.http_url}")
+        if g.metrics_url:
+            parts.append(f"metrics {g.metrics_url}")
+        other = [f"{p.address}:{p.port} ({p.role})" for p in g.ports if p.role not in ("http", "metrics")]
+        if other:
+            parts.append("other ports " + ", ".join(other))
+        if g.logs:
+            parts.append("log " + ", ".join(log.path for log in g.logs))
+        if g.note:
+            parts.append(g.note)
+        if g.inspect == "permission_denied":
+            out.append(
+                Check(
+                    f"gateway {g.pid}",
+                    "warn",
+                    "cannot inspect: " + "; ".join(parts),
+                    f"run smgshm as root or as uid {g.uid}",
+                )
+            )
+            continue
+        if g.inspect == "gone":
+            out.append(Check(f"gateway {g.pid}", "skip", "exited while being inspected"))
+            continue
+        out.append(Check(f"gateway {g.pid}", "ok", "; ".join(parts)))
+        out.append(
+            Check(
+                f"gateway {g.pid} transport",
+                f.finding.status,
+                f.finding.summary,
+                f.finding.fix,
+                f.finding.code if f.finding.status == "fail" else 0,
+            )
+        )
+    return out
+
+
+def _shares_dir(pid: int, shm_dir: str) -> bool:
+    """Does gateway ``pid`` write into ``shm_dir``? (Its /dev/shm, as its mount namespace sees it.)"""
+    try:
+        return os.stat(f"/proc/{pid}/root/dev/shm").st_dev == os.stat(shm_dir).st_dev
+    except OSError:
+        return False
+
+
+def capacity_needs(inflight_bytes: int | None, findings: list[GatewayFinding], shm_dir: str) -> list[Need]:
+    needs = []
+    if inflight_bytes:
+        needs.append(Need("--inflight-bytes", inflight_bytes))
+    for f in findings:
+        m = f.finding.mean_tensor_bytes
+        if f.gateway is not None and m and _shares_dir(f.gateway.pid, shm_dir):
+            needs.append(Need(f"gateway pid {f.gateway.pid}'s mean tensor since start; the largest is no less", m))
+    return needs
+
+
+def check_capacity(usage: ShmUsage, needs: list[Need]) -> tuple[list[Check], CapacityVerdict]:
+    v = assess_capacity(usage, needs)
+    fams = ", ".join(f"{f.family} {f.count:,} ({_mib(f.nbytes)})" for f in usage.families) or "empty"
+    hidden = (
+        f"; {_mib(usage.unattributed_bytes)} held by no name (unlinked files still open or mapped, or "
+        "inside directories)"
+        if usage.unattributed_bytes >= 2**20
+        else ""
+    )
+    cut = f" (stopped after {usage.entries:,} entries)" if usage.truncated else ""
+    out = [
+        Check(
+            "shm usage",
+            "ok",
+            f"{usage.shm_dir}: {_mib(usage.used_bytes)} used of {_mib(usage.total_bytes)}; "
+            f"by family: {fams}{hidden}{cut}",
+        )
+    ]
+    docker = " (Docker's 64 MiB default)" if v.docker_default else ""
+    if v.largest is None:
+        out.append(
+            Check(
+                "capacity",
+                "ok",
+                f"{_mib(v.free_bytes)} free{docker}; no in-flight budget known",
+                "pass --inflight-bytes (the gateway's --multimodal-max-inflight-bytes)",
+            )
+        )
+    elif v.fits:
+        times = v.free_bytes / v.largest.nbytes if v.largest.nbytes else float("inf")
+        status = "warn" if v.docker_default else "ok"
+        out.append(
+            Check(
+                "capacity",
+                status,
+                f"{_mib(v.free_bytes)} free{docker} holds the largest need "
+                f"{times:,.1f} times: {_mib(v.largest.nbytes)} ({v.largest.source})",
+                _enlarge(usage, v.largest.nbytes) if v.docker_default else "",
+            )
+        )
+    else:
+        out.append(
+            Check(
+                "capacity",
+                "fail",
+                f"{_mib(v.free_bytes)} free{docker} is below the largest need "
+                f"{_mib(v.largest.nbytes)} ({v.largest.source}): SMG's writes fail and go inline",
+                _enlarge(usage, v.largest.nbytes),
+                3,
+            )
+        )
+    return out, v
+
+
+def _enlarge(usage: ShmUsage, need: int) -> str:
+    size = max(usage.total_bytes, usage.used_bytes + 2 * need)
+    gib = -(-size // 2**30)
+    return (
+        "free space (smgshm gc --delete) or enlarge the tmpfs: "
+        + shlex.join(["mount", "-o", f"remount,size={gib}G", usage.shm_dir])
+        + f"; containers: docker run --shm-size={gib}g, Kubernetes emptyDir medium: Memory "
+        f"sizeLimit: {gib}Gi"
+    )
+
+
+def check_page_policy(shm_dir: str) -> tuple[list[Check], PagePolicy | None, dict[str, Any] | None]:
+    try:
+        p = page_policy(shm_dir)
+    except SmgshmError as err:
+        return [Check("page size", "skip", str(err))], None, None
+    last = load_last_what_if()
+    if p.huge_pages or p.huge_pages is None:
+        return [Check("page size", "ok", f"{shm_dir}: {p.reason}")], p, last
+    if not p.shmem_enabled or p.shmem_enabled == "deny":
+        return [Check("page size", "ok", f"{shm_dir}: 4 KiB pages ({p.reason}); nothing to gain by a remount")], p, last
+    if last:
+        a, b = last["smg_writer_gb_per_s"]
+        gain = (
+            f"measured here by smgshm bench --what-if huge-pages ({age_text(last['measured_unix_s'])}): "
+            f"SMG's writer {a:.2f} -> {b:.2f} GB/s ({b / a:.1f}x), its whole path "
+            f"{last['end_to_end_speedup']:.1f}x at {_mib(last['nbytes'])}"
+        )
+    else:
+        a, b = ELSEWHERE["smg_writer_gb_per_s"]
+        gain = (
+            f"measured elsewhere (issue 17, 64 MiB segments): SMG's writer {a:.2f} -> {b:.2f} GB/s "
+            f"({b / a:.1f}x); measure here: sudo smgshm bench --what-if huge-pages"
+        )
+    summary = f"{shm_dir}: 4 KiB pages ({p.reason}); with huge={'within_size'} {gain}"
+    fix = f"{huge_remount(shm_dir)} (as root on the host; smgshm never remounts). Caveats: {CAVEATS}"
+    return [Check("page size", "warn", summary, fix)], p, last
+
+
+def run_host_checks(
+    add: Callable[[list[Check]], None],
+    shm_dir: str,
+    timeout: float,
+    gateway_logs: list[str] | None = None,
+    inflight_bytes: int | None = None,
+) -> HostFindings:
+    """doctor's host checks in order, each reported through ``add`` as it finishes."""
+    findings = gateway_findings(list(gateway_logs or []), timeout)
+    add(check_gateways(findings))
+    usage, verdict = None, None
+    try:
+        usage = shm_usage(shm_dir)
+    except SmgshmError as err:
+        add([Check("shm usage", "fail", str(err), err.hint or "", 5)])
+    if usage is not None:
+        checks, verdict = check_capacity(usage, capacity_needs(inflight_bytes, findings, shm_dir))
+        add(checks)
+    checks, policy, last = check_page_policy(shm_dir)
+    add(checks)
+    return HostFindings(findings, usage, verdict, policy, last)

@@ -1,0 +1,123 @@
+"""The shm dir's page-size policy, and what huge pages would change, as measured.
+
+Every SMG segment is a new tmpfs file, so its write is bound by first-touch page faults:
+one per 4 KiB page unless the tmpfs allocates transparent huge pages (2 MiB). A tmpfs
+mount chooses with its ``huge=`` option (never by default; ``/proc/self/mountinfo``
+shows it when set), and ``/sys/kernel/mm/transparent_hugepage/shmem_enabled`` can
+override every mount (``deny`` forces it off, ``force`` on). smgshm only reports the
+policy and suggests the remount: it never changes the host's mounts itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from smgshm.core.host import read_host_identity
+from smgshm.core.paths import BOOT_ID_PATH, DEFAULT_SHM_DIR
+
+SHMEM_ENABLED = "/sys/kernel/mm/transparent_hugepage/shmem_enabled"
+RECOMMENDED = "within_size"
+# Issue 17's figures, measured on another machine (a private tmpfs, 64 MiB segments, one run):
+# labelled as such wherever shown, and replaced by this host's own what-if once it has run.
+ELSEWHERE = {
+    "smg_writer_gb_per_s": (1.33, 8.78),
+    "pwrite_writer_gb_per_s": (2.17, 8.54),
+}
+CAVEATS = (
+    "huge=within_size allocates 2 MiB pages only inside each file's size, so small files stay on "
+    "4 KiB pages (huge=always rounds every file up to 2 MiB of memory); huge pages need free contiguous "
+    "memory, else the kernel falls back to 4 KiB pages; in a container only a privileged one (or the host, "
+    "for --ipc=host or a bind mount) can remount; Docker's --shm-size mount and a Kubernetes emptyDir "
+    "(medium: Memory) take no huge= option, so there set shmem_enabled=force on the node (it applies to "
+    "every tmpfs and shared memory) or mount a huge tmpfs on the host and bind it; emptyDir medium: "
+    "HugePages is hugetlbfs (pre-reserved pages, no write(2)), not the same thing"
+)
+
+
+@dataclass(frozen=True)
+class PagePolicy:
+    shm_dir: str
+    mount_huge: str  # the mount's huge= option: never (also when absent) | always | within_size | advise
+    shmem_enabled: str  # the selected value of shmem_enabled, "" when the kernel has none
+    huge_pages: bool | None  # would SMG's segments get huge pages here (None: cannot tell)
+    reason: str
+
+
+def _selected(text: str) -> str:
+    # "always within_size advise [never] deny force" -> "never"
+    for word in text.split():
+        if word.startswith("[") and word.endswith("]"):
+            return word[1:-1]
+    return text.strip()
+
+
+def page_policy(shm_dir: str = DEFAULT_SHM_DIR, shmem_enabled_path: str = SHMEM_ENABLED) -> PagePolicy:
+    """The page-size policy SMG's segments in ``shm_dir`` get."""
+    ident = read_host_identity(shm_dir)
+    opts = dict(o.partition("=")[::2] for o in ident.mount_options.split(",") if o)
+    huge = opts.get("huge", "never") or "never"
+    try:
+        with open(shmem_enabled_path, encoding="ascii") as f:
+            knob = _selected(f.read())
+    except OSError:
+        knob = ""
+    if ident.fstype != "tmpfs":
+        return PagePolicy(shm_dir, huge, knob, None, f"{shm_dir} is {ident.fstype or 'not a mount'}, not tmpfs")
+    if not knob:
+        return PagePolicy(shm_dir, huge, knob, False, "this kernel has no transparent huge pages for tmpfs")
+    if knob == "deny":
+        return PagePolicy(shm_dir, huge, knob, False, "shmem_enabled=deny forbids huge pages on every tmpfs")
+    if knob == "force":
+        return PagePolicy(shm_dir, huge, knob, True, "shmem_enabled=force puts huge pages on every tmpfs")
+    if huge in ("always", "within_size"):
+        return PagePolicy(shm_dir, huge, knob, True, f"mounted huge={huge}")
+    if huge == "advise":
+        # Only on madvise(MADV_HUGEPAGE), which SMG's writer does not call.
+        return PagePolicy(shm_dir, huge, knob, False, "mounted huge=advise, and SMG's writer never madvises")
+    return PagePolicy(shm_dir, huge, knob, False, "mounted without huge= (never)")
+
+
+def remount_command(shm_dir: str = DEFAULT_SHM_DIR) -> str:
+    """The shell-quoted command that gives ``shm_dir`` huge pages (for the operator to run)."""
+    return shlex.join(["mount", "-o", f"remount,huge={RECOMMENDED}", shm_dir])
+
+
+def cache_path() -> str:
+    """Where the last what-if of this user is kept, for doctor to quote."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "smgshm", "what-if-huge-pages.json")
+
+
+def save_last_what_if(doc: dict[str, Any], path: str | None = None) -> None:
+    """Keep a what-if's figures (atomically; a failure to cache is not an error)."""
+    path = path or cache_path()
+    with contextlib.suppress(OSError):
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(doc, f, allow_nan=False)
+        os.replace(tmp, path)
+
+
+def load_last_what_if(path: str | None = None, max_bytes: int = 1 << 20) -> dict[str, Any] | None:
+    """This boot's last what-if on this host, or None (absent, another boot, unreadable)."""
+    try:
+        with open(path or cache_path(), "rb") as f:
+            doc = json.loads(f.read(max_bytes))
+        with open(BOOT_ID_PATH, encoding="ascii") as f:
+            boot = f.read().strip()
+    except (OSError, ValueError):
+        return None
+    if not isinstance(doc, dict) or doc.get("boot_id") != boot:
+        return None
+    return doc
+
+
+def age_text(measured_unix_s: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(measured_unix_s))

@@ -1,0 +1,128 @@
+"""Capacity and the family listing, on private tmpfs mounts (root): what fills the shm dir, read-only."""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from smgshm.core.capacity import family_of, shm_usage
+from tests.conftest import run_cli, tmpfs
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (mount -t tmpfs)")
+MIB = 1024 * 1024
+
+
+@pytest.fixture
+def shm(tmp_path: Path) -> Iterator[str]:
+    with tmpfs(tmp_path / "shm", "32m") as d:
+        yield d
+
+
+def write(d: str, name: str, nbytes: int) -> str:
+    path = os.path.join(d, name)
+    with open(path, "wb") as f:
+        f.write(b"\x01" * nbytes)
+    return path
+
+
+def snapshot(d: str) -> dict[str, tuple[int, int, float]]:
+    out = {}
+    for e in os.scandir(d):
+        st = e.stat(follow_symlinks=False)
+        out[e.name] = (st.st_ino, st.st_size, st.st_mtime)
+    return out
+
+
+def test_families_counts_and_bytes_without_touching_anything(shm: str) -> None:
+    write(shm, "smg-tokenspeed-4242-1733230000000000000-0", 2 * MIB)
+    write(shm, "smg-smgshm-1-2-3", MIB)
+    write(shm, "psm_5de18b27", MIB)
+    write(shm, "sgl_shm_load_0", 4096)
+    write(shm, "nccl-AbCdEf", 3 * MIB)
+    write(shm, "torch_123_456_0", 8192)
+    write(shm, "vllm-rpc-buffer", 4096)
+    write(shm, "sem.mp-xyz", 32)
+    write(shm, "random \x1b[31mname\n", MIB)
+    os.link(os.path.join(shm, "nccl-AbCdEf"), os.path.join(shm, "nccl-hardlink"))  # one inode, two names
+    os.mkfifo(os.path.join(shm, "smg-tokenspeed-1-2-3"))
+    os.symlink("/etc/passwd", os.path.join(shm, "torch_link"))
+    # A file unlinked while still open: its memory is used but no name accounts for it.
+    held = os.open(write(shm, "gone-soon", 2 * MIB), os.O_RDONLY)
+    os.unlink(os.path.join(shm, "gone-soon"))
+    try:
+        before = snapshot(shm)
+        u = shm_usage(shm)
+        assert snapshot(shm) == before, "the listing changed the shm dir"
+    finally:
+        os.close(held)
+    fams = {f.family: f for f in u.families}
+    assert {k: v.count for k, v in fams.items()} == {
+        "smg": 3, "psm": 1, "sglang": 1, "vllm": 1, "nccl": 2, "torch": 2, "semaphore": 1, "other": 1,
+    }  # fmt: skip
+    assert fams["smg"].nbytes == 3 * MIB, "a FIFO holds no memory"
+    assert fams["nccl"].nbytes == 3 * MIB, "a hard link is one inode, counted once"
+    assert fams["other"].nbytes == MIB
+    assert fams["psm"].apparent_bytes == MIB
+    assert u.unattributed_bytes >= 2 * MIB, "the unlinked, still open file"
+    assert u.entries == 12
+    assert u.used_bytes >= 10 * MIB
+    assert u.total_bytes == 32 * MIB
+    assert stat.S_ISFIFO(os.lstat(os.path.join(shm, "smg-tokenspeed-1-2-3")).st_mode), "the FIFO is still there"
+
+
+def test_family_patterns() -> None:
+    assert family_of("smg-tokenspeed-probe-1") == "smg"
+    assert family_of("psm_deadbeef") == "psm"
+    assert family_of("sgl_shm_x") == "sglang"
+    assert family_of("my-VLLM-thing") == "vllm"
+    assert family_of("nccl-1") == "nccl"
+    assert family_of("torch_1") == "torch"
+    assert family_of("sem.x") == "semaphore"
+    assert family_of("smg") == "other", "only the smg- family, not any name starting smg"
+
+
+def _doctor(*args: str, exit: int) -> dict[str, Any]:
+    doc: dict[str, Any] = run_cli("--json", "doctor", *args, exit=exit).json
+    return doc
+
+
+def checks(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["name"]: c for c in doc["result"]["checks"]}
+
+
+def test_doctor_capacity_fails_when_the_inflight_budget_does_not_fit(shm: str) -> None:
+    write(shm, "psm_0badf00d", 8 * MIB)
+    doc = run_cli("--json", "doctor", "--shm-dir", shm, "--inflight-bytes", "64MiB", exit=3).json
+    c = checks(doc)["capacity"]
+    assert c["status"] == "fail"
+    assert c["code"] == 3
+    assert "64.0 MiB (--inflight-bytes)" in c["summary"]
+    assert f"mount -o remount,size=1G {shm}" in c["fix"] or "remount,size=" in c["fix"]
+    usage = checks(doc)["shm usage"]
+    assert "psm 1 (8.0 MiB)" in usage["summary"]
+    assert doc["result"]["host"]["capacity"]["largest"] == {"source": "--inflight-bytes", "nbytes": 64 * MIB}
+    assert doc["result"]["host"]["capacity"]["fits"] is False
+
+
+def test_doctor_capacity_passes_when_it_fits_and_says_so_without_a_budget(shm: str) -> None:
+    c = checks(_doctor("--shm-dir", shm, "--inflight-bytes", "4MiB", exit=0))["capacity"]
+    assert c["status"] == "ok"
+    assert "holds the largest need" in c["summary"]
+    c = checks(_doctor("--shm-dir", shm, exit=0))["capacity"]
+    assert c["status"] == "ok"
+    assert "no in-flight budget known" in c["summary"]
+    assert "--inflight-bytes" in c["fix"]
+
+
+def test_docker_default_size_is_named_in_capacity(tmp_path: Path) -> None:
+    with tmpfs(tmp_path / "docker", "64m") as d:
+        doc = run_cli("--json", "doctor", "--shm-dir", d, "--inflight-bytes", "16MiB", exit=0).json
+        c = checks(doc)["capacity"]
+        assert c["status"] == "warn"
+        assert "Docker's 64 MiB default" in c["summary"]
+        assert "--shm-size=" in c["fix"]

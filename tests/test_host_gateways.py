@@ -1,0 +1,278 @@
+"""doctor finds real SMG gateways (`smg launch`) on this host and establishes their transport from evidence.
+
+Every gateway here is real, started through smgshm/core/gatewayproc.py on free loopback ports and
+always stopped. The machine is shared: other runs' gateways may be found too, so each test judges
+only the gateway (by pid) it started.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from smgshm.core.gatewaylog import parse_transport_line, read_transport_config
+from smgshm.core.gatewaymode import judge
+from smgshm.core.gatewayproc import GatewayConfig, RunningGateway, start_gateway
+from smgshm.core.gateways import find_gateways
+from smgshm.core.metrics import mm_traffic, parse_metrics
+from tests.conftest import Children
+
+HAVE_SMG = (Path(sys.executable).parent / "smg").exists() or shutil.which("smg") is not None
+needs_smg = pytest.mark.skipif(not HAVE_SMG, reason="SMG gateway (smg) not installed")
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (to look at a process as another uid)")
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@pytest.fixture
+def gateways() -> Iterator[list[RunningGateway]]:
+    started: list[RunningGateway] = []
+    yield started
+    for gw in started:
+        gw.stop()
+
+
+def launch(gateways: list[RunningGateway], log: Path, **kw: Any) -> RunningGateway:
+    gw = start_gateway(GatewayConfig(log_path=str(log), **kw), ready_timeout_s=60)
+    gateways.append(gw)
+    return gw
+
+
+def doctor_doc(*args: str) -> dict[str, Any]:
+    """``smgshm --json doctor`` on a scratch shm dir; any verdict (other gateways here may fail it)."""
+    from smgshm.cli import cli
+
+    res = CliRunner().invoke(cli, ["--json", "doctor", *args], catch_exceptions=False)
+    assert res.exit_code in (0, 3, 4, 5, 6), res.output
+    doc: dict[str, Any] = json.loads(res.stdout)
+    assert doc["command"] == "doctor"
+    return doc
+
+
+def mine(doc: dict[str, Any], pid: int) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """(host.gateways entry, {check name: check}) for gateway ``pid``."""
+    found = [g for g in doc["result"]["host"]["gateways"] if g["gateway"] and g["gateway"]["pid"] == pid]
+    assert len(found) == 1, [g["gateway"] and g["gateway"]["pid"] for g in doc["result"]["host"]["gateways"]]
+    checks = {c["name"]: c for c in doc["result"]["checks"] if c["name"].startswith(f"gateway {pid}")}
+    return found[0], checks
+
+
+@needs_smg
+def test_doctor_finds_a_gateway_with_its_ports_and_reads_the_flag_from_its_log(
+    gateways: list[RunningGateway], tmp_path: Path
+) -> None:
+    gw = launch(gateways, tmp_path / "gw.log", transport="shm")
+    doc = doctor_doc("--shm-dir", str(tmp_path))
+    entry, checks = mine(doc, gw.pid)
+    g = entry["gateway"]
+    assert g["uid"] == os.getuid()
+    assert g["inspect"] == "ok"
+    assert g["same_pid_namespace"] is True
+    assert g["uptime_s"] is not None
+    assert g["uptime_s"] >= 0
+    # Which port is which was asked of the ports themselves.
+    roles = {p["port"]: p["role"] for p in g["ports"]}
+    http_port = int(gw.http_url.rsplit(":", 1)[1])
+    prom_port = int(gw.metrics_url.rsplit(":", 1)[1].split("/")[0])
+    assert roles[http_port] == "http"
+    assert roles[prom_port] == "metrics"
+    assert g["http_url"] == gw.http_url
+    assert g["metrics_url"] == gw.metrics_url
+    # Its log was found from its open files (stdout/stderr), and its start-up line read.
+    assert [log["path"] for log in g["logs"]] == [str(tmp_path / "gw.log")]
+    assert entry["log"]["mode"] == "shm"
+    assert entry["log"]["shm_min_bytes"] == 65536
+    assert entry["log"]["dev_writable"] is True
+    assert checks[f"gateway {gw.pid}"]["status"] == "ok"
+    assert gw.http_url in checks[f"gateway {gw.pid}"]["summary"]
+    t = checks[f"gateway {gw.pid} transport"]
+    assert t["status"] == "ok", t
+    assert "configured shm (log)" in t["summary"]
+    # The metrics were read too: no traffic yet, and nothing failing.
+    assert entry["traffic"] is not None
+    assert entry["traffic"]["shm_write_failures"] == 0
+
+
+@needs_smg
+@pytest.mark.parametrize(
+    ("flag", "env", "mode"),
+    [
+        (None, {"SMG_MM_TENSOR_TRANSPORT": "auto"}, "auto"),
+        ("inline", {"SMG_MM_TENSOR_TRANSPORT": "shm"}, "inline"),  # the flag wins over the environment
+        (None, {}, "inline"),  # SMG's default
+    ],
+)
+def test_mode_set_by_environment_is_read_from_the_log(
+    gateways: list[RunningGateway], tmp_path: Path, flag: str | None, env: dict[str, str], mode: str
+) -> None:
+    gw = launch(gateways, tmp_path / "gw.log", transport=flag, env=env)
+    # The environment cannot be read back from /proc: the process title overwrote it.
+    with open(f"/proc/{gw.pid}/environ", "rb") as f:
+        assert b"SMG_MM_TENSOR_TRANSPORT" not in f.read()
+    found = {g.pid: g for g in find_gateways()}
+    assert gw.pid in found
+    config = read_transport_config(str(tmp_path / "gw.log"))
+    assert config is not None
+    assert config.mode == mode
+    doc = doctor_doc("--shm-dir", str(tmp_path))
+    _, checks = mine(doc, gw.pid)
+    t = checks[f"gateway {gw.pid} transport"]
+    if mode == "inline":
+        assert t["status"] == "warn"
+        assert "configured inline (log): SHM is off" in t["summary"]
+        assert "--multimodal-tensor-transport auto" in t["fix"]
+    else:
+        assert t["status"] == "ok"
+        assert f"configured {mode} (log)" in t["summary"]
+
+
+@needs_smg
+def test_an_unknown_mode_is_logged_as_inline_with_the_gateways_warning(
+    gateways: list[RunningGateway], tmp_path: Path
+) -> None:
+    gw = launch(gateways, tmp_path / "gw.log", env={"SMG_MM_TENSOR_TRANSPORT": "shmm"})
+    config = read_transport_config(gw.log_path)
+    assert config is not None
+    assert config.mode == "inline"
+    assert any("unknown transport value" in w for w in config.warnings), config.warnings
+
+
+@needs_smg
+def test_a_named_log_no_running_gateway_holds_is_reported_as_such(
+    gateways: list[RunningGateway], tmp_path: Path
+) -> None:
+    gw = launch(gateways, tmp_path / "gw.log", transport="auto")
+    gw.stop()
+    copy = tmp_path / "old gateway.log"  # a space: the name is shown as given
+    shutil.copy(tmp_path / "gw.log", copy)
+    doc = doctor_doc("--shm-dir", str(tmp_path), "--gateway-log", str(copy))
+    c = {x["name"]: x for x in doc["result"]["checks"]}[f"gateway log {copy}"]
+    assert c["status"] == "ok"
+    assert "configured auto (log)" in c["summary"]
+    assert "no running gateway here has this log open" in c["summary"]
+
+
+def test_a_missing_log_fails_its_check_with_exit_5(tmp_path: Path) -> None:
+    missing = tmp_path / "no such.log"
+    doc = doctor_doc("--shm-dir", str(tmp_path), "--gateway-log", str(missing))
+    assert set(doc["result"]["host"]) == {"gateways", "shm_usage", "capacity", "page_policy", "last_what_if"}
+    c = {x["name"]: x for x in doc["result"]["checks"]}[f"gateway log {missing}"]
+    assert c["status"] == "fail"
+    assert c["code"] == 5
+    assert "cannot read the gateway log" in c["summary"]
+
+
+def test_a_fifo_given_as_the_log_fails_the_check_without_hanging(tmp_path: Path) -> None:
+    fifo = tmp_path / "gw.log"
+    os.mkfifo(fifo)
+    doc = doctor_doc("--shm-dir", str(tmp_path), "--gateway-log", str(fifo))
+    c = {x["name"]: x for x in doc["result"]["checks"]}[f"gateway log {fifo}"]
+    assert c["status"] == "fail"
+    assert c["code"] == 5
+    assert "not a regular file" in c["summary"]
+
+
+@needs_smg
+@needs_root
+def test_a_gateway_of_another_uid_is_reported_as_not_inspectable(
+    gateways: list[RunningGateway], tmp_path: Path, children: Children
+) -> None:
+    gw = launch(gateways, tmp_path / "gw.log", transport="shm")
+    code = (
+        "import json, os, concurrent.futures\n"
+        "from dataclasses import asdict\n"
+        "import prometheus_client.parser, smgshm.core.http, smgshm.core.metrics\n"
+        "from smgshm.core.gateways import find_gateways\n"
+        # Imports first (the interpreter's own files may be root's alone), then become nobody.
+        "os.setgid(65534); os.setuid(65534)\n"
+        "print(json.dumps([asdict(g) for g in find_gateways()]))\n"
+    )
+    p = children.spawn([sys.executable, "-c", code], cwd=str(Path(__file__).resolve().parent.parent))
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+    seen = {g["pid"]: g for g in json.loads(out)}
+    g = seen[gw.pid]
+    assert g["inspect"] == "permission_denied"
+    assert g["uid"] == 0, "the owner is still told (from /proc/PID/status)"
+    assert g["ports"] == [], "nothing is guessed"
+    assert g["logs"] == []
+    assert "not readable by uid 65534" in g["note"]
+
+
+def test_transport_line_parsing_text_ansi_and_json() -> None:
+    text = (
+        "2026-12-03 15:02:08  \x1b[32mINFO\x1b[0m smg::routers::grpc::multimodal::transport: x.rs:635: "
+        "Multimodal tensor transport configured mode=shm shm_min_bytes=65536 dev_writable=true"
+    )
+    assert parse_transport_line(text) == ("shm", 65536, True)
+    js = json.dumps(
+        {
+            "level": "INFO",
+            "fields": {
+                "message": "Multimodal tensor transport configured",
+                "mode": "auto",
+                "shm_min_bytes": 1024,
+                "dev_writable": False,
+            },
+        }
+    )
+    assert parse_transport_line(js) == ("auto", 1024, False)
+    assert parse_transport_line("Multimodal tensor transport configured") is None
+    assert parse_transport_line("mode=shm") is None
+
+
+def test_a_log_appended_across_restarts_gives_the_last_start(tmp_path: Path) -> None:
+    log = tmp_path / "smg.log"
+    line = "2026-12-0{d} 10:00:00  INFO t: Multimodal tensor transport configured mode={m} shm_min_bytes={b} " \
+           "dev_writable=true\n"  # fmt: skip
+    log.write_text(line.format(d=1, m="inline", b=65536) + "noise\n" * 3 + line.format(d=2, m="auto", b=1048576))
+    c = read_transport_config(str(log))
+    assert c is not None
+    assert (c.mode, c.shm_min_bytes, c.starts, c.line_no) == ("auto", 1048576, 2, 5)
+    assert c.timestamp == "2026-12-02 10:00:00"
+
+
+def _traffic(text: str) -> Any:
+    return mm_traffic(parse_metrics(text))
+
+
+def test_inference_from_metrics_alone() -> None:
+    """The metrics rules, on exposition text shaped as SMG 1.13.0 writes it (smg-facts §6)."""
+    inline = _traffic(
+        'smg_mm_tensors_total{runtime="vllm",path="inline"} 3120\n'
+        'smg_mm_tensor_bytes_total{runtime="vllm",path="inline"} 14352000000\n'
+    )
+    f = judge("gateway pid 4242", None, inline, "http://127.0.0.1:29000/metrics")
+    assert f.verdict == "off_or_failing"
+    assert f.summary == (
+        "gateway pid 4242: multimodal tensors went inline since start (3,120 tensors, mean 4.6 MB): "
+        "SHM is off (the default is inline) or failing"
+    )
+    assert "--multimodal-tensor-transport auto" in f.fix
+    assert [e.source for e in f.evidence] == ["metrics http://127.0.0.1:29000/metrics"]
+    failing = _traffic(
+        'smg_mm_tensors_total{runtime="vllm",path="inline"} 3\nsmg_mm_shm_write_failures_total{runtime="vllm"} 1\n'
+    )
+    assert judge("g", None, failing).verdict == "failing"
+    assert judge("g", None, failing).code == 3
+    small = _traffic(
+        'smg_mm_tensors_total{runtime="vllm",path="inline"} 2\nsmg_mm_tensor_bytes_total{runtime="vllm",'
+        'path="inline"} 32\n'
+    )
+    assert judge("g", None, small).verdict == "unknown", "tiny tensors say nothing about the setting"
+    none = _traffic("smg_http_requests_total 4\n")
+    assert judge("g", None, none).verdict == "no_traffic"
+
+
+def test_find_gateways_ignores_other_processes(children: Children) -> None:
+    # A process whose argv merely mentions the title is not a gateway.
+    p = children.spawn([sys.executable, "-c", "import time; time.sleep(30)", "smg::router"])
+    assert p.pid not in {g.pid for g in find_gateways(probe=False)}
