@@ -67,6 +67,12 @@ def _ours(name: str, pids: set[int]) -> bool:
     return m is not None and int(m.group(1)) in pids
 
 
+def own_smg_entries() -> set[str]:
+    """The smg-* entries of /dev/shm made by this test's processes (never another run's)."""
+    pids = _own_pids()
+    return {n for n in _smg_entries() if _ours(n, pids)}
+
+
 @pytest.fixture(autouse=True)
 def no_shm_leaks() -> Iterator[None]:
     """Fail any test that leaves a new smg-* entry made by its own processes (and remove it)."""

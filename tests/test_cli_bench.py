@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from smgshm.core.bench import SizeResult, Stats, crossover, recommend
-from tests.conftest import run_cli
+from tests.conftest import own_smg_entries, run_cli
 
 
 def _size(nbytes: int, inline_ms: float | None, shm_ms: float) -> SizeResult:
@@ -43,9 +41,9 @@ def test_recommendation_is_a_power_of_two_between_loss_and_win() -> None:
 
 
 def test_bench_embedded_json_schema_and_no_leftovers() -> None:
-    before = {n for n in os.listdir("/dev/shm") if n.startswith("smg-")}
+    before = own_smg_entries()  # the machine is shared: judge only what this test's processes made
     doc = run_cli("--json", "bench", "--sizes", "4KiB,256KiB", "-w", "0", "-n", "2").json
-    assert {n for n in os.listdir("/dev/shm") if n.startswith("smg-")} <= before
+    assert own_smg_entries() <= before
     r = doc["result"]
     assert set(r) == {"address", "reader", "host", "sizes", "crossover_bytes", "recommended_shm_min_bytes",
                       "recommendation", "verified"}  # fmt: skip

@@ -20,7 +20,7 @@ SMGSHM = Path(sys.executable).parent / "smgshm"
 MAN_DIR = Path(__file__).resolve().parent.parent / "man"
 SHM = "/dev/shm"
 SHELLS = ["bash", "zsh", "fish"]
-COMMANDS = {"bench", "completion", "doctor", "gc", "ns", "probe", "send", "serve"}
+COMMANDS = {"bench", "completion", "doctor", "gc", "ns", "probe", "send", "serve", "watch"}
 
 
 def complete(protocol: str, words: str, cword: str) -> subprocess.CompletedProcess[str]:
@@ -96,6 +96,10 @@ def test_bash_complete_protocol_completes_options_and_choices() -> None:
     assert opts.returncode == 0, opts.stderr
     got = {ln.split(",", 1)[1] for ln in opts.stdout.splitlines()}
     assert {"--worker", "--from-gateway", "--timeout", "--shm-dir"} <= got, got
+    watch = complete("bash_complete", "smgshm watch --", "2")
+    assert {"--interval", "--orphan-after", "--metrics", "--serve-metrics", "--jsonl", "--check"} <= {
+        ln.split(",", 1)[1] for ln in watch.stdout.splitlines()
+    }
     shells = complete("bash_complete", "smgshm completion ", "2")
     assert {ln.split(",", 1)[1] for ln in shells.stdout.splitlines()} == set(SHELLS)
 

@@ -286,6 +286,13 @@ def _assert_embedded_all_ok(doc: dict[str, Any], shm: str, shm_dir_status: str =
 
 @needs_init_pidns
 def test_embedded_default_on_the_real_dev_shm() -> None:
+    from smgshm.core.leaks import ScanOptions, scan_segments
+    from smgshm.core.paths import GATEWAY_PROBE_PREFIX
+
+    # The real /dev/shm is shared: another run's leak would fail doctor's leaks check, not this test.
+    r = scan_segments(ScanOptions(SHM))
+    if r.counts["leaked"] or r.counts["hazard"] or any(n.startswith(GATEWAY_PROBE_PREFIX) for n in os.listdir(SHM)):
+        pytest.skip("the shared /dev/shm holds other processes' leaks, hazards or probe files right now")
     doc = doctor(exit=0)
     assert doc["warnings"] == []
     _assert_embedded_all_ok(doc, SHM, private=False)
@@ -328,7 +335,8 @@ def test_not_tmpfs_warns_but_passes(tmp_path: Path) -> None:
     assert c["status"] == "warn"
     assert "not tmpfs" in c["summary"]
     assert "mount a tmpfs" in c["fix"]
-    _assert_embedded_all_ok(doc, str(d), shm_dir_status="warn")
+    # A dir on /tmp's disk is not private: another pid namespace may see it (a liveness warning).
+    _assert_embedded_all_ok(doc, str(d), shm_dir_status="warn", private=False)
     assert os.listdir(d) == []
 
 

@@ -38,6 +38,7 @@ RESULT_KEYS = {
     "model_dir",
     "served_model_name",
     "log_receipts",
+    "fault",
 }
 
 
@@ -271,3 +272,10 @@ def test_fifo_handle_is_refused_without_hanging(children: Children) -> None:
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
+
+
+def test_fault_options_are_checked_before_serving() -> None:
+    from tests.conftest import run_cli
+
+    assert "--fault" in run_cli("serve", "--fault", "explode", exit=2).stderr
+    assert "at most 60s" in run_cli("serve", "--fault-delay", "61s", exit=2).stderr

@@ -198,3 +198,68 @@ def test_log_receipts_writes_one_json_line_per_tensor(children: Children, stack:
     assert pv["unlinked"] is True
     assert pv["shape"] == list(PIXELS_448)
     assert len(bytes.fromhex(pv["digest"])) == 16
+
+
+# --- faults on demand (serve --fault): the gateway's failure classes of smg-facts §5.3 ---------
+
+
+def gateway_segments(gw: RunningGateway) -> list[str]:
+    """The gateway's payload segments in the shm dir right now."""
+    return sorted(n for n in os.listdir(SHM) if n.startswith(f"smg-tokenspeed-{gw.pid}-"))
+
+
+def test_die_after_headers_without_retries_leaks_the_segment(
+    children: Children, stack: ExitStack, tmp_path: Path
+) -> None:
+    _, gw, model = serve_behind_gateway(children, stack, tmp_path, "shm", "--fault", "die-after-headers",
+                                        disable_retries=True)  # fmt: skip
+    status, text = chat(gw, model, png(448), stream=False)
+    assert status == 502, text[-2000:]
+    assert "worker_stream_failed" in text
+    leaked = gateway_segments(gw)
+    try:
+        # The worker died holding the handle unread; the gateway relies on the worker to unlink.
+        assert len(leaked) == 1, leaked
+        assert os.stat(os.path.join(SHM, leaked[0])).st_size == 4816896
+    finally:
+        for name in leaked:
+            os.unlink(os.path.join(SHM, name))
+
+
+def test_die_before_read_leaves_nothing(children: Children, stack: ExitStack, tmp_path: Path) -> None:
+    _, gw, model = serve_behind_gateway(children, stack, tmp_path, "shm", "--fault", "die-before-read",
+                                        disable_retries=True)  # fmt: skip
+    before = traffic(gw)
+    status, text = chat(gw, model, png(448), stream=False)
+    assert status >= 500, text[-2000:]
+    # The send failed before any header: the gateway's own send-failure cleanup unlinks it.
+    wait_for(lambda: not gateway_segments(gw), 10, "the gateway to unlink its segment")
+    assert traffic(gw).minus(before).value(TENSORS, runtime="vllm", path="shm") == 1
+
+
+def test_die_after_read_consumed_the_segment_and_logged_it(
+    children: Children, stack: ExitStack, tmp_path: Path
+) -> None:
+    log = tmp_path / "receipts.jsonl"
+    _, gw, model = serve_behind_gateway(children, stack, tmp_path, "shm", "--fault", "die-after-read",
+                                        "--log-receipts", str(log), disable_retries=True)  # fmt: skip
+    status, text = chat(gw, model, png(448), stream=False)
+    assert status >= 500, text[-2000:]
+    docs = [json.loads(line) for line in log.read_text().splitlines()]
+    pv = next(d for d in docs if d["key"] == "pixel_values")
+    assert pv["payload_kind"] == "shm"
+    assert pv["unlinked"] is True
+    assert gateway_segments(gw) == []
+
+
+def test_slow_read_still_answers_and_the_age_shows_the_wait(
+    children: Children, stack: ExitStack, tmp_path: Path
+) -> None:
+    address, gw, model = serve_behind_gateway(children, stack, tmp_path, "shm", "--fault", "slow-read",
+                                              "--fault-delay", "1s")  # fmt: skip
+    status, text = chat(gw, model, png(448), stream=False)
+    assert status == 200, text[-2000:]
+    pv = by_key(fetch_receipts(address)[0])["pixel_values"]
+    assert pv.unlinked
+    # The segment waited at least the delay between the gateway's write and the read.
+    assert pv.age_ns >= 10**9

@@ -92,7 +92,109 @@ def test_api_key_required() -> None:
 
 def test_gateway_unreachable() -> None:
     res = run_cli("probe", "--from-gateway", "http://127.0.0.1:1", "--timeout", "1s", exit=4)
-    assert "gateway unreachable" in res.stderr
+    assert "connection refused" in res.stderr
+
+
+def _raw_gateway(handle: Any) -> tuple[ThreadingHTTPServer, str]:
+    """A tiny HTTP server whose do_GET is ``handle(handler)``; records each request's headers."""
+    seen: list[dict[str, str]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            seen.append(dict(self.headers))
+            handle(self)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    srv.daemon_threads = True
+    srv.seen = seen  # type: ignore[attr-defined]
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv, f"http://127.0.0.1:{srv.server_address[1]}"
+
+
+def _body(body: bytes) -> Any:
+    def handle(h: BaseHTTPRequestHandler) -> None:
+        h.send_response(200)
+        h.send_header("Content-Type", "application/json")
+        h.send_header("Content-Length", str(len(body)))
+        h.end_headers()
+        h.wfile.write(body)
+
+    return handle
+
+
+def test_a_redirect_to_another_origin_never_gets_the_api_key() -> None:
+    other, other_url = _raw_gateway(_body(b'{"workers": []}'))
+
+    def redirect(h: BaseHTTPRequestHandler) -> None:
+        h.send_response(302)
+        h.send_header("Location", f"{other_url}/workers")
+        h.send_header("Content-Length", "0")
+        h.end_headers()
+
+    srv, url = _raw_gateway(redirect)
+    try:
+        res = run_cli("probe", "--from-gateway", url, "--api-key", KEY, exit=1)
+    finally:
+        srv.shutdown()
+        other.shutdown()
+    assert "another origin" in res.stderr
+    assert KEY not in res.stderr
+    assert srv.seen[0].get("Authorization") == f"Bearer {KEY}"  # type: ignore[attr-defined]
+    assert other.seen == []  # type: ignore[attr-defined]
+
+
+def test_a_trickling_gateway_is_cut_off_at_the_timeout() -> None:
+    import time
+
+    stop = threading.Event()
+
+    def trickle(h: BaseHTTPRequestHandler) -> None:
+        h.send_response(200)
+        h.send_header("Content-Length", "1000")
+        h.end_headers()
+        for _ in range(1000):  # one byte every 0.3 s: every read succeeds, the whole never ends
+            if stop.wait(0.3):
+                return
+            h.wfile.write(b" ")
+            h.wfile.flush()
+
+    srv, url = _raw_gateway(trickle)
+    t0 = time.monotonic()
+    try:
+        res = run_cli("probe", "--from-gateway", url, "--timeout", "1s", exit=4)
+    finally:
+        stop.set()
+        srv.shutdown()
+    assert "deadline exceeded" in res.stderr
+    assert time.monotonic() - t0 < 30  # a bound on a hang, not a timing assertion
+
+
+@pytest.mark.parametrize(
+    ("body", "phrase"),
+    [
+        (b'{"workers": 5}', 'without a "workers" list'),
+        (b"[1, 2]", 'without a "workers" list'),
+        (b'{"workers": [7]}', "not a worker with a url"),
+        (b'{"workers": [{"url": {"x": 1}}]}', "not a worker with a url"),
+        (b"\xff\xfe{}", "not UTF-8"),
+        (b"<html>", "not JSON"),
+        (b"[" * 100_000, "not JSON"),
+    ],
+)
+def test_malformed_bodies_are_typed_errors(body: bytes, phrase: str) -> None:
+    srv, url = _raw_gateway(_body(body))
+    try:
+        res = run_cli("--json", "probe", "--from-gateway", url, exit=1)
+        human = run_cli("probe", "--from-gateway", url, exit=1)
+    finally:
+        srv.shutdown()
+    assert res.json["error"]["kind"] == "refused"
+    assert phrase in res.json["error"]["message"]
+    assert human.stderr.startswith("Error: ")
+    assert "internal error" not in human.stderr
 
 
 def test_no_address_is_usage() -> None:

@@ -10,14 +10,13 @@ or mismatched, and the receiver's memory stayed flat; its peak RSS is reported.
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import time
 
 import psutil
 import pytest
 
-from tests.conftest import SHM, Children, smgshm_argv, start_serve
+from tests.conftest import Children, own_smg_entries, smgshm_argv, start_serve
 
 MIB = 1024 * 1024
 SENDERS = [
@@ -32,7 +31,8 @@ FLAT_MIB = 48
 
 
 def _smg_count() -> int:
-    return sum(1 for n in os.listdir(SHM) if n.startswith("smg-"))
+    # Only what this test's processes made: other runs on the machine come and go meanwhile.
+    return len(own_smg_entries())
 
 
 def test_soak_concurrent_senders_leave_nothing_and_memory_stays_flat(

@@ -17,7 +17,7 @@ PROBE = (
 )
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["serve", "--help"], ["ns", "--help"], ["ns"]])
+@pytest.mark.parametrize("argv", [["--help"], ["serve", "--help"], ["ns", "--help"], ["ns"], ["watch", "--help"]])
 def test_no_heavy_imports(argv: list[str]) -> None:
     res = subprocess.run([sys.executable, "-c", PROBE, *argv], capture_output=True, text=True, timeout=60)
     assert "HEAVY=\n" in res.stderr, res.stderr

@@ -94,6 +94,7 @@ def cli(ctx: click.Context, json_: bool, no_color: bool, quiet: bool, traceback:
       smgshm probe 127.0.0.1:50051      # does this worker share /dev/shm with me?
       smgshm send 127.0.0.1:50051       # verified tensors through /dev/shm
       smgshm gc                         # what leaked?
+      smgshm watch                      # SHM traffic live: in flight, consumed, orphans
     """
     # gRPC's C core logs its own copy of errors we already report in one line (e.g. a busy
     # port); grpc is imported lazily, so this takes effect. An operator's setting wins.
@@ -143,8 +144,9 @@ def _register() -> None:
     from smgshm.cli.probe import probe
     from smgshm.cli.send import send
     from smgshm.cli.serve import serve
+    from smgshm.cli.watch import watch
 
-    for command in (doctor, probe, send, gc, bench, serve, ns, completion):
+    for command in (doctor, probe, send, gc, watch, bench, serve, ns, completion):
         cli.add_command(command)
     for command in cli.commands.values():
         accept_root_flags(command)

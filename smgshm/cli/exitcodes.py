@@ -32,8 +32,10 @@ DESCRIPTIONS: dict[ExitCode, str] = {
 
 def for_error_kind(kind: type[BaseException]) -> ExitCode:
     """Map a core exception class to its exit code."""
-    from smgshm.core.errors import HostError, TransportError
+    from smgshm.core.errors import HostError, TransportError, VerificationError
 
+    if issubclass(kind, VerificationError):
+        return ExitCode.CHECK_FAILED
     if issubclass(kind, TransportError):
         return ExitCode.UNREACHABLE
     if issubclass(kind, HostError):

@@ -9,7 +9,8 @@ import click
 
 from smgshm.cli import serve_view as view
 from smgshm.cli.app import App
-from smgshm.cli.params import BYTES, shm_dir_option
+from smgshm.cli.params import BYTES, DURATION, shm_dir_option
+from smgshm.core.receiver import FAULTS, MAX_FAULT_DELAY_S
 
 
 @click.command()
@@ -47,6 +48,20 @@ from smgshm.cli.params import BYTES, shm_dir_option
     metavar="FILE|-",
     help="Append one JSON line per Generate tensor receipt to FILE (- for stdout).",
 )
+@click.option(
+    "--fault",
+    type=click.Choice(list(FAULTS)),
+    help="Fail every Generate on purpose, as the gateway's failure classes: die-before-read (the process is "
+    "SIGKILLed before any response header), die-after-headers (after sending headers, before reading), "
+    "die-after-read (after reading and unlinking every tensor), slow-read (wait --fault-delay, then read).",
+)
+@click.option(
+    "--fault-delay",
+    type=DURATION,
+    default="2s",
+    show_default=True,
+    help="slow-read: how long each Generate waits before reading (at most 60s).",
+)
 @shm_dir_option
 @click.pass_obj
 def serve(
@@ -60,6 +75,8 @@ def serve(
     workers: int,
     model_dir: str | None,
     log_receipts: str | None,
+    fault: str | None,
+    fault_delay: float,
     shm_dir: str,
 ) -> None:
     """Run the reference receiver that `send`, `bench` and `probe --verify` talk to.
@@ -90,6 +107,8 @@ def serve(
     from smgshm.core.receiver import MODEL_NAME, ReceiverConfig, is_loopback
     from smgshm.core.services import start_receiver
 
+    if not 0 <= fault_delay <= MAX_FAULT_DELAY_S:
+        raise click.BadParameter(f"at most {MAX_FAULT_DELAY_S:g}s", param_hint="--fault-delay")
     cfg = ReceiverConfig(
         shm_dir=shm_dir,
         unlink_after_read=not keep_segments,
@@ -100,6 +119,8 @@ def serve(
         workers=workers,
         model_dir=model_dir,
         on_receipt=view.receipt_logger(log_receipts) if log_receipts else None,
+        fault=fault,
+        fault_delay_s=fault_delay,
     )
     if not is_loopback(listen):
         app.warn(f"listening on {listen}: NOT loopback; any host that reaches it can send tensors to it")
@@ -119,6 +140,7 @@ def serve(
         "model_dir": running.state.model.path if running.state.model else None,
         "served_model_name": running.state.model.served_model_name if running.state.model else MODEL_NAME,
         "log_receipts": log_receipts,
+        "fault": fault,
     }
     app.emit(info, view.serve_ready)
     stop.wait()

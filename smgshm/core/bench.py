@@ -14,10 +14,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from smgshm.core.errors import SmgshmError, TransportError
+from smgshm.core.errors import SmgshmError, TransportError, VerificationError
 from smgshm.core.paths import DEFAULT_SHM_DIR
 from smgshm.core.segments import WriteStrategy, unlink_segment, write_segment
-from smgshm.core.tensors import digest, digest_mismatch
+from smgshm.core.tensors import digest
+from smgshm.core.verify import Sent, judge, receipt_key
 from smgshm.core.wire import Layout, OutTensor, Request, build_multimodal
 
 MESSAGE_OVERHEAD = 64 * 1024  # headroom under the gRPC limit for the envelope around an inline payload
@@ -181,18 +182,18 @@ class _Bench:
         req = self.pb.ReceiveRequest(request_id="bench", layout=self.pb.LAYOUT_VLLM, multimodal_inputs=msg)
         return self.stub.Receive(req, timeout=self.opts.timeout)
 
-    def _check(self, resp: Any, want: bytes | None) -> None:
-        r = resp.receipts[0]
-        if r.error.code:
-            raise SmgshmError(f"the receiver refused the payload: {r.error.code}: {r.error.message}")
-        if want is not None and (why := digest_mismatch(r.digest_algo, r.digest, want)):
-            raise SmgshmError(why, nbytes=r.nbytes)
+    def _check(self, resp: Any, want: bytes | None, kind: str, nbytes: int) -> None:
+        verdict = judge([Sent(receipt_key(Layout.VLLM), want, kind, nbytes)], resp.receipts)
+        for issue in verdict.issues:
+            if issue.kind == "receiver_error":
+                raise SmgshmError(f"the receiver refused the payload: {issue.message}")
+            raise VerificationError(f"{kind} payload not verified: {issue.message}", key=issue.key, nbytes=nbytes)
 
     def inline(self, payload: bytes, want: bytes | None) -> int:
         t0 = time.perf_counter_ns()
         resp = self._rpc(OutTensor((len(payload),), "uint8", inline=payload))
         elapsed = time.perf_counter_ns() - t0
-        self._check(resp, want)
+        self._check(resp, want, "inline", len(payload))
         return elapsed
 
     def shm(self, payload: memoryview, want: bytes | None) -> tuple[int, int, int, int]:
@@ -204,7 +205,7 @@ class _Bench:
         finally:
             t2 = time.perf_counter_ns()
             leftover = unlink_segment(ref.name, ref.shm_dir)  # always: a bench never leaks
-        self._check(resp, want)
+        self._check(resp, want, "shm", payload.nbytes)
         if leftover:
             raise SmgshmError("the receiver did not unlink the segment after reading it", name=ref.name)
         return t2 - t0, t1 - t0, t2 - t1, int(resp.receipts[0].read_ns)

@@ -55,6 +55,12 @@ class MessageTooLargeError(WireError):
     kind = "message_too_large"
 
 
+class VerificationError(SmgshmError):
+    """A receiver's receipts do not vouch for what was sent: a verdict (exit 3), not a fault."""
+
+    kind = "verification_failed"
+
+
 class HostError(SmgshmError):
     """The local environment: no shm dir, a full tmpfs, permission denied."""
 

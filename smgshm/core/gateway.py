@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
-from smgshm.core.errors import ServerError, TransportError
+from smgshm.core.errors import ServerError
+from smgshm.core.http import normalize_url, request
 
 
 @dataclass(frozen=True)
@@ -28,40 +27,56 @@ class GatewayWorker:
         return self.connection_mode == "grpc"
 
 
+MAX_BODY_BYTES = 16 * 1024 * 1024  # a /workers listing of thousands of workers is well under this
+
+
 def list_workers(base_url: str, api_key: str | None = None, timeout: float = 5.0) -> list[GatewayWorker]:
-    """``GET {base_url}/workers``; raises TransportError/ServerError with the endpoint."""
-    url = base_url.rstrip("/") + "/workers"
-    if not url.startswith(("http://", "https://")):
-        url = "http://" + url
-    req = urllib.request.Request(url, headers={"Accept": "application/json"})  # noqa: S310 - scheme checked above
+    """``GET {base_url}/workers`` under one deadline; TransportError/ServerError with the endpoint.
+
+    Through core/http.py: the whole exchange is bounded by ``timeout`` (a trickling gateway
+    cannot stretch it), the body is capped, and a redirect to another origin is refused, so
+    the API key goes only to the gateway named. A body that is not UTF-8 JSON of the shape
+    SMG documents is a ServerError, never a crash.
+    """
+    url = normalize_url(base_url).rstrip("/") + "/workers"
+    headers = {"Accept": "application/json"}
     if api_key:
-        req.add_header("Authorization", f"Bearer {api_key}")
+        headers["Authorization"] = f"Bearer {api_key}"
+    resp = request("GET", url, headers=headers, deadline_s=timeout, max_bytes=MAX_BODY_BYTES)
+    if resp.status != 200:
+        hint = "pass --api-key (the gateway's --api-key)" if resp.status in (401, 403) else None
+        raise ServerError(f"gateway refused GET /workers: HTTP {resp.status}", endpoint=url, hint=hint)
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - http(s) only
-            doc: Any = json.load(resp)
-    except urllib.error.HTTPError as err:
-        hint = "pass --api-key (the gateway's --api-key)" if err.code in (401, 403) else None
-        raise ServerError(f"gateway refused GET /workers: HTTP {err.code}", endpoint=url, hint=hint) from err
-    except (urllib.error.URLError, TimeoutError, OSError) as err:
-        raise TransportError("gateway unreachable", endpoint=url, detail=str(getattr(err, "reason", err))) from err
-    except json.JSONDecodeError as err:
+        doc: Any = json.loads(resp.body.decode("utf-8"))
+    except UnicodeDecodeError as err:
+        raise ServerError("gateway answered GET /workers with a body that is not UTF-8", endpoint=url) from err
+    except (ValueError, RecursionError) as err:
         raise ServerError("gateway answered GET /workers with something that is not JSON", endpoint=url) from err
-    entries = doc.get("workers", []) if isinstance(doc, dict) else []
-    out = []
-    for w in entries:
-        if not isinstance(w, dict):
-            continue
-        labels = w.get("labels") or {}
-        out.append(
-            GatewayWorker(
-                id=str(w.get("id", "")),
-                # DP-aware workers are "{base}@{rank}"; dial the base.
-                url=str(w.get("dp_base_url") or str(w.get("url", "")).split("@", 1)[0]),
-                connection_mode=str(w.get("connection_mode", "")),
-                runtime_type=str(w.get("runtime_type", "")),
-                label_namespace_id=str(labels.get("shm_namespace_id", "")) if isinstance(labels, dict) else "",
-                is_healthy=bool(w.get("is_healthy", False)),
-                status=str(w.get("status", "")),
-            )
+    entries = doc.get("workers") if isinstance(doc, dict) else None
+    if not isinstance(entries, list):
+        raise ServerError(
+            'gateway answered GET /workers without a "workers" list; is this SMG\'s admin API?', endpoint=url
         )
-    return out
+    return [_worker(w, i, url) for i, w in enumerate(entries)]
+
+
+def _text(w: dict[str, Any], key: str) -> str:
+    v = w.get(key)
+    return v if isinstance(v, str) else ""
+
+
+def _worker(w: Any, i: int, url: str) -> GatewayWorker:
+    if not isinstance(w, dict) or not _text(w, "url"):
+        raise ServerError(f"gateway's GET /workers entry {i} is not a worker with a url", endpoint=url)
+    labels = w.get("labels")
+    label = labels.get("shm_namespace_id") if isinstance(labels, dict) else None
+    return GatewayWorker(
+        id=_text(w, "id"),
+        # DP-aware workers are "{base}@{rank}"; dial the base.
+        url=_text(w, "dp_base_url") or _text(w, "url").split("@", 1)[0],
+        connection_mode=_text(w, "connection_mode"),
+        runtime_type=_text(w, "runtime_type"),
+        label_namespace_id=label if isinstance(label, str) else "",
+        is_healthy=w.get("is_healthy") is True,
+        status=_text(w, "status"),
+    )

@@ -187,7 +187,8 @@ def _receiver_identity(channel: Any, timeout: float) -> Any | None:
 def verify_canary(channel: Any, opts: ProbeOptions) -> VerifyResult:
     """Write a 4 KiB segment, have the receiver read it, and always clean up."""
     from smgshm.core.segments import unlink_segment, write_segment
-    from smgshm.core.tensors import digest, digest_mismatch
+    from smgshm.core.tensors import digest
+    from smgshm.core.verify import Sent, judge, receipt_key
     from smgshm.core.wire import Layout, OutTensor, Request, build_multimodal
     from smgshm.rpc.v1 import diag_pb2, diag_pb2_grpc
 
@@ -206,12 +207,14 @@ def verify_canary(channel: Any, opts: ProbeOptions) -> VerifyResult:
         return VerifyResult(False, "rpc_failed", str(err)[:200])
     finally:
         unlink_segment(ref.name, opts.shm_dir)
-    r = resp.receipts[0]
-    if r.error.code:
-        return VerifyResult(False, r.error.code, r.error.message)
-    if why := digest_mismatch(r.digest_algo, r.digest, digest(payload)):
-        return VerifyResult(False, "mismatch", why)
-    return VerifyResult(True, "ok", "the receiver read the canary segment byte-exactly")
+    verdict = judge([Sent(receipt_key(Layout.VLLM), digest(payload), "shm", len(payload))], resp.receipts)
+    if verdict.ok:
+        return VerifyResult(True, "ok", "the receiver read the canary segment byte-exactly")
+    issue = verdict.issues[0]
+    if issue.kind == "receiver_error":
+        code, _, message = issue.message.partition(": ")
+        return VerifyResult(False, code, message)
+    return VerifyResult(False, "mismatch", f"{issue.key}: {issue.message}")
 
 
 def probe_worker(address: str, opts: ProbeOptions, local: LocalChecks) -> WorkerReport:

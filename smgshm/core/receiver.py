@@ -29,6 +29,10 @@ if TYPE_CHECKING:
 Engine = Literal["vllm", "tokenspeed", "sglang"]
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024  # SMG's Python servers cap messages here
 MODEL_NAME = "smgshm-reference-receiver"
+# The worker failure classes of smg-facts §5.3, on demand (serve --fault). die-* kill the
+# whole process with SIGKILL, as a crashed worker would die: never use them in-process.
+FAULTS = ("die-before-read", "die-after-headers", "die-after-read", "slow-read")
+MAX_FAULT_DELAY_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -46,8 +50,15 @@ class ReceiverConfig:
     # answers with smgshm's own model name and no tokenizer.
     model_dir: str | None = None
     fault: str | None = None
+    fault_delay_s: float = 2.0  # slow-read: how long Generate waits before reading (at most 60 s)
     # Called with every Generate receipt, from server threads (serve --log-receipts).
     on_receipt: Callable[[Any], None] | None = None
+
+    def __post_init__(self) -> None:
+        if self.fault is not None and self.fault not in FAULTS:
+            raise WireError("unknown fault", fault=self.fault, known=",".join(FAULTS))
+        if not 0 <= self.fault_delay_s <= MAX_FAULT_DELAY_S:
+            raise WireError("fault delay out of range", fault_delay_s=self.fault_delay_s, max_s=MAX_FAULT_DELAY_S)
 
     def advertised_namespace_id(self) -> str:
         return self.namespace_id if self.namespace_id is not None else read_namespace_id(self.shm_dir)
@@ -152,6 +163,7 @@ class ReceiverState:
     lock: threading.Lock = field(default_factory=threading.Lock)
     ring: ReceiptRing = field(default_factory=ReceiptRing)
     model: ModelDir | None = None
+    stopping: threading.Event = field(default_factory=threading.Event)  # set by stop(): waits end early
 
     def identity(self) -> HostIdentity:
         return read_host_identity(self.cfg.shm_dir)

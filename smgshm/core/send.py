@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -20,8 +19,9 @@ from typing import Any
 from smgshm.core.errors import HostError, MessageTooLargeError, SmgshmError, TransportError
 from smgshm.core.paths import DEFAULT_SHM_DIR
 from smgshm.core.segments import ShmRef, WriteStrategy, unlink_segment, write_segment
-from smgshm.core.tensors import digest, digest_mismatch, expected_nbytes, make_tensor, tensor_bytes
+from smgshm.core.tensors import digest, expected_nbytes, make_tensor, tensor_bytes
 from smgshm.core.transport import DEFAULT_SHM_MIN_BYTES, Mode, decide
+from smgshm.core.verify import Sent, judge, receipt_key
 from smgshm.core.wire import Layout, OutTensor, Request, build_multimodal
 
 
@@ -108,9 +108,6 @@ def _pct(values: list[int], q: float) -> float:
     return s[min(len(s) - 1, round(q * (len(s) - 1)))] / 1e6
 
 
-_EXTRA = re.compile(r"\[extra_(\d+)\]$")
-
-
 class _Run:
     def __init__(self, opts: SendOptions, stub: Any, pb: Any, local_ns: str, peer_ns: str, writable: bool) -> None:
         self.opts, self.stub, self.pb = opts, stub, pb
@@ -187,23 +184,16 @@ class _Run:
         self._check(i, path, resp, want, created, elapsed)
 
     def _check(self, i: int, path: str, resp: Any, want: list[bytes], created: list[ShmRef], elapsed: int) -> None:
-        problems: list[Problem] = []
-        mismatches = failures = 0
-        by_order = list(resp.receipts)
-        for r in by_order:
-            # Receipts come back in the receiver's order (map keys sorted as strings: extra_10 before
-            # extra_2), so match each to its tensor by key, never by position.
-            m = _EXTRA.search(r.key)
-            k = int(m.group(1)) if m else 0
-            if r.error.code:
-                failures += 1
-                problems.append(Problem(i, r.key, "receiver_error", f"{r.error.code}: {r.error.message}"[:300]))
-            elif want and k < len(want) and (why := digest_mismatch(r.digest_algo, r.digest, want[k])):
-                mismatches += 1
-                problems.append(Problem(i, r.key, "mismatch", why))
-        if len(by_order) != self.opts.tensors:
-            failures += 1
-            problems.append(Problem(i, "", "receiver_error", f"{len(by_order)} receipts for {self.opts.tensors}"))
+        # Matched by key, exactly one receipt each (core/verify.py): receipts come back in the
+        # receiver's order, and a receiver that repeats or invents receipts must not pass.
+        sent = [
+            Sent(receipt_key(self.opts.layout, None if k == 0 else f"extra_{k}"), want[k] if want else None,
+                 path, self.nbytes)
+            for k in range(self.opts.tensors)
+        ]  # fmt: skip
+        verdict = judge(sent, resp.receipts)
+        problems = [Problem(i, x.key, x.kind, x.message) for x in verdict.issues]
+        mismatches, failures = verdict.mismatches, verdict.receiver_errors
         leftovers = 0
         for ref in created:
             if unlink_segment(ref.name, ref.shm_dir):  # still there: the receiver kept or refused it
@@ -212,7 +202,7 @@ class _Run:
         with self.lock:
             st = self.stats.setdefault(path, PathStats())
             st.requests += 1
-            st.tensors += len(by_order)
+            st.tensors += len(sent)
             st.nbytes += self.nbytes * self.opts.tensors
             st.failures += failures
             st.mismatches += mismatches

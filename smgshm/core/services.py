@@ -8,6 +8,8 @@ at registration (HealthCheck, GetModelInfo, GetServerInfo), serves
 from __future__ import annotations
 
 import datetime
+import os
+import signal
 import time
 from collections.abc import Iterator
 from concurrent import futures
@@ -136,9 +138,28 @@ def model_info(pb: ModuleType, engine: str, model: ModelDir | None) -> Any:
     return pb.GetModelInfoResponse(**common, is_generation=True)
 
 
+HEADERS_FLUSH_S = 0.2  # time for the response headers to reach the wire before a die-after-* fault
+
+
+def _die(context: Any = None) -> None:
+    """A fault: the process dies at once, as a crashed worker does (SIGKILL: no cleanup, no
+    graceful shutdown). With ``context``, the response headers are sent first."""
+    if context is not None:
+        context.send_initial_metadata(())
+        time.sleep(HEADERS_FLUSH_S)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
 def generate(pb: ModuleType, engine: str, state: ReceiverState, request: Any, context: Any) -> Iterator[Any]:
     """Generate as smg-facts §5.2: read every tensor (receipts), then a chunk if streaming and a complete."""
     layout = Layout.VLLM if engine == "vllm" else Layout.TOKENSPEED
+    fault = state.cfg.fault
+    if fault == "die-before-read":
+        _die()
+    if fault == "die-after-headers":
+        _die(context)
+    if fault == "slow-read":
+        state.stopping.wait(state.cfg.fault_delay_s)
     with state.lock:
         state.active += 1
         state.last_receive = time.time()
@@ -149,6 +170,8 @@ def generate(pb: ModuleType, engine: str, state: ReceiverState, request: Any, co
     finally:
         with state.lock:
             state.active -= 1
+    if fault == "die-after-read":
+        _die(context)
     if outcome.refused:
         bad = outcome.refused[0]
         context.abort(
@@ -256,6 +279,7 @@ class RunningReceiver:
     state: ReceiverState
 
     def stop(self, grace: float = 2.0) -> None:
+        self.state.stopping.set()
         self.server.stop(grace).wait(grace + 1)
 
 

@@ -336,12 +336,17 @@ class SegmentTracker:
     """Folds ShmEvents into segment lives, holding at most ``max_tracked`` in flight.
 
     Beyond that, new segments are counted in ``untracked`` and not followed: memory
-    stays bounded whatever the traffic.
+    stays bounded whatever the traffic. The counters only grow (take deltas for rates).
     """
 
     def __init__(self, max_tracked: int = 100_000) -> None:
         self.max_tracked = max_tracked
         self.untracked = 0
+        self.created = 0  # lives whose creation was seen
+        self.created_by_kind: dict[str, int] = {}  # the same, per producer kind (parse_name)
+        self.listed = 0  # lives found by a listing (at start, after an overflow or a re-watch)
+        self.created_bytes = 0  # sizes of seen creations, once known (at close-after-write)
+        self.in_flight_bytes = 0  # known sizes of the lives in flight
         self._live: dict[str, _Live] = {}
         self._listed: set[str] | None = None  # names seen by the listing in progress
 
@@ -351,6 +356,13 @@ class SegmentTracker:
     def in_flight(self, now_ns: int | None = None) -> list[SegmentLife]:
         now = time.time_ns() if now_ns is None else now_ns
         return [lv.life(None, now, None) for lv in self._live.values()]
+
+    def older_than(self, cutoff_ns: int, now_ns: int | None = None) -> list[SegmentLife]:
+        """The lives in flight created before ``cutoff_ns``, oldest first."""
+        now = time.time_ns() if now_ns is None else now_ns
+        old = [lv for lv in self._live.values() if lv.created_ns < cutoff_ns]
+        old.sort(key=lambda lv: lv.created_ns)
+        return [lv.life(None, now, None) for lv in old]
 
     def get(self, name: str, now_ns: int | None = None) -> SegmentLife | None:
         lv = self._live.get(name)
@@ -376,9 +388,11 @@ class SegmentTracker:
             elif kind == CLOSED:
                 lv = live.get(e.name)
                 if lv is not None and e.nbytes is not None:
-                    lv.nbytes = e.nbytes
+                    if lv.nbytes is None and lv.observed:
+                        self.created_bytes += e.nbytes
+                    self._resize(lv, e.nbytes)
             elif kind == REMOVED:
-                lv = live.pop(e.name, None)
+                lv = self._pop(e.name)
                 if lv is not None:
                     done.append(self._end(lv, e))
             elif kind == OVERFLOW:
@@ -388,16 +402,27 @@ class SegmentTracker:
                 self._listed = set()
             elif kind == RESCANNED:
                 if self._listed is not None:
-                    gone = [n for n in live if n not in self._listed]
-                    for n in gone:
-                        done.append(live.pop(n).life(e.t_ns, e.t_ns, UNKNOWN, "unlinked while events were lost"))
+                    for n in [n for n in live if n not in self._listed]:
+                        lv = self._pop(n)
+                        done.append(lv.life(e.t_ns, e.t_ns, UNKNOWN, "unlinked while events were lost"))  # type: ignore[union-attr]
                 self._listed = None
             elif kind == DIR_GONE:
                 for lv in live.values():
                     done.append(lv.life(e.t_ns, e.t_ns, UNKNOWN, f"the shm dir went away ({e.detail})"))
                 live.clear()
+                self.in_flight_bytes = 0
                 self._listed = set()  # the re-watch listing starts from nothing
         return done
+
+    def _resize(self, lv: _Live, nbytes: int) -> None:
+        self.in_flight_bytes += nbytes - (lv.nbytes or 0)
+        lv.nbytes = nbytes
+
+    def _pop(self, name: str) -> _Live | None:
+        lv = self._live.pop(name, None)
+        if lv is not None and lv.nbytes:
+            self.in_flight_bytes -= lv.nbytes
+        return lv
 
     def _created(self, e: ShmEvent) -> None:
         lv = self._live.get(e.name)
@@ -406,7 +431,7 @@ class SegmentTracker:
                 self._listed.add(e.name)
             if lv is not None:
                 if e.nbytes is not None:
-                    lv.nbytes = e.nbytes
+                    self._resize(lv, e.nbytes)
                 return
             # The later of the name's time and mtime (as gc judges age), never in the future.
             _, _, nanos = parse_name(e.name)
@@ -431,6 +456,13 @@ class SegmentTracker:
             self.untracked += 1
             return
         self._live[lv.name] = lv
+        if lv.observed:
+            self.created += 1
+            self.created_by_kind[lv.kind] = self.created_by_kind.get(lv.kind, 0) + 1
+        else:
+            self.listed += 1
+        if lv.nbytes:
+            self.in_flight_bytes += lv.nbytes
 
     @staticmethod
     def _end(lv: _Live, e: ShmEvent) -> SegmentLife:

@@ -1,0 +1,171 @@
+"""``smgshm watch``: SHM traffic as it happens, per interval, with orphans and the gateway's view."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from smgshm.cli import watch_view as view
+from smgshm.cli.app import App
+from smgshm.cli.exitcodes import ExitCode
+from smgshm.cli.params import BYTES, DURATION, shm_dir_option
+
+if TYPE_CHECKING:
+    from smgshm.core.watch import IntervalStats, WatchSession
+
+
+@click.command()
+@click.option("--interval", type=DURATION, default="1s", show_default=True, help="Report every DURATION.")
+@click.option("--orphan-after", type=DURATION, default="30s", show_default=True,
+              help="A segment still in flight this long is an orphan.")  # fmt: skip
+@click.option("--metrics", "metrics_url", metavar="URL",
+              help="Also scrape this gateway Prometheus endpoint each interval (e.g. http://127.0.0.1:29000/metrics).")
+@click.option("--shm-min-bytes", type=BYTES, default="64KiB", show_default=True,
+              help="The gateway's --multimodal-shm-min-bytes: inline tensors averaging this much were SHM-eligible.")
+@click.option("--jsonl", is_flag=True, help="One JSON record per line: each segment's life, orphans, events, "
+              "intervals, then the summary.")  # fmt: skip
+@click.option("--duration", type=DURATION, help="Stop after DURATION.")
+@click.option("--count", type=click.IntRange(1), help="Stop after this many intervals.")
+@click.option("--check", is_flag=True, help="Exit 3 when an orphan was seen.")
+@click.option("--serve-metrics", metavar="[HOST:]PORT",
+              help="Expose the figures for Prometheus at http://HOST:PORT/metrics (HOST defaults to 127.0.0.1).")
+@click.option("--prefix", default="smg-", show_default=True, help="Follow only names starting with PREFIX.")
+@click.option("--max-tracked", type=click.IntRange(1), default=100_000, show_default=True,
+              help="Follow at most this many segments in flight at once (memory stays bounded).")
+@click.option("--assume-dead", is_flag=True, help="As gc: judge orphans by this pid namespace's pids even if unsafe.")
+@shm_dir_option
+@click.pass_obj
+def watch(app: App, interval: float, orphan_after: float, metrics_url: str | None, shm_min_bytes: int, jsonl: bool,
+          duration: float | None, count: int | None, check: bool, serve_metrics: str | None, prefix: str,
+          max_tracked: int, assume_dead: bool, shm_dir: str) -> None:  # fmt: skip
+    """Follow the shm dir live: every SMG segment from creation to unlink, per interval.
+
+    Uses inotify. For each segment: its producer (pid and kind from its name:
+    gateway, gateway_probe, smgshm), its size, its time in flight, and how it
+    ended: consumed (someone other than its creator opened it, then it was
+    unlinked: a worker read it), cleaned (unlinked unread: its producer cleaned
+    up), or unknown (it predates the watch, events were lost to a queue
+    overflow, it was renamed, or the shm dir went away).
+
+    Each interval: segments and bytes per second created and consumed, what is
+    in flight, time in flight p50/p90/p99/max of the consumed ones, and orphans:
+    segments in flight longer than --orphan-after, each with gc's judgement
+    (is its producer alive? does anyone hold it?). With --metrics, the
+    gateway's own counters beside them: tensors and bytes per second by path,
+    SHM write failures, SHM's share of the bytes, and a plain sentence when
+    SHM-eligible tensors went inline.
+
+    A TTY gets a live dashboard; a pipe one line per interval; --jsonl one
+    record per line. Ctrl-C (or SIGTERM) ends the run like --duration: the
+    summary of the whole run, then the exit code (3 with --check and orphans).
+    An inotify queue overflow is said and followed by a rescan; the shm dir
+    removed or mounted over is said and watched again.
+
+    \b
+    Examples:
+      smgshm watch
+      smgshm watch --metrics http://127.0.0.1:29000/metrics
+      smgshm watch --duration 60s --check --json          # CI: orphans -> exit 3
+      smgshm watch --jsonl | jq -c 'select(.type=="segment")'
+      smgshm watch --serve-metrics 9464 -q                # a per-node exporter
+    """
+    from smgshm.core.watch import WatchOptions, WatchSession
+
+    if app.json and jsonl:
+        raise click.UsageError("--json and --jsonl are two output formats: choose one")
+    if app.json and duration is None and count is None:
+        raise click.UsageError("--json writes one summary at the end: give --duration or --count")
+    if interval <= 0:
+        raise click.BadParameter("must be more than 0", param_hint="--interval")
+    opts = WatchOptions(shm_dir=shm_dir, prefix=prefix, interval_s=interval, orphan_after_s=orphan_after,
+                        metrics_url=metrics_url, metrics_timeout_s=max(0.5, min(5.0, interval)),
+                        shm_min_bytes=shm_min_bytes, max_tracked=max_tracked, assume_dead=assume_dead)  # fmt: skip
+    hooks: dict[str, Any] = {}
+    if jsonl:
+        hooks = {"on_life": view.jsonl_life, "on_event": view.jsonl_event, "on_orphan": view.jsonl_orphan}
+    session = WatchSession(opts, **hooks)
+    with session, _exporter(app, session, serve_metrics, jsonl), _stop_on_sigterm():
+        _run(app, session, jsonl, duration, count)
+    summary = session.summary()
+    code = ExitCode.CHECK_FAILED if check and summary.orphans_seen else ExitCode.OK
+    if jsonl:
+        view.jsonl_summary(summary)
+    else:
+        app.emit(view.summary_record(summary) if app.json else summary, view.summary_report, code)
+    click.get_current_context().exit(code)
+
+
+def _run(app: App, session: WatchSession, jsonl: bool, duration: float | None, count: int | None) -> None:
+    """Intervals until --duration, --count or Ctrl-C; Ctrl-C is a normal end here."""
+    deadline = None if duration is None else time.monotonic() + duration
+    live = None
+    if not jsonl and not app.json and not app.quiet and app.console.is_terminal:
+        from rich.live import Live
+
+        live = Live(console=app.console, auto_refresh=False, transient=True)
+        live.start()
+    n = 0
+    try:
+        while count is None or n < count:
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+            st = session.step()
+            n += 1
+            _show(app, session, st, jsonl, live)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if live is not None:
+            live.stop()
+
+
+def _show(app: App, session: WatchSession, st: IntervalStats, jsonl: bool, live: Any) -> None:
+    if jsonl:
+        view.jsonl_interval(st)
+    elif live is not None:
+        live.update(view.dashboard(st, session.summary()), refresh=True)
+    elif not app.json and not app.quiet:
+        view.interval_line(app, st)
+
+
+@contextmanager
+def _exporter(app: App, session: WatchSession, where: str | None, jsonl: bool) -> Iterator[None]:
+    if where is None:
+        yield
+        return
+    from smgshm.core.receiver import is_loopback
+    from smgshm.core.watchexport import WatchExporter
+
+    host, _, port = where.rpartition(":")
+    host = host.strip("[]") or "127.0.0.1"
+    if not port.isdigit() or int(port) > 65535:
+        raise click.BadParameter(f"{where!r} is not [HOST:]PORT", param_hint="--serve-metrics")
+    if not is_loopback(f"{host}:{port}"):
+        app.warn(f"--serve-metrics on {host}: NOT loopback; any host that reaches it can read this host's SHM traffic")
+    exporter = WatchExporter(session, host, int(port))
+    if jsonl:
+        view.jsonl_exporter(exporter.url)
+    app.info(f"watch: metrics at {exporter.url}")
+    try:
+        yield
+    finally:
+        exporter.stop()
+
+
+@contextmanager
+def _stop_on_sigterm() -> Iterator[None]:
+    """SIGTERM (systemd, kubectl) ends the run as Ctrl-C does: with the summary."""
+
+    def interrupt(*_: object) -> None:
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)

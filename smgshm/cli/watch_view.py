@@ -1,0 +1,197 @@
+"""Human and JSONL output of ``smgshm watch``: a live dashboard, one line per interval, a summary."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from smgshm.cli.fmt import escape, human_age, human_bytes, kv_table, lossless, safe
+from smgshm.cli.jsonout import SCHEMA_VERSION, plain
+
+if TYPE_CHECKING:
+    from smgshm.cli.app import App
+    from smgshm.core.gatewayrates import GatewayRates
+    from smgshm.core.shmwatch import SegmentLife, ShmEvent
+    from smgshm.core.watch import FlightTimes, IntervalStats, Orphan, WatchSummary
+
+_STATE_STYLE = {"leaked": "red", "hazard": "magenta", "stale": "yellow", "held": "cyan", "in_flight": "green"}
+
+
+def rate_bytes(per_s: float) -> str:
+    return f"{human_bytes(int(per_s))}/s"
+
+
+def flight_text(f: FlightTimes) -> str:
+    if not f.count:
+        return "-"
+    return f"p50 {f.p50_ms:.1f} p90 {f.p90_ms:.1f} p99 {f.p99_ms:.1f} max {f.max_ms:.1f} ms"
+
+
+def _pid(o: Orphan) -> str:
+    if o.producer_pid is None:
+        return "-"
+    return f"{o.producer_pid} ({ {True: 'alive', False: 'dead', None: 'unknown'}[o.producer_alive] })"
+
+
+def gateway_text(gw: GatewayRates | None) -> str:
+    if gw is None:
+        return ""
+    if gw.error:
+        return f"gateway: scrape failed: {gw.error}"
+    paths = sorted(set(gw.tensors_per_s) | set(gw.bytes_per_s))
+    parts = [f"{p} {gw.tensors_per_s.get(p, 0):.1f}/s {rate_bytes(gw.bytes_per_s.get(p, 0))}" for p in paths]
+    text = "gateway: " + (", ".join(parts) if parts else "no tensors")
+    if gw.shm_byte_share is not None:
+        text += f", shm share {gw.shm_byte_share:.1%}"
+    if gw.shm_write_failures:
+        text += f", shm write failures {gw.shm_write_failures_per_s:.1f}/s"
+    return text
+
+
+# -- piped: one line per interval ----------------------------------------------------------
+
+
+def interval_line(app: App, st: IntervalStats) -> None:
+    stamp = time.strftime("%H:%M:%S", time.localtime(st.t_unix_s))
+    text = (f"{stamp} created {st.created_per_s:.1f}/s {rate_bytes(st.created_bytes_per_s)}, "
+            f"consumed {st.consumed_per_s:.1f}/s {rate_bytes(st.consumed_bytes_per_s)}, "
+            f"in flight {st.in_flight} ({human_bytes(st.in_flight_bytes)}), time in flight {flight_text(st.flight)}, "
+            f"orphans {st.orphans}")  # fmt: skip
+    line = Text(text, style="red" if st.orphans else "")
+    if st.overflows:
+        line.append(f", {st.overflows} queue overflow(s): rescanned", style="bold yellow")
+    if st.dir_gone or not st.watching:
+        line.append(", shm dir gone" + ("" if st.watching else ": waiting for it"), style="bold yellow")
+    gw = gateway_text(st.gateway)
+    if gw:
+        line.append(" | " + gw)
+    app.console.print(line)
+    if st.gateway is not None and st.gateway.verdict:
+        app.console.print(Text("  " + st.gateway.verdict, style="bold yellow"))
+
+
+# -- a TTY: the live dashboard -------------------------------------------------------------
+
+
+def dashboard(st: IntervalStats, summary: WatchSummary) -> Group:
+    where = f"{escape(summary.shm_dir)} ({escape(summary.prefix)}*), {human_age(summary.duration_s)}"
+    run = (f"{summary.created} created, {summary.consumed} consumed, {summary.cleaned} cleaned, "
+           f"{summary.unknown} unknown; time in flight {flight_text(summary.flight)}")  # fmt: skip
+    rows: list[tuple[str, Any]] = [
+        ("watching", where + ("" if st.watching else ", shm dir gone: waiting for it")),
+        ("created", f"{st.created_per_s:.1f}/s  {rate_bytes(st.created_bytes_per_s)}"),
+        ("consumed", f"{st.consumed_per_s:.1f}/s  {rate_bytes(st.consumed_bytes_per_s)}"),
+        ("in flight", f"{st.in_flight}  {human_bytes(st.in_flight_bytes)}"),
+        ("time in flight", flight_text(st.flight)),
+        ("run", run),
+        ("orphans", f"{st.orphans} now ({human_bytes(st.orphan_bytes)}), {summary.orphans_seen} seen"),
+    ]
+    if summary.overflows or summary.dir_gone or summary.untracked:
+        rows.append(("lost", f"{summary.overflows} overflow(s), {summary.dir_gone} dir gone, "
+                             f"{summary.untracked} untracked"))  # fmt: skip
+    if st.gateway is not None:
+        rows.append(("gateway", gateway_text(st.gateway).removeprefix("gateway: ")))
+        if st.gateway.verdict:
+            rows.append(("", Text(st.gateway.verdict, style="bold yellow")))
+    parts: list[Any] = [kv_table(rows)]
+    if st.orphan_list:
+        parts.append(orphan_table(st.orphan_list[:10]))
+    return Group(*parts)
+
+
+def orphan_table(orphans: list[Orphan]) -> Table:
+    table = Table(box=None, title="orphans (oldest first)", title_justify="left")
+    table.add_column("name", overflow="fold")
+    for col in ("kind", "size", "age", "producer", "gc state"):
+        table.add_column(col, no_wrap=True)
+    for o in orphans:
+        size = "-" if o.nbytes is None else human_bytes(o.nbytes)
+        table.add_row(safe(o.name), o.kind, size, human_age(o.age_s), _pid(o),
+                      Text(o.state, style=_STATE_STYLE.get(o.state, "")))  # fmt: skip
+    return table
+
+
+# -- the end: the whole run ------------------------------------------------------------------
+
+
+def summary_report(app: App, s: WatchSummary) -> None:
+    style = "bold red" if s.orphans_seen else "bold green"
+    head = (f"watched {escape(s.shm_dir)} for {human_age(s.duration_s)}: {s.created} segment(s) created, "
+            f"{s.consumed} consumed, {s.cleaned} cleaned by their producer, {s.unknown} ended unknown; "
+            f"{s.orphans_seen} orphan(s) seen")  # fmt: skip
+    app.console.print(Text(head, style=style))
+    rows: list[tuple[str, Any]] = [
+        ("bytes", f"{human_bytes(s.created_bytes)} created, {human_bytes(s.consumed_bytes)} consumed (known sizes)"),
+        ("time in flight", flight_text(s.flight) + f" ({s.flight.count} consumed)"),
+        ("in flight now", f"{s.in_flight} ({human_bytes(s.in_flight_bytes)}), {s.listed} found by listings"),
+    ]
+    for kind, ends in s.ends_by_kind.items():
+        rows.append((f"  {kind}", ", ".join(f"{n} {e}" for e, n in ends.items())))
+    if s.gateway is not None:
+        rows.append(("gateway", gateway_text(s.gateway).removeprefix("gateway: ")))
+    app.console.print(kv_table(rows))
+    if s.gateway is not None and s.gateway.verdict:
+        app.console.print(Text(s.gateway.verdict, style="bold yellow"))
+    if s.orphan_list:
+        app.console.print(orphan_table(s.orphan_list))
+        for o in s.orphan_list:
+            app.console.print(safe(o.name, "bold") + Text(": ") + safe(o.reason))
+    for note in s.notes:
+        app.console.print(Text("note: " + note, style="yellow"))
+
+
+# -- --jsonl ---------------------------------------------------------------------------------
+
+
+def _line(record: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(record, allow_nan=False) + "\n")
+    sys.stdout.flush()
+
+
+def name_fields(name: str) -> dict[str, str]:
+    """A name both ways: shown escaped, and its exact bytes in hex (names are not UTF-8 by law)."""
+    return {"name": escape(name), "name_hex": lossless(name)}
+
+
+def jsonl_life(life: SegmentLife) -> None:
+    rec = {"type": "segment", "schema_version": SCHEMA_VERSION, **plain(life), **name_fields(life.name)}
+    _line(rec)
+
+
+def jsonl_event(e: ShmEvent) -> None:
+    _line({"type": e.kind, "schema_version": SCHEMA_VERSION, "t_unix_ns": e.t_ns, "detail": e.detail})
+
+
+def jsonl_orphan(o: Orphan) -> None:
+    _line({"type": "orphan", "schema_version": SCHEMA_VERSION, **plain(o), **name_fields(o.name)})
+
+
+def interval_record(st: IntervalStats) -> dict[str, Any]:
+    rec = plain(st)
+    rec["orphan_list"] = [{**plain(o), **name_fields(o.name)} for o in st.orphan_list]
+    return rec
+
+
+def summary_record(s: WatchSummary) -> dict[str, Any]:
+    rec = plain(s)
+    rec["orphan_list"] = [{**plain(o), **name_fields(o.name)} for o in s.orphan_list]
+    rec["shm_dir"] = escape(s.shm_dir)
+    return rec
+
+
+def jsonl_interval(st: IntervalStats) -> None:
+    _line({"type": "interval", "schema_version": SCHEMA_VERSION, **interval_record(st)})
+
+
+def jsonl_summary(s: WatchSummary) -> None:
+    _line({"type": "summary", "schema_version": SCHEMA_VERSION, **summary_record(s)})
+
+
+def jsonl_exporter(url: str) -> None:
+    _line({"type": "exporter", "schema_version": SCHEMA_VERSION, "url": url})

@@ -1,0 +1,83 @@
+"""A gateway's multimodal traffic between two scrapes: rates by path, SHM's share, and a verdict.
+
+The gateway counts tensors and bytes per path but not their sizes, so "SHM-eligible
+traffic went inline" is inferred soundly from the averages: when the tensors sent
+inline average at least ``shm_min_bytes`` each, at least one of them was big enough
+for SHM (a mean cannot exceed every value). Write failures are counted by the
+gateway itself, and each one is a tensor it sent inline instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from smgshm.core.metrics import MetricsSnapshot, mm_traffic
+
+DEFAULT_SHM_MIN_BYTES = 65536  # the gateway's --multimodal-shm-min-bytes default (smg-facts §2.3)
+
+
+@dataclass(frozen=True)
+class GatewayRates:
+    """What the gateway's own counters say happened over ``interval_s``."""
+
+    url: str
+    interval_s: float
+    tensors: dict[str, int] = field(default_factory=dict)  # by path: inline | shm | remote
+    nbytes: dict[str, int] = field(default_factory=dict)
+    tensors_per_s: dict[str, float] = field(default_factory=dict)
+    bytes_per_s: dict[str, float] = field(default_factory=dict)
+    shm_write_failures: int = 0
+    shm_write_failures_per_s: float = 0.0
+    shm_byte_share: float | None = None  # of all tensor bytes, the share through SHM; None without traffic
+    inline_avg_bytes: float | None = None
+    eligible_inline: bool = False  # SHM-eligible tensors went inline (see the module docstring)
+    verdict: str = ""  # one plain sentence; "" when there is nothing to say
+    exported: bool = False  # the gateway exports smg_mm_* at all (only once traffic flowed)
+    error: str = ""  # the scrape failed: the rates are empty
+
+
+def gateway_rates(before: MetricsSnapshot, after: MetricsSnapshot, interval_s: float,
+                  shm_min_bytes: int = DEFAULT_SHM_MIN_BYTES) -> GatewayRates:  # fmt: skip
+    """Rates from the delta of two scrapes ``interval_s`` apart."""
+    d = mm_traffic(after.minus(before))
+    dt = interval_s if interval_s > 0 else 1.0
+    tensors = {k: v for k, v in d.tensors.items() if v}
+    nbytes = {k: v for k, v in d.nbytes.items() if v}
+    inline_n, inline_b = tensors.get("inline", 0), nbytes.get("inline", 0)
+    avg = inline_b / inline_n if inline_n else None
+    eligible = avg is not None and avg >= shm_min_bytes
+    share = d.shm_byte_share if sum(nbytes.values()) else None
+    return GatewayRates(
+        url=after.url,
+        interval_s=interval_s,
+        tensors=tensors,
+        nbytes=nbytes,
+        tensors_per_s={k: v / dt for k, v in tensors.items()},
+        bytes_per_s={k: v / dt for k, v in nbytes.items()},
+        shm_write_failures=d.shm_write_failures,
+        shm_write_failures_per_s=d.shm_write_failures / dt,
+        shm_byte_share=share,
+        inline_avg_bytes=avg,
+        eligible_inline=eligible or d.shm_write_failures > 0,
+        verdict=_verdict(tensors, d.shm_write_failures, avg, shm_min_bytes),
+        exported=mm_traffic(after).exported,
+    )
+
+
+def failed_rates(url: str, interval_s: float, error: str) -> GatewayRates:
+    return GatewayRates(url=url, interval_s=interval_s, error=error)
+
+
+def _verdict(tensors: dict[str, int], failures: int, inline_avg: float | None, min_bytes: int) -> str:
+    if failures:
+        return f"{failures} SHM write(s) failed: the gateway sent those tensors inline"
+    if inline_avg is None or inline_avg < min_bytes:
+        return ""
+    avg = f"{inline_avg / 1024:.0f} KiB"
+    if not tensors.get("shm"):
+        return (f"all traffic went inline although inline tensors average {avg} (>= shm_min_bytes {min_bytes}): "
+                "SHM-eligible tensors went inline (transport inline, or auto with a foreign namespace id)")  # fmt: skip
+    return f"some SHM-eligible tensors went inline: inline tensors average {avg} (>= shm_min_bytes {min_bytes})"
+
+
+__all__ = ["DEFAULT_SHM_MIN_BYTES", "GatewayRates", "failed_rates", "gateway_rates"]

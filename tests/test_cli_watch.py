@@ -1,0 +1,284 @@
+"""``smgshm watch`` run as a real child against a private tmpfs, with real producers and readers.
+
+A private tmpfs per test: other helpers' traffic in /dev/shm cannot disturb the counts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import re
+import select
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+import pytest
+
+from smgshm.core.metrics import scrape
+from tests.conftest import Children, make_file, run_cli, smgshm_argv, wait_for
+from tests.test_cli_gc import dead_pid
+from tests.test_core_shmwatch import tmpfs  # noqa: F401 - the private tmpfs fixture
+from tests.test_json_schema import WATCH_SEGMENT_KEYS
+
+PY = sys.executable
+
+# A producer child: N segments a reader consumes (smgshm's reader), M it cleans up
+# itself, and with "keep" one it leaves in place until its stdin closes. A pause
+# between write and read stands for the RPC, so that the watch can read the size
+# (inotify carries none: watch stats the file at close-after-write, when it still exists).
+PRODUCER = r"""
+import os, sys, time
+from smgshm.core.segments import read_segment, write_segment
+d, consumed, cleaned, keep = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "keep"
+pid, seq = os.getpid(), 0
+def name():
+    global seq
+    seq += 1
+    return f"smg-smgshm-{pid}-{time.time_ns()}-{seq}"
+for _ in range(consumed):
+    ref = write_segment(b"\x07" * 100_000, shm_dir=d, name=name())
+    time.sleep(0.05)
+    read_segment(ref.name, 0, ref.nbytes, shm_dir=d).release()
+for _ in range(cleaned):
+    ref = write_segment(b"\x08" * 2048, shm_dir=d, name=name())
+    time.sleep(0.05)
+    os.unlink(ref.path)
+kept = write_segment(b"\x09" * 4096, shm_dir=d, name=name()) if keep else None
+print("done", flush=True)
+if kept:
+    sys.stdin.read()
+    os.unlink(kept.path)
+"""
+
+
+def spawn_watch(children: Children, *args: str) -> tuple[subprocess.Popen[str], list[dict[str, Any]]]:
+    """``watch --jsonl`` as a child, returned once its start listing is out (it is watching)."""
+    p = children.spawn(smgshm_argv("watch", "--jsonl", *args))
+    assert p.stdout is not None
+    first = json.loads(p.stdout.readline())
+    assert first["type"] == "rescanned", first
+    return p, [first]
+
+
+def records(p: subprocess.Popen[str], timeout: float = 60) -> tuple[list[dict[str, Any]], str]:
+    out, err = p.communicate(timeout=timeout)
+    return [json.loads(line) for line in out.splitlines()], err
+
+
+def produce(children: Children, d: str, consumed: int, cleaned: int, keep: bool = False) -> subprocess.Popen[str]:
+    p = children.spawn([PY, "-c", PRODUCER, d, str(consumed), str(cleaned), "keep" if keep else "no"],
+                       stdin=subprocess.PIPE)  # fmt: skip
+    assert p.stdout is not None
+    assert p.stdout.readline().strip() == "done", p.stderr.read() if p.stderr else ""
+    return p
+
+
+def test_consumed_cleaned_and_orphans_with_their_producers(tmpfs: str, children: Children) -> None:  # noqa: F811
+    dead = dead_pid(children)
+    make_file(tmpfs, f"smg-tokenspeed-{dead}-{time.time_ns()}-0", 8192)  # a dead gateway's leftover
+    w, _ = spawn_watch(children, "--shm-dir", tmpfs, "--interval", "0.25", "--orphan-after", "1s", "--duration", "3s",
+                       "--check")  # fmt: skip
+    prod = produce(children, tmpfs, consumed=5, cleaned=3, keep=True)
+    recs, err = records(w)
+    assert w.returncode == 3, err  # --check: orphans were seen
+    prod.stdin.close()  # type: ignore[union-attr]
+    prod.wait(timeout=30)
+    segs = [r for r in recs if r["type"] == "segment"]
+    ends = sorted((r["end"], r["reads"]) for r in segs)
+    assert ends == [("cleaned", 0)] * 3 + [("consumed", 1)] * 5
+    # A size is exact where known (a slow watch may read the close after the unlink).
+    sizes = {"cleaned": 2048, "consumed": 100_000}
+    assert all(r["nbytes"] in (None, sizes[r["end"]]) for r in segs)
+    known = [r for r in segs if r["end"] == "consumed" and r["nbytes"] is not None]
+    assert known, "no consumed size known despite the pauses"
+    assert {r["producer_pid"] for r in segs} == {prod.pid}
+    assert all(r["kind"] == "smgshm" and r["observed"] and r["in_flight_ns"] > 0 for r in segs)
+    assert all(set(r) == WATCH_SEGMENT_KEYS for r in segs)
+    orphans = {r["producer_pid"]: r for r in recs if r["type"] == "orphan"}
+    assert orphans[dead]["state"] == "leaked"
+    assert orphans[dead]["producer_alive"] is False
+    assert orphans[dead]["kind"] == "gateway"
+    assert orphans[prod.pid]["producer_alive"] is True  # alive, but nobody consumes its segment
+    assert orphans[prod.pid]["state"] == "in_flight"
+    summary = recs[-1]
+    assert summary["type"] == "summary"
+    assert (summary["created"], summary["consumed"], summary["cleaned"], summary["listed"]) == (9, 5, 3, 1)
+    assert summary["orphans_seen"] == 2
+    assert summary["consumed_bytes"] == 100_000 * len(known)
+    assert summary["flight"]["count"] == 5
+    assert summary["ends_by_kind"] == {"smgshm": {"consumed": 5, "cleaned": 3, "unknown": 0}}
+    intervals = [r for r in recs if r["type"] == "interval"]
+    assert sum(r["created"] for r in intervals) == 9
+    assert sum(r["consumed"] for r in intervals) == 5
+
+
+def test_json_summary_and_check(tmpfs: str, children: Children) -> None:  # noqa: F811
+    dead = dead_pid(children)
+    name = f"smg-tokenspeed-{dead}-{time.time_ns()}-0"
+    make_file(tmpfs, name, 100)
+    res = run_cli("--json", "watch", "--shm-dir", tmpfs, "--count", "1", "--interval", "0.2", "--orphan-after", "0s",
+                  "--check", exit=3)  # fmt: skip
+    doc = res.json
+    assert doc["ok"] is False
+    (o,) = doc["result"]["orphan_list"]
+    assert (o["name"], o["state"], o["producer_pid"], o["producer_alive"]) == (name, "leaked", dead, False)
+    hostile = "smg-x\x1b[31m\udcff"  # a terminal escape and an undecodable byte
+    make_file(tmpfs, hostile, 1)
+    doc = run_cli("--json", "watch", "--shm-dir", tmpfs, "--count", "1", "--interval", "0.1", "--orphan-after", "0s",
+                  "--check", exit=3).json  # fmt: skip
+    o = next(o for o in doc["result"]["orphan_list"] if o["kind"] == "other")
+    assert o["name"] == "smg-x\\x1b[31m\\xff"
+    assert bytes.fromhex(o["name_hex"]) == b"smg-x\x1b[31m\xff"
+    assert o["state"] == "unknown"  # no pid in the name: gc cannot judge its producer
+    os.unlink(os.path.join(tmpfs, hostile))
+    # Without --check the same run passes; without orphans --check passes.
+    run_cli("--json", "watch", "--shm-dir", tmpfs, "--count", "1", "--interval", "0.1", "--orphan-after", "0s")
+    os.unlink(os.path.join(tmpfs, name))
+    assert run_cli("--json", "watch", "--shm-dir", tmpfs, "--count", "1", "--interval", "0.1", "--check").json["ok"]
+
+
+def test_piped_output_is_one_line_per_interval(tmpfs: str) -> None:  # noqa: F811
+    res = run_cli("watch", "--shm-dir", tmpfs, "--count", "3", "--interval", "0.1")
+    interval = re.compile(r"^\d\d:\d\d:\d\d created .* time in flight .* orphans \d+$", re.M)
+    assert len(interval.findall(res.stdout)) == 3
+    assert "watched" in res.stdout  # then the summary of the run
+    quiet = run_cli("-q", "watch", "--shm-dir", tmpfs, "--count", "2", "--interval", "0.1").stdout
+    assert not interval.findall(quiet)
+    assert "watched" in quiet
+
+
+@pytest.mark.parametrize(
+    ("args", "what"),
+    [
+        (["--json", "watch"], "--duration or --count"),
+        (["--json", "watch", "--jsonl", "--count", "1"], "choose one"),
+        (["watch", "--serve-metrics", "127.0.0.1:http", "--count", "1"], "not [HOST:]PORT"),
+        (["watch", "--interval", "0", "--count", "1"], "more than 0"),
+    ],
+)
+def test_usage_errors(args: list[str], what: str) -> None:
+    assert what in run_cli(*args, exit=2).stderr
+
+
+def test_missing_shm_dir_is_exit_5(tmp_path: Any) -> None:
+    res = run_cli("watch", "--shm-dir", str(tmp_path / "nope"), "--count", "1", exit=5)
+    assert "shm dir does not exist" in res.stderr
+
+
+def test_ctrl_c_and_sigterm_print_the_summary(tmpfs: str, children: Children) -> None:  # noqa: F811
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        w = children.spawn(smgshm_argv("watch", "--shm-dir", tmpfs, "--interval", "0.1"))
+        assert w.stdout is not None
+        assert "created" in w.stdout.readline()  # an interval went by: it is running
+        os.kill(w.pid, sig)
+        out, err = w.communicate(timeout=30)
+        assert w.returncode == 0, err
+        assert "watched " in out
+
+
+def test_exporter_serves_the_figures(tmpfs: str, children: Children) -> None:  # noqa: F811
+    w, _ = spawn_watch(children, "--shm-dir", tmpfs, "--interval", "0.2", "--serve-metrics", "127.0.0.1:0")
+    assert w.stdout is not None
+    exporter = json.loads(w.stdout.readline())
+    assert exporter["type"] == "exporter"
+    produce(children, tmpfs, consumed=4, cleaned=2)
+
+    def scraped() -> Any:
+        snap = scrape(exporter["url"], 5.0)
+        return snap if snap.value("smgshm_watch_segments_ended_total", end="consumed") == 4 else None
+
+    snap = wait_for(scraped, 30, "the exporter to count 4 consumed segments")
+    assert snap.value("smgshm_watch_segments_ended_total", end="cleaned") == 2
+    assert snap.value("smgshm_watch_segments_created_total", kind="smgshm") == 6
+    assert snap.value("smgshm_watch_bytes_ended_total", end="consumed") in (100_000, 200_000, 300_000, 400_000)
+    assert snap.value("smgshm_watch_time_in_flight_seconds_count") == 4
+    assert snap.value("smgshm_watch_overflows_total") == 0
+    assert snap.has("smgshm_watch_in_flight_segments")
+    os.kill(w.pid, signal.SIGTERM)
+    recs, _ = records(w)
+    assert w.returncode == 0
+    assert recs[-1]["type"] == "summary"
+
+
+def test_exporter_off_loopback_is_loud(tmpfs: str) -> None:  # noqa: F811
+    res = run_cli("watch", "--shm-dir", tmpfs, "--count", "1", "--interval", "0.1", "--serve-metrics", "0.0.0.0:0")
+    assert "NOT loopback" in res.stderr
+
+
+def test_busy_exporter_port_is_exit_4(tmpfs: str) -> None:  # noqa: F811
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        res = run_cli("watch", "--shm-dir", tmpfs, "--count", "1", "--serve-metrics", str(port), exit=4)
+    assert "cannot listen" in res.stderr
+
+
+def test_overflow_is_said_and_counts_recover(tmpfs: str, children: Children) -> None:  # noqa: F811
+    with open("/proc/sys/fs/inotify/max_queued_events") as f:
+        limit = int(f.read())
+    w, _ = spawn_watch(children, "--shm-dir", tmpfs, "--interval", "0.2")
+    os.kill(w.pid, signal.SIGSTOP)  # the watch falls behind: the kernel queue fills and overflows
+    try:
+        for i in range(limit // 4 + 200):
+            p = os.path.join(tmpfs, f"smg-smgshm-flood-{i}")
+            os.close(os.open(p, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+            os.unlink(p)
+    finally:
+        os.kill(w.pid, signal.SIGCONT)
+    assert w.stdout is not None
+    seen: list[dict[str, Any]] = []
+
+    def read_until(pred: Any) -> None:
+        while not pred():
+            seen.append(json.loads(w.stdout.readline()))  # type: ignore[union-attr]
+
+    read_until(lambda: any(r["type"] == "rescanned" and r["detail"] == "overflow" for r in seen))
+    assert [r["type"] for r in seen].count("overflow") >= 1
+    produce(children, tmpfs, consumed=2, cleaned=0)  # after the overflow: followed exactly again
+    read_until(lambda: sum(r["type"] == "segment" and r["end"] == "consumed" for r in seen) == 2)
+    os.kill(w.pid, signal.SIGINT)
+    recs, _ = records(w)
+    summary = recs[-1]
+    assert summary["overflows"] >= 1
+    assert any("overflow" in n for n in summary["notes"])
+    assert summary["consumed"] == 2
+    flood = [r for r in seen + recs if r["type"] == "segment" and "flood" in r["name"]]
+    # Lives wholly before the overflow were followed; one cut by it ended unknown; the rest were never seen.
+    assert 0 < len(flood) < limit // 4 + 200
+    assert {r["end"] for r in flood} <= {"cleaned", "unknown"}
+
+
+def test_tty_gets_a_live_dashboard(tmpfs: str) -> None:  # noqa: F811
+    leader, follower = pty.openpty()
+    argv = smgshm_argv("watch", "--shm-dir", tmpfs, "--count", "3", "--interval", "0.2")
+    env = {**os.environ, "COLUMNS": "120"}
+    p = subprocess.Popen(argv, stdin=follower, stdout=follower, stderr=follower, env=env)
+    os.close(follower)
+    out = b""
+    try:
+        while True:
+            ready, _, _ = select.select([leader], [], [], 30)
+            if not ready:
+                break
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # EIO: the child closed the terminal
+                break
+            if not chunk:
+                break
+            out += chunk
+    finally:
+        os.close(leader)
+        p.wait(timeout=30)
+    text = out.decode(errors="replace")
+    assert p.returncode == 0, text
+    assert "watching" in text  # the dashboard's first row
+    assert "time in flight" in text
+    assert "watched" in text  # the summary after the dashboard
