@@ -139,6 +139,7 @@ def _register() -> None:
     from smgshm.cli.bench import bench
     from smgshm.cli.completion import completion
     from smgshm.cli.doctor import doctor
+    from smgshm.cli.e2e import e2e
     from smgshm.cli.gc import gc
     from smgshm.cli.ns import ns
     from smgshm.cli.probe import probe
@@ -146,7 +147,7 @@ def _register() -> None:
     from smgshm.cli.serve import serve
     from smgshm.cli.watch import watch
 
-    for command in (doctor, probe, send, gc, watch, bench, serve, ns, completion):
+    for command in (doctor, probe, send, gc, watch, bench, serve, e2e, ns, completion):
         cli.add_command(command)
     for command in cli.commands.values():
         accept_root_flags(command)

@@ -282,11 +282,11 @@ def remove_gateway_segments(pid: int, shm_dir: str = DEFAULT_SHM_DIR) -> list[st
     return removed
 
 
-def start_gateway(cfg: GatewayConfig, ready_timeout_s: float = 60.0) -> RunningGateway:
-    """Launch the gateway on free loopback ports and return once every worker is healthy.
+def launch_gateway(cfg: GatewayConfig) -> RunningGateway:
+    """Spawn the gateway on free loopback ports and return at once (not yet ready).
 
-    HostError when smg is missing or the gateway exits at start; TransportError when it
-    is not ready within ``ready_timeout_s``. Either way the process is gone by then.
+    Call it from a thread that outlives the gateway (the main thread): the kernel's
+    parent-death signal follows the thread that spawned it.
     """
     smg = find_smg()
     if cfg.log_path is None:
@@ -295,42 +295,54 @@ def start_gateway(cfg: GatewayConfig, ready_timeout_s: float = 60.0) -> RunningG
     else:
         log_path = cfg.log_path
     env = {**os.environ, **cfg.env, "NO_COLOR": "1"}
+    port, prom = free_port(cfg.host), free_port(cfg.host)
+    while prom == port:
+        prom = free_port(cfg.host)
+    argv = _argv(smg, cfg, port, prom)
+    with open(log_path, "ab") as log:
+        log.write(f"# smgshm: {' '.join(argv)}\n".encode())
+        log.flush()
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _DEATH_SHIM, str(os.getpid()), *argv],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+        )  # fmt: skip
+    return RunningGateway(proc, cfg, port, prom, log_path)
+
+
+def start_gateway(cfg: GatewayConfig, ready_timeout_s: float = 60.0) -> RunningGateway:
+    """Launch the gateway and return once every worker is healthy.
+
+    HostError when smg is missing or the gateway exits at start; TransportError when it
+    is not ready within ``ready_timeout_s``. Either way the process is gone by then.
+    """
     for _attempt in range(3):  # a port taken between our probe and its bind: try new ones
-        port, prom = free_port(cfg.host), free_port(cfg.host)
-        while prom == port:
-            prom = free_port(cfg.host)
-        argv = _argv(smg, cfg, port, prom)
-        with open(log_path, "ab") as log:
-            log.write(f"# smgshm: {' '.join(argv)}\n".encode())
-            log.flush()
-            proc = subprocess.Popen(
-                [sys.executable, "-c", _DEATH_SHIM, str(os.getpid()), *argv],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-            )  # fmt: skip
-        gw = RunningGateway(proc, cfg, port, prom, log_path)
-        try:
-            if _wait_ready(gw, ready_timeout_s):
-                return gw
-        except BaseException:
-            gw.stop()
-            raise
-        gw.stop()
-        if not _BIND_FAILED.search(gw.logs()):
-            break
-    code = gw.proc.returncode
-    raise HostError("the gateway exited at start", exit_code=code, log=log_path,
-                    hint=f"see {log_path}")  # fmt: skip
+        gw = launch_gateway(cfg)
+        if wait_ready(gw, ready_timeout_s, retry_bind=True):
+            return gw
+    return gw  # not reached: the last attempt raises
 
 
-def _wait_ready(gw: RunningGateway, timeout_s: float) -> bool:
-    """True once ready; False if it exited; TransportError (after stopping it) on timeout."""
+def wait_ready(gw: RunningGateway, timeout_s: float = 60.0, retry_bind: bool = False) -> bool:
+    """Return True once every worker is healthy; on any failure the gateway is stopped first.
+
+    Raises HostError when it exited (unless ``retry_bind`` and it lost a port race, then
+    False), TransportError when it is not ready within ``timeout_s``; Ctrl-C stops it too.
+    """
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if not gw.alive():
-            return False
-        if gw.ready():
-            return True
-        time.sleep(0.1)
+    try:
+        while time.monotonic() < deadline:
+            if not gw.alive():
+                gw.stop()
+                if retry_bind and _BIND_FAILED.search(gw.logs()):
+                    return False
+                raise HostError("the gateway exited at start", exit_code=gw.proc.returncode, log=gw.log_path,
+                                hint=f"see {gw.log_path}")  # fmt: skip
+            if gw.ready():
+                return True
+            time.sleep(0.1)
+    except BaseException:
+        gw.stop()
+        raise
     gw.stop()
     raise TransportError(
         "the gateway did not report its workers healthy in time",

@@ -1,0 +1,102 @@
+"""Human output of ``smgshm e2e``: a verdict per gateway, its evidence by source, the latencies."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from rich.table import Table
+from rich.text import Text
+
+from smgshm.cli.fmt import human_bytes, prose, safe
+
+if TYPE_CHECKING:
+    from smgshm.cli.app import App
+
+_STYLE = {"shm": "bold green", "inline": "bold yellow", "none": "bold", "undetermined": "bold red"}
+
+
+def _metrics_line(m: Any) -> Text:
+    head = Text("metrics ", style="bold") + safe(m.url) + Text(": ")
+    if not m.available:
+        return head + safe(m.note or "unavailable")
+    parts = [f"{p} {n} ({human_bytes(m.nbytes.get(p, 0))})" for p, n in sorted(m.tensors.items())] or ["no tensors"]
+    tail = f"; shm write failures +{m.shm_write_failures}"
+    if m.processing:
+        tail += "; processing " + ", ".join(f"{k} {v}" for k, v in sorted(m.processing.items()))
+    return head + Text(", ".join(parts) + tail)
+
+
+def _shm_dir_line(d: Any) -> Text:
+    head = Text("shm dir ", style="bold") + safe(d.shm_dir) + Text(": ")
+    if not d.available:
+        return head + safe(d.note or "unavailable")
+    ends: dict[str, int] = {}
+    for s in d.segments:
+        ends[s.end] = ends.get(s.end, 0) + 1
+    body = f"{len(d.segments)} segment(s) of pid {d.gateway_pid}"
+    if ends:
+        body += " (" + ", ".join(f"{k} {v}" for k, v in sorted(ends.items())) + ")"
+    consumed = sorted(s.in_flight_ms for s in d.segments if s.end == "consumed")
+    if consumed:
+        body += f", consumed in {consumed[len(consumed) // 2]:.1f} ms (median)"
+    out = head + Text(body)
+    if d.probe_file_left:
+        out += Text("; probe file left over: ") + safe(d.probe_file_left)
+    return out
+
+
+def _receipts_line(r: Any) -> Text:
+    head = Text("receipts", style="bold") + Text(": ")
+    if not r.available:
+        return head + safe(r.note or "unavailable")
+    kinds: dict[str, int] = {}
+    for x in r.receipts:
+        kinds[x.payload_kind] = kinds.get(x.payload_kind, 0) + 1
+    errors = [x for x in r.receipts if x.error_code]
+    body = ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())) or "none"
+    out = head + Text(body + " from ") + safe(", ".join(r.workers))
+    if errors:
+        out += Text(f"; {len(errors)} refused (first: ") + safe(f"{errors[0].error_code}: {errors[0].error_message}")
+        out += Text(")")
+    return out
+
+
+def e2e_report(app: App, report: Any) -> None:
+    for run in report.runs:
+        mark = "ok" if run.as_expected and not run.failure_class else "UNEXPECTED" if run.expected else "FAILED"
+        if run.path == "undetermined":
+            mark = "UNDETERMINED"
+        head = Text(f"{run.label}: ", style="bold") + Text(run.path, style=_STYLE.get(run.path, "")) + Text(" - ")
+        prose(app.console, head + safe(run.cause) + Text(f"  [{mark}]"), indent=4)
+        ok = sum(1 for r in run.requests if r.ok)
+        line = f"    {ok}/{len(run.requests)} requests ok, p50 {run.p50_ms:.0f} ms"
+        if run.expected:
+            line += f"; expected {run.expected}"
+        app.console.print(Text(line))
+        for r in run.requests:
+            if not r.ok:
+                app.console.print(Text(f"    HTTP {r.status}: ") + safe(r.error))
+                break
+        if run.failure:
+            prose(app.console, Text("    failure: ", style="bold red") + safe(run.failure), indent=6)
+        for line_ in (_metrics_line(run.metrics), _shm_dir_line(run.shm_dir), _receipts_line(run.receipts)):
+            app.console.print(Text("    ") + line_)
+        if run.gateway_log:
+            app.console.print(Text("    gateway log: ") + safe(run.gateway_log))
+    if len(report.runs) > 1:
+        table = Table(box=None, pad_edge=False)
+        for col in ("mode", "path", "p50 ms", "requests"):
+            table.add_column(col, justify="right" if col != "path" else "left", no_wrap=True)
+        for run in report.runs:
+            table.add_row(run.label, run.path, f"{run.p50_ms:.0f}", str(len(run.requests)))
+        app.console.print(table)
+    img = f"{report.image_size}x{report.image_size} PNG ({human_bytes(report.image_bytes)})"
+    app.console.print(Text("image: ") + Text(img) + Text(", model ") + safe(report.model))
+    if report.embedded:
+        if report.removed_at_stop or report.processes_left:
+            app.console.print(
+                Text(f"left behind: {len(report.removed_at_stop)} segment(s) (removed at stop), "
+                     f"{len(report.processes_left)} process(es)", style="bold red")
+            )  # fmt: skip
+        else:
+            app.console.print(Text("nothing left behind: every gateway and receiver stopped, no segment remains"))

@@ -1,0 +1,263 @@
+"""``e2e``: real chat requests with an image through a real gateway, and which path the tensors took.
+
+Against ``--gateway URL`` it reads what can be read about that gateway (its workers
+and their labels, its metrics, its segments when it runs here, its workers' receipts
+when they are smgshm serves). With no gateway it starts the embedded default: one
+reference receiver and one real ``smg launch`` per mode (shm, auto, inline), all on
+loopback, the requests sent round-robin so the latencies are measured side by side,
+and everything stopped and checked gone at the end, Ctrl-C included.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from smgshm.core.chat import ChatOutcome, first_model, make_png, send_chat
+from smgshm.core.e2e_evidence import (
+    MetricsEvidence,
+    ReceiptEvidence,
+    SegmentWatch,
+    ShmDirEvidence,
+    is_local_url,
+    listening_pid,
+    median_or_zero,
+    metrics_delta,
+    receipt_baseline,
+    receipts_since,
+)
+from smgshm.core.e2e_verdict import FAILURE_TEXT, Context, Verdict, judge
+from smgshm.core.errors import SmgshmError
+from smgshm.core.metrics import default_metrics_url, scrape
+from smgshm.core.paths import DEFAULT_SHM_DIR
+from smgshm.core.transport import Mode, decide
+
+EMBEDDED_MODES = ("shm", "auto", "inline")
+
+
+@dataclass(frozen=True)
+class E2eOptions:
+    image_size: int = 448
+    requests: int = 3
+    stream: str = "both"  # both (alternate) | on | off
+    warmup: int = 1  # requests per gateway before the measured ones (not in the evidence)
+    timeout_s: float = 60.0
+    api_key: str | None = None
+    model: str | None = None
+    metrics_url: str | None = None
+    expect: str | None = None  # shm | inline: the CI gate
+    shm_dir: str = DEFAULT_SHM_DIR
+    modes: tuple[str, ...] = EMBEDDED_MODES  # embedded only
+    advertise_namespace_id: str | None = None  # embedded only: the worker's advertised id
+    model_dir: str | None = None  # embedded only
+
+
+@dataclass(frozen=True)
+class GatewayRun:
+    """One gateway's requests, the three accounts of them, and the verdict."""
+
+    label: str  # the embedded mode, or "gateway"
+    gateway_url: str
+    metrics_url: str
+    mode: str  # as configured; "" when it cannot be known
+    shm_min_bytes: int | None
+    engine: str
+    worker_namespace_id: str
+    workers: list[str]
+    requests: list[ChatOutcome]
+    p50_ms: float
+    metrics: MetricsEvidence
+    shm_dir: ShmDirEvidence
+    receipts: ReceiptEvidence
+    path: str
+    cause: str
+    agree: bool
+    shm_tensors_by_source: dict[str, int]
+    failure_class: str
+    failure: str
+    expected: str  # the path expected ("" no expectation)
+    as_expected: bool
+    gateway_log: str = ""
+
+    @property
+    def failed_requests(self) -> int:
+        return sum(1 for r in self.requests if not r.ok)
+
+
+@dataclass(frozen=True)
+class E2eReport:
+    embedded: bool
+    model: str
+    image_size: int
+    image_bytes: int
+    local_namespace_id: str
+    runs: list[GatewayRun]
+    removed_at_stop: list[str] = field(default_factory=list)  # embedded: the gateways' segments left at the end
+    processes_left: list[int] = field(default_factory=list)  # embedded: pids that outlived stop (must be none)
+
+    @property
+    def undetermined(self) -> bool:
+        return any(r.path == "undetermined" for r in self.runs)
+
+    @property
+    def ok(self) -> bool:
+        clean = not self.removed_at_stop and not self.processes_left
+        return clean and all(r.as_expected and not r.failure_class for r in self.runs)
+
+
+@dataclass
+class _Target:
+    label: str
+    url: str
+    metrics_url: str
+    pid: int | None
+    mode: str
+    shm_min_bytes: int | None
+    engine: str
+    worker_ns: str
+    workers: list[str]
+    expected: str
+    log: str = ""
+    outcomes: list[ChatOutcome] = field(default_factory=list)
+
+
+Progress = Callable[[str], None]
+
+
+def _stream_for(opts: E2eOptions, i: int) -> bool:
+    return opts.stream == "on" or (opts.stream == "both" and i % 2 == 1)
+
+
+def _observe(targets: list[_Target], opts: E2eOptions, model: str, png: bytes, say: Progress) -> list[GatewayRun]:
+    """Warm up, take baselines, send the requests round-robin, and collect every account."""
+    from smgshm.core.host import probe_writable
+    from smgshm.core.namespace import read_namespace_id
+
+    for t in targets:
+        for i in range(opts.warmup):
+            send_chat(t.url, model, png, stream=_stream_for(opts, i), api_key=opts.api_key, timeout_s=opts.timeout_s)
+    baselines = {id(t): receipt_baseline(t.workers, 5.0) for t in targets}
+    before = {id(t): scrape(t.metrics_url, 10.0) for t in targets}
+    watch: SegmentWatch | None = None
+    watch_note = ""
+    if any(t.pid is not None for t in targets):
+        try:
+            watch = SegmentWatch(opts.shm_dir).__enter__()
+        except SmgshmError as err:
+            watch_note = f"cannot watch {opts.shm_dir}: {err}"
+    try:
+        for i in range(opts.requests):
+            for t in targets:
+                out = send_chat(t.url, model, png, stream=_stream_for(opts, i), api_key=opts.api_key,
+                                timeout_s=opts.timeout_s)  # fmt: skip
+                t.outcomes.append(out)
+                say(f"{t.label}: request {i + 1}/{opts.requests}: HTTP {out.status} in {out.elapsed_ms:.0f} ms")
+        if watch is not None:
+            watch.settle()
+    finally:
+        if watch is not None:
+            watch.__exit__(None, None, None)
+    local_ns = read_namespace_id(opts.shm_dir)
+    writable = probe_writable(opts.shm_dir) is None
+    runs = []
+    for t in targets:
+        m = metrics_delta(before[id(t)], scrape(t.metrics_url, 10.0))
+        if watch is not None and t.pid is not None:
+            d = watch.evidence(t.pid)
+        else:
+            note = watch_note or ("the gateway is not on this host" if t.pid is None else "")
+            d = ShmDirEvidence(False, note or "the gateway's pid is not visible from here", opts.shm_dir, t.pid)
+        r = receipts_since(baselines[id(t)], 5.0)
+        failed = sum(1 for o in t.outcomes if not o.ok)
+        ctx = Context(t.mode, t.shm_min_bytes, t.engine, local_ns, t.worker_ns, writable, opts.requests, failed)
+        v: Verdict = judge(ctx, m, d, r)
+        expected = opts.expect or t.expected
+        runs.append(
+            GatewayRun(
+                t.label, t.url, t.metrics_url, t.mode, t.shm_min_bytes, t.engine, t.worker_ns, t.workers,
+                list(t.outcomes), median_or_zero([o.elapsed_ms for o in t.outcomes if o.ok]), m, d, r,
+                v.path, v.cause, v.agree, v.counts, v.failure_class, FAILURE_TEXT.get(v.failure_class, ""),
+                expected, (not expected or v.path == expected), t.log,
+            )
+        )
+    return runs
+
+
+def run_against(gateway_url: str, opts: E2eOptions, say: Progress = lambda _s: None) -> E2eReport:
+    """e2e against a running gateway; TransportError when it (or its metrics) cannot be reached."""
+    from smgshm.core.gateway import list_workers
+    from smgshm.core.namespace import read_namespace_id
+
+    grpc_workers = [w for w in list_workers(gateway_url, opts.api_key, 5.0) if w.grpc]
+    model = opts.model or first_model(gateway_url, opts.api_key, 5.0)
+    w0 = grpc_workers[0] if grpc_workers else None
+    pid = listening_pid(gateway_url) if is_local_url(gateway_url) else None
+    target = _Target(
+        "gateway", gateway_url.rstrip("/"), opts.metrics_url or default_metrics_url(gateway_url), pid, "", None,
+        w0.runtime_type if w0 else "", w0.label_namespace_id if w0 else "", [w.url for w in grpc_workers], "",
+    )  # fmt: skip
+    png = make_png(opts.image_size)
+    runs = _observe([target], opts, model, png, say)
+    return E2eReport(False, model, opts.image_size, len(png), read_namespace_id(opts.shm_dir), runs)
+
+
+def run_embedded(opts: E2eOptions, say: Progress = lambda _s: None) -> E2eReport:
+    """The embedded default: a receiver and a real gateway per mode, all stopped at the end."""
+    from smgshm.core.gatewayproc import GatewayConfig, find_smg, launch_gateway, wait_ready
+
+    find_smg()  # before anything starts: the one clear error when smg is missing
+    from smgshm.core.modeldir import ensure_model_dir
+    from smgshm.core.namespace import read_namespace_id
+    from smgshm.core.receiver import ReceiverConfig
+    from smgshm.core.services import start_receiver
+
+    md = ensure_model_dir(opts.model_dir)
+    local_ns = read_namespace_id(opts.shm_dir)
+    png = make_png(opts.image_size)
+    gateways = []
+    with contextlib.ExitStack() as stack:
+        targets = []
+        for mode in opts.modes:
+            cfg = ReceiverConfig(shm_dir=opts.shm_dir, model_dir=md.path, namespace_id=opts.advertise_namespace_id)
+            rcv = start_receiver(cfg, "127.0.0.1:0")
+            stack.callback(rcv.stop, 0)
+            gcfg = GatewayConfig(worker_urls=(rcv.address,), model_path=md.path, transport=mode, log_mm_timing=True,
+                                 shm_dir=opts.shm_dir)  # fmt: skip
+            gw = launch_gateway(gcfg)  # all launched from this thread, then awaited together
+            stack.callback(gw.stop)
+            gateways.append(gw)
+            worker_ns = cfg.advertised_namespace_id()
+            big = decide(Mode(mode), nbytes=2**40, engine="vllm", local_ns=local_ns, worker_ns=worker_ns,
+                         writable=True)  # fmt: skip
+            targets.append(_Target(mode, gw.http_url, gw.metrics_url, gw.pid, mode, None, "vllm", worker_ns,
+                                   [rcv.address], big.path, gw.log_path))  # fmt: skip
+        say(f"started {len(gateways)} gateways ({', '.join(opts.modes)}); waiting for them to be ready")
+        for i, gw in enumerate(gateways):
+            if not wait_ready(gw, 60.0, retry_bind=True):  # lost a port race: once more on new ports
+                gw = launch_gateway(gw.cfg)
+                stack.callback(gw.stop)
+                gateways[i] = gw
+                targets[i].url, targets[i].metrics_url, targets[i].pid = gw.http_url, gw.metrics_url, gw.pid
+                targets[i].log = gw.log_path
+                wait_ready(gw, 60.0)
+        for t, gw in zip(targets, gateways, strict=True):
+            setting = gw.transport_setting()
+            if setting is not None:
+                t.shm_min_bytes = setting.shm_min_bytes
+        runs = _observe(targets, opts, opts.model or md.served_model_name, png, say)
+    removed = [n for gw in gateways for n in gw.removed_segments]
+    left = [gw.pid for gw in gateways if _group_alive(gw.pid)]
+    return E2eReport(True, opts.model or md.served_model_name, opts.image_size, len(png), local_ns, runs, removed,
+                     left)  # fmt: skip
+
+
+def _group_alive(pid: int) -> bool:
+    try:
+        os.killpg(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

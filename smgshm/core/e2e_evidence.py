@@ -1,0 +1,267 @@
+"""The three independent accounts of what a gateway did with a request's tensors.
+
+- **metrics**: the gateway's own counters (``smg_mm_tensors_total`` and friends), as a
+  delta of two scrapes around the requests;
+- **shm dir**: the gateway pid's segments appearing and vanishing (inotify, core/shmwatch),
+  when the gateway runs on this host;
+- **receipts**: what a smgshm ``serve`` worker says it received, per tensor.
+
+Each is collected on its own and may be unavailable (with the reason); e2e_verdict
+compares them. None of them compares bytes: the gateway computes the pixels, so
+this is evidence about the path, never a claim that the bytes were verified.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import socket
+import statistics
+import threading
+import time
+import urllib.parse
+from dataclasses import dataclass, field
+
+from smgshm.core.errors import SmgshmError
+from smgshm.core.metrics import MetricsSnapshot, mm_traffic, scrape
+from smgshm.core.paths import DEFAULT_SHM_DIR, GATEWAY_PREFIX
+
+
+@dataclass(frozen=True)
+class MetricsEvidence:
+    """The gateway's counters across the requests (a delta)."""
+
+    url: str
+    available: bool
+    note: str = ""  # why it is unavailable, or what is odd
+    tensors: dict[str, int] = field(default_factory=dict)  # by path: inline | shm | remote
+    nbytes: dict[str, int] = field(default_factory=dict)
+    shm_write_failures: int = 0
+    processing: dict[str, int] = field(default_factory=dict)  # by mode: router | worker
+
+    @property
+    def total(self) -> int:
+        return sum(self.tensors.values())
+
+
+@dataclass(frozen=True)
+class SegmentSeen:
+    """One gateway segment seen in the shm dir during the requests."""
+
+    name: str  # os.fsdecode form; shown escaped
+    nbytes: int | None
+    in_flight_ms: float  # created until removed (or until the end, if still there)
+    end: str  # consumed | cleaned | unknown | left_behind
+    reads: int = 0
+
+
+@dataclass(frozen=True)
+class ShmDirEvidence:
+    available: bool
+    note: str = ""
+    shm_dir: str = DEFAULT_SHM_DIR
+    gateway_pid: int | None = None
+    segments: list[SegmentSeen] = field(default_factory=list)
+    probe_file_left: str = ""  # smg-tokenspeed-probe-<pid>: the gateway's writability probe will fail
+
+    @property
+    def left_behind(self) -> list[SegmentSeen]:
+        return [s for s in self.segments if s.end == "left_behind"]
+
+
+@dataclass(frozen=True)
+class ReceiptSeen:
+    worker: str
+    key: str
+    payload_kind: str
+    nbytes: int
+    shm_name: str = ""
+    age_ms: float = 0.0  # gateway write to worker read (from the nanos in the name)
+    read_ms: float = 0.0
+    unlinked: bool = False
+    error_code: str = ""
+    error_message: str = ""
+
+
+@dataclass(frozen=True)
+class ReceiptEvidence:
+    available: bool
+    note: str = ""
+    workers: list[str] = field(default_factory=list)  # the smgshm workers whose receipts these are
+    receipts: list[ReceiptSeen] = field(default_factory=list)
+
+    def count(self, kind: str) -> int:
+        return sum(1 for r in self.receipts if r.payload_kind == kind)
+
+
+# -- metrics -------------------------------------------------------------------------------
+
+
+def scrape_or_none(url: str, timeout_s: float) -> MetricsSnapshot:
+    """One scrape; TransportError/ServerError propagate (exit 4: metrics unreachable)."""
+    return scrape(url, timeout_s)
+
+
+def metrics_delta(before: MetricsSnapshot, after: MetricsSnapshot) -> MetricsEvidence:
+    t = mm_traffic(after.minus(before))
+    exported = mm_traffic(after).exported
+    note = "" if exported else "the gateway exports no smg_mm_* counters (no multimodal tensor was ever metered)"
+    return MetricsEvidence(
+        after.url,
+        available=exported,
+        note=note,
+        tensors={k: v for k, v in t.tensors.items() if v},
+        nbytes={k: v for k, v in t.nbytes.items() if v},
+        shm_write_failures=t.shm_write_failures,
+        processing={k: v for k, v in t.processing.items() if v},
+    )
+
+
+# -- the shm dir -----------------------------------------------------------------------------
+
+
+def is_local_url(url: str) -> bool:
+    """Does ``url``'s host name this machine (loopback or one of its own addresses)?"""
+    host = urllib.parse.urlsplit(url if "://" in url else f"http://{url}").hostname or ""
+    try:
+        infos = socket.getaddrinfo(host, None)
+    except (socket.gaierror, UnicodeError):
+        return False
+    mine = _own_addresses()
+    for info in infos:
+        addr = ipaddress.ip_address(str(info[4][0]).split("%", 1)[0])
+        if addr.is_loopback or str(addr) in mine:
+            return True
+    return False
+
+
+def _own_addresses() -> set[str]:
+    import psutil
+
+    out: set[str] = set()
+    with contextlib.suppress(OSError):
+        for addrs in psutil.net_if_addrs().values():
+            out.update(a.address.split("%", 1)[0] for a in addrs if a.family in (socket.AF_INET, socket.AF_INET6))
+    return out
+
+
+def listening_pid(url: str) -> int | None:
+    """The pid listening on ``url``'s port on this host, if this user may see it."""
+    import psutil
+
+    parts = urllib.parse.urlsplit(url if "://" in url else f"http://{url}")
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        conns = psutil.net_connections(kind="tcp")
+    except (psutil.Error, OSError):
+        return None
+    pids = {c.pid for c in conns if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid}
+    return pids.pop() if len(pids) == 1 else None
+
+
+class SegmentWatch:
+    """Follows the gateway prefix in the shm dir on a thread while requests run."""
+
+    def __init__(self, shm_dir: str = DEFAULT_SHM_DIR) -> None:
+        from smgshm.core.shmwatch import SegmentTracker, ShmWatcher
+
+        self.shm_dir = shm_dir
+        self.watcher = ShmWatcher(shm_dir, GATEWAY_PREFIX, listing=True)
+        self.tracker = SegmentTracker(max_tracked=10_000)
+        self.done: list[object] = []
+        self.error = ""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="smgshm-e2e-watch", daemon=True)
+
+    def __enter__(self) -> SegmentWatch:
+        self.watcher.open()
+        self.done.extend(self.tracker.feed(self.watcher.events(0)))  # the listing of what was there
+        self.start_ns = time.time_ns()
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                self.done.extend(self.tracker.feed(self.watcher.events(0.05)))
+        except SmgshmError as err:
+            self.error = str(err)
+
+    def settle(self, quiet_s: float = 0.15) -> None:
+        """Give events already on their way a moment to arrive (bounded)."""
+        time.sleep(quiet_s)
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        with contextlib.suppress(SmgshmError):
+            self.done.extend(self.tracker.feed(self.watcher.events(0)))
+        self.watcher.close()
+
+    def evidence(self, pid: int | None) -> ShmDirEvidence:
+        """The segments of producer ``pid`` whose creation was seen, and what became of them."""
+        import os
+
+        from smgshm.core.paths import GATEWAY_PROBE_PREFIX
+
+        if self.error:
+            return ShmDirEvidence(False, f"watching {self.shm_dir} failed: {self.error}", self.shm_dir, pid)
+        if pid is None:
+            return ShmDirEvidence(False, "the gateway's pid is not visible from here", self.shm_dir, None)
+        lives = [lv for lv in self.done if getattr(lv, "producer_pid", None) == pid]
+        lives += [lv for lv in self.tracker.in_flight() if lv.producer_pid == pid]
+        seen = []
+        for lv in lives:
+            if not lv.observed or lv.kind != "gateway":  # there before we looked, or the probe file
+                continue
+            end = lv.end if lv.removed_ns is not None else "left_behind"
+            seen.append(SegmentSeen(lv.name, lv.nbytes, lv.in_flight_ns / 1e6, end or "unknown", lv.reads))
+        probe = f"{GATEWAY_PROBE_PREFIX}{pid}"
+        left = probe if os.path.lexists(os.path.join(self.shm_dir, probe)) else ""
+        return ShmDirEvidence(True, "", self.shm_dir, pid, sorted(seen, key=lambda s: s.name), left)
+
+
+# -- receipts ----------------------------------------------------------------------------------
+
+
+def receipt_baseline(addresses: list[str], timeout_s: float) -> dict[str, int]:
+    """The next receipt seq of each worker that is a smgshm serve (others are left out)."""
+    from smgshm.core.receipts import fetch_receipts
+
+    out: dict[str, int] = {}
+    for a in addresses:
+        try:
+            _, nxt = fetch_receipts(a, 0, timeout_s)
+        except SmgshmError:
+            continue
+        out[a] = nxt
+    return out
+
+
+def receipts_since(baseline: dict[str, int], timeout_s: float) -> ReceiptEvidence:
+    if not baseline:
+        return ReceiptEvidence(False, "no worker answers smgshm's Receipts RPC (not a smgshm serve)")
+    from smgshm.core.receipts import fetch_receipts
+
+    seen: list[ReceiptSeen] = []
+    notes = []
+    answered = []
+    for addr, after in baseline.items():
+        try:
+            got, _ = fetch_receipts(addr, after, timeout_s)
+        except SmgshmError as err:
+            notes.append(f"{addr}: {err}")  # e.g. a worker that died mid-request
+            continue
+        answered.append(addr)
+        for r in got:
+            seen.append(
+                ReceiptSeen(addr, r.key, r.payload_kind, r.nbytes, r.shm_name, r.age_ns / 1e6, r.read_ns / 1e6,
+                            r.unlinked, r.error_code, r.error_message)
+            )
+    if not answered:
+        return ReceiptEvidence(False, "; ".join(notes))
+    return ReceiptEvidence(True, "; ".join(notes), answered, seen)
+
+
+def median_or_zero(values: list[float]) -> float:
+    return statistics.median(values) if values else 0.0

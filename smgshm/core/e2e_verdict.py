@@ -1,0 +1,182 @@
+"""Which path a gateway's tensors took, and why: the evidence judged, the cause named.
+
+The cause comes from core/transport.py's ``decide`` (the gateway's rule, the one
+probe uses) applied to what is known about the gateway and its worker; the path
+comes from the evidence, and the sources must agree. Disagreement, or no source at
+all, is "undetermined": never a guess.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from smgshm.core.e2e_evidence import MetricsEvidence, ReceiptEvidence, ShmDirEvidence, median_or_zero
+from smgshm.core.transport import DEFAULT_SHM_MIN_BYTES, Mode, decide, parse_mode
+
+
+@dataclass(frozen=True)
+class Context:
+    """What is known about the gateway and its worker, for the gateway's own rule."""
+
+    mode: str  # the gateway's transport mode; "" when it cannot be known (a remote gateway)
+    shm_min_bytes: int | None  # None: not known (the default 65536 is assumed)
+    engine: str  # the worker's runtime_type
+    local_ns: str
+    worker_ns: str  # the label the gateway recorded at registration
+    writable: bool  # the shm dir takes a 0600 segment here
+    requests: int
+    failed_requests: int
+
+
+@dataclass(frozen=True)
+class Verdict:
+    path: str  # shm | inline | none | undetermined
+    cause: str  # one sentence, the gateway's reason
+    agree: bool  # every available source tells the same story
+    counts: dict[str, int]  # SHM tensors per source (metrics, shm dir, receipts)
+    failure_class: str = ""  # consumed_handle_retried | segment_left_behind | request_failed
+
+
+def _mb(n: float) -> str:
+    return f"{n / 1e6:.1f} MB" if n >= 1e5 else f"{n / 1e3:.1f} kB"
+
+
+def shm_counts(m: MetricsEvidence, d: ShmDirEvidence, r: ReceiptEvidence) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    if m.available:
+        counts["metrics"] = m.tensors.get("shm", 0)
+    if d.available:
+        counts["shm dir"] = len(d.segments)
+    if r.available:
+        counts["receipts"] = r.count("shm")
+    return counts
+
+
+def judge(ctx: Context, m: MetricsEvidence, d: ShmDirEvidence, r: ReceiptEvidence) -> Verdict:
+    counts = shm_counts(m, d, r)
+    failure = _failure_class(ctx, d, r)
+    if not counts:
+        return Verdict("undetermined", "no evidence: no smg_mm_* metrics, no shm dir view and no receipts", False,
+                       counts, failure)  # fmt: skip
+    if len(set(counts.values())) > 1:
+        said = ", ".join(f"{k} {v}" for k, v in counts.items())
+        return Verdict("undetermined", f"the sources disagree on SHM tensors: {said}", False, counts, failure)
+    inline_counts = _inline_counts(m, r)
+    if len(set(inline_counts.values())) > 1:
+        said = ", ".join(f"{k} {v}" for k, v in inline_counts.items())
+        return Verdict("undetermined", f"the sources disagree on inline tensors: {said}", False, counts, failure)
+    n_shm = next(iter(counts.values()))
+    n_inline = next(iter(inline_counts.values()), 0)
+    if n_shm:
+        return Verdict("shm", _shm_cause(ctx, m, d, r, n_shm, n_inline), True, counts, failure)
+    if n_inline:
+        path, cause = _inline_cause(ctx, m, d, r)
+        return Verdict(path, cause, True, counts, failure)
+    if m.available and m.processing.get("worker"):
+        return Verdict("none", "no multimodal tensors: the gateway runs --mm-processing worker (media go as refs)",
+                       True, counts, failure)  # fmt: skip
+    if ctx.failed_requests == ctx.requests:
+        return Verdict("none", "no multimodal tensors: every request failed before the gateway sent any", True,
+                       counts, failure)  # fmt: skip
+    return Verdict("none", "no multimodal tensors were sent (is the model a vision model?)", True, counts, failure)
+
+
+def _inline_counts(m: MetricsEvidence, r: ReceiptEvidence) -> dict[str, int]:
+    out: dict[str, int] = {}
+    if m.available:
+        out["metrics"] = m.tensors.get("inline", 0)
+    if r.available:
+        out["receipts"] = r.count("inline")
+    return out
+
+
+def _min_bytes(ctx: Context) -> int:
+    return ctx.shm_min_bytes if ctx.shm_min_bytes is not None else DEFAULT_SHM_MIN_BYTES
+
+
+def _shm_cause(ctx: Context, m: MetricsEvidence, d: ShmDirEvidence, r: ReceiptEvidence, n_shm: int,
+               n_inline: int) -> str:  # fmt: skip
+    per = max(ctx.requests, 1)
+    shm_receipts = [x for x in r.receipts if x.payload_kind == "shm"]
+    keys = sorted({x.key for x in shm_receipts})
+    what = ", ".join(keys) if keys else f"{n_shm // per or n_shm} tensor(s)"
+    nbytes = m.nbytes.get("shm", 0) if m.available else sum(x.nbytes for x in shm_receipts)
+    if not nbytes and d.available:
+        nbytes = sum(s.nbytes or 0 for s in d.segments)
+    text = f"SHM: {what} {_mb(nbytes / per)} via shm"
+    consumed = [s.in_flight_ms for s in d.segments if s.end == "consumed"] if d.available else []
+    ages = [x.age_ms for x in shm_receipts if x.age_ms > 0]
+    if consumed:
+        text += f", consumed in {median_or_zero(consumed):.0f} ms"
+    elif ages:
+        text += f", read {median_or_zero(ages):.0f} ms after the write"
+    if n_inline:
+        small = f"below shm_min_bytes {_min_bytes(ctx)}"
+        text += f"; {n_inline // per or n_inline} tensor(s) inline ({small})"
+    if ctx.requests > 1:
+        text += f" (per request, {ctx.requests} requests)"
+    return text
+
+
+def _inline_cause(ctx: Context, m: MetricsEvidence, d: ShmDirEvidence, r: ReceiptEvidence) -> tuple[str, str]:
+    if m.available and m.shm_write_failures:
+        return "inline", f"inline: SHM writes are failing (write failures +{m.shm_write_failures})"
+    if d.available and d.probe_file_left:
+        return "inline", (f"inline: the gateway's probe file is left over ({d.probe_file_left}): its writability "
+                          "probe fails, so SHM stays off")  # fmt: skip
+    sizes = [x.nbytes for x in r.receipts] if r.available else []
+    if not sizes and m.available and m.tensors.get("inline"):
+        sizes = [m.nbytes.get("inline", 0)]  # an upper bound of the largest tensor
+    largest = max(sizes, default=0)
+    minb = _min_bytes(ctx)
+    mode = parse_mode(ctx.mode)
+
+    def rule(md: Mode) -> tuple[str, str]:
+        dec = decide(md, nbytes=largest, engine=ctx.engine, local_ns=ctx.local_ns, worker_ns=ctx.worker_ns,
+                     writable=ctx.writable, shm_min_bytes=minb)  # fmt: skip
+        return dec.path, dec.reason
+
+    if mode is not None:
+        path, reason = rule(mode)
+        if path == "shm":
+            return "undetermined", (f"the gateway sent inline although its rule says shm ({reason}); "
+                                    "see its log")  # fmt: skip
+        if mode in (Mode.INLINE, Mode.RDMA):
+            return "inline", f"inline: mode is {mode.value}"
+        return "inline", _why(reason, largest, minb)
+    # A remote gateway: its mode cannot be read. What auto would do tells the cause apart.
+    path, reason = rule(Mode.AUTO)
+    if path == "inline":
+        return "inline", _why(reason, largest, minb) + " (or mode is inline)"
+    return "inline", "inline: mode is inline (the worker's id matches this host's, so auto or shm would use SHM)"
+
+
+def _why(reason: str, largest: int, minb: int) -> str:
+    if reason.startswith("auto:"):
+        return f"inline: the worker advertises another namespace id ({reason})"
+    if "below shm_min_bytes" in reason:
+        return f"inline: every tensor is below shm_min_bytes {minb} (largest {largest} B)"
+    return f"inline: {reason}"
+
+
+def _failure_class(ctx: Context, d: ShmDirEvidence, r: ReceiptEvidence) -> str:
+    """The failure classes of smg-facts §5.3 that the evidence can prove."""
+    consumed = {s.name for s in d.segments if s.end == "consumed"} if d.available else set()
+    missing = [x for x in r.receipts if x.payload_kind == "shm" and x.error_code == "missing"]
+    if ctx.failed_requests and missing and (not d.available or any(x.shm_name in consumed for x in missing)):
+        return "consumed_handle_retried"
+    if d.available and d.left_behind:
+        return "segment_left_behind"
+    if ctx.failed_requests:
+        return "request_failed"
+    return ""
+
+
+FAILURE_TEXT = {
+    "consumed_handle_retried": (
+        "the gateway retried a request with an SHM handle a worker had already read (and unlinked): the retry "
+        "fails although inline would have worked (SMG: retries reuse consumed handles)"
+    ),
+    "segment_left_behind": "a segment the gateway wrote is still in the shm dir after the request (a leak)",
+    "request_failed": "the gateway answered with an error",
+}

@@ -1,0 +1,155 @@
+"""`smgshm e2e` against the real gateway: the path judged from metrics, the shm dir and receipts."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from smgshm.core.gatewayproc import RunningGateway, free_port
+from tests.conftest import SHM, Children, run_cli, smgshm_argv, start_serve, wait_for
+from tests.e2e_support import FOREIGN_ID, gateway, gateways, mm_shm_worker, model_dir, needs_smg
+
+__all__ = ["gateways", "model_dir"]  # fixtures
+pytestmark = [needs_smg, pytest.mark.timeout(180)]
+
+
+def e2e_json(gw: RunningGateway, *args: str, exit: int = 0) -> dict:  # type: ignore[type-arg]
+    argv = ["--json", "e2e", "--gateway", gw.http_url, "--metrics", gw.metrics_url, "-n", "2", *args]
+    doc = run_cli(*argv, exit=exit).json
+    assert doc["command"] == "e2e"
+    return doc["result"]
+
+
+@pytest.mark.parametrize("mode", ["shm", "inline"])
+def test_non_smgshm_worker_verdict_from_metrics_and_shm_dir(
+    children: Children, gateways: list[RunningGateway], tmp_path: Path, model_dir: str, mode: str
+) -> None:
+    """A worker that only reads through SMG's mm_shm: no receipts, yet the verdict is right."""
+    gw = gateway(gateways, tmp_path, model_dir, mm_shm_worker(children, model_dir), mode=mode)
+    [run] = e2e_json(gw, "--expect", mode)["runs"]
+    assert run["path"] == mode
+    assert run["agree"] is True
+    assert run["receipts"]["available"] is False
+    assert run["shm_dir"]["available"] is True
+    assert run["shm_dir"]["gateway_pid"] == gw.pid
+    assert [r["ok"] for r in run["requests"]] == [True, True]
+    assert {r["stream"] for r in run["requests"]} == {False, True}  # both ways by default
+    m = run["metrics"]
+    if mode == "shm":
+        # pixel_values via SHM per request; image_grid_thw and patches_per_image inline (below 64 KiB).
+        assert m["tensors"] == {"shm": 2, "inline": 4}
+        assert run["shm_tensors_by_source"] == {"metrics": 2, "shm dir": 2}
+        assert [s["end"] for s in run["shm_dir"]["segments"]] == ["consumed", "consumed"]
+        assert all(s["nbytes"] == 4816896 for s in run["shm_dir"]["segments"])
+        assert run["cause"].startswith("SHM: ")
+        assert "below shm_min_bytes 65536" in run["cause"]
+    else:
+        assert m["tensors"] == {"inline": 6}
+        assert run["shm_dir"]["segments"] == []
+        assert "mode is inline" in run["cause"]
+
+
+def test_expect_shm_with_foreign_id_exits_3_naming_the_cause(
+    children: Children, gateways: list[RunningGateway], tmp_path: Path, model_dir: str
+) -> None:
+    addr = mm_shm_worker(children, model_dir, FOREIGN_ID)
+    gw = gateway(gateways, tmp_path, model_dir, addr, mode="auto")
+    [run] = e2e_json(gw, "--expect", "shm", exit=3)["runs"]
+    assert run["path"] == "inline"
+    assert run["as_expected"] is False
+    assert "another namespace id" in run["cause"]
+    assert run["worker_namespace_id"] == FOREIGN_ID
+    res = run_cli("e2e", "--gateway", gw.http_url, "--metrics", gw.metrics_url, "-n", "1", "--expect", "shm", exit=3)
+    assert "another namespace id" in res.stdout
+
+
+def test_serve_worker_receipts_agree(
+    children: Children, gateways: list[RunningGateway], tmp_path: Path, model_dir: str
+) -> None:
+    """Behind a smgshm serve the receipts are a third account, and all three agree."""
+    _, ready = start_serve(children, "--model-dir", model_dir)
+    gw = gateway(gateways, tmp_path, model_dir, ready["result"]["address"], mode="auto")
+    [run] = e2e_json(gw, "--expect", "shm")["runs"]
+    assert run["receipts"]["available"] is True
+    assert run["shm_tensors_by_source"] == {"metrics": 2, "shm dir": 2, "receipts": 2}
+    shm = [r for r in run["receipts"]["receipts"] if r["payload_kind"] == "shm"]
+    assert {r["key"] for r in shm} == {"pixel_values"}
+    assert all(r["unlinked"] for r in shm)
+    assert {r["shm_name"] for r in shm} == {s["name"] for s in run["shm_dir"]["segments"]}
+    assert "pixel_values" in run["cause"]
+
+
+def test_sources_that_disagree_are_undetermined(
+    children: Children, gateways: list[RunningGateway], tmp_path: Path, model_dir: str
+) -> None:
+    """Another gateway's metrics beside this gateway's segments: exit 6, never a guess."""
+    addr = mm_shm_worker(children, model_dir)
+    a = gateway(gateways, tmp_path, model_dir, addr, mode="shm")
+    b = gateway(gateways, tmp_path, model_dir, addr, mode="shm")
+    e2e_json(b, "-n", "1")  # b has now metered tensors: its counters are exported
+    argv = ["--json", "e2e", "--gateway", a.http_url, "--metrics", b.metrics_url, "-n", "1"]
+    [run] = run_cli(*argv, exit=6).json["result"]["runs"]
+    assert run["path"] == "undetermined"
+    assert run["agree"] is False
+    assert "disagree" in run["cause"]
+
+
+def test_unreachable_gateway_exits_4() -> None:
+    res = run_cli("e2e", "--gateway", f"http://127.0.0.1:{free_port()}", exit=4)
+    assert "refused" in res.stderr or "unreachable" in res.stderr
+
+
+def test_smg_missing_exits_5_naming_pip(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    res = run_cli("e2e", exit=5)
+    assert "pip install 'smgshm[gateway]'" in res.stderr
+
+
+def test_embedded_default_shm_auto_inline_and_nothing_left(model_dir: str) -> None:
+    doc = run_cli("--json", "e2e", "-n", "2", "--model-dir", model_dir).json
+    r = doc["result"]
+    assert doc["ok"] is True
+    assert r["embedded"] is True
+    assert [(x["label"], x["path"]) for x in r["runs"]] == [("shm", "shm"), ("auto", "shm"), ("inline", "inline")]
+    for x in r["runs"]:
+        assert x["agree"] is True
+        assert x["receipts"]["available"] is True
+        assert x["p50_ms"] > 0
+        assert x["failure_class"] == ""
+    assert r["removed_at_stop"] == []
+    assert r["processes_left"] == []
+
+
+def test_embedded_foreign_id_auto_falls_back(model_dir: str) -> None:
+    argv = ["--json", "e2e", "-n", "1", "--model-dir", model_dir, "--mode", "auto", "--advertise-namespace-id",
+            FOREIGN_ID]  # fmt: skip
+    [run] = run_cli(*argv).json["result"]["runs"]  # expected: inline (decide says so), so exit 0
+    assert run["path"] == run["expected"] == "inline"
+    assert "another namespace id" in run["cause"]
+
+
+def test_ctrl_c_stops_every_gateway_and_leaves_no_segment(children: Children, model_dir: str) -> None:
+    p = children.spawn(smgshm_argv("e2e", "-n", "200", "--model-dir", model_dir))
+    me = psutil.Process(p.pid)
+
+    def gateways_up() -> list[int]:
+        kids = [c for c in me.children(recursive=True) if "smg" in " ".join(c.cmdline()[:3])]
+        return [c.pid for c in kids] if len(kids) >= 3 else []
+
+    pids = wait_for(gateways_up, 60, "e2e to start its three gateways")
+    assert p.stderr is not None
+    for line in p.stderr:  # progress on stderr: interrupt it mid-traffic, not at start-up
+        if "request 2/" in line:
+            break
+    p.send_signal(signal.SIGINT)
+    assert p.wait(60) == 130
+    for pid in pids:
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    left = [n for n in os.listdir(SHM) if any(n.startswith(f"smg-tokenspeed-{x}-") for x in pids)]
+    assert left == []
