@@ -7,6 +7,9 @@ import os
 from typing import Any
 
 from tests.conftest import run_cli
+from tests.e2e_support import model_dir
+
+__all__ = ["model_dir"]  # a fixture
 
 ENVELOPE = {"smgshm_version", "schema_version", "command", "ok", "result", "warnings"}
 NS_KEYS = {
@@ -88,3 +91,58 @@ def test_watch_schema(tmp_path: Any) -> None:
     assert set(recs[-1]) == WATCH_SUMMARY_KEYS | {"type", "schema_version"}
     os.unlink(name)
     # Segment records are pinned in tests/test_cli_watch.py, where real lives end.
+
+E2E_KEYS = {"embedded", "image_bytes", "image_size", "local_namespace_id", "model", "processes_left",
+            "removed_at_stop", "runs"}  # fmt: skip
+E2E_RUN_KEYS = {
+    "agree", "as_expected", "cause", "engine", "expected", "failure", "failure_class", "gateway_log", "gateway_url",
+    "label", "metrics", "metrics_url", "mode", "p50_ms", "path", "receipts", "requests", "shm_dir", "shm_min_bytes",
+    "shm_tensors_by_source", "worker_namespace_id", "workers",
+}  # fmt: skip
+E2E_REQUEST_KEYS = {"completion_tokens", "elapsed_ms", "error", "ok", "status", "stream"}
+E2E_METRICS_KEYS = {"available", "nbytes", "note", "processing", "shm_write_failures", "tensors", "url"}
+E2E_SHM_DIR_KEYS = {"available", "gateway_pid", "note", "probe_file_left", "segments", "shm_dir"}
+E2E_SEGMENT_KEYS = {"end", "in_flight_ms", "name", "nbytes", "reads"}
+E2E_RECEIPTS_KEYS = {"available", "note", "receipts", "workers"}
+E2E_RECEIPT_KEYS = {"age_ms", "error_code", "error_message", "key", "nbytes", "payload_kind", "read_ms", "shm_name",
+                    "unlinked", "worker"}  # fmt: skip
+
+
+def check_e2e_schema(doc: dict[str, Any]) -> None:
+    """The e2e document's key sets, at every level (used by the e2e tests too)."""
+    _check_envelope(doc, "e2e")
+    r = doc["result"]
+    assert set(r) == E2E_KEYS
+    assert r["runs"]
+    for run in r["runs"]:
+        assert set(run) == E2E_RUN_KEYS
+        assert all(set(q) == E2E_REQUEST_KEYS for q in run["requests"])
+        assert set(run["metrics"]) == E2E_METRICS_KEYS
+        assert set(run["shm_dir"]) == E2E_SHM_DIR_KEYS
+        assert all(set(s) == E2E_SEGMENT_KEYS for s in run["shm_dir"]["segments"])
+        assert set(run["receipts"]) == E2E_RECEIPTS_KEYS
+        assert all(set(x) == E2E_RECEIPT_KEYS for x in run["receipts"]["receipts"])
+
+
+def test_e2e_schema(tmp_path: Any, children: Any, model_dir: str) -> None:
+    """Against the real gateway with a smgshm serve worker: every source present, every key pinned."""
+    import pytest
+
+    from smgshm.core.gatewayproc import GatewayConfig, start_gateway
+    from tests.conftest import start_serve
+    from tests.e2e_support import HAVE_SMG
+
+    if not HAVE_SMG:
+        pytest.skip("SMG gateway (smg) not installed")
+    _, ready = start_serve(children, "--model-dir", model_dir)
+    cfg = GatewayConfig(worker_urls=(ready["result"]["address"],), model_path=model_dir, transport="shm",
+                        log_path=str(tmp_path / "gw.log"))  # fmt: skip
+    with start_gateway(cfg) as gw:
+        doc = run_cli("--json", "e2e", "--gateway", gw.http_url, "--metrics", gw.metrics_url, "-n", "1").json
+    check_e2e_schema(doc)
+    [run] = doc["result"]["runs"]
+    assert run["shm_dir"]["segments"]
+    assert run["receipts"]["receipts"]
+    # Size at close-after-write; None when the reader unlinked it before the watcher could stat it.
+    assert all(s["nbytes"] is None or isinstance(s["nbytes"], int) for s in run["shm_dir"]["segments"])
+    assert isinstance(run["receipts"]["receipts"][0]["nbytes"], int)
