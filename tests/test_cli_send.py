@@ -45,6 +45,8 @@ RESULT_KEYS = {
     "problems",
     "unreachable",
     "verified",
+    "stopped",
+    "cancelled",
 }
 PATH_KEYS = {
     "path",

@@ -14,7 +14,9 @@ class ExitCode(enum.IntEnum):
     HOST = 5  # local environment: no or full shm dir, permission denied
     UNDETERMINED = 6  # the peer advertises no namespace id, or ours is unreadable
     INTERNAL = 70  # a bug in smgshm (sysexits EX_SOFTWARE)
-    INTERRUPTED = 130  # Ctrl-C
+    HANGUP = 129  # SIGHUP: a long run (send) stopped cleanly and reported what it did
+    INTERRUPTED = 130  # Ctrl-C (SIGINT)
+    TERMINATED = 143  # SIGTERM: as SIGHUP (``timeout``, systemd, kubectl delete)
 
 
 DESCRIPTIONS: dict[ExitCode, str] = {
@@ -26,7 +28,9 @@ DESCRIPTIONS: dict[ExitCode, str] = {
     ExitCode.HOST: "local environment: no or full shm dir, permission denied",
     ExitCode.UNDETERMINED: "undetermined: no namespace id advertised, or this host's is unreadable",
     ExitCode.INTERNAL: "internal error (a bug); rerun with --traceback",
-    ExitCode.INTERRUPTED: "interrupted",
+    ExitCode.HANGUP: "stopped by SIGHUP (send: after unlinking its segments and printing a partial report)",
+    ExitCode.INTERRUPTED: "interrupted (Ctrl-C); send stops within a second and prints a partial report",
+    ExitCode.TERMINATED: "stopped by SIGTERM (send: after unlinking its segments and printing a partial report)",
 }
 
 

@@ -2,27 +2,50 @@
 
 from __future__ import annotations
 
+import math
+
 import click
 
 from smgshm.cli import send_view as view
 from smgshm.cli.app import App
 from smgshm.cli.exitcodes import ExitCode
+from smgshm.cli.fmt import human_bytes
 from smgshm.cli.params import BYTES, DURATION, shm_dir_option
+from smgshm.cli.signals import stop_on_signals
 
 
-def _shape(text: str | None, size: int | None, dtype: str) -> tuple[int, ...]:
+def _shape(text: str | None, size: int | None, dtype: str, tensors: int, concurrency: int) -> tuple[int, ...]:
+    """The tensor shape, refused before any allocation when SMG could not carry it or this run could not hold it."""
+    from smgshm.core.send import MAX_SENDER_BYTES, MAX_TENSOR_BYTES
     from smgshm.core.tensors import ITEMSIZE
 
     if text and size is not None:
         raise click.UsageError("--shape and --size are exclusive")
+    hint = "--size" if size is not None else "--shape"
     if size is not None:
         if size % ITEMSIZE[dtype]:
-            raise click.BadParameter(f"{size} is not a multiple of {dtype}'s item size", param_hint="--size")
-        return (size // ITEMSIZE[dtype],)
-    try:
-        return tuple(int(d) for d in (text or "1024x1024").lower().replace(",", "x").split("x"))
-    except ValueError:
-        raise click.BadParameter(f"{text!r} is not a shape like 3x224x224", param_hint="--shape") from None
+            raise click.BadParameter(f"{size} is not a multiple of {dtype}'s item size", param_hint=hint)
+        shape: tuple[int, ...] = (size // ITEMSIZE[dtype],)
+    else:
+        words = (text or "1024x1024").lower().replace(",", "x").split("x")
+        if not all(w.isascii() and w.isdigit() for w in words):  # "3x-1" as "3xfoo": not a shape
+            raise click.BadParameter(f"{text!r} is not a shape like 3x224x224", param_hint=hint)
+        shape = tuple(int(w) for w in words)
+    nbytes = math.prod(shape) * ITEMSIZE[dtype]
+    if nbytes > MAX_TENSOR_BYTES:
+        raise click.BadParameter(
+            f"{human_bytes(nbytes)} per tensor is over the {human_bytes(MAX_TENSOR_BYTES)} a tensor may have",
+            param_hint=hint,
+        )
+    if any(d > 2**32 - 1 for d in shape):
+        raise click.BadParameter("a dimension over 2^32-1 (SMG's shape is repeated uint32)", param_hint=hint)
+    if nbytes * tensors * concurrency > MAX_SENDER_BYTES:
+        raise click.BadParameter(
+            f"{tensors} tensor(s) x {concurrency} in flight x {human_bytes(nbytes)} is over the "
+            f"{human_bytes(MAX_SENDER_BYTES)} this sender holds at once; send fewer or smaller tensors",
+            param_hint=hint,
+        )
+    return shape
 
 
 @click.command()
@@ -47,7 +70,7 @@ def _shape(text: str | None, size: int | None, dtype: str) -> tuple[int, ...]:
     default="float32",
     show_default=True,
 )
-@click.option("--shape", help="Tensor shape, e.g. 3x224x224 (default 1024x1024).")
+@click.option("--shape", help="Tensor shape, e.g. 3x224x224 (default 1024x1024); at most 4 GiB a tensor.")
 @click.option("--size", type=BYTES, help="Instead of --shape: a 1-D tensor of this many bytes, e.g. 16MiB.")
 @click.option(
     "--tensors",
@@ -79,9 +102,15 @@ def send(app: App, address: str, transport: str, layout: str, dtype: str, shape:
     removed by the sender and reported. On a failed request the sender unlinks
     every segment it created for it.
 
-    Exit 0 when all verified, 3 on a mismatch, a receiver error or a leftover
-    segment, 4 when the receiver is unreachable, 5 when /dev/shm here is full or
-    not writable.
+    Ctrl-C, SIGTERM and SIGHUP stop it within a second: requests in flight are
+    cancelled, every segment it created is unlinked, and the report of what was
+    done is printed.
+
+    Exit 0 when all verified, 1 when a request is refused before sending (an
+    inline request over the receiver's message limit), 2 on bad arguments, 3 on
+    a mismatch, a receiver error or a leftover segment, 4 when the receiver is
+    unreachable, 5 when /dev/shm here is full or not writable, 130/143/129 when
+    stopped by SIGINT/SIGTERM/SIGHUP.
 
     \b
     Examples:
@@ -95,9 +124,17 @@ def send(app: App, address: str, transport: str, layout: str, dtype: str, shape:
     from smgshm.core.transport import Mode
     from smgshm.core.wire import Layout
 
-    opts = SendOptions(Layout(layout), Mode(transport), dtype, _shape(shape, size, dtype), tensors, count,
+    opts = SendOptions(Layout(layout), Mode(transport), dtype, _shape(shape, size, dtype, tensors, concurrency),
+                       tensors, count,
                        concurrency, seed, shm_min_bytes, verify, timeout, connect_timeout, shm_dir,
                        duration=duration)  # fmt: skip
-    report = run_send(address, opts)
+    progress, done = view.send_progress(app, opts)
+    try:
+        with stop_on_signals() as stop:
+            report = run_send(address, opts, stop.event, progress)
+    finally:
+        done()
     code = ExitCode.UNREACHABLE if report.unreachable else ExitCode.OK if report.ok else ExitCode.CHECK_FAILED
-    click.get_current_context().exit(app.emit(report, view.send_report, code))
+    if stop.exit_code is not None:
+        code = stop.exit_code
+    click.get_current_context().exit(app.emit(report, view.send_report(stop.name), code))

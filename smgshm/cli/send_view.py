@@ -7,18 +7,62 @@ from typing import TYPE_CHECKING, Any
 from rich.table import Table
 from rich.text import Text
 
-from smgshm.cli.fmt import human_bytes
+from smgshm.cli.fmt import hint, human_bytes, prose, safe
 
 if TYPE_CHECKING:
-    from smgshm.cli.app import App
+    from collections.abc import Callable
 
-def send_report(app: App, report: Any) -> None:
+    from smgshm.cli.app import App
+    from smgshm.core.send import SendOptions
+
+
+def send_progress(app: App, opts: SendOptions) -> tuple[Callable[[int], None] | None, Callable[[], None]]:
+    """(on_progress(requests_done), close): a bar on a TTY stderr only; by time for --duration."""
+    if app.json or app.quiet or not app.err_console.is_terminal:
+        return None, lambda: None
+    import time
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    bar = Progress(TextColumn("send"), BarColumn(), MofNCompleteColumn() if opts.duration is None
+                   else TextColumn("{task.fields[requests]} requests"), TimeRemainingColumn(),
+                   console=app.err_console, transient=True)  # fmt: skip
+    total = float(opts.duration) if opts.duration is not None else float(opts.count)
+    task = bar.add_task("send", total=total, requests=0)
+    t0 = time.monotonic()
+    bar.start()
+
+    def on_progress(done: int) -> None:
+        completed = min(total, time.monotonic() - t0) if opts.duration is not None else float(done)
+        bar.update(task, completed=completed, requests=done)
+
+    return on_progress, bar.stop
+
+
+def send_report(signal_name: str = "") -> Callable[[App, Any], None]:
+    """The renderer; ``signal_name`` when a signal stopped the run (the headline says so)."""
+
+    def render(app: App, report: Any) -> None:
+        _render(app, report, signal_name)
+
+    return render
+
+
+def _render(app: App, report: Any, signal_name: str) -> None:
     n = sum(p.requests for p in report.paths)
-    if report.ok:
+    if report.stopped:
+        head = f"STOPPED by {signal_name or 'the caller'}: {n} request(s) done"
+        if report.cancelled:
+            head += f", {report.cancelled} cancelled in flight (their segments unlinked)"
+        app.console.print(Text(head, style="bold yellow"))
+    elif report.ok:
         what = "verified" if report.verified else "sent (not verified: --no-verify)"
         app.console.print(Text(f"OK: {n} request(s) {what}, no segment left behind", style="bold green"))
     elif report.unreachable:
-        app.console.print(Text(f"FAILED: the receiver at {report.address} became unreachable", style="bold red"))
+        app.console.print(
+            Text("FAILED: the receiver at ", style="bold red") + safe(report.address, "bold red")
+            + Text(" became unreachable", style="bold red")
+        )  # fmt: skip
     else:
         app.console.print(Text(f"FAILED: {len(report.problems)} problem(s) in {n} request(s)", style="bold red"))
     table = Table()
@@ -42,7 +86,8 @@ def send_report(app: App, report: Any) -> None:
         )
     app.console.print(table)
     for prob in report.problems[:10]:
-        app.console.print(Text(f"request {prob.request} {prob.key}: {prob.kind}: {prob.message}"))
+        key = Text(" ") + safe(prob.key) if prob.key else Text("")
+        prose(app.console, Text(f"request {prob.request}") + key + Text(f": {prob.kind}: ") + safe(prob.message), 2)
     if len(report.problems) > 10:
         app.console.print(Text(f"... and {len(report.problems) - 10} more (see --json)"))
     if app.quiet:
@@ -51,13 +96,10 @@ def send_report(app: App, report: Any) -> None:
     msgs = " ".join(p.message for p in report.problems)
     if "permission" in msgs:
         uid = report.receiver_uid
-        fix = f"the receiver runs as uid {uid}; segments are 0600 and owned by this process's uid"
-        app.err_console.print(Text("hint: ", style="cyan") + Text(fix))
+        hint(app, f"the receiver runs as uid {uid}; segments are 0600 and owned by this process's uid")
     if "leftover" in kinds and not report.receiver_unlinks:
-        app.err_console.print(
-            Text("hint: ", style="cyan")
-            + Text(
-                "the receiver keeps segments (unlink after read is off); SMG's gateway relies on the worker to unlink "
-                "after reading, so every SHM tensor would leak"
-            )
+        hint(
+            app,
+            "the receiver keeps segments (unlink after read is off); SMG's gateway relies on the worker to unlink "
+            "after reading, so every SHM tensor would leak",
         )

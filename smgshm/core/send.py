@@ -12,6 +12,7 @@ import itertools
 import os
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -95,10 +96,12 @@ class SendReport:
     problems: list[Problem]
     unreachable: bool
     verified: bool
+    stopped: bool = False  # the caller's stop event ended the run early (Ctrl-C, SIGTERM)
+    cancelled: int = 0  # requests in flight when it was stopped: cancelled, their segments unlinked
 
     @property
     def ok(self) -> bool:
-        return not self.problems and not self.unreachable
+        return not self.problems and not self.unreachable and not self.stopped
 
 
 def _pct(values: list[int], q: float) -> float:
@@ -108,9 +111,28 @@ def _pct(values: list[int], q: float) -> float:
     return s[min(len(s) - 1, round(q * (len(s) - 1)))] / 1e6
 
 
+# Bounds checked before anything is allocated (the CLI makes them usage errors): a tensor
+# over 4 GiB is beyond any gRPC message and any sane SHM test, and the sender holds
+# tensors x concurrency payloads (plus their inline copies) at once.
+MAX_TENSOR_BYTES = 4 * 1024**3
+MAX_SENDER_BYTES = 8 * 1024**3
+
+STOP_POLL_S = 0.1  # how often an in-flight request looks at the stop event: Ctrl-C acts within this
+
+
+class _StoppedError(Exception):
+    """The caller's stop event was set while a request was being built or was in flight."""
+
+
 class _Run:
-    def __init__(self, opts: SendOptions, stub: Any, pb: Any, local_ns: str, peer_ns: str, writable: bool) -> None:
+    def __init__(
+        self, opts: SendOptions, stub: Any, pb: Any, local_ns: str, peer_ns: str, writable: bool,
+        stop: threading.Event | None = None, on_progress: Callable[[int], None] | None = None,
+    ) -> None:  # fmt: skip
         self.opts, self.stub, self.pb = opts, stub, pb
+        self.stop = stop or threading.Event()
+        self.on_progress = on_progress
+        self.cancelled = 0
         self.local_ns, self.peer_ns, self.writable = local_ns, peer_ns, writable
         self.stats: dict[str, PathStats] = {}
         self.problems: list[Problem] = []
@@ -128,12 +150,28 @@ class _Run:
     def worker(self) -> None:
         """One of ``concurrency`` loops: take the next request number until the count or the time is up."""
         deadline = None if self.opts.duration is None else time.monotonic() + self.opts.duration
-        while not self.unreachable:
+        while not self.unreachable and not self.stop.is_set():
             with self.lock:
                 i = next(self.numbers)
             if (deadline is None and i >= self.opts.count) or (deadline is not None and time.monotonic() >= deadline):
                 return
             self.one(i)
+            if self.on_progress is not None:
+                with self.lock:
+                    done = sum(st.requests for st in self.stats.values())
+                self.on_progress(done)
+
+    def _wait(self, call: Any) -> Any:
+        """The call's response; cancelled within ``STOP_POLL_S`` once ``stop`` is set."""
+        import grpc
+
+        while True:
+            try:
+                return call.result(timeout=STOP_POLL_S)
+            except grpc.FutureTimeoutError:
+                if self.stop.is_set():
+                    call.cancel()
+                    raise _StoppedError from None
 
     def one(self, i: int) -> None:
         import grpc
@@ -160,12 +198,21 @@ class _Run:
             req = Request(outs[0], {f"extra_{k}": t for k, t in enumerate(outs[1:], 1)})
             msg = build_multimodal(o.layout, req).SerializeToString()
             layout = diag_pb2.LAYOUT_VLLM if o.layout is Layout.VLLM else diag_pb2.LAYOUT_TOKENSPEED
+            if self.stop.is_set():
+                raise _StoppedError
             t0 = time.perf_counter_ns()
-            resp = self.stub.Receive(
+            call = self.stub.Receive.future(
                 diag_pb2.ReceiveRequest(request_id=f"send-{os.getpid()}-{i}", layout=layout, multimodal_inputs=msg),
                 timeout=o.timeout,
             )
+            resp = self._wait(call)
             elapsed = time.perf_counter_ns() - t0
+        except _StoppedError:
+            for ref in created:  # stopped mid-request: nothing of ours may outlive the run
+                unlink_segment(ref.name, ref.shm_dir)
+            with self.lock:
+                self.cancelled += 1
+            return
         except grpc.RpcError as err:
             for ref in created:  # the leak class SMG fixed twice: clean up on send failure
                 unlink_segment(ref.name, ref.shm_dir)
@@ -228,8 +275,18 @@ def _refuse_oversize_inline(run: _Run, limit: int, target: str) -> None:
         )
 
 
-def send(address: str, opts: SendOptions) -> SendReport:
-    """Run ``opts.count`` requests (``opts.concurrency`` at a time) against a smgshm receiver."""
+def send(
+    address: str,
+    opts: SendOptions,
+    stop: threading.Event | None = None,
+    on_progress: Callable[[int], None] | None = None,
+) -> SendReport:
+    """Run ``opts.count`` requests (``opts.concurrency`` at a time) against a smgshm receiver.
+
+    Setting ``stop`` (from a signal handler, say) ends the run within ``STOP_POLL_S``: no new
+    request starts, in-flight ones are cancelled, their segments unlinked, and the report
+    (``stopped``) covers what was done. ``on_progress(requests_done)`` is called after each.
+    """
     import grpc
 
     from smgshm.core.channel import grpc_target, open_channel
@@ -257,7 +314,8 @@ def send(address: str, opts: SendOptions) -> SendReport:
                 if opts.mode is Mode.SHM:
                     raise
                 writable = False  # auto: the gateway would stay inline, and so do we
-        run = _Run(opts, stub, diag_pb2, read_namespace_id(opts.shm_dir), ident.namespace_id, writable)
+        run = _Run(opts, stub, diag_pb2, read_namespace_id(opts.shm_dir), ident.namespace_id, writable, stop,
+                   on_progress)  # fmt: skip
         _refuse_oversize_inline(run, ident.max_message_bytes or SMG_MAX_MESSAGE_BYTES, target)
         with ThreadPoolExecutor(max_workers=opts.concurrency) as pool:
             for fut in [pool.submit(run.worker) for _ in range(opts.concurrency)]:
@@ -267,10 +325,12 @@ def send(address: str, opts: SendOptions) -> SendReport:
     finally:
         channel.close()
     sent = sum(st.requests for st in run.stats.values())
+    stopped = run.stop.is_set()
     if opts.duration is None and sent < opts.count:
-        run.problems.append(
-            Problem(sent, "", "not_sent", f"{opts.count - sent} request(s) not sent: the receiver became unreachable")
-        )
+        why = "the run was stopped" if stopped else "the receiver became unreachable"
+        run.problems.append(Problem(sent, "", "not_sent", f"{opts.count - sent} request(s) not sent: {why}"))
+    elif stopped:
+        run.problems.append(Problem(sent, "", "not_sent", "the run was stopped before its --duration was up"))
     paths = [
         PathSummary(
             p,
@@ -290,7 +350,7 @@ def send(address: str, opts: SendOptions) -> SendReport:
     return SendReport(
         address, opts.layout.value, opts.mode.value, opts.dtype, opts.shape, run.nbytes, ident.namespace_id,
         ident.unlink_after_read, ident.uid, paths, sorted(run.problems, key=lambda p: p.request),
-        run.unreachable, opts.verify,
+        run.unreachable, opts.verify, stopped, run.cancelled,
     )  # fmt: skip
 
 
