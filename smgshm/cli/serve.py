@@ -49,6 +49,12 @@ from smgshm.core.receiver import FAULTS, MAX_FAULT_DELAY_S
     help="Append one JSON line per Generate tensor receipt to FILE (- for stdout).",
 )
 @click.option(
+    "--any-name",
+    is_flag=True,
+    help="Read (and unlink) handles of any name, as SMG's reader does. By default only SMG's family (smg-*) "
+    "is read; anything else is refused unread and kept.",
+)
+@click.option(
     "--fault",
     type=click.Choice(list(FAULTS)),
     help="Fail every Generate on purpose, as the gateway's failure classes: die-before-read (the process is "
@@ -75,6 +81,7 @@ def serve(
     workers: int,
     model_dir: str | None,
     log_receipts: str | None,
+    any_name: bool,
     fault: str | None,
     fault_delay: float,
     shm_dir: str,
@@ -121,7 +128,10 @@ def serve(
         on_receipt=view.receipt_logger(log_receipts) if log_receipts else None,
         fault=fault,
         fault_delay_s=fault_delay,
+        any_name=any_name,
     )
+    if any_name:
+        app.warn(f"--any-name: whoever reaches {listen} can make this process read and delete any file in {shm_dir}")
     if not is_loopback(listen):
         app.warn(f"listening on {listen}: NOT loopback; any host that reaches it can send tensors to it")
     stop = threading.Event()

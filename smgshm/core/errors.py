@@ -61,6 +61,12 @@ class VerificationError(SmgshmError):
     kind = "verification_failed"
 
 
+class TooManyTensorsError(WireError):
+    """A request carrying more tensors than the receiver's documented limit: refused up front."""
+
+    kind = "too_many_tensors"
+
+
 class HostError(SmgshmError):
     """The local environment: no shm dir, a full tmpfs, permission denied."""
 

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any, Literal
 from smgshm.core.errors import HandleError, SegmentError, SmgshmError, WireError
 from smgshm.core.host import HostIdentity, read_host_identity
 from smgshm.core.namespace import read_namespace_id
-from smgshm.core.paths import DEFAULT_SHM_DIR
+from smgshm.core.paths import DEFAULT_SHM_DIR, SMG_FAMILY_PREFIX
 from smgshm.core.receipts import ReceiptRing
-from smgshm.core.segments import ReaderMode, read_segment
-from smgshm.core.tensors import DIGEST_ALGO, check_payload, digest, tensor_from_payload
+from smgshm.core.segments import ReaderMode, check_handle, read_segment, validated_name
+from smgshm.core.tensors import DIGEST_ALGO, check_payload, digest, expected_nbytes, tensor_from_payload
 from smgshm.core.wire import InTensor, Layout, parse_multimodal
 
 if TYPE_CHECKING:
@@ -33,6 +33,11 @@ MODEL_NAME = "smgshm-reference-receiver"
 # whole process with SIGKILL, as a crashed worker would die: never use them in-process.
 FAULTS = ("die-before-read", "die-after-headers", "die-after-read", "slow-read")
 MAX_FAULT_DELAY_S = 60.0
+# Checked before anything of a request is read: a hostile request must not hold a worker
+# for minutes or fill memory with receipts (SMG's own Generate carries a handful).
+MAX_TENSORS_PER_REQUEST = 1024
+MAX_NDIM = 32
+_INT64_MAX = 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -51,6 +56,10 @@ class ReceiverConfig:
     model_dir: str | None = None
     fault: str | None = None
     fault_delay_s: float = 2.0  # slow-read: how long Generate waits before reading (at most 60 s)
+    # Read (and unlink) only names in SMG's family (smg-); True emulates SMG's reader, which
+    # has no prefix check: then anyone who reaches the port can make it consume any file here.
+    any_name: bool = False
+    max_tensors: int = MAX_TENSORS_PER_REQUEST
     # Called with every Generate receipt, from server threads (serve --log-receipts).
     on_receipt: Callable[[Any], None] | None = None
 
@@ -97,21 +106,78 @@ def _error_code(err: SmgshmError) -> str:
     return err.kind
 
 
-def receive_one(t: InTensor, cfg: ReceiverConfig) -> Receipt:
-    """Fetch and decode one tensor; every refusal becomes a receipt, never an exception."""
+def _public_message(err: SmgshmError, t: InTensor) -> str:
+    """What a client may learn: the refusal and the handle's own name, never this host's paths,
+    file sizes or uid (those go to no one but the server's operator)."""
+    if isinstance(err, SegmentError | HandleError):
+        return f"{err.what} (name={t.shm_name!r})" if t.kind == "shm" else err.what
+    return str(err)  # a WireError's fields are the client's own dtype, shape and sizes
+
+
+def _base(t: InTensor) -> dict[str, Any]:
     base: dict[str, Any] = {"key": t.key, "payload_kind": t.kind, "dtype": t.dtype, "shape": t.shape}
     if t.kind == "shm":
         base["shm_name"] = t.shm_name
+    return base
+
+
+def check_tensor(t: InTensor, cfg: ReceiverConfig) -> Receipt | None:
+    """Everything that can be refused without touching a file: an error receipt, or None.
+
+    dtype, rank, shape (every stride must fit int64: ``[0, 2^32-1, 2^32-1, 2^32-1]`` holds
+    no bytes but overflows torch's stride computation), payload size against shape, the
+    handle's name and its family. Nothing is opened, read or unlinked here.
+    """
+    base = _base(t)
+    try:
+        if t.kind == "remote":
+            return Receipt(**base, error_code="remote_unsupported", error_message="remote payloads are not implemented")
+        if t.kind not in ("inline", "shm"):
+            return Receipt(**base, error_code="payload_missing", error_message="TensorData payload is required")
+        itemsize = expected_nbytes((), t.dtype)
+        if len(t.shape) > MAX_NDIM:
+            raise WireError("too many dimensions", ndim=len(t.shape), limit=MAX_NDIM)
+        suffix = itemsize
+        for d in reversed(t.shape):
+            suffix *= max(d, 1)
+            if suffix > _INT64_MAX:
+                raise WireError("shape overflows int64 strides", shape=list(t.shape))
+        if t.kind == "inline":
+            check_payload(t.shape, t.dtype, len(t.inline or b""))
+            return None
+        check_payload(t.shape, t.dtype, t.shm_nbytes)
+        name = validated_name(t.shm_name)
+        check_handle(t.shm_offset, t.shm_nbytes)
+        if not cfg.any_name and not name.startswith(SMG_FAMILY_PREFIX):
+            return Receipt(
+                **base, error_code="foreign_name",
+                error_message=f"refused unread: not an SMG segment name (name={t.shm_name!r}; --any-name reads any)",
+            )  # fmt: skip
+    except SmgshmError as err:
+        return Receipt(**base, error_code=_error_code(err), error_message=_public_message(err, t))
+    return None
+
+
+def receive_one(t: InTensor, cfg: ReceiverConfig) -> Receipt:
+    """Check, fetch and decode one tensor; every refusal becomes a receipt, never an exception."""
+    return check_tensor(t, cfg) or _fetch(t, cfg)
+
+
+def receive_all(tensors: list[InTensor], cfg: ReceiverConfig) -> list[Receipt]:
+    """Every tensor checked before any is read, so a bad one cannot come after good ones were
+    consumed; then the good ones are read, in order. One receipt each."""
+    checked = [check_tensor(t, cfg) for t in tensors]
+    return [bad or _fetch(t, cfg) for t, bad in zip(tensors, checked, strict=True)]
+
+
+def _fetch(t: InTensor, cfg: ReceiverConfig) -> Receipt:
+    base = _base(t)
     try:
         if t.kind == "inline":
             return _receive_inline(t, base)
-        if t.kind == "shm":
-            return _receive_shm(t, cfg, base)
-        if t.kind == "remote":
-            return Receipt(**base, error_code="remote_unsupported", error_message="remote payloads are not implemented")
-        return Receipt(**base, error_code="payload_missing", error_message="TensorData payload is required")
+        return _receive_shm(t, cfg, base)
     except SmgshmError as err:
-        return Receipt(**base, error_code=_error_code(err), error_message=str(err))
+        return Receipt(**base, error_code=_error_code(err), error_message=_public_message(err, t))
 
 
 def _receive_inline(t: InTensor, base: dict[str, Any]) -> Receipt:
@@ -120,16 +186,15 @@ def _receive_inline(t: InTensor, base: dict[str, Any]) -> Receipt:
     check_payload(t.shape, t.dtype, len(raw))
     d = digest(raw)
     t1 = time.perf_counter_ns()
-    # SMG's tensor_wire copies into a bytearray before torch.frombuffer; so do we.
-    tensor = tensor_from_payload(bytearray(raw), t.shape, t.dtype)
+    # A tensor over the message's own bytes, no copy (SMG's tensor_wire copies into a
+    # bytearray first: with protobuf's parse and field access that made a 200 MiB inline
+    # request cost ~1 GB). The payload is copied only by protobuf: parse, then field access.
+    tensor = tensor_from_payload(raw, t.shape, t.dtype)
     del tensor
     return Receipt(**base, nbytes=len(raw), digest=d, read_ns=t1 - t0, decode_ns=time.perf_counter_ns() - t1)
 
 
 def _receive_shm(t: InTensor, cfg: ReceiverConfig, base: dict[str, Any]) -> Receipt:
-    # Check the handle against shape and dtype before opening: a mismatch is refused
-    # without touching (or unlinking) the producer's file.
-    check_payload(t.shape, t.dtype, t.shm_nbytes)
     seg = read_segment(
         t.shm_name, t.shm_offset, t.shm_nbytes, shm_dir=cfg.shm_dir, mode=cfg.reader, unlink=cfg.unlink_after_read
     )
@@ -149,7 +214,7 @@ def _receive_shm(t: InTensor, cfg: ReceiverConfig, base: dict[str, Any]) -> Rece
 
 def receive(layout: Layout, raw: bytes, cfg: ReceiverConfig) -> list[Receipt]:
     """One receipt per TensorData in a serialized engine ``MultimodalInputs``."""
-    return [receive_one(t, cfg) for t in parse_multimodal(layout, raw)]
+    return receive_all(parse_multimodal(layout, raw, max_tensors=cfg.max_tensors), cfg)
 
 
 @dataclass

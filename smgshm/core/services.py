@@ -20,7 +20,7 @@ from typing import Any
 import grpc
 
 from smgshm import __version__
-from smgshm.core.errors import TransportError, WireError
+from smgshm.core.errors import TooManyTensorsError, TransportError, WireError
 from smgshm.core.modeldir import ModelDir, ensure_model_dir
 from smgshm.core.receipts import MAX_PER_CALL, ReceiptRing
 from smgshm.core.receipts import to_proto as receipt_proto
@@ -165,6 +165,8 @@ def generate(pb: ModuleType, engine: str, state: ReceiverState, request: Any, co
         state.last_receive = time.time()
     try:
         outcome = read_generate(layout, request, state.cfg, state.ring)
+    except TooManyTensorsError as err:
+        context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(err))
     except WireError as err:
         context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
     finally:
@@ -229,6 +231,8 @@ class DiagnosticsServicer(diag_pb2_grpc.DiagnosticsServicer):  # type: ignore[mi
             self.state.last_receive = time.time()
         try:
             receipts = receive(layout, request.multimodal_inputs, self.state.cfg)
+        except TooManyTensorsError as err:
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(err))
         except WireError as err:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
         finally:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -98,9 +99,24 @@ def tensor_bytes(t: torch.Tensor) -> memoryview:
     return memoryview((ctypes.c_uint8 * nbytes).from_address(t.data_ptr())).cast("B")
 
 
+_quiet_readonly = False
+
+
+def _quiet_readonly_warning() -> None:
+    # torch.frombuffer warns (once) that a read-only buffer gives a tensor it must not write
+    # to; the receiver only reads, and copying to get a writable buffer is what it avoids.
+    global _quiet_readonly
+    if not _quiet_readonly:
+        warnings.filterwarnings("ignore", message="The given buffer is not writable", category=UserWarning)
+        _quiet_readonly = True
+
+
 def tensor_from_payload(data: memoryview | bytes | bytearray, shape: Sequence[int], dtype: str) -> torch.Tensor:
-    """Build a tensor over ``data`` without copying (``torch.frombuffer``)."""
+    """Build a tensor over ``data`` without copying (``torch.frombuffer``; read-only buffers too)."""
     import torch
+
+    if memoryview(data).readonly:
+        _quiet_readonly_warning()
 
     check_payload(shape, dtype, memoryview(data).nbytes)
     if memoryview(data).nbytes == 0:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-from smgshm.core.errors import WireError
+from smgshm.core.errors import TooManyTensorsError, WireError
 from smgshm.core.segments import ShmRef
 
 
@@ -111,7 +111,7 @@ def from_tensor_data(key: str, td: Any) -> InTensor:
     return InTensor(key, shape, dtype, kind)
 
 
-def parse_multimodal(layout: Layout, raw: bytes) -> list[InTensor]:
+def parse_multimodal(layout: Layout, raw: bytes, max_tensors: int | None = None) -> list[InTensor]:
     """Every TensorData in a serialized ``MultimodalInputs``, keyed by where it sits."""
     from google.protobuf.message import DecodeError
 
@@ -121,7 +121,22 @@ def parse_multimodal(layout: Layout, raw: bytes) -> list[InTensor]:
         msg.ParseFromString(raw)
     except DecodeError as err:
         raise WireError(f"cannot parse {layout.value} MultimodalInputs", nbytes=len(raw)) from err
+    if max_tensors is not None:
+        check_tensor_count(count_multimodal(layout, msg), max_tensors)
     return multimodal_tensors(layout, msg)
+
+
+def check_tensor_count(n: int, limit: int) -> None:
+    """Refuse a request with more tensors than ``limit`` before any is looked at."""
+    if n > limit:
+        raise TooManyTensorsError("too many tensors in one request", tensors=n, limit=limit)
+
+
+def count_multimodal(layout: Layout, msg: Any) -> int:
+    """How many TensorData a parsed ``MultimodalInputs`` holds, without building anything."""
+    if layout is Layout.VLLM:
+        return int(msg.HasField("pixel_values")) + len(msg.model_specific_tensors)
+    return sum(int(it.HasField("encoder_input")) + len(it.model_specific_tensors) for it in msg.items)
 
 
 def multimodal_tensors(layout: Layout, msg: Any, prefix: str = "") -> list[InTensor]:
@@ -156,10 +171,7 @@ def generate_tensors(layout: Layout, request: Any) -> list[InTensor]:
 
 def count_generate_tensors(layout: Layout, request: Any) -> int:
     """How many TensorData a GenerateRequest carries, without building anything."""
+    n = count_multimodal(layout, request.mm_inputs) if request.HasField("mm_inputs") else 0
     if layout is Layout.VLLM:
-        msgs = [request.mm_inputs, *request.extra_mm_inputs] if request.HasField("mm_inputs") else [
-            *request.extra_mm_inputs
-        ]
-        return sum(int(m.HasField("pixel_values")) + len(m.model_specific_tensors) for m in msgs)
-    items = request.mm_inputs.items
-    return sum(int(it.HasField("encoder_input")) + len(it.model_specific_tensors) for it in items)
+        n += sum(count_multimodal(layout, m) for m in request.extra_mm_inputs)
+    return n

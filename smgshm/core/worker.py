@@ -13,9 +13,9 @@ from typing import Any
 from smgshm.core.errors import WireError
 from smgshm.core.leaks import parse_name
 from smgshm.core.receipts import GenerateReceipt, ReceiptRing
-from smgshm.core.receiver import Receipt, ReceiverConfig, receive_one
+from smgshm.core.receiver import Receipt, ReceiverConfig, check_tensor, receive_one
 from smgshm.core.tensors import DIGEST_ALGO
-from smgshm.core.wire import InTensor, Layout, generate_tensors
+from smgshm.core.wire import InTensor, Layout, check_tensor_count, count_generate_tensors, generate_tensors
 
 
 @dataclass(frozen=True)
@@ -78,9 +78,13 @@ def check_generate(layout: Layout, request: Any) -> None:
 def read_generate(layout: Layout, request: Any, cfg: ReceiverConfig, ring: ReceiptRing) -> GenerateOutcome:
     """Read every tensor of ``request`` through the receiver's reader; receipts go to ``ring``."""
     check_generate(layout, request)
+    check_tensor_count(count_generate_tensors(layout, request), cfg.max_tensors)
     request_id = str(request.request_id)
+    tensors = generate_tensors(layout, request)
+    # Every tensor is checked before any is read: a bad one never follows consumed good ones.
+    checked = [check_tensor(t, cfg) for t in tensors]
     out: list[GenerateReceipt] = []
-    for t in generate_tensors(layout, request):
+    for t, bad in zip(tensors, checked, strict=True):
         now = time.time_ns()
-        out.append(_to_generate_receipt(receive_one(t, cfg), t, request_id, layout.value, now))
+        out.append(_to_generate_receipt(bad or receive_one(t, cfg), t, request_id, layout.value, now))
     return GenerateOutcome(request_id, ring.add(out), prompt_tokens(layout, request))

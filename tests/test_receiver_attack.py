@@ -1,0 +1,143 @@
+"""The receiver under attack (issue 14): it never destroys or discloses what is not a segment,
+validates every tensor before reading any, and bounds what one request can cost."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from smg_grpc_proto.generated import common_pb2, vllm_engine_pb2, vllm_engine_pb2_grpc
+
+from smgshm.core.receipts import fetch_receipts
+from smgshm.core.receiver import MAX_TENSORS_PER_REQUEST, ReceiverConfig, receive
+from smgshm.core.services import RunningReceiver, start_receiver
+from smgshm.core.wire import Layout
+from smgshm.rpc.v1 import diag_pb2, diag_pb2_grpc
+
+HUGE = 2**32 - 1
+
+
+def _file(d: Path, name: str, data: bytes) -> Path:
+    p = d / name
+    p.write_bytes(data)
+    p.chmod(0o600)
+    return p
+
+
+def _td(name: str, nbytes: int, shape: list[int] | None = None, dtype: str = "uint8") -> Any:
+    return vllm_engine_pb2.TensorData(
+        shape=shape if shape is not None else [nbytes], dtype=dtype,
+        shm=common_pb2.ShmHandle(name=name, offset=0, nbytes=nbytes, owner_id="smg:1"),
+    )  # fmt: skip
+
+
+def _mm(pixels: Any, extras: dict[str, Any] | None = None) -> Any:
+    mm = vllm_engine_pb2.MultimodalInputs(pixel_values=pixels)
+    for k, v in (extras or {}).items():
+        mm.model_specific_tensors[k].CopyFrom(v)
+    return mm
+
+
+def _receive(cfg: ReceiverConfig, mm: Any) -> dict[str, Any]:
+    return {r.key: r for r in receive(Layout.VLLM, mm.SerializeToString(), cfg)}
+
+
+@pytest.mark.parametrize("shape", [[0], [4]])
+def test_a_foreign_file_is_refused_unread_and_kept(tmp_path: Path, shape: list[int]) -> None:
+    victim = _file(tmp_path, "victim.dat", b"precious" if shape == [4] else b"")
+    n = 4 if shape == [4] else 0
+    got = _receive(ReceiverConfig(shm_dir=str(tmp_path)), _mm(_td("victim.dat", n, shape)))
+    r = got["pixel_values"]
+    assert r.error_code == "foreign_name"
+    assert "victim.dat" in r.error_message
+    assert str(tmp_path) not in r.error_message
+    assert victim.exists()
+    assert victim.read_bytes() == (b"precious" if n else b"")
+
+
+def test_any_name_emulates_smgs_reader_and_consumes_it(tmp_path: Path) -> None:
+    victim = _file(tmp_path, "victim.dat", b"abcd")
+    got = _receive(ReceiverConfig(shm_dir=str(tmp_path), any_name=True), _mm(_td("victim.dat", 4)))
+    assert got["pixel_values"].ok
+    assert got["pixel_values"].unlinked
+    assert not victim.exists()
+
+
+def test_errors_name_the_handle_never_server_paths_sizes_or_uids(tmp_path: Path) -> None:
+    _file(tmp_path, "smg-tokenspeed-1-2-3", b"x" * 10)  # shorter than its handle says
+    os.symlink("/etc/passwd", tmp_path / "smg-tokenspeed-1-2-4")
+    mm = _mm(_td("smg-tokenspeed-1-2-3", 4096), {
+        "link": _td("smg-tokenspeed-1-2-4", 4),
+        "gone": _td("smg-tokenspeed-1-2-5", 4),
+    })  # fmt: skip
+    got = _receive(ReceiverConfig(shm_dir=str(tmp_path)), mm)
+    assert [got[k].error_code for k in sorted(got)] == ["missing", "symlink", "short"]
+    for r in got.values():
+        assert str(tmp_path) not in r.error_message
+        assert "uid" not in r.error_message
+        assert r.shm_name in r.error_message
+    assert "size=10" not in got["pixel_values"].error_message
+    assert (tmp_path / "smg-tokenspeed-1-2-3").exists()
+
+
+def test_a_crafted_shape_gets_its_own_receipt_and_good_tensors_arrive(tmp_path: Path) -> None:
+    good = _file(tmp_path, "smg-tokenspeed-1-2-3", b"g" * 16)
+    crafted = _td("smg-tokenspeed-1-2-9", 0, [0, HUGE, HUGE, HUGE], "float32")
+    inline_crafted = vllm_engine_pb2.TensorData(shape=[0, HUGE, HUGE, HUGE], dtype="int64", inline=b"")
+    got = _receive(
+        ReceiverConfig(shm_dir=str(tmp_path)),
+        _mm(_td(good.name, 16), {"crafted": crafted, "inline_crafted": inline_crafted}),
+    )
+    assert got["pixel_values"].ok
+    assert got["pixel_values"].unlinked
+    for k in ("model_specific_tensors[crafted]", "model_specific_tensors[inline_crafted]"):
+        assert got[k].error_code == "wire"
+        assert "overflows" in got[k].error_message
+
+
+def test_too_many_dimensions_is_refused(tmp_path: Path) -> None:
+    td = vllm_engine_pb2.TensorData(shape=[1] * 33, dtype="uint8", inline=b"x")
+    assert _receive(ReceiverConfig(shm_dir=str(tmp_path)), _mm(td))["pixel_values"].error_code == "wire"
+
+
+@pytest.fixture
+def vllm(tmp_path: Path) -> Iterator[RunningReceiver]:
+    r = start_receiver(ReceiverConfig(shm_dir=str(tmp_path)), "127.0.0.1:0")
+    yield r
+    r.stop(0)
+
+
+def test_generate_with_a_crafted_shape_refuses_only_it(vllm: RunningReceiver, tmp_path: Path) -> None:
+    good = _file(tmp_path, "smg-tokenspeed-1-2-3", b"g" * 16)
+    crafted = _td("smg-tokenspeed-1-2-9", 0, [0, HUGE, HUGE, HUGE], "float32")
+    req = vllm_engine_pb2.GenerateRequest(request_id="x", mm_inputs=_mm(_td(good.name, 16), {"c": crafted}))
+    with grpc.insecure_channel(vllm.address) as ch, pytest.raises(grpc.RpcError) as info:
+        list(vllm_engine_pb2_grpc.VllmEngineStub(ch).Generate(req, timeout=10))
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT  # typed, not UNKNOWN
+    got = {r.key: r for r in fetch_receipts(vllm.address)[0]}
+    assert got["pixel_values"].ok
+    assert got["model_specific_tensors[c]"].error_code == "wire"
+
+
+def test_too_many_tensors_are_refused_before_any_is_read(vllm: RunningReceiver, tmp_path: Path) -> None:
+    seg = _file(tmp_path, "smg-tokenspeed-1-2-3", b"g" * 16)
+    one = vllm_engine_pb2.TensorData(shape=[1], dtype="uint8", inline=b"x")
+    mm = _mm(_td(seg.name, 16), {f"t{i}": one for i in range(MAX_TENSORS_PER_REQUEST)})
+    req = vllm_engine_pb2.GenerateRequest(request_id="many", mm_inputs=mm)
+    with grpc.insecure_channel(vllm.address) as ch:
+        with pytest.raises(grpc.RpcError) as info:
+            list(vllm_engine_pb2_grpc.VllmEngineStub(ch).Generate(req, timeout=30))
+        assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert f"limit={MAX_TENSORS_PER_REQUEST}" in (info.value.details() or "")
+        with pytest.raises(grpc.RpcError) as info:
+            diag_pb2_grpc.DiagnosticsStub(ch).Receive(
+                diag_pb2.ReceiveRequest(layout=diag_pb2.LAYOUT_VLLM, multimodal_inputs=mm.SerializeToString()),
+                timeout=30,
+            )
+        assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert seg.exists()
+    assert fetch_receipts(vllm.address) == ([], 0)
