@@ -6,7 +6,7 @@ import importlib.util
 import os
 import shlex
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from smgshm.core.capacity import CapacityVerdict, Need, ShmUsage, assess_capacity, shm_usage
@@ -82,7 +82,7 @@ def gateway_findings(logs: list[str], timeout: float) -> list[GatewayFinding]:
         for log in g.logs:
             config = _read_log(f"/proc/{g.pid}/fd/{log.fd}")
             if config is not None:
-                log_path = log.path
+                config, log_path = replace(config, path=log.path), log.path  # named as the gateway names it
                 break
         for path in list(unclaimed):
             if any(_same_file(path, f"/proc/{g.pid}/fd/{log.fd}") for log in g.logs):
