@@ -61,28 +61,49 @@ def _receipts_line(r: Any) -> Text:
     return out
 
 
+def _mark(run: Any) -> tuple[str, str]:
+    if run.path == "undetermined":
+        return "????", "bold red"
+    if run.as_expected and not run.failure_class:
+        return "ok", "green"
+    return "FAIL", "bold red"
+
+
+def headline(report: Any) -> Text:
+    """The verdict line: every run as expected (or which not), and whether anything was left."""
+    bad = [r.label for r in report.runs if _mark(r)[0] != "ok"]
+    where = ", ".join(r.label for r in report.runs)
+    text = f"e2e: {'as expected' if not bad else 'NOT as expected under ' + ', '.join(bad)} ({where})"
+    if report.embedded:
+        left = report.removed_at_stop or report.processes_left
+        text += "; something was left behind" if left else "; nothing left behind"
+    return Text(text, style="bold green" if report.ok and not bad else "bold red")
+
+
 def e2e_report(app: App, report: Any) -> None:
+    app.console.print(headline(report))
     for run in report.runs:
-        mark = "ok" if run.as_expected and not run.failure_class else "UNEXPECTED" if run.expected else "FAILED"
-        if run.path == "undetermined":
-            mark = "UNDETERMINED"
-        head = Text(f"{run.label}: ", style="bold") + Text(run.path, style=_STYLE.get(run.path, "")) + Text(" - ")
-        prose(app.console, head + safe(run.cause) + Text(f"  [{mark}]"), indent=4)
+        mark, style = _mark(run)
+        label = f"mode {run.label}" if report.embedded else run.label
+        head = Text(f"[{mark}] ", style=style) + Text(f"{label}: ", style="bold")
+        if not run.cause.lower().startswith(run.path):
+            head += Text(run.path + ": ", style=_STYLE.get(run.path, ""))
+        prose(app.console, head + safe(run.cause), indent=7)
         ok = sum(1 for r in run.requests if r.ok)
-        line = f"    {ok}/{len(run.requests)} requests ok, p50 {run.p50_ms:.0f} ms"
+        line = f"       {ok}/{len(run.requests)} requests ok, p50 {run.p50_ms:.0f} ms"
         if run.expected:
             line += f"; expected {run.expected}"
         app.console.print(Text(line))
         for r in run.requests:
             if not r.ok:
-                app.console.print(Text(f"    HTTP {r.status}: ") + safe(r.error))
+                app.console.print(Text(f"       HTTP {r.status}: ") + safe(r.error))
                 break
         if run.failure:
-            prose(app.console, Text("    failure: ", style="bold red") + safe(run.failure), indent=6)
+            prose(app.console, Text("       failure: ", style="bold red") + safe(run.failure), indent=9)
         for line_ in (_metrics_line(run.metrics), _shm_dir_line(run.shm_dir), _receipts_line(run.receipts)):
-            app.console.print(Text("    ") + line_)
+            app.console.print(Text("       ") + line_)
         if run.gateway_log:
-            app.console.print(Text("    gateway log: ") + safe(run.gateway_log))
+            app.console.print(Text("       gateway log: ") + safe(run.gateway_log))
     if len(report.runs) > 1:
         table = Table(box=None, pad_edge=False)
         for col in ("mode", "path", "p50 ms", "requests"):

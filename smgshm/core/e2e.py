@@ -30,6 +30,7 @@ from smgshm.core.e2e_evidence import (
 )
 from smgshm.core.e2e_verdict import FAILURE_TEXT, Context, Verdict, judge
 from smgshm.core.errors import SmgshmError
+from smgshm.core.gatewayproc import RunningGateway
 from smgshm.core.metrics import default_metrics_url, scrape
 from smgshm.core.paths import DEFAULT_SHM_DIR
 from smgshm.core.transport import Mode, decide
@@ -205,7 +206,7 @@ def run_against(gateway_url: str, opts: E2eOptions, say: Progress = lambda _s: N
 
 def run_embedded(opts: E2eOptions, say: Progress = lambda _s: None) -> E2eReport:
     """The embedded default: a receiver and a real gateway per mode, all stopped at the end."""
-    from smgshm.core.gatewayproc import GatewayConfig, find_smg, launch_gateway, wait_ready
+    from smgshm.core.gatewayproc import GatewayConfig, find_smg, launch_gateway, stop_gateways, wait_ready
 
     find_smg()  # before anything starts: the one clear error when smg is missing
     from smgshm.core.modeldir import ensure_model_dir
@@ -216,17 +217,19 @@ def run_embedded(opts: E2eOptions, say: Progress = lambda _s: None) -> E2eReport
     md = ensure_model_dir(opts.model_dir)
     local_ns = read_namespace_id(opts.shm_dir)
     png = make_png(opts.image_size)
-    gateways = []
+    gateways: list[RunningGateway] = []
     with contextlib.ExitStack() as stack:
+        # Registered first, so it runs last: after the receivers, all gateways at once.
+        stack.callback(lambda: stop_gateways(gateways))
         targets = []
         for mode in opts.modes:
             cfg = ReceiverConfig(shm_dir=opts.shm_dir, model_dir=md.path, namespace_id=opts.advertise_namespace_id)
             rcv = start_receiver(cfg, "127.0.0.1:0")
             stack.callback(rcv.stop, 0)
+            # No request is ever in flight at stop: a 1 s shutdown grace instead of its default 5.
             gcfg = GatewayConfig(worker_urls=(rcv.address,), model_path=md.path, transport=mode, log_mm_timing=True,
-                                 shm_dir=opts.shm_dir)  # fmt: skip
+                                 shm_dir=opts.shm_dir, shutdown_grace_s=1)  # fmt: skip
             gw = launch_gateway(gcfg)  # all launched from this thread, then awaited together
-            stack.callback(gw.stop)
             gateways.append(gw)
             worker_ns = cfg.advertised_namespace_id()
             big = decide(Mode(mode), nbytes=2**40, engine="vllm", local_ns=local_ns, worker_ns=worker_ns,
@@ -237,12 +240,12 @@ def run_embedded(opts: E2eOptions, say: Progress = lambda _s: None) -> E2eReport
         for i, gw in enumerate(gateways):
             if not wait_ready(gw, 60.0, retry_bind=True):  # lost a port race: once more on new ports
                 gw = launch_gateway(gw.cfg)
-                stack.callback(gw.stop)
-                gateways[i] = gw
+                gateways.append(gw)  # the lost one is stopped already; stopping it again is a no-op
+                gateways[i], gateways[-1] = gw, gateways[i]
                 targets[i].url, targets[i].metrics_url, targets[i].pid = gw.http_url, gw.metrics_url, gw.pid
                 targets[i].log = gw.log_path
                 wait_ready(gw, 60.0)
-        for t, gw in zip(targets, gateways, strict=True):
+        for t, gw in zip(targets, gateways[: len(targets)], strict=True):
             setting = gw.transport_setting()
             if setting is not None:
                 t.shm_min_bytes = setting.shm_min_bytes

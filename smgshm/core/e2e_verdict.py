@@ -104,6 +104,8 @@ def _shm_cause(ctx: Context, m: MetricsEvidence, d: ShmDirEvidence, r: ReceiptEv
     if not nbytes and d.available:
         nbytes = sum(s.nbytes or 0 for s in d.segments)
     text = f"SHM: {what} {_mb(nbytes / per)} via shm"
+    if ctx.requests > 1:
+        text += f" in each of {ctx.requests} requests"
     consumed = [s.in_flight_ms for s in d.segments if s.end == "consumed"] if d.available else []
     ages = [x.age_ms for x in shm_receipts if x.age_ms > 0]
     if consumed:
@@ -111,10 +113,8 @@ def _shm_cause(ctx: Context, m: MetricsEvidence, d: ShmDirEvidence, r: ReceiptEv
     elif ages:
         text += f", read {median_or_zero(ages):.0f} ms after the write"
     if n_inline:
-        small = f"below shm_min_bytes {_min_bytes(ctx)}"
-        text += f"; {n_inline // per or n_inline} tensor(s) inline ({small})"
-    if ctx.requests > 1:
-        text += f" (per request, {ctx.requests} requests)"
+        each = " per request" if ctx.requests > 1 else ""
+        text += f"; {n_inline // per or n_inline} tensor(s) inline{each} (below shm_min_bytes {_min_bytes(ctx)})"
     return text
 
 

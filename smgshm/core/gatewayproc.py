@@ -84,6 +84,7 @@ class GatewayConfig:
     extra_args: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
     log_path: str | None = None  # None: a new file under the temp dir
+    shutdown_grace_s: int | None = None  # its --shutdown-grace-period-secs (SIGTERM waits this for requests)
     host: str = "127.0.0.1"
     shm_dir: str = DEFAULT_SHM_DIR  # where its segments appear (the gateway itself always uses /dev/shm)
 
@@ -119,6 +120,8 @@ def _argv(smg: str, cfg: GatewayConfig, port: int, prom: int) -> list[str]:
         argv.append("--disable-retries")
     if cfg.log_mm_timing:
         argv.append("--log-mm-timing")
+    if cfg.shutdown_grace_s is not None:
+        argv += ["--shutdown-grace-period-secs", str(cfg.shutdown_grace_s)]
     return argv + list(cfg.extra_args)
 
 
@@ -198,6 +201,12 @@ class RunningGateway:
 
     # -- stopping --------------------------------------------------------------------------
 
+    def terminate(self) -> None:
+        """SIGTERM its group without waiting (``stop`` then waits): several stop in parallel."""
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.pid, signal.SIGTERM)
+
     def kill(self) -> None:
         """SIGKILL the group and reap it, leaving its segments in place (fault tests: a crashed gateway)."""
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -237,6 +246,17 @@ class RunningGateway:
 
     def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
         self.stop()
+
+
+def stop_gateways(gateways: list[RunningGateway], grace_s: float = 5.0) -> None:
+    """Stop several at once: SIGTERM to all first, so their graceful shutdowns overlap."""
+    with _deferred_sigint() as interrupted:
+        for gw in gateways:
+            gw.terminate()
+        for gw in gateways:
+            gw.stop(grace_s)
+    if interrupted:
+        raise KeyboardInterrupt
 
 
 @contextlib.contextmanager
