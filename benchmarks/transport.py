@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 
 from smgshm.core.bench import BenchOptions, BenchReport, run_bench
+from smgshm.core.hugepage_whatif import WhatIfSkippedError, run_what_if
 from smgshm.core.receiver import ReceiverConfig
 from smgshm.core.services import start_receiver
 
@@ -62,7 +63,23 @@ def main() -> None:
         "smgshm's writer (pwrite) is the faster": h.writer_pwrite_gb_per_s >= h.writer_mmap_gb_per_s,
     }
     out += [f"bar  {'met   ' if ok else 'MISSED'} {what}" for what, ok in bar.items()]
+    out += _what_if_rows(n)
     print("\n".join(out))  # noqa: T201 - a script's report
+
+
+def _what_if_rows(n: int) -> list[str]:
+    """The same SHM path on a private huge=within_size tmpfs beside the shm dir (root only)."""
+    try:
+        r = run_what_if((4_816_896, 64 * MIB), iterations=n)
+    except WhatIfSkippedError as err:
+        return [f"huge-page what-if: {err.what}"]
+    out = [f"huge-page what-if ({'huge pages used' if r.huge_pages_used else 'NO huge pages given'}; "
+           f"4 KiB -> huge=within_size, GB/s, ratio of times)"]  # fmt: skip
+    for s in r.sizes:
+        label = f"{s.nbytes / MIB:5.1f} MiB"
+        for p in s.pairs:
+            out.append(f"{label}  {p.label:<28} {p.normal_gb_per_s:7.2f} -> {p.huge_gb_per_s:7.2f}  {p.speedup:6.2f}x")
+    return out
 
 
 if __name__ == "__main__":
