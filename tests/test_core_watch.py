@@ -1,0 +1,127 @@
+"""watch's figures: streaming percentiles, the gateway's rates and verdict, bounded memory."""
+
+from __future__ import annotations
+
+import random
+import tracemalloc
+
+import pytest
+
+from smgshm.core.gatewayrates import gateway_rates
+from smgshm.core.metrics import parse_metrics
+from smgshm.core.quantiles import StreamingQuantiles
+from smgshm.core.shmwatch import SegmentTracker, ShmEvent
+from smgshm.core.watch import _Totals
+
+
+def test_quantiles_within_their_relative_error() -> None:
+    rng = random.Random(7)  # noqa: S311 - reproducible test data, not a secret
+    values = [rng.lognormvariate(15, 2) for _ in range(50_000)]  # ns, from µs to seconds
+    q = StreamingQuantiles()
+    for v in values:
+        q.add(v)
+    values.sort()
+    for p in (0.5, 0.9, 0.99):
+        true = values[int(p * len(values)) - 1]
+        got = q.quantile(p)
+        assert got is not None
+        assert abs(got - true) / true < 0.02, (p, got, true)
+    assert q.quantile(1.0) == values[-1]
+    assert q.quantile(0.0) == values[0]
+    assert q.count == len(values)
+    assert q.buckets < 1500  # memory: distinct buckets, not values
+
+
+def test_quantiles_empty_zero_and_merge() -> None:
+    q = StreamingQuantiles()
+    assert q.quantile(0.5) is None
+    q.add(0)
+    q.add(0)
+    q.add(1000)
+    assert q.quantile(0.5) == 0.0
+    other = StreamingQuantiles()
+    for _ in range(10):
+        other.add(2000)
+    q.merge(other)
+    assert q.count == 13
+    assert q.max == 2000
+    assert q.min == 0
+    assert abs(q.quantile(0.9) - 2000) / 2000 < 0.02  # type: ignore[operator]
+
+
+EXPO = """\
+# TYPE smg_mm_tensors_total counter
+smg_mm_tensors_total{{runtime="vllm",path="inline"}} {inline_n}
+smg_mm_tensors_total{{runtime="vllm",path="shm"}} {shm_n}
+# TYPE smg_mm_tensor_bytes_total counter
+smg_mm_tensor_bytes_total{{runtime="vllm",path="inline"}} {inline_b}
+smg_mm_tensor_bytes_total{{runtime="vllm",path="shm"}} {shm_b}
+# TYPE smg_mm_shm_write_failures_total counter
+smg_mm_shm_write_failures_total{{runtime="vllm"}} {fail}
+"""
+
+
+def snap(inline_n: int = 0, shm_n: int = 0, inline_b: int = 0, shm_b: int = 0, fail: int = 0) -> object:
+    text = EXPO.format(inline_n=inline_n, shm_n=shm_n, inline_b=inline_b, shm_b=shm_b, fail=fail)
+    return parse_metrics(text, "http://127.0.0.1:29000/metrics")
+
+
+def test_shm_traffic_share_and_no_verdict() -> None:
+    # Under shm: pixel_values through SHM, the two small tensors inline (smg-facts §5.2).
+    r = gateway_rates(snap(), snap(inline_n=20, shm_n=10, inline_b=320, shm_b=48_168_960), 2.0)  # type: ignore[arg-type]
+    assert r.tensors == {"inline": 20, "shm": 10}
+    assert r.tensors_per_s == {"inline": 10.0, "shm": 5.0}
+    assert r.bytes_per_s["shm"] == 24_084_480.0
+    assert r.shm_byte_share is not None
+    assert r.shm_byte_share > 0.9999
+    assert (r.eligible_inline, r.verdict) == (False, "")
+
+
+def test_inline_transport_is_called_out() -> None:
+    r = gateway_rates(snap(), snap(inline_n=3, inline_b=4_816_896 + 32), 1.0)  # type: ignore[arg-type]
+    assert r.eligible_inline
+    assert r.shm_byte_share == 0.0
+    assert "all traffic went inline" in r.verdict
+    assert "SHM-eligible tensors went inline" in r.verdict
+
+
+def test_mixed_and_failures() -> None:
+    mixed = gateway_rates(snap(), snap(inline_n=4, shm_n=1, inline_b=9_633_824, shm_b=4_816_896), 1.0)  # type: ignore[arg-type]
+    assert mixed.eligible_inline
+    assert mixed.verdict.startswith("some SHM-eligible tensors went inline")
+    failed = gateway_rates(snap(), snap(inline_n=3, inline_b=96, fail=2), 1.0)  # type: ignore[arg-type]
+    assert failed.eligible_inline
+    assert "2 SHM write(s) failed" in failed.verdict
+    small = gateway_rates(snap(), snap(inline_n=3, inline_b=96), 1.0)  # type: ignore[arg-type]
+    assert (small.eligible_inline, small.verdict) == (False, "")  # small tensors are inline by design
+    idle = gateway_rates(snap(), snap(), 1.0)  # type: ignore[arg-type]
+    assert idle.shm_byte_share is None
+    assert idle.tensors == {}
+
+
+@pytest.mark.parametrize("n", [100_000])
+def test_memory_does_not_grow_with_segments_seen(n: int) -> None:
+    """A hundred thousand segments through the tracker and the totals: memory stays flat."""
+    tracker, totals, q = SegmentTracker(), _Totals(), StreamingQuantiles()
+
+    def batch(start: int, size: int) -> list[ShmEvent]:
+        out = []
+        for i in range(start, start + size):
+            name = f"smg-tokenspeed-42-{1_000_000 + i}-{i}"
+            out += [ShmEvent("created", name, i * 1000), ShmEvent("opened", name, i * 1000 + 1),
+                    ShmEvent("closed", name, i * 1000 + 2, 4096), ShmEvent("opened", name, i * 1000 + 500),
+                    ShmEvent("removed", name, i * 1000 + 900 + i % 97)]  # fmt: skip
+        return out
+
+    totals.add(tracker.feed(batch(0, 10_000)), q)  # warm up: dicts and buckets at their size
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    for start in range(10_000, n, 10_000):
+        totals.add(tracker.feed(batch(start, 10_000)), q)
+    grown = tracemalloc.get_traced_memory()[0] - base
+    tracemalloc.stop()
+    assert len(tracker) == 0
+    assert tracker.created == n
+    assert totals.count("consumed") == n
+    assert totals.flight.count == n
+    assert grown < 256 * 1024, f"memory grew by {grown} bytes over {n} segments"
