@@ -96,7 +96,7 @@ def test_consumed_cleaned_and_orphans_with_their_producers(tmpfs: str, children:
     known = [r for r in segs if r["end"] == "consumed" and r["nbytes"] is not None]
     assert known, "no consumed size known despite the pauses"
     assert {r["producer_pid"] for r in segs} == {prod.pid}
-    assert all(r["kind"] == "smgshm" and r["observed"] and r["in_flight_ns"] > 0 for r in segs)
+    assert all(r["kind"] == "smgshm" and r["observed"] and r["in_flight_ns"] > 0 for r in segs)  # the name dates them
     assert all(set(r) == WATCH_SEGMENT_KEYS for r in segs)
     orphans = {r["producer_pid"]: r for r in recs if r["type"] == "orphan"}
     assert orphans[dead]["state"] == "leaked"

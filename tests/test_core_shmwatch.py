@@ -272,3 +272,12 @@ def test_creator_open_is_not_a_read() -> None:
                       ShmEvent("opened", n, 20), ShmEvent("opened", n, 21), ShmEvent("removed", n, 30)])  # fmt: skip
     assert (life.kind, life.producer_pid, life.reads, life.first_read_ns, life.nbytes) == ("gateway", 42, 2, 20, 64)
     assert (life.end, life.in_flight_ns) == ("consumed", 20)
+
+
+def test_a_name_time_inside_the_read_window_dates_the_creation() -> None:
+    t = SegmentTracker()
+    inside, outside, forged = "smg-tokenspeed-42-1500-0", "smg-tokenspeed-42-999-1", "smg-tokenspeed-42-9999-2"
+    t.feed([ShmEvent("created", n, 2000, since_ns=1000) for n in (inside, outside, forged)])
+    born = {x.name: x.created_ns for x in t.in_flight(3000)}
+    # Only a time the event could have happened at (after the previous read, by this one) is believed.
+    assert born == {inside: 1500, outside: 2000, forged: 2000}

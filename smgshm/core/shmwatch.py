@@ -23,10 +23,15 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import select
+import struct
+import sys
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
+
+from inotify_simple import flags as _F  # noqa: N812 - a short name for the hot-loop constants below
 
 from smgshm.core.errors import HostError
 from smgshm.core.leaks import parse_name
@@ -41,6 +46,29 @@ OVERFLOW, RESCANNED, DIR_GONE = "overflow", "rescanned", "dir_gone"
 CONSUMED, CLEANED, UNKNOWN = "consumed", "cleaned", "unknown"
 
 _DIR_CHECK_S = 1.0  # how often the path is re-stat'ed: a mount over it sends no event
+_READ_BYTES = 1 << 20  # per read(): the kernel returns whole events only, up to this much
+
+# struct inotify_event {int wd; uint32 mask, cookie, len; char name[len];} (inotify(7)),
+# with the library's flag values as plain ints for the hot loop.
+_EVENT_HEADER = struct.Struct("iIII")
+_IN_OPEN, _IN_CLOSE_WRITE, _IN_CREATE, _IN_DELETE = int(_F.OPEN), int(_F.CLOSE_WRITE), int(_F.CREATE), int(_F.DELETE)
+_IN_MOVED_FROM, _IN_MOVED_TO = int(_F.MOVED_FROM), int(_F.MOVED_TO)
+_IN_DELETE_SELF, _IN_MOVE_SELF, _IN_UNMOUNT = int(_F.DELETE_SELF), int(_F.MOVE_SELF), int(_F.UNMOUNT)
+_IN_Q_OVERFLOW, _IN_IGNORED = int(_F.Q_OVERFLOW), int(_F.IGNORED)
+_IN_SELF_GONE = _IN_DELETE_SELF | _IN_MOVE_SELF | _IN_UNMOUNT | _IN_IGNORED
+_IN_MOVED = _IN_MOVED_FROM | _IN_MOVED_TO
+_IN_CHILD_EVENTS = _IN_OPEN | _IN_CLOSE_WRITE | _IN_CREATE | _IN_DELETE | _IN_MOVED
+_KIND_OF = {_IN_CREATE: "created", _IN_OPEN: "opened", _IN_CLOSE_WRITE: "closed", _IN_DELETE: "removed",
+            _IN_MOVED_FROM: "removed", _IN_MOVED_TO: "created"}  # fmt: skip
+_FS_ENCODING = sys.getfilesystemencoding()
+
+
+def _self_gone_detail(mask: int) -> str:
+    if mask & _IN_UNMOUNT:
+        return "unmounted"
+    if mask & _IN_MOVE_SELF:
+        return "moved"
+    return "deleted" if mask & _IN_DELETE_SELF else "ignored"
 
 
 class ShmEvent(NamedTuple):
@@ -59,6 +87,9 @@ class ShmEvent(NamedTuple):
     # dir_gone: deleted | moved | unmounted | remounted; rescanned: start | overflow | rewatch;
     # a removed or created made by a rename: moved
     detail: str = ""
+    # The previous read: the event happened after it (0 when unknown). Events read together
+    # share t_ns, so this bounds when within the batch it happened.
+    since_ns: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,14 +110,8 @@ class SegmentLife:
     note: str = ""  # why the end is unknown
 
 
-def _flags() -> Any:
-    import inotify_simple
-
-    return inotify_simple.flags
-
-
 def _mask() -> int:
-    f = _flags()
+    f = _F
     return int(
         f.CREATE | f.OPEN | f.CLOSE_WRITE | f.DELETE | f.MOVED_FROM | f.MOVED_TO | f.DELETE_SELF | f.MOVE_SELF
         | f.ONLYDIR
@@ -127,6 +152,9 @@ class ShmWatcher:
         self._dir_id: tuple[int, int] | None = None
         self._pending: list[ShmEvent] = []
         self._next_dir_check = 0.0
+        self._bprefix = os.fsencode(prefix)
+        self._last_read_ns = 0
+        self._poller: Any = None
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -142,9 +170,11 @@ class ShmWatcher:
         import inotify_simple
 
         try:
-            self._ino = inotify_simple.INotify()
+            self._ino = inotify_simple.INotify(nonblocking=True)
         except OSError as err:
             raise _watch_error(err, self.shm_dir) from err
+        self._poller = select.poll()
+        self._poller.register(self._ino.fileno(), select.POLLIN)
         self._add_watch(raise_errors=True)
         if self.listing:
             self._pending.extend(self._list("start"))
@@ -207,11 +237,7 @@ class ShmWatcher:
                 self._check_dir(out)
             if self._wd is not None:
                 wait = 0 if out else max(0, int((deadline - time.monotonic()) * 1000))
-                try:
-                    raw = self._ino.read(timeout=wait)
-                except OSError as err:
-                    raise HostError(f"cannot read inotify events: {err.strerror}", path=self.shm_dir) from err
-                out.extend(self._convert(raw))
+                out.extend(self._convert(self._read(wait)))
             left = deadline - time.monotonic()
             if out or left <= 0:
                 return out
@@ -241,49 +267,60 @@ class ShmWatcher:
                 self._ino.rm_watch(self._wd)
         self._wd = None
 
-    def _convert(self, raw: Iterable[Any]) -> list[ShmEvent]:
-        f = _flags()
-        now = time.time_ns()
+    def _read(self, timeout_ms: int) -> bytes:
+        """Whatever the kernel has queued, waiting at most ``timeout_ms`` for the first event."""
+        try:
+            if not self._poller.poll(timeout_ms):
+                return b""
+            return os.read(self._ino.fileno(), _READ_BYTES)
+        except BlockingIOError:
+            return b""
+        except OSError as err:
+            raise HostError(f"cannot read inotify events: {err.strerror}", path=self.shm_dir) from err
+
+    def _convert(self, data: bytes) -> list[ShmEvent]:
+        """Kernel inotify records (struct inotify_event) to ShmEvents, in one pass.
+
+        Decoded here rather than by inotify_simple.parse_events, which builds a tuple and
+        decodes every name first: at 50,000 events a second that was a third of watch's
+        CPU (benchmarks/watch_rate.py). Names outside ``prefix`` are skipped undecoded.
+        """
+        now, since = time.time_ns(), self._last_read_ns
+        self._last_read_ns = now
         out: list[ShmEvent] = []
         append = out.append
         overflow = False
-        prefix, wd = self.prefix, self._wd
-        self_gone = int(f.DELETE_SELF | f.MOVE_SELF | f.UNMOUNT | f.IGNORED)
-        # Hot loop (four or five events per segment): plain ints, no enum arithmetic.
-        q_overflow, create, opened, close_write = int(f.Q_OVERFLOW), int(f.CREATE), int(f.OPEN), int(f.CLOSE_WRITE)
-        delete, moved_from, moved_to = int(f.DELETE), int(f.MOVED_FROM), int(f.MOVED_TO)
-        n = 0
-        for ev_wd, mask, _cookie, name in raw:
+        wd, bprefix, enc = self._wd, self._bprefix, _FS_ENCODING
+        unpack, pos, end, n = _EVENT_HEADER.unpack_from, 0, len(data), 0
+        while pos < end:
+            ev_wd, mask, _cookie, size = unpack(data, pos)
+            pos += _EVENT_HEADER.size
+            raw = data[pos : pos + size]
+            pos += size
             n += 1
             if ev_wd != wd:
-                if mask & q_overflow:
+                if mask & _IN_Q_OVERFLOW:
                     overflow = True
                     self.overflows += 1
                     append(ShmEvent(OVERFLOW, "", now))
                 continue  # otherwise a watch dropped on a remount, still draining its old events
-            if mask & self_gone:
-                detail = ("unmounted" if mask & f.UNMOUNT else "moved" if mask & f.MOVE_SELF
-                          else "deleted" if mask & f.DELETE_SELF else "ignored")  # fmt: skip
+            if mask & _IN_SELF_GONE:
                 if self._wd is not None:
                     self._drop_watch()
                     self.dir_gone += 1
-                    append(ShmEvent(DIR_GONE, "", now, detail=detail))
+                    append(ShmEvent(DIR_GONE, "", now, detail=_self_gone_detail(mask)))
                 wd = None
                 continue
-            if not name.startswith(prefix):
+            if not raw.startswith(bprefix):
                 continue
-            if mask & create:
-                append(ShmEvent(CREATED, name, now))
-            elif mask & opened:
-                append(ShmEvent(OPENED, name, now))
-            elif mask & close_write:
-                append(ShmEvent(CLOSED, name, now))
-            elif mask & delete:
-                append(ShmEvent(REMOVED, name, now))
-            elif mask & moved_from:
-                append(ShmEvent(REMOVED, name, now, detail="moved"))
-            elif mask & moved_to:
-                append(ShmEvent(CREATED, name, now, detail="moved"))
+            kind = _KIND_OF.get(mask & _IN_CHILD_EVENTS)
+            if kind is None:
+                continue
+            name = raw.rstrip(b"\0").decode(enc, "surrogateescape")  # os.fsdecode, without its checks
+            if mask & _IN_MOVED:
+                append(ShmEvent(kind, name, now, detail="moved", since_ns=since))
+            else:
+                append(ShmEvent(kind, name, now, None, False, None, "", since))
         self.events_read += n
         out = self._sizes(out)
         if overflow and self._wd is not None:
@@ -313,9 +350,10 @@ class _Live:
     __slots__ = ("created_ns", "creator_open", "first_read_ns", "kind", "lost", "name", "nbytes", "note",
                  "observed", "pid", "reads")  # fmt: skip
 
-    def __init__(self, name: str, created_ns: int, observed: bool, nbytes: int | None, note: str = "") -> None:
+    def __init__(self, name: str, created_ns: int, observed: bool, nbytes: int | None, note: str = "",
+                 parsed: tuple[str, int | None, int | None] | None = None) -> None:  # fmt: skip
         self.name = name
-        self.kind, self.pid, _ = parse_name(name)
+        self.kind, self.pid, _ = parsed or parse_name(name)
         self.created_ns = created_ns
         self.observed = observed
         self.lost = not observed  # part of its life happened unseen
@@ -446,7 +484,12 @@ class SegmentTracker:
                 lv.creator_open = e.detail != "moved"
             return
         moved = e.detail == "moved"
-        lv = _Live(e.name, e.t_ns, True, None, "renamed into the shm dir" if moved else "")
+        born, parsed = e.t_ns, parse_name(e.name)
+        # Read in a batch: if the name carries a creation time (SMG's and smgshm's do) inside
+        # the window the event must have happened in, it is the better clock.
+        if e.since_ns and parsed[2] is not None and e.since_ns <= parsed[2] <= e.t_ns:
+            born = parsed[2]
+        lv = _Live(e.name, born, True, None, "renamed into the shm dir" if moved else "", parsed)
         if moved:  # written elsewhere and renamed in: no creator's open to expect
             lv.creator_open, lv.lost = False, True
         self._add(lv)

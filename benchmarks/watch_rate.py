@@ -1,0 +1,142 @@
+"""How many segments per second ``smgshm watch`` follows without losing an event.
+
+A producer child creates segments as fast as one process can (open O_CREAT|O_EXCL,
+write, close, a reader's open and close, unlink: the five inotify events of a
+consumed segment) in a scratch tmpfs dir under /dev/shm (``smgshm-bench-<pid>-<uuid>``,
+never ``smg-*``, so SMG's sweep and the test suite's leak guard never see it), while
+this process follows it with the very WatchSession ``smgshm watch`` runs. Each round
+reports the producer's rate, the segments watch followed to a ``consumed`` end, and
+the queue overflows; then the same at fixed rates below the maximum, to find the
+highest rate followed with no loss. Medians of ``--runs`` rounds, side by side in one
+run; also the watch's CPU time per segment (independent of how busy the machine is).
+
+    .venv/bin/python benchmarks/watch_rate.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import uuid
+
+from smgshm.core.watch import WatchOptions, WatchSession
+
+PRODUCER = r"""
+import os, sys, time
+d, n, rate, bare = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4] == "bare"
+dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+pid, payload = os.getpid(), b"\x00" * 64
+flags = os.O_RDWR | os.O_CREAT | os.O_EXCL
+sys.stdout.write("ready\n"); sys.stdout.flush()
+sys.stdin.readline()
+t0 = time.perf_counter()
+for i in range(n):
+    if rate and i % 64 == 0:  # pace in small steps: ahead of the schedule, wait for it
+        ahead = i / rate - (time.perf_counter() - t0)
+        if ahead > 0:
+            time.sleep(ahead)
+    name = f"smg-smgshm-{pid}-{time.time_ns()}-{i}"
+    fd = os.open(name, flags, 0o600, dir_fd=dfd)
+    if bare:  # the least a segment can be: created, closed, unlinked (four events)
+        os.close(fd)
+    else:
+        os.write(fd, payload)
+        os.close(fd)
+        os.close(os.open(name, os.O_RDONLY, dir_fd=dfd))  # the reader
+    os.unlink(name, dir_fd=dfd)
+print(n / (time.perf_counter() - t0), flush=True)
+"""
+
+
+def cpu_s() -> float:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+def round_(d: str, n: int, rate: float, bare: bool) -> tuple[float, int, int, float]:
+    """One round: (producer segments/s, segments followed to their end, overflows, watch CPU µs/segment)."""
+    opts = WatchOptions(shm_dir=d, interval_s=0.25, orphan_after_s=3600)
+    with WatchSession(opts) as session:
+        argv = [sys.executable, "-c", PRODUCER, d, str(n), str(rate), "bare" if bare else "read"]
+        p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        if p.stdout is None or p.stdin is None or p.stdout.readline().strip() != "ready":
+            raise SystemExit("the producer did not start")
+        c0 = cpu_s()
+        p.stdin.write("go\n")
+        p.stdin.flush()
+        quiet = 0
+        while True:
+            st = session.step()
+            done = p.poll() is not None
+            quiet = quiet + 1 if done and st.events_read == 0 else 0
+            if quiet >= 2:  # the producer has ended and two intervals passed without an event
+                break
+        used = cpu_s() - c0
+        produced = float(p.stdout.readline())
+        p.wait()
+        s = session.summary()
+    return produced, s.cleaned if bare else s.consumed, s.overflows, used / n * 1e6
+
+
+def sweep(d: str, args: argparse.Namespace, bare: bool) -> list[tuple[str, float, float, int, float, bool]]:
+    """As fast as possible, then each paced rate below that: one row per rate, medians of --runs rounds."""
+    rows: list[tuple[str, float, float, int, float, bool]] = []
+    pattern = "bare" if bare else "consumed"
+    max_rate = None
+    for rate in [0.0] + [float(r) for r in args.rates.split(",") if r]:
+        if max_rate is not None and rate >= max_rate:
+            continue  # the producer cannot go that fast here
+        runs = [round_(d, args.segments, rate, bare) for _ in range(args.runs)]
+        produced = statistics.median(r[0] for r in runs)
+        followed = statistics.median(r[1] for r in runs)
+        overflows = max(r[2] for r in runs)
+        cpu = statistics.median(r[3] for r in runs)
+        lossless = all(r[1] == args.segments and r[2] == 0 for r in runs)
+        if rate == 0:
+            max_rate = produced
+        label = f"{pattern} " + ("as fast as possible" if rate == 0 else f"paced at {rate:,.0f}/s")
+        rows.append((label, produced, followed, overflows, cpu, lossless))
+        verdict = "no loss" if lossless else "LOSS"
+        sys.stdout.write(f"{label:<31} producer {produced:>7,.0f} seg/s  followed {followed:>6,.0f}/{args.segments}"
+                         f"  overflows {overflows:>2}  watch CPU {cpu:5.1f} us/seg  {verdict}\n")
+        sys.stdout.flush()
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--segments", type=int, default=30_000, help="segments per round (default 30000)")
+    ap.add_argument("--runs", type=int, default=3, help="rounds per rate; medians are reported (default 3)")
+    ap.add_argument("--rates", default="20000,10000,5000", help="fixed rates to try below the maximum")
+    ap.add_argument("--parent", default="/dev/shm", help="tmpfs to create the scratch dir in")  # noqa: S108
+    args = ap.parse_args()
+    with open("/proc/sys/fs/inotify/max_queued_events") as f:
+        queue = int(f.read())
+    d = os.path.join(args.parent, f"smgshm-bench-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    os.mkdir(d, 0o700)
+    try:
+        # bare: created, closed, unlinked (4 events), the fastest one process makes segments;
+        # consumed: also written and opened by a reader first (5 events), as SMG's traffic is.
+        bare, consumed = sweep(d, args, True), sweep(d, args, False)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+    rows = bare + consumed
+    tail = [f"inotify queue (fs.inotify.max_queued_events) {queue} events = {queue // 5} consumed segments of backlog"]
+    for name, part in (("bare", bare), ("consumed", consumed)):
+        best = max((r[1] for r in part if r[5]), default=0.0)
+        cpu = statistics.median(r[4] for r in part)
+        tail.append(f"{name}: highest rate followed with no event lost {best:,.0f} segments/s "
+                    f"(goal 10,000: {'met' if best >= 10_000 else 'NOT met'}); watch CPU {cpu:.1f} us/segment, "
+                    f"so one free core follows about {1e6 / cpu:,.0f}/s")  # fmt: skip
+    reported = all(r[5] or r[3] > 0 for r in rows)
+    tail.append("every loss above was reported as an overflow" if reported else "A LOSS WITHOUT AN OVERFLOW WAS SEEN")
+    sys.stdout.write("\n".join(tail) + "\n")
+
+
+if __name__ == "__main__":
+    main()
