@@ -80,7 +80,11 @@ def round_(d: str, n: int, rate: float, bare: bool) -> tuple[float, int, int, fl
         produced = float(p.stdout.readline())
         p.wait()
         s = session.summary()
-    return produced, s.cleaned if bare else s.consumed, s.overflows, used / n * 1e6
+    followed = s.cleaned if bare else s.consumed
+    if followed != n and not s.overflows:  # say what became of them: this would be a bug
+        sys.stdout.write(f"  unexplained: consumed {s.consumed} cleaned {s.cleaned} unknown {s.unknown} untracked "
+                         f"{s.untracked} dir_gone {s.dir_gone} in flight {s.in_flight} created {s.created}\n")
+    return produced, followed, s.overflows, used / n * 1e6
 
 
 def sweep(d: str, args: argparse.Namespace, bare: bool) -> list[tuple[str, float, float, int, float, bool]]:

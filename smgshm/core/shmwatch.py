@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import heapq
 import os
 import select
 import struct
@@ -348,7 +349,7 @@ class _Live:
     """The tracker's mutable record of one segment in flight."""
 
     __slots__ = ("created_ns", "creator_open", "first_read_ns", "kind", "lost", "name", "nbytes", "note",
-                 "observed", "pid", "reads")  # fmt: skip
+                 "observed", "orphaned", "pid", "reads")  # fmt: skip
 
     def __init__(self, name: str, created_ns: int, observed: bool, nbytes: int | None, note: str = "",
                  parsed: tuple[str, int | None, int | None] | None = None) -> None:  # fmt: skip
@@ -360,6 +361,7 @@ class _Live:
         self.creator_open = observed  # the next IN_OPEN is its creator's
         self.nbytes = nbytes
         self.reads = 0
+        self.orphaned = False
         self.first_read_ns: int | None = None
         self.note = note if note or observed else "found by a directory listing: its creation was not seen"
 
@@ -395,12 +397,21 @@ class SegmentTracker:
         now = time.time_ns() if now_ns is None else now_ns
         return [lv.life(None, now, None) for lv in self._live.values()]
 
-    def older_than(self, cutoff_ns: int, now_ns: int | None = None) -> list[SegmentLife]:
-        """The lives in flight created before ``cutoff_ns``, oldest first."""
+    def orphans(self, cutoff_ns: int, limit: int, now_ns: int | None = None) -> tuple[int, int, int, list[SegmentLife]]:
+        """Lives in flight since before ``cutoff_ns``: (count, known bytes, how many crossed it
+        since the last call, the ``limit`` oldest). One pass; only the listed become objects."""
         now = time.time_ns() if now_ns is None else now_ns
-        old = [lv for lv in self._live.values() if lv.created_ns < cutoff_ns]
-        old.sort(key=lambda lv: lv.created_ns)
-        return [lv.life(None, now, None) for lv in old]
+        count = nbytes = new = 0
+        old: list[_Live] = []
+        for lv in self._live.values():
+            if lv.created_ns < cutoff_ns:
+                count += 1
+                nbytes += lv.nbytes or 0
+                if not lv.orphaned:
+                    lv.orphaned, new = True, new + 1
+                old.append(lv)
+        oldest = heapq.nsmallest(limit, old, key=lambda lv: lv.created_ns)
+        return count, nbytes, new, [lv.life(None, now, None) for lv in oldest]
 
     def get(self, name: str, now_ns: int | None = None) -> SegmentLife | None:
         lv = self._live.get(name)

@@ -29,7 +29,7 @@ from smgshm.core.shmwatch import CONSUMED, SegmentLife, SegmentTracker, ShmEvent
 
 # Time-in-flight histogram bounds (seconds) for the exporter; +Inf is implied.
 FLIGHT_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
-_MAX_JUDGED_PER_STEP = 16  # each judgement walks /proc: a leaking host must not stall the watch
+_MAX_JUDGED_PER_STEP = 4  # each judgement walks /proc (tens of ms): a leaking host must not stall the watch
 
 
 @dataclass(frozen=True)
@@ -189,7 +189,6 @@ class WatchSession:
         self._seq = 0
         self._tick = 0.0
         self._judged: dict[str, tuple[SegmentInfo | None, float, str]] = {}
-        self._orphaned: set[str] = set()
         self.orphans_seen = 0
         self._first_snap: MetricsSnapshot | None = None
         self._snap: MetricsSnapshot | None = None
@@ -211,7 +210,11 @@ class WatchSession:
         """Start watching; the first scrape fails loudly (a wrong URL should not wait for an interval)."""
         self.watcher.open()
         if self.opts.metrics_url:
-            self._snap = self._first_snap = scrape(self.opts.metrics_url, self.opts.metrics_timeout_s)
+            try:
+                self._snap = self._first_snap = scrape(self.opts.metrics_url, self.opts.metrics_timeout_s)
+            except BaseException:
+                self.watcher.close()
+                raise
             self._snap_t = self._first_snap_t = time.monotonic()
         self._t0 = self._last_report = time.monotonic()
         self._tick = self._t0 + self.opts.interval_s
@@ -282,19 +285,19 @@ class WatchSession:
 
     def _orphans(self) -> tuple[int, int, list[Orphan]]:
         now_ns = time.time_ns()
-        old = self.tracker.older_than(now_ns - int(self.opts.orphan_after_s * 1e9), now_ns)
-        names = {life.name for life in old}
-        self.orphans_seen += len(names - self._orphaned)
-        self._orphaned = names
-        for gone in [n for n in self._judged if n not in names]:
-            del self._judged[gone]
+        cutoff = now_ns - int(self.opts.orphan_after_s * 1e9)
+        count, nbytes, new, old = self.tracker.orphans(cutoff, self.opts.max_orphans_listed, now_ns)
+        self.orphans_seen += new
+        listed_names = {life.name for life in old}
+        for gone in [n for n in self._judged if n not in listed_names]:
+            del self._judged[gone]  # judgements are kept for the listed ones only: bounded
         listed: list[Orphan] = []
         budget = _MAX_JUDGED_PER_STEP
-        for life in old[: self.opts.max_orphans_listed]:
+        for life in old:
             orphan, judged_now = self._orphan(life, budget > 0)
             budget -= judged_now
             listed.append(orphan)
-        return len(old), sum(life.nbytes or 0 for life in old), listed
+        return count, nbytes, listed
 
     def _orphan(self, life: SegmentLife, may_judge: bool) -> tuple[Orphan, int]:
         seen = self._judged.get(life.name)
