@@ -356,7 +356,7 @@ def test_closed_port_is_unreachable_within_the_connect_timeout() -> None:
     assert time.monotonic() - t0 < 10.0, "probe of a closed port hung (hang guard, not a perf check)"
     w = _worker(doc)
     assert w["verdict"] == "unreachable"
-    assert "endpoint unreachable" in w["reason"]
+    assert "connection refused" in w["reason"]
     assert w["address"] == dead
     assert (w["engine"], w["health"], w["decisions"], w["smgshm_receiver"]) == ("", None, {}, False)
 
@@ -380,8 +380,8 @@ def test_several_workers_human_output(vllm: RunningReceiver, start: StartReceive
     dead = f"127.0.0.1:{_closed_port()}"
     res = run_cli("probe", "--connect-timeout", "300ms", vllm.address, sg.address, dead, exit=4)
     lines = res.stdout.splitlines()
-    assert lines[0].startswith("SHM not usable"), res.stdout
-    assert "2 of 3" in lines[0]
+    assert lines[0].startswith("UNREACHABLE: 1 of 3"), res.stdout  # the headline says what exit 4 says
+    assert "SHM not usable for 2 of 3" in lines[0]
     rows = {r[0]: r for r in _table_rows(res.stdout) if r[0].startswith("127.0.0.1:")}
     assert set(rows) == {vllm.address, sg.address, dead}, res.stdout
     assert rows[vllm.address][1:] == ["vllm", "ok", "shared", "shm"]

@@ -328,7 +328,7 @@ def test_unreachable_address_exits_4() -> None:
     target = f"127.0.0.1:{closed_port()}"
     out = run_cli("send", target, "--connect-timeout", "300ms", exit=4)
     assert out.stderr.startswith("Error:"), out.stderr
-    assert "endpoint unreachable" in out.stderr
+    assert "connection refused" in out.stderr
     assert target in out.stderr
     assert own_segments() == []
 
@@ -341,7 +341,7 @@ def test_unreachable_json_error_document() -> None:
     assert doc["ok"] is False
     assert doc["command"] == "send"
     assert doc["error"]["kind"] == "transport"
-    assert "endpoint unreachable" in doc["error"]["message"]
+    assert "connection refused" in doc["error"]["message"]
     assert "Error:" in out.stderr
 
 

@@ -7,6 +7,7 @@ import click
 from smgshm.cli import probe_view as view
 from smgshm.cli.app import App
 from smgshm.cli.exitcodes import ExitCode
+from smgshm.cli.fmt import human_bytes
 from smgshm.cli.params import BYTES, DURATION, shm_dir_option
 
 _CODES = {
@@ -118,18 +119,23 @@ def probe(
                 f"{w.address}: the gateway recorded shm_namespace_id {w.gateway_label or '(none)'!r} but the worker "
                 f"advertises {w.namespace_id!r} now: a stale (labels are read once, at registration) or pinned label"
             )
+    local_failures: list[str] = []
     if not report.local.writable:
         app.warn(f"this host cannot create a segment in {shm_dir}: {report.local.writable_error}")
+        local_failures.append(f"this host cannot create a segment in {shm_dir}")
     for name in report.local.leftover_probe_files:
         pid = name.rsplit("-", 1)[-1]
         app.warn(f"leftover {name}: a gateway with pid {pid} will find /dev/shm unwritable and stay inline")
     codes = [verdict_code(w.verdict, expect) for w in report.workers]
     if need is not None and report.local.shm_free_bytes < need:
-        app.warn(f"{shm_dir} has {report.local.shm_free_bytes} bytes free, less than --need {need}")
+        free = report.local.shm_free_bytes
+        what = f"{shm_dir} has {free} bytes ({human_bytes(free)}) free, less than --need {need} ({human_bytes(need)})"
+        app.warn(what)
+        local_failures.append(what)
         codes.append(ExitCode.CHECK_FAILED)
     if not report.local.writable:
         codes.append(ExitCode.HOST)
     if not codes:
         codes.append(ExitCode.OK)
     worst = min(codes, key=lambda c: _SEVERITY.index(c) if c in _SEVERITY else -1)
-    click.get_current_context().exit(app.emit(report, view.probe_report, worst))
+    click.get_current_context().exit(app.emit(report, view.probe_report(worst, expect, local_failures), worst))

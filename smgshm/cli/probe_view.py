@@ -1,25 +1,62 @@
-"""Human output of ``smgshm probe``."""
+"""Human output of ``smgshm probe``: a headline that agrees with the exit code, then the table."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 from rich.text import Text
 
+from smgshm.cli.exitcodes import ExitCode
+from smgshm.cli.fmt import hint, prose, safe
 from smgshm.cli.ns_view import sharing_fix
 
 if TYPE_CHECKING:
     from smgshm.cli.app import App
 
-def probe_report(app: App, report: Any) -> None:
-    shared = [w for w in report.workers if w.verdict == "shared"]
+
+def _headline(report: Any, code: ExitCode, expect: str, local_failures: list[str]) -> tuple[str, str]:
     n = len(report.workers)
-    if len(shared) == n:
-        head, style = f"SHM usable: /dev/shm is shared with {'the worker' if n == 1 else f'all {n} workers'}", "green"
-    else:
-        head, style = f"SHM not usable for {n - len(shared)} of {n} worker(s)", "red"
-    app.console.print(Text(head, style=f"bold {style}"))
+    who = "the worker" if n == 1 else f"all {n} workers"
+    shared = [w for w in report.workers if w.verdict == "shared"]
+    if code == ExitCode.OK:
+        if expect == "not-shared":
+            return f"as expected, /dev/shm is not shared with {who}", "green"
+        if n and all(w.verdict == "not_grpc" for w in report.workers):
+            return f"SHM not applicable: {who} {'is' if n == 1 else 'are'} not gRPC (tensors go inline)", "green"
+        return (f"SHM usable: /dev/shm is shared with {who}" if n else "SHM usable here"), "green"
+    unusable = n - len(shared) - sum(1 for w in report.workers if w.verdict == "not_grpc")
+    if code == ExitCode.UNREACHABLE:
+        k = sum(1 for w in report.workers if w.verdict == "unreachable")
+        more = f"; SHM not usable for {unusable} of {n}" if unusable > k else ""
+        return f"UNREACHABLE: {k} of {n} worker(s) did not answer{more}", "red"
+    if code == ExitCode.UNDETERMINED:
+        k = sum(1 for w in report.workers if w.verdict == "undetermined")
+        return f"UNDETERMINED: {k} of {n} worker(s) advertise no usable namespace id", "yellow"
+    if code == ExitCode.HOST:
+        return f"SHM not usable: {local_failures[0] if local_failures else 'this host cannot write segments'}", "red"
+    if expect == "not-shared" and shared:
+        return f"SHM is shared with {len(shared)} of {n} worker(s), expected not shared", "red"
+    if len(shared) == n and local_failures:
+        return f"SHM not usable: {local_failures[0]}", "red"
+    return f"SHM not usable for {n - len(shared)} of {n} worker(s)", "red"
+
+
+def probe_report(code: ExitCode, expect: str, local_failures: list[str]) -> Callable[[App, Any], None]:
+    """The renderer, told the exit code so that its first line says the same."""
+
+    def render(app: App, report: Any) -> None:
+        head, style = _headline(report, code, expect, local_failures)
+        app.console.print(safe(head, f"bold {style}"))
+        if app.quiet:
+            return  # -q: the verdict line only
+        _table(app, report)
+
+    return render
+
+
+def _table(app: App, report: Any) -> None:
     table = Table(show_lines=False)
     labelled = any(w.gateway_label is not None for w in report.workers)
     for col in ("worker", "engine", "health", "verdict", "auto", *(("gw label",) if labelled else ())):
@@ -30,15 +67,14 @@ def probe_report(app: App, report: Any) -> None:
             ok = w.health.engine_healthy is not False and w.health.grpc_health == "SERVING"
             health = "ok" if ok else f"{'healthy' if w.health.engine_healthy else 'unhealthy'}/{w.health.grpc_health}"
         auto = w.decisions["auto"].path if w.decisions else "-"
-        label = () if not labelled else (("same" if w.gateway_label == w.namespace_id else w.gateway_label or "-"),)
-        table.add_row(Text(w.address), w.engine or "-", health, w.verdict, auto, *label)
+        label = () if not labelled else ((safe("same") if w.gateway_label == w.namespace_id
+                                          else safe(w.gateway_label or "-")),)  # fmt: skip
+        table.add_row(safe(w.address), safe(w.engine or "-"), health, w.verdict, auto, *label)
     app.console.print(table)
     for w in report.workers:
         why = w.reason + (f"; verify: {w.verify.message}" if w.verify is not None else "")
         auto = f"; under auto the gateway sends {w.decisions['auto'].path}" if w.decisions else ""
-        app.console.print(Text(f"{w.address}: ", style="bold") + Text(why + auto))
-    if app.quiet:
-        return
+        prose(app.console, safe(w.address, "bold") + Text(": ") + safe(why + auto), indent=2)
     for w in report.workers:
         fix = sharing_fix(w.verdict)
         if w.verdict == "unreachable":
@@ -46,4 +82,4 @@ def probe_report(app: App, report: Any) -> None:
         if w.verdict == "uid_mismatch":
             fix = "run the gateway and the worker as the same uid (segments are created 0600)"
         if fix:
-            app.err_console.print(Text("hint: ", style="cyan") + Text(f"{w.address}: {fix}"))
+            hint(app, f"{w.address}: {fix}")

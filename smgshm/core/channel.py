@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import socket
+import threading
+import time
 from typing import Any
 
 from smgshm.core.errors import TransportError
@@ -18,11 +21,77 @@ def grpc_target(address: str) -> str:
     return a
 
 
+def _split_host_port(target: str) -> tuple[str, int] | None:
+    """``h:p`` / ``[v6]:p`` -> (host, port); None for forms gRPC resolves itself (unix:, dns:///...)."""
+    if target.startswith(("unix:", "unix-abstract:", "dns:", "ipv4:", "ipv6:")):
+        return None
+    host, sep, port = target.rpartition(":")
+    if not sep or not port.isascii() or not port.isdigit():
+        return None
+    return host.strip("[]"), int(port)
+
+
+def _resolve(host: str, port: int, timeout: float, target: str) -> list[Any]:
+    """getaddrinfo under a deadline (the resolver's own can be 30 s): a DNS failure says so."""
+    out: list[Any] = []
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            out.extend(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM))
+        except OSError as err:
+            failure.append(err)
+
+    t = threading.Thread(target=run, daemon=True, name="smgshm-resolve")
+    t.start()
+    t.join(timeout)
+    if t.is_alive():
+        raise TransportError("cannot resolve host: the resolver did not answer in time", endpoint=target)
+    if failure:
+        err = failure[0]
+        raise TransportError("cannot resolve host", endpoint=target, detail=str(getattr(err, "strerror", err)))
+    return out
+
+
+def preflight(target: str, timeout: float) -> None:
+    """Fail at once where gRPC would retry quietly until the connect timeout: no such host, refused.
+
+    gRPC's channel_ready_future sees a refused port only as TRANSIENT_FAILURE and keeps
+    reconnecting with backoff, so an operator waited the whole --connect-timeout for a
+    typo. One plain TCP connect first tells "cannot resolve host" and "connection refused"
+    apart from a slow peer; the channel then connects as before.
+    """
+    hp = _split_host_port(target)
+    if hp is None:
+        return
+    deadline = time.monotonic() + timeout
+    infos = _resolve(hp[0], hp[1], timeout, target)
+    refused = False
+    for family, kind, proto, _, addr in infos:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        with socket.socket(family, kind, proto) as sock:
+            sock.settimeout(left)
+            try:
+                sock.connect(addr)
+                return
+            except ConnectionRefusedError:
+                refused = True
+            except OSError:
+                continue  # unreachable network, timeout: let gRPC try within what is left
+    if refused:
+        raise TransportError("connection refused", endpoint=target, hint="is the worker's gRPC server up on that port?")
+
+
 def open_channel(address: str, connect_timeout: float, max_message_bytes: int | None = None) -> Any:
     """A connected insecure channel, or TransportError within ``connect_timeout`` seconds."""
     import grpc
 
     target = grpc_target(address)
+    start = time.monotonic()
+    preflight(target, connect_timeout)
+    connect_timeout = max(0.05, connect_timeout - (time.monotonic() - start))
     opts = []
     if max_message_bytes:
         opts = [

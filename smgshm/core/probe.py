@@ -151,7 +151,7 @@ def _grpc_health(channel: Any, service: str, timeout: float) -> str:
     return str(health_pb2.HealthCheckResponse.ServingStatus.Name(r.status))
 
 
-def _server_info(channel: Any, engine: str, timeout: float) -> tuple[str, dict[str, Any]]:
+def _server_info(channel: Any, engine: str, timeout: float, address: str = "") -> tuple[str, dict[str, Any]]:
     """(advertised id, useful facts) from GetServerInfo, read where each engine keeps it."""
     import grpc
     from google.protobuf.json_format import MessageToDict
@@ -160,6 +160,17 @@ def _server_info(channel: Any, engine: str, timeout: float) -> tuple[str, dict[s
     try:
         info = stub.GetServerInfo(pb.GetServerInfoRequest(), timeout=timeout)
     except grpc.RpcError as err:
+        # No answer is not "advertises no id": a worker that timed out, sent too much or went away
+        # is unreachable (exit 4) with that reason; only an engine without the RPC advertises nothing.
+        if err.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+            raise TransportError("GetServerInfo deadline exceeded", endpoint=address, timeout_s=timeout) from err
+        if err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
+            raise TransportError(
+                "GetServerInfo answer larger than the message limit", endpoint=address,
+                detail=(err.details() or "")[:120],
+            ) from err  # fmt: skip
+        if err.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
+            raise _unreachable(address, err, timeout) from err
         return "", {"server_info_error": f"{err.code().name}: {err.details() or ''}"[:200]}
     d = MessageToDict(info, preserving_proto_field_name=True)
     ns = ""
@@ -231,7 +242,7 @@ def probe_worker(address: str, opts: ProbeOptions, local: LocalChecks) -> Worker
         health = Health(bool(hc.healthy) if hasattr(hc, "healthy") else None,
                         getattr(hc, "message", "") or getattr(hc, "status", ""),
                         _grpc_health(channel, service, opts.timeout))  # fmt: skip
-        ns, facts = _server_info(channel, engine, opts.timeout)
+        ns, facts = _server_info(channel, engine, opts.timeout, target)
         ident = _receiver_identity(channel, opts.timeout)
         verify = verify_canary(channel, opts) if opts.verify and ident is not None else None
     except TransportError as err:
