@@ -103,11 +103,11 @@ def sweep(d: str, args: argparse.Namespace, bare: bool) -> list[tuple[str, float
         lossless = all(r[1] == args.segments and r[2] == 0 for r in runs)
         if rate == 0:
             max_rate = produced
-        label = f"{pattern} " + ("as fast as possible" if rate == 0 else f"paced at {rate:,.0f}/s")
+        label = f"{pattern:<8} " + ("max" if rate == 0 else f"{rate:,.0f}/s")
         rows.append((label, produced, followed, overflows, cpu, lossless))
         verdict = "no loss" if lossless else "LOSS"
-        sys.stdout.write(f"{label:<31} producer {produced:>7,.0f} seg/s  followed {followed:>6,.0f}/{args.segments}"
-                         f"  overflows {overflows:>2}  watch CPU {cpu:5.1f} us/seg  {verdict}\n")
+        sys.stdout.write(f"{label:<17} producer {produced:>6,.0f}/s  followed {followed:>6,.0f}/{args.segments:,}"
+                         f"  overflows {overflows:>2}  {cpu:4.1f} us/seg  {verdict}\n")
         sys.stdout.flush()
     return rows
 
