@@ -282,3 +282,39 @@ def test_tty_gets_a_live_dashboard(tmpfs: str) -> None:  # noqa: F811
     assert "watching" in text  # the dashboard's first row
     assert "time in flight" in text
     assert "watched" in text  # the summary after the dashboard
+
+
+def test_metrics_unreachable_at_start_is_exit_4(tmpfs: str) -> None:  # noqa: F811
+    from smgshm.core.gatewayproc import free_port
+
+    url = f"http://127.0.0.1:{free_port()}/metrics"
+    res = run_cli("watch", "--shm-dir", tmpfs, "--count", "1", "--metrics", url, exit=4)
+    assert res.stderr.startswith("Error:")
+
+
+def test_a_scrape_failing_mid_run_is_said_per_interval(tmpfs: str, children: Children) -> None:  # noqa: F811
+    # A real Prometheus endpoint to scrape: another watch's exporter (no SMG counters in it).
+    exporter_watch, _ = spawn_watch(children, "--shm-dir", tmpfs, "--interval", "0.2", "--serve-metrics", "0")
+    assert exporter_watch.stdout is not None
+    url = json.loads(exporter_watch.stdout.readline())["url"]
+    w, _ = spawn_watch(children, "--shm-dir", tmpfs, "--interval", "0.2", "--metrics", url)
+    assert w.stdout is not None
+
+    def next_interval() -> dict[str, Any]:
+        while True:
+            r = json.loads(w.stdout.readline())  # type: ignore[union-attr]
+            if r["type"] == "interval":
+                return r
+
+    gw = next_interval()["gateway"]
+    assert gw["error"] == ""
+    assert gw["exported"] is False  # a Prometheus endpoint, but no smg_mm_* counters in it
+    assert gw["tensors"] == {}
+    os.kill(exporter_watch.pid, signal.SIGTERM)
+    exporter_watch.communicate(timeout=30)
+    failed = wait_for(lambda: (lambda i: i if i["gateway"]["error"] else None)(next_interval()), 30, "a failed scrape")
+    assert "127.0.0.1" in failed["gateway"]["error"]
+    os.kill(w.pid, signal.SIGINT)
+    out, err = w.communicate(timeout=30)
+    assert w.returncode == 0, err
+    assert json.loads(out.splitlines()[-1])["type"] == "summary"

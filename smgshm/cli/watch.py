@@ -64,7 +64,10 @@ def watch(app: App, interval: float, orphan_after: float, metrics_url: str | Non
     record per line. Ctrl-C (or SIGTERM) ends the run like --duration: the
     summary of the whole run, then the exit code (3 with --check and orphans).
     An inotify queue overflow is said and followed by a rescan; the shm dir
-    removed or mounted over is said and watched again.
+    removed or mounted over is said and watched again. Exit 3 with --check
+    and an orphan seen; 4 when --metrics is unreachable at the start (later
+    failed scrapes are said per interval) or --serve-metrics cannot listen;
+    5 when the shm dir cannot be watched.
 
     \b
     Examples:
