@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import sys
 from collections.abc import Iterator
@@ -23,7 +24,7 @@ from smgshm.core.gatewaymode import judge
 from smgshm.core.gatewayproc import GatewayConfig, RunningGateway, start_gateway
 from smgshm.core.gateways import find_gateways
 from smgshm.core.metrics import mm_traffic, parse_metrics
-from tests.conftest import Children
+from tests.conftest import Children, wait_for
 
 HAVE_SMG = (Path(sys.executable).parent / "smg").exists() or shutil.which("smg") is not None
 needs_smg = pytest.mark.skipif(not HAVE_SMG, reason="SMG gateway (smg) not installed")
@@ -205,6 +206,43 @@ def test_a_gateway_of_another_uid_is_reported_as_not_inspectable(
     assert g["ports"] == [], "nothing is guessed"
     assert g["logs"] == []
     assert "not readable by uid 65534" in g["note"]
+
+
+@needs_smg
+@needs_root
+def test_a_gateway_in_other_pid_and_network_namespaces_is_seen_but_its_ports_not_dialled(
+    children: Children, tmp_path: Path
+) -> None:
+    smg = str(Path(sys.executable).parent / "smg")
+    log = tmp_path / "ns gw.log"
+    inner = (
+        f"ip link set lo up 2>/dev/null; exec {shlex.quote(smg)} launch --host 127.0.0.1 --port 30000 "
+        "--prometheus-host 127.0.0.1 --prometheus-port 29000 --disable-tokenizer-autoload "
+        f"--multimodal-tensor-transport shm > {shlex.quote(str(log))} 2>&1"
+    )
+    p = children.spawn(["unshare", "--pid", "--fork", "--net", "--mount-proc", "sh", "-c", inner])
+
+    def found() -> Any:
+        for g in find_gateways():
+            with open(f"/proc/{g.pid}/status", encoding="ascii") as f:
+                ppid = next(int(ln.split()[1]) for ln in f if ln.startswith("PPid:"))
+            if ppid == p.pid and len(g.ports) == 2 and g.logs:
+                return g
+        return None
+
+    g = wait_for(found, 60, "the namespaced gateway to listen")
+    assert g.same_pid_namespace is False
+    assert g.ns_pid == 1, "its pid in its own namespace: the pid its segments are named with"
+    assert g.same_net_namespace is False
+    assert {(pt.port, pt.role) for pt in g.ports} == {(30000, "unknown"), (29000, "unknown")}, "listed, never dialled"
+    assert (g.http_url, g.metrics_url) == ("", "")
+    assert g.inspect == "partial"
+    assert "another network namespace" in g.note
+    assert "pid 1" in g.note
+    # Its log is read through /proc/PID/fd, whatever mount namespace it lives in.
+    doc = doctor_doc("--shm-dir", str(tmp_path))
+    _, checks = mine(doc, g.pid)
+    assert "configured shm (log)" in checks[f"gateway {g.pid} transport"]["summary"]
 
 
 def test_transport_line_parsing_text_ansi_and_json() -> None:

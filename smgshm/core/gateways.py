@@ -234,6 +234,9 @@ def inspect_gateway(pid: int, proc: str = "/proc", timeout_s: float = 2.0, probe
     notes = []
     if same_pid is False:
         notes.append(f"in another pid namespace (pid {ns_pid} there)")
+        if ns_pid == 1:
+            # SMG's orphan sweep skips its own pid: as pid 1 it never sweeps an earlier pid 1's segments.
+            notes.append("as pid 1 its orphan sweep never removes a previous pid-1 gateway's segments")
     if same_net is False or not probe:
         ports = [ListeningPort(a, p, "unknown") for a, p in found]
         if same_net is False:
