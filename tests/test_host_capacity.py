@@ -10,11 +10,17 @@ from typing import Any
 
 import pytest
 
-from smgshm.core.capacity import family_of, shm_usage
+from smgshm.core.capacity import family_of, record_tensor_seen, recorded_needs, shm_usage
 from tests.conftest import run_cli, tmpfs
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (mount -t tmpfs)")
 MIB = 1024 * 1024
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """bench and e2e keep the largest tensor they moved in the user's cache: keep the test's to itself."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
 
 
 @pytest.fixture
@@ -126,3 +132,15 @@ def test_docker_default_size_is_named_in_capacity(tmp_path: Path) -> None:
         assert c["status"] == "warn"
         assert "Docker's 64 MiB default" in c["summary"]
         assert "--shm-size=" in c["fix"]
+
+
+def test_the_largest_tensor_bench_moved_is_a_capacity_need(shm: str) -> None:
+    run_cli("--json", "bench", "--sizes", "256KiB,2MiB", "-n", "1", "-w", "0", "--shm-dir", shm)
+    assert recorded_needs("/dev/shm") == [], "a need belongs to the tmpfs it was measured on"
+    record_tensor_seen("smgshm bench", 4096, shm)  # a smaller one later never lowers the figure
+    assert [n.nbytes for n in recorded_needs(shm)] == [2 * MIB]
+    doc = run_cli("--json", "doctor", "--shm-dir", shm, exit=0).json
+    needs = doc["result"]["host"]["capacity"]["needs"]
+    assert any(n["source"].startswith("the largest tensor smgshm bench moved here") for n in needs), needs
+    c = checks(doc)["capacity"]
+    assert "2.0 MiB (the largest tensor smgshm bench moved here" in c["summary"]

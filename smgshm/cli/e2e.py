@@ -67,6 +67,12 @@ def e2e(app: App, gateway: str | None, api_key: str | None, model: str | None, m
         modes=modes or EMBEDDED_MODES, advertise_namespace_id=advertise_namespace_id, model_dir=model_dir,
     )  # fmt: skip
     report = run_against(gateway, opts, app.info) if gateway else run_embedded(opts, app.info)
+    from smgshm.core.capacity import record_tensor_seen
+
+    sizes = [x.nbytes for r in report.runs for x in r.receipts.receipts]
+    sizes += [s.nbytes or 0 for r in report.runs for s in r.shm_dir.segments]
+    if sizes:  # doctor's capacity check quotes the largest tensor e2e saw
+        record_tensor_seen("smgshm e2e", max(sizes), shm_dir)
     code = ExitCode.OK
     if report.undetermined:
         code = ExitCode.UNDETERMINED

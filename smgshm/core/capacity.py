@@ -8,12 +8,16 @@ unlinked but still open or mapped (a segment a reader maps), or inside directori
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import re
 import stat
+import time
 from dataclasses import dataclass, field
 
 from smgshm.core.errors import HostError
+from smgshm.core.paths import BOOT_ID_PATH
 
 DOCKER_DEFAULT_SHM = 64 * 1024 * 1024
 MAX_ENTRIES = 2_000_000  # bounded work in a hostile dir; the listing says when it stopped
@@ -29,6 +33,7 @@ FAMILIES: list[tuple[str, str, re.Pattern[str]]] = [
     ("semaphore", "POSIX named semaphores (sem.*)", re.compile(r"sem\.")),
 ]
 OTHER = ("other", "anything else")
+INFLIGHT_SOURCE = "--inflight-bytes"
 
 
 @dataclass(frozen=True)
@@ -111,6 +116,7 @@ class CapacityVerdict:
     needs: list[Need] = field(default_factory=list)
     largest: Need | None = None
     fits: bool | None = None  # None: no need is known
+    explicit_unmet: bool = False  # the operator's own budget (--inflight-bytes) does not fit: not inferred
     docker_default: bool = False  # the tmpfs is Docker's 64 MiB default
 
 
@@ -119,5 +125,73 @@ def assess_capacity(usage: ShmUsage, needs: list[Need]) -> CapacityVerdict:
     largest = max(needs, key=lambda n: n.nbytes, default=None)
     fits = None if largest is None else usage.free_bytes >= largest.nbytes
     return CapacityVerdict(
-        usage.free_bytes, usage.total_bytes, list(needs), largest, fits, usage.total_bytes == DOCKER_DEFAULT_SHM
+        usage.free_bytes,
+        usage.total_bytes,
+        list(needs),
+        largest,
+        fits,
+        explicit_unmet=any(n.source == INFLIGHT_SOURCE and n.nbytes > usage.free_bytes for n in needs),
+        docker_default=usage.total_bytes == DOCKER_DEFAULT_SHM,
     )
+
+
+# -- the largest tensors bench and e2e moved here (this boot), for doctor's capacity check ------
+
+
+def seen_path() -> str:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "smgshm", "largest-tensors.json")
+
+
+def _boot_id() -> str:
+    try:
+        with open(BOOT_ID_PATH, encoding="ascii") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def _load_seen(path: str) -> dict[str, dict[str, float]]:
+    try:
+        with open(path, "rb") as f:
+            doc = json.loads(f.read(1 << 20))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(doc, dict) or doc.get("boot_id") != _boot_id() or not isinstance(doc.get("seen"), dict):
+        return {}
+    return {str(k): v for k, v in doc["seen"].items() if isinstance(v, dict) and isinstance(v.get("nbytes"), int)}
+
+
+def _key(source: str, shm_dir: str) -> str | None:
+    try:
+        return f"{source}@{os.stat(shm_dir).st_dev}"  # a need belongs to the tmpfs it was measured on
+    except OSError:
+        return None
+
+
+def record_tensor_seen(source: str, nbytes: int, shm_dir: str, path: str | None = None) -> None:
+    """Remember the largest tensor ``source`` (e.g. "smgshm e2e") moved through ``shm_dir``; never an error."""
+    path = path or seen_path()
+    key = _key(source, shm_dir)
+    seen = _load_seen(path)
+    if key is None or nbytes <= int(seen.get(key, {}).get("nbytes", 0)):
+        return
+    seen[key] = {"nbytes": nbytes, "unix_s": time.time()}
+    with contextlib.suppress(OSError):
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump({"boot_id": _boot_id(), "seen": seen}, f)
+        os.replace(tmp, path)
+
+
+def recorded_needs(shm_dir: str, path: str | None = None) -> list[Need]:
+    """The largest tensors bench and e2e moved through ``shm_dir`` since boot, as capacity needs."""
+    out = []
+    for key, v in sorted(_load_seen(path or seen_path()).items()):
+        source = key.rpartition("@")[0]
+        if _key(source, shm_dir) != key:
+            continue
+        when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(float(v.get("unix_s", 0))))
+        out.append(Need(f"the largest tensor {source} moved here, {when}", int(v["nbytes"])))
+    return out

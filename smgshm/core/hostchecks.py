@@ -9,7 +9,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from smgshm.core.capacity import CapacityVerdict, Need, ShmUsage, assess_capacity, shm_usage
+from smgshm.core.capacity import (
+    INFLIGHT_SOURCE,
+    CapacityVerdict,
+    Need,
+    ShmUsage,
+    assess_capacity,
+    recorded_needs,
+    shm_usage,
+)
 from smgshm.core.doctor import Check
 from smgshm.core.errors import SmgshmError
 from smgshm.core.gatewaylog import TransportConfig, read_transport_config
@@ -190,7 +198,8 @@ def _shares_dir(pid: int, shm_dir: str) -> bool:
 def capacity_needs(inflight_bytes: int | None, findings: list[GatewayFinding], shm_dir: str) -> list[Need]:
     needs = []
     if inflight_bytes:
-        needs.append(Need("--inflight-bytes", inflight_bytes))
+        needs.append(Need(INFLIGHT_SOURCE, inflight_bytes))
+    needs += recorded_needs(shm_dir)
     for f in findings:
         m = f.finding.mean_tensor_bytes
         if f.gateway is not None and m and _shares_dir(f.gateway.pid, shm_dir):
@@ -239,14 +248,15 @@ def check_capacity(usage: ShmUsage, needs: list[Need]) -> tuple[list[Check], Cap
             )
         )
     else:
+        # Only the operator's own budget fails the run; an inferred need that does not fit is a warning.
         out.append(
             Check(
                 "capacity",
-                "fail",
+                "fail" if v.explicit_unmet else "warn",
                 f"{_mib(v.free_bytes)} free{docker} is below the largest need "
                 f"{_mib(v.largest.nbytes)} ({v.largest.source}): SMG's writes fail and go inline",
                 _enlarge(usage, v.largest.nbytes),
-                3,
+                3 if v.explicit_unmet else 0,
             )
         )
     return out, v
