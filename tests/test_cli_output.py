@@ -50,3 +50,8 @@ def test_lossless_round_trips_undecodable_bytes() -> None:
 
     raw = b"smg-\xff\x1b\n"
     assert bytes.fromhex(fmt.lossless(os.fsdecode(raw))) == raw
+
+
+def test_prose_keeps_the_spaces_between_words(capsys: pytest.CaptureFixture[str]) -> None:
+    fmt.prose(App().console, "[ok  ] shm dir:  two")
+    assert capsys.readouterr().out == "[ok  ] shm dir:  two\n"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import click
-from rich.text import Text
 
 from smgshm.cli import doctor_view as view
 from smgshm.cli.app import App
@@ -82,8 +81,6 @@ def doctor(app: App, workers: tuple[str, ...], from_gateway: str | None, api_key
     codes = [c.code for c in report.checks if c.status == "fail"] or [0]
     worst = ExitCode(min(codes, key=lambda c: _SEVERITY.index(c) if c in _SEVERITY else -1))
     if live:
-        ok = not report.failed
-        line = "all checks passed" if ok else f"{len(report.failed)} check(s) failed"
-        app.console.print(Text(f"doctor: {line}", style="bold green" if ok else "bold red"))
+        view.headline(app, report)
         click.get_current_context().exit(worst)
     click.get_current_context().exit(app.emit(report, lambda _a, _r: None, worst))

@@ -9,6 +9,7 @@ can only do what it says.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import unicodedata
 from collections.abc import Sequence
@@ -55,8 +56,23 @@ def safe(value: str | bytes, style: str = "") -> Text:
 
 
 def quote_cmd(argv: Sequence[str]) -> str:
-    """A command line to paste: every word shell-quoted (names may hold ``;``, ``$()``, newlines)."""
-    return shlex.join(argv)
+    """A command line to paste: every word shell-quoted (names may hold ``;``, ``$()``, newlines).
+
+    A word with control characters or undecodable bytes is written in bash's ANSI-C form
+    (``$'smg-\\x1b...'``) so the line stays one printable line and still names the exact
+    bytes; every other word goes through ``shlex.quote``.
+    """
+    return " ".join(_quote_word(w) for w in argv)
+
+
+def _quote_word(word: str) -> str:
+    if escape(word) == word.replace("\\", "\\\\"):  # nothing to escape: POSIX quoting suffices
+        return shlex.quote(word)
+    out = []
+    for b in os.fsencode(word):
+        ch = chr(b)
+        out.append(ch if 0x20 <= b < 0x7F and ch not in "'\\" else f"\\x{b:02x}")
+    return "$'" + "".join(out) + "'"
 
 
 def prose(console: Console, text: Text | str, indent: int = 0) -> None:
@@ -68,18 +84,18 @@ def prose(console: Console, text: Text | str, indent: int = 0) -> None:
     """
     text = Text(text) if isinstance(text, str) else text
     width = max(40, console.width)
-    lead = len(text.plain) - len(text.plain.lstrip(" "))
-    line = Text(" " * lead, end="\n")
-    for word in text.split(" "):
-        if not word.plain:
-            continue
-        if line.plain.strip() and line.cell_len + 1 + word.cell_len > width:
+    line: Text | None = None
+    prev_end = 0
+    for m in re.finditer(r"\S+", text.plain):
+        if line is None:  # the first word keeps whatever leads it (an indent)
+            line = text[: m.end()]
+        elif line.cell_len + (m.end() - prev_end) > width:
             console.print(line, soft_wrap=True, end="\n")
-            line = Text(" " * indent, end="\n")
-        elif line.plain.strip():
-            line.append(" ")
-        line.append_text(word)
-    if line.plain.strip():
+            line = Text(" " * indent) + text[m.start() : m.end()]
+        else:  # the spaces between words are kept as they are ("[ok  ]")
+            line = line + text[prev_end : m.end()]
+        prev_end = m.end()
+    if line is not None:
         console.print(line, soft_wrap=True, end="\n")
 
 

@@ -26,6 +26,10 @@ class Check:
     summary: str
     fix: str = ""
     code: int = 0  # the exit code this check asks for (house table)
+    # The command of the fix as argv (shown shell-quoted, so pasting it does only what it says),
+    # and the exact bytes (hex) of the entry names the check is about: names may be invalid UTF-8.
+    fix_cmd: list[str] = field(default_factory=list)
+    names_hex: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -113,8 +117,10 @@ def check_workers(addresses: list[str], shm_dir: str, timeout: float) -> list[Ch
                 "probe files",
                 "fail",
                 f"leftover {name}: a gateway with pid {pid} will stay inline",
-                f"smgshm gc --delete --min-age 0 (or rm {shm_dir}/{name} once no gateway has pid {pid})",
+                f"smgshm gc --delete --min-age 0, or once no gateway has pid {pid}, remove it:",
                 3,
+                fix_cmd=["rm", "--", os.path.join(shm_dir, name)],
+                names_hex=[os.fsencode(name).hex()],
             )
         )
     fixes = {

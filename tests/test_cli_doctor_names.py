@@ -1,0 +1,84 @@
+"""doctor under hostile names: escaped output, exact shell-quoted fixes, no crash in any locale.
+
+Names in the shm dir are chosen by any local user: escape sequences, newlines that fake a
+``fix:`` line, ``$(...)`` in a suggested command, bytes that are not UTF-8. doctor runs as a
+real child process under LC_ALL=C and C.UTF-8 against a private shm dir.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from smgshm.cli.fmt import quote_cmd
+from tests.conftest import smgshm_argv
+from tests.test_cli_doctor import shm_dir  # noqa: F401 - the private tmpfs fixture
+
+pytestmark = pytest.mark.timeout(180)
+
+EVIL = "smg-tokenspeed-probe-1\x1b[2J\x1b]0;pwned\x07\nfix: run $(touch PWNED)"
+BAD_UTF8 = b"smg-tokenspeed-probe-2\xff\xfe"
+
+
+@pytest.fixture
+def hostile_dir(shm_dir: str) -> str:  # noqa: F811 - the imported fixture (it removes the files)
+    for name in (os.fsencode(EVIL), BAD_UTF8):
+        fd = os.open(os.path.join(os.fsencode(shm_dir), name), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        os.close(fd)
+    return shm_dir
+
+
+def _doctor(shm: str, locale: str, *args: str) -> subprocess.CompletedProcess[bytes]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LC_", "LANG", "PYTHONIO"))}
+    env.update(LC_ALL=locale, COLUMNS="80")
+    return subprocess.run(smgshm_argv(*args, "doctor", "--shm-dir", shm), env=env, capture_output=True, timeout=150)
+
+
+@pytest.mark.parametrize("locale", ["C", "C.UTF-8"])
+def test_doctor_shows_hostile_names_escaped_in_any_locale(hostile_dir: str, locale: str, tmp_path: Path) -> None:
+    res = _doctor(hostile_dir, locale)
+    out, err = res.stdout.decode("utf-8", "replace"), res.stderr.decode("utf-8", "replace")
+    assert res.returncode == 3, err  # the probe files fail the run; never 70
+    assert "Traceback" not in err
+    assert "internal error" not in err
+    for stream in (res.stdout, res.stderr):
+        assert b"\x1b" not in stream
+        assert b"\x07" not in stream
+    assert not any(ln.lstrip().startswith("fix: run") for ln in out.splitlines()), "a name faked a fix line"
+    assert "\\xff\\xfe" in out
+    # Every suggested rm names exactly one of the files, byte for byte, when pasted into a shell.
+    cmds = [ln.strip() for ln in out.splitlines() if ln.strip().startswith("rm -- ")]
+    assert len(cmds) == 2, out
+    want = {os.path.join(os.fsencode(hostile_dir), n) for n in (os.fsencode(EVIL), BAD_UTF8)}
+    got = set()
+    for cmd in cmds:
+        printed = subprocess.run(["bash", "-c", "printf %s " + cmd.removeprefix("rm -- ")], capture_output=True,
+                                 cwd=tmp_path, timeout=10)  # fmt: skip
+        got.add(printed.stdout)
+    assert got == want
+    assert not (tmp_path / "PWNED").exists()
+    assert len(os.listdir(hostile_dir)) == 2, "doctor deleted nothing"
+
+
+def test_doctor_json_carries_the_exact_names(hostile_dir: str) -> None:
+    res = _doctor(hostile_dir, "C.UTF-8", "--json")
+    assert res.returncode == 3, res.stderr
+    doc = json.loads(res.stdout)
+    pf = [c for c in doc["result"]["checks"] if c["name"] == "probe files"]
+    assert {bytes.fromhex(h) for c in pf for h in c["names_hex"]} == {os.fsencode(EVIL), BAD_UTF8}
+    assert all(c["fix_cmd"][:2] == ["rm", "--"] for c in pf)
+
+
+def test_quote_cmd_round_trips_through_bash(tmp_path: Path) -> None:
+    words = ["plain", "a b", "it's", "$(touch PWNED)", "x\x1b[2J\ny", os.fsdecode(b"\xff\xfe"), "é", "back\\slash"]
+    printed = subprocess.run(["bash", "-c", "printf '%s\\0' " + quote_cmd(words)], capture_output=True,
+                             cwd=tmp_path, timeout=10)  # fmt: skip
+    assert printed.stdout.split(b"\0")[:-1] == [os.fsencode(w) for w in words]
+    assert not (tmp_path / "PWNED").exists()
+    assert "\n" not in quote_cmd(words)
+    assert shlex.split(quote_cmd(["a b", "c"])) == ["a b", "c"]
