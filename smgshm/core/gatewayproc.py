@@ -35,9 +35,6 @@ from smgshm.core.paths import DEFAULT_SHM_DIR
 
 PIP_HINT = "pip install 'smgshm[gateway]'"
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-_TRANSPORT_LINE = re.compile(
-    r"Multimodal tensor transport configured mode=(\w+) shm_min_bytes=(\d+) dev_writable=(\w+)"
-)
 _BIND_FAILED = re.compile(r"address already in use|addrinuse|os error 98", re.I)
 _MAX_LOG_TAIL = 64 * 1024
 
@@ -172,10 +169,15 @@ class RunningGateway:
 
     def transport_setting(self) -> TransportSetting | None:
         """The mode the gateway says it runs with, from its start-up line; None before it logged it."""
-        m = _TRANSPORT_LINE.search(self.logs())
-        if m is None:
+        from smgshm.core.gatewaylog import read_transport_config
+
+        try:
+            c = read_transport_config(self.log_path)  # the last start in the log: it is appended to
+        except SmgshmError:
             return None
-        return TransportSetting(m.group(1), int(m.group(2)), m.group(3) == "true")
+        if c is None or c.shm_min_bytes is None or c.dev_writable is None:
+            return None
+        return TransportSetting(c.mode, c.shm_min_bytes, c.dev_writable)
 
     def workers(self, timeout_s: float = 2.0) -> list[dict[str, Any]]:
         """``GET /workers``'s entries; TransportError while it does not answer."""
