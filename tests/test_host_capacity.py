@@ -144,3 +144,15 @@ def test_the_largest_tensor_bench_moved_is_a_capacity_need(shm: str) -> None:
     assert any(n["source"].startswith("the largest tensor smgshm bench moved here") for n in needs), needs
     c = checks(doc)["capacity"]
     assert "2.0 MiB (the largest tensor smgshm bench moved here" in c["summary"]
+
+
+def test_doctor_host_json_keys_are_pinned(shm: str) -> None:
+    host = run_cli("--json", "doctor", "--shm-dir", shm, "--inflight-bytes", "1MiB", exit=0).json["result"]["host"]
+    assert set(host) == {"gateways", "shm_usage", "capacity", "page_policy", "last_what_if"}
+    assert set(host["shm_usage"]) == {
+        "shm_dir", "total_bytes", "free_bytes", "used_bytes", "families", "unattributed_bytes", "entries", "truncated",
+    }  # fmt: skip
+    assert set(host["capacity"]) == {
+        "free_bytes", "total_bytes", "needs", "largest", "fits", "explicit_unmet", "docker_default",
+    }  # fmt: skip
+    assert set(host["page_policy"]) == {"shm_dir", "mount_huge", "shmem_enabled", "huge_pages", "reason"}

@@ -73,7 +73,14 @@ def test_doctor_finds_a_gateway_with_its_ports_and_reads_the_flag_from_its_log(
     gw = launch(gateways, tmp_path / "gw.log", transport="shm")
     doc = doctor_doc("--shm-dir", str(tmp_path))
     entry, checks = mine(doc, gw.pid)
+    assert set(entry) == {"gateway", "log_path", "log", "traffic", "finding"}
     g = entry["gateway"]
+    assert set(g) == {
+        "pid", "ns_pid", "uid", "pid_namespace", "same_pid_namespace", "net_namespace", "same_net_namespace",
+        "uptime_s", "ports", "http_url", "metrics_url", "logs", "inspect", "note",
+    }  # fmt: skip
+    assert set(entry["finding"]) == {"verdict", "status", "summary", "fix", "code", "evidence", "mode",
+                                     "mean_tensor_bytes"}  # fmt: skip
     assert g["uid"] == os.getuid()
     assert g["inspect"] == "ok"
     assert g["same_pid_namespace"] is True
