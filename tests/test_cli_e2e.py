@@ -155,3 +155,19 @@ def test_ctrl_c_stops_every_gateway_and_leaves_no_segment(children: Children, mo
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     left = [n for n in os.listdir(SHM) if any(n.startswith(f"smg-tokenspeed-{x}-") for x in pids)]
     assert left == []
+
+
+def test_doctor_from_gateway_includes_the_e2e_check(
+    children: Children, gateways: list[RunningGateway], tmp_path: Path, model_dir: str
+) -> None:
+    """doctor --from-gateway: the gateway's real image traffic judged beside the worker checks."""
+    addr = mm_shm_worker(children, model_dir, FOREIGN_ID)
+    gw = gateway(gateways, tmp_path, model_dir, addr, mode="auto")
+    argv = ["--json", "doctor", "--from-gateway", gw.http_url, "--metrics", gw.metrics_url, "--timeout", "5s"]
+    doc = run_cli(*argv, exit=3).json
+    checks = {c["name"]: c for c in doc["result"]["checks"]}
+    e2e = checks[f"e2e {gw.http_url}"]
+    assert e2e["status"] == "warn"
+    assert "another namespace id" in e2e["summary"]
+    assert "metrics, shm dir" in e2e["summary"]
+    assert checks[f"probe grpc://{addr}"]["status"] == "fail"  # the foreign id, named by probe too

@@ -33,10 +33,15 @@ _SEVERITY = [4, 5, 3, 6, 1, 0]
     "writes are found without it.",
 )
 @click.option("--inflight-bytes", type=BYTES, help="The in-flight budget the shm dir must hold (e.g. 2GiB).")
+@click.option("--metrics", "metrics_url", metavar="URL",
+              help="The --from-gateway gateway's Prometheus endpoint, for its e2e check (default host:29000).")
+@click.option("--e2e/--no-e2e", default=True, show_default=True,
+              help="Real image requests through --from-gateway, or (no worker) the embedded real gateway.")  # fmt: skip
 @shm_dir_option
 @click.pass_obj
 def doctor(app: App, workers: tuple[str, ...], from_gateway: str | None, api_key: str | None, timeout: float,
-           gateway_logs: tuple[str, ...], inflight_bytes: int | None, shm_dir: str) -> None:  # fmt: skip
+           gateway_logs: tuple[str, ...], inflight_bytes: int | None, metrics_url: str | None, e2e: bool,
+           shm_dir: str) -> None:  # fmt: skip
     """Check everything SMG's SHM transport needs here, and say how to fix what fails.
 
     In order: this host's namespace id and shm dir (tmpfs, size, Docker's 64 MiB
@@ -50,7 +55,10 @@ def doctor(app: App, workers: tuple[str, ...], from_gateway: str | None, api_key
     page-size policy (huge= and shmem_enabled) with what huge pages would gain;
     and reapers that would delete live segments (systemd-logind RemoveIPC,
     tmpfiles rules on /dev/shm). With no worker it starts the reference receiver
-    in-process on loopback (the embedded default).
+    in-process on loopback (the embedded default). With --from-gateway, real
+    image chat requests go through that gateway and the check says which path
+    their tensors took and why (smgshm e2e); with no worker and smg installed,
+    the same through the embedded real gateway under shm, auto and inline.
 
     Exit with the worst code of the checks: 4, 5, 3, 6, 1, then 0.
 
@@ -77,7 +85,8 @@ def doctor(app: App, workers: tuple[str, ...], from_gateway: str | None, api_key
             view.doctor_check(app, c)
 
     report = run_doctor(addresses, shm_dir=shm_dir, timeout=timeout, on_check=say, gateway_logs=list(gateway_logs),
-                        inflight_bytes=inflight_bytes)  # fmt: skip
+                        inflight_bytes=inflight_bytes, gateway=from_gateway, api_key=api_key, e2e=e2e,
+                        metrics_url=metrics_url)  # fmt: skip
     codes = [c.code for c in report.checks if c.status == "fail"] or [0]
     worst = ExitCode(min(codes, key=lambda c: _SEVERITY.index(c) if c in _SEVERITY else -1))
     if live:

@@ -284,8 +284,16 @@ def run_doctor(
     on_check: Callable[[Check], None] | None = None,
     gateway_logs: list[str] | None = None,
     inflight_bytes: int | None = None,
+    gateway: str | None = None,
+    api_key: str | None = None,
+    e2e: bool = True,
+    metrics_url: str | None = None,
 ) -> DoctorReport:
-    """Run every check in order; with no workers, against an embedded reference receiver."""
+    """Run every check in order; with no workers, against an embedded reference receiver.
+
+    With ``e2e``: real image requests through ``gateway`` (``smgshm e2e --gateway``), or,
+    with no workers and no gateway, through the embedded real gateway when smg is installed.
+    """
     checks: list[Check] = []
 
     def add(new: list[Check]) -> None:
@@ -316,12 +324,56 @@ def run_doctor(
     finally:
         if embedded is not None:
             embedded.stop(0)
+    if e2e and (gateway or embedded is not None):
+        if os.path.realpath(shm_dir) == DEFAULT_SHM_DIR or gateway:
+            add(check_e2e(gateway, api_key, shm_dir, timeout, metrics_url))
+        else:  # SMG's gateway always writes /dev/shm: an embedded one would say nothing about this dir
+            add([Check("e2e", "skip", f"skipped: SMG's gateway writes {DEFAULT_SHM_DIR}, not {shm_dir}")])
     add(check_leaks(shm_dir))
     from smgshm.core.hostchecks import run_host_checks
 
     host = run_host_checks(add, shm_dir, timeout, gateway_logs, inflight_bytes)
     add(check_reapers())
     return DoctorReport(checks, embedded.address if embedded else "", workers, host)
+
+
+def check_e2e(gateway: str | None, api_key: str | None, shm_dir: str, timeout: float,
+              metrics_url: str | None = None) -> list[Check]:  # fmt: skip
+    """``smgshm e2e``: which path real image requests take through ``gateway`` (or the embedded one)."""
+    from smgshm.core.e2e import E2eOptions, run_against, run_embedded
+    from smgshm.core.gatewayproc import PIP_HINT, find_smg
+
+    opts = E2eOptions(requests=2, api_key=api_key, shm_dir=shm_dir, timeout_s=max(timeout, 30.0),
+                      metrics_url=metrics_url)  # fmt: skip
+    if gateway is None:
+        try:
+            find_smg()
+        except SmgshmError:
+            return [Check("e2e", "skip", "skipped: SMG's gateway is not installed here", PIP_HINT)]
+    try:
+        report = run_against(gateway, opts) if gateway else run_embedded(opts)
+    except SmgshmError as err:
+        code = 4 if err.kind == "transport" else 5 if err.kind in ("host", "no_space") else 1
+        return [Check("e2e", "fail", str(err), err.hint or "", code)]
+    fix_cmd = f"smgshm e2e --gateway {gateway}" if gateway else "smgshm e2e"
+    out = []
+    for run in report.runs:
+        name = f"e2e {run.label}" if report.embedded else f"e2e {gateway}"
+        summary = f"{run.cause} (p50 {run.p50_ms:.0f} ms; evidence: {', '.join(run.shm_tensors_by_source) or 'none'})"
+        if run.path == "undetermined":
+            out.append(Check(name, "fail", summary, f"see {fix_cmd} for each source", 6))
+        elif run.failure_class:
+            out.append(Check(name, "fail", f"{run.failure} ({summary})", f"see {fix_cmd}", 3))
+        elif run.expected and not run.as_expected:
+            out.append(Check(name, "fail", f"expected {run.expected}: {summary}", f"see {fix_cmd}", 3))
+        elif run.path != "shm" and not report.embedded:
+            out.append(Check(name, "warn", summary, "see the cause; smgshm probe --from-gateway shows each worker"))
+        else:
+            out.append(Check(name, "ok", summary))
+    if report.removed_at_stop or report.processes_left:
+        what = f"{len(report.removed_at_stop)} segment(s), {len(report.processes_left)} process(es)"
+        out.append(Check("e2e cleanup", "fail", f"left behind: {what}", "a bug in smgshm: report it", 3))
+    return out
 
 
 def _is_smgshm(address: str, timeout: float) -> bool:

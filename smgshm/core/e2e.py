@@ -11,6 +11,7 @@ and everything stopped and checked gone at the end, Ctrl-C included.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -209,6 +210,8 @@ def run_embedded(opts: E2eOptions, say: Progress = lambda _s: None) -> E2eReport
     from smgshm.core.gatewayproc import GatewayConfig, find_smg, launch_gateway, stop_gateways, wait_ready
 
     find_smg()  # before anything starts: the one clear error when smg is missing
+    # SMG's gateway writes /dev/shm whatever the caller's shm dir: watch and read there.
+    opts = dataclasses.replace(opts, shm_dir=DEFAULT_SHM_DIR)
     from smgshm.core.modeldir import ensure_model_dir
     from smgshm.core.namespace import read_namespace_id
     from smgshm.core.receiver import ReceiverConfig
