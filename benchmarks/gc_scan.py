@@ -1,12 +1,22 @@
-"""How fast ``smgshm gc`` lists and judges a crowded shm dir.
+"""How fast ``smgshm gc`` lists a crowded shm dir, through the CLI, beside ``find -printf`` in the same run.
 
-Creates ``--entries`` small ``smg-tokenspeed-<dead pid>-<nanos>-<i>`` files in a
-scratch tmpfs dir under /dev/shm (named ``smgshm-bench-<pid>-<uuid>``, never
-``smg-*``, so neither SMG's sweep nor the test suite's leak guard sees it), times
-``scan_segments`` over it ``--runs`` times and prints the median and entries/s.
-The dir is removed at the end, whatever happens.
+For each ``--entries`` count it creates that many empty ``smg-tokenspeed-<dead pid>-<nanos>-<i>``
+files in a scratch dir under /dev/shm (``smgshm-bench-<pid>-<uuid>``, never ``smg-*``, so neither
+SMG's sweep nor the test suite's leak guard sees it), then runs, in alternation and ``--runs``
+times each, as child processes with stdout to /dev/null:
 
-    .venv/bin/python benchmarks/gc_scan.py --entries 100000
+    find DIR -maxdepth 1 -name 'smg-*' -printf '%f %s %T@ %U %i %n\\n'     (the floor)
+    smgshm gc --shm-dir DIR --assume-dead              (the summary people see)
+    smgshm gc --shm-dir DIR --assume-dead --all        (every row)
+    smgshm gc --shm-dir DIR --assume-dead --raw        (every row, for scripts)
+    smgshm --json gc --shm-dir DIR --assume-dead       (one streamed document)
+
+and prints each one's median wall time, its ratio to find's, and its peak RSS (wait4's ru_maxrss)
+against the same command on a dir a tenth the size, which shows whether memory grows with the
+listing. --assume-dead makes gc judge every entry fully (the dead pid makes all of them leaked),
+whatever other pid namespaces this machine has. The dirs are removed at the end, whatever happens.
+
+    .venv/bin/python benchmarks/gc_scan.py --entries 100000 1000000
 """
 
 from __future__ import annotations
@@ -20,7 +30,15 @@ import sys
 import time
 import uuid
 
-from smgshm.core.leaks import ScanOptions, State, scan_segments
+FIND = ["find", "{d}", "-maxdepth", "1", "-name", "smg-*", "-printf", "%f %s %T@ %U %i %n\\n"]
+SMGSHM = [sys.executable, "-m", "smgshm"]
+FORMS: dict[str, list[str]] = {
+    "find -printf": FIND,
+    "gc (summary)": [*SMGSHM, "gc", "--shm-dir", "{d}", "--assume-dead"],
+    "gc --all": [*SMGSHM, "gc", "--shm-dir", "{d}", "--assume-dead", "--all"],
+    "gc --raw": [*SMGSHM, "gc", "--shm-dir", "{d}", "--assume-dead", "--raw"],
+    "--json gc": [*SMGSHM, "--json", "gc", "--shm-dir", "{d}", "--assume-dead"],
+}
 
 
 def dead_pid() -> int:
@@ -30,56 +48,74 @@ def dead_pid() -> int:
     return child.pid
 
 
-def populate(d: str, n: int, pid: int, size: int) -> None:
-    payload = b"\0" * size
-    nanos = time.time_ns()
+def populate(d: str, n: int, pid: int) -> None:
+    nanos = time.time_ns() - 3600 * 10**9
     dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
     try:
         for i in range(n):
-            fd = os.open(f"smg-tokenspeed-{pid}-{nanos + i}-{i}", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600,
-                         dir_fd=dfd)  # fmt: skip
-            try:
-                if payload:
-                    os.write(fd, payload)
-            finally:
-                os.close(fd)
+            os.close(os.open(f"smg-tokenspeed-{pid}-{nanos + i}-{i}", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600,
+                             dir_fd=dfd))  # fmt: skip
     finally:
         os.close(dfd)
 
 
+def timed(argv: list[str]) -> tuple[float, float, int]:
+    """(wall seconds, CPU seconds, peak RSS in KiB) of one child, its stdout discarded."""
+    t0 = time.perf_counter()
+    p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(p.pid, 0)
+    wall = time.perf_counter() - t0
+    p.returncode = os.waitstatus_to_exitcode(status)
+    err = p.stderr.read().decode(errors="replace") if p.stderr else ""
+    if p.returncode != 0:
+        raise SystemExit(f"{argv[:6]} exited {p.returncode}: {err}")
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss
+
+
+def measure(d: str, runs: int) -> dict[str, tuple[float, float, int]]:
+    walls: dict[str, list[float]] = {k: [] for k in FORMS}
+    cpus: dict[str, list[float]] = {k: [] for k in FORMS}
+    rss: dict[str, int] = {}
+    for _ in range(runs):
+        for form, argv in FORMS.items():  # in alternation: a noisy neighbour hits every form alike
+            wall, cpu, peak = timed([a.replace("{d}", d) for a in argv])
+            walls[form].append(wall)
+            cpus[form].append(cpu)
+            rss[form] = max(rss.get(form, 0), peak)
+    return {k: (statistics.median(walls[k]), statistics.median(cpus[k]), rss[k]) for k in FORMS}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--entries", type=int, default=100_000, help="segments to create (default 100000)")
-    ap.add_argument("--runs", type=int, default=3, help="timed scans; the median is reported (default 3)")
-    ap.add_argument("--size", type=int, default=64, help="bytes per segment (default 64)")
-    ap.add_argument("--parent", default="/dev/shm", help="tmpfs to create the scratch dir in")  # noqa: S108
+    ap.add_argument("--entries", type=int, nargs="+", default=[100_000], help="entry counts (default 100000)")
+    ap.add_argument("--runs", type=int, default=3, help="runs of each form per count; medians (default 3)")
+    ap.add_argument("--parent", default="/dev/shm", help="tmpfs to create the scratch dirs in")  # noqa: S108
     args = ap.parse_args()
 
-    d = os.path.join(args.parent, f"smgshm-bench-{os.getpid()}-{uuid.uuid4().hex[:8]}")
-    os.mkdir(d, 0o700)
+    pid = dead_pid()
+    made: list[str] = []
     try:
-        pid = dead_pid()
-        t0 = time.perf_counter()
-        populate(d, args.entries, pid, args.size)
-        made = time.perf_counter() - t0
-        print(f"created {args.entries} entries of {args.size} B in {d} in {made:.2f} s")  # noqa: T201
-        opts = ScanOptions(shm_dir=d)
-        times: list[float] = []
-        for run in range(args.runs):
-            t0 = time.perf_counter()
-            report = scan_segments(opts)
-            times.append(time.perf_counter() - t0)
-            leaked = report.counts[State.LEAKED.value]
-            if len(report.segments) != args.entries:
-                raise SystemExit(f"scan {run} listed {len(report.segments)} of {args.entries} entries")
-            print(  # noqa: T201
-                f"run {run + 1}: {times[-1]:.3f} s ({len(report.segments)} segments, {leaked} leaked, "
-                f"liveness_trusted={report.liveness_trusted}, scan_ms={report.scan_ms:.0f})"
-            )
-        med = statistics.median(times)
-        print(f"median scan_segments over {args.runs} runs: {med:.3f} s, {args.entries / med:,.0f} entries/s")  # noqa: T201
+        for n in args.entries:
+            results: dict[int, dict[str, tuple[float, float, int]]] = {}
+            for count in (max(1, n // 10), n):
+                d = os.path.join(args.parent, f"smgshm-bench-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+                os.mkdir(d, 0o700)
+                made.append(d)
+                populate(d, count, pid)
+                results[count] = measure(d, args.runs)
+                shutil.rmtree(d, ignore_errors=True)
+            small, big = results[max(1, n // 10)], results[n]
+            floor, floor_cpu = big["find -printf"][0], big["find -printf"][1]
+            print(f"{n:,} entries (medians of {args.runs} runs, alternating; wall, CPU, and peak RSS at "  # noqa: T201
+                  f"{n:,} vs {n // 10:,} entries):")  # fmt: skip
+            for form, (wall, cpu, peak) in big.items():
+                ratio = "" if form == "find -printf" else f"{wall / floor:5.2f}x"
+                cratio = "" if form == "find -printf" else f"{cpu / floor_cpu:5.2f}x"
+                print(f"  {form:<14} wall {wall:7.3f} s {ratio:<6}  cpu {cpu:7.3f} s {cratio:<6}  "  # noqa: T201
+                      f"RSS {peak / 1024:6.1f} MiB (vs {small[form][2] / 1024:6.1f})")  # fmt: skip
     finally:
-        shutil.rmtree(d, ignore_errors=True)
+        for d in made:
+            shutil.rmtree(d, ignore_errors=True)
 
 
 if __name__ == "__main__":

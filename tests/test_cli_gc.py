@@ -38,14 +38,14 @@ ENVELOPE = {"smgshm_version", "schema_version", "command", "ok", "result", "warn
 RESULT_KEYS = {
     "shm_dir", "segments", "counts", "bytes_by_state", "reclaimable_bytes", "shm_total_bytes",
     "shm_used_bytes", "shm_free_bytes", "liveness_trusted", "liveness_note", "scan_ms", "deleted",
-    "remaining_counts", "remaining_bytes_by_state",
+    "remaining_counts", "remaining_bytes_by_state", "counts_by_kind", "bytes_by_kind",
 }  # fmt: skip
 SEGMENT_KEYS = {
     "name", "kind", "file_type", "nbytes", "allocated_bytes", "age_s", "uid", "producer_pid",
-    "producer_alive", "holders", "state", "reason", "ino",
+    "producer_alive", "holders", "state", "reason", "ino", "name_hex", "nlink",
 }  # fmt: skip
 HOLDER_KEYS = {"pid", "comm", "how"}
-DELETION_KEYS = {"name", "nbytes", "deleted", "reason"}
+DELETION_KEYS = {"name", "name_hex", "nbytes", "deleted", "reason", "ino", "freed_bytes"}
 
 # gc can only trust a dead-looking pid from the host's initial pid namespace. Run inside a
 # container, the suite judges by this namespace's pids (the pid-namespace tests cover trust).
@@ -586,7 +586,7 @@ def test_json_schema(children: Children, tmp_dir: str) -> None:
     assert isinstance(r["liveness_trusted"], bool)
     assert r["shm_total_bytes"] >= r["shm_free_bytes"] >= 0
     assert r["shm_used_bytes"] == r["shm_total_bytes"] - r["shm_free_bytes"]
-    assert [s["name"] for s in r["segments"]] == sorted([leak, held])
+    assert sorted(s["name"] for s in r["segments"]) == sorted([leak, held]), "streamed in dir order"
     for s in r["segments"]:
         assert set(s) == SEGMENT_KEYS
         assert s["state"] in STATES
@@ -696,17 +696,30 @@ def test_missing_shm_dir_is_a_host_error() -> None:
 
 
 def test_human_output_tells_the_story(children: Children, tmp_dir: str) -> None:
+    from smgshm.cli.fmt import quote_cmd
+
     name = seg_name(dead_pid(children))
     make_file(tmp_dir, name)
     res = run_cli("gc", "--shm-dir", tmp_dir, *JUDGE)
-    assert f"1 SMG segment(s) in {tmp_dir}: 1 leaked" in res.stdout
-    assert name in res.stdout
+    lines = res.stdout.splitlines()
+    assert lines[0] == f"1 SMG segment(s) in {tmp_dir}: 1 leaked"
+    assert "by state: leaked 1 (4.0 KiB)" in lines
+    assert "by kind: gateway 1 (4.0 KiB)" in lines
+    assert any(ln.startswith("leaked ") and ln.endswith(f"  {name}") for ln in lines), res.stdout
+    assert "why: producer pid" in res.stdout
     assert "no process has that pid" in res.stdout
-    assert "smgshm gc --delete" in res.stderr
+    assert quote_cmd(["smgshm", "gc", "--shm-dir", tmp_dir, "--delete", *JUDGE]) in res.stderr
+
     res = run_cli("gc", "--shm-dir", tmp_dir, *JUDGE, "--delete", "--min-age", "0", "--yes")
-    assert "deleted 1, freed 4.0 KiB" in res.stdout
-    assert f"deleted {name}" in res.stderr
-    assert "smgshm gc --delete" not in res.stderr
+    lines = res.stdout.splitlines()
+    # Shown before, done after: the first line says what was done and what is left.
+    assert "will delete 1 segment(s), 4.0 KiB:" in res.stderr
+    assert name in res.stderr
+    assert lines[0] == f"deleted 1, freed 4.0 KiB; 0 SMG segment(s) left in {tmp_dir}: none"
+    assert f"deleted {name}: freed 4.0 KiB" in res.stdout
+    assert not [ln for ln in lines if ln.startswith("leaked") and name in ln], "a deleted entry is not listed leaked"
+    assert "--delete" not in res.stderr.split("will delete")[0]
+    assert not os.path.lexists(os.path.join(tmp_dir, name))
 
 
 PROBE = (

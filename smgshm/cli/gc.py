@@ -40,34 +40,47 @@ if TYPE_CHECKING:
 )
 @click.option("--watch", type=DURATION, help="Re-scan every DURATION and show growth per state.")
 @click.option("--watch-count", type=click.IntRange(1), help="With --watch: stop after this many scans.")
+@click.option("--all", "all_rows", is_flag=True, help="List every entry (the default summarises: counts, bytes, "
+              "and the entries that matter most).")  # fmt: skip
+@click.option("--raw", "--no-headers", "raw", is_flag=True, help="For scripts: one header-less line per entry, "
+              "STATE KIND ALLOCATED_BYTES AGE_S PID NAME (name escaped, spaces as \\x20), nothing else.")  # fmt: skip
 @shm_dir_option
 @click.pass_obj
 def gc(app: App, delete: bool, include_stale: bool, min_age: float, stale_after: float, assume_dead: bool,
        all_users: bool, yes: bool, check: bool, prometheus_file: str | None, watch: float | None,
-       watch_count: int | None, shm_dir: str) -> None:  # fmt: skip
+       watch_count: int | None, all_rows: bool, raw: bool, shm_dir: str) -> None:  # fmt: skip
     """List every smg-* entry of the shm dir and say whether it leaked; reap leaks safely.
 
     Each entry gets its kind (gateway payload, gateway probe, smgshm, other),
     size, age, owner, producer pid (from its name), whether that producer lives
     (a process with that pid that started before the segment was written), who
-    holds it open or mapped, and a state: in_flight, held, leaked, stale,
-    hazard (a symlink, FIFO or directory named like a segment) or unknown
-    (liveness cannot be trusted, e.g. another pid namespace shares this tmpfs).
+    holds it open or mapped (by inode, whatever name it was opened by), and a
+    state: in_flight, held, leaked, stale, hazard (a symlink, FIFO or directory
+    named like a segment) or unknown (liveness cannot be trusted: a process in
+    another pid namespace can reach this filesystem, at whatever path).
+
+    The default view summarises (counts and bytes per state and kind, then the
+    entries that matter most); --all lists every entry; --raw prints one plain
+    line per entry for scripts; --json one document, written as it goes.
 
     --delete unlinks only leaked (and with --include-stale, stale) regular
-    files older than --min-age, owned by this uid, re-checking each right before
-    it unlinks it. It never touches anything held, in flight, non-regular or
-    outside SMG's names.
+    files older than --min-age, owned by this uid. It shows what it will delete,
+    asks on a TTY unless --yes, sets each aside under a private name, checks that
+    it is the very inode judged (still regular, held by nobody) and only then
+    unlinks it; anything else is put back. It never touches anything held, in
+    flight, non-regular or outside SMG's names.
 
     \b
     Examples:
       smgshm gc
+      smgshm gc --all
+      smgshm gc --raw | awk '$1 == "leaked"'
       smgshm gc --check --json
       smgshm gc --delete --yes
       # cron, every 10 minutes:
       #   */10 * * * * root smgshm -q gc --delete --check --prometheus /var/lib/node_exporter/smgshm.prom
     """
-    from smgshm.core.leaks import Deletion, ScanOptions, reap, scan_segments
+    from smgshm.core.leaks import ScanOptions
 
     opts = ScanOptions(shm_dir, stale_after, assume_dead)
     if watch is not None:
@@ -75,38 +88,89 @@ def gc(app: App, delete: bool, include_stale: bool, min_age: float, stale_after:
             raise click.UsageError("--watch only lists: it does not combine with --delete, --check or --prometheus")
         _watch(app, opts, watch, watch_count)
         return
-    with view.scan_progress(app) as progress:
-        report = scan_segments(opts, progress)
-    if not report.liveness_trusted and not assume_dead:
-        app.warn(report.liveness_note)
-    if delete:
-        n = report.counts["leaked"] + (report.counts["stale"] if include_stale else 0)
-        if n and not yes and sys.stdin.isatty() and not app.json:
-            click.confirm(f"delete up to {n} segment(s)?", abort=True, err=True)
+    if raw and app.json:
+        raise click.UsageError("--raw and --json are two outputs: pick one")
+    code = run(app, opts, delete=delete, include_stale=include_stale, min_age=min_age, all_users=all_users,
+               yes=yes, check=check, prometheus_file=prometheus_file, all_rows=all_rows, raw=raw)  # fmt: skip
+    click.get_current_context().exit(code)
 
-        def say(d: Deletion) -> None:
-            app.info(f"{'deleted' if d.deleted else 'kept'} {d.name}: {d.reason}")
 
-        report = reap(report, opts, include_stale=include_stale, min_age_s=min_age, all_users=all_users, on_action=say)
+def run(app: App, opts: ScanOptions, *, delete: bool, include_stale: bool, min_age: float, all_users: bool,
+        yes: bool, check: bool, prometheus_file: str | None, all_rows: bool, raw: bool) -> ExitCode:  # fmt: skip
+    """Scan (streamed into the chosen listing), choose, show, ask, reap, then finish the listing."""
+    import copy
+    import os
+
+    from smgshm.core import reaping, textfile
+    from smgshm.core.errors import HostError
+    from smgshm.core.leaks import Deletion, Scan, State
+
     if prometheus_file:
-        view.write_prometheus(report, prometheus_file)
-    bad = report.remaining_counts["leaked"] + report.remaining_counts["hazard"]
+        textfile.check_writable(prometheus_file)  # exit 5 before anything is scanned or deleted
+    for stream in (sys.stdout, sys.stderr):  # any locale: what it cannot encode comes out escaped
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
+    progress = view.Progress(app, stdout_streams=app.json or raw)
+    scan = Scan(opts, progress)
+    if not scan.trust.trusted and not opts.assume_dead:
+        app.warn(scan.trust.note)
+    listing: view.JsonListing | view.RawListing | view.HumanListing = (
+        view.JsonListing(app, scan) if app.json else view.RawListing(app, scan) if raw
+        else view.HumanListing(app, scan, all_rows, check)
+    )  # fmt: skip
+    want = reaping.reapable({State.LEAKED} | ({State.STALE} if include_stale else set()))
+    uid, chosen, deleted = os.getuid(), [], []
+    for row, seg in enumerate(scan):
+        listing.add(seg, row)
+        if delete and want(seg):
+            why = reaping.keep_reason(seg, uid=uid, all_users=all_users, min_age_s=min_age)
+            if why:
+                deleted.append(Deletion(seg.name, seg.allocated_bytes, False, why, seg.ino))
+            else:
+                chosen.append(seg)
+    before, after = scan.tally, copy.deepcopy(scan.tally)
+    if chosen:
+        if not app.json and not (raw and yes) and not app.quiet:
+            view.will_delete(app, chosen, all_rows)
+        if not yes and sys.stdin.isatty() and not app.json:
+            click.confirm(f"delete these {len(chosen)} segment(s)?", abort=True, err=True)
+        by_ino = {s.ino: s for s in chosen}
+        for d in reaping.reap(chosen, opts.shm_dir, lambda d: progress(len(deleted), len(chosen), "deleted")):
+            deleted.append(d)
+            if d.deleted:
+                after.remove(by_ino[d.ino])
+    progress.stop()
+    bad = after.counts["leaked"] + after.counts["hazard"]
     code = ExitCode.CHECK_FAILED if check and bad > 0 else ExitCode.OK
-    click.get_current_context().exit(app.emit(report, view.gc_report, code))
+    if prometheus_file:
+        try:  # what is there now, after any --delete
+            textfile.write_gc_textfile(prometheus_file, view.display(opts.shm_dir), after.counts,
+                                       after.bytes_by_state, scan.shm_free_bytes)  # fmt: skip
+        except HostError as err:  # checked up front; still possible (a full disk): one document, exit 5
+            app.warn(str(err))
+            code = ExitCode.HOST
+    listing.finish(scan, before, after, deleted, code == ExitCode.OK)
+    return code
 
 
 def _watch(app: App, opts: ScanOptions, every: float, count: int | None) -> None:
     """Re-scan until interrupted (or --watch-count scans): one line per scan, growth per state."""
-    from smgshm.core.leaks import growth, scan_segments
+    from smgshm.core.leaks import Scan
 
-    first = prev = scan_segments(opts)
-    n = 1
-    view.gc_watch_line(app, first, None)
+    def counts() -> tuple[int, dict[str, int]]:
+        scan = Scan(opts)
+        for _ in scan:  # tallies only: a watch keeps no listing
+            pass
+        return scan.tally.total, dict(scan.tally.counts)
+
+    total, first = counts()
+    prev, n = first, 1
+    view.gc_watch_line(app, total, first, None)
     while count is None or n < count:
         time.sleep(every)
-        cur = scan_segments(opts)
-        view.gc_watch_line(app, cur, growth(prev, cur))
+        total, cur = counts()
+        view.gc_watch_line(app, total, cur, {k: cur[k] - prev[k] for k in cur})
         prev, n = cur, n + 1
     if app.json:
-        summary = {"scans": n, "first": first.counts, "last": prev.counts, "growth": growth(first, prev)}
+        summary = {"scans": n, "first": first, "last": prev, "growth": {k: prev[k] - first[k] for k in prev}}
         app.emit(summary, lambda _app, _result: None)

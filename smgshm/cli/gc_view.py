@@ -1,91 +1,323 @@
-"""Human output of ``smgshm gc``, and its node_exporter textfile."""
+"""Output of ``smgshm gc``: a streamed JSON document, a summary for people, rows for scripts.
+
+A crowded shm dir has a million entries and a stranger chooses every name, so:
+- nothing keeps the listing: JSON and ``--raw`` rows are written as entries are judged, the
+  human view keeps tallies and a bounded set of the entries that matter most, and ``--all``
+  spools its rows to an unlinked temp file so the headline can still come first;
+- no rich Table holds a name: a table would fold or cut it at 80 columns when piped. Rows
+  are plain lines, the name last and whole, escaped (``fmt.escape``; in ``--raw`` spaces too,
+  so ``awk`` sees one field);
+- JSON carries the escaped display ``name`` and the lossless ``name_hex`` beside it.
+"""
 
 from __future__ import annotations
 
-import contextlib
+import heapq
+import sys
+import tempfile
 import time
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
-from rich.table import Table
 from rich.text import Text
 
-from smgshm.cli.fmt import human_age, human_bytes
+from smgshm.cli.fmt import escape, human_age, human_bytes, lossless, quote_cmd, safe
 
 if TYPE_CHECKING:
     from smgshm.cli.app import App
+    from smgshm.core.leaks import Deletion, Scan, SegmentInfo, Tally
 
-_STATE_STYLE = {"leaked": "red", "hazard": "magenta", "stale": "yellow", "held": "cyan", "in_flight": "green"}
+_STYLE = {"leaked": "red", "hazard": "magenta", "stale": "yellow", "held": "cyan", "in_flight": "green"}
+# Which entries matter most in the summary: what blocks readers, then what can be reclaimed.
+_RANK = {"hazard": 0, "leaked": 1, "held": 2, "stale": 3, "unknown": 4}
+NOTABLE = 20
+_FLUSH = 4096
 
 
-def gc_report(app: App, report: Any) -> None:
-    c = report.counts
-    deleted = [d for d in report.deleted if d.deleted]
-    head = f"{len(report.segments)} SMG segment(s) in {report.shm_dir}: "
-    head += ", ".join(f"{n} {k}" for k, n in c.items() if n) or "none"
-    now = report.remaining_counts
-    style = "bold red" if now["leaked"] or now["hazard"] else "bold green"
-    app.console.print(Text(head, style=style))
-    if report.segments:
-        table = Table(box=None)
-        table.add_column("name", overflow="fold")
-        for col in ("kind", "size", "age", "pid", "state"):
-            table.add_column(col, no_wrap=True)
-        for s in report.segments:
-            mark = {True: "", False: " (dead)", None: ""}[s.producer_alive]
-            pid = "-" if s.producer_pid is None else f"{s.producer_pid}{mark}"
-            state = Text(s.state.value, style=_STATE_STYLE.get(s.state.value, ""))
-            table.add_row(Text(s.name), s.kind, human_bytes(s.allocated_bytes), human_age(s.age_s), pid, state)
-        app.console.print(table)
-        for s in report.segments:
-            if s.state.value in ("leaked", "hazard", "stale", "unknown", "held"):
-                app.console.print(Text(f"{s.name}: ", style="bold") + Text(s.reason))
-    app.console.print(
-        Text(
-            f"reclaimable {human_bytes(report.reclaimable_bytes)}; {report.shm_dir} "
-            f"{human_bytes(report.shm_used_bytes)} used of {human_bytes(report.shm_total_bytes)}, "
-            f"{human_bytes(report.shm_free_bytes)} free"
-        )
-    )
+def display(name: str) -> str:
+    """``fmt.escape`` with the common case (a printable ASCII name) answered without a per-char walk."""
+    return name if name.isascii() and name.isprintable() and "\\" not in name else escape(name)
+
+
+def _raw_name(name: str) -> str:
+    return display(name).replace(" ", "\\x20")
+
+
+try:  # orjson is ~10x the standard encoder; a 1M-entry listing spends most of its time here otherwise
+    import orjson
+
+    def _dumps(obj: Any) -> str:
+        return orjson.dumps(obj).decode()
+except ImportError:  # pragma: no cover - orjson is a dependency; keep working without it
+    import json
+
+    def _dumps(obj: Any) -> str:
+        return json.dumps(obj, allow_nan=False)
+
+
+def segment_doc(s: SegmentInfo) -> dict[str, Any]:
+    name = s.name
+    return {
+        # fmt.lossless, inlined: this runs once per entry of a listing that may have a million
+        "name": display(name), "name_hex": name.encode("utf-8", "surrogateescape").hex(), "kind": s.kind,
+        "file_type": s.file_type, "nbytes": s.nbytes, "allocated_bytes": s.allocated_bytes, "age_s": s.age_s,
+        "uid": s.uid, "producer_pid": s.producer_pid, "producer_alive": s.producer_alive,
+        "holders": [{"pid": h.pid, "comm": h.comm, "how": h.how} for h in s.holders] if s.holders else [],
+        "state": s.state._value_, "reason": s.reason, "ino": s.ino, "nlink": s.nlink,
+    }  # fmt: skip
+
+
+def deletion_doc(d: Deletion) -> dict[str, Any]:
+    return {"name": display(d.name), "name_hex": lossless(d.name), "nbytes": d.nbytes, "deleted": d.deleted,
+            "reason": d.reason, "ino": d.ino, "freed_bytes": d.freed_bytes}  # fmt: skip
+
+
+class Out:
+    """Buffered text to stdout; characters the locale cannot encode come out as escapes.
+
+    ``utf8``: JSON, which is UTF-8 whatever the locale (an escape would make it invalid JSON).
+    """
+
+    def __init__(self, stream: IO[str] | None = None, utf8: bool = False) -> None:
+        self.stream = stream or sys.stdout
+        self.buf: list[str] = []
+        self.utf8 = utf8 and hasattr(self.stream, "buffer")
+
+    def write(self, text: str) -> None:
+        self.buf.append(text)
+        if len(self.buf) >= _FLUSH:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.buf:
+            data, self.buf = "".join(self.buf), []
+            if self.utf8:
+                self.stream.flush()
+                self.stream.buffer.write(data.encode("utf-8"))  # type: ignore[attr-defined]
+                self.stream.buffer.flush()  # type: ignore[attr-defined]
+                return
+            enc = getattr(self.stream, "encoding", None) or "utf-8"
+            self.stream.write(data.encode(enc, "backslashreplace").decode(enc))
+            self.stream.flush()
+
+
+def _row(s: SegmentInfo, state: str | None = None) -> str:
+    pid = "-" if s.producer_pid is None else f"{s.producer_pid}{' (dead)' if s.producer_alive is False else ''}"
+    return (f"{state or s.state.value:<10}{s.kind:<14}{human_bytes(s.allocated_bytes):>10} {human_age(s.age_s):>6} "
+            f"{pid:>14}  {display(s.name)}\n")  # fmt: skip
+
+
+HEADER = f"{'STATE':<10}{'KIND':<14}{'SIZE':>10} {'AGE':>6} {'PID':>14}  NAME\n"
+
+
+def raw_row(s: SegmentInfo) -> str:
+    """STATE KIND ALLOCATED_BYTES AGE_S PID NAME: one entry, single spaces, no header, nothing humanised."""
+    pid = "-" if s.producer_pid is None else str(s.producer_pid)
+    return f"{s.state._value_} {s.kind} {s.allocated_bytes} {s.age_s:.0f} {pid} {_raw_name(s.name)}\n"
+
+
+class JsonListing:
+    """One JSON document, written as the scan goes: envelope, result with segments, then the rest."""
+
+    def __init__(self, app: App, scan: Scan) -> None:
+        from smgshm import __version__
+        from smgshm.cli.jsonout import SCHEMA_VERSION
+
+        self.app, self.out, self.first = app, Out(utf8=True), True
+        head = {"smgshm_version": __version__, "schema_version": SCHEMA_VERSION, "command": app.command}
+        result = {"shm_dir": display(scan.opts.shm_dir), "liveness_trusted": scan.trust.trusted,
+                  "liveness_note": scan.trust.note, "shm_total_bytes": scan.shm_total_bytes,
+                  "shm_used_bytes": scan.shm_total_bytes - scan.shm_free_bytes,
+                  "shm_free_bytes": scan.shm_free_bytes}  # fmt: skip
+        self.out.write(_dumps(head)[:-1] + ',"result":' + _dumps(result)[:-1] + ',"segments":[')
+
+    def add(self, seg: SegmentInfo, row: int) -> None:
+        self.out.write(("" if self.first else ",") + _dumps(segment_doc(seg)))
+        self.first = False
+
+    def finish(self, scan: Scan, before: Tally, after: Tally, deleted: list[Deletion], ok: bool) -> None:
+        rest = {"counts": before.counts, "bytes_by_state": before.bytes_by_state,
+                "counts_by_kind": before.counts_by_kind, "bytes_by_kind": before.bytes_by_kind,
+                "reclaimable_bytes": before.reclaimable_bytes, "scan_ms": float(scan.scan_ms),
+                "deleted": [deletion_doc(d) for d in deleted], "remaining_counts": after.counts,
+                "remaining_bytes_by_state": after.bytes_by_state}  # fmt: skip
+        tail = {"ok": ok, "warnings": list(self.app.warnings)}
+        self.out.write("]," + _dumps(rest)[1:-1] + "}," + _dumps(tail)[1:] + "\n")
+        self.out.flush()
+
+
+class RawListing:
+    """``--raw``: one line per entry as it is judged, nothing else on stdout."""
+
+    def __init__(self, app: App, scan: Scan) -> None:
+        self.out = Out()
+
+    def add(self, seg: SegmentInfo, row: int) -> None:
+        self.out.write(raw_row(seg))
+
+    def finish(self, scan: Scan, before: Tally, after: Tally, deleted: list[Deletion], ok: bool) -> None:
+        self.out.flush()
+
+
+class HumanListing:
+    """Tallies and the entries that matter most (bounded); with ``--all`` every row, spooled."""
+
+    def __init__(self, app: App, scan: Scan, all_rows: bool, check: bool) -> None:
+        self.app, self.check = app, check
+        self.notable: list[tuple[tuple[int, int, int], SegmentInfo, int]] = []  # min-heap: least notable on top
+        # Unlinked at creation, closed in finish(): --all keeps its rows on disk, not in memory.
+        self.spool: IO[str] | None = (
+            tempfile.TemporaryFile("w+", encoding="utf-8", errors="surrogateescape")  # noqa: SIM115
+            if all_rows else None
+        )  # fmt: skip
+        self.spool_buf: list[str] = []
+
+    def add(self, seg: SegmentInfo, row: int) -> None:
+        rank = _RANK.get(seg.state.value)
+        if rank is not None:
+            key = (-rank, seg.allocated_bytes, -row)
+            if len(self.notable) < NOTABLE:
+                heapq.heappush(self.notable, (key, seg, row))
+            elif key > self.notable[0][0]:
+                heapq.heapreplace(self.notable, (key, seg, row))
+        if self.spool is not None:
+            self.spool_buf.append(_row(seg))
+            if len(self.spool_buf) >= _FLUSH:
+                self.spool.write("".join(self.spool_buf))
+                self.spool_buf = []
+
+    def finish(self, scan: Scan, before: Tally, after: Tally, deleted: list[Deletion], ok: bool) -> None:
+        app, out = self.app, Out()
+        app.console.file.flush()
+        gone = [d for d in deleted if d.deleted]
+        done_rows = {d.ino for d in gone}
+        style = "bold red" if not ok or after.counts["leaked"] or after.counts["hazard"] else "bold green"
+        app.console.print(Text(headline(scan, before, after, deleted, self.check, ok), style=style))
+        for title, table in (("state", after.counts), ("kind", after.counts_by_kind)):
+            sizes = after.bytes_by_state if title == "state" else after.bytes_by_kind
+            cells = [f"{k} {n} ({human_bytes(sizes[k])})" for k, n in table.items() if n]
+            if gone and title == "state":
+                cells.append(f"deleted {len(gone)} ({human_bytes(sum(d.freed_bytes for d in gone))} freed)")
+            app.console.print(Text(f"by {title}: " + (", ".join(cells) or "none")))
+        if self.spool is not None:
+            self.spool.write("".join(self.spool_buf))
+            self.spool.seek(0)
+            out.write(HEADER)
+            for line in self.spool:
+                out.write(line)  # the scan's story: deletions follow below
+            out.flush()
+            self.spool.close()
+        top = [(seg, row) for _, seg, row in sorted(self.notable, reverse=True)]
+        if top:
+            shown = "every entry is listed above" if self.spool is not None else "--all lists every entry"
+            more = f"{len(top)} of {before.total - before.counts['in_flight']}"
+            app.console.print(Text(f"entries that matter most ({more}; {shown}):"))
+            out.write(HEADER)
+            for seg, _ in top:
+                was = "deleted" if seg.ino in done_rows and seg.state.value in ("leaked", "stale") else None
+                out.write(_row(seg, was))
+                out.write(f"{'':10}why: {escape(seg.reason)}\n")
+            out.flush()
+        _deletions(app, deleted, all_rows=self.spool is not None)
+        used = scan.shm_total_bytes - scan.shm_free_bytes
+        app.console.print(Text(
+            f"{display(scan.opts.shm_dir)}: {human_bytes(used)} used of {human_bytes(scan.shm_total_bytes)}, "
+            f"{human_bytes(scan.shm_free_bytes)} free; "
+            f"reclaimable now {human_bytes(after.reclaimable_bytes)}"
+        ))  # fmt: skip
+        if after.counts["leaked"] and not deleted and not app.quiet:
+            argv = ["smgshm", "gc", "--shm-dir", scan.opts.shm_dir, "--delete"]
+            argv += ["--assume-dead"] if scan.opts.assume_dead else []
+            app.err_console.print(Text("hint: ", style="cyan") + safe("reap them with: " + quote_cmd(argv)))
+
+
+def headline(scan: Scan, before: Tally, after: Tally, deleted: list[Deletion], check: bool, ok: bool) -> str:
+    """The first line; it agrees with the exit code (a --check verdict says passed or failed)."""
+    where = display(scan.opts.shm_dir)
+    states = ", ".join(f"{n} {k}" for k, n in after.counts.items() if n) or "none"
+    gone = [d for d in deleted if d.deleted]
     if deleted:
-        app.console.print(Text(f"deleted {len(deleted)}, freed {human_bytes(sum(d.nbytes for d in deleted))}"))
-    if not app.quiet and c["leaked"] and not report.deleted:
-        app.err_console.print(Text("hint: ", style="cyan") + Text("reap them with: smgshm gc --delete"))
+        freed = human_bytes(sum(d.freed_bytes for d in gone))
+        kept = len(deleted) - len(gone)
+        text = (f"deleted {len(gone)}, freed {freed}{f', kept {kept}' if kept else ''}; "
+                f"{after.total} SMG segment(s) left in {where}: {states}")  # fmt: skip
+    else:
+        text = f"{after.total} SMG segment(s) in {where}: {states}"
+    if check:
+        bad = after.counts["leaked"] + after.counts["hazard"]
+        text = ("check failed: " if not ok else "check passed: ") + text
+        if bad:
+            text += f" ({bad} leaked or hazardous)"
+    return text
 
 
-def gc_watch_line(app: App, report: Any, growth: dict[str, int] | None) -> None:
+def _deletions(app: App, deleted: list[Deletion], all_rows: bool) -> None:
+    if not deleted:
+        return
+    out = Out()
+    shown = deleted if all_rows else deleted[:NOTABLE]
+    for d in shown:
+        if d.deleted:
+            out.write(f"deleted {display(d.name)}: freed {human_bytes(d.freed_bytes)} ({escape(d.reason)})\n")
+        else:
+            out.write(f"kept {display(d.name)}: {escape(d.reason)}\n")
+    if len(shown) < len(deleted):
+        out.write(f"... and {len(deleted) - len(shown)} more (--all lists them, --json has them all)\n")
+    out.flush()
+
+
+def will_delete(app: App, chosen: list[SegmentInfo], all_rows: bool) -> None:
+    """Before anything is deleted, on stderr: which entries, and what they hold."""
+    total = sum(s.frees_bytes for s in chosen)
+    app.err_console.print(Text(f"will delete {len(chosen)} segment(s), {human_bytes(total)}:"))
+    shown = chosen if all_rows else chosen[:NOTABLE]
+    err = Out(sys.stderr)
+    for s in shown:
+        err.write(f"  {display(s.name)}  {human_bytes(s.allocated_bytes)}, {s.state.value}: {escape(s.reason)}\n")
+    if len(shown) < len(chosen):
+        err.write(f"  ... and {len(chosen) - len(shown)} more (--all lists them)\n")
+    err.flush()
+
+
+def gc_watch_line(app: App, total: int, counts: dict[str, int], growth: dict[str, int] | None) -> None:
     if app.json:
         return
-    parts = [f"{k} {n}" + (f" ({growth[k]:+d})" if growth and growth.get(k) else "") for k, n in report.counts.items()]
+    parts = [f"{k} {n}" + (f" ({growth[k]:+d})" if growth and growth.get(k) else "") for k, n in counts.items()]
     stamp = time.strftime("%H:%M:%S")
-    app.console.print(Text(f"{stamp} {len(report.segments)} segments: " + ", ".join(parts)))
+    app.console.print(Text(f"{stamp} {total} segments: " + ", ".join(parts)))
 
 
-def write_prometheus(report: Any, path: str) -> None:
-    """node_exporter textfile format, written atomically by prometheus_client."""
-    from prometheus_client import CollectorRegistry, Gauge, write_to_textfile
+class Progress:
+    """Progress on a TTY stderr for the whole run (scan, then delete); it appears only once the
+    run has taken half a second, so a handful of entries never shows a bar."""
 
-    reg = CollectorRegistry()
-    count = Gauge("smgshm_segments", "SMG segments in the shm dir, by state", ["shm_dir", "state"], registry=reg)
-    size = Gauge(
-        "smgshm_segment_bytes", "Allocated bytes of SMG segments, by state", ["shm_dir", "state"], registry=reg
-    )
-    free = Gauge("smgshm_shm_free_bytes", "Free bytes in the shm dir", ["shm_dir"], registry=reg)
-    for state, n in report.remaining_counts.items():  # what is there now, after any --delete
-        count.labels(report.shm_dir, state).set(n)
-        size.labels(report.shm_dir, state).set(report.remaining_bytes_by_state[state])
-    free.labels(report.shm_dir).set(report.shm_free_bytes)
-    write_to_textfile(path, reg)
+    DELAY_S = 0.5
 
+    def __init__(self, app: App, stdout_streams: bool) -> None:
+        self.enabled = not (app.json or app.quiet or not app.err_console.is_terminal) and not (
+            stdout_streams and app.console.is_terminal
+        )
+        self.app, self.t0, self.bar, self.task = app, time.monotonic(), None, None
+        self.phase = ""
 
-@contextlib.contextmanager
-def scan_progress(app: App) -> Iterator[Callable[[int, int], None] | None]:
-    """A transient progress bar for a large scan, on a TTY stderr only (never with --json/--quiet)."""
-    if app.json or app.quiet or not app.err_console.is_terminal:
-        yield None
-        return
-    from rich.progress import Progress
+    def __call__(self, done: int, total: int | None = None, phase: str = "scanned") -> None:
+        if not self.enabled or time.monotonic() - self.t0 < self.DELAY_S:
+            return
+        if self.bar is None:
+            from rich.progress import Progress as Bar
 
-    with Progress(console=app.err_console, transient=True) as bar:
-        task = bar.add_task("scanning", total=None)
-        yield lambda done, total: bar.update(task, completed=done, total=total)
+            self.bar = Bar(console=self.app.err_console, transient=True)
+            self.bar.start()
+        if phase != self.phase:
+            self.task = self.bar.add_task(phase, total=total)
+            self.phase = phase
+        self.bar.update(self.task, completed=done, total=total)  # type: ignore[arg-type]
+
+    def stop(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+            self.bar = None
+
+__all__ = [
+    "HEADER", "HumanListing", "JsonListing", "Progress", "RawListing", "deletion_doc", "display", "gc_watch_line",
+    "headline", "raw_row", "segment_doc", "will_delete",
+]  # fmt: skip

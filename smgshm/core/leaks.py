@@ -1,10 +1,13 @@
-"""Scan the shm dir for SMG's segments, judge each one, and reap only the provably dead.
+"""List the shm dir's SMG entries and judge each one: in flight, held, leaked, stale, hazard, unknown.
 
-Liveness is judged like omnigent#7495 does it, not like SMG's own sweep: a producer
-pid is alive only if a process with that pid exists *and* started before the
-segment was written (a younger one means the pid was reused); and a pid verdict is
-trusted only when no other pid namespace shares this tmpfs, since there a live
-producer's pid means nothing to us.
+Liveness is judged like omnigent#7495 does it, not like SMG's own sweep: a producer pid
+is alive only if a process with that pid exists *and* started before the segment was
+written (a younger one means the pid was reused); and a pid verdict is trusted only when
+no other pid namespace can reach this filesystem (core/pidtrust.py), since there a live
+producer's pid means nothing to us. Holders are found by inode (core/holders.py).
+
+The listing streams: ``Scan`` opens the dir, decides trust and indexes holders once, then
+judges one entry at a time and keeps only tallies, so memory does not grow with the dir.
 """
 
 from __future__ import annotations
@@ -15,30 +18,31 @@ import os
 import re
 import stat
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 from smgshm.core.errors import HostError
-from smgshm.core.paths import (
-    DEFAULT_SHM_DIR,
-    GATEWAY_PREFIX,
-    GATEWAY_PROBE_PREFIX,
-    SMG_FAMILY_PREFIX,
-    SMGSHM_PREFIX,
-    SMGSHM_PROBE_PREFIX,
-)
+from smgshm.core.holders import Holder, holder_index
+from smgshm.core.paths import DEFAULT_SHM_DIR, GATEWAY_PREFIX, SMG_FAMILY_PREFIX, SMGSHM_PREFIX
+from smgshm.core.pidtrust import INIT_PID_NS, Trust, judge_trust
 
-INIT_PID_NS = "pid:[4026531836]"  # PROC_PID_INIT_INO: the host's initial pid namespace
+# Where --delete sets an entry aside before it unlinks it (core/reaping.py): SMG's family, so
+# gc lists one left by a gc that died mid-way, but no pid pattern, so it is never auto-reaped.
+ASIDE_PREFIX = "smg-smgshm-gc-"
 
 # ASCII digits only and a full match: \d would take any Unicode digit (smg-tokenspeed-١٢٣-1-0)
 # and `$` matches before a trailing newline; either would hand gc a pid the name never meant.
 _D = "([0-9]+)"
-_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
-    ("gateway_probe", re.compile(re.escape(GATEWAY_PROBE_PREFIX) + _D)),
-    ("smgshm_probe", re.compile(re.escape(SMGSHM_PROBE_PREFIX) + f"{_D}-{_D}")),
-    ("gateway", re.compile(re.escape(GATEWAY_PREFIX) + f"{_D}-{_D}-{_D}")),
-    ("smgshm", re.compile(re.escape(SMGSHM_PREFIX) + f"{_D}-{_D}-{_D}")),
-]
+# One pattern for all four forms (one regex call per entry, not four); which group matched
+# says the kind. The payload forms first: "probe" is no number, so they never take a probe.
+_NAME = re.compile(
+    re.escape(GATEWAY_PREFIX) + f"(?:{_D}-{_D}-{_D}|probe-{_D})|"
+    + re.escape(SMGSHM_PREFIX) + f"(?:{_D}-{_D}-{_D}|probe-{_D}-{_D})"
+)  # fmt: skip
+# lastindex -> (kind, group of the pid, group of the nanos or 0)
+_BY_LAST = {3: ("gateway", 1, 2), 4: ("gateway_probe", 4, 0), 7: ("smgshm", 5, 6), 9: ("smgshm_probe", 8, 9)}
+KINDS = ("gateway", "gateway_probe", "smgshm", "smgshm_probe", "gc_aside", "other")
 
 
 class State(enum.Enum):
@@ -50,17 +54,12 @@ class State(enum.Enum):
     UNKNOWN = "unknown"  # liveness cannot be trusted here, or the name carries no pid
 
 
-@dataclass(frozen=True)
-class Holder:
-    pid: int
-    comm: str
-    how: str  # fd | map
+class SegmentInfo(NamedTuple):
+    """One judged entry. A NamedTuple, not a frozen dataclass: a listing builds one per entry
+    and a frozen dataclass costs ten times as much to construct, which a 1M-entry dir feels."""
 
-
-@dataclass(frozen=True)
-class SegmentInfo:
-    name: str
-    kind: str  # gateway | gateway_probe | smgshm | smgshm_probe | other
+    name: str  # os.fsdecode form: lossless, undecodable bytes as surrogates; show it escaped
+    kind: str  # gateway | gateway_probe | smgshm | smgshm_probe | gc_aside | other
     file_type: str  # regular | symlink | fifo | directory | socket | char_device | block_device
     nbytes: int
     allocated_bytes: int
@@ -72,6 +71,13 @@ class SegmentInfo:
     state: State
     reason: str
     ino: int = 0
+    nlink: int = 1  # > 1: unlinking this name frees nothing while the other links remain
+    dev: int = 0
+
+    @property
+    def frees_bytes(self) -> int:
+        """What unlinking this name would give back: nothing while another link remains."""
+        return self.allocated_bytes if self.nlink <= 1 else 0
 
 
 @dataclass(frozen=True)
@@ -79,6 +85,16 @@ class ScanOptions:
     shm_dir: str = DEFAULT_SHM_DIR
     stale_after_s: float = 3600.0
     assume_dead: bool = False
+
+
+@dataclass(frozen=True)
+class Deletion:
+    name: str
+    nbytes: int
+    deleted: bool
+    reason: str
+    ino: int = 0
+    freed_bytes: int = 0  # 0 when another link keeps the data, or nothing was unlinked
 
 
 @dataclass(frozen=True)
@@ -99,210 +115,192 @@ class GcReport:
     remaining_bytes_by_state: dict[str, int] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class Deletion:
-    name: str
-    nbytes: int
-    deleted: bool
-    reason: str
-
-
 def parse_name(name: str) -> tuple[str, int | None, int | None]:
     """(kind, producer pid, creation time in ns if the name carries one)."""
-    for kind, pat in _PATTERNS:
-        m = pat.fullmatch(name)
-        if m:
-            pid = int(m.group(1))
-            nanos = int(m.group(2)) if m.lastindex and m.lastindex >= 2 else None
-            return kind, pid if pid < 2**32 else None, nanos
-    return "other", None, None
+    m = _NAME.fullmatch(name)
+    if m is None:
+        return ("gc_aside" if name.startswith(ASIDE_PREFIX) else "other"), None, None
+    kind, p, t = _BY_LAST[m.lastindex]  # type: ignore[index]
+    pid = int(m.group(p))
+    return kind, pid if pid < 2**32 else None, int(m.group(t)) if t else None
 
 
-def _file_type(mode: int) -> str:
-    for test, name in ((stat.S_ISREG, "regular"), (stat.S_ISLNK, "symlink"), (stat.S_ISFIFO, "fifo"),
-                       (stat.S_ISDIR, "directory"), (stat.S_ISSOCK, "socket"), (stat.S_ISCHR, "char_device"),
-                       (stat.S_ISBLK, "block_device")):  # fmt: skip
-        if test(mode):
-            return name
-    return "other"
+_TYPES = {stat.S_IFREG: "regular", stat.S_IFLNK: "symlink", stat.S_IFIFO: "fifo", stat.S_IFDIR: "directory",
+          stat.S_IFSOCK: "socket", stat.S_IFCHR: "char_device", stat.S_IFBLK: "block_device"}  # fmt: skip
 
 
-def _pids() -> list[int]:
-    return [int(e.name) for e in os.scandir("/proc") if e.name.isdigit()]
-
-
-def _start_times() -> Callable[[int], float | None]:
-    """pid -> process start time (epoch seconds), via psutil, cached per scan."""
+def _start_time(pid: int) -> float | None:
+    """The process start time (epoch seconds) of ``pid``, None if no process has it."""
     import psutil
 
-    cache: dict[int, float | None] = {}
-
-    def start(pid: int) -> float | None:
-        if pid not in cache:
-            try:
-                cache[pid] = psutil.Process(pid).create_time()
-            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-                cache[pid] = None
-        return cache[pid]
-
-    return start
-
-
-def scan_holders(targets: set[tuple[int, int]]) -> dict[tuple[int, int], list[Holder]]:
-    """Who has each (st_dev, st_ino) open or mapped, as lsfd would say; survives exiting processes."""
-    found: dict[tuple[int, int], list[Holder]] = {}
-    if not targets:
-        return found
-    for pid in _pids():
-        base = f"/proc/{pid}"
-        hits: list[tuple[tuple[int, int], str]] = []
-        try:
-            for fd in os.scandir(f"{base}/fd"):
-                try:
-                    link = os.readlink(fd.path)
-                    if SMG_FAMILY_PREFIX not in link:
-                        continue  # cheap filter before a stat
-                    st = os.stat(fd.path)
-                except OSError:
-                    continue
-                if (st.st_dev, st.st_ino) in targets:
-                    hits.append(((st.st_dev, st.st_ino), "fd"))
-            with open(f"{base}/maps", encoding="utf-8", errors="replace") as maps:
-                for line in maps:
-                    if SMG_FAMILY_PREFIX not in line:
-                        continue
-                    parts = line.split(None, 5)
-                    major, minor = (int(x, 16) for x in parts[3].split(":"))
-                    key = (os.makedev(major, minor), int(parts[4]))
-                    if key in targets:
-                        hits.append((key, "map"))
-        except OSError:
-            continue  # gone, or not ours to read
-        if hits:
-            try:
-                with open(f"{base}/comm", encoding="utf-8") as f:
-                    comm = f.read().strip()
-            except OSError:
-                comm = ""
-            for key, how in dict.fromkeys(hits):
-                found.setdefault(key, []).append(Holder(pid, comm, how))
-    return found
-
-
-def pid_liveness_trust(shm_dir: str) -> tuple[bool, str]:
-    """Whether a dead-looking pid proves a dead producer for segments in ``shm_dir``."""
-    shm_dir = os.path.abspath(shm_dir)
     try:
-        mine = os.readlink("/proc/self/ns/pid")
-        dev = os.stat(shm_dir).st_dev
-    except OSError as err:
-        return False, f"cannot read this process's pid namespace or shm dir: {err.strerror}"
-    if mine != INIT_PID_NS:
-        return False, (
-            "gc runs in a container's pid namespace: a producer in another namespace sharing this /dev/shm "
-            "would look dead (pass --assume-dead if this namespace is the only writer)"
-        )
-    m = re.match(r"/proc/(\d+)/root(/|$)", shm_dir)
-    if m:  # another process's view of its shm dir: its names carry that process's pids
-        try:
-            theirs = os.readlink(f"/proc/{m.group(1)}/ns/pid")
-        except OSError:
-            theirs = ""
-        if theirs != mine:
-            return False, (
-                f"{shm_dir} is seen through pid {m.group(1)}, whose pid namespace ({theirs or 'unknown'}) is not "
-                "this one: the pids in its segment names mean nothing here (pass --assume-dead to judge anyway)"
-            )
-    seen: set[str] = {mine}
-    for pid in _pids():
-        try:
-            ns = os.readlink(f"/proc/{pid}/ns/pid")
-            if ns in seen:
-                continue
-            seen.add(ns)
-            # Where that namespace sees this dir, and where it keeps its own /dev/shm.
-            views = {f"/proc/{pid}/root{shm_dir}", f"/proc/{pid}/root{DEFAULT_SHM_DIR}"}
-            if any(_dev_of(v) == dev for v in views):
-                return False, (
-                    f"processes in another pid namespace ({ns}, e.g. pid {pid}) share this tmpfs: their pids "
-                    "mean nothing here (pass --assume-dead to judge by this namespace's pids anyway)"
-                )
-        except OSError:
-            continue
-    return True, "gc sees every pid namespace that shares this tmpfs"
-
-
-def _dev_of(path: str) -> int | None:
-    try:
-        return os.stat(path).st_dev
-    except OSError:
+        return float(psutil.Process(pid).create_time())
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
         return None
 
 
-def _judge(
-    name: str, st: os.stat_result, now: float, opts: ScanOptions, trusted: bool, start: Callable[[int], float | None],
-    holders: list[Holder],
-) -> SegmentInfo:  # fmt: skip
-    kind, pid, nanos = parse_name(name)
-    ftype = _file_type(st.st_mode)
-    # The later of the name's time and mtime: a forged or skewed name can only make gc keep more.
-    written = max(nanos / 1e9 if nanos else 0.0, st.st_mtime)
-    age = max(0.0, now - st.st_mtime)
-
-    def info(state: State, reason: str, alive: bool | None = None) -> SegmentInfo:
-        return SegmentInfo(name, kind, ftype, st.st_size, st.st_blocks * 512, age, st.st_uid, pid, alive,
-                           tuple(holders), state, reason, st.st_ino)  # fmt: skip
-
-    if ftype != "regular":
-        what = "a FIFO would hang SMG's reader" if ftype == "fifo" else "SMG's reader refuses it"
-        return info(State.HAZARD, f"a {ftype.replace('_', ' ')} named like a segment: {what}; never touched")
-    if holders:
-        who = ", ".join(f"{h.pid} ({h.comm}, {h.how})" for h in holders[:3])
-        return info(State.HELD, f"open or mapped by {who}")
-    if pid is None:
-        return info(State.UNKNOWN, "the name carries no producer pid")
-    started = start(pid)
-    # A process that started after the segment was written cannot have written it (1 s slack
-    # for clock granularity): the pid was reused.
-    alive = started is not None and started <= written + 1.0
-    if not trusted and not opts.assume_dead:
-        return info(State.UNKNOWN, "producer liveness cannot be trusted here", alive if alive else None)
-    probe_note = (
-        f"; a gateway with pid {pid} will find /dev/shm unwritable and stay inline" if kind == "gateway_probe" else ""
-    )
-    if not alive:
-        why = "no process has that pid" if started is None else "its pid now belongs to a younger process (reused)"
-        return info(State.LEAKED, f"producer pid {pid} is dead: {why}{probe_note}", False)
-    if age >= opts.stale_after_s:
-        return info(State.STALE, f"producer pid {pid} lives, but the segment is {age:.0f} s old", True)
-    return info(State.IN_FLIGHT, f"producer pid {pid} lives and the segment is young", True)
+_new = tuple.__new__
 
 
-def scan_segments(opts: ScanOptions, progress: Callable[[int, int], None] | None = None) -> GcReport:
-    """List and judge every ``smg-*`` entry of the shm dir (never following links)."""
-    t0 = time.monotonic()
-    try:
-        names = [e.name for e in os.scandir(opts.shm_dir) if e.name.startswith(SMG_FAMILY_PREFIX)]
-        vfs = os.statvfs(opts.shm_dir)
-    except OSError as err:
-        if err.errno in (errno.EACCES, errno.EPERM):
-            raise HostError("permission denied listing the shm dir", path=opts.shm_dir, uid=os.getuid()) from err
-        raise HostError("shm dir does not exist", path=opts.shm_dir) from err
-    stats: dict[str, os.stat_result] = {}
-    for i, name in enumerate(names):
+class Judge:
+    """The judgement of one entry, with what a scan decides once: trust, holders, start times."""
+
+    def __init__(self, opts: ScanOptions, trust: Trust, holders: dict[tuple[int, int], list[Holder]]) -> None:
+        self.opts, self.trust, self.holders = opts, trust, holders
+        self.starts: dict[int, float | None] = {}  # per scan: a dir of 1M segments has a handful of pids
+        self.now = time.time()
+
+    def __call__(self, name: str, st: os.stat_result) -> SegmentInfo:
+        kind, pid, nanos = parse_name(name)
+        ftype = _TYPES.get(stat.S_IFMT(st.st_mode), "other")
+        age = self.now - st.st_mtime
+        held = tuple(self.holders.get((st.st_dev, st.st_ino), ())) if self.holders else ()
+        state, reason, alive = self._verdict(name, st, kind, pid, nanos, ftype, age, held)
+        if st.st_nlink > 1 and ftype == "regular":
+            reason += f"; it has {st.st_nlink} links: unlinking this name frees nothing"
+        # tuple.__new__: the NamedTuple's own __new__ is a Python function, a third of the cost again.
+        return _new(SegmentInfo, (name, kind, ftype, st.st_size, st.st_blocks * 512, age if age > 0.0 else 0.0,
+                                  st.st_uid, pid, alive, held, state, reason, st.st_ino, st.st_nlink, st.st_dev))
+
+    def _verdict(
+        self, name: str, st: os.stat_result, kind: str, pid: int | None, nanos: int | None, ftype: str, age: float,
+        held: tuple[Holder, ...],
+    ) -> tuple[State, str, bool | None]:  # fmt: skip
+        if ftype != "regular":
+            what = "a FIFO would hang SMG's reader" if ftype == "fifo" else "SMG's reader refuses it"
+            return State.HAZARD, f"a {ftype.replace('_', ' ')} named like a segment: {what}; never touched", None
+        if held:
+            who = ", ".join(f"{h.pid} ({h.comm}, {h.how})" for h in held[:3])
+            return State.HELD, f"open or mapped by {who}", None
+        if pid is None:
+            if kind == "gc_aside":
+                return State.UNKNOWN, "set aside by a gc --delete that did not finish; inspect, remove by hand", None
+            return State.UNKNOWN, "the name carries no producer pid", None
+        starts = self.starts
+        started = starts[pid] if pid in starts else starts.setdefault(pid, _start_time(pid))
+        # The later of the name's time and mtime: a forged or skewed name can only make gc keep more.
+        written = st.st_mtime if not nanos or nanos / 1e9 < st.st_mtime else nanos / 1e9
+        # A process that started after the segment was written cannot have written it (1 s slack
+        # for clock granularity): the pid was reused.
+        alive = started is not None and started <= written + 1.0
+        if not self.opts.assume_dead:
+            if not self.trust.trusted:
+                return State.UNKNOWN, "producer liveness cannot be trusted here", alive or None
+            if st.st_uid in self.trust.doubt_uids:
+                return State.UNKNOWN, f"the pid namespaces of uid {st.st_uid}'s processes cannot be read", alive or None
+        if not alive:
+            why = "no process has that pid" if started is None else "its pid now belongs to a younger process (reused)"
+            note = f"; a gateway with pid {pid} will find /dev/shm unwritable and stay inline" \
+                if kind == "gateway_probe" else ""  # fmt: skip
+            return State.LEAKED, f"producer pid {pid} is dead: {why}{note}", False
+        if age >= self.opts.stale_after_s:
+            return State.STALE, f"producer pid {pid} lives, but the segment is {age:.0f} s old", True
+        return State.IN_FLIGHT, f"producer pid {pid} lives and the segment is young", True
+
+
+class Tally:
+    """Counts and bytes per state and per kind; reclaimable bytes (leaked, single-link)."""
+
+    def __init__(self) -> None:
+        self.counts = {s.value: 0 for s in State}
+        self.bytes_by_state = {s.value: 0 for s in State}
+        self.counts_by_kind = {k: 0 for k in KINDS}
+        self.bytes_by_kind = {k: 0 for k in KINDS}
+        self.reclaimable_bytes = 0
+        self.total = 0
+
+    def add(self, seg: SegmentInfo) -> None:
+        # _value_, not .value: Enum.value is a descriptor call, and this runs once per entry.
+        st, n = seg.state._value_, seg.allocated_bytes
+        self.counts[st] += 1
+        self.bytes_by_state[st] += n
+        self.counts_by_kind[seg.kind] += 1
+        self.bytes_by_kind[seg.kind] += n
+        self.total += 1
+        if st == "leaked":
+            self.reclaimable_bytes += n if seg.nlink <= 1 else 0
+
+    def remove(self, seg: SegmentInfo) -> None:
+        st, n = seg.state._value_, seg.allocated_bytes
+        self.counts[st] -= 1
+        self.bytes_by_state[st] -= n
+        self.counts_by_kind[seg.kind] -= 1
+        self.bytes_by_kind[seg.kind] -= n
+        self.total -= 1
+        if st == "leaked":
+            self.reclaimable_bytes -= n if seg.nlink <= 1 else 0
+
+
+def _host_error(err: OSError, shm_dir: str) -> HostError:
+    if err.errno in (errno.EACCES, errno.EPERM):
+        return HostError("permission denied listing the shm dir", path=shm_dir, uid=os.getuid())
+    if err.errno == errno.ENOTDIR:
+        return HostError("the shm dir is not a directory", path=shm_dir)
+    return HostError("shm dir does not exist", path=shm_dir)
+
+
+class Scan:
+    """One streaming pass over the shm dir: iterate it for judged entries; ``tally`` grows as it goes.
+
+    Everything that can fail for the dir as a whole (missing, unreadable) fails here, in the
+    constructor, before a single entry is reported. ``progress(n)`` is called every 1024 entries.
+    """
+
+    def __init__(self, opts: ScanOptions, progress: Callable[[int], None] | None = None) -> None:
+        self.t0 = time.monotonic()
+        self.opts, self.progress = opts, progress
         try:
-            stats[name] = os.lstat(os.path.join(opts.shm_dir, name))
-        except FileNotFoundError:
-            continue  # unlinked since the listing: nothing to report
-        if progress and i % 1000 == 0:
-            progress(i, len(names))
-    trusted, note = pid_liveness_trust(opts.shm_dir)
-    holders = scan_holders({(s.st_dev, s.st_ino) for s in stats.values() if stat.S_ISREG(s.st_mode)})
-    start, now = _start_times(), time.time()
-    segs = [
-        _judge(n, s, now, opts, trusted, start, holders.get((s.st_dev, s.st_ino), [])) for n, s in sorted(stats.items())
-    ]
-    return _report(opts, segs, vfs, trusted, note, (time.monotonic() - t0) * 1e3)
+            self._dir = os.scandir(opts.shm_dir)
+            st = os.stat(opts.shm_dir)
+            vfs = os.statvfs(opts.shm_dir)
+        except OSError as err:
+            raise _host_error(err, opts.shm_dir) from err
+        self.dev = st.st_dev
+        self.shm_total_bytes = vfs.f_blocks * vfs.f_frsize
+        self.shm_free_bytes = vfs.f_bavail * vfs.f_frsize
+        self.trust = judge_trust(opts.shm_dir)
+        self.judge = Judge(opts, self.trust, holder_index(self.dev))
+        self.tally = Tally()
+
+    @property
+    def scan_ms(self) -> float:
+        return (time.monotonic() - self.t0) * 1e3
+
+    def __iter__(self) -> Iterator[SegmentInfo]:
+        judge, add, progress, seen = self.judge, self.tally.add, self.progress, 0
+        with self._dir as entries:
+            for entry in entries:
+                name = entry.name
+                if not name.startswith(SMG_FAMILY_PREFIX):
+                    continue
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except FileNotFoundError:
+                    continue  # unlinked since the listing: nothing to report
+                seg = judge(name, st)
+                add(seg)
+                yield seg
+                seen += 1
+                if progress and not seen & 1023:
+                    progress(seen)
+
+    def report(self, segments: list[SegmentInfo]) -> GcReport:
+        t = self.tally
+        return GcReport(self.opts.shm_dir, segments, dict(t.counts), dict(t.bytes_by_state), t.reclaimable_bytes,
+                        self.shm_total_bytes, self.shm_total_bytes - self.shm_free_bytes, self.shm_free_bytes,
+                        self.trust.trusted, self.trust.note, self.scan_ms, [], dict(t.counts),
+                        dict(t.bytes_by_state))  # fmt: skip
+
+
+def scan_segments(opts: ScanOptions, progress: Callable[[int], None] | None = None) -> GcReport:
+    """List and judge every ``smg-*`` entry of the shm dir (never following links), sorted by name.
+
+    Keeps every entry: for callers that want the whole list (doctor, tests). A listing of a
+    crowded dir streams ``Scan`` instead.
+    """
+    scan = Scan(opts, progress)
+    segs = sorted(scan, key=lambda s: s.name)
+    return scan.report(segs)
 
 
 def judge_entry(shm_dir: str, name: str, opts: ScanOptions | None = None) -> SegmentInfo | None:
@@ -317,93 +315,14 @@ def judge_entry(shm_dir: str, name: str, opts: ScanOptions | None = None) -> Seg
     except FileNotFoundError:
         return None
     except OSError as err:
-        raise HostError(f"cannot stat a segment: {err.strerror}", path=os.path.join(shm_dir, name)) from err
-    trusted, _ = pid_liveness_trust(shm_dir)
-    key = (st.st_dev, st.st_ino)
-    holders = scan_holders({key}).get(key, []) if stat.S_ISREG(st.st_mode) else []
-    return _judge(name, st, time.time(), opts, trusted, _start_times(), holders)
+        raise _host_error(err, shm_dir) from err
+    return Judge(opts, judge_trust(shm_dir), holder_index(st.st_dev))(name, st)
 
 
-def _report(
-    opts: ScanOptions, segs: list[SegmentInfo], vfs: os.statvfs_result, trusted: bool, note: str, ms: float
-) -> GcReport:
-    counts, by_state = _tally(segs)
-    remaining = (dict(counts), dict(by_state))
-    total, free = vfs.f_blocks * vfs.f_frsize, vfs.f_bavail * vfs.f_frsize
-    return GcReport(opts.shm_dir, segs, counts, by_state, by_state["leaked"], total, total - free, free, trusted,
-                    note, ms, [], *remaining)  # fmt: skip
-
-
-def _tally(segs: list[SegmentInfo]) -> tuple[dict[str, int], dict[str, int]]:
-    counts = {s.value: 0 for s in State}
-    by_state = {s.value: 0 for s in State}
-    for seg in segs:
-        counts[seg.state.value] += 1
-        by_state[seg.state.value] += seg.allocated_bytes
-    return counts, by_state
-
-
-def reap(
-    report: GcReport,
-    opts: ScanOptions,
-    *,
-    include_stale: bool = False,
-    min_age_s: float = 600.0,
-    all_users: bool = False,
-    on_action: Callable[[Deletion], None] | None = None,
-) -> GcReport:
-    """Unlink the leaked (and, if asked, stale) segments, re-checking each one right before."""
-    states = {State.LEAKED} | ({State.STALE} if include_stale else set())
-    uid = os.getuid()
-    chosen = [s for s in report.segments if s.state in states]
-    # One fresh holder scan for all candidates: a process may have opened one since the listing.
-    dev = os.stat(opts.shm_dir).st_dev
-    held_now = scan_holders({(dev, s.ino) for s in chosen})
-    done: list[Deletion] = []
-    dfd = os.open(opts.shm_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        for seg in chosen:
-            d = _reap_one(seg, dfd, dev, uid, all_users, min_age_s, held_now)
-            done.append(d)
-            if on_action:
-                on_action(d)
-    finally:
-        os.close(dfd)
-    gone = {d.name for d in done if d.deleted}
-    counts, by_state = _tally([s for s in report.segments if s.name not in gone])
-    # segments and counts stay the scan's story; remaining_* say what is in the shm dir now,
-    # so that --check and --prometheus report the result of the deletion.
-    return replace(report, deleted=done, remaining_counts=counts, remaining_bytes_by_state=by_state)
-
-
-def _reap_one(
-    seg: SegmentInfo, dfd: int, dev: int, uid: int, all_users: bool, min_age_s: float,
-    held_now: dict[tuple[int, int], list[Holder]],
-) -> Deletion:  # fmt: skip
-    def keep(reason: str) -> Deletion:
-        return Deletion(seg.name, seg.allocated_bytes, False, reason)
-
-    if not seg.name.startswith(SMG_FAMILY_PREFIX) or "/" in seg.name:
-        return keep("not an SMG name")
-    if seg.age_s < min_age_s:
-        return keep(f"younger than --min-age ({seg.age_s:.0f} s < {min_age_s:.0f} s)")
-    if seg.uid != uid and not (uid == 0 and all_users):
-        return keep(f"owned by uid {seg.uid} (root with --all-users may delete other users' segments)")
-    if (dev, seg.ino) in held_now:
-        return keep("opened or mapped since the scan")
-    try:
-        st = os.lstat(seg.name, dir_fd=dfd)
-    except FileNotFoundError:
-        return keep("already gone")
-    if not stat.S_ISREG(st.st_mode) or st.st_ino != seg.ino:
-        return keep("replaced since the scan (another inode or not a regular file)")
-    try:
-        os.unlink(seg.name, dir_fd=dfd)
-    except FileNotFoundError:
-        return keep("already gone")
-    except OSError as err:
-        return keep(f"unlink failed: {err.strerror}")
-    return Deletion(seg.name, seg.allocated_bytes, True, seg.reason)
+def pid_liveness_trust(shm_dir: str) -> tuple[bool, str]:
+    """Kept for callers of the old name: (trusted, note) of ``pidtrust.judge_trust``."""
+    t = judge_trust(shm_dir)
+    return t.trusted, t.note
 
 
 def growth(before: GcReport, after: GcReport) -> dict[str, int]:
@@ -412,5 +331,6 @@ def growth(before: GcReport, after: GcReport) -> dict[str, int]:
 
 
 __all__: Iterable[str] = [
-    "GcReport", "ScanOptions", "SegmentInfo", "State", "judge_entry", "parse_name", "reap", "scan_segments",
+    "INIT_PID_NS", "Deletion", "GcReport", "Holder", "Judge", "Scan", "ScanOptions", "SegmentInfo", "State",
+    "Tally", "judge_entry", "parse_name", "scan_segments",
 ]  # fmt: skip

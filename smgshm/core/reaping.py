@@ -1,0 +1,128 @@
+"""Unlink leaked segments so that what is unlinked is provably the inode that was judged.
+
+Between a scan and an unlink another process can swap the entry (a symlink, another file).
+Checking the name and then unlinking it leaves that window open, so gc never unlinks a
+judged name: it renames the entry to a private name in the same directory with
+RENAME_NOREPLACE (atomic; nothing can be swapped under a name the swapper does not know),
+pins what it moved with an O_PATH fd (never opens a FIFO), verifies that it is the judged
+(st_dev, st_ino), still a regular file and held by nobody (one holder walk per batch, after
+the batch was set aside, so a process that opened it before the rename is seen), and only
+then unlinks the private name. Anything else is renamed back. The pinned fd then shows
+whether the data went (st_nlink 0) or another link keeps it (freed 0 bytes).
+
+The private name is in SMG's family (``ASIDE_PREFIX``) so that a gc killed mid-way leaves an
+entry the next gc lists as unknown, never one it would reap by a pid.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import itertools
+import os
+import secrets
+import stat
+from collections.abc import Callable, Iterable, Iterator
+
+from smgshm.core.holders import holder_index
+from smgshm.core.leaks import ASIDE_PREFIX, Deletion, SegmentInfo, State
+from smgshm.core.paths import SMG_FAMILY_PREFIX
+
+RENAME_NOREPLACE = 1  # linux/fs.h
+BATCH = 1024  # entries set aside per holder walk: bounds both the walk count and the aside window
+
+
+def _renameat2(dfd: int, src: str, dst: str) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    rc = libc.renameat2(dfd, os.fsencode(src), dfd, os.fsencode(dst), RENAME_NOREPLACE)
+    if rc != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code), src)
+
+
+def keep_reason(seg: SegmentInfo, *, uid: int, all_users: bool, min_age_s: float) -> str | None:
+    """Why a chosen segment is kept before anything is tried; None: it may be deleted."""
+    if not seg.name.startswith(SMG_FAMILY_PREFIX) or "/" in seg.name:
+        return "not an SMG name"
+    if seg.age_s < min_age_s:
+        return f"younger than --min-age ({seg.age_s:.0f} s < {min_age_s:.0f} s)"
+    if seg.uid != uid and not (uid == 0 and all_users):
+        return f"owned by uid {seg.uid} (root with --all-users may delete other users' segments)"
+    return None
+
+
+def reapable(states: set[State]) -> Callable[[SegmentInfo], bool]:
+    return lambda seg: seg.state in states and seg.file_type == "regular"
+
+
+def _batches(items: Iterable[SegmentInfo]) -> Iterator[list[SegmentInfo]]:
+    it = iter(items)
+    while batch := list(itertools.islice(it, BATCH)):
+        yield batch
+
+
+def reap(
+    candidates: Iterable[SegmentInfo], shm_dir: str, on_action: Callable[[Deletion], None] | None = None
+) -> list[Deletion]:
+    """Unlink each candidate (already judged and filtered by ``keep_reason``) as the module says."""
+    done: list[Deletion] = []
+    dfd = os.open(shm_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        dev = os.fstat(dfd).st_dev
+        for batch in _batches(candidates):
+            aside: list[tuple[SegmentInfo, str]] = []
+            results: list[Deletion] = []
+            for seg in batch:
+                private = f"{ASIDE_PREFIX}{os.getpid()}-{secrets.token_hex(8)}"
+                try:
+                    _renameat2(dfd, seg.name, private)
+                except OSError as err:
+                    gone = err.errno == errno.ENOENT
+                    why = "already gone" if gone else f"cannot set it aside atomically: {err.strerror}"
+                    results.append(Deletion(seg.name, seg.allocated_bytes, False, why, seg.ino))
+                    continue
+                aside.append((seg, private))
+            held = holder_index(dev) if aside else {}
+            results += [_finish(seg, private, dfd, dev, held) for seg, private in aside]
+            for d in results:
+                done.append(d)
+                if on_action:
+                    on_action(d)
+    finally:
+        os.close(dfd)
+    return done
+
+
+def _finish(seg: SegmentInfo, private: str, dfd: int, dev: int, held: dict[tuple[int, int], list[object]]) -> Deletion:
+    fd = os.open(private, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            problem = "replaced since the scan by something that is not a regular file"
+        elif (st.st_dev, st.st_ino) != (dev, seg.ino):
+            problem = "replaced since the scan by another file (another inode)"
+        elif (st.st_dev, st.st_ino) in held:
+            problem = "opened or mapped since the scan"
+        else:
+            problem = ""
+        if problem:
+            try:
+                _renameat2(dfd, private, seg.name)
+            except OSError as err:
+                problem += f"; left as {private}: putting it back failed ({err.strerror})"
+            return Deletion(seg.name, seg.allocated_bytes, False, problem, seg.ino)
+        os.unlink(private, dir_fd=dfd)
+        after = os.fstat(fd).st_nlink
+        if after != st.st_nlink - 1:  # only a swap of the private name itself can do this
+            why = (f"an entry swapped in under the private name {private} after the check was unlinked instead; "
+                   "the judged inode is still there")
+            return Deletion(seg.name, seg.allocated_bytes, False, why, seg.ino)
+        if after == 0:
+            return Deletion(seg.name, seg.allocated_bytes, True, seg.reason, seg.ino, st.st_blocks * 512)
+        why = f"{seg.reason}; freed nothing: {after} other link(s) keep its data"
+        return Deletion(seg.name, seg.allocated_bytes, True, why, seg.ino, 0)
+    finally:
+        os.close(fd)
+
+
+__all__ = ["BATCH", "keep_reason", "reap", "reapable"]

@@ -1,0 +1,277 @@
+"""What --delete unlinks is provably the inode judged, held files are found by inode, and it says what it did.
+
+Scratch dirs are per-test (a tmp dir, or a tmpfs dir under /dev/shm that is not ``smg-*``), and
+judgements pass --assume-dead (JUDGE) or ``assume_dead`` so that another process's pid
+namespace on this shared machine cannot turn a verdict into "unknown".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from smgshm.core.leaks import Scan, ScanOptions, State
+from smgshm.core.reaping import reap
+from tests.conftest import Children, make_file, run_cli
+from tests.test_cli_gc import (
+    HOLDER,
+    dead_pid,
+    deletions,
+    first_line,
+    gc,
+    kill_and_reap,
+    seg_name,
+    segs,
+    tmpfs_dir,  # noqa: F401 - a fixture
+)
+
+PY = sys.executable
+ALWAYS = ("--assume-dead",)  # judge by this namespace whatever other namespaces exist (see the docstring)
+
+
+# ---------------------------------------------------------------------------------------------
+# holders by inode, and links
+
+
+@pytest.mark.parametrize("how", ["fd", "map"])
+def test_a_segment_held_through_another_name_is_held(children: Children, tmp_path: Path, how: str) -> None:
+    d = str(tmp_path)
+    name = seg_name(dead_pid(children))
+    path = make_file(d, name)
+    other = os.path.join(d, "model-cache.bin")  # a hard link outside SMG's names
+    os.link(path, other)
+    holder, _ = first_line(children, [PY, "-c", HOLDER, other, how])
+
+    doc = gc(d, *ALWAYS, "--delete", "--min-age", "0", "--yes")
+    s = segs(doc)[name]
+    assert s["state"] == "held", s["reason"]
+    assert holder.pid in {h["pid"] for h in s["holders"]}
+    assert {h["how"] for h in s["holders"] if h["pid"] == holder.pid} == {how}
+    assert name not in deletions(doc)
+    assert os.path.exists(path)
+    kill_and_reap(holder)
+
+
+def test_a_segment_with_another_link_frees_nothing_and_says_so(children: Children, tmp_path: Path) -> None:
+    d = str(tmp_path)
+    name = seg_name(dead_pid(children))
+    path = make_file(d, name, size=8192)
+    other = os.path.join(d, "kept-elsewhere")
+    os.link(path, other)
+
+    doc = gc(d, *ALWAYS)
+    s = segs(doc)[name]
+    assert s["state"] == "leaked"
+    assert s["nlink"] == 2
+    assert "2 links: unlinking this name frees nothing" in s["reason"]
+    assert doc["result"]["reclaimable_bytes"] == 0, "a name whose data another link keeps frees nothing"
+
+    doc = gc(d, *ALWAYS, "--delete", "--min-age", "0", "--yes")
+    dl = deletions(doc)[name]
+    assert dl["deleted"] is True
+    assert dl["freed_bytes"] == 0
+    assert "freed nothing: 1 other link(s) keep its data" in dl["reason"]
+    assert not os.path.lexists(path)
+    assert Path(other).read_bytes() == b"\x5a" * 8192, "the other link still has the data"
+    res = run_cli("gc", "--shm-dir", d, *ALWAYS)
+    assert res.stdout.splitlines()[0] == f"0 SMG segment(s) in {d}: none"
+
+
+def test_the_last_link_frees_its_bytes(children: Children, tmp_path: Path) -> None:
+    d = str(tmp_path)
+    a = seg_name(dead_pid(children), seq=1)
+    b = seg_name(dead_pid(children), seq=2)
+    os.link(make_file(d, a, size=8192), os.path.join(d, b))
+    doc = gc(d, *ALWAYS, "--delete", "--min-age", "0", "--yes")
+    freed = sorted(x["freed_bytes"] for x in doc["result"]["deleted"])
+    assert [x["deleted"] for x in doc["result"]["deleted"]] == [True, True]
+    assert freed[0] == 0
+    assert freed[1] >= 8192, "the second unlink of the same inode freed it"
+    assert os.listdir(d) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# the judged inode and nothing else
+
+
+# Swaps two entries of a dir with renameat2(RENAME_EXCHANGE) as fast as it can; a line on stdin
+# names the pair ("-" to stop) and is answered "ok" once the new pair is in force.
+SWAPPER = r"""
+import ctypes, os, select, sys
+libc = ctypes.CDLL(None, use_errno=True)
+d, pair = sys.argv[1], None
+while True:
+    if select.select([sys.stdin], [], [], 0)[0]:
+        line = sys.stdin.readline()
+        if not line:
+            break
+        pair = None if line.strip() == "-" else [os.path.join(d, w).encode() for w in line.split()]
+        print("ok", flush=True)
+    if pair:
+        for _ in range(100):
+            libc.renameat2(-100, pair[0], -100, pair[1], 2)  # AT_FDCWD, RENAME_EXCHANGE
+"""
+
+
+def _inodes(d: str, names: list[str]) -> dict[int, str]:
+    out: dict[int, str] = {}
+    for n in names:
+        with contextlib.suppress(FileNotFoundError):
+            out[os.lstat(os.path.join(d, n)).st_ino] = n
+    return out
+
+
+@pytest.mark.timeout(180)
+def test_reap_never_unlinks_what_was_swapped_in(children: Children, tmpfs_dir: str, tmp_path: Path) -> None:  # noqa: F811
+    d = tmpfs_dir
+    precious = tmp_path / "precious"
+    precious.write_bytes(b"never deleted")
+    swapper = children.spawn([PY, "-c", SWAPPER, d], stdin=subprocess.PIPE)
+    assert swapper.stdin is not None
+    assert swapper.stdout is not None
+    gone = dead_pid(children)
+    rounds, swapped, reaped = 200, 0, 0
+    for r in range(rounds):
+        seg = f"smg-smgshm-{gone}-{time.time_ns()}-{r}"
+        decoy = f"decoy-{r}"
+        make_file(d, seg, age_s=3600)
+        if r % 2:
+            os.symlink(precious, os.path.join(d, decoy))
+        else:
+            make_file(d, decoy, size=16)  # another regular file: deleting it is fine only if it was judged
+        real = {os.lstat(os.path.join(d, seg)).st_ino: "segment", os.lstat(os.path.join(d, decoy)).st_ino: "decoy"}
+        swapper.stdin.write(f"{seg} {decoy}\n")
+        swapper.stdin.flush()
+        assert swapper.stdout.readline().strip() == "ok"
+
+        judged = [s for s in Scan(ScanOptions(d, assume_dead=True)) if s.state is State.LEAKED]
+        done = reap(judged, d)
+
+        swapper.stdin.write("-\n")
+        swapper.stdin.flush()
+        assert swapper.stdout.readline().strip() == "ok"
+        judged_inos = {s.ino for s in judged}
+        deleted = {x.ino for x in done if x.deleted}
+        assert deleted <= judged_inos, f"round {r}: unlinked an inode that was never judged: {done}"
+        present = _inodes(d, [seg, decoy])
+        for ino, what in real.items():
+            if ino in deleted:
+                assert ino not in present, f"round {r}: reported deleted, still there"
+            else:
+                assert ino in present, f"round {r}: the {what} ({ino}) vanished though gc did not delete it: {done}"
+        swapped += any(not x.deleted and "replaced since the scan" in x.reason for x in done)
+        reaped += len(deleted)
+        assert precious.read_bytes() == b"never deleted"
+        for n in (seg, decoy):
+            p = os.path.join(d, n)
+            if os.path.lexists(p):
+                os.unlink(p)
+        assert [n for n in os.listdir(d) if n.startswith("smg-smgshm-gc-")] == [], "nothing left set aside"
+    swapper.stdin.close()
+    swapper.wait(timeout=10)
+    assert reaped > rounds // 4, "gc should still reap while racing"
+    print(f"\n{rounds} rounds: {reaped} judged inodes reaped, {swapped} swaps caught and put back")
+
+
+def test_a_swapped_in_entry_is_put_back_under_its_name(children: Children, tmp_path: Path) -> None:
+    d = str(tmp_path)
+    name = seg_name(dead_pid(children))
+    make_file(d, name)
+    judged = [s for s in Scan(ScanOptions(d, assume_dead=True)) if s.name == name]
+    os.unlink(os.path.join(d, name))
+    os.symlink("/etc/hostname", os.path.join(d, name))  # the swap, between the scan and the unlink
+    (dl,) = reap(judged, d)
+    assert dl.deleted is False
+    assert "replaced since the scan" in dl.reason
+    assert stat.S_ISLNK(os.lstat(os.path.join(d, name)).st_mode), "put back where it was"
+    assert os.listdir(d) == [name], "no private name left behind"
+    os.unlink(os.path.join(d, name))
+
+
+# ---------------------------------------------------------------------------------------------
+# --prometheus before --delete; --delete shows, then does; headlines agree with exit codes
+
+
+@pytest.mark.parametrize("where", ["missing-dir/gc.prom", "a-file/gc.prom"])
+def test_an_unwritable_prometheus_path_is_exit_5_before_any_delete(
+    children: Children, tmp_path: Path, where: str
+) -> None:
+    d = tmp_path / "shm"
+    d.mkdir()
+    (tmp_path / "a-file").write_text("not a dir")
+    name = seg_name(dead_pid(children))
+    path = make_file(str(d), name)
+    prom = str(tmp_path / where)
+    res = run_cli("gc", "--shm-dir", str(d), *ALWAYS, "--delete", "--min-age", "0", "--yes", "--prometheus", prom,
+                  exit=5)  # fmt: skip
+    assert "--prometheus" in res.stderr
+    assert os.path.exists(path), "checked before anything was deleted"
+    doc = run_cli("--json", "gc", "--shm-dir", str(d), *ALWAYS, "--delete", "--min-age", "0", "--yes",
+                  "--prometheus", prom, exit=5).json  # fmt: skip
+    assert doc["ok"] is False
+    assert doc["error"]["kind"] == "host"
+    assert os.path.exists(path)
+
+
+def test_headline_agrees_with_the_exit_code(children: Children, tmp_path: Path) -> None:
+    d = str(tmp_path)
+    young = seg_name(dead_pid(children), seq=1)
+    old = seg_name(dead_pid(children), seq=2)
+    make_file(d, young)
+    make_file(d, old, age_s=3600)
+
+    res = run_cli("gc", "--shm-dir", d, *ALWAYS, "--check", exit=3)
+    assert res.stdout.splitlines()[0].startswith("check failed: 2 SMG segment(s)")
+    # --delete reaps the old one only (the young one is under --min-age): still a failed check.
+    res = run_cli("gc", "--shm-dir", d, *ALWAYS, "--check", "--delete", "--yes", exit=3)
+    first = res.stdout.splitlines()[0]
+    assert first.startswith("check failed: deleted 1, freed 4.0 KiB, kept 1; 1 SMG segment(s) left"), first
+    assert f"kept {young}: younger than --min-age" in res.stdout
+    assert f"deleted {old}: freed 4.0 KiB" in res.stdout
+    res = run_cli("gc", "--shm-dir", d, *ALWAYS, "--check", "--delete", "--yes", "--min-age", "0")
+    assert res.stdout.splitlines()[0].startswith("check passed: deleted 1, freed 4.0 KiB; 0 SMG segment(s) left")
+    assert run_cli("gc", "--shm-dir", d, *ALWAYS, "--check").stdout.startswith("check passed: 0 SMG segment(s)")
+
+
+def test_the_confirmation_lists_what_it_will_delete(children: Children, tmp_path: Path) -> None:
+    """On a TTY gc asks; the question comes after the list of what it would delete. No: keeps all."""
+    d = str(tmp_path)
+    names = [seg_name(dead_pid(children), seq=i) for i in range(3)]
+    for n in names:
+        make_file(d, n)
+    script = (
+        "import os, pty, sys\n"
+        "pid, fd = pty.fork()\n"
+        "if pid == 0:\n"
+        "    os.execv(sys.executable, [sys.executable, '-m', 'smgshm', 'gc', *sys.argv[1:]])\n"
+        "out = b''\n"
+        "while b'[y/N]' not in out:\n"
+        "    chunk = os.read(fd, 4096)\n"
+        "    if not chunk: break\n"
+        "    out += chunk\n"
+        "os.write(fd, b'n\\n')\n"
+        "while True:\n"
+        "    try: chunk = os.read(fd, 4096)\n"
+        "    except OSError: break\n"
+        "    if not chunk: break\n"
+        "    out += chunk\n"
+        "_, status = os.waitpid(pid, 0)\n"
+        "sys.stdout.write(out.decode(errors='replace'))\n"
+        "sys.exit(os.waitstatus_to_exitcode(status))\n"
+    )
+    res = subprocess.run([PY, "-c", script, "--shm-dir", d, *ALWAYS, "--delete", "--min-age", "0", "--no-color"],
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    out = res.stdout
+    assert "will delete 3 segment(s), 12.0 KiB:" in out, out
+    ask = out.index("delete these 3 segment(s)? [y/N]")
+    for n in names:
+        assert 0 <= out.index(n) < ask, "every name is listed before the question"
+    assert res.returncode == 1, "answering no aborts"
+    assert sorted(os.listdir(d)) == sorted(names), "nothing deleted after a no"

@@ -1,0 +1,101 @@
+"""Pid-namespace trust is decided by the filesystem: a producer that sees the tmpfs at another path counts.
+
+The "container" is ``unshare --pid --fork --mount``: a private mount namespace in which the
+scratch tmpfs dir is bind-mounted at another path and /dev/shm is a fresh tmpfs, so neither
+``/proc/P/root/<dir>`` nor ``/proc/P/root/dev/shm`` shows the shared filesystem; only its
+mount table does. Its producer's pid is made equal to a pid that is dead on the host
+(``ns_last_pid``), so a gc that trusted pids would judge its live segment leaked and delete it.
+The core checks pass ``pids`` so that other processes on this shared machine cannot decide them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from smgshm.core.pidtrust import judge_trust, mount_of
+from tests.conftest import Children, run_cli, wait_for
+from tests.test_cli_gc import WRITER, dead_pid, deletions, first_line, segs, tmpfs_dir  # noqa: F401 - a fixture
+
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None, reason="needs root and unshare(1)"),
+    pytest.mark.timeout(60),
+]
+
+
+def _container(children: Children, shared: str, at: str | None, pid: int) -> tuple[int, str]:
+    """A producer in its own pid and mount namespace with its pid set to ``pid``; (its host pid, its segment).
+
+    ``at``: where it bind-mounts ``shared`` (None: it writes into its own private /dev/shm).
+    """
+    where = at or "/dev/shm"
+    steps = [f"mount --bind {shared} {at}"] if at else []
+    steps += [
+        # Its own /dev/shm (the host's unmounted there, not just shadowed): the old /proc/P/root
+        # checks find nothing, and only the bind mount shows the shared tmpfs.
+        "umount -l /dev/shm",
+        "mount -t tmpfs -o size=1m tmpfs /dev/shm",
+        f"echo {pid - 1} > /proc/sys/kernel/ns_last_pid",  # the next fork in this pid namespace gets pid
+        f"{sys.executable} -c '{WRITER}' {where}",  # a child, not exec: pid 1 would read as the host's init
+    ]
+    argv = ["unshare", "--pid", "--fork", "--mount", "--propagation", "private", "sh", "-c", " && ".join(steps)]
+    p, name = first_line(children, argv)
+    assert int(name.split("-")[2]) == pid, f"the producer got pid {name.split('-')[2]} in its namespace, not {pid}"
+
+    def producer() -> int | None:
+        kids = psutil.Process(p.pid).children(recursive=True)
+        return next((k.pid for k in kids if k.name().startswith("python")), None)
+
+    return wait_for(producer, what="the producer's host pid"), name
+
+
+def test_a_producer_seeing_the_tmpfs_at_another_path_makes_pids_untrusted(
+    children: Children, tmpfs_dir: str, tmp_path: Path  # noqa: F811
+) -> None:
+    at = tmp_path / "host-shm"
+    at.mkdir()
+    host_pid, name = _container(children, tmpfs_dir, str(at), dead_pid(children))
+    path = os.path.join(tmpfs_dir, name)
+    assert os.path.exists(path), "the bind mount shares the scratch tmpfs"
+    assert not psutil.pid_exists(int(name.split("-")[2])), "its pid in its own namespace is dead here"
+
+    # The core, judged by that one process: its mount table shows the shared tmpfs at the other path.
+    trust = judge_trust(tmpfs_dir, pids=[host_pid])
+    assert trust.trusted is False
+    assert str(at) in trust.note
+    assert judge_trust(tmpfs_dir, pids=[os.getpid()]).trusted is True, "this namespace alone is trusted"
+
+    # The command: unknown, and --delete keeps the live segment.
+    doc = run_cli("--json", "gc", "--shm-dir", tmpfs_dir).json
+    assert doc["result"]["liveness_trusted"] is False
+    assert "another pid namespace" in doc["result"]["liveness_note"]
+    assert segs(doc)[name]["state"] == "unknown"
+    doc = run_cli("--json", "gc", "--shm-dir", tmpfs_dir, "--delete", "--min-age", "0", "--yes").json
+    assert name not in deletions(doc)
+    assert os.path.exists(path), "gc deleted a live producer's segment"
+
+
+def test_a_container_with_its_own_tmpfs_does_not_count(children: Children, tmpfs_dir: str) -> None:  # noqa: F811
+    host_pid, name = _container(children, tmpfs_dir, None, dead_pid(children))
+    assert name not in os.listdir("/dev/shm"), "its /dev/shm is a tmpfs of its own"
+    for d in (tmpfs_dir, "/dev/shm"):
+        trust = judge_trust(d, pids=[host_pid])
+        assert trust.trusted is True, trust.note
+    # Its root filesystem is this one's: a dir there could be written by it, so that is untrusted.
+    assert judge_trust(os.path.dirname(os.path.abspath(__file__)), pids=[host_pid]).trusted is False
+
+
+def test_mount_tables_are_read_by_device_and_paths_unescaped() -> None:
+    dev = os.makedev(0, 27)
+    table = (
+        b"22 1 0:5 / /dev rw - devtmpfs udev rw\n"
+        b"30 22 0:27 /smgshm-x /host\\040shm rw,relatime - tmpfs tmpfs rw\n"
+    )
+    assert mount_of(table, dev) == "/host shm"
+    assert mount_of(table, os.makedev(0, 28)) is None
+    assert mount_of(b"garbage\n\n", dev) is None
