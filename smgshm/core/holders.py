@@ -52,7 +52,7 @@ def _mapped(pid: int, devtag: bytes, dev: int) -> set[Key]:
     return out
 
 
-def _opened(pid: int, dev: int) -> set[Key] | None:
+def _opened(pid: int, dev: int, names: frozenset[str] | None) -> set[Key] | None:
     """Inodes of ``dev`` open in ``pid`` (None when its fds cannot be read: gone or not ours)."""
     out: set[Key] = set()
     try:
@@ -62,8 +62,11 @@ def _opened(pid: int, dev: int) -> set[Key] | None:
     with fds:
         for fd in fds:
             try:
-                if not os.readlink(fd.path).startswith("/"):
+                link = os.readlink(fd.path)
+                if not link.startswith("/"):
                     continue  # socket:, pipe:, anon_inode: never live on a tmpfs
+                if names is not None and link.removesuffix(" (deleted)").rpartition("/")[2] not in names:
+                    continue
                 st = os.stat(fd.path)  # the magic link: the very inode, whatever its path
             except OSError:
                 continue
@@ -72,16 +75,22 @@ def _opened(pid: int, dev: int) -> set[Key] | None:
     return out
 
 
-def holder_index(dev: int, pids: Iterable[int] | None = None) -> dict[Key, list[Holder]]:
+def holder_index(
+    dev: int, pids: Iterable[int] | None = None, names: Iterable[str] | None = None
+) -> dict[Key, list[Holder]]:
     """Every (dev, ino) of device ``dev`` that a process has open or mapped, with who and how.
 
-    Survives processes exiting mid-walk. Processes whose /proc entries this user may not
-    read are skipped (as lsof does): their holds are not seen.
+    ``names``: only files whose one name is among these are wanted. A file with a single
+    link has a single dentry, and an fd's /proc link shows that dentry's current name (a
+    rename included), so fds under other names need no stat. Only for single-link files:
+    a hard link is another dentry. Survives processes exiting mid-walk. Processes whose
+    /proc entries this user may not read are skipped (as lsof does): their holds are not seen.
     """
+    wanted = None if names is None else frozenset(names)
     devtag = f" {os.major(dev):02x}:{os.minor(dev):02x} ".encode()
     found: dict[Key, list[Holder]] = {}
     for pid in live_pids() if pids is None else pids:
-        hits = [(key, "fd") for key in _opened(pid, dev) or ()]
+        hits = [(key, "fd") for key in _opened(pid, dev, wanted) or ()]
         hits += [(key, "map") for key in _mapped(pid, devtag, dev)]
         if hits:
             comm = _comm(pid)

@@ -316,7 +316,8 @@ def judge_entry(shm_dir: str, name: str, opts: ScanOptions | None = None) -> Seg
         return None
     except OSError as err:
         raise _host_error(err, shm_dir) from err
-    return Judge(opts, judge_trust(shm_dir), holder_index(st.st_dev))(name, st)
+    one = [name] if st.st_nlink == 1 else None  # a single link: holders can be picked by name first
+    return Judge(opts, judge_trust(shm_dir), holder_index(st.st_dev, names=one))(name, st)
 
 
 def pid_liveness_trust(shm_dir: str) -> tuple[bool, str]:

@@ -82,7 +82,10 @@ def reap(
                     results.append(Deletion(seg.name, seg.allocated_bytes, False, why, seg.ino))
                     continue
                 aside.append((seg, private))
-            held = holder_index(dev) if aside else {}
+            # After the rename a holder's fd link shows the private name; with every file single-link
+            # the walk may pick fds by those names (a hard link needs the full walk).
+            single = all(_links(dfd, p) == 1 for _, p in aside)  # now, not at the scan: a link may be new
+            held = holder_index(dev, names=[p for _, p in aside] if single else None) if aside else {}
             results += [_finish(seg, private, dfd, dev, held) for seg, private in aside]
             for d in results:
                 done.append(d)
@@ -91,6 +94,13 @@ def reap(
     finally:
         os.close(dfd)
     return done
+
+
+def _links(dfd: int, name: str) -> int:
+    try:
+        return os.lstat(name, dir_fd=dfd).st_nlink
+    except OSError:
+        return 0  # gone or unreadable: take the full walk
 
 
 def _finish(seg: SegmentInfo, private: str, dfd: int, dev: int, held: dict[tuple[int, int], list[object]]) -> Deletion:
