@@ -107,3 +107,19 @@ def test_human_report_fits_a_pipe_without_cut_cells() -> None:
     assert "GB/s by size" in out
     assert "256.0 MiB        n/a" in out
     assert "…" not in out  # rich shortens cells that do not fit 80 columns
+
+
+def test_a_failed_gate_is_the_first_line_as_a_failure_not_a_warning() -> None:
+    res = run_cli("bench", "--sizes", "4KiB", "-w", "0", "-n", "1", "--min-gbps", "1000000", exit=3)
+    first = res.stdout.splitlines()[0]
+    assert first.startswith("FAILED: SHM ")
+    assert "below --min-gbps 1000000" in first
+    assert "warning" not in res.stderr
+
+
+def test_progress_is_weighted_by_work_so_the_eta_is_not_skewed() -> None:
+    from smgshm.core.bench import BenchOptions, _round_weight
+
+    opts = BenchOptions((4096, 256 * 1024 * 1024), 0, 1)
+    small, big = (_round_weight(s, opts) for s in opts.sizes)
+    assert big > 100 * small  # a 256 MiB round is counted as far more work than a 4 KiB one

@@ -53,8 +53,38 @@ def test_ns_pid_of_self_child(children: Children) -> None:
 
 
 def test_ns_pid_missing_process() -> None:
-    res = run_cli("ns", "--pid", "999999999", exit=5)
-    assert "no such process" in res.stderr
+    # A pid that names no process is a bad argument (exit 2), not this host's environment (5).
+    res = run_cli("ns", "--pid", "999999999", exit=2)
+    assert "no process has pid 999999999" in res.stderr
+    assert run_cli("--json", "ns", "--pid", "999999999", exit=2).json["error"]["kind"] == "usage"
+
+
+def test_compare_two_ids_names_them_a_and_b_not_here_and_peer() -> None:
+    boot = "5ef74ec3-0000-4000-8000-000000000000"
+    doc = run_cli("--json", "ns", "compare", f"{boot}:27", f"{boot}:99", exit=3).json
+    reason = doc["result"]["reason"]
+    assert "st_dev 99 in B, 27 in A" in reason
+    assert "here" not in reason
+    other = run_cli("--json", "ns", "compare", f"{boot}:27", "d05353d0-0000-4000-8000-000000000000:27", exit=3)
+    assert "the peer" not in other.json["result"]["reason"]
+    assert "different hosts" in other.json["result"]["reason"]
+    empty = run_cli("--json", "ns", "compare", "", f"{boot}:27", exit=6).json["result"]["reason"]
+    assert empty == "id A is empty"
+
+
+def test_compare_with_this_host_says_here() -> None:
+    from smgshm.core.namespace import read_namespace_id
+
+    mine = read_namespace_id()
+    boot, dev = mine.rsplit(":", 1)
+    reason = run_cli("--json", "ns", "compare", f"{boot}:{int(dev) + 1}", exit=3).json["result"]["reason"]
+    assert f"st_dev {dev} here, {int(dev) + 1} there" in reason
+
+
+def test_a_hostile_id_is_shown_escaped() -> None:
+    res = run_cli("ns", "compare", "\x1b[2J\x1b]0;pwned\x07", exit=6)
+    assert "\x1b" not in res.stdout
+    assert "pwned" in res.stdout
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None, reason="needs root and unshare")

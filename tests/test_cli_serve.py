@@ -153,6 +153,7 @@ def test_port_in_use_exits_4(children: Children) -> None:
     assert len(errors) == 1, err
     assert f"127.0.0.1:{port}" in errors[0]
     assert "cannot bind" in errors[0]
+    assert "address in use" in errors[0]
     assert "Traceback" not in err
 
 

@@ -6,10 +6,12 @@ import json
 import sys
 
 import click
+from rich.text import Text
 
 from smgshm.cli import bench_view as view
 from smgshm.cli.app import App
 from smgshm.cli.exitcodes import ExitCode
+from smgshm.cli.fmt import safe
 from smgshm.cli.params import BYTES, parse_bytes, shm_dir_option
 
 
@@ -132,15 +134,21 @@ def bench(app: App, address: str | None, min_: int, max_: int, factor: int, size
     # doctor's capacity check quotes the largest tensor bench moved through this shm dir.
     record_tensor_seen("smgshm bench", max(s.nbytes for s in report.sizes), shm_dir)
     code = ExitCode.OK
+    failed_gates: list[str] = []
     last = max(report.sizes, key=lambda s: s.nbytes)
     both = max((s for s in report.sizes if s.speedup is not None), key=lambda s: s.nbytes, default=None)
     if min_shm_speedup is not None and (both is None or both.speedup < min_shm_speedup):  # type: ignore[operator]
         at = f"{both.speedup:.2f}x at {both.nbytes} B" if both else "not measurable (inline ran at no size)"
-        app.warn(f"SHM speedup {at} is below --min-shm-speedup {min_shm_speedup}")
-        code = ExitCode.CHECK_FAILED
+        failed_gates.append(f"SHM speedup {at} is below --min-shm-speedup {min_shm_speedup}")
     if min_gbps is not None and last.shm.gb_per_s < min_gbps:
-        app.warn(f"SHM {last.shm.gb_per_s:.2f} GB/s at {last.nbytes} B is below --min-gbps {min_gbps}")
+        failed_gates.append(f"SHM {last.shm.gb_per_s:.2f} GB/s at {last.nbytes} B is below --min-gbps {min_gbps}")
+    if failed_gates:
         code = ExitCode.CHECK_FAILED
+        # JSON keeps them in "warnings" as before (schema 1); a person sees a failure, first.
+        app.warnings.extend(failed_gates)
+        if jsonl:
+            for g in failed_gates:
+                app.err_console.print(Text("FAILED: ", style="bold red") + safe(g))
     if jsonl:
         click.get_current_context().exit(code)
-    click.get_current_context().exit(app.emit(report, view.bench_report, code))
+    click.get_current_context().exit(app.emit(report, view.bench_report(failed_gates), code))

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 from rich.table import Table
 from rich.text import Text
 
-from smgshm.cli.fmt import human_bytes
+from smgshm.cli.fmt import human_bytes, prose, safe
 
 if TYPE_CHECKING:
     from smgshm.cli.app import App
@@ -39,9 +39,20 @@ def bench_progress(app: App) -> tuple[Any, Any]:
     return progress, on_size
 
 
-def bench_report(app: App, report: Any) -> None:
+def bench_report(failed_gates: list[str] | None = None) -> Any:
+    """The renderer; a failed --min-* gate (exit 3) is the first line, as a failure."""
+
+    def render(app: App, report: Any) -> None:
+        for gate in failed_gates or []:
+            prose(app.console, Text("FAILED: ", style="bold red") + safe(gate), 8)
+        _report(app, report)
+
+    return render
+
+
+def _report(app: App, report: Any) -> None:
     h = report.host
-    app.console.print(Text(report.recommendation, style="bold"))
+    prose(app.console, Text(report.recommendation, style="bold"), 2)
     table = Table(box=None, pad_edge=False)  # fits 80 columns, the width of a pipe
     for col in ("size", "inline ms", "shm ms", "x", "in GB/s", "shm GB/s", "w/rpc/r ms", "memcpy"):
         table.add_column(col, justify="right", no_wrap=True, min_width=len(col))
@@ -58,13 +69,13 @@ def bench_report(app: App, report: Any) -> None:
             f"{r.shm_fraction_of_memcpy:.0%}",
         )
     app.console.print(table)
-    app.console.print(
-        Text(
-            f"host: {h.cpu_count} cpus; memcpy {h.memcpy_gb_per_s:.1f} GB/s; "
-            f"fresh tmpfs pages {h.fresh_page_gb_per_s:.2f} GB/s; "
-            f"writers: pwrite {h.writer_pwrite_gb_per_s:.2f}, fallocate+mmap {h.writer_mmap_gb_per_s:.2f} GB/s "
-            f"(GB = 1e9 B; medians)"
-        )
+    prose(
+        app.console,
+        f"host: {h.cpu_count} cpus; memcpy {h.memcpy_gb_per_s:.1f} GB/s; "
+        f"fresh tmpfs pages {h.fresh_page_gb_per_s:.2f} GB/s; "
+        f"writers: pwrite {h.writer_pwrite_gb_per_s:.2f}, fallocate+mmap {h.writer_mmap_gb_per_s:.2f} GB/s "
+        f"(GB = 1e9 B; medians)",
+        2,
     )
     top = max([r.shm.gb_per_s for r in report.sizes] + [r.inline.gb_per_s for r in report.sizes if r.inline] + [1e-9])
     app.console.print(Text("GB/s by size (# shm, = inline):"))

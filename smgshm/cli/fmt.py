@@ -135,7 +135,7 @@ def kv_table(rows: list[tuple[str, Any]]) -> Table:
     table.add_column(style="bold")
     table.add_column()
     for k, v in rows:
-        table.add_row(k, Text(str(v)))
+        table.add_row(k, safe(str(v)))  # values are read from the host or a peer: escaped
     return table
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import click
 
 from smgshm.cli import ns_view as view
@@ -21,6 +23,9 @@ def ns(ctx: click.Context, pid: int | None, shm_dir: str) -> None:
     --pid, the id, shm dir and pid namespace as another process (say, a container's
     init) sees them, to compare containers on one host from outside.
 
+    Exit 0 with an id, 2 when --pid names no process, 5 when the shm dir is
+    missing or unreadable, 6 when the id cannot be read.
+
     \b
     Examples:
       smgshm ns
@@ -32,6 +37,9 @@ def ns(ctx: click.Context, pid: int | None, shm_dir: str) -> None:
     from smgshm.core.host import read_host_identity
 
     app: App = ctx.obj
+    if pid is not None and not os.path.isdir(f"/proc/{pid}"):
+        # An argument naming no process is a usage error (exit 2), not this host's environment.
+        raise click.BadParameter(f"no process has pid {pid} (in this pid namespace)", param_hint="--pid")
     ident = read_host_identity(shm_dir, pid)
     code = ExitCode.OK if ident.namespace_id else ExitCode.UNDETERMINED
     ctx.exit(app.emit(ident, view.identity, code))
@@ -45,8 +53,9 @@ def ns(ctx: click.Context, pid: int | None, shm_dir: str) -> None:
 def compare(app: App, id_a: str, id_b: str | None, shm_dir: str) -> None:
     """Say whether two namespace ids mean a shared /dev/shm, and if not, why.
 
-    ID_B defaults to this host's id. Exit 0 when shared, 3 when not (another host,
-    or a private tmpfs on this host), 6 when either id is empty or malformed.
+    ID_B defaults to this host's id (and the reasons then say "here" for it).
+    Exit 0 when shared, 3 when not (another host, or a private tmpfs on this
+    host), 6 when either id is empty or malformed.
 
     \b
     Examples:
@@ -57,7 +66,7 @@ def compare(app: App, id_a: str, id_b: str | None, shm_dir: str) -> None:
 
     app.command = "ns compare"
     local = id_b if id_b is not None else read_namespace_id(shm_dir)
-    cmp = compare_namespace_ids(local, id_a)
+    cmp = compare_namespace_ids(local, id_a, two_ids=id_b is not None)
     code = {Sharing.SHARED: ExitCode.OK, Sharing.UNDETERMINED: ExitCode.UNDETERMINED}.get(
         cmp.sharing, ExitCode.CHECK_FAILED
     )

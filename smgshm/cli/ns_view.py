@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from rich.text import Text
 
-from smgshm.cli.fmt import human_bytes, kv_table
+from smgshm.cli.fmt import hint, human_bytes, kv_table, prose, safe
 
 if TYPE_CHECKING:
     from smgshm.cli.app import App
@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 def identity(app: App, ident: HostIdentity) -> None:
     verdict = ident.namespace_id or "(unreadable: auto will stay inline)"
-    app.console.print(Text("shm_namespace_id: ", style="bold") + Text(verdict))
+    app.console.print(Text("shm_namespace_id: ", style="bold") + safe(verdict))
     used = ident.shm_total_bytes - ident.shm_free_bytes
     app.console.print(
         kv_table(
@@ -41,11 +41,11 @@ def comparison(app: App, cmp: NamespaceComparison) -> None:
     head = "shared" if cmp.shared else f"not shared ({cmp.sharing.value})"
     if cmp.sharing.value == "undetermined":
         head, style = "undetermined", "yellow"
-    app.console.print(Text(f"/dev/shm {head}: ", style=f"bold {style}") + Text(cmp.reason))  # noqa: S108 - prose, not a path
+    prose(app.console, Text(f"/dev/shm {head}: ", style=f"bold {style}") + safe(cmp.reason), 2)  # noqa: S108 - prose
     app.console.print(kv_table([("a", cmp.peer or "(empty)"), ("b", cmp.local or "(empty)")]))
     fix = sharing_fix(cmp.sharing.value)
-    if fix and not app.quiet:
-        app.err_console.print(Text("hint: ", style="cyan") + Text(fix))
+    if fix:
+        hint(app, fix)
 
 
 def sharing_fix(sharing: str) -> str:

@@ -76,26 +76,40 @@ class NamespaceComparison:
         return self.sharing is Sharing.SHARED
 
 
-def compare_namespace_ids(local: str | None, peer: str | None) -> NamespaceComparison:
-    """Say whether two ids mean a shared /dev/shm, and if not, why not."""
+def compare_namespace_ids(local: str | None, peer: str | None, *, two_ids: bool = False) -> NamespaceComparison:
+    """Say whether two ids mean a shared /dev/shm, and if not, why not.
+
+    ``two_ids``: neither is this host's (``ns compare A B``), so the reasons speak of
+    "id A" (``peer``) and "id B" (``local``) instead of "the peer" and "this host".
+    """
     lo, pe = parse_namespace_id(local), parse_namespace_id(peer)
     local_s, peer_s = local or "", peer or ""
+    here, there = ("in B", "in A") if two_ids else ("here", "there")
     if pe is None:
-        why = "the peer advertises no namespace id" if not peer_s else f"the peer's id {peer_s!r} is malformed"
+        if two_ids:
+            why = "id A is empty" if not peer_s else f"id A {peer_s!r} is malformed"
+        else:
+            why = "the peer advertises no namespace id" if not peer_s else f"the peer's id {peer_s!r} is malformed"
         return NamespaceComparison(local_s, peer_s, Sharing.UNDETERMINED, why)
     if lo is None:
-        why = "this host's id is unreadable" if not local_s else f"this host's id {local_s!r} is malformed"
+        if two_ids:
+            why = "id B is empty" if not local_s else f"id B {local_s!r} is malformed"
+        else:
+            why = "this host's id is unreadable" if not local_s else f"this host's id {local_s!r} is malformed"
         return NamespaceComparison(local_s, peer_s, Sharing.UNDETERMINED, why)
     if lo.boot_id != pe.boot_id:
-        return NamespaceComparison(
-            local_s, peer_s, Sharing.OTHER_HOST, "boot ids differ: the peer runs on another host or VM"
+        why = (
+            "boot ids differ: the two run on different hosts or VMs"
+            if two_ids
+            else "boot ids differ: the peer runs on another host or VM"
         )
+        return NamespaceComparison(local_s, peer_s, Sharing.OTHER_HOST, why)
     if lo.shm_dev != pe.shm_dev:
         return NamespaceComparison(
             local_s,
             peer_s,
             Sharing.PRIVATE_TMPFS,
-            f"same host, but /dev/shm is a different tmpfs (st_dev {lo.shm_dev} here, {pe.shm_dev} there)",
+            f"same host, but /dev/shm is a different tmpfs (st_dev {lo.shm_dev} {here}, {pe.shm_dev} {there})",
         )
     if local_s != peer_s:
         return NamespaceComparison(

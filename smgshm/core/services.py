@@ -287,6 +287,26 @@ class RunningReceiver:
         self.server.stop(grace).wait(grace + 1)
 
 
+def bind_failure(address: str) -> str:
+    """Why ``address`` cannot be bound, in the kernel's words ("address in use"): gRPC only says it failed."""
+    import errno
+    import socket
+
+    host, _, port = address.rpartition(":")
+    if address.startswith("unix:") or not port.isdigit():
+        return "the address is not host:port or unix:PATH, or the socket path is not usable"
+    host = host.strip("[]")
+    try:
+        family = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)[0][0]
+        with socket.socket(family, socket.SOCK_STREAM) as sock:
+            sock.bind((host, int(port)))
+    except OSError as err:
+        if err.errno == errno.EADDRINUSE:
+            return "address in use (another process listens on that port)"
+        return (err.strerror or str(err)).lower()
+    return "gRPC refused the address"
+
+
 def start_receiver(cfg: ReceiverConfig, address: str = "127.0.0.1:0") -> RunningReceiver:
     """Start the receiver on ``address`` (host:port or unix:PATH) and return at once."""
     import torch  # noqa: F401 - import now, not inside the first request's timing
@@ -315,9 +335,9 @@ def start_receiver(cfg: ReceiverConfig, address: str = "127.0.0.1:0") -> Running
     try:
         port = server.add_insecure_port(address)
     except RuntimeError as err:
-        raise TransportError("cannot bind", endpoint=address) from err
+        raise TransportError(f"cannot bind: {bind_failure(address)}", endpoint=address) from err
     if port == 0 and not address.startswith("unix:"):
-        raise TransportError("cannot bind", endpoint=address, hint="is the port in use or the address wrong?")
+        raise TransportError(f"cannot bind: {bind_failure(address)}", endpoint=address)
     server.start()
     bound = address if address.startswith("unix:") else f"{address.rsplit(':', 1)[0]}:{port}"
     return RunningReceiver(server, bound, engine_name, state)
