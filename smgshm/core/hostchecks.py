@@ -23,8 +23,15 @@ from smgshm.core.errors import SmgshmError
 from smgshm.core.gatewaylog import TransportConfig, read_transport_config
 from smgshm.core.gatewaymode import ModeFinding, judge
 from smgshm.core.gateways import GatewayProcess, find_gateways
-from smgshm.core.hugepages import CAVEATS, ELSEWHERE, PagePolicy, age_text, load_last_what_if, page_policy
-from smgshm.core.hugepages import remount_command as huge_remount
+from smgshm.core.hugepages import (
+    CAVEATS,
+    ELSEWHERE,
+    PagePolicy,
+    age_text,
+    load_last_what_if,
+    page_policy,
+    remount_argv,
+)
 from smgshm.core.metrics import MmTraffic, mm_traffic, scrape
 
 
@@ -245,6 +252,7 @@ def check_capacity(usage: ShmUsage, needs: list[Need]) -> tuple[list[Check], Cap
                 f"{_mib(v.free_bytes)} free{docker} holds the largest need "
                 f"{times:,.1f} times: {_mib(v.largest.nbytes)} ({v.largest.source})",
                 _enlarge(usage, v.largest.nbytes) if v.docker_default else "",
+                fix_cmd=_enlarge_cmd(usage, v.largest.nbytes) if v.docker_default else [],
             )
         )
     else:
@@ -257,20 +265,26 @@ def check_capacity(usage: ShmUsage, needs: list[Need]) -> tuple[list[Check], Cap
                 f"{_mib(v.largest.nbytes)} ({v.largest.source}): SMG's writes fail and go inline",
                 _enlarge(usage, v.largest.nbytes),
                 3 if v.explicit_unmet else 0,
+                fix_cmd=_enlarge_cmd(usage, v.largest.nbytes),
             )
         )
     return out, v
 
 
+def _gib(usage: ShmUsage, need: int) -> int:
+    return -(-max(usage.total_bytes, usage.used_bytes + 2 * need) // 2**30)
+
+
 def _enlarge(usage: ShmUsage, need: int) -> str:
-    size = max(usage.total_bytes, usage.used_bytes + 2 * need)
-    gib = -(-size // 2**30)
+    gib = _gib(usage, need)
     return (
-        "free space (smgshm gc --delete) or enlarge the tmpfs: "
-        + shlex.join(["mount", "-o", f"remount,size={gib}G", usage.shm_dir])
-        + f"; containers: docker run --shm-size={gib}g, Kubernetes emptyDir medium: Memory "
-        f"sizeLimit: {gib}Gi"
+        f"free space (smgshm gc --delete) or enlarge the tmpfs (as root, below); containers: docker run "
+        f"--shm-size={gib}g, Kubernetes emptyDir medium: Memory sizeLimit: {gib}Gi"
     )
+
+
+def _enlarge_cmd(usage: ShmUsage, need: int) -> list[str]:
+    return ["mount", "-o", f"remount,size={_gib(usage, need)}G", usage.shm_dir]
 
 
 def check_page_policy(shm_dir: str) -> tuple[list[Check], PagePolicy | None, dict[str, Any] | None]:
@@ -297,8 +311,8 @@ def check_page_policy(shm_dir: str) -> tuple[list[Check], PagePolicy | None, dic
             f"({b / a:.1f}x); measure here: sudo smgshm bench --what-if huge-pages"
         )
     summary = f"{shm_dir}: 4 KiB pages ({p.reason}); with huge={'within_size'} {gain}"
-    fix = f"{huge_remount(shm_dir)} (as root on the host; smgshm never remounts). Caveats: {CAVEATS}"
-    return [Check("page size", "warn", summary, fix)], p, last
+    fix = f"as root on the host, below (smgshm never remounts). Caveats: {CAVEATS}"
+    return [Check("page size", "warn", summary, fix, fix_cmd=remount_argv(shm_dir))], p, last
 
 
 def run_host_checks(

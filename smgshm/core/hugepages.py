@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shlex
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -83,9 +82,9 @@ def page_policy(shm_dir: str = DEFAULT_SHM_DIR, shmem_enabled_path: str = SHMEM_
     return PagePolicy(shm_dir, huge, knob, False, "mounted without huge= (never)")
 
 
-def remount_command(shm_dir: str = DEFAULT_SHM_DIR) -> str:
-    """The shell-quoted command that gives ``shm_dir`` huge pages (for the operator to run)."""
-    return shlex.join(["mount", "-o", f"remount,huge={RECOMMENDED}", shm_dir])
+def remount_argv(shm_dir: str = DEFAULT_SHM_DIR) -> list[str]:
+    """The command that gives ``shm_dir`` huge pages, as argv (for the operator to run, shell-quoted)."""
+    return ["mount", "-o", f"remount,huge={RECOMMENDED}", shm_dir]
 
 
 def cache_path() -> str:
