@@ -55,3 +55,14 @@ def test_lossless_round_trips_undecodable_bytes() -> None:
 def test_prose_keeps_the_spaces_between_words(capsys: pytest.CaptureFixture[str]) -> None:
     fmt.prose(App().console, "[ok  ] shm dir:  two")
     assert capsys.readouterr().out == "[ok  ] shm dir:  two\n"
+
+
+def test_probe_and_its_hints_fit_80_columns(receiver: object) -> None:
+    from tests.conftest import run_cli
+
+    dead = "127.0.0.1:1"
+    res = run_cli("probe", "--need", "1000000GiB", receiver.address, dead, exit=4,  # type: ignore[attr-defined]
+                  env={"COLUMNS": "80"})  # fmt: skip
+    lines = res.stdout.splitlines() + res.stderr.splitlines()
+    assert len(lines) > 6
+    assert max(len(ln) for ln in lines) <= 80, "\n".join(ln for ln in lines if len(ln) > 80)

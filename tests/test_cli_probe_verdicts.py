@@ -117,3 +117,23 @@ def test_an_unknown_host_says_cannot_resolve() -> None:
     assert "cannot resolve host" in res.json["result"]["workers"][0]["reason"]
     err = run_cli("send", "no-such-host.invalid:50051", exit=4).stderr
     assert "cannot resolve host" in err
+
+
+def test_a_hostile_leftover_probe_file_is_warned_escaped_and_kept_exact_in_json(receiver: Any) -> None:
+    import os
+    import shutil
+    import uuid
+
+    d = os.path.join("/dev/shm", f"smgshm-test-{os.getpid()}-{uuid.uuid4().hex}")  # not smg-*: no other test's
+    os.mkdir(d, 0o700)
+    raw = b"smg-tokenspeed-probe-7\xff\x1b[2J\nfix: rm -rf ~"
+    try:
+        os.close(os.open(os.path.join(os.fsencode(d), raw), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        human = run_cli("probe", "--shm-dir", d, receiver.address)
+        doc = run_cli("--json", "probe", "--shm-dir", d, receiver.address).json
+    finally:
+        shutil.rmtree(d)
+    assert "\x1b" not in human.stderr
+    assert "\\xff\\x1b[2J\\nfix: rm -rf ~" in human.stderr
+    assert not any(ln.startswith("fix:") for ln in human.stderr.splitlines())
+    assert [bytes.fromhex(h) for h in doc["result"]["local"]["leftover_probe_files_hex"]] == [raw]

@@ -66,3 +66,24 @@ def test_readme_commands_table_lists_every_command() -> None:
     table = text.split("| command | what it answers |", 1)[1].split("\n\n", 1)[0]
     for name in cli.commands:  # type: ignore[attr-defined]
         assert f"| `smgshm {name}" in table, f"README's commands table has no row for {name}"
+
+
+def test_readme_guarantees_name_tests_that_exist() -> None:
+    """Each row of "What smgshm guarantees" names test files and functions that are really there."""
+    import re
+
+    text = (ROOT / "README.md").read_text()
+    table = text.split("## What smgshm guarantees", 1)[1].split("\n## ", 1)[0]
+    named = 0
+    for row in (ln for ln in table.splitlines() if ln.startswith("| ") and "---" not in ln):
+        current = None
+        for ref in re.findall(r"`([\w/]*test_\w+\.py)?(::\w+)?`", row.rsplit("|", 2)[-2]):
+            path, func = ref
+            if path:
+                current = ROOT / "tests" / Path(path).name
+                assert current.exists(), f"README names {path}, which does not exist"
+            if func:
+                assert current is not None, row
+                assert f"def {func[2:]}(" in current.read_text(), f"README names {current.name}{func}: no such test"
+                named += 1
+    assert named >= 20

@@ -26,15 +26,17 @@ class CliError(click.ClickException):
         self.exit_code = for_error_kind(type(err))
 
     def show(self, file: Any = None) -> None:
+        from smgshm.cli.fmt import escape, prose, safe
+
+        # Messages carry peers' and the filesystem's strings: escaped, and wrapped as prose.
         console = self.app.err_console if self.app else None
-        line = Text("Error: ", style="bold red") + Text(str(self.err))
-        hint = Text("hint: ", style="cyan") + Text(self.err.hint) if self.err.hint else None
         if console is None:
-            click.echo(line.plain + (f"\nhint: {self.err.hint}" if self.err.hint else ""), err=True)
+            hint = f"\nhint: {escape(self.err.hint)}" if self.err.hint else ""
+            click.echo(f"Error: {escape(str(self.err))}{hint}", err=True)
             return
-        console.print(line)
-        if hint is not None:
-            console.print(hint)
+        prose(console, Text("Error: ", style="bold red") + safe(str(self.err)), 7)
+        if self.err.hint:
+            prose(console, Text("hint: ", style="cyan") + safe(self.err.hint), 6)
 
 
 class RootGroup(click.Group):

@@ -85,6 +85,7 @@ class LocalChecks:
     writable_error: str
     leftover_probe_files: list[str]
     shm_free_bytes: int
+    leftover_probe_files_hex: list[str] = field(default_factory=list)  # their exact bytes: names may be non-UTF-8
 
 
 def local_checks(shm_dir: str = DEFAULT_SHM_DIR) -> LocalChecks:
@@ -101,7 +102,8 @@ def local_checks(shm_dir: str = DEFAULT_SHM_DIR) -> LocalChecks:
         free = st.f_bavail * st.f_frsize
     except OSError:
         free = 0
-    return LocalChecks(read_namespace_id(shm_dir), err is None, err or "", leftovers, free)
+    return LocalChecks(read_namespace_id(shm_dir), err is None, err or "", leftovers, free,
+                       [os.fsencode(n).hex() for n in leftovers])  # fmt: skip
 
 
 def _stub(channel: Any, engine: str) -> tuple[Any, Any]:
