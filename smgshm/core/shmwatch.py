@@ -1,50 +1,28 @@
-"""Following the shm dir with inotify: segment events, and each segment's life from create to unlink.
-
-inotify says what happened to a name, never who did it, so how a life ended is read
-from the order of events (``SegmentLife.end``):
-
-- ``consumed``: someone opened the file after its creator did, then it was unlinked.
-  The creator's ``open(O_CREAT)`` is the first IN_OPEN after IN_CREATE; every reader
-  SMG has (mm_shm, the Rust servicer, TokenSpeed's SharedMemory attach, smgshm's
-  receiver) must open the file to read it.
-- ``cleaned``: unlinked with no open but its creator's: nobody read it. SMG's gateway
-  cleans up this way when a request fails before a worker reads it, and its
-  writability probe always does.
-- ``unknown``: the watch missed part of the life: it existed before the watch started,
-  events were lost to a queue overflow, it was renamed, or the shm dir went away.
+"""Following the shm dir with inotify: ShmWatcher turns the kernel's records into ShmEvents.
 
 A queue overflow (IN_Q_OVERFLOW) is reported and followed by a rescan of the
 directory; the shm dir deleted, moved, unmounted or mounted over is reported as
-``dir_gone`` and watched again once the path is a directory again.
+``dir_gone`` and watched again once the path is a directory again. The events'
+consumer is ``SegmentTracker`` (segmentlife.py), re-exported here with them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
-import heapq
 import os
 import select
 import struct
 import sys
 import time
-from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 from inotify_simple import flags as _F  # noqa: N812 - a short name for the hot-loop constants below
 
 from smgshm.core.errors import HostError
-from smgshm.core.leaks import parse_name
 from smgshm.core.paths import DEFAULT_SHM_DIR, SMG_FAMILY_PREFIX
-
-# Event kinds. "rescanned" closes the synthetic "created" events of a listing (at start,
-# after an overflow, after a re-watch): whatever the tracker holds that the listing did
-# not show is gone.
-CREATED, OPENED, CLOSED, REMOVED = "created", "opened", "closed", "removed"
-OVERFLOW, RESCANNED, DIR_GONE = "overflow", "rescanned", "dir_gone"
-
-CONSUMED, CLEANED, UNKNOWN = "consumed", "cleaned", "unknown"
+from smgshm.core.segmentlife import CLEANED, CONSUMED, UNKNOWN, SegmentLife, SegmentTracker
+from smgshm.core.shmevents import CLOSED, CREATED, DIR_GONE, OPENED, OVERFLOW, REMOVED, RESCANNED, ShmEvent
 
 _DIR_CHECK_S = 1.0  # how often the path is re-stat'ed: a mount over it sends no event
 _READ_BYTES = 1 << 20  # per read(): the kernel returns whole events only, up to this much
@@ -70,45 +48,6 @@ def _self_gone_detail(mask: int) -> str:
     if mask & _IN_MOVE_SELF:
         return "moved"
     return "deleted" if mask & _IN_DELETE_SELF else "ignored"
-
-
-class ShmEvent(NamedTuple):
-    """One thing that happened in the shm dir, as far as inotify tells it.
-
-    Immutable; a NamedTuple rather than a dataclass because a busy host makes tens of
-    thousands a second and a tuple is built in a third of the time.
-    """
-
-    kind: str  # created | opened | closed | removed | overflow | rescanned | dir_gone
-    name: str  # os.fsdecode form (lossless: undecodable bytes as surrogates); "" for dir events
-    t_ns: int  # time.time_ns() when the event was read (not when it happened)
-    nbytes: int | None = None  # size at close-after-write, or at a listing, where known
-    rescan: bool = False  # a "created" made from a directory listing, not seen happen
-    mtime_ns: int | None = None  # with rescan: the entry's mtime
-    # dir_gone: deleted | moved | unmounted | remounted; rescanned: start | overflow | rewatch;
-    # a removed or created made by a rename: moved
-    detail: str = ""
-    # The previous read: the event happened after it (0 when unknown). Events read together
-    # share t_ns, so this bounds when within the batch it happened.
-    since_ns: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class SegmentLife:
-    """One segment from creation to unlink (``removed_ns`` None while in flight)."""
-
-    name: str
-    kind: str  # gateway | gateway_probe | smgshm | smgshm_probe | other (leaks.parse_name)
-    producer_pid: int | None
-    created_ns: int
-    nbytes: int | None
-    removed_ns: int | None
-    in_flight_ns: int  # removed (or now, while in flight) minus created
-    end: str | None = None  # consumed | cleaned | unknown; None while in flight
-    reads: int = 0  # opens after the creator's
-    first_read_ns: int | None = None
-    observed: bool = True  # its creation was seen (not found by a listing)
-    note: str = ""  # why the end is unknown
 
 
 def _mask() -> int:
@@ -345,186 +284,6 @@ class ShmWatcher:
         return out
 
 
-class _Live:
-    """The tracker's mutable record of one segment in flight."""
-
-    __slots__ = ("created_ns", "creator_open", "first_read_ns", "kind", "lost", "name", "nbytes", "note",
-                 "observed", "orphaned", "pid", "reads")  # fmt: skip
-
-    def __init__(self, name: str, created_ns: int, observed: bool, nbytes: int | None, note: str = "",
-                 parsed: tuple[str, int | None, int | None] | None = None) -> None:  # fmt: skip
-        self.name = name
-        self.kind, self.pid, _ = parsed or parse_name(name)
-        self.created_ns = created_ns
-        self.observed = observed
-        self.lost = not observed  # part of its life happened unseen
-        self.creator_open = observed  # the next IN_OPEN is its creator's
-        self.nbytes = nbytes
-        self.reads = 0
-        self.orphaned = False
-        self.first_read_ns: int | None = None
-        self.note = note if note or observed else "found by a directory listing: its creation was not seen"
-
-    def life(self, removed_ns: int | None, now_ns: int, end: str | None, note: str = "") -> SegmentLife:
-        stop = removed_ns if removed_ns is not None else now_ns
-        return SegmentLife(self.name, self.kind, self.pid, self.created_ns, self.nbytes, removed_ns,
-                           max(0, stop - self.created_ns), end, self.reads, self.first_read_ns, self.observed,
-                           note or self.note)  # fmt: skip
-
-
-class SegmentTracker:
-    """Folds ShmEvents into segment lives, holding at most ``max_tracked`` in flight.
-
-    Beyond that, new segments are counted in ``untracked`` and not followed: memory
-    stays bounded whatever the traffic. The counters only grow (take deltas for rates).
-    """
-
-    def __init__(self, max_tracked: int = 100_000) -> None:
-        self.max_tracked = max_tracked
-        self.untracked = 0
-        self.created = 0  # lives whose creation was seen
-        self.created_by_kind: dict[str, int] = {}  # the same, per producer kind (parse_name)
-        self.listed = 0  # lives found by a listing (at start, after an overflow or a re-watch)
-        self.created_bytes = 0  # sizes of seen creations, once known (at close-after-write)
-        self.in_flight_bytes = 0  # known sizes of the lives in flight
-        self._live: dict[str, _Live] = {}
-        self._listed: set[str] | None = None  # names seen by the listing in progress
-
-    def __len__(self) -> int:
-        return len(self._live)
-
-    def in_flight(self, now_ns: int | None = None) -> list[SegmentLife]:
-        now = time.time_ns() if now_ns is None else now_ns
-        return [lv.life(None, now, None) for lv in self._live.values()]
-
-    def orphans(self, cutoff_ns: int, limit: int, now_ns: int | None = None) -> tuple[int, int, int, list[SegmentLife]]:
-        """Lives in flight since before ``cutoff_ns``: (count, known bytes, how many crossed it
-        since the last call, the ``limit`` oldest). One pass; only the listed become objects."""
-        now = time.time_ns() if now_ns is None else now_ns
-        count = nbytes = new = 0
-        old: list[_Live] = []
-        for lv in self._live.values():
-            if lv.created_ns < cutoff_ns:
-                count += 1
-                nbytes += lv.nbytes or 0
-                if not lv.orphaned:
-                    lv.orphaned, new = True, new + 1
-                old.append(lv)
-        oldest = heapq.nsmallest(limit, old, key=lambda lv: lv.created_ns)
-        return count, nbytes, new, [lv.life(None, now, None) for lv in oldest]
-
-    def get(self, name: str, now_ns: int | None = None) -> SegmentLife | None:
-        lv = self._live.get(name)
-        return lv.life(None, time.time_ns() if now_ns is None else now_ns, None) if lv else None
-
-    def feed(self, events: Iterable[ShmEvent]) -> list[SegmentLife]:
-        """Apply events in order; return the lives they completed."""
-        done: list[SegmentLife] = []
-        live = self._live
-        for e in events:
-            kind = e.kind
-            if kind == CREATED:
-                self._created(e)
-            elif kind == OPENED:
-                lv = live.get(e.name)
-                if lv is not None:
-                    if lv.creator_open:
-                        lv.creator_open = False
-                    else:
-                        lv.reads += 1
-                        if lv.first_read_ns is None:
-                            lv.first_read_ns = e.t_ns
-            elif kind == CLOSED:
-                lv = live.get(e.name)
-                if lv is not None and e.nbytes is not None:
-                    if lv.nbytes is None and lv.observed:
-                        self.created_bytes += e.nbytes
-                    self._resize(lv, e.nbytes)
-            elif kind == REMOVED:
-                lv = self._pop(e.name)
-                if lv is not None:
-                    done.append(self._end(lv, e))
-            elif kind == OVERFLOW:
-                for lv in live.values():
-                    lv.lost = True
-                    lv.note = "events were lost to an inotify queue overflow"
-                self._listed = set()
-            elif kind == RESCANNED:
-                if self._listed is not None:
-                    for n in [n for n in live if n not in self._listed]:
-                        lv = self._pop(n)
-                        done.append(lv.life(e.t_ns, e.t_ns, UNKNOWN, "unlinked while events were lost"))  # type: ignore[union-attr]
-                self._listed = None
-            elif kind == DIR_GONE:
-                for lv in live.values():
-                    done.append(lv.life(e.t_ns, e.t_ns, UNKNOWN, f"the shm dir went away ({e.detail})"))
-                live.clear()
-                self.in_flight_bytes = 0
-                self._listed = set()  # the re-watch listing starts from nothing
-        return done
-
-    def _resize(self, lv: _Live, nbytes: int) -> None:
-        self.in_flight_bytes += nbytes - (lv.nbytes or 0)
-        lv.nbytes = nbytes
-
-    def _pop(self, name: str) -> _Live | None:
-        lv = self._live.pop(name, None)
-        if lv is not None and lv.nbytes:
-            self.in_flight_bytes -= lv.nbytes
-        return lv
-
-    def _created(self, e: ShmEvent) -> None:
-        lv = self._live.get(e.name)
-        if e.rescan:
-            if self._listed is not None:
-                self._listed.add(e.name)
-            if lv is not None:
-                if e.nbytes is not None:
-                    self._resize(lv, e.nbytes)
-                return
-            # The later of the name's time and mtime (as gc judges age), never in the future.
-            _, _, nanos = parse_name(e.name)
-            born = min(e.t_ns, max(nanos or 0, e.mtime_ns or 0) or e.t_ns)
-            self._add(_Live(e.name, born, False, e.nbytes))
-            return
-        if lv is not None:
-            if not lv.observed or lv.lost:
-                # A listing found it first and its IN_CREATE was still queued: from here on
-                # every event is seen, so the judgement can be trusted again.
-                lv.observed, lv.lost, lv.note = True, False, ""
-                lv.creator_open = e.detail != "moved"
-            return
-        moved = e.detail == "moved"
-        born, parsed = e.t_ns, parse_name(e.name)
-        # Read in a batch: if the name carries a creation time (SMG's and smgshm's do) inside
-        # the window the event must have happened in, it is the better clock.
-        if e.since_ns and parsed[2] is not None and e.since_ns <= parsed[2] <= e.t_ns:
-            born = parsed[2]
-        lv = _Live(e.name, born, True, None, "renamed into the shm dir" if moved else "", parsed)
-        if moved:  # written elsewhere and renamed in: no creator's open to expect
-            lv.creator_open, lv.lost = False, True
-        self._add(lv)
-
-    def _add(self, lv: _Live) -> None:
-        if len(self._live) >= self.max_tracked:
-            self.untracked += 1
-            return
-        self._live[lv.name] = lv
-        if lv.observed:
-            self.created += 1
-            self.created_by_kind[lv.kind] = self.created_by_kind.get(lv.kind, 0) + 1
-        else:
-            self.listed += 1
-        if lv.nbytes:
-            self.in_flight_bytes += lv.nbytes
-
-    @staticmethod
-    def _end(lv: _Live, e: ShmEvent) -> SegmentLife:
-        if e.detail == "moved":
-            return lv.life(e.t_ns, e.t_ns, UNKNOWN, "renamed out of the shm dir")
-        if lv.lost:
-            return lv.life(e.t_ns, e.t_ns, UNKNOWN)
-        return lv.life(e.t_ns, e.t_ns, CONSUMED if lv.reads else CLEANED, "")
-
-
-__all__ = ["SegmentLife", "SegmentTracker", "ShmEvent", "ShmWatcher"]
+# Callers import the events, the lives and the tracker from here too.
+__all__ = ["CLEANED", "CLOSED", "CONSUMED", "CREATED", "DIR_GONE", "OPENED", "OVERFLOW", "REMOVED", "RESCANNED",
+           "UNKNOWN", "SegmentLife", "SegmentTracker", "ShmEvent", "ShmWatcher"]  # fmt: skip
