@@ -64,9 +64,23 @@ def spawn_watch(children: Children, *args: str) -> tuple[subprocess.Popen[str], 
     return p, [first]
 
 
+def drain(p: subprocess.Popen[str], timeout: float = 60) -> tuple[str, str]:
+    """The rest of a child's output once it exits. Not communicate(): with two pipes it reads
+    the descriptors directly and would lose what readline() already buffered."""
+    assert p.stdout is not None
+    assert p.stderr is not None
+    out = p.stdout.read()  # the child ends (a bounded run or a signal), so this reaches EOF
+    err = p.stderr.read()
+    p.wait(timeout=timeout)
+    return out, err
+
+
 def records(p: subprocess.Popen[str], timeout: float = 60) -> tuple[list[dict[str, Any]], str]:
-    out, err = p.communicate(timeout=timeout)
-    return [json.loads(line) for line in out.splitlines()], err
+    out, err = drain(p, timeout)
+    try:
+        return [json.loads(line) for line in out.splitlines()], err
+    except json.JSONDecodeError as e:
+        raise AssertionError(f"not JSON lines: {out[-3000:]!r}\nstderr: {err[-3000:]}") from e
 
 
 def produce(children: Children, d: str, consumed: int, cleaned: int, keep: bool = False) -> subprocess.Popen[str]:
@@ -175,7 +189,7 @@ def test_ctrl_c_and_sigterm_print_the_summary(tmpfs: str, children: Children) ->
         assert w.stdout is not None
         assert "created" in w.stdout.readline()  # an interval went by: it is running
         os.kill(w.pid, sig)
-        out, err = w.communicate(timeout=30)
+        out, err = drain(w, 30)
         assert w.returncode == 0, err
         assert "watched " in out
 
@@ -235,14 +249,19 @@ def test_overflow_is_said_and_counts_recover(tmpfs: str, children: Children) -> 
     assert w.stdout is not None
     seen: list[dict[str, Any]] = []
 
-    def read_until(pred: Any) -> None:
-        while not pred():
-            seen.append(json.loads(w.stdout.readline()))  # type: ignore[union-attr]
+    def read_until(pred: Any, times: int = 1) -> None:
+        """Read records until ``times`` of them satisfy ``pred`` (checked once each: the flood is
+        thousands of lines, and a slow reader would stall watch on a full pipe)."""
+        while times:
+            line = w.stdout.readline()  # type: ignore[union-attr]
+            assert line, f"watch ended: {w.stderr.read() if w.stderr else ''}"
+            seen.append(json.loads(line))
+            times -= bool(pred(seen[-1]))
 
-    read_until(lambda: any(r["type"] == "rescanned" and r["detail"] == "overflow" for r in seen))
+    read_until(lambda r: r["type"] == "rescanned" and r["detail"] == "overflow")
     assert [r["type"] for r in seen].count("overflow") >= 1
     produce(children, tmpfs, consumed=2, cleaned=0)  # after the overflow: followed exactly again
-    read_until(lambda: sum(r["type"] == "segment" and r["end"] == "consumed" for r in seen) == 2)
+    read_until(lambda r: r["type"] == "segment" and r["end"] == "consumed", times=2)
     os.kill(w.pid, signal.SIGINT)
     recs, _ = records(w)
     summary = recs[-1]
@@ -311,10 +330,10 @@ def test_a_scrape_failing_mid_run_is_said_per_interval(tmpfs: str, children: Chi
     assert gw["exported"] is False  # a Prometheus endpoint, but no smg_mm_* counters in it
     assert gw["tensors"] == {}
     os.kill(exporter_watch.pid, signal.SIGTERM)
-    exporter_watch.communicate(timeout=30)
+    drain(exporter_watch)
     failed = wait_for(lambda: (lambda i: i if i["gateway"]["error"] else None)(next_interval()), 30, "a failed scrape")
     assert "127.0.0.1" in failed["gateway"]["error"]
     os.kill(w.pid, signal.SIGINT)
-    out, err = w.communicate(timeout=30)
+    out, err = drain(w)
     assert w.returncode == 0, err
     assert json.loads(out.splitlines()[-1])["type"] == "summary"

@@ -21,6 +21,7 @@ import pytest
 
 from smgshm.core.receipts import fetch_receipts
 from tests.conftest import SHM, Children, smgshm_argv, wait_for
+from tests.test_cli_watch import drain
 from tests.test_interop_gateway import HAVE_SMG
 from tests.test_interop_generate import chat, png, serve_behind_gateway, stack  # noqa: F401 - the stack fixture
 
@@ -49,7 +50,7 @@ class Watch:
 
     def stop(self) -> dict[str, Any]:
         os.kill(self.p.pid, signal.SIGINT)
-        out, err = self.p.communicate(timeout=60)
+        out, err = drain(self.p)
         assert self.p.returncode == 0, err
         self.records += [json.loads(line) for line in out.splitlines()]
         summary = self.records[-1]
@@ -148,7 +149,7 @@ def test_segments_nobody_unlinks_are_orphans_of_a_live_gateway(
     assert o["state"] in ("in_flight", "unknown")  # gc: a live producer's young segment (unknown where pids mislead)
     assert o["nbytes"] == PIXEL_BYTES
     os.kill(w.p.pid, signal.SIGINT)
-    w.p.communicate(timeout=60)
+    drain(w.p)
     assert w.p.returncode == 3, "--check: an orphan was seen"
     os.unlink(os.path.join(SHM, r.shm_name))
     wait_for(lambda: not os.path.exists(os.path.join(SHM, r.shm_name)), 5, "the kept segment gone")
