@@ -38,6 +38,15 @@ def scratch_mounts() -> list[str]:
         return [ln for ln in f if "smgshm-whatif" in ln]
 
 
+def dead(pid: int) -> bool:
+    """Gone, or a zombie nobody reaped yet (an orphan's new parent may be slow to)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            return f.read().rpartition(")")[2].split()[0] in ("Z", "X")
+    except OSError:
+        return True
+
+
 def own_segments(pid: int) -> list[str]:
     return [n for n in os.listdir(DEFAULT_SHM_DIR) if n.startswith(f"{SMGSHM_PREFIX}{pid}-")]
 
@@ -137,6 +146,30 @@ def test_killing_the_child_mid_run_leaves_no_mount_no_dir_and_no_segment() -> No
     assert scratch_mounts() == []
     assert not os.path.exists(seen["mountpoint"]), "the scratch mount point is removed"
     assert own_segments(seen["pid"]) == [], "the child's segments in the real shm dir are removed"
+
+
+@needs_thp
+def test_a_killed_parent_takes_the_child_and_its_mount_with_it(children: Children) -> None:
+    code = "from smgshm.core.hugepage_whatif import run_what_if\nrun_what_if((64 * 1024 * 1024,), iterations=1000)\n"
+    parent = children.spawn([sys.executable, "-c", code], cwd=str(Path(__file__).resolve().parent.parent))
+
+    def measuring() -> int | None:
+        import psutil
+
+        for c in psutil.Process(parent.pid).children(recursive=True):
+            if own_segments(c.pid):
+                return c.pid
+        return None
+
+    child = wait_for(measuring, 60, "the what-if child to be mid-run")
+    try:
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait(30)
+        wait_for(lambda: dead(child), 30, "the orphaned child to die with its parent")
+        assert scratch_mounts() == []
+    finally:
+        for name in own_segments(child):  # a SIGKILLed child's last segment: gc's to reap, the test's to clean
+            os.unlink(os.path.join(DEFAULT_SHM_DIR, name))
 
 
 @needs_thp

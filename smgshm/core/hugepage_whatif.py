@@ -123,6 +123,7 @@ def run_what_if(
         )
     mountpoint = tempfile.mkdtemp(prefix="smgshm-whatif-")
     spec = {
+        "parent": os.getpid(),
         "sizes": list(sizes),
         "iterations": iterations,
         "shm_dir": shm_dir,
@@ -301,10 +302,22 @@ def _child(spec: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _die_with_parent(parent: int) -> bool:
+    """SIGKILL this child when the measuring parent dies (a killed smgshm leaves no child running)."""
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    return os.getppid() == parent  # else the parent died before prctl took effect
+
+
 def main() -> None:
     """The child's entry point: one JSON document on stdout, whatever happens."""
     try:
-        doc = _child(json.loads(sys.argv[1]))
+        spec = json.loads(sys.argv[1])
+        if not _die_with_parent(int(spec["parent"])):
+            return
+        doc = _child(spec)
     except (OSError, SmgshmError, ValueError, KeyError) as err:
         doc = {"error": f"{type(err).__name__}: {err}"}
     sys.stdout.write(json.dumps(doc) + "\n")
