@@ -62,7 +62,7 @@ def watch(app: App, interval: float, orphan_after: float, metrics_url: str | Non
 
     A TTY gets a live dashboard; a pipe one line per interval; --jsonl one
     record per line. Ctrl-C (or SIGTERM) ends the run like --duration: the
-    summary of the whole run, then the exit code (3 with --check and orphans).
+    summary of the whole run, then the exit code.
     An inotify queue overflow is said and followed by a rescan; the shm dir
     removed or mounted over is said and watched again. Exit 3 with --check
     and an orphan seen; 4 when --metrics is unreachable at the start (later

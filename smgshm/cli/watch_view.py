@@ -43,7 +43,7 @@ def gateway_text(gw: GatewayRates | None) -> str:
     if gw is None:
         return ""
     if gw.error:
-        return f"gateway: scrape failed: {gw.error}"
+        return f"gateway: scrape failed: {escape(gw.error)}"  # the peer's words may be in it
     paths = sorted(set(gw.tensors_per_s) | set(gw.bytes_per_s))
     parts = [f"{p} {gw.tensors_per_s.get(p, 0):.1f}/s {rate_bytes(gw.bytes_per_s.get(p, 0))}" for p in paths]
     text = "gateway: " + (", ".join(parts) if parts else "no tensors")
