@@ -19,6 +19,8 @@ from smgshm.cli.params import DURATION, shm_dir_option
               help="Side of the generated square PNG.")  # fmt: skip
 @click.option("-n", "--requests", type=click.IntRange(1, 1000), default=3, show_default=True,
               help="Measured requests per gateway.")  # fmt: skip
+@click.option("--warmup", type=click.IntRange(0, 100), default=1, show_default=True,
+              help="Requests per gateway before the measured ones (outside the evidence).")  # fmt: skip
 @click.option("--stream/--no-stream", default=None, help="Only streaming / only non-streaming (default: alternate).")
 @click.option("--expect", type=click.Choice(["shm", "inline"]), help="Exit 3 unless the tensors took this path.")
 @click.option("--mode", "modes", multiple=True, type=click.Choice(["shm", "auto", "inline"]),
@@ -30,7 +32,7 @@ from smgshm.cli.params import DURATION, shm_dir_option
 @shm_dir_option
 @click.pass_obj
 def e2e(app: App, gateway: str | None, api_key: str | None, model: str | None, metrics_url: str | None,
-        image_size: int, requests: int, stream: bool | None, expect: str | None, modes: tuple[str, ...],
+        image_size: int, requests: int, warmup: int, stream: bool | None, expect: str | None, modes: tuple[str, ...],
         advertise_namespace_id: str | None, model_dir: str | None, timeout: float, shm_dir: str) -> None:  # fmt: skip
     """Send real image chat requests through a gateway; say which path each tensor took and why.
 
@@ -62,7 +64,8 @@ def e2e(app: App, gateway: str | None, api_key: str | None, model: str | None, m
     if gateway and (modes or advertise_namespace_id or model_dir):
         raise click.UsageError("--mode, --advertise-namespace-id and --model-dir are for the embedded default only")
     opts = E2eOptions(
-        image_size=image_size, requests=requests, stream="both" if stream is None else "on" if stream else "off",
+        image_size=image_size, requests=requests, warmup=warmup,
+        stream="both" if stream is None else "on" if stream else "off",
         timeout_s=timeout, api_key=api_key, model=model, metrics_url=metrics_url, expect=expect, shm_dir=shm_dir,
         modes=modes or EMBEDDED_MODES, advertise_namespace_id=advertise_namespace_id, model_dir=model_dir,
     )  # fmt: skip

@@ -71,9 +71,14 @@ def _mark(run: Any) -> tuple[str, str]:
 
 def headline(report: Any) -> Text:
     """The verdict line: every run as expected (or which not), and whether anything was left."""
-    bad = [r.label for r in report.runs if _mark(r)[0] != "ok"]
+    bad = [r for r in report.runs if _mark(r)[0] != "ok"]
     where = ", ".join(r.label for r in report.runs)
-    text = f"e2e: {'as expected' if not bad else 'NOT as expected under ' + ', '.join(bad)} ({where})"
+    if not bad:
+        text = f"e2e: as expected ({where})"
+    else:
+        why = [f"{r.label} {r.path if r.path == 'undetermined' else r.failure_class or 'not ' + r.expected}"
+               for r in bad]  # fmt: skip
+        text = "e2e: FAILED: " + ", ".join(why)
     if report.embedded:
         left = report.removed_at_stop or report.processes_left
         text += "; something was left behind" if left else "; nothing left behind"

@@ -89,6 +89,9 @@ class ReceiptEvidence:
     note: str = ""
     workers: list[str] = field(default_factory=list)  # the smgshm workers whose receipts these are
     receipts: list[ReceiptSeen] = field(default_factory=list)
+    # A worker that answered before the requests did not after (it died): its receipts are
+    # missing, so the count cannot be compared, though what is here still tells a story.
+    partial: bool = False
 
     def count(self, kind: str) -> int:
         return sum(1 for r in self.receipts if r.payload_kind == kind)
@@ -260,7 +263,7 @@ def receipts_since(baseline: dict[str, int], timeout_s: float) -> ReceiptEvidenc
             )
     if not answered:
         return ReceiptEvidence(False, "; ".join(notes))
-    return ReceiptEvidence(True, "; ".join(notes), answered, seen)
+    return ReceiptEvidence(True, "; ".join(notes), answered, seen, partial=bool(notes))
 
 
 def median_or_zero(values: list[float]) -> float:

@@ -47,7 +47,7 @@ def shm_counts(m: MetricsEvidence, d: ShmDirEvidence, r: ReceiptEvidence) -> dic
         counts["metrics"] = m.tensors.get("shm", 0)
     if d.available:
         counts["shm dir"] = len(d.segments)
-    if r.available:
+    if r.available and not r.partial:
         counts["receipts"] = r.count("shm")
     return counts
 
@@ -85,7 +85,7 @@ def _inline_counts(m: MetricsEvidence, r: ReceiptEvidence) -> dict[str, int]:
     out: dict[str, int] = {}
     if m.available:
         out["metrics"] = m.tensors.get("inline", 0)
-    if r.available:
+    if r.available and not r.partial:
         out["receipts"] = r.count("inline")
     return out
 
