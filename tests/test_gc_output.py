@@ -132,6 +132,18 @@ def test_all_lists_every_row_whole_and_the_default_summarises(children: Children
     assert by_name[long][4] == str(pid)
 
 
+def test_all_with_delete_marks_the_deleted_rows(children: Children, tmp_path: Path) -> None:
+    d = str(tmp_path)
+    gone, young = seg_name(dead_pid(children), seq=1), seg_name(dead_pid(children), seq=2)
+    make_file(d, gone, age_s=3600)
+    make_file(d, young)
+    lines = run_cli("gc", "--shm-dir", d, *ALWAYS, "--all", "--delete", "--yes").stdout.splitlines()
+    assert lines[0].startswith("deleted 1, freed 4.0 KiB, kept 1; 1 SMG segment(s) left"), lines[0]
+    rows = {ln.rsplit("  ", 1)[-1]: ln.split()[0] for ln in lines if ln.endswith((gone, young)) and "  " in ln}
+    assert rows == {gone: "deleted", young: "leaked"}, lines
+    assert not [ln for ln in lines if ln.startswith("leaked") and ln.endswith(gone)]
+
+
 def test_raw_escapes_spaces_so_a_name_stays_one_field(tmp_path: Path) -> None:
     d = str(tmp_path)
     make_file(d, "smg-a name with spaces")

@@ -120,6 +120,7 @@ def run(app: App, opts: ScanOptions, *, delete: bool, include_stale: bool, min_a
     )  # fmt: skip
     want = reaping.reapable({State.LEAKED} | ({State.STALE} if include_stale else set()))
     uid, chosen, deleted = os.getuid(), [], []
+    rows: dict[int, int] = {}  # inode -> row, of the chosen only
     for row, seg in enumerate(scan):
         listing.add(seg, row)
         if delete and want(seg):
@@ -128,6 +129,7 @@ def run(app: App, opts: ScanOptions, *, delete: bool, include_stale: bool, min_a
                 deleted.append(Deletion(seg.name, seg.allocated_bytes, False, why, seg.ino))
             else:
                 chosen.append(seg)
+                rows[seg.ino] = row
     before, after = scan.tally, copy.deepcopy(scan.tally)
     if chosen:
         if not app.json and not (raw and yes) and not app.quiet:
@@ -149,7 +151,8 @@ def run(app: App, opts: ScanOptions, *, delete: bool, include_stale: bool, min_a
         except HostError as err:  # checked up front; still possible (a full disk): one document, exit 5
             app.warn(str(err))
             code = ExitCode.HOST
-    listing.finish(scan, before, after, deleted, code == ExitCode.OK)
+    done_rows = {rows[d.ino] for d in deleted if d.deleted}  # --all marks them: never "deleted X", then "leaked X"
+    listing.finish(scan, before, after, deleted, code == ExitCode.OK, done_rows)
     return code
 
 

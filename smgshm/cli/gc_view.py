@@ -45,13 +45,17 @@ def _raw_name(name: str) -> str:
 try:  # orjson is ~10x the standard encoder; a 1M-entry listing spends most of its time here otherwise
     import orjson
 
-    def _dumps(obj: Any) -> str:
-        return orjson.dumps(obj).decode()
+    def _dumpb(obj: Any) -> bytes:
+        return orjson.dumps(obj)
 except ImportError:  # pragma: no cover - orjson is a dependency; keep working without it
     import json
 
-    def _dumps(obj: Any) -> str:
-        return json.dumps(obj, allow_nan=False)
+    def _dumpb(obj: Any) -> bytes:
+        return json.dumps(obj, allow_nan=False).encode()
+
+
+def _dumps(obj: Any) -> str:
+    return _dumpb(obj).decode()
 
 
 def segment_doc(s: SegmentInfo) -> dict[str, Any]:
@@ -72,15 +76,11 @@ def deletion_doc(d: Deletion) -> dict[str, Any]:
 
 
 class Out:
-    """Buffered text to stdout; characters the locale cannot encode come out as escapes.
+    """Buffered text to stdout; characters the locale cannot encode come out as escapes."""
 
-    ``utf8``: JSON, which is UTF-8 whatever the locale (an escape would make it invalid JSON).
-    """
-
-    def __init__(self, stream: IO[str] | None = None, utf8: bool = False) -> None:
+    def __init__(self, stream: IO[str] | None = None) -> None:
         self.stream = stream or sys.stdout
         self.buf: list[str] = []
-        self.utf8 = utf8 and hasattr(self.stream, "buffer")
 
     def write(self, text: str) -> None:
         self.buf.append(text)
@@ -90,19 +90,35 @@ class Out:
     def flush(self) -> None:
         if self.buf:
             data, self.buf = "".join(self.buf), []
-            if self.utf8:
-                self.stream.flush()
-                self.stream.buffer.write(data.encode("utf-8"))  # type: ignore[attr-defined]
-                self.stream.buffer.flush()  # type: ignore[attr-defined]
-                return
             enc = getattr(self.stream, "encoding", None) or "utf-8"
             self.stream.write(data.encode(enc, "backslashreplace").decode(enc))
             self.stream.flush()
 
 
+_SIZES: dict[int, str] = {}
+_AGES: dict[int, str] = {}
+
+
+def _size(n: int) -> str:
+    if n not in _SIZES:
+        if len(_SIZES) > 65536:
+            _SIZES.clear()  # bounded: sizes repeat, but a stranger can make them all differ
+        _SIZES[n] = human_bytes(n)
+    return _SIZES[n]
+
+
+def _age(s: float) -> str:
+    k = int(s)  # human_age shows whole seconds at best
+    if k not in _AGES:
+        if len(_AGES) > 65536:
+            _AGES.clear()
+        _AGES[k] = human_age(k)
+    return _AGES[k]
+
+
 def _row(s: SegmentInfo, state: str | None = None) -> str:
     pid = "-" if s.producer_pid is None else f"{s.producer_pid}{' (dead)' if s.producer_alive is False else ''}"
-    return (f"{state or s.state.value:<10}{s.kind:<14}{human_bytes(s.allocated_bytes):>10} {human_age(s.age_s):>6} "
+    return (f"{state or s.state._value_:<10}{s.kind:<14}{_size(s.allocated_bytes):>10} {_age(s.age_s):>6} "
             f"{pid:>14}  {display(s.name)}\n")  # fmt: skip
 
 
@@ -122,27 +138,46 @@ class JsonListing:
         from smgshm import __version__
         from smgshm.cli.jsonout import SCHEMA_VERSION
 
-        self.app, self.out, self.first = app, Out(utf8=True), True
+        self.app, self.pending, self.first = app, [], True
+        self.stream = sys.stdout
         head = {"smgshm_version": __version__, "schema_version": SCHEMA_VERSION, "command": app.command}
         result = {"shm_dir": display(scan.opts.shm_dir), "liveness_trusted": scan.trust.trusted,
                   "liveness_note": scan.trust.note, "shm_total_bytes": scan.shm_total_bytes,
                   "shm_used_bytes": scan.shm_total_bytes - scan.shm_free_bytes,
                   "shm_free_bytes": scan.shm_free_bytes}  # fmt: skip
-        self.out.write(_dumps(head)[:-1] + ',"result":' + _dumps(result)[:-1] + ',"segments":[')
+        self._write(_dumpb(head)[:-1] + b',"result":' + _dumpb(result)[:-1] + b',"segments":[')
+
+    def _write(self, data: bytes) -> None:
+        # JSON is UTF-8 whatever the locale: bytes straight to the binary stream.
+        self.stream.flush()
+        buf = getattr(self.stream, "buffer", None)
+        if buf is None:  # pragma: no cover - a text-only stream (some embedders)
+            self.stream.write(data.decode())
+        else:
+            buf.write(data)
+            buf.flush()
+
+    def _drain(self) -> None:
+        if self.pending:
+            # One encoder call per batch (a list), not per entry: its brackets are cut off.
+            self._write((b"" if self.first else b",") + _dumpb(self.pending)[1:-1])
+            self.pending, self.first = [], False
 
     def add(self, seg: SegmentInfo, row: int) -> None:
-        self.out.write(("" if self.first else ",") + _dumps(segment_doc(seg)))
-        self.first = False
+        self.pending.append(segment_doc(seg))
+        if len(self.pending) >= _FLUSH:
+            self._drain()
 
-    def finish(self, scan: Scan, before: Tally, after: Tally, deleted: list[Deletion], ok: bool) -> None:
+    def finish(self, scan: Scan, before: Tally, after: Tally, deleted: list[Deletion], ok: bool,
+               done_rows: set[int]) -> None:  # fmt: skip
+        self._drain()
         rest = {"counts": before.counts, "bytes_by_state": before.bytes_by_state,
                 "counts_by_kind": before.counts_by_kind, "bytes_by_kind": before.bytes_by_kind,
                 "reclaimable_bytes": before.reclaimable_bytes, "scan_ms": float(scan.scan_ms),
                 "deleted": [deletion_doc(d) for d in deleted], "remaining_counts": after.counts,
                 "remaining_bytes_by_state": after.bytes_by_state}  # fmt: skip
         tail = {"ok": ok, "warnings": list(self.app.warnings)}
-        self.out.write("]," + _dumps(rest)[1:-1] + "}," + _dumps(tail)[1:] + "\n")
-        self.out.flush()
+        self._write(b"]," + _dumpb(rest)[1:-1] + b"}," + _dumpb(tail)[1:] + b"\n")
 
 
 class RawListing:
@@ -154,7 +189,8 @@ class RawListing:
     def add(self, seg: SegmentInfo, row: int) -> None:
         self.out.write(raw_row(seg))
 
-    def finish(self, scan: Scan, before: Tally, after: Tally, deleted: list[Deletion], ok: bool) -> None:
+    def finish(self, scan: Scan, before: Tally, after: Tally, deleted: list[Deletion], ok: bool,
+               done_rows: set[int]) -> None:  # fmt: skip
         self.out.flush()
 
 
@@ -185,11 +221,12 @@ class HumanListing:
                 self.spool.write("".join(self.spool_buf))
                 self.spool_buf = []
 
-    def finish(self, scan: Scan, before: Tally, after: Tally, deleted: list[Deletion], ok: bool) -> None:
+    def finish(self, scan: Scan, before: Tally, after: Tally, deleted: list[Deletion], ok: bool,
+               done_rows: set[int]) -> None:  # fmt: skip
         app, out = self.app, Out()
         app.console.file.flush()
         gone = [d for d in deleted if d.deleted]
-        done_rows = {d.ino for d in gone}
+        done_inos = {d.ino for d in gone}
         style = "bold red" if not ok or after.counts["leaked"] or after.counts["hazard"] else "bold green"
         app.console.print(Text(headline(scan, before, after, deleted, self.check, ok), style=style))
         for title, table in (("state", after.counts), ("kind", after.counts_by_kind)):
@@ -202,8 +239,12 @@ class HumanListing:
             self.spool.write("".join(self.spool_buf))
             self.spool.seek(0)
             out.write(HEADER)
-            for line in self.spool:
-                out.write(line)  # the scan's story: deletions follow below
+            if done_rows:
+                for i, line in enumerate(self.spool):  # the scan's story, with what --delete did to it
+                    out.write(f"{'deleted':<10}{line[10:]}" if i in done_rows else line)
+            else:
+                while chunk := self.spool.read(1 << 20):
+                    out.write(chunk)
             out.flush()
             self.spool.close()
         top = [(seg, row) for _, seg, row in sorted(self.notable, reverse=True)]
@@ -213,7 +254,7 @@ class HumanListing:
             app.console.print(Text(f"entries that matter most ({more}; {shown}):"))
             out.write(HEADER)
             for seg, _ in top:
-                was = "deleted" if seg.ino in done_rows and seg.state.value in ("leaked", "stale") else None
+                was = "deleted" if seg.ino in done_inos and seg.state.value in ("leaked", "stale") else None
                 out.write(_row(seg, was))
                 out.write(f"{'':10}why: {escape(seg.reason)}\n")
             out.flush()
