@@ -275,3 +275,11 @@ def test_the_confirmation_lists_what_it_will_delete(children: Children, tmp_path
         assert 0 <= out.index(n) < ask, "every name is listed before the question"
     assert res.returncode == 1, "answering no aborts"
     assert sorted(os.listdir(d)) == sorted(names), "nothing deleted after a no"
+
+
+def test_a_shm_dir_that_is_a_file_is_exit_5(tmp_path: Path) -> None:
+    f = tmp_path / "not-a-dir"
+    f.write_text("x")
+    res = run_cli("gc", "--shm-dir", str(f), exit=5)
+    assert "not a directory" in res.stderr
+    assert run_cli("--json", "gc", "--shm-dir", str(f), exit=5).json["error"]["kind"] == "host"

@@ -132,12 +132,15 @@ def run(app: App, opts: ScanOptions, *, delete: bool, include_stale: bool, min_a
                 rows[seg.ino] = row
     before, after = scan.tally, copy.deepcopy(scan.tally)
     if chosen:
-        if not app.json and not (raw and yes) and not app.quiet:
+        progress.stop()  # a question or a list under a live bar would be drawn over
+        ask = not yes and sys.stdin.isatty() and not app.json
+        if ask or not (app.json or app.quiet):  # a question always comes with what it is about
             view.will_delete(app, chosen, all_rows)
-        if not yes and sys.stdin.isatty() and not app.json:
+        if ask:
             click.confirm(f"delete these {len(chosen)} segment(s)?", abort=True, err=True)
         by_ino = {s.ino: s for s in chosen}
-        for d in reaping.reap(chosen, opts.shm_dir, lambda d: progress(len(deleted), len(chosen), "deleted")):
+        ticks = iter(range(1, len(chosen) + 1))
+        for d in reaping.reap(chosen, opts.shm_dir, lambda _d: progress(next(ticks), len(chosen), "deleted")):
             deleted.append(d)
             if d.deleted:
                 after.remove(by_ino[d.ino])

@@ -81,15 +81,17 @@ class Out:
     def __init__(self, stream: IO[str] | None = None) -> None:
         self.stream = stream or sys.stdout
         self.buf: list[str] = []
+        self.size = 0
 
     def write(self, text: str) -> None:
         self.buf.append(text)
-        if len(self.buf) >= _FLUSH:
+        self.size += len(text)
+        if self.size >= 1 << 18:  # bounded by size, not by count: a spool chunk is one write
             self.flush()
 
     def flush(self) -> None:
         if self.buf:
-            data, self.buf = "".join(self.buf), []
+            data, self.buf, self.size = "".join(self.buf), [], 0
             enc = getattr(self.stream, "encoding", None) or "utf-8"
             self.stream.write(data.encode(enc, "backslashreplace").decode(enc))
             self.stream.flush()
@@ -243,7 +245,7 @@ class HumanListing:
                 for i, line in enumerate(self.spool):  # the scan's story, with what --delete did to it
                     out.write(f"{'deleted':<10}{line[10:]}" if i in done_rows else line)
             else:
-                while chunk := self.spool.read(1 << 20):
+                while chunk := self.spool.read(1 << 16):
                     out.write(chunk)
             out.flush()
             self.spool.close()
