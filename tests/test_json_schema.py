@@ -146,3 +146,29 @@ def test_e2e_schema(tmp_path: Any, children: Any, model_dir: str) -> None:
     # Size at close-after-write; None when the reader unlinked it before the watcher could stat it.
     assert all(s["nbytes"] is None or isinstance(s["nbytes"], int) for s in run["shm_dir"]["segments"])
     assert isinstance(run["receipts"]["receipts"][0]["nbytes"], int)
+
+
+E2E_SWEEP_KEYS = {"rows", "fresh_page_gb_per_s", "memcpy_gb_per_s", "model", "gateway_logs"}
+E2E_SWEEP_ROW_KEYS = {
+    "image_px", "pixel_nbytes", "requests", "failed", "inline_p50_ms", "shm_p50_ms", "speedup", "shm_write_ms",
+    "worker_read_ms", "preprocess_ms", "floor_ms", "write_floor_fraction",
+}  # fmt: skip
+
+
+def test_e2e_sizes_schema() -> None:
+    """e2e --sizes: the real pair of gateways at one small size; every key pinned."""
+    import pytest
+
+    from tests.e2e_support import HAVE_SMG
+
+    if not HAVE_SMG:
+        pytest.skip("SMG gateway (smg) not installed")
+    doc = run_cli("--json", "e2e", "--sizes", "224", "-n", "1").json
+    _check_envelope(doc, "e2e")
+    assert set(doc["result"]) == E2E_SWEEP_KEYS
+    [row] = doc["result"]["rows"]
+    assert set(row) == E2E_SWEEP_ROW_KEYS
+    assert row["image_px"] == 224
+    assert row["failed"] == 0
+    assert row["pixel_nbytes"] == 256 * 1176 * 4  # 224 px: 16x16 patches of 1176 float32
+    assert row["shm_write_ms"] is not None  # the gateway logged its SHM write

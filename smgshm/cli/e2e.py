@@ -28,12 +28,16 @@ from smgshm.cli.params import DURATION, shm_dir_option
 @click.option("--advertise-namespace-id", metavar="ID",
               help="Embedded: the worker advertises this id (see auto fall back to inline).")  # fmt: skip
 @click.option("--model-dir", type=click.Path(file_okay=False), help="Embedded: the weight-less model directory.")
+@click.option("--sizes", metavar="PX,PX...",
+              help="Embedded: sweep these image sizes through a shm and an inline gateway in alternation "
+              "(e.g. 224,448,896,1344,1792,2688) and print what SHM is worth at each.")  # fmt: skip
 @click.option("--timeout", type=DURATION, default="60s", show_default=True, help="Per request.")
 @shm_dir_option
 @click.pass_obj
 def e2e(app: App, gateway: str | None, api_key: str | None, model: str | None, metrics_url: str | None,
         image_size: int, requests: int, warmup: int, stream: bool | None, expect: str | None, modes: tuple[str, ...],
-        advertise_namespace_id: str | None, model_dir: str | None, timeout: float, shm_dir: str) -> None:  # fmt: skip
+        advertise_namespace_id: str | None, model_dir: str | None, sizes: str | None, timeout: float,
+        shm_dir: str) -> None:  # fmt: skip
     """Send real image chat requests through a gateway; say which path each tensor took and why.
 
     Each request is an OpenAI /v1/chat/completions with a generated PNG. The
@@ -58,8 +62,25 @@ def e2e(app: App, gateway: str | None, api_key: str | None, model: str | None, m
       smgshm e2e
       smgshm e2e --gateway http://127.0.0.1:30000 --expect shm
       smgshm e2e --gateway http://gw:30000 --metrics http://gw:29000/metrics -n 10 --json
+      smgshm e2e --sizes 224,448,1344,2688 -n 5
     """
     from smgshm.core.e2e import EMBEDDED_MODES, E2eOptions, run_against, run_embedded
+
+    if sizes is not None:
+        if gateway:
+            raise click.UsageError("--sizes runs the embedded pair of gateways; it takes no --gateway")
+        try:
+            pxs = tuple(int(x) for x in sizes.split(","))
+        except ValueError:
+            raise click.BadParameter("a comma list of pixel sizes, e.g. 224,448,1344", param_hint="--sizes") from None
+        if not pxs or any(not 28 <= p <= 4096 for p in pxs):
+            raise click.BadParameter("each size must be 28..4096 px", param_hint="--sizes")
+        from smgshm.core.e2e_sweep import run_sweep
+
+        sweep = run_sweep(pxs, requests=requests, warmup=warmup, say=app.info, timeout_s=max(timeout, 60.0))
+        ok = all(r.failed == 0 for r in sweep.rows)
+        code = ExitCode.OK if ok else ExitCode.CHECK_FAILED
+        click.get_current_context().exit(app.emit(sweep, view.sweep_report, code))
 
     if gateway and (modes or advertise_namespace_id or model_dir):
         raise click.UsageError("--mode, --advertise-namespace-id and --model-dir are for the embedded default only")

@@ -126,3 +126,27 @@ def e2e_report(app: App, report: Any) -> None:
             )  # fmt: skip
         else:
             app.console.print(Text("nothing left behind: every gateway and receiver stopped, no segment remains"))
+
+
+def sweep_report(app: App, report: Any) -> None:
+    """One row per image size: latencies side by side, the gateway's write, the worker's read, the floor."""
+    app.console.print(Text("What SHM is worth through the real gateway (medians; inline and shm in alternation)",
+                           style="bold"))  # fmt: skip
+    table = Table(box=None, pad_edge=False)
+    for col in ("px", "pixels", "inline ms", "shm ms", "x", "write ms", "read ms", "floor ms", "prep ms"):
+        table.add_column(col, justify="right", no_wrap=True)
+
+    def ms(v: float | None) -> str:
+        return "n/a" if v is None else f"{v:.1f}" if v < 100 else f"{v:.0f}"
+
+    for r in report.rows:
+        table.add_row(str(r.image_px), human_bytes(r.pixel_nbytes), ms(r.inline_p50_ms), ms(r.shm_p50_ms),
+                      f"{r.speedup:.2f}x" if r.speedup else "-", ms(r.shm_write_ms), ms(r.worker_read_ms),
+                      ms(r.floor_ms), ms(r.preprocess_ms))  # fmt: skip
+    app.console.print(table)
+    legend = (
+        f"x = inline/shm; write = the gateway's mm_shm_write; read = the worker's; floor = the pixels at this "
+        f"host's fresh-page rate ({report.fresh_page_gb_per_s:.2f} GB/s; memcpy {report.memcpy_gb_per_s:.1f} GB/s); "
+        "prep = the gateway's image preprocessing"
+    )
+    prose(app.console, Text(legend))

@@ -1,0 +1,136 @@
+"""What SHM is worth in SMG itself: image sizes through the real gateway, inline against shm.
+
+Two real gateways (``--multimodal-tensor-transport inline`` and ``shm``, both with
+``--log-mm-timing``), each with its own reference receiver, take the same image in
+alternation, so both sides see the same machine noise. Per size: the median latency
+of each, their ratio, the gateway's own SHM write time (its ``smg_mm_timing
+mm_shm_write`` log lines), the worker's read time (its receipts), and both against
+this host's fresh-page floor (core/bench.py), the physical limit of writing a new
+segment, which SMG's one-file-per-tensor design pays every time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from smgshm.core.paths import DEFAULT_SHM_DIR
+
+DEFAULT_SIZES = (224, 448, 896, 1344, 1792, 2688)
+_SHM_WRITE = re.compile(r"smg_mm_timing mm_shm_write .*?nbytes=(\d+) elapsed_ms=([0-9.]+)")
+_PREPROCESS = re.compile(r"smg_mm_timing process_multimodal_plan .*?preprocess_ms=([0-9.]+)")
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+@dataclass(frozen=True)
+class SweepRow:
+    image_px: int
+    pixel_nbytes: int  # pixel_values as the worker received it
+    requests: int  # measured per transport
+    failed: int
+    inline_p50_ms: float
+    shm_p50_ms: float
+    speedup: float | None  # inline / shm
+    shm_write_ms: float | None  # the gateway's own mm_shm_write (median)
+    worker_read_ms: float | None  # the receiver's read of the segment (median)
+    preprocess_ms: float | None  # the gateway's image preprocessing (median, both gateways)
+    floor_ms: float  # pixel_nbytes at this host's fresh-page rate
+    write_floor_fraction: float | None  # floor_ms / shm_write_ms: 1.0 would be the floor itself
+
+
+@dataclass(frozen=True)
+class SweepReport:
+    rows: list[SweepRow]
+    fresh_page_gb_per_s: float
+    memcpy_gb_per_s: float
+    model: str
+    gateway_logs: list[str] = field(default_factory=list)
+
+
+def _median(xs: list[float]) -> float | None:
+    return statistics.median(xs) if xs else None
+
+
+class _LogTail:
+    """The lines a gateway appended to its log since the last call (bounded per call)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            self.offset = f.tell()
+
+    def new_text(self, max_bytes: int = 16 * 1024 * 1024) -> str:
+        with open(self.path, "rb") as f:
+            f.seek(self.offset)
+            raw = f.read(max_bytes)
+            self.offset = f.tell()
+        return _ANSI.sub("", raw.decode("utf-8", errors="replace"))
+
+
+def run_sweep(sizes: tuple[int, ...] = DEFAULT_SIZES, requests: int = 5, warmup: int = 1,
+              say: Callable[[str], None] = lambda _s: None, timeout_s: float = 120.0) -> SweepReport:  # fmt: skip
+    """The sweep on the embedded pair of gateways; everything stopped at the end (Ctrl-C too)."""
+    from smgshm.core.bench import measure_host
+    from smgshm.core.chat import make_png, send_chat
+    from smgshm.core.gatewayproc import GatewayConfig, find_smg, launch_gateway, stop_gateways, wait_ready
+
+    find_smg()
+    from smgshm.core.modeldir import ensure_model_dir
+    from smgshm.core.receipts import fetch_receipts
+    from smgshm.core.receiver import ReceiverConfig
+    from smgshm.core.services import start_receiver
+
+    md = ensure_model_dir(None)
+    say("measuring this host's fresh-page floor")
+    host = measure_host(DEFAULT_SHM_DIR)
+    floor_bps = host.fresh_page_gb_per_s * 1e9
+    gateways = []
+    rows: list[SweepRow] = []
+    with contextlib.ExitStack() as stack:
+        stack.callback(lambda: stop_gateways(gateways))
+        rcv = {}
+        for mode in ("inline", "shm"):
+            r = start_receiver(ReceiverConfig(model_dir=md.path), "127.0.0.1:0")
+            stack.callback(r.stop, 0)
+            rcv[mode] = r
+            gateways.append(launch_gateway(GatewayConfig(worker_urls=(r.address,), model_path=md.path, transport=mode,
+                                                         log_mm_timing=True, shutdown_grace_s=1)))  # fmt: skip
+        for gw in gateways:
+            wait_ready(gw, 60.0)
+        gw_of = dict(zip(("inline", "shm"), gateways, strict=True))
+        for px in sizes:
+            png = make_png(px)
+            for mode in ("inline", "shm"):
+                for _ in range(warmup):
+                    send_chat(gw_of[mode].http_url, md.served_model_name, png, stream=False, timeout_s=timeout_s)
+            seq = {m: fetch_receipts(rcv[m].address, 0, 10.0)[1] for m in rcv}
+            tails = {m: _LogTail(gw_of[m].log_path) for m in gw_of}
+            lat: dict[str, list[float]] = {"inline": [], "shm": []}
+            failed = 0
+            for i in range(requests):
+                order = ("inline", "shm") if i % 2 == 0 else ("shm", "inline")  # alternate who goes first
+                for mode in order:
+                    out = send_chat(gw_of[mode].http_url, md.served_model_name, png, stream=False, timeout_s=timeout_s)
+                    if out.ok:
+                        lat[mode].append(out.elapsed_ms)
+                    else:
+                        failed += 1
+            shm_log, inline_log = tails["shm"].new_text(), tails["inline"].new_text()
+            writes = [float(m.group(2)) for m in _SHM_WRITE.finditer(shm_log) if int(m.group(1)) >= 65536]
+            pre = [float(m.group(1)) for m in _PREPROCESS.finditer(shm_log + inline_log)]
+            got = {m: fetch_receipts(rcv[m].address, seq[m], 10.0)[0] for m in rcv}
+            pix = [r for r in got["shm"] if r.key == "pixel_values" and r.payload_kind == "shm" and not r.error_code]
+            nbytes = max((r.nbytes for r in got["shm"] + got["inline"] if r.key == "pixel_values"), default=0)
+            read = _median([r.read_ns / 1e6 for r in pix])
+            w = _median(writes)
+            floor_ms = nbytes / floor_bps * 1000 if floor_bps else 0.0
+            i50, s50 = _median(lat["inline"]) or 0.0, _median(lat["shm"]) or 0.0
+            rows.append(SweepRow(px, nbytes, requests, failed, i50, s50, i50 / s50 if s50 and i50 else None, w, read,
+                                 _median(pre), floor_ms, floor_ms / w if w else None))  # fmt: skip
+            say(f"{px} px: inline {i50:.0f} ms, shm {s50:.0f} ms")
+    return SweepReport(rows, host.fresh_page_gb_per_s, host.memcpy_gb_per_s, md.served_model_name,
+                       [g.log_path for g in gateways])  # fmt: skip
