@@ -1,0 +1,94 @@
+"""e2e's judgement on synthetic evidence: the path from agreeing sources, the cause from transport.decide."""
+
+from __future__ import annotations
+
+from smgshm.core.e2e_evidence import MetricsEvidence, ReceiptEvidence, ReceiptSeen, SegmentSeen, ShmDirEvidence
+from smgshm.core.e2e_verdict import Context, judge
+
+NS = "5ef74ec3-1111-4000-8000-000000000000:27"
+FOREIGN = "00000000-0000-4000-8000-000000000000:1"
+PIX = 4816896
+
+
+def ctx(mode: str = "", worker_ns: str = NS, failed: int = 0, requests: int = 1) -> Context:
+    return Context(mode, None, "vllm", NS, worker_ns, True, requests, failed)
+
+
+def metrics(shm: int = 0, inline: int = 0, failures: int = 0, **kw: object) -> MetricsEvidence:
+    tensors = {k: v for k, v in (("shm", shm), ("inline", inline)) if v}
+    nbytes = {k: v for k, v in (("shm", shm * PIX), ("inline", inline * 16 if shm else inline * PIX)) if v}
+    return MetricsEvidence("http://gw/metrics", True, tensors=tensors, nbytes=nbytes, shm_write_failures=failures,
+                           **kw)  # type: ignore[arg-type]  # fmt: skip
+
+
+def segs(*ends: str) -> ShmDirEvidence:
+    seen = [SegmentSeen(f"smg-tokenspeed-42-1-{i}", PIX, 3.0, e) for i, e in enumerate(ends)]
+    return ShmDirEvidence(True, gateway_pid=42, segments=seen)
+
+
+NO_DIR = ShmDirEvidence(False, "not on this host")
+NO_RECEIPTS = ReceiptEvidence(False, "not a smgshm serve")
+
+
+def test_shm_when_metrics_and_segments_agree() -> None:
+    v = judge(ctx("shm"), metrics(shm=1, inline=2), segs("consumed"), NO_RECEIPTS)
+    assert (v.path, v.agree) == ("shm", True)
+    assert v.counts == {"metrics": 1, "shm dir": 1}
+    assert v.cause.startswith("SHM: 1 tensor(s) 4.8 MB via shm, consumed in 3 ms")
+    assert "below shm_min_bytes 65536" in v.cause
+
+
+def test_sources_that_disagree_are_undetermined() -> None:
+    v = judge(ctx("shm"), metrics(shm=1, inline=2), segs(), NO_RECEIPTS)
+    assert v.path == "undetermined"
+    assert v.agree is False
+    assert "metrics 1, shm dir 0" in v.cause
+
+
+def test_no_source_is_undetermined() -> None:
+    m = MetricsEvidence("http://gw/metrics", False, "no smg_mm_* counters")
+    v = judge(ctx(), m, NO_DIR, NO_RECEIPTS)
+    assert v.path == "undetermined"
+    assert v.cause.startswith("no evidence")
+
+
+def test_inline_causes_in_order() -> None:
+    assert "write failures +1" in judge(ctx("shm"), metrics(inline=3, failures=1), segs(), NO_RECEIPTS).cause
+    probe = ShmDirEvidence(True, gateway_pid=42, probe_file_left="smg-tokenspeed-probe-42")
+    assert "probe file is left over" in judge(ctx("auto"), metrics(inline=3), probe, NO_RECEIPTS).cause
+    assert judge(ctx("inline"), metrics(inline=3), segs(), NO_RECEIPTS).cause == "inline: mode is inline"
+    v = judge(ctx("auto", worker_ns=FOREIGN), metrics(inline=3), segs(), NO_RECEIPTS)
+    assert "another namespace id" in v.cause
+
+
+def test_remote_gateway_with_a_matching_id_means_mode_inline() -> None:
+    v = judge(ctx(""), metrics(inline=3), NO_DIR, NO_RECEIPTS)
+    assert v.path == "inline"
+    assert v.cause.startswith("inline: mode is inline (the worker's id matches")
+
+
+def test_gateway_breaking_its_own_rule_is_undetermined() -> None:
+    v = judge(ctx("shm"), metrics(inline=3), segs(), NO_RECEIPTS)  # mode shm, writable, big: rule says shm
+    assert v.path == "undetermined"
+    assert "its rule says shm" in v.cause
+
+
+def test_consumed_handle_retry_class_and_partial_receipts_not_counted() -> None:
+    missing = ReceiptSeen("b", "pixel_values", "shm", PIX, "smg-tokenspeed-42-1-0", error_code="missing")
+    r = ReceiptEvidence(True, "a: connection refused", ["b"], [missing], partial=True)
+    v = judge(ctx("shm", failed=1), metrics(shm=1, inline=2), segs("consumed"), r)
+    assert v.failure_class == "consumed_handle_retried"
+    assert "receipts" not in v.counts
+    assert v.path == "shm"
+
+
+def test_left_behind_segment_is_its_own_class() -> None:
+    v = judge(ctx("shm", failed=1), metrics(shm=1, inline=2), segs("left_behind"), NO_RECEIPTS)
+    assert v.failure_class == "segment_left_behind"
+
+
+def test_worker_side_processing_means_no_tensors() -> None:
+    m = MetricsEvidence("http://gw/metrics", True, processing={"worker": 1})
+    v = judge(ctx(), m, segs(), NO_RECEIPTS)
+    assert v.path == "none"
+    assert "--mm-processing worker" in v.cause
