@@ -136,7 +136,9 @@ def test_embedded_foreign_id_auto_falls_back(model_dir: str) -> None:
     assert "another namespace id" in run["cause"]
 
 
-def test_ctrl_c_stops_every_gateway_and_leaves_no_segment(children: Children, model_dir: str) -> None:
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_ctrl_c_stops_every_gateway_and_leaves_no_segment(children: Children, model_dir: str, sig: int,
+                                                          code: int) -> None:  # fmt: skip
     p = children.spawn(smgshm_argv("e2e", "-n", "200", "--model-dir", model_dir))
     me = psutil.Process(p.pid)
 
@@ -149,8 +151,8 @@ def test_ctrl_c_stops_every_gateway_and_leaves_no_segment(children: Children, mo
     for line in p.stderr:  # progress on stderr: interrupt it mid-traffic, not at start-up
         if "request 2/" in line:
             break
-    p.send_signal(signal.SIGINT)
-    assert p.wait(60) == 130
+    p.send_signal(sig)
+    assert p.wait(60) == code
     for pid in pids:
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     left = [n for n in os.listdir(SHM) if any(n.startswith(f"smg-tokenspeed-{x}-") for x in pids)]

@@ -2,12 +2,46 @@
 
 from __future__ import annotations
 
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import FrameType
+
 import click
 
 from smgshm.cli import e2e_view as view
 from smgshm.cli.app import App
 from smgshm.cli.exitcodes import ExitCode
 from smgshm.cli.params import DURATION, shm_dir_option
+
+
+class _TerminatedError(BaseException):
+    """SIGTERM/SIGHUP as an exception: the run unwinds (every gateway and receiver stopped) and exits 128+n."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextmanager
+def _unwind_on_term() -> Iterator[None]:
+    """SIGTERM and SIGHUP unwind like Ctrl-C does instead of killing the process outright."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)  # a second one must not cut the cleanup short
+        raise _TerminatedError(signum)
+
+    old = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, prev in old.items():
+            signal.signal(sig, prev)
 
 
 @click.command()
@@ -55,7 +89,8 @@ def e2e(app: App, gateway: str | None, api_key: str | None, model: str | None, m
 
     Exit 0 as expected, 3 not (or a request failed, or something leaked), 4
     gateway or metrics unreachable, 5 local environment (smg not installed), 6
-    undetermined.
+    undetermined; 130, 143 or 129 after Ctrl-C, SIGTERM or SIGHUP, with every
+    process it started stopped first.
 
     \b
     Examples:
@@ -77,7 +112,11 @@ def e2e(app: App, gateway: str | None, api_key: str | None, model: str | None, m
             raise click.BadParameter("each size must be 28..4096 px", param_hint="--sizes")
         from smgshm.core.e2e_sweep import run_sweep
 
-        sweep = run_sweep(pxs, requests=requests, warmup=warmup, say=app.info, timeout_s=max(timeout, 60.0))
+        try:
+            with _unwind_on_term():
+                sweep = run_sweep(pxs, requests=requests, warmup=warmup, say=app.info, timeout_s=max(timeout, 60.0))
+        except _TerminatedError as t:
+            raise click.exceptions.Exit(128 + t.signum) from None
         ok = all(r.failed == 0 for r in sweep.rows)
         code = ExitCode.OK if ok else ExitCode.CHECK_FAILED
         click.get_current_context().exit(app.emit(sweep, view.sweep_report, code))
@@ -90,7 +129,11 @@ def e2e(app: App, gateway: str | None, api_key: str | None, model: str | None, m
         timeout_s=timeout, api_key=api_key, model=model, metrics_url=metrics_url, expect=expect, shm_dir=shm_dir,
         modes=modes or EMBEDDED_MODES, advertise_namespace_id=advertise_namespace_id, model_dir=model_dir,
     )  # fmt: skip
-    report = run_against(gateway, opts, app.info) if gateway else run_embedded(opts, app.info)
+    try:
+        with _unwind_on_term():
+            report = run_against(gateway, opts, app.info) if gateway else run_embedded(opts, app.info)
+    except _TerminatedError as t:
+        raise click.exceptions.Exit(128 + t.signum) from None
     from smgshm.core.capacity import record_tensor_seen
 
     sizes = [x.nbytes for r in report.runs for x in r.receipts.receipts]
