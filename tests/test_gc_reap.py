@@ -277,6 +277,22 @@ def test_the_confirmation_lists_what_it_will_delete(children: Children, tmp_path
     assert sorted(os.listdir(d)) == sorted(names), "nothing deleted after a no"
 
 
+@pytest.mark.parametrize("how", ["fd", "map"])
+def test_a_holder_that_opened_it_after_the_scan_keeps_it(children: Children, tmp_path: Path, how: str) -> None:
+    """The holder walk runs after the rename aside: the holder's fd shows the private name, and is found."""
+    d = str(tmp_path)
+    name = seg_name(dead_pid(children))
+    path = make_file(d, name)
+    judged = [s for s in Scan(ScanOptions(d, assume_dead=True)) if s.name == name]
+    assert judged[0].state is State.LEAKED
+    holder, _ = first_line(children, [PY, "-c", HOLDER, path, how])
+    (dl,) = reap(judged, d)
+    assert dl.deleted is False
+    assert dl.reason == "opened or mapped since the scan"
+    assert os.listdir(d) == [name], "put back under its own name"
+    kill_and_reap(holder)
+
+
 def test_a_shm_dir_that_is_a_file_is_exit_5(tmp_path: Path) -> None:
     f = tmp_path / "not-a-dir"
     f.write_text("x")
