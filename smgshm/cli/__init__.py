@@ -160,6 +160,9 @@ _register()
 
 def main() -> None:
     """Console-script entry point."""
+    from smgshm.cli import serve
+
+    serve.PROCESS_ENTRY = True  # this process is smgshm itself (not a CliRunner in a test)
     try:
         cli.main(prog_name="smgshm")
     except KeyboardInterrupt:

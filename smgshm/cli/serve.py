@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
 import threading
 
 import click
@@ -11,6 +13,14 @@ from smgshm.cli import serve_view as view
 from smgshm.cli.app import App
 from smgshm.cli.params import BYTES, DURATION, shm_dir_option
 from smgshm.core.receiver import FAULTS, MAX_FAULT_DELAY_S
+
+# In-flight calls get this long to finish after SIGTERM/SIGINT, then they are cancelled:
+# serve is gone within 2 s of the signal.
+STOP_GRACE_S = 1.0
+# Set by the console entry point: once serve has stopped cleanly, the process leaves with
+# os._exit, skipping interpreter teardown (torch's and gRPC's take 2-3 s here, which would
+# break the promise above). Never set in-process (tests' CliRunner).
+PROCESS_ENTRY = False
 
 
 @click.command()
@@ -155,4 +165,8 @@ def serve(
     app.emit(info, view.serve_ready)
     stop.wait()
     app.info("smgshm serve: stopping")
-    running.stop(2.0)
+    running.stop(STOP_GRACE_S)
+    if PROCESS_ENTRY:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)

@@ -1,0 +1,199 @@
+"""The engine faces of ``serve``: a vLLM, TokenSpeed or SGLang worker as SMG's gateway sees one.
+
+Registration RPCs (HealthCheck, GetModelInfo, GetServerInfo), GetLoads and Abort answer
+from the event loop at once; Generate reads its tensors in the reader pool (``executor``),
+so a slow read never holds the loop and a stalled client holds no thread at all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import os
+import signal
+import time
+from collections.abc import AsyncIterator
+from concurrent.futures import Executor
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from smgshm import __version__
+from smgshm.core.errors import TooManyTensorsError, WireError
+from smgshm.core.receiver import MODEL_NAME, ReceiverState
+from smgshm.core.wire import Layout
+from smgshm.core.worker import GenerateOutcome, read_generate
+
+if TYPE_CHECKING:
+    from smgshm.core.modeldir import ModelDir
+
+HEADERS_FLUSH_S = 0.2  # time for the response headers to reach the wire before a die-after-* fault
+
+
+def engine_modules(engine: str) -> tuple[ModuleType, ModuleType, str]:
+    """(pb2, pb2_grpc, service name) of an engine in smg-grpc-proto."""
+    from smg_grpc_proto.generated import (
+        sglang_scheduler_pb2,
+        sglang_scheduler_pb2_grpc,
+        tokenspeed_scheduler_pb2,
+        tokenspeed_scheduler_pb2_grpc,
+        vllm_engine_pb2,
+        vllm_engine_pb2_grpc,
+    )
+
+    table = {
+        "vllm": (vllm_engine_pb2, vllm_engine_pb2_grpc, "VllmEngine"),
+        "tokenspeed": (tokenspeed_scheduler_pb2, tokenspeed_scheduler_pb2_grpc, "TokenSpeedScheduler"),
+        "sglang": (sglang_scheduler_pb2, sglang_scheduler_pb2_grpc, "SglangScheduler"),
+    }
+    return table[engine]
+
+
+def engine_servicer(state: ReceiverState, executor: Executor) -> tuple[Any, str]:
+    """An engine servicer instance (async methods, for grpc.aio) and its full service name."""
+    pb, pb_grpc, svc = engine_modules(state.cfg.engine)
+    base = getattr(pb_grpc, f"{svc}Servicer")
+    engine = state.cfg.engine
+
+    class EngineServicer(base):  # type: ignore[misc, valid-type]
+        async def HealthCheck(self, request: Any, context: Any) -> Any:  # noqa: N802 - gRPC method name
+            return pb.HealthCheckResponse(healthy=True, message="Health")
+
+        async def GetModelInfo(self, request: Any, context: Any) -> Any:  # noqa: N802
+            return model_info(pb, engine, state.model)
+
+        async def GetServerInfo(self, request: Any, context: Any) -> Any:  # noqa: N802
+            return server_info(pb, engine, state)
+
+        async def GetLoads(self, request: Any, context: Any) -> Any:  # noqa: N802
+            load = pb.SchedulerLoad(
+                dp_rank=0,
+                num_running_reqs=state.active,
+                num_total_reqs=state.active,
+                max_total_num_tokens=state.model.max_context_length if state.model else 4096,
+                max_running_requests=state.cfg.workers,
+            )
+            stamp = datetime.datetime.now(datetime.timezone.utc).isoformat()
+            return pb.GetLoadsResponse(timestamp=stamp, version=f"smgshm-{__version__}", dp_rank_count=1, loads=[load])
+
+        async def Abort(self, request: Any, context: Any) -> Any:  # noqa: N802
+            # Generate answers at once, so there is never anything in flight to abort.
+            return pb.AbortResponse() if engine == "vllm" else pb.AbortResponse(success=True, message="")
+
+        async def Generate(self, request: Any, context: Any) -> AsyncIterator[Any]:  # noqa: N802
+            async for m in generate(pb, engine, state, executor, request, context):
+                yield m
+
+    if engine == "sglang":
+        del EngineServicer.Generate, EngineServicer.GetLoads, EngineServicer.Abort  # not SMG-SHM engines
+    return EngineServicer(), pb.DESCRIPTOR.services_by_name[svc].full_name
+
+
+def server_info(pb: ModuleType, engine: str, state: ReceiverState) -> Any:
+    ns = state.cfg.advertised_namespace_id()
+    up = time.time() - state.started
+    if engine == "vllm":
+        return pb.GetServerInfoResponse(
+            active_requests=state.active,
+            last_receive_timestamp=state.last_receive,
+            uptime_seconds=up,
+            server_type="smgshm",
+            shm_namespace_id=ns,
+        )
+    resp = pb.GetServerInfoResponse(active_requests=state.active, uptime_seconds=up)
+    resp.server_args.update({"model_path": MODEL_NAME})
+    if engine == "tokenspeed":
+        # TokenSpeed has no dedicated field: the id is a key of scheduler_info.
+        if ns:
+            resp.scheduler_info.update({"shm_namespace_id": ns})
+        resp.tokenspeed_version = f"smgshm-{__version__}"
+    else:
+        resp.server_type = "grpc"
+        resp.sglang_version = f"smgshm-{__version__}"
+    return resp
+
+
+def model_info(pb: ModuleType, engine: str, model: ModelDir | None) -> Any:
+    """GetModelInfo: from the model directory served, or smgshm's own name without one."""
+    if model is None:
+        common: dict[str, Any] = {"model_path": MODEL_NAME, "served_model_name": MODEL_NAME, "max_context_length": 4096}
+        if engine == "tokenspeed":
+            return pb.GetModelInfoResponse(**common, model_type="smgshm")
+        return pb.GetModelInfoResponse(**common, is_generation=True, supports_vision=True, model_type="smgshm")
+    common = {
+        "model_path": model.path,
+        "tokenizer_path": model.path,
+        "served_model_name": model.served_model_name,
+        "max_context_length": model.max_context_length,
+        "vocab_size": model.vocab_size,
+        "model_type": model.model_type,
+        "architectures": list(model.architectures),
+        "eos_token_ids": [model.eos_token_id],
+        "supports_vision": True,
+    }
+    if engine == "tokenspeed":
+        from smg_grpc_proto.generated import common_pb2
+
+        return pb.GetModelInfoResponse(
+            **common, supports_multimodal=True, supported_modalities=[common_pb2.IMAGE], model_dtype="float32"
+        )
+    return pb.GetModelInfoResponse(**common, is_generation=True)
+
+
+async def _die(context: Any = None) -> None:
+    """A fault: the process dies at once, as a crashed worker does (SIGKILL: no cleanup, no
+    graceful shutdown). With ``context``, the response headers are sent first."""
+    if context is not None:
+        await context.send_initial_metadata(())
+        await asyncio.sleep(HEADERS_FLUSH_S)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+async def _read(state: ReceiverState, executor: Executor, layout: Layout, request: Any, context: Any) -> Any:
+    """Run the blocking reads in the reader pool; typed refusals become typed gRPC errors."""
+    loop = asyncio.get_running_loop()
+    state.active += 1  # only the loop thread touches these counters
+    state.last_receive = time.time()
+    try:
+        return await loop.run_in_executor(executor, read_generate, layout, request, state.cfg, state.ring)
+    except TooManyTensorsError as err:
+        await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(err))
+    except WireError as err:
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+    finally:
+        state.active -= 1
+
+
+async def generate(
+    pb: ModuleType, engine: str, state: ReceiverState, executor: Executor, request: Any, context: Any
+) -> AsyncIterator[Any]:
+    """Generate as smg-facts §5.2: read every tensor (receipts), then a chunk if streaming and a complete."""
+    layout = Layout.VLLM if engine == "vllm" else Layout.TOKENSPEED
+    fault = state.cfg.fault
+    if fault == "die-before-read":
+        await _die()
+    if fault == "die-after-headers":
+        await _die(context)
+    if fault == "slow-read":
+        await asyncio.sleep(state.cfg.fault_delay_s)  # cancelled with the call, or by stop()
+    outcome: GenerateOutcome = await _read(state, executor, layout, request, context)
+    if fault == "die-after-read":
+        await _die(context)
+    if outcome.refused:
+        bad = outcome.refused[0]
+        await context.abort(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"{len(outcome.refused)} of {len(outcome.receipts)} tensors refused; {bad.key}: {bad.error_message}",
+        )
+    token = state.model.reply_token_id if state.model else 0
+    eos = state.model.eos_token_id if state.model else 0
+    n = outcome.prompt_tokens
+    rid = {"request_id": outcome.request_id} if engine == "tokenspeed" else {}
+    if request.stream:
+        chunk = pb.GenerateStreamChunk(token_ids=[token], prompt_tokens=n, completion_tokens=1)
+        yield pb.GenerateResponse(**rid, chunk=chunk)
+    complete = pb.GenerateComplete(
+        output_ids=[token], finish_reason="stop", prompt_tokens=n, completion_tokens=1, matched_token_id=eos
+    )
+    yield pb.GenerateResponse(**rid, complete=complete)
