@@ -266,7 +266,7 @@ def test_fetch_receipts_from_something_that_is_not_serve() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    with pytest.raises(TransportError, match="unreachable"):
+    with pytest.raises(TransportError):
         fetch_receipts(f"127.0.0.1:{port}", timeout_s=0.5)
 
 
