@@ -20,7 +20,7 @@ import pytest
 
 from smgshm.core.pidtrust import judge_trust, mount_of
 from tests.conftest import Children, run_cli, wait_for
-from tests.test_cli_gc import WRITER, dead_pid, deletions, first_line, segs, tmpfs_dir  # noqa: F401 - a fixture
+from tests.test_cli_gc import WRITER, dead_pid, deletions, first_line, kill_and_reap, segs, tmpfs_dir  # noqa: F401 - a fixture
 
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None, reason="needs root and unshare(1)"),
@@ -99,3 +99,63 @@ def test_mount_tables_are_read_by_device_and_paths_unescaped() -> None:
     assert mount_of(table, dev) == "/host shm"
     assert mount_of(table, os.makedev(0, 28)) is None
     assert mount_of(b"garbage\n\n", dev) is None
+
+
+# A producer that keeps the filesystem without mounting it: it enters the dir, lazily unmounts it
+# in its own mount namespace (its mount table then shows nothing), writes its segment, and keeps
+# the device only through its cwd, an open dir fd (cwd moved to /) or a mapped file (fd closed).
+DETACHED = """
+import ctypes, os, signal, subprocess, sys, time
+d, how, pid = sys.argv[1], sys.argv[2], int(sys.argv[3])
+os.chdir(d)
+subprocess.run(["umount", "-l", d], check=True)
+name = f"smg-tokenspeed-{pid}-{time.time_ns()}-0"
+fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+os.write(fd, b"y" * 65536)
+os.close(fd)
+if how == "fd":
+    keep = os.open(".", os.O_RDONLY | os.O_DIRECTORY)
+    os.chdir("/")
+elif how == "map":
+    fd = os.open("keep.dat", os.O_RDWR | os.O_CREAT, 0o600)
+    os.write(fd, b"k" * 4096)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    assert libc.mmap(None, 4096, 1, 1, fd, 0) not in (None, ctypes.c_void_p(-1).value)
+    os.close(fd)
+    os.chdir("/")
+print(name, flush=True)
+signal.pause()
+"""
+
+
+@pytest.mark.parametrize("how", ["cwd", "fd", "map"])
+def test_a_producer_that_unmounted_the_tmpfs_but_keeps_it_makes_pids_untrusted(
+    children: Children, tmp_path: Path, how: str
+) -> None:
+    from tests.conftest import tmpfs
+
+    with tmpfs(tmp_path / "x", "4m") as d:
+        dead = dead_pid(children)
+        argv = ["unshare", "--pid", "--fork", "--mount", "--propagation", "private",
+                sys.executable, "-c", DETACHED, d, how, str(dead)]  # fmt: skip
+        p, name = first_line(children, argv)
+        path = os.path.join(d, name)
+        assert os.path.exists(path), "the host still mounts the tmpfs it wrote into"
+        kids = psutil.Process(p.pid).children(recursive=True)
+        host_pid = next(k.pid for k in [psutil.Process(p.pid), *kids] if k.name().startswith("python"))
+        with open(f"/proc/{host_pid}/mountinfo", "rb") as f:
+            assert mount_of(f.read(), os.stat(d).st_dev) is None, "its mount table no longer shows the tmpfs"
+
+        trust = judge_trust(d, pids=[host_pid])
+        assert trust.trusted is False, trust.note
+        assert {"cwd": "cwd", "fd": "open fd", "map": "mapped file"}[how] in trust.note
+
+        doc = run_cli("--json", "gc", "--shm-dir", d).json
+        assert doc["result"]["liveness_trusted"] is False
+        assert segs(doc)[name]["state"] == "unknown"
+        doc = run_cli("--json", "gc", "--shm-dir", d, "--delete", "--min-age", "0", "--yes").json
+        assert not deletions(doc).get(name, {}).get("deleted")
+        assert os.path.exists(path), "gc deleted a live producer's segment"
+        kill_and_reap(p)  # its group: the namespace's init too, before the tmpfs is unmounted

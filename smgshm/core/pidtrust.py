@@ -4,8 +4,10 @@ A segment's name carries its producer's pid *in the producer's pid namespace*. g
 that pid only in its own namespace, so the verdict is trusted only when no process in any
 other pid namespace can reach the same filesystem. Where that process sees it does not
 matter (``-v /dev/shm:/host-shm``, a bind mount of a subdirectory, another tmpfs path): the
-test is the device, as each other mount namespace's /proc/P/mountinfo reports it. What
-cannot be read is doubt: a process whose namespaces this user may not read puts its uid's
+test is the device, as each other mount namespace's /proc/P/mountinfo reports it, and, since
+a process keeps a filesystem it no longer mounts (``cd D; umount -l D`` leaves D its cwd),
+the device of each such process's cwd, root, open fds and mapped files. What cannot be read
+is doubt: a process whose namespaces this user may not read puts its uid's
 segments in doubt, and unreadable mounts of another pid namespace make the verdict untrusted.
 """
 
@@ -69,6 +71,28 @@ def mount_of(mountinfo: bytes, dev: int) -> str | None:
     return None
 
 
+def _reaches(pid: int, dev: int) -> str | None:
+    """How ``pid`` reaches the filesystem of ``dev`` without mounting it, if it does: its cwd or
+    root, an open fd or a mapped file there. OSError when its /proc entries cannot be read."""
+    for what in ("cwd", "root"):
+        if os.stat(f"/proc/{pid}/{what}").st_dev == dev:  # the magic link: works on a detached mount
+            return what
+    with os.scandir(f"/proc/{pid}/fd") as fds:
+        for fd in fds:
+            try:
+                if os.readlink(fd.path).startswith("/") and os.stat(fd.path).st_dev == dev:
+                    return f"open fd {fd.name}"
+            except FileNotFoundError:
+                continue  # closed mid-walk
+    tag = f"{os.major(dev):02x}:{os.minor(dev):02x}".encode()
+    with open(f"/proc/{pid}/maps", "rb") as f:
+        for line in f:
+            parts = line.split(None, 5)
+            if len(parts) >= 5 and parts[3] == tag and parts[4] != b"0":
+                return "mapped file"
+    return None
+
+
 def judge_trust(shm_dir: str, pids: Iterable[int] | None = None) -> Trust:
     """Whether pid liveness can be trusted for segments in ``shm_dir`` (``pids``: whom to look at)."""
     shm_dir = os.path.abspath(shm_dir)
@@ -104,10 +128,11 @@ def judge_trust(shm_dir: str, pids: Iterable[int] | None = None) -> Trust:
             if pidns == mine:
                 continue
             mntns = os.readlink(f"/proc/{pid}/ns/mnt")
-            if mntns in seen_mnt:
-                continue
-            with open(f"/proc/{pid}/mountinfo", "rb") as f:
-                table = f.read()
+            table = None
+            if mntns not in seen_mnt:  # one mount table per mount namespace
+                with open(f"/proc/{pid}/mountinfo", "rb") as f:
+                    table = f.read()
+            via = _reaches(pid, dev)  # per process: a cwd or fd is its own, whatever its mount table says
         except (FileNotFoundError, ProcessLookupError):
             continue  # exited mid-walk: it produces nothing any more
         except OSError:
@@ -115,13 +140,20 @@ def judge_trust(shm_dir: str, pids: Iterable[int] | None = None) -> Trust:
             if uid is not None:
                 doubt.add(uid)
             continue
-        seen_mnt.add(mntns)
-        where = mount_of(table, dev)
+        where = None
+        if table is not None:
+            seen_mnt.add(mntns)
+            where = mount_of(table, dev)
         if where is not None:
             return Trust(False, (
                 f"processes in another pid namespace ({pidns or 'unreadable'}, e.g. pid {pid}) see this filesystem "
                 f"at {where}: "
                 f"their pids mean nothing here ({_ASSUME})"
+            ))  # fmt: skip
+        if via is not None:
+            return Trust(False, (
+                f"pid {pid}, in another pid namespace ({pidns or 'unreadable'}), reaches this filesystem through its "
+                f"{via} although its mounts do not show it: its pids mean nothing here ({_ASSUME})"
             ))  # fmt: skip
     note = "gc sees every pid namespace that shares this filesystem"
     if doubt:
