@@ -1,4 +1,5 @@
-"""An atheris (libFuzzer) target: hostile bytes as an engine's MultimodalInputs, into the receiver.
+"""An atheris (libFuzzer) target: hostile bytes as an engine's MultimodalInputs (Diagnostics
+Receive) or GenerateRequest (serve's stand-in worker), into the receiver.
 
     python tests/fuzz/fuzz_receive.py [CORPUS_DIR] [-runs=N] [-max_total_time=S]
 
@@ -13,14 +14,17 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+from typing import Any
 
 import atheris
 
 with atheris.instrument_imports(include=["smgshm"]):
     from smgshm.core.errors import WireError
+    from smgshm.core.receipts import ReceiptRing
     from smgshm.core.receiver import ReceiverConfig, receive
     from smgshm.core.segments import ShmRef
-    from smgshm.core.wire import Layout, OutTensor, Request, build_multimodal
+    from smgshm.core.wire import Layout, OutTensor, Request, build_multimodal, engine_pb2
+    from smgshm.core.worker import read_generate
 
 SHM_DIR = os.environ.get("SMGSHM_FUZZ_SHM_DIR") or tempfile.mkdtemp(prefix="smgshm-fuzz-")
 SEGMENTS = {"smg-smgshm-1-1-0": 4096, "smg-tokenspeed-2-2-0": 12, "smg-smgshm-3-3-0": 0}
@@ -38,15 +42,22 @@ def make_segments() -> None:
 
 
 def seeds() -> list[bytes]:
-    """Valid messages of both layouts: the fuzzer mutates structure, not only noise."""
+    """Valid messages of both layouts, as MultimodalInputs (lead byte < 0x40 or >= 0xc0) and
+    wrapped in a GenerateRequest (0x40-0xbf): the fuzzer mutates structure, not only noise."""
     out = []
-    for layout, lead in ((Layout.VLLM, b"\x00"), (Layout.TOKENSPEED, b"\xff")):
+    for layout, lead, gen_lead in ((Layout.VLLM, b"\x00", b"\x40"), (Layout.TOKENSPEED, b"\xff", b"\xbf")):
         shm = OutTensor((1024,), "float32", shm=ShmRef("smg-smgshm-1-1-0", 0, 4096, "smg:1", SHM_DIR))
         small = OutTensor((3, 2), "bfloat16", shm=ShmRef("smg-tokenspeed-2-2-0", 0, 12, "smg:2", SHM_DIR))
         inline = OutTensor((2, 2), "int64", inline=bytes(32))
         empty = OutTensor((0,), "uint8", shm=ShmRef("smg-smgshm-3-3-0", 0, 0, "smg:3", SHM_DIR))
+        pb = engine_pb2(layout)
         for req in (Request(shm), Request(inline, {"a": small, "b": empty}), Request(small, {"x": inline})):
-            out.append(lead + build_multimodal(layout, req).SerializeToString())
+            mm = build_multimodal(layout, req)
+            out.append(lead + mm.SerializeToString())
+            gen = pb.GenerateRequest(request_id="seed", mm_inputs=mm, stream=True)
+            if layout is Layout.VLLM:
+                gen.extra_mm_inputs.append(mm)
+            out.append(gen_lead + gen.SerializeToString())
     return out
 
 
@@ -55,12 +66,35 @@ def snapshot() -> dict[str, tuple[int, int]]:
             for n in os.listdir(SHM_DIR)}  # fmt: skip
 
 
+def _generate(layout: Layout, raw: bytes) -> list[Any] | None:
+    """serve's Generate path after gRPC has parsed the request: receipts, or None when refused."""
+    from google.protobuf.message import DecodeError
+
+    req = engine_pb2(layout).GenerateRequest()
+    try:
+        req.ParseFromString(raw)
+    except DecodeError:
+        return None  # gRPC answers INTERNAL before any servicer runs
+    try:
+        outcome = read_generate(layout, req, CFG, ReceiptRing(size=64))
+    except WireError:
+        return None
+    assert len(outcome.receipts) == len({r.seq for r in outcome.receipts})
+    return list(outcome.receipts)
+
+
 def test_one_input(data: bytes) -> None:
     layout = Layout.VLLM if data[:1] < b"\x80" else Layout.TOKENSPEED
-    try:
-        receipts = receive(layout, data[1:], CFG)
-    except WireError:
-        return
+    if b"\x40" <= data[:1] < b"\xc0":
+        got = _generate(layout, data[1:])
+        if got is None:
+            return
+        receipts: list[Any] = got
+    else:
+        try:
+            receipts = receive(layout, data[1:], CFG)
+        except WireError:
+            return
     for r in receipts:
         assert r.ok or r.error_code, r
         if r.ok and r.payload_kind == "shm":
