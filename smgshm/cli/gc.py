@@ -43,7 +43,8 @@ if TYPE_CHECKING:
 @click.option("--all", "all_rows", is_flag=True, help="List every entry (the default summarises: counts, bytes, "
               "and the entries that matter most).")  # fmt: skip
 @click.option("--raw", "--no-headers", "raw", is_flag=True, help="For scripts: one header-less line per entry, "
-              "STATE KIND ALLOCATED_BYTES AGE_S PID NAME (name escaped, spaces as \\x20), nothing else.")  # fmt: skip
+              "STATE KIND ALLOCATED_BYTES AGE_S PID NAME (the name escaped, spaces included: one field), "
+              "nothing else.")  # fmt: skip
 @shm_dir_option
 @click.pass_obj
 def gc(app: App, delete: bool, include_stale: bool, min_age: float, stale_after: float, assume_dead: bool,
