@@ -199,7 +199,8 @@ def test_a_swapped_in_entry_is_put_back_under_its_name(children: Children, tmp_p
 # --prometheus before --delete; --delete shows, then does; headlines agree with exit codes
 
 
-@pytest.mark.parametrize("where", ["missing-dir/gc.prom", "a-file/gc.prom"])
+# /proc/x.prom: os.access says yes to root there; only creating a file finds out it cannot.
+@pytest.mark.parametrize("where", ["missing-dir/gc.prom", "a-file/gc.prom", "/proc/x.prom"])
 def test_an_unwritable_prometheus_path_is_exit_5_before_any_delete(
     children: Children, tmp_path: Path, where: str
 ) -> None:
@@ -218,6 +219,7 @@ def test_an_unwritable_prometheus_path_is_exit_5_before_any_delete(
     assert doc["ok"] is False
     assert doc["error"]["kind"] == "host"
     assert os.path.exists(path)
+    assert not os.path.exists("/proc/x.prom")
 
 
 def test_headline_agrees_with_the_exit_code(children: Children, tmp_path: Path) -> None:

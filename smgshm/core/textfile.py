@@ -1,14 +1,28 @@
 """gc's node_exporter textfile: checked writable before anything is done, written atomically.
 
 A cron line runs ``gc --delete --prometheus FILE``: a FILE that cannot be written must stop
-the run (exit 5, the local environment) *before* anything is deleted, not fail after it.
+the run (exit 5, the local environment) *before* anything is deleted, not fail after it. The
+check is the real thing, not os.access (which passes for root, even in /proc): a file is
+created O_CREAT|O_EXCL beside FILE and removed.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 
 from smgshm.core.errors import HostError
+
+
+def _create_beside(path: str) -> tuple[int, str]:
+    """A new private file in ``path``'s directory (O_EXCL, never through a symlink): (fd, its path)."""
+    tmp = f"{path}.{os.getpid()}.{secrets.token_hex(6)}.tmp"  # not *.prom: node_exporter skips it
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as err:
+        raise HostError(f"the --prometheus file's directory does not take a new file: {err.strerror}",
+                        path=os.path.dirname(tmp) or ".", uid=os.getuid()) from err  # fmt: skip
+    return fd, tmp
 
 
 def check_writable(path: str) -> None:
@@ -19,8 +33,9 @@ def check_writable(path: str) -> None:
     if not os.path.isdir(parent):
         raise HostError("the --prometheus file's directory does not exist", path=parent)
     # prometheus_client writes PATH.<pid>.<tid> beside PATH and renames it over PATH.
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise HostError("the --prometheus file's directory is not writable", path=parent, uid=os.getuid())
+    fd, tmp = _create_beside(path)
+    os.close(fd)
+    os.unlink(tmp)
 
 
 def write_gc_textfile(
