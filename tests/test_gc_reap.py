@@ -301,3 +301,35 @@ def test_a_shm_dir_that_is_a_file_is_exit_5(tmp_path: Path) -> None:
     res = run_cli("gc", "--shm-dir", str(f), exit=5)
     assert "not a directory" in res.stderr
     assert run_cli("--json", "gc", "--shm-dir", str(f), exit=5).json["error"]["kind"] == "host"
+
+
+REAPER = r"""
+import sys
+from smgshm.core.leaks import Scan, ScanOptions, State
+from smgshm.core.reaping import reap
+d = sys.argv[1]
+judged = [s for s in Scan(ScanOptions(d, assume_dead=True)) if s.state is State.LEAKED]
+print(len(judged), flush=True)
+reap(judged, d)
+"""
+
+
+def test_ctrl_c_mid_delete_leaves_nothing_set_aside(children: Children, tmpfs_dir: str) -> None:  # noqa: F811
+    import signal
+
+    from tests.conftest import wait_for
+
+    d, n = tmpfs_dir, 6000
+    gone = dead_pid(children)
+    names = {f"smg-smgshm-{gone}-{time.time_ns()}-{i}" for i in range(n)}
+    for name in names:
+        make_file(d, name, size=0)
+    p, count = first_line(children, [PY, "-c", REAPER, d])
+    assert int(count) == n
+    wait_for(lambda: len(os.listdir(d)) < n - 100, what="the reaper to be deleting")
+    p.send_signal(signal.SIGINT)
+    p.wait(timeout=30)
+    left = set(os.listdir(d))
+    assert not [x for x in left if x.startswith("smg-smgshm-gc-")], "an entry was left under its private name"
+    assert left <= names, "everything left is under its own name"
+    assert p.returncode != 0 or not left, "interrupted, or it had finished"

@@ -16,6 +16,7 @@ entry the next gc lists as unknown, never one it would reap by a pid.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import itertools
@@ -72,21 +73,30 @@ def reap(
         for batch in _batches(candidates):
             aside: list[tuple[SegmentInfo, str]] = []
             results: list[Deletion] = []
-            for seg in batch:
-                private = f"{ASIDE_PREFIX}{os.getpid()}-{secrets.token_hex(8)}"
-                try:
-                    _renameat2(dfd, seg.name, private)
-                except OSError as err:
-                    gone = err.errno == errno.ENOENT
-                    why = "already gone" if gone else f"cannot set it aside atomically: {err.strerror}"
-                    results.append(Deletion(seg.name, seg.allocated_bytes, False, why, seg.ino))
-                    continue
-                aside.append((seg, private))
-            # After the rename a holder's fd link shows the private name; with every file single-link
-            # the walk may pick fds by those names (a hard link needs the full walk).
-            single = all(_links(dfd, p) == 1 for _, p in aside)  # now, not at the scan: a link may be new
-            held = holder_index(dev, names=[p for _, p in aside] if single else None) if aside else {}
-            results += [_finish(seg, private, dfd, dev, held) for seg, private in aside]
+            finished = 0
+            try:
+                for seg in batch:
+                    private = f"{ASIDE_PREFIX}{os.getpid()}-{secrets.token_hex(8)}"
+                    try:
+                        _renameat2(dfd, seg.name, private)
+                    except OSError as err:
+                        gone = err.errno == errno.ENOENT
+                        why = "already gone" if gone else f"cannot set it aside atomically: {err.strerror}"
+                        results.append(Deletion(seg.name, seg.allocated_bytes, False, why, seg.ino))
+                        continue
+                    aside.append((seg, private))
+                # After the rename a holder's fd link shows the private name; with every file single-link
+                # the walk may pick fds by those names (a hard link needs the full walk).
+                single = all(_links(dfd, p) == 1 for _, p in aside)  # now, not at the scan: a link may be new
+                held = holder_index(dev, names=[p for _, p in aside] if single else None) if aside else {}
+                for seg, private in aside:
+                    results.append(_finish(seg, private, dfd, dev, held))
+                    finished += 1
+            except BaseException:  # Ctrl-C mid-batch: what is still set aside goes back under its name
+                for seg, private in aside[finished:]:
+                    with contextlib.suppress(OSError):
+                        _renameat2(dfd, private, seg.name)
+                raise
             for d in results:
                 done.append(d)
                 if on_action:
