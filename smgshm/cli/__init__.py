@@ -26,17 +26,18 @@ class CliError(click.ClickException):
         self.exit_code = for_error_kind(type(err))
 
     def show(self, file: Any = None) -> None:
-        from smgshm.cli.fmt import escape, prose, safe
+        from smgshm.cli.fmt import escape, safe
 
-        # Messages carry peers' and the filesystem's strings: escaped, and wrapped as prose.
+        # Messages carry peers' and the filesystem's strings: escaped. One line each, never
+        # wrapped: scripts grep "Error: " lines.
         console = self.app.err_console if self.app else None
         if console is None:
             hint = f"\nhint: {escape(self.err.hint)}" if self.err.hint else ""
             click.echo(f"Error: {escape(str(self.err))}{hint}", err=True)
             return
-        prose(console, Text("Error: ", style="bold red") + safe(str(self.err)), 7)
+        console.print(Text("Error: ", style="bold red") + safe(str(self.err)), soft_wrap=True)
         if self.err.hint:
-            prose(console, Text("hint: ", style="cyan") + safe(self.err.hint), 6)
+            console.print(Text("hint: ", style="cyan") + safe(self.err.hint), soft_wrap=True)
 
 
 class RootGroup(click.Group):

@@ -41,11 +41,11 @@ class App:
 
     def warn(self, message: str) -> None:
         """A warning: kept for the JSON document and always said on stderr (unless --quiet)."""
-        from smgshm.cli.fmt import prose, safe
+        from smgshm.cli.fmt import safe
 
         self.warnings.append(message)
-        if not self.quiet:
-            prose(self.err_console, Text("warning: ", style="yellow") + safe(message), indent=9)
+        if not self.quiet:  # one line, escaped (a stranger's name can hold a newline); grep-able
+            self.err_console.print(Text("warning: ", style="yellow") + safe(message), soft_wrap=True)
 
     def info(self, message: str) -> None:
         """Progress or status on stderr; silent under --quiet and --json."""
