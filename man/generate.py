@@ -6,6 +6,7 @@ directory and byte-compares, so the pages cannot drift from ``--help``.
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -55,8 +56,14 @@ def _split_examples(page: str) -> tuple[str, str]:
     return head + "\n" + (".SH " + tail if nl else ""), section
 
 
+# A backslash in help text ("spaces as \x20") is a troff escape unless written \e; click-man
+# passes help through as is and writes only these escapes itself.
+_OWN_ESCAPE = re.compile(r'\\(?![-fe"&(])')
+
+
 def _pages(cmd: click.Command, ctx: click.Context) -> list[tuple[str, str]]:
-    page, examples = _split_examples(str(generate_man_page(ctx, version=__version__, date=MAN_DATE)))
+    raw = _OWN_ESCAPE.sub(r"\\e", str(generate_man_page(ctx, version=__version__, date=MAN_DATE)))
+    page, examples = _split_examples(raw)
     out = [(ctx.command_path.replace(" ", "-"), HEADER + page.rstrip("\n") + "\n" + examples + _exit_status())]
     if isinstance(cmd, click.Group):
         for name in sorted(cmd.list_commands(ctx)):

@@ -81,7 +81,11 @@ def preflight(target: str, timeout: float) -> None:
             except OSError:
                 continue  # unreachable network, timeout: let gRPC try within what is left
     if refused:
-        raise TransportError("connection refused", endpoint=target, hint="is the worker's gRPC server up on that port?")
+        raise TransportError(
+            "endpoint unreachable: connection refused",
+            endpoint=target,
+            hint="is the worker's gRPC server up on that port?",
+        )
 
 
 def open_channel(address: str, connect_timeout: float, max_message_bytes: int | None = None) -> Any:
