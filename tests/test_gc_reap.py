@@ -222,6 +222,46 @@ def test_an_unwritable_prometheus_path_is_exit_5_before_any_delete(
     assert not os.path.exists("/proc/x.prom")
 
 
+# prometheus_client-style writing renames over the path: a device node or FIFO there would be
+# replaced by a regular file (it once replaced /dev/full). Refused, exit 5, before any delete.
+# (A directory is click's usage error, exit 2: click.Path(dir_okay=False).)
+@pytest.mark.parametrize("kind", ["char_device", "fifo", "symlink"])
+def test_a_prometheus_path_that_is_not_a_regular_file_is_refused(children: Children, tmp_path: Path, kind: str) -> None:
+    d = tmp_path / "shm"
+    d.mkdir()
+    path = make_file(str(d), seg_name(dead_pid(children)))
+    prom = tmp_path / "gc.prom"
+    if kind == "char_device":
+        if os.geteuid() != 0:
+            pytest.skip("mknod needs root")
+        os.mknod(prom, 0o600 | stat.S_IFCHR, os.makedev(1, 3))
+    elif kind == "fifo":
+        os.mkfifo(prom)
+    else:
+        (tmp_path / "real.prom").write_text("")
+        prom.symlink_to(tmp_path / "real.prom")
+    fmt = stat.S_IFMT(os.lstat(prom).st_mode)
+    for json_ in ([], ["--json"]):
+        res = run_cli(*json_, "-q", "gc", "--shm-dir", str(d), *ALWAYS, "--delete", "--min-age", "0", "--yes",
+                      "--prometheus", str(prom), exit=5)  # fmt: skip
+        assert "--prometheus" in (res.stdout + res.stderr)
+        assert os.path.exists(path), "refused before anything was deleted"
+        assert stat.S_IFMT(os.lstat(prom).st_mode) == fmt, f"the {kind} was replaced"
+    assert sorted(os.listdir(tmp_path)) == sorted(["shm", "gc.prom"] + (["real.prom"] if kind == "symlink" else []))
+
+
+def test_the_prometheus_file_is_written_and_rewritten_readable(children: Children, tmp_path: Path) -> None:
+    d = tmp_path / "shm"
+    d.mkdir()
+    make_file(str(d), seg_name(dead_pid(children)))
+    prom = tmp_path / "gc.prom"
+    for _ in range(2):  # created, then replaced over the regular file
+        run_cli("-q", "gc", "--shm-dir", str(d), *ALWAYS, "--prometheus", str(prom))
+        assert 'smgshm_segments{shm_dir=' in prom.read_text()
+        assert stat.S_IMODE(prom.stat().st_mode) == 0o644
+    assert sorted(os.listdir(tmp_path)) == ["gc.prom", "shm"], "no temp file left beside it"
+
+
 def test_headline_agrees_with_the_exit_code(children: Children, tmp_path: Path) -> None:
     d = str(tmp_path)
     young = seg_name(dead_pid(children), seq=1)
