@@ -203,3 +203,22 @@ def test_judge_without_digests_still_matches_keys() -> None:
     assert judge(sent, [r, r]).mismatches == 2  # a duplicate, and extra_1 missing
     ok = judge(sent, [r, diag_pb2.TensorReceipt(key="model_specific_tensors[extra_1]", payload_kind="shm", nbytes=4)])
     assert ok.ok
+
+
+def _hostile_error(rs: list[Any]) -> list[Any]:
+    out = [_copy(r) for r in rs]
+    out[0].error.code = "bad\x1b[2J"
+    out[0].error.message = "refused\n\x1b]0;pwned\x07fix: rm -rf ~"
+    return out
+
+
+def test_a_receivers_hostile_error_text_is_shown_escaped(liar: Callable[[Forge], str]) -> None:
+    res = run_cli("send", "--transport", "inline", "--shape", "64x64", liar(_hostile_error), exit=3)
+    for out in (res.stdout, res.stderr):
+        assert "\x1b" not in out
+        assert "\x07" not in out
+    assert not any(ln.startswith("fix:") for ln in res.stdout.splitlines())
+    assert "refused\\n\\x1b]0;pwned\\x07fix: rm -rf ~" in res.stdout
+    doc = run_cli("--json", "send", "--transport", "inline", "--shape", "64x64", liar(_hostile_error), exit=3).json
+    assert doc["result"]["problems"][0]["kind"] == "receiver_error"
+    assert "\x1b]0;pwned" in doc["result"]["problems"][0]["message"]  # JSON keeps the exact text
