@@ -746,3 +746,35 @@ def test_gc_does_not_import_torch_or_grpc(argv: list[str], tmp_path: Path) -> No
     res = subprocess.run([PY, "-c", PROBE, *argv], capture_output=True, text=True, timeout=60)
     assert "HEAVY=\n" in res.stderr, res.stderr
     assert res.stdout.strip(), "the command printed nothing"
+
+
+@needs_root
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("source", ["other_fs", "same_fs"])
+def test_a_file_bind_mounted_over_a_segment_name_is_a_hazard_never_touched(
+    children: Children, tmp_path: Path, source: str
+) -> None:
+    """A bind mount over a segment name: its inode is the mounted file's (another filesystem's, or
+    this one's if bound from inside it, then with the same st_dev). unlink says EBUSY; gc must not
+    call it leaked nor count it reclaimable."""
+    from smgshm.core.pidtrust import mounted_names
+    from tests.conftest import tmpfs
+
+    with tmpfs(tmp_path / "shm", "4m") as d:
+        victim = tmp_path / "victim.dat" if source == "other_fs" else Path(d) / "victim.dat"
+        victim.write_bytes(b"v" * 8192)
+        name = seg_name(dead_pid(children), nanos=1700000000000000000)
+        over = make_file(d, name, age_s=3600)
+        subprocess.run(["mount", "--bind", str(victim), over], check=True, timeout=30)
+        try:
+            doc = run_cli("--json", "gc", "--shm-dir", d, "--assume-dead").json
+            seg = segs(doc)[name]
+            assert seg["state"] == "hazard", seg
+            assert "mount point" in seg["reason"]
+            assert doc["result"]["reclaimable_bytes"] == 0
+            doc = run_cli("--json", "gc", "--shm-dir", d, "--assume-dead", "--delete", "--yes", "--min-age", "0").json
+            assert name not in deletions(doc), "a mount point is never chosen for deletion"
+            assert victim.read_bytes() == b"v" * 8192
+            assert name in mounted_names(d), "still mounted"
+        finally:
+            subprocess.run(["umount", over], check=True, timeout=30)

@@ -56,8 +56,8 @@ def gc(app: App, delete: bool, include_stale: bool, min_age: float, stale_after:
     size, age, owner, producer pid (from its name), whether that producer lives
     (a process with that pid that started before the segment was written), who
     holds it open or mapped (by inode, whatever name it was opened by), and a
-    state: in_flight, held, leaked, stale, hazard (a symlink, FIFO or directory
-    named like a segment) or unknown (liveness cannot be trusted: a process in
+    state: in_flight, held, leaked, stale, hazard (a symlink, FIFO, directory
+    or mount point named like a segment) or unknown (liveness cannot be trusted: a process in
     another pid namespace can reach this filesystem, at whatever path).
 
     The default view summarises (counts and bytes per state and kind, then the

@@ -213,7 +213,8 @@ def check_leaks(shm_dir: str) -> list[Check]:
             Check(
                 "hazards",
                 "fail",
-                f"{c['hazard']} non-regular entr(ies) named like segments (SMG's reader refuses them; a FIFO hangs it)",
+                f"{c['hazard']} non-regular entr(ies) or mount points named like segments (SMG's reader refuses them; "
+                "a FIFO hangs it)",
                 "inspect and remove them by hand: smgshm gc",
                 3,
             )

@@ -25,7 +25,7 @@ from typing import NamedTuple
 from smgshm.core.errors import HostError
 from smgshm.core.holders import Holder, holder_index
 from smgshm.core.paths import DEFAULT_SHM_DIR, GATEWAY_PREFIX, SMG_FAMILY_PREFIX, SMGSHM_PREFIX
-from smgshm.core.pidtrust import INIT_PID_NS, Trust, judge_trust
+from smgshm.core.pidtrust import INIT_PID_NS, Trust, judge_trust, mounted_names
 
 # Where --delete sets an entry aside before it unlinks it (core/reaping.py): SMG's family, so
 # gc lists one left by a gc that died mid-way, but no pid pattern, so it is never auto-reaped.
@@ -50,7 +50,7 @@ class State(enum.Enum):
     HELD = "held"  # some process has it open or mapped
     LEAKED = "leaked"  # producer provably dead, nobody holds it
     STALE = "stale"  # producer alive, but the segment is older than --stale-after
-    HAZARD = "hazard"  # not a regular file: SMG's reader refuses it, a FIFO hangs it
+    HAZARD = "hazard"  # not a regular file (SMG's reader refuses it, a FIFO hangs it), or a mount point
     UNKNOWN = "unknown"  # liveness cannot be trusted here, or the name carries no pid
 
 
@@ -145,8 +145,12 @@ _new = tuple.__new__
 class Judge:
     """The judgement of one entry, with what a scan decides once: trust, holders, start times."""
 
-    def __init__(self, opts: ScanOptions, trust: Trust, holders: dict[tuple[int, int], list[Holder]]) -> None:
+    def __init__(
+        self, opts: ScanOptions, trust: Trust, holders: dict[tuple[int, int], list[Holder]], dir_dev: int | None = None
+    ) -> None:
         self.opts, self.trust, self.holders = opts, trust, holders
+        self.dir_dev = dir_dev  # the shm dir's device: an entry on another one is a mount point
+        self.mounted = mounted_names(opts.shm_dir)  # and one bound from this very filesystem
         self.starts: dict[int, float | None] = {}  # per scan: a dir of 1M segments has a handful of pids
         self.now = time.time()
 
@@ -166,6 +170,11 @@ class Judge:
         self, name: str, st: os.stat_result, kind: str, pid: int | None, nanos: int | None, ftype: str, age: float,
         held: tuple[Holder, ...],
     ) -> tuple[State, str, bool | None]:  # fmt: skip
+        if (self.dir_dev is not None and st.st_dev != self.dir_dev) or name in self.mounted:
+            # Something is mounted over this name (a bind-mounted file or dir): unlink gets EBUSY,
+            # and the inode is another filesystem's, never a segment this dir's producer wrote.
+            return State.HAZARD, f"a mount point ({ftype.replace('_', ' ')} of another filesystem) named like a " \
+                "segment; never touched", None  # fmt: skip
         if ftype != "regular":
             what = "a FIFO would hang SMG's reader" if ftype == "fifo" else "SMG's reader refuses it"
             return State.HAZARD, f"a {ftype.replace('_', ' ')} named like a segment: {what}; never touched", None
@@ -259,7 +268,7 @@ class Scan:
         self.shm_total_bytes = vfs.f_blocks * vfs.f_frsize
         self.shm_free_bytes = vfs.f_bavail * vfs.f_frsize
         self.trust = judge_trust(opts.shm_dir)
-        self.judge = Judge(opts, self.trust, holder_index(self.dev))
+        self.judge = Judge(opts, self.trust, holder_index(self.dev), self.dev)
         self.tally = Tally()
 
     @property
@@ -316,8 +325,12 @@ def judge_entry(shm_dir: str, name: str, opts: ScanOptions | None = None) -> Seg
         return None
     except OSError as err:
         raise _host_error(err, shm_dir) from err
+    try:
+        dir_dev = os.stat(shm_dir).st_dev
+    except OSError as err:
+        raise _host_error(err, shm_dir) from err
     one = [name] if st.st_nlink == 1 else None  # a single link: holders can be picked by name first
-    return Judge(opts, judge_trust(shm_dir), holder_index(st.st_dev, names=one))(name, st)
+    return Judge(opts, judge_trust(shm_dir), holder_index(st.st_dev, names=one), dir_dev)(name, st)
 
 
 def pid_liveness_trust(shm_dir: str) -> tuple[bool, str]:

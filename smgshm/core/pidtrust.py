@@ -71,6 +71,25 @@ def mount_of(mountinfo: bytes, dev: int) -> str | None:
     return None
 
 
+def mounted_names(dir_path: str) -> frozenset[str]:
+    """Names directly in ``dir_path`` that something is mounted on, per this process's mount table
+    (a bind-mounted file shares the dir's st_dev when it comes from the same filesystem)."""
+    real = os.path.realpath(dir_path)
+    try:
+        with open("/proc/self/mountinfo", "rb") as f:
+            table = f.read()
+    except OSError:
+        return frozenset()
+    out = set()
+    for line in table.splitlines():
+        parts = line.split(b" ", 5)
+        if len(parts) >= 5:
+            where = _unescape(parts[4])
+            if os.path.dirname(where) == real and where != real:
+                out.add(os.path.basename(where))
+    return frozenset(out)
+
+
 def _reaches(pid: int, dev: int) -> str | None:
     """How ``pid`` reaches the filesystem of ``dev`` without mounting it, if it does: its cwd or
     root, an open fd or a mapped file there. OSError when its /proc entries cannot be read."""
@@ -161,4 +180,4 @@ def judge_trust(shm_dir: str, pids: Iterable[int] | None = None) -> Trust:
     return Trust(True, note, frozenset(doubt))
 
 
-__all__ = ["INIT_PID_NS", "Trust", "judge_trust", "mount_of"]
+__all__ = ["INIT_PID_NS", "Trust", "judge_trust", "mount_of", "mounted_names"]
