@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from smgshm.core.metrics import scrape
 from smgshm.core.receipts import fetch_receipts
 from tests.conftest import SHM, Children, smgshm_argv, wait_for
 from tests.test_cli_watch import drain
@@ -111,10 +112,17 @@ def test_watch_follows_the_gateways_segments_and_agrees_with_receipts(
 
 def test_inline_transport_is_said_plainly(children: Children, stack: ExitStack, tmp_path: Path) -> None:  # noqa: F811
     _, gw, model = serve_behind_gateway(children, stack, tmp_path, "inline")
-    w = Watch(children, "--prefix", f"smg-tokenspeed-{gw.pid}-", "--interval", "0.5", "--metrics", gw.metrics_url)
+    w = Watch(children, "--prefix", f"smg-tokenspeed-{gw.pid}-", "--interval", "0.5", "--metrics", gw.metrics_url,
+              "--serve-metrics", "0")  # fmt: skip
+    w.until(lambda: bool(w.of("exporter")))
     status, text = chat(gw, model, png(448), stream=False)
     assert status == 200, text[-2000:]
     w.until(lambda: any(i["gateway"] and i["gateway"]["tensors"].get("inline") for i in w.of("interval")))
+    # The exporter says it too, for a fleet's alert: eligible tensors went inline, no byte via SHM.
+    exported = scrape(w.of("exporter")[0]["url"])
+    assert exported.value("smgshm_watch_gateway_eligible_inline") == 1.0
+    assert exported.value("smgshm_watch_gateway_shm_byte_share") == 0.0
+    assert exported.value("smgshm_watch_gateway_tensor_bytes_per_second", path="inline") > 0
     summary = w.stop()
     gwr = next(i["gateway"] for i in w.of("interval") if i["gateway"] and i["gateway"]["tensors"].get("inline"))
     assert gwr["tensors"] == {"inline": 3}

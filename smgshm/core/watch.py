@@ -194,6 +194,7 @@ class WatchSession:
         self._snap: MetricsSnapshot | None = None
         self._snap_t = self._first_snap_t = 0.0
         self.last: IntervalStats | None = None
+        self.last_traffic: GatewayRates | None = None  # the gateway's rates over the last interval with tensors
         self.lock = threading.Lock()  # the exporter reads ``last`` and the totals from its own thread
         self._prev = (0, 0, 0, 0, 0, 0, 0, 0, 0)
         self._prev_kinds: dict[str, int] = {}
@@ -279,6 +280,8 @@ class WatchSession:
         )  # fmt: skip
         with self.lock:
             self.last = stats
+            if stats.gateway is not None and stats.gateway.tensors:
+                self.last_traffic = stats.gateway  # an idle interval does not clear the verdict
         return stats
 
     # -- orphans -------------------------------------------------------------------------
@@ -392,6 +395,7 @@ class WatchSession:
                 "untracked": self.tracker.untracked,
                 "orphans_seen": self.orphans_seen,
                 "last": self.last,
+                "last_traffic": self.last_traffic,
             }
 
 

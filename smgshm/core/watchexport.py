@@ -81,16 +81,16 @@ class _Collector:
             if v is not None:
                 q.add_metric([shm_dir, label], v / 1e3)
         yield q
-        gw = last.gateway
-        if gw is not None and not gw.error:
-            share = gauge("gateway_shm_byte_share", "Share of the gateway's tensor bytes that went through SHM")
+        gw = fig["last_traffic"]  # the last interval that carried tensors: idle ones keep the verdict
+        if gw is not None:
+            share = gauge("gateway_shm_byte_share", "Share of the gateway's tensor bytes through SHM (last traffic)")
             if gw.shm_byte_share is not None:
                 share.add_metric([shm_dir], gw.shm_byte_share)
             yield share
-            yield _one(gauge("gateway_eligible_inline", "1 when SHM-eligible tensors went inline in the interval"),
+            yield _one(gauge("gateway_eligible_inline", "1 when SHM-eligible tensors went inline (last traffic)"),
                        shm_dir, 1.0 if gw.eligible_inline else 0.0)  # fmt: skip
-            rates = gauge("gateway_tensor_bytes_per_second", "The gateway's tensor bytes per second, by path",
-                          ("path",))  # fmt: skip
+            rates = gauge("gateway_tensor_bytes_per_second", "The gateway's tensor bytes per second by path (last "
+                          "traffic)", ("path",))  # fmt: skip
             for path, v in sorted(gw.bytes_per_s.items()):
                 rates.add_metric([shm_dir, path], v)
             yield rates
