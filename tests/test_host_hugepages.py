@@ -162,13 +162,17 @@ def test_a_killed_parent_takes_the_child_and_its_mount_with_it(children: Childre
         return None
 
     child = wait_for(measuring, 60, "the what-if child to be mid-run")
+    with open(f"/proc/{child}/mountinfo", encoding="utf-8") as f:
+        mountpoint = next(ln.split()[4] for ln in f if "smgshm-whatif" in ln)
     try:
         os.kill(parent.pid, signal.SIGKILL)
         parent.wait(30)
         wait_for(lambda: dead(child), 30, "the orphaned child to die with its parent")
         assert scratch_mounts() == []
+        assert not os.path.exists(mountpoint), "the child removed the mount point its parent could not"
+        assert own_segments(child) == [], "and its segments in the real shm dir"
     finally:
-        for name in own_segments(child):  # a SIGKILLed child's last segment: gc's to reap, the test's to clean
+        for name in own_segments(child):
             os.unlink(os.path.join(DEFAULT_SHM_DIR, name))
 
 

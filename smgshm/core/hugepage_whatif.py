@@ -303,23 +303,45 @@ def _child(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def _die_with_parent(parent: int) -> bool:
-    """SIGKILL this child when the measuring parent dies (a killed smgshm leaves no child running)."""
+    """SIGTERM this child when the measuring parent dies (a killed smgshm leaves no child running):
+    the child then cleans up what the parent would have (see main)."""
     import ctypes
 
     with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     return os.getppid() == parent  # else the parent died before prctl took effect
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+def _cleanup(spec: dict[str, Any]) -> None:
+    """What a dead parent cannot do: the scratch mount (gone with this namespace anyway, but the
+    mount point on the host is only removable once unmounted here) and this child's segments."""
+    mnt = str(spec.get("mountpoint", ""))
+    if mnt:
+        subprocess.run(["umount", "-l", mnt], capture_output=True, timeout=30, check=False)
+        with contextlib.suppress(OSError):
+            os.rmdir(mnt)
+    _remove_own_segments(str(spec.get("shm_dir", DEFAULT_SHM_DIR)), os.getpid())
 
 
 def main() -> None:
     """The child's entry point: one JSON document on stdout, whatever happens."""
+    spec: dict[str, Any] = {}
+    signal.signal(signal.SIGTERM, _terminated)
     try:
         spec = json.loads(sys.argv[1])
         if not _die_with_parent(int(spec["parent"])):
+            _cleanup(spec)
             return
         doc = _child(spec)
     except (OSError, SmgshmError, ValueError, KeyError) as err:
         doc = {"error": f"{type(err).__name__}: {err}"}
+    except SystemExit:
+        _cleanup(spec)  # the parent died (or we were told to stop): leave nothing behind
+        raise
     sys.stdout.write(json.dumps(doc) + "\n")
 
 
