@@ -156,3 +156,45 @@ def test_hostile_generate_over_grpc_is_a_status_never_a_crash(
         health = pbg.VllmEngineStub(ch).HealthCheck(pb.HealthCheckRequest(), timeout=5)
     assert health.healthy
     assert os.listdir(shm_dir) == []
+
+
+@SETTINGS
+@given(
+    layout=LAYOUTS,
+    payloads=st.lists(st.tuples(st.text(max_size=6), st.binary(max_size=40)), max_size=5),
+    primary=st.one_of(st.none(), st.binary(max_size=40)),
+    extras=st.integers(min_value=0, max_value=2),
+    junk=st.binary(max_size=24),
+)
+def test_inline_views_are_exactly_protobufs_bytes(
+    layout: Layout, payloads: list[tuple[str, bytes]], primary: bytes | None, extras: int, junk: bytes
+) -> None:
+    """serve reads inline payloads in place (protowire); they must be the very bytes protobuf parses,
+    or the walk must decline (None) and protobuf's copy is used."""
+    from google.protobuf.message import DecodeError
+
+    from smgshm.core.protowire import inline_views
+    from smgshm.core.wire import generate_tensors
+
+    pb = engine_pb2(layout)
+    req = pb.GenerateRequest(request_id="v")
+    mms = [req.mm_inputs]
+    if layout is Layout.VLLM:
+        mms += [req.extra_mm_inputs.add() for _ in range(extras)]
+    for mm in mms:
+        holder = mm if layout is Layout.VLLM else mm.items.add()
+        if primary is not None:
+            (holder.pixel_values if layout is Layout.VLLM else holder.encoder_input).inline = primary
+        for k, data in payloads:
+            holder.model_specific_tensors[k].inline = data
+    for raw in (req.SerializeToString(), req.SerializeToString() + junk):
+        parsed = pb.GenerateRequest()
+        try:
+            parsed.ParseFromString(raw)
+        except DecodeError:  # junk can make it unparseable: gRPC refuses that, nothing to compare
+            continue
+        views = inline_views(layout, raw)
+        if views is None:
+            continue
+        want = {t.key: bytes(t.inline or b"") for t in generate_tensors(layout, parsed) if t.kind == "inline"}
+        assert {k: bytes(v) for k, v in views.items() if k in want} == want

@@ -267,3 +267,13 @@ def test_sigterm_stops_serve_within_two_seconds_with_work_in_flight(children: Ch
     print(f"\nserve stopped {took:.2f} s after SIGTERM with {STALLS} stalled calls, a slow read and a watch")
     assert took < 2.0
     assert proc.returncode == 0
+
+
+def test_an_unparseable_generate_is_invalid_argument(vllm: RunningReceiver) -> None:
+    with grpc.insecure_channel(vllm.address) as ch:
+        call = ch.unary_stream("/vllm.grpc.engine.VllmEngine/Generate", lambda b: b, lambda b: b)
+        with pytest.raises(grpc.RpcError) as info:
+            list(call(b"\x3a\xff\xff\xff\x0f", timeout=10))  # mm_inputs claiming 4 GiB of bytes
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "cannot parse" in (info.value.details() or "")
+        assert vllm_engine_pb2_grpc.VllmEngineStub(ch).HealthCheck(vllm_engine_pb2.HealthCheckRequest(), timeout=5)

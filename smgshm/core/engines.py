@@ -23,7 +23,7 @@ from smgshm import __version__
 from smgshm.core.errors import TooManyTensorsError, WireError
 from smgshm.core.receiver import MODEL_NAME, ReceiverState
 from smgshm.core.wire import Layout
-from smgshm.core.worker import GenerateOutcome, read_generate
+from smgshm.core.worker import parse_and_read
 
 if TYPE_CHECKING:
     from smgshm.core.modeldir import ModelDir
@@ -81,8 +81,10 @@ def engine_servicer(state: ReceiverState, executor: Executor) -> tuple[Any, str]
             # Generate answers at once, so there is never anything in flight to abort.
             return pb.AbortResponse() if engine == "vllm" else pb.AbortResponse(success=True, message="")
 
-        async def Generate(self, request: Any, context: Any) -> AsyncIterator[Any]:  # noqa: N802
-            async for m in generate(pb, engine, state, executor, request, context):
+        async def Generate(self, raw: bytes, context: Any) -> AsyncIterator[Any]:  # noqa: N802
+            # Registered with no deserializer (see raw_generate_handlers): the request arrives
+            # as its bytes, so inline payloads are read in place, not copied out of protobuf.
+            async for m in generate(pb, engine, state, executor, raw, context):
                 yield m
 
     if engine == "sglang":
@@ -150,13 +152,39 @@ async def _die(context: Any = None) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-async def _read(state: ReceiverState, executor: Executor, layout: Layout, request: Any, context: Any) -> Any:
-    """Run the blocking reads in the reader pool; typed refusals become typed gRPC errors."""
+def raw_generate_handlers(pb: ModuleType, servicer: Any) -> dict[str, Any]:
+    """Method handlers that replace the generated ones: Generate takes its request as bytes."""
+    return {
+        "Generate": grpc.unary_stream_rpc_method_handler(
+            servicer.Generate, request_deserializer=None, response_serializer=pb.GenerateResponse.SerializeToString
+        )
+    }
+
+
+class HandlerOverride:
+    """A stand-in for the server, handed to a generated ``add_*Servicer_to_server``: it passes
+    every method handler through to ``server`` except those in ``overrides``."""
+
+    def __init__(self, server: Any, overrides: dict[str, Any]) -> None:
+        self.server = server
+        self.overrides = overrides
+
+    def add_generic_rpc_handlers(self, handlers: Any) -> None:
+        pass  # rebuilt from the method table in add_registered_method_handlers, with the overrides
+
+    def add_registered_method_handlers(self, service: str, handlers: dict[str, Any]) -> None:
+        merged = {**handlers, **{k: v for k, v in self.overrides.items() if k in handlers}}
+        self.server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, merged),))
+        self.server.add_registered_method_handlers(service, merged)
+
+
+async def _read(state: ReceiverState, executor: Executor, layout: Layout, raw: bytes, context: Any) -> Any:
+    """Parse and read in the reader pool; typed refusals become typed gRPC errors."""
     loop = asyncio.get_running_loop()
     state.active += 1  # only the loop thread touches these counters
     state.last_receive = time.time()
     try:
-        return await loop.run_in_executor(executor, read_generate, layout, request, state.cfg, state.ring)
+        return await loop.run_in_executor(executor, parse_and_read, layout, raw, state.cfg, state.ring)
     except TooManyTensorsError as err:
         await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(err))
     except WireError as err:
@@ -166,7 +194,7 @@ async def _read(state: ReceiverState, executor: Executor, layout: Layout, reques
 
 
 async def generate(
-    pb: ModuleType, engine: str, state: ReceiverState, executor: Executor, request: Any, context: Any
+    pb: ModuleType, engine: str, state: ReceiverState, executor: Executor, raw: bytes, context: Any
 ) -> AsyncIterator[Any]:
     """Generate as smg-facts §5.2: read every tensor (receipts), then a chunk if streaming and a complete."""
     layout = Layout.VLLM if engine == "vllm" else Layout.TOKENSPEED
@@ -177,7 +205,8 @@ async def generate(
         await _die(context)
     if fault == "slow-read":
         await asyncio.sleep(state.cfg.fault_delay_s)  # cancelled with the call, or by stop()
-    outcome: GenerateOutcome = await _read(state, executor, layout, request, context)
+    request, outcome = await _read(state, executor, layout, raw, context)
+    del raw  # the payload views went with the receipts; let the bytes go before answering
     if fault == "die-after-read":
         await _die(context)
     if outcome.refused:

@@ -22,7 +22,7 @@ from typing import Any
 import grpc
 
 from smgshm import __version__
-from smgshm.core.engines import engine_modules, engine_servicer
+from smgshm.core.engines import HandlerOverride, engine_modules, engine_servicer, raw_generate_handlers
 from smgshm.core.errors import TooManyTensorsError, TransportError, WireError
 from smgshm.core.modeldir import ensure_model_dir
 from smgshm.core.receipts import MAX_PER_CALL, ReceiptRing
@@ -185,8 +185,12 @@ async def _build(cfg: ReceiverConfig, state: ReceiverState, executor: Executor, 
     ]
     server = grpc.aio.server(options=opts)
     engine, engine_name = engine_servicer(state, executor)
-    _, pb_grpc, svc = engine_modules(cfg.engine)
-    getattr(pb_grpc, f"add_{svc}Servicer_to_server")(engine, server)
+    pb, pb_grpc, svc = engine_modules(cfg.engine)
+    add = getattr(pb_grpc, f"add_{svc}Servicer_to_server")
+    if cfg.engine == "sglang":
+        add(engine, server)
+    else:
+        add(engine, HandlerOverride(server, raw_generate_handlers(pb, engine)))
     diag_pb2_grpc.add_DiagnosticsServicer_to_server(DiagnosticsServicer(state, executor), server)
     health_servicer = health_async.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

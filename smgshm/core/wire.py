@@ -41,7 +41,7 @@ class InTensor:
     shape: tuple[int, ...]
     dtype: str
     kind: str  # inline | shm | remote | unset
-    inline: bytes | None = None
+    inline: bytes | memoryview | None = None  # a view into the request's bytes where one could be had
     shm_name: str = ""
     shm_offset: int = 0
     shm_nbytes: int = 0
@@ -99,12 +99,13 @@ def build_multimodal(layout: Layout, req: Request) -> Any:
     return pb.MultimodalInputs(items=[item])
 
 
-def from_tensor_data(key: str, td: Any) -> InTensor:
-    """Read one ``TensorData`` (either engine's) into an ``InTensor``."""
+def from_tensor_data(key: str, td: Any, view: memoryview | None = None) -> InTensor:
+    """Read one ``TensorData`` (either engine's) into an ``InTensor``; ``view``, when given, is
+    its inline payload in the serialized request (``protowire``), used instead of a copy."""
     kind = td.WhichOneof("payload") or "unset"
     shape, dtype = tuple(int(d) for d in td.shape), str(td.dtype)
     if kind == "inline":
-        return InTensor(key, shape, dtype, kind, inline=td.inline)
+        return InTensor(key, shape, dtype, kind, inline=view if view is not None else td.inline)
     if kind == "shm":
         h = td.shm
         return InTensor(key, shape, dtype, kind, None, h.name, int(h.offset), int(h.nbytes), h.owner_id)
@@ -139,33 +140,40 @@ def count_multimodal(layout: Layout, msg: Any) -> int:
     return sum(int(it.HasField("encoder_input")) + len(it.model_specific_tensors) for it in msg.items)
 
 
-def multimodal_tensors(layout: Layout, msg: Any, prefix: str = "") -> list[InTensor]:
+def multimodal_tensors(
+    layout: Layout, msg: Any, prefix: str = "", views: dict[str, memoryview] | None = None
+) -> list[InTensor]:
     """Every TensorData of a parsed ``MultimodalInputs``, keyed by where it sits."""
+    v = views or {}
     out: list[InTensor] = []
+
+    def add(key: str, td: Any) -> None:
+        out.append(from_tensor_data(key, td, v.get(key)))
+
     if layout is Layout.VLLM:
         if msg.HasField("pixel_values"):
-            out.append(from_tensor_data(f"{prefix}pixel_values", msg.pixel_values))
+            add(f"{prefix}pixel_values", msg.pixel_values)
         for k in sorted(msg.model_specific_tensors):
-            out.append(from_tensor_data(f"{prefix}model_specific_tensors[{k}]", msg.model_specific_tensors[k]))
+            add(f"{prefix}model_specific_tensors[{k}]", msg.model_specific_tensors[k])
         return out
     for i, item in enumerate(msg.items):
         p = f"{prefix}items[{i}]"
         if item.HasField("encoder_input"):
-            out.append(from_tensor_data(f"{p}.encoder_input", item.encoder_input))
+            add(f"{p}.encoder_input", item.encoder_input)
         for k in sorted(item.model_specific_tensors):
-            out.append(from_tensor_data(f"{p}.model_specific_tensors[{k}]", item.model_specific_tensors[k]))
+            add(f"{p}.model_specific_tensors[{k}]", item.model_specific_tensors[k])
     return out
 
 
-def generate_tensors(layout: Layout, request: Any) -> list[InTensor]:
+def generate_tensors(layout: Layout, request: Any, views: dict[str, memoryview] | None = None) -> list[InTensor]:
     """Every TensorData of an engine ``GenerateRequest``: vLLM ``mm_inputs`` then each
     ``extra_mm_inputs[i]`` (keys prefixed so), TokenSpeed every item of ``mm_inputs``."""
     out: list[InTensor] = []
     if request.HasField("mm_inputs"):
-        out.extend(multimodal_tensors(layout, request.mm_inputs))
+        out.extend(multimodal_tensors(layout, request.mm_inputs, views=views))
     if layout is Layout.VLLM:
         for i, extra in enumerate(request.extra_mm_inputs):
-            out.extend(multimodal_tensors(layout, extra, f"extra_mm_inputs[{i}]."))
+            out.extend(multimodal_tensors(layout, extra, f"extra_mm_inputs[{i}].", views))
     return out
 
 

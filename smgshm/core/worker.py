@@ -12,10 +12,18 @@ from typing import Any
 
 from smgshm.core.errors import WireError
 from smgshm.core.leaks import parse_name
+from smgshm.core.protowire import inline_views
 from smgshm.core.receipts import GenerateReceipt, ReceiptRing
 from smgshm.core.receiver import Receipt, ReceiverConfig, check_tensor, receive_one
 from smgshm.core.tensors import DIGEST_ALGO
-from smgshm.core.wire import InTensor, Layout, check_tensor_count, count_generate_tensors, generate_tensors
+from smgshm.core.wire import (
+    InTensor,
+    Layout,
+    check_tensor_count,
+    count_generate_tensors,
+    engine_pb2,
+    generate_tensors,
+)
 
 
 @dataclass(frozen=True)
@@ -63,6 +71,18 @@ def _to_generate_receipt(r: Receipt, t: InTensor, request_id: str, engine: str, 
     )
 
 
+def parse_and_read(layout: Layout, raw: bytes, cfg: ReceiverConfig, ring: ReceiptRing) -> tuple[Any, GenerateOutcome]:
+    """Parse a serialized GenerateRequest and read it: (request, outcome). WireError when unparseable."""
+    from google.protobuf.message import DecodeError
+
+    request = engine_pb2(layout).GenerateRequest()
+    try:
+        request.ParseFromString(raw)
+    except DecodeError as err:
+        raise WireError(f"cannot parse {layout.value} GenerateRequest", nbytes=len(raw)) from err
+    return request, read_generate(layout, request, cfg, ring, raw)
+
+
 def prompt_tokens(layout: Layout, request: Any) -> int:
     if layout is Layout.VLLM and request.WhichOneof("input") != "tokenized":
         return 0
@@ -75,12 +95,19 @@ def check_generate(layout: Layout, request: Any) -> None:
         raise WireError("media_refs and mm_inputs are mutually exclusive")
 
 
-def read_generate(layout: Layout, request: Any, cfg: ReceiverConfig, ring: ReceiptRing) -> GenerateOutcome:
-    """Read every tensor of ``request`` through the receiver's reader; receipts go to ``ring``."""
+def read_generate(
+    layout: Layout, request: Any, cfg: ReceiverConfig, ring: ReceiptRing, raw: bytes | None = None
+) -> GenerateOutcome:
+    """Read every tensor of ``request`` through the receiver's reader; receipts go to ``ring``.
+
+    With ``raw`` (the request as serialized), inline payloads are read in place from it
+    rather than copied out of the parsed message.
+    """
     check_generate(layout, request)
     check_tensor_count(count_generate_tensors(layout, request), cfg.max_tensors)
     request_id = str(request.request_id)
-    tensors = generate_tensors(layout, request)
+    views = inline_views(layout, raw) if raw is not None else None
+    tensors = generate_tensors(layout, request, views)
     # Every tensor is checked before any is read: a bad one never follows consumed good ones.
     checked = [check_tensor(t, cfg) for t in tensors]
     out: list[GenerateReceipt] = []
