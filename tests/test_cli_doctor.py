@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import socket
 import stat
@@ -28,6 +29,8 @@ from typing import Any
 import psutil
 import pytest
 
+from smgshm.cli.fmt import quote_cmd
+from smgshm.core.paths import smgshm_cmd
 from tests.conftest import Children, make_file, run_cli, start_serve, tmpfs, wait_for
 from tests.e2e_support import HAVE_SMG
 
@@ -379,7 +382,7 @@ def test_nearly_full_tmpfs_warns(tmp_path: Path) -> None:
         c = checks(doc)["shm dir"]
         assert c["status"] == "warn"
         assert "nearly full" in c["summary"]
-        assert "smgshm gc --delete" in c["fix"]
+        assert c["fix_cmd"] == ["smgshm", "gc", "--delete", "--shm-dir", d]
         assert checks(doc)["send shm"]["status"] == "ok", "8 MiB still holds the test tensors"
         assert os.listdir(d) == ["filler"]
 
@@ -397,7 +400,7 @@ def test_tmpfs_too_full_for_a_tensor_fails_send_shm(tmp_path: Path) -> None:
         assert s["code"] == 5
         assert s["summary"].startswith("shm dir is full")
         assert "needed_bytes=1048576" in s["summary"]
-        assert "smgshm gc --delete" in s["fix"]
+        assert shlex.join(["smgshm", "gc", "--delete", "--shm-dir", d]) in s["fix"]
         assert "--shm-size" in s["fix"]
         assert os.listdir(d) == ["filler"], "a failed SHM send must not leave a partial segment"
 
@@ -494,7 +497,7 @@ def test_leaked_segment_fails_leaks(children: Children, shm_dir: str) -> None:
     c = checks(doc)["leaks"]
     assert c["status"] == "fail"
     assert c["code"] == 3
-    assert c["fix"] == "smgshm gc --delete"
+    assert c["fix_cmd"] == ["smgshm", "gc", "--delete", "--shm-dir", shm_dir]
     assert c["summary"].startswith("1 leaked segment(s)")
     assert "hazards" not in checks(doc)
     assert checks(doc)["send shm"]["status"] == "ok", "a leak elsewhere does not stop a send"
@@ -512,7 +515,7 @@ def test_fifo_named_like_a_segment_fails_hazards(shm_dir: str) -> None:
     assert c["hazards"]["status"] == "fail"
     assert c["hazards"]["code"] == 3
     assert "FIFO" in c["hazards"]["summary"]
-    assert "smgshm gc" in c["hazards"]["fix"]
+    assert c["hazards"]["fix_cmd"] == ["smgshm", "gc", "--all", "--shm-dir", shm_dir]
     assert c["leaks"]["status"] == "ok", "a FIFO is a hazard, not a leak"
     assert os.path.exists(fifo)
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
@@ -530,7 +533,7 @@ def test_leftover_gateway_probe_file_fails_probe_files(children: Children, shm_d
     assert pf["code"] == 3
     assert name in pf["summary"]
     assert f"a gateway with pid {pid} will stay inline" in pf["summary"]
-    assert "smgshm gc --delete" in pf["fix"]
+    assert shlex.join(["smgshm", "gc", "--delete", "--min-age", "0", "--shm-dir", shm_dir]) in pf["fix"]
     assert c["leaks"]["status"] == "fail", "a probe file of a dead pid is also a leaked entry"
     assert os.path.exists(os.path.join(shm_dir, name))
 
@@ -541,7 +544,8 @@ def test_human_mode_prints_the_fix_and_the_failure_count(children: Children, shm
     res = run_cli("--no-color", "doctor", "--shm-dir", shm_dir, exit=3)
     lines = res.stdout.splitlines()
     i = next(i for i, ln in enumerate(lines) if ln.startswith("[FAIL] leaks: "))
-    assert lines[i + 1] == "       fix: smgshm gc --delete"
+    assert lines[i + 1] == "       fix: reap them:"
+    assert lines[i + 2] == "            " + quote_cmd(["smgshm", "gc", "--delete", "--shm-dir", shm_dir])
     assert lines[-1] == "doctor: 1 check(s) failed"
 
 
@@ -736,3 +740,26 @@ def test_json_envelope_on_success_and_failure(children: Children, shm_dir: str) 
     for doc in (ok, bad):
         for c in doc["result"]["checks"]:
             assert set(c) == CHECK_KEYS
+
+
+@needs_init_pidns
+@pytest.mark.timeout(90)
+def test_every_suggested_command_names_the_shm_dir_examined(children: Children, tmp_path: Path) -> None:
+    """Pasted, doctor's fixes act on the dir it examined (a leak, a leftover probe file, a FIFO), not /dev/shm."""
+    d = str(tmp_path / "odd dir;$(x)")
+    os.mkdir(d)
+    leaked = make_file(d, f"smg-tokenspeed-{dead_pid(children)}-{time.time_ns()}-0", age_s=3600)
+    make_file(d, f"smg-tokenspeed-probe-{dead_pid(children)}", size=0)
+    os.mkfifo(os.path.join(d, "smg-tokenspeed-fifo-x"), 0o600)
+    doc = doctor("--shm-dir", d, "--no-e2e", exit=3)
+    c = checks(doc)
+    for name in ("leaks", "hazards"):
+        assert c[name]["fix_cmd"][-2:] == ["--shm-dir", d], c[name]
+    assert shlex.join(["--shm-dir", d]) in c["probe files"]["fix"]
+    res = run_cli("--no-color", "doctor", "--shm-dir", d, "--no-e2e", exit=3)
+    assert quote_cmd(["smgshm", "gc", "--delete", "--shm-dir", d]) in res.stdout
+    # What the leak's fix line says, run (its argv after "smgshm"), reaps the leak in d.
+    run_cli(*c["leaks"]["fix_cmd"][1:], "--yes", "--assume-dead")
+    assert not os.path.exists(leaked)
+    # The default dir is not named: the command stays as short as it was.
+    assert smgshm_cmd("/dev/shm", "gc", "--delete") == ["smgshm", "gc", "--delete"]

@@ -9,12 +9,13 @@ from __future__ import annotations
 import glob
 import os
 import re
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from smgshm.core.errors import SmgshmError
-from smgshm.core.paths import DEFAULT_SHM_DIR
+from smgshm.core.paths import DEFAULT_SHM_DIR, smgshm_cmd
 
 DOCKER_DEFAULT_SHM = 64 * 1024 * 1024
 
@@ -89,17 +90,20 @@ def check_identity(shm_dir: str) -> list[Check]:
             )
         )
     elif ident.shm_free_bytes < ident.shm_total_bytes // 10:
-        out.append(Check("shm dir", "warn", f"{shm_dir} is nearly full ({size})", "smgshm gc --delete, or enlarge it"))
+        out.append(Check("shm dir", "warn", f"{shm_dir} is nearly full ({size})", "reap leaks, or enlarge it:",
+                         fix_cmd=smgshm_cmd(shm_dir, "gc", "--delete")))  # fmt: skip
     else:
         out.append(Check("shm dir", "ok", f"{shm_dir}: {ident.fstype or '?'}, {size}"))
     err = probe_writable(shm_dir)
     if err:
+        full = "No space" in err
         fix = (
-            "free space (smgshm gc --delete) or enlarge the tmpfs (docker --shm-size, emptyDir sizeLimit)"
-            if "No space" in err
+            "enlarge the tmpfs (docker --shm-size, emptyDir sizeLimit) or free space:"
+            if full
             else "run as a uid that may write the shm dir; SMG's gateway would stay inline"
         )
-        out.append(Check("writable", "fail", f"cannot create a 0600 segment: {err}", fix, 5))
+        out.append(Check("writable", "fail", f"cannot create a 0600 segment: {err}", fix, 5,
+                         fix_cmd=smgshm_cmd(shm_dir, "gc", "--delete") if full else []))  # fmt: skip
     else:
         out.append(Check("writable", "ok", "a 0600 segment can be created and removed, as the gateway's probe does"))
     return out
@@ -117,7 +121,8 @@ def check_workers(addresses: list[str], shm_dir: str, timeout: float) -> list[Ch
                 "probe files",
                 "fail",
                 f"leftover {name}: a gateway with pid {pid} will stay inline",
-                f"smgshm gc --delete --min-age 0, or once no gateway has pid {pid}, remove it:",
+                f"{shlex.join(smgshm_cmd(shm_dir, 'gc', '--delete', '--min-age', '0'))}, "
+                f"or once no gateway has pid {pid}, remove it:",
                 3,
                 fix_cmd=["rm", "--", os.path.join(shm_dir, name)],
                 names_hex=[os.fsencode(name).hex()],
@@ -202,8 +207,9 @@ def check_leaks(shm_dir: str) -> list[Check]:
                 "leaks",
                 "fail",
                 f"{c['leaked']} leaked segment(s), {r.reclaimable_bytes} bytes reclaimable",
-                "smgshm gc --delete",
+                "reap them:",
                 3,
+                fix_cmd=smgshm_cmd(shm_dir, "gc", "--delete"),
             )
         )
     else:
@@ -215,8 +221,9 @@ def check_leaks(shm_dir: str) -> list[Check]:
                 "fail",
                 f"{c['hazard']} non-regular entr(ies) or mount points named like segments (SMG's reader refuses them; "
                 "a FIFO hangs it)",
-                "inspect and remove them by hand: smgshm gc",
+                "inspect and remove them by hand; they are listed by:",
                 3,
+                fix_cmd=smgshm_cmd(shm_dir, "gc", "--all"),
             )
         )
     if not r.liveness_trusted:
@@ -356,7 +363,7 @@ def check_e2e(gateway: str | None, api_key: str | None, shm_dir: str, timeout: f
     except SmgshmError as err:
         code = 4 if err.kind == "transport" else 5 if err.kind in ("host", "no_space") else 1
         return [Check("e2e", "fail", str(err), err.hint or "", code)]
-    fix_cmd = f"smgshm e2e --gateway {gateway}" if gateway else "smgshm e2e"
+    fix_cmd = shlex.join(smgshm_cmd(shm_dir, "e2e", *(["--gateway", gateway] if gateway else [])))
     out = []
     for run in report.runs:
         name = f"e2e {run.label}" if report.embedded else f"e2e {gateway}"

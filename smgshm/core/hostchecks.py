@@ -33,6 +33,7 @@ from smgshm.core.hugepages import (
     remount_argv,
 )
 from smgshm.core.metrics import MmTraffic, mm_traffic, scrape
+from smgshm.core.paths import smgshm_cmd
 
 
 @dataclass(frozen=True)
@@ -278,7 +279,8 @@ def _gib(usage: ShmUsage, need: int) -> int:
 def _enlarge(usage: ShmUsage, need: int) -> str:
     gib = _gib(usage, need)
     return (
-        f"free space (smgshm gc --delete) or enlarge the tmpfs (as root, below); containers: docker run "
+        f"free space ({shlex.join(smgshm_cmd(usage.shm_dir, 'gc', '--delete'))}) or enlarge the tmpfs (as root, "
+        "below); containers: docker run "
         f"--shm-size={gib}g, Kubernetes emptyDir medium: Memory sizeLimit: {gib}Gi"
     )
 

@@ -12,6 +12,7 @@ import fcntl
 import itertools
 import mmap
 import os
+import shlex
 import signal
 import stat
 import threading
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from smgshm.core.errors import HandleError, HostError, NoSpaceError, SegmentError
-from smgshm.core.paths import DEFAULT_SHM_DIR, SMGSHM_PREFIX
+from smgshm.core.paths import DEFAULT_SHM_DIR, SMGSHM_PREFIX, smgshm_cmd
 
 NAME_MAX = 255
 WriteStrategy = Literal["pwrite", "mmap"]
@@ -87,7 +88,8 @@ def _host_error(err: OSError, shm_dir: str, path: str, nbytes: int) -> HostError
             path=shm_dir,
             needed_bytes=nbytes,
             free_bytes=_free_bytes(shm_dir),
-            hint="free space (smgshm gc --delete) or enlarge the tmpfs (docker --shm-size, emptyDir sizeLimit)",
+            hint=f"free space ({shlex.join(smgshm_cmd(shm_dir, 'gc', '--delete'))}) or enlarge the tmpfs "
+            "(docker --shm-size, emptyDir sizeLimit)",
         )
     if err.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         return HostError(
