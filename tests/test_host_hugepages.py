@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import signal
@@ -162,18 +163,65 @@ def test_a_killed_parent_takes_the_child_and_its_mount_with_it(children: Childre
         return None
 
     child = wait_for(measuring, 60, "the what-if child to be mid-run")
-    with open(f"/proc/{child}/mountinfo", encoding="utf-8") as f:
-        mountpoint = next(ln.split()[4] for ln in f if "smgshm-whatif" in ln)
+    mnt = _child_mountpoint(child)
     try:
         os.kill(parent.pid, signal.SIGKILL)
         parent.wait(30)
         wait_for(lambda: dead(child), 30, "the orphaned child to die with its parent")
         assert scratch_mounts() == []
-        assert not os.path.exists(mountpoint), "the child removed the mount point its parent could not"
-        assert own_segments(child) == [], "and its segments in the real shm dir"
+        # The dead parent can clean nothing: the child (SIGTERM by PR_SET_PDEATHSIG) did it itself.
+        assert own_segments(child) == [], "the orphaned child removes its own segments"
+        assert not os.path.exists(mnt), "the orphaned child removes the scratch dir"
     finally:
         for name in own_segments(child):
             os.unlink(os.path.join(DEFAULT_SHM_DIR, name))
+        with contextlib.suppress(OSError):
+            os.rmdir(mnt)
+
+
+def _child_mountpoint(pid: int) -> str:
+    def mounted() -> list[str]:
+        try:
+            with open(f"/proc/{pid}/mountinfo", encoding="utf-8") as f:
+                return [ln.split()[4] for ln in f if "smgshm-whatif" in ln]
+        except OSError:
+            return []
+
+    return str(wait_for(mounted, 60, "the child to mount its scratch tmpfs")[0])
+
+
+@needs_thp
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+def test_cli_what_if_stopped_by_sigterm_or_sighup_unwinds_like_ctrl_c(
+    children: Children, sig: signal.Signals, code: int
+) -> None:
+    argv = [sys.executable, "-m", "smgshm", "bench", "--what-if", "huge-pages", "--sizes", "16MiB", "-n", "1000"]
+    parent = children.spawn(argv, cwd=str(Path(__file__).resolve().parent.parent))
+
+    def measuring() -> int | None:
+        import psutil
+
+        for c in psutil.Process(parent.pid).children(recursive=True):
+            if own_segments(c.pid):
+                return c.pid
+        return None
+
+    child = wait_for(measuring, 60, "the what-if child to be mid-run")
+    mnt = _child_mountpoint(child)
+    try:
+        os.kill(parent.pid, sig)
+        _out, err = parent.communicate(timeout=30)
+        assert parent.returncode == code, err
+        assert f"stopped by {sig.name}" in err
+        assert dead(child), "the child is stopped and reaped"
+        assert own_segments(child) == [], "the child's segments are removed"
+        assert not os.path.exists(mnt), "the scratch dir is removed"
+        assert scratch_mounts() == []
+    finally:
+        for name in own_segments(child):
+            os.unlink(os.path.join(DEFAULT_SHM_DIR, name))
+        with contextlib.suppress(OSError):
+            os.rmdir(mnt)
 
 
 @needs_thp

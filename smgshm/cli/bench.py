@@ -9,10 +9,12 @@ import click
 from rich.text import Text
 
 from smgshm.cli import bench_view as view
+from smgshm.cli import jsonout
 from smgshm.cli.app import App
 from smgshm.cli.exitcodes import ExitCode
 from smgshm.cli.fmt import safe
 from smgshm.cli.params import BYTES, parse_bytes, shm_dir_option
+from smgshm.cli.signals import stop_on_signals
 
 
 def _sizes(lo: int, hi: int, factor: int, explicit: str | None) -> tuple[int, ...]:
@@ -87,7 +89,9 @@ def bench(app: App, address: str | None, min_: int, max_: int, factor: int, size
     (fallocate+mmap), smgshm's (pwrite), SMG's reader (pread), the zero-copy
     reader, the unlink, and SMG's whole path; each pair with its ratio. Sizes
     default to a 448x448 image's pixel_values, 16 MiB and 64 MiB; --sizes and -n
-    apply. doctor quotes the last result.
+    apply. doctor quotes the last result. Ctrl-C, SIGTERM or SIGHUP stop it
+    cleanly (exit 130, 143, 129): the child is ended, its segments and scratch
+    dir removed.
 
     \b
     Examples:
@@ -101,7 +105,15 @@ def bench(app: App, address: str | None, min_: int, max_: int, factor: int, size
 
         chosen = _sizes(min_, max_, factor, sizes) if sizes else DEFAULT_SIZES
         app.info(f"what-if {what_if}: {len(chosen)} sizes x {iterations} rounds in each dir")
-        report = run_what_if(chosen, iterations, shm_dir)
+        with stop_on_signals() as stop:  # SIGTERM/SIGHUP unwind like Ctrl-C: child ended, scratch removed
+            report = run_what_if(chosen, iterations, shm_dir, stop=stop.event)
+        if report is None:
+            msg = f"what-if stopped by {stop.name}: nothing measured; its child, segments and scratch dir are gone"
+            if app.json:
+                jsonout.write_error(app, "interrupted", msg, None)
+            elif not app.quiet:
+                click.echo(msg, err=True)
+            click.get_current_context().exit(stop.exit_code or ExitCode.INTERRUPTED)
         click.get_current_context().exit(app.emit(report, view.what_if_report))
     from smgshm.core.bench import BenchOptions, run_bench
 

@@ -8,7 +8,10 @@ The child times, on the same payloads and alternating the two dirs on every iter
 SMG's writer (fallocate + mmap), smgshm's (pwrite), SMG's reader (pread into a buffer),
 the zero-copy reader (a private map, every page touched), the unlink, and SMG's whole
 path (write, read, unlink). It writes one JSON document on stdout; the parent removes
-any segment the child left in the real shm dir, whatever happened to it.
+any segment the child left in the real shm dir, whatever happened to it. A stopped run
+(the caller's ``stop`` event: SIGTERM, SIGHUP, Ctrl-C) asks the child to end with SIGTERM,
+and the child, which also gets SIGTERM when its parent dies (PR_SET_PDEATHSIG), removes
+its own segments and the scratch dir itself before it exits.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -106,8 +110,12 @@ def run_what_if(
     shm_dir: str = DEFAULT_SHM_DIR,
     timeout_s: float = 600.0,
     on_child: Callable[[int], None] | None = None,
-) -> WhatIfReport:
-    """Measure the SHM path here and on a private huge-page tmpfs; WhatIfSkippedError when it cannot run."""
+    stop: threading.Event | None = None,
+) -> WhatIfReport | None:
+    """Measure the SHM path here and on a private huge-page tmpfs; WhatIfSkippedError when it cannot run.
+
+    None when ``stop`` was set first: the child is ended and its segments and scratch dir removed.
+    """
     why = _skip_reason(shm_dir)
     if why:
         raise WhatIfSkippedError(
@@ -135,18 +143,14 @@ def run_what_if(
     try:
         if on_child:
             on_child(proc.pid)
-        try:
-            out, err = proc.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired as exc:
-            raise SmgshmError("the what-if did not finish in time", timeout_s=timeout_s) from exc
+        out, err = _communicate(proc, timeout_s, stop)
     finally:
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        _end_child(proc)
         _remove_own_segments(shm_dir, proc.pid)
         with contextlib.suppress(OSError):
             os.rmdir(mountpoint)  # never a mount here: it was mounted only in the child's namespace
+    if stop is not None and stop.is_set():
+        return None
     if proc.returncode != 0 and not out.strip():
         raise SmgshmError("the what-if child failed", code=proc.returncode, detail=err.strip()[-300:])
     try:
@@ -158,6 +162,31 @@ def run_what_if(
     report = _report(doc, policy, shm_dir, iterations)
     save_last_what_if(_cache_doc(report))
     return report
+
+
+def _communicate(proc: subprocess.Popen[str], timeout_s: float, stop: threading.Event | None) -> tuple[str, str]:
+    """The child's output; ("", "") once ``stop`` is set. Polled, so a signal is seen within 0.2 s."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return proc.communicate(timeout=0.2)  # safe to retry after TimeoutExpired: nothing is lost
+        except subprocess.TimeoutExpired:
+            if stop is not None and stop.is_set():
+                return "", ""
+            if time.monotonic() > deadline:
+                raise SmgshmError("the what-if did not finish in time", timeout_s=timeout_s) from None
+
+
+def _end_child(proc: subprocess.Popen[str]) -> None:
+    """SIGTERM first (the child cleans up after itself), SIGKILL after 5 s; always reaped."""
+    for sig, grace in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 30.0)):
+        if proc.poll() is not None:
+            break
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        with contextlib.suppress(subprocess.TimeoutExpired, ValueError, OSError):
+            proc.communicate(timeout=grace)  # drains the pipes, so a child mid-write cannot block on them
+    proc.wait()
 
 
 def _remove_own_segments(shm_dir: str, pid: int) -> None:
