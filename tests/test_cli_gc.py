@@ -39,6 +39,7 @@ RESULT_KEYS = {
     "shm_dir", "segments", "counts", "bytes_by_state", "reclaimable_bytes", "shm_total_bytes",
     "shm_used_bytes", "shm_free_bytes", "liveness_trusted", "liveness_note", "scan_ms", "deleted",
     "remaining_counts", "remaining_bytes_by_state", "counts_by_kind", "bytes_by_kind",
+    "remaining_shm_used_bytes", "remaining_shm_free_bytes",
 }  # fmt: skip
 SEGMENT_KEYS = {
     "name", "kind", "file_type", "nbytes", "allocated_bytes", "age_s", "uid", "producer_pid",
@@ -778,3 +779,29 @@ def test_a_file_bind_mounted_over_a_segment_name_is_a_hazard_never_touched(
             assert name in mounted_names(d), "still mounted"
         finally:
             subprocess.run(["umount", over], check=True, timeout=30)
+
+
+@needs_root
+@pytest.mark.timeout(60)
+def test_after_delete_the_usage_shown_is_read_again(children: Children, tmp_path: Path) -> None:
+    """The footer's used/free (and JSON's remaining_shm_*, the textfile's free bytes) are the
+    filesystem after the delete, not the statvfs the scan took before it."""
+    from smgshm.cli.fmt import human_bytes
+    from tests.conftest import tmpfs
+
+    with tmpfs(tmp_path / "shm", "8m") as d:
+        make_file(d, seg_name(dead_pid(children), seq=1), size=2 << 20, age_s=3600)
+        make_file(d, seg_name(dead_pid(children), seq=2), size=2 << 20, age_s=3600)
+        res = run_cli("--no-color", "gc", "--shm-dir", d, "--assume-dead", "--delete", "--yes")
+        vfs = os.statvfs(d)
+        used, free = (vfs.f_blocks - vfs.f_bavail) * vfs.f_frsize, vfs.f_bavail * vfs.f_frsize
+        assert f"{d}: {human_bytes(used)} used of {human_bytes(vfs.f_blocks * vfs.f_frsize)}, " \
+            f"{human_bytes(free)} free" in res.stdout, res.stdout  # fmt: skip
+        make_file(d, seg_name(dead_pid(children), seq=3), size=2 << 20, age_s=3600)
+        prom = tmp_path / "gc.prom"
+        r = run_cli("--json", "gc", "--shm-dir", d, "--assume-dead", "--delete", "--yes", "--prometheus",
+                    str(prom)).json["result"]  # fmt: skip
+        assert r["shm_used_bytes"] - r["remaining_shm_used_bytes"] >= 2 << 20, "the scan's figure is before"
+        assert r["remaining_shm_free_bytes"] == os.statvfs(d).f_bavail * vfs.f_frsize
+        line = next(ln for ln in prom.read_text().splitlines() if ln.startswith("smgshm_shm_free_bytes{"))
+        assert float(line.rsplit(" ", 1)[1]) == r["remaining_shm_free_bytes"]

@@ -146,17 +146,21 @@ def run(app: App, opts: ScanOptions, *, delete: bool, include_stale: bool, min_a
             if d.deleted:
                 after.remove(by_ino[d.ino])
     progress.stop()
+    # The figures before any delete are the scan's; what the footer, JSON's remaining_* and the
+    # textfile report is the filesystem now.
+    used_now, free_now = scan.usage_now() if any(d.deleted for d in deleted) else (
+        scan.shm_total_bytes - scan.shm_free_bytes, scan.shm_free_bytes)  # fmt: skip
     bad = after.counts["leaked"] + after.counts["hazard"]
     code = ExitCode.CHECK_FAILED if check and bad > 0 else ExitCode.OK
     if prometheus_file:
         try:  # what is there now, after any --delete
             textfile.write_gc_textfile(prometheus_file, view.display(opts.shm_dir), after.counts,
-                                       after.bytes_by_state, scan.shm_free_bytes)  # fmt: skip
+                                       after.bytes_by_state, free_now)  # fmt: skip
         except HostError as err:  # checked up front; still possible (a full disk): one document, exit 5
             app.warn(str(err))
             code = ExitCode.HOST
     done_rows = {rows[d.ino] for d in deleted if d.deleted}  # --all marks them: never "deleted X", then "leaked X"
-    listing.finish(scan, before, after, deleted, code == ExitCode.OK, done_rows)
+    listing.finish(scan, before, after, deleted, code == ExitCode.OK, done_rows, (used_now, free_now))
     return code
 
 

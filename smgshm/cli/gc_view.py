@@ -171,13 +171,14 @@ class JsonListing:
             self._drain()
 
     def finish(self, scan: Scan, before: Tally, after: Tally, deleted: list[Deletion], ok: bool,
-               done_rows: set[int]) -> None:  # fmt: skip
+               done_rows: set[int], usage: tuple[int, int]) -> None:  # fmt: skip
         self._drain()
         rest = {"counts": before.counts, "bytes_by_state": before.bytes_by_state,
                 "counts_by_kind": before.counts_by_kind, "bytes_by_kind": before.bytes_by_kind,
                 "reclaimable_bytes": before.reclaimable_bytes, "scan_ms": float(scan.scan_ms),
                 "deleted": [deletion_doc(d) for d in deleted], "remaining_counts": after.counts,
-                "remaining_bytes_by_state": after.bytes_by_state}  # fmt: skip
+                "remaining_bytes_by_state": after.bytes_by_state, "remaining_shm_used_bytes": usage[0],
+                "remaining_shm_free_bytes": usage[1]}  # fmt: skip
         tail = {"ok": ok, "warnings": list(self.app.warnings)}
         self._write(b"]," + _dumpb(rest)[1:-1] + b"}," + _dumpb(tail)[1:] + b"\n")
 
@@ -192,7 +193,7 @@ class RawListing:
         self.out.write(raw_row(seg))
 
     def finish(self, scan: Scan, before: Tally, after: Tally, deleted: list[Deletion], ok: bool,
-               done_rows: set[int]) -> None:  # fmt: skip
+               done_rows: set[int], usage: tuple[int, int]) -> None:  # fmt: skip
         self.out.flush()
 
 
@@ -224,7 +225,7 @@ class HumanListing:
                 self.spool_buf = []
 
     def finish(self, scan: Scan, before: Tally, after: Tally, deleted: list[Deletion], ok: bool,
-               done_rows: set[int]) -> None:  # fmt: skip
+               done_rows: set[int], usage: tuple[int, int]) -> None:  # fmt: skip
         app, out = self.app, Out()
         app.console.file.flush()
         gone = [d for d in deleted if d.deleted]
@@ -261,10 +262,10 @@ class HumanListing:
                 out.write(f"{'':10}why: {escape(seg.reason)}\n")
             out.flush()
         _deletions(app, deleted, all_rows=self.spool is not None)
-        used = scan.shm_total_bytes - scan.shm_free_bytes
+        used, free = usage  # read again after any delete
         app.console.print(Text(
             f"{display(scan.opts.shm_dir)}: {human_bytes(used)} used of {human_bytes(scan.shm_total_bytes)}, "
-            f"{human_bytes(scan.shm_free_bytes)} free; "
+            f"{human_bytes(free)} free; "
             f"reclaimable now {human_bytes(after.reclaimable_bytes)}"
         ))  # fmt: skip
         if after.counts["leaked"] and not deleted and not app.quiet:

@@ -271,6 +271,16 @@ class Scan:
         self.judge = Judge(opts, self.trust, holder_index(self.dev), self.dev)
         self.tally = Tally()
 
+    def usage_now(self) -> tuple[int, int]:
+        """(used, free) bytes of the shm dir's filesystem read again now (after a --delete, say);
+        the scan's own figures if it cannot be read any more."""
+        try:
+            vfs = os.statvfs(self.opts.shm_dir)
+        except OSError:
+            return self.shm_total_bytes - self.shm_free_bytes, self.shm_free_bytes
+        total, free = vfs.f_blocks * vfs.f_frsize, vfs.f_bavail * vfs.f_frsize
+        return total - free, free
+
     @property
     def scan_ms(self) -> float:
         return (time.monotonic() - self.t0) * 1e3
