@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
+import tempfile
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import psutil
 import pytest
@@ -126,6 +129,34 @@ def test_embedded_default_shm_auto_inline_and_nothing_left(model_dir: str) -> No
         assert x["failure_class"] == ""
     assert r["removed_at_stop"] == []
     assert r["processes_left"] == []
+    assert [x["gateway_log"] for x in r["runs"]] == ["", "", ""], "a passing run names no log"
+    assert gateway_logs_of(r) == [], "a passing run leaves no gateway log in the temp dir"
+
+
+def gateway_logs_of(result: dict) -> list[str]:  # type: ignore[type-arg]
+    """The temp dir's smgshm-gateway-* logs written by this run's gateways (judged by their --port)."""
+    ports = {urlsplit(x["gateway_url"]).port for x in result["runs"]}
+    tmp, found = tempfile.gettempdir(), []
+    for name in os.listdir(tmp):
+        if name.startswith("smgshm-gateway-"):
+            with contextlib.suppress(OSError), open(os.path.join(tmp, name), encoding="utf-8", errors="replace") as f:
+                if any(f" --port {p} " in f.readline() for p in ports):
+                    found.append(name)
+    return found
+
+
+def test_embedded_gateway_log_dir_keeps_the_logs_and_names_them(model_dir: str, tmp_path: Path) -> None:
+    argv = ["--json", "e2e", "-n", "1", "--model-dir", model_dir, "--mode", "inline", "--gateway-log-dir",
+            str(tmp_path)]  # fmt: skip
+    [run] = run_cli(*argv).json["result"]["runs"]
+    assert os.path.dirname(run["gateway_log"]) == str(tmp_path)
+    with open(run["gateway_log"], encoding="utf-8") as f:
+        assert f.readline().startswith("# smgshm: ")
+
+
+def test_gateway_log_options_are_for_the_embedded_default_only() -> None:
+    res = run_cli("e2e", "--gateway", "http://127.0.0.1:9", "--keep-logs", exit=2)
+    assert "--keep-logs" in res.stderr
 
 
 def test_embedded_foreign_id_auto_falls_back(model_dir: str) -> None:

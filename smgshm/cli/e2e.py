@@ -65,13 +65,16 @@ def _unwind_on_term() -> Iterator[None]:
 @click.option("--sizes", metavar="PX,PX...",
               help="Embedded: sweep these image sizes through a shm and an inline gateway in alternation "
               "(e.g. 224,448,896,1344,1792,2688) and print what SHM is worth at each.")  # fmt: skip
+@click.option("--keep-logs", is_flag=True, help="Embedded: keep the gateways' logs even when the run passes.")
+@click.option("--gateway-log-dir", type=click.Path(file_okay=False, exists=True), metavar="DIR",
+              help="Embedded: write the gateways' logs in DIR (kept).")  # fmt: skip
 @click.option("--timeout", type=DURATION, default="60s", show_default=True, help="Per request.")
 @shm_dir_option
 @click.pass_obj
 def e2e(app: App, gateway: str | None, api_key: str | None, model: str | None, metrics_url: str | None,
         image_size: int, requests: int, warmup: int, stream: bool | None, expect: str | None, modes: tuple[str, ...],
-        advertise_namespace_id: str | None, model_dir: str | None, sizes: str | None, timeout: float,
-        shm_dir: str) -> None:  # fmt: skip
+        advertise_namespace_id: str | None, model_dir: str | None, sizes: str | None, keep_logs: bool,
+        gateway_log_dir: str | None, timeout: float, shm_dir: str) -> None:  # fmt: skip
     """Send real image chat requests through a gateway; say which path each tensor took and why.
 
     Each request is an OpenAI /v1/chat/completions with a generated PNG. The
@@ -85,7 +88,9 @@ def e2e(app: App, gateway: str | None, api_key: str | None, model: str | None, m
     Without --gateway, the embedded default starts one reference receiver and
     one real gateway (smg launch, from smgshm[gateway]) per mode on loopback,
     sends the requests round-robin, shows the latencies side by side, and stops
-    everything, checking that no process and no segment is left.
+    everything, checking that no process and no segment is left. The gateways'
+    logs are removed when the run passes and named in the report when it fails
+    (--keep-logs or --gateway-log-dir keep them).
 
     Exit 0 as expected, 3 not (or a request failed, or something leaked), 4
     gateway or metrics unreachable, 5 local environment (smg not installed), 6
@@ -121,13 +126,17 @@ def e2e(app: App, gateway: str | None, api_key: str | None, model: str | None, m
         code = ExitCode.OK if ok else ExitCode.CHECK_FAILED
         click.get_current_context().exit(app.emit(sweep, view.sweep_report, code))
 
-    if gateway and (modes or advertise_namespace_id or model_dir):
-        raise click.UsageError("--mode, --advertise-namespace-id and --model-dir are for the embedded default only")
+    if gateway and (modes or advertise_namespace_id or model_dir or keep_logs or gateway_log_dir):
+        raise click.UsageError(
+            "--mode, --advertise-namespace-id, --model-dir, --keep-logs and --gateway-log-dir are for the embedded "
+            "default only"
+        )
     opts = E2eOptions(
         image_size=image_size, requests=requests, warmup=warmup,
         stream="both" if stream is None else "on" if stream else "off",
         timeout_s=timeout, api_key=api_key, model=model, metrics_url=metrics_url, expect=expect, shm_dir=shm_dir,
         modes=modes or EMBEDDED_MODES, advertise_namespace_id=advertise_namespace_id, model_dir=model_dir,
+        keep_logs=keep_logs, log_dir=gateway_log_dir,
     )  # fmt: skip
     try:
         with _unwind_on_term():

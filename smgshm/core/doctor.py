@@ -371,7 +371,8 @@ def check_e2e(gateway: str | None, api_key: str | None, shm_dir: str, timeout: f
         if run.path == "undetermined":
             out.append(Check(name, "fail", summary, f"see {fix_cmd} for each source", 6))
         elif run.failure_class:
-            out.append(Check(name, "fail", f"{run.failure} ({summary})", f"see {fix_cmd}", 3))
+            log = f"; gateway log: {run.gateway_log}" if run.gateway_log else ""
+            out.append(Check(name, "fail", f"{run.failure} ({summary})", f"see {fix_cmd}{log}", 3))
         elif run.expected and not run.as_expected:
             out.append(Check(name, "fail", f"expected {run.expected}: {summary}", f"see {fix_cmd}", 3))
         elif run.path != "shm" and not report.embedded:

@@ -30,7 +30,7 @@ from smgshm.core.e2e_evidence import (
     receipts_since,
 )
 from smgshm.core.e2e_verdict import FAILURE_TEXT, Context, Verdict, judge
-from smgshm.core.errors import SmgshmError
+from smgshm.core.errors import HostError, SmgshmError
 from smgshm.core.gatewayproc import RunningGateway
 from smgshm.core.metrics import default_metrics_url, scrape
 from smgshm.core.paths import DEFAULT_SHM_DIR
@@ -54,6 +54,8 @@ class E2eOptions:
     modes: tuple[str, ...] = EMBEDDED_MODES  # embedded only
     advertise_namespace_id: str | None = None  # embedded only: the worker's advertised id
     model_dir: str | None = None  # embedded only
+    keep_logs: bool = False  # embedded: keep the gateways' logs even when the run passes
+    log_dir: str | None = None  # embedded: write the gateways' logs here (kept); None: the temp dir
 
 
 @dataclass(frozen=True)
@@ -231,7 +233,8 @@ def run_embedded(opts: E2eOptions, say: Progress = lambda _s: None) -> E2eReport
             stack.callback(rcv.stop, 0)
             # No request is ever in flight at stop: a 1 s shutdown grace instead of its default 5.
             gcfg = GatewayConfig(worker_urls=(rcv.address,), model_path=md.path, transport=mode, log_mm_timing=True,
-                                 shm_dir=opts.shm_dir, shutdown_grace_s=1)  # fmt: skip
+                                 shm_dir=opts.shm_dir, shutdown_grace_s=1,
+                                 log_path=_new_log(opts.log_dir, mode))  # fmt: skip
             gw = launch_gateway(gcfg)  # all launched from this thread, then awaited together
             gateways.append(gw)
             worker_ns = cfg.advertised_namespace_id()
@@ -255,8 +258,34 @@ def run_embedded(opts: E2eOptions, say: Progress = lambda _s: None) -> E2eReport
         runs = _observe(targets, opts, opts.model or md.served_model_name, png, say)
     removed = [n for gw in gateways for n in gw.removed_segments]
     left = [gw.pid for gw in gateways if _group_alive(gw.pid)]
-    return E2eReport(True, opts.model or md.served_model_name, opts.image_size, len(png), local_ns, runs, removed,
-                     left)  # fmt: skip
+    report = E2eReport(True, opts.model or md.served_model_name, opts.image_size, len(png), local_ns, runs, removed,
+                       left)  # fmt: skip
+    if report.ok and not opts.keep_logs and opts.log_dir is None:
+        # Nothing to look at: a passing run leaves no log behind (a failing one names its logs).
+        remove_logs([gw.log_path for gw in gateways])
+        report = dataclasses.replace(report, runs=[dataclasses.replace(r, gateway_log="") for r in runs])
+    return report
+
+
+def _new_log(log_dir: str | None, mode: str) -> str | None:
+    """A fresh log file in ``log_dir`` (None: the gateway launcher makes one in the temp dir)."""
+    if log_dir is None:
+        return None
+    import tempfile
+
+    try:
+        fd, path = tempfile.mkstemp(prefix=f"smgshm-gateway-{mode}-", suffix=".log", dir=log_dir)
+    except OSError as err:
+        raise HostError("cannot create a gateway log", path=log_dir, detail=err.strerror or str(err)) from err
+    os.close(fd)
+    return path
+
+
+def remove_logs(paths: list[str]) -> None:
+    """Remove logs of gateways smgshm started itself (never a file it did not create)."""
+    for path in dict.fromkeys(paths):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
 
 
 def _group_alive(pid: int) -> bool:
