@@ -124,7 +124,7 @@ def test_cross_origin_redirect_is_not_followed_and_keeps_the_credential(
     other = http_server(lambda h: (seen.append(h.headers.get("Authorization")), _send(h, 200, b"{}")))
     # Same host, other port: another origin.
     base = http_server(lambda h: _send(h, 302, b"", Location=other + "/workers"))
-    with pytest.raises(ServerError, match="another origin"):
+    with pytest.raises(TransportError, match="another origin"):
         request("GET", base + "/workers", headers={"Authorization": "Bearer s3cret"})
     assert seen == []
 

@@ -136,7 +136,7 @@ def test_a_redirect_to_another_origin_never_gets_the_api_key() -> None:
 
     srv, url = _raw_gateway(redirect)
     try:
-        res = run_cli("probe", "--from-gateway", url, "--api-key", KEY, exit=1)
+        res = run_cli("probe", "--from-gateway", url, "--api-key", KEY, exit=4)
     finally:
         srv.shutdown()
         other.shutdown()
@@ -199,3 +199,43 @@ def test_malformed_bodies_are_typed_errors(body: bytes, phrase: str) -> None:
 
 def test_no_address_is_usage() -> None:
     run_cli("probe", exit=2)
+
+
+def _status(code: int, body: bytes = b"") -> Any:
+    def handle(h: BaseHTTPRequestHandler) -> None:
+        h.send_response(code)
+        h.send_header("Content-Length", str(len(body)))
+        h.end_headers()
+        h.wfile.write(body)
+
+    return handle
+
+
+def test_e2e_against_a_gateway_not_ready_yet_exits_4() -> None:
+    """SMG answers /workers but 503 on /v1/models until its worker registers: not ready is 4, never 1."""
+
+    def not_ready(h: BaseHTTPRequestHandler) -> None:
+        (_body(b'{"workers": []}') if h.path.startswith("/workers") else _status(503, b"no workers"))(h)
+
+    srv, url = _raw_gateway(not_ready)
+    try:
+        res = run_cli("e2e", "--gateway", url, "--metrics", url + "/metrics", "-n", "1", exit=4)
+    finally:
+        srv.shutdown()
+    assert "gateway not ready: GET /v1/models answered HTTP 503" in res.stderr
+    assert any(s.get("Host") for s in srv.seen), "the test's gateway was asked"  # type: ignore[attr-defined]
+
+
+def test_probe_from_a_gateway_not_ready_exits_4_and_one_that_refuses_exits_1() -> None:
+    srv, url = _raw_gateway(_status(503))
+    try:
+        res = run_cli("probe", "--from-gateway", url, exit=4)
+    finally:
+        srv.shutdown()
+    assert "gateway not ready: GET /workers answered HTTP 503" in res.stderr
+    srv, url = _raw_gateway(_status(401))
+    try:
+        res = run_cli("probe", "--from-gateway", url, exit=1)
+    finally:
+        srv.shutdown()
+    assert "--api-key" in res.stderr

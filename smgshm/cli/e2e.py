@@ -93,7 +93,9 @@ def e2e(app: App, gateway: str | None, api_key: str | None, model: str | None, m
     (--keep-logs or --gateway-log-dir keep them).
 
     Exit 0 as expected, 3 not (or a request failed, or something leaked), 4
-    gateway or metrics unreachable, 5 local environment (smg not installed), 6
+    gateway or metrics unreachable, not ready (HTTP 502/503/504: its worker not
+    registered yet) or redirecting to another origin, 1 when the gateway refuses
+    (HTTP 401/403: pass --api-key), 5 local environment (smg not installed), 6
     undetermined; 130, 143 or 129 after Ctrl-C, SIGTERM or SIGHUP, with every
     process it started stopped first.
 

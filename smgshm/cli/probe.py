@@ -89,7 +89,10 @@ def probe(
     file will silently turn a gateway's SHM off.
 
     Exit 0 when every worker shares /dev/shm (see --expect), 3 when one does not,
-    4 when one is unreachable, 6 when one advertises no id; the worst wins.
+    4 when one is unreachable, 6 when one advertises no id; the worst wins. With
+    --from-gateway: 4 when the gateway is unreachable, not ready (HTTP
+    502/503/504) or redirects to another origin (never followed), 1 when it
+    refuses (HTTP 401/403: pass --api-key) or is not SMG's admin API.
 
     \b
     Examples:

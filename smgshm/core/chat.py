@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass
 
 from smgshm.core.errors import ServerError
-from smgshm.core.http import request
+from smgshm.core.http import check_ready, request
 
 MAX_IMAGE_PX = 8192
 MAX_REPLY_BYTES = 8 * 1024 * 1024
@@ -146,6 +146,7 @@ def first_model(base_url: str, api_key: str | None = None, timeout_s: float = 5.
     """The first model id of ``GET /v1/models``; ServerError when there is none."""
     url = base_url.rstrip("/") + "/v1/models"
     resp = request("GET", url, headers=_headers(api_key), deadline_s=timeout_s, max_bytes=MAX_REPLY_BYTES)
+    check_ready(resp, "GET /v1/models")
     if resp.status in (401, 403):
         raise ServerError(f"gateway refused GET /v1/models: HTTP {resp.status}", endpoint=url,
                           hint="pass --api-key (the gateway's --api-key)")  # fmt: skip

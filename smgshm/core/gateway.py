@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from smgshm.core.errors import ServerError, TransportError
-from smgshm.core.http import normalize_url, request
+from smgshm.core.http import check_ready, normalize_url, request
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,7 @@ def list_workers(base_url: str, api_key: str | None = None, timeout: float = 5.0
         resp = request("GET", url, headers=headers, deadline_s=timeout, max_bytes=MAX_BODY_BYTES)
     except TransportError as err:  # say whose endpoint it was: "gateway unreachable: connection refused"
         raise TransportError(f"gateway unreachable: {err.what}", hint=err.hint, **err.fields) from err
+    check_ready(resp, "GET /workers")
     if resp.status != 200:
         hint = "pass --api-key (the gateway's --api-key)" if resp.status in (401, 403) else None
         raise ServerError(f"gateway refused GET /workers: HTTP {resp.status}", endpoint=url, hint=hint)

@@ -75,7 +75,8 @@ def request(
             return HttpResponse(resp.url, resp.status, resp.headers, resp.body, time.monotonic() - start)
         target = urllib.parse.urljoin(url, resp.headers["location"])
         if _origin(urllib.parse.urlsplit(target)) != _origin(urllib.parse.urlsplit(url)):
-            raise ServerError(
+            # A TransportError (exit 4): the origin named is not the service, so it is not reached.
+            raise TransportError(
                 "redirected to another origin; not followed (credentials stay with the origin you named)",
                 endpoint=url,
                 location=target[:200],
@@ -84,6 +85,21 @@ def request(
         if resp.status == 303:
             method, body = "GET", None
     raise ServerError("too many redirects", endpoint=url)
+
+
+# A gateway that is up but not serving yet (its worker not registered, a proxy in front
+# with no backend) answers these: the service is not reachable yet, so TransportError (4).
+NOT_READY_STATUSES = (502, 503, 504)
+
+
+def check_ready(resp: HttpResponse, what: str) -> None:
+    """TransportError when ``resp`` says the service is not ready (HTTP 502/503/504)."""
+    if resp.status in NOT_READY_STATUSES:
+        raise TransportError(
+            f"gateway not ready: {what} answered HTTP {resp.status}",
+            endpoint=resp.url,
+            hint="its worker may not be registered yet: retry in a few seconds",
+        )
 
 
 def _remaining(deadline: float, url: str) -> float:
