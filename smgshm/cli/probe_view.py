@@ -67,8 +67,9 @@ def _table(app: App, report: Any) -> None:
             ok = w.health.engine_healthy is not False and w.health.grpc_health == "SERVING"
             health = "ok" if ok else f"{'healthy' if w.health.engine_healthy else 'unhealthy'}/{w.health.grpc_health}"
         auto = w.decisions["auto"].path if w.decisions else "-"
-        label = () if not labelled else ((safe("same") if w.gateway_label == w.namespace_id
-                                          else safe(w.gateway_label or "-")),)  # fmt: skip
+        # "same" only for an id both sides have: two missing ids agree on nothing.
+        same = bool(w.gateway_label) and w.gateway_label == w.namespace_id
+        label = () if not labelled else (safe("same") if same else safe(w.gateway_label or "-"),)
         table.add_row(safe(w.address), safe(w.engine or "-"), health, w.verdict, auto, *label)
     app.console.print(table)
     for w in report.workers:
