@@ -165,6 +165,20 @@ def test_piped_output_is_one_line_per_interval(tmpfs: str) -> None:  # noqa: F81
     assert "watched" in quiet
 
 
+def test_piped_orphan_rows_never_wrap_or_cut_a_name(tmpfs: str) -> None:  # noqa: F811
+    name = "smg-orphan-" + "x" * 150  # far wider than 80 columns
+    make_file(tmpfs, name, 100)
+    try:
+        out = run_cli("watch", "--shm-dir", tmpfs, "--count", "1", "--interval", "0.1", "--orphan-after", "0s",
+                      env={"COLUMNS": "80"}).stdout  # fmt: skip
+    finally:
+        os.unlink(os.path.join(tmpfs, name))
+    [row] = [ln for ln in out.splitlines() if ln.startswith("other ")]
+    assert row.split()[1:3] == ["100", "B"]
+    assert row.split()[-2:] == ["unknown", name], "one row, the name last and whole"
+    assert "xxxx" not in out.replace(name, ""), "no piece of the name folded onto another line"
+
+
 @pytest.mark.parametrize(
     ("args", "what"),
     [

@@ -105,6 +105,16 @@ def dashboard(st: IntervalStats, summary: WatchSummary) -> Group:
     return Group(*parts)
 
 
+ORPHAN_HEADER = f"{'KIND':<14}{'SIZE':>10} {'AGE':>6} {'PRODUCER':>18} {'GC STATE':<12} NAME"
+
+
+def orphan_row(o: Orphan) -> Text:
+    """One orphan on one line for a pipe: fixed columns, then the name whole and escaped."""
+    size = "-" if o.nbytes is None else human_bytes(o.nbytes)
+    head = f"{o.kind:<14}{size:>10} {human_age(o.age_s):>6} {_pid(o):>18} "
+    return Text(head) + Text(f"{o.state:<12}", style=_STATE_STYLE.get(o.state, "")) + Text(" ") + safe(o.name)
+
+
 def orphan_table(orphans: list[Orphan]) -> Table:
     table = Table(box=None, title="orphans (oldest first)", title_justify="left")
     table.add_column("name", overflow="fold")
@@ -139,7 +149,13 @@ def summary_report(app: App, s: WatchSummary) -> None:
     if s.gateway is not None and s.gateway.verdict:
         app.console.print(Text(s.gateway.verdict, style="bold yellow"))
     if s.orphan_list:
-        app.console.print(orphan_table(s.orphan_list))
+        if app.console.is_terminal:
+            app.console.print(orphan_table(s.orphan_list))
+        else:  # piped: a table would fold a long name across lines; rows as gc's, the name last and whole
+            app.console.print("orphans (oldest first)", soft_wrap=True)
+            app.console.print(ORPHAN_HEADER, soft_wrap=True)
+            for o in s.orphan_list:
+                app.console.print(orphan_row(o), soft_wrap=True)
         for o in s.orphan_list:
             app.console.print(safe(o.name, "bold") + Text(": ") + safe(o.reason))
     for note in s.notes:
