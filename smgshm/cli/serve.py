@@ -12,7 +12,7 @@ import click
 from smgshm.cli import serve_view as view
 from smgshm.cli.app import App
 from smgshm.cli.params import BYTES, DURATION, shm_dir_option
-from smgshm.core.receiver import FAULTS, MAX_FAULT_DELAY_S
+from smgshm.core.faults import FAULTS, MAX_FAULT_DELAY_S
 
 # In-flight calls get this long to finish after SIGTERM/SIGINT, then they are cancelled:
 # serve is gone within 2 s of the signal.

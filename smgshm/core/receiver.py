@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from smgshm.core.errors import HandleError, SegmentError, SmgshmError, WireError
+from smgshm.core.faults import FAULTS, MAX_FAULT_DELAY_S
 from smgshm.core.host import HostIdentity, read_host_identity
 from smgshm.core.namespace import read_namespace_id
 from smgshm.core.paths import DEFAULT_SHM_DIR, SMG_FAMILY_PREFIX
@@ -29,10 +30,6 @@ if TYPE_CHECKING:
 Engine = Literal["vllm", "tokenspeed", "sglang"]
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024  # SMG's Python servers cap messages here
 MODEL_NAME = "smgshm-reference-receiver"
-# The worker failure classes of smg-facts §5.3, on demand (serve --fault). die-* kill the
-# whole process with SIGKILL, as a crashed worker would die: never use them in-process.
-FAULTS = ("die-before-read", "die-after-headers", "die-after-read", "slow-read")
-MAX_FAULT_DELAY_S = 60.0
 # Checked before anything of a request is read: a hostile request must not hold a worker
 # for minutes or fill memory with receipts (SMG's own Generate carries a handful).
 MAX_TENSORS_PER_REQUEST = 1024
