@@ -15,13 +15,14 @@ from smgshm.core.gatewayproc import RunningGateway
 from smgshm.core.modeldir import SERVED_MODEL_NAME
 from tests.conftest import SHM, Children, run_cli, start_serve
 from tests.e2e_support import gateway, gateways, model_dir, needs_smg
+from tests.test_cli_gc import JUDGE  # another job's containers must not make the verdict unknown
 
 __all__ = ["gateways", "model_dir"]  # fixtures
 pytestmark = [needs_smg, pytest.mark.timeout(180)]
 
 
 def gc_rows(pid: int, *args: str) -> list[dict]:  # type: ignore[type-arg]
-    doc = run_cli("--json", "gc", *args).json
+    doc = run_cli("--json", "gc", *JUDGE, *args).json
     return [s for s in doc["result"]["segments"] if s["producer_pid"] == pid and s["kind"] == "gateway"]
 
 
@@ -50,7 +51,8 @@ def test_leak_under_disable_retries_seen_by_gc_then_reaped(
     from smgshm.core.reaping import reap, reapable
 
     leaked = reapable({State.LEAKED})
-    mine = [s for s in scan_segments(ScanOptions(SHM)).segments if s.name == seg["name"] and leaked(s)]
+    scan = scan_segments(ScanOptions(SHM, assume_dead=True))  # as JUDGE: by this namespace's pids
+    mine = [s for s in scan.segments if s.name == seg["name"] and leaked(s)]
     [deleted] = reap(mine, SHM)
     assert deleted.deleted is True, deleted.reason
     assert not os.path.exists(os.path.join(SHM, seg["name"]))
