@@ -491,8 +491,15 @@ def test_malformed_boot_id_fails_namespace_id(tmp_path: Path, children: Children
 
 @needs_init_pidns
 def test_leaked_segment_fails_leaks(children: Children, shm_dir: str) -> None:
+    from smgshm.core.pidtrust import judge_trust
+
     name = f"smg-tokenspeed-{dead_pid(children)}-{time.time_ns()}-0"
     path = make_file(shm_dir, name)
+    # On a shared machine another job's pid namespace can reach this mount for a while; doctor
+    # then rightly says unknown (a warning), which is not what this test is about.
+    trust = judge_trust(shm_dir)
+    if not trust.trusted or trust.doubt_uids:
+        pytest.skip(f"pid liveness is not trusted here right now: {trust.note}")
     doc = doctor("--shm-dir", shm_dir, exit=3)
     c = checks(doc)["leaks"]
     assert c["status"] == "fail"
