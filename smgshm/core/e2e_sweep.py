@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import re
 import statistics
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -52,6 +53,11 @@ class SweepReport:
 
 def _median(xs: list[float]) -> float | None:
     return statistics.median(xs) if xs else None
+
+
+def _shm_writes(log: str) -> list[float]:
+    """The gateway's own SHM write times (ms) of tensors big enough to go by SHM."""
+    return [float(m.group(2)) for m in _SHM_WRITE.finditer(log) if int(m.group(1)) >= 65536]
 
 
 class _LogTail:
@@ -120,7 +126,13 @@ def run_sweep(sizes: tuple[int, ...] = DEFAULT_SIZES, requests: int = 5, warmup:
                     else:
                         failed += 1
             shm_log, inline_log = tails["shm"].new_text(), tails["inline"].new_text()
-            writes = [float(m.group(2)) for m in _SHM_WRITE.finditer(shm_log) if int(m.group(1)) >= 65536]
+            # The gateway's logger writes from a background thread: its last line can land after
+            # the response. Wait (bounded) for one mm_shm_write line per SHM request that passed.
+            deadline = time.monotonic() + 3.0
+            while len(_shm_writes(shm_log)) < len(lat["shm"]) and time.monotonic() < deadline:
+                time.sleep(0.05)
+                shm_log += tails["shm"].new_text()
+            writes = _shm_writes(shm_log)
             pre = [float(m.group(1)) for m in _PREPROCESS.finditer(shm_log + inline_log)]
             got = {m: fetch_receipts(rcv[m].address, seq[m], 10.0)[0] for m in rcv}
             pix = [r for r in got["shm"] if r.key == "pixel_values" and r.payload_kind == "shm" and not r.error_code]
