@@ -6,9 +6,11 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -19,6 +21,17 @@ import pytest
 from click.testing import CliRunner
 
 SHM = "/dev/shm"
+
+# Everything the suite's processes put in the temp dir (the logs of the gateways they start,
+# pytest's own tmp_path trees) goes under one private dir, removed when the session ends, so
+# a run leaves nothing in /tmp and never touches another run's files.
+SESSION_TMP = tempfile.mkdtemp(prefix="smgshm-tests-")
+os.environ["TMPDIR"] = SESSION_TMP
+tempfile.tempdir = SESSION_TMP
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    shutil.rmtree(SESSION_TMP, ignore_errors=True)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
