@@ -103,6 +103,36 @@ def test_sources_that_disagree_are_undetermined(
     assert "disagree" in run["cause"]
 
 
+def test_running_tests_the_gateway_found_here(
+    children: Children, gateways: list[RunningGateway], tmp_path: Path, model_dir: str
+) -> None:
+    """--running finds the gateway by its process title, with its HTTP and metrics ports; none is typed."""
+    _, ready = start_serve(children, "--model-dir", model_dir)
+    gw = gateway(gateways, tmp_path, model_dir, ready["result"]["address"], mode="shm")
+    doc = run_cli("--json", "e2e", "--gateway-pid", str(gw.pid), "-n", "1", "--expect", "shm").json
+    check_e2e_schema(doc)
+    [run] = doc["result"]["runs"]
+    assert run["path"] == "shm"
+    assert run["gateway_url"] == gw.http_url
+    assert run["metrics_url"] == gw.metrics_url  # found by asking its ports, not typed
+    assert run["shm_dir"]["gateway_pid"] == gw.pid
+    # A second gateway here: --running alone must not guess between them (exit 2, both named).
+    other = gateway(gateways, tmp_path, model_dir, ready["result"]["address"], mode="inline")
+    res = run_cli("e2e", "--running", exit=2)
+    assert str(gw.pid) in res.stderr
+    assert str(other.pid) in res.stderr
+    assert "--gateway-pid" in res.stderr
+    # The embedded default says that gateways run here, and how to test one.
+    res = run_cli("e2e", "--mode", "inline", "-n", "1", "--warmup", "0")
+    assert "smgshm e2e --running" in res.stderr
+
+
+def test_running_without_a_gateway_pid_here_exits_4() -> None:
+    res = run_cli("--json", "e2e", "--gateway-pid", str(2**22 + 7), exit=4)  # above pid_max's default
+    assert res.json["error"]["kind"] == "transport"
+    assert run_cli("e2e", "--running", "--gateway", "http://127.0.0.1:1", exit=2).stderr
+
+
 def test_unreachable_gateway_exits_4() -> None:
     res = run_cli("e2e", "--gateway", f"http://127.0.0.1:{free_port()}", exit=4)
     assert "refused" in res.stderr or "unreachable" in res.stderr

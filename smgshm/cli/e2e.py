@@ -46,6 +46,10 @@ def _unwind_on_term() -> Iterator[None]:
 
 @click.command()
 @click.option("--gateway", metavar="URL", help="A running gateway; without it, the embedded default.")
+@click.option("--running", is_flag=True,
+              help="The gateway running on this host, found by its process title (as doctor finds it).")
+@click.option("--gateway-pid", type=click.IntRange(1), metavar="PID",
+              help="With --running: the gateway with this pid, when several run here.")  # fmt: skip
 @click.option("--api-key", envvar="SMG_API_KEY", help="The gateway's --api-key (sent to that origin only).")
 @click.option("--model", help="The model to ask (default: the gateway's first from /v1/models).")
 @click.option("--metrics", "metrics_url", metavar="URL", help="Its Prometheus endpoint (default: host:29000/metrics).")
@@ -71,7 +75,8 @@ def _unwind_on_term() -> Iterator[None]:
 @click.option("--timeout", type=DURATION, default="60s", show_default=True, help="Per request.")
 @shm_dir_option
 @click.pass_obj
-def e2e(app: App, gateway: str | None, api_key: str | None, model: str | None, metrics_url: str | None,
+def e2e(app: App, gateway: str | None, running: bool, gateway_pid: int | None, api_key: str | None,
+        model: str | None, metrics_url: str | None,
         image_size: int, requests: int, warmup: int, stream: bool | None, expect: str | None, modes: tuple[str, ...],
         advertise_namespace_id: str | None, model_dir: str | None, sizes: str | None, keep_logs: bool,
         gateway_log_dir: str | None, timeout: float, shm_dir: str) -> None:  # fmt: skip
@@ -85,7 +90,9 @@ def e2e(app: App, gateway: str | None, api_key: str | None, model: str | None, m
     6). The cause is the gateway's own rule (the one probe explains). The pixels
     are computed by the gateway, so this proves the path, not the bytes.
 
-    Without --gateway, the embedded default starts one reference receiver and
+    --running tests the gateway that runs on this host, found by its process
+    title smg::router with its HTTP and metrics ports (--gateway-pid when
+    several run). Without --gateway or --running, the embedded default starts one reference receiver and
     one real gateway (smg launch, from smgshm[gateway]) per mode on loopback,
     sends the requests round-robin, shows the latencies side by side, and stops
     everything, checking that no process and no segment is left. The gateways'
@@ -103,11 +110,21 @@ def e2e(app: App, gateway: str | None, api_key: str | None, model: str | None, m
     Examples:
       smgshm e2e
       smgshm e2e --gateway http://127.0.0.1:30000 --expect shm
+      smgshm e2e --running --expect shm
       smgshm e2e --gateway http://gw:30000 --metrics http://gw:29000/metrics -n 10 --json
       smgshm e2e --sizes 224,448,1344,2688 -n 5
     """
     from smgshm.core.e2e import EMBEDDED_MODES, E2eOptions, run_against, run_embedded
 
+    if gateway_pid is not None:
+        running = True
+    if running and gateway:
+        raise click.UsageError("--running finds the gateway itself; it takes no --gateway")
+    if running:
+        gateway, found_metrics = _running_gateway(app, gateway_pid)
+        metrics_url = metrics_url or found_metrics
+    elif not gateway and sizes is None:
+        _mention_running(app)
     if sizes is not None:
         if gateway:
             raise click.UsageError("--sizes runs the embedded pair of gateways; it takes no --gateway")
@@ -128,6 +145,8 @@ def e2e(app: App, gateway: str | None, api_key: str | None, model: str | None, m
         code = ExitCode.OK if ok else ExitCode.CHECK_FAILED
         click.get_current_context().exit(app.emit(sweep, view.sweep_report, code))
 
+    if running and sizes is not None:
+        raise click.UsageError("--sizes runs the embedded pair of gateways; it takes no --running")
     if gateway and (modes or advertise_namespace_id or model_dir or keep_logs or gateway_log_dir):
         raise click.UsageError(
             "--mode, --advertise-namespace-id, --model-dir, --keep-logs and --gateway-log-dir are for the embedded "
@@ -157,3 +176,30 @@ def e2e(app: App, gateway: str | None, api_key: str | None, model: str | None, m
     elif not report.ok:
         code = ExitCode.CHECK_FAILED
     click.get_current_context().exit(app.emit(report, view.e2e_report, code))
+
+
+def _running_gateway(app: App, pid: int | None) -> tuple[str, str]:
+    """The URL and metrics URL of the gateway running here; exit 2 naming them when several run."""
+    from smgshm.cli.fmt import quote_cmd
+    from smgshm.core.gateways import GatewayChoiceError, choose_running, find_gateways
+
+    try:
+        g = choose_running(find_gateways(), pid)
+    except GatewayChoiceError as err:
+        first = err.fields["pids"].split(",")[0]
+        raise click.UsageError(f"{err.what}, e.g. {quote_cmd(['smgshm', 'e2e', '--gateway-pid', first])}") from None
+    app.info(f"testing gateway pid {g.pid} at {g.http_url}" + (f" (metrics {g.metrics_url})" if g.metrics_url else ""))
+    return g.http_url, g.metrics_url
+
+
+def _mention_running(app: App) -> None:
+    """The embedded default says when gateways run here (a cheap /proc scan: no port is asked)."""
+    if app.json or app.quiet:
+        return
+    from smgshm.core.gateways import find_gateways
+
+    found = find_gateways(probe=False)
+    if found:
+        pids = ", ".join(str(g.pid) for g in found)
+        app.info(f"{len(found)} SMG gateway(s) run on this host (pid {pids}): "
+                 "smgshm e2e --running tests one; now starting the embedded default")  # fmt: skip

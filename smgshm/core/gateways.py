@@ -275,3 +275,40 @@ def find_gateways(proc: str = "/proc", timeout_s: float = 2.0, probe: bool = Tru
             continue  # exited, waiting for its parent: no gateway any more
         out.append(inspect_gateway(pid, proc, timeout_s, probe))
     return sorted(out, key=lambda g: g.pid)
+
+
+class GatewayChoiceError(SmgshmError):
+    """Several gateways run here and the caller did not say which: a usage problem, never a guess."""
+
+    kind = "ambiguous_gateway"
+
+
+def choose_running(found: list[GatewayProcess], pid: int | None = None) -> GatewayProcess:
+    """The one gateway on this host that can be tested by URL (``pid`` picks among several).
+
+    TransportError when none can (none runs, or none has an HTTP port reachable from here);
+    GatewayChoiceError when several can and ``pid`` is not given.
+    """
+    from smgshm.core.errors import TransportError
+
+    if pid is not None:
+        g = next((g for g in found if g.pid == pid), None)
+        if g is None:
+            raise TransportError("no SMG gateway (smg::router) runs here with that pid", pid=pid)
+        if not g.http_url:
+            raise TransportError(f"gateway pid {pid} has no HTTP port reachable from here", pid=pid,
+                                 hint=g.note or "its ports were not recognised as SMG's")  # fmt: skip
+        return g
+    usable = [g for g in found if g.http_url]
+    if len(usable) == 1:
+        return usable[0]
+    if usable:
+        pids = ", ".join(str(g.pid) for g in usable)
+        raise GatewayChoiceError(f"{len(usable)} SMG gateways run here (pids {pids}): say which", pids=pids,
+                                 hint="pass --gateway-pid PID, or --gateway URL")  # fmt: skip
+    unusable = "; ".join(f"pid {g.pid}: {g.note or g.inspect}" for g in found)
+    raise TransportError(
+        "no SMG gateway (smg::router) with an HTTP port reachable from here runs on this host"
+        + (f" ({unusable})" if unusable else ""),
+        hint="smgshm e2e (without --running) starts the embedded default",
+    )
