@@ -61,6 +61,18 @@ def test_inline_causes_in_order() -> None:
     assert "another namespace id" in v.cause
 
 
+def test_failed_writes_seen_in_the_shm_dir_are_not_shm_tensors() -> None:
+    """A failed write shows as a segment the gateway created and removed unread (its partial file):
+    as many as the metrics count failures are attempts; one more is an SHM tensor, and disagrees."""
+    v = judge(ctx(""), metrics(inline=6, failures=2), segs("cleaned", "cleaned"), NO_RECEIPTS)
+    assert (v.path, v.agree, v.counts) == ("inline", True, {"metrics": 0, "shm dir": 0})
+    assert v.cause == "inline: SHM writes are failing (write failures +2)"
+    v = judge(ctx(""), metrics(inline=6, failures=1), segs("cleaned", "cleaned"), NO_RECEIPTS)
+    assert (v.path, v.counts) == ("undetermined", {"metrics": 0, "shm dir": 1})
+    read = ShmDirEvidence(True, gateway_pid=42, segments=[SegmentSeen("smg-tokenspeed-42-1-0", PIX, 3.0, "cleaned", 1)])
+    assert judge(ctx(""), metrics(inline=6, failures=1), read, NO_RECEIPTS).path == "undetermined"  # it was read
+
+
 def test_remote_gateway_with_a_matching_id_means_mode_inline() -> None:
     v = judge(ctx(""), metrics(inline=3), NO_DIR, NO_RECEIPTS)
     assert v.path == "inline"

@@ -34,6 +34,8 @@ def _shm_dir_line(d: Any) -> Text:
     for s in d.segments:
         ends[s.end] = ends.get(s.end, 0) + 1
     body = f"{len(d.segments)} segment(s) of pid {d.gateway_pid}"
+    if d.name_pid is not None and d.name_pid != d.gateway_pid:
+        body += f" ({d.name_pid} in its pid namespace)"
     if ends:
         body += " (" + ", ".join(f"{k} {v}" for k, v in sorted(ends.items())) + ")"
     consumed = sorted(s.in_flight_ms for s in d.segments if s.end == "consumed")

@@ -63,10 +63,18 @@ class ShmDirEvidence:
     gateway_pid: int | None = None
     segments: list[SegmentSeen] = field(default_factory=list)
     probe_file_left: str = ""  # smg-tokenspeed-probe-<pid>: the gateway's writability probe will fail
+    # The pid its names carry: gateway_pid as its own pid namespace sees it (a container's 1).
+    name_pid: int | None = None
 
     @property
     def left_behind(self) -> list[SegmentSeen]:
         return [s for s in self.segments if s.end == "left_behind"]
+
+    @property
+    def removed_unread(self) -> list[SegmentSeen]:
+        """Segments the gateway itself removed before any reader: a failed write's partial file (SMG
+        unlinks it and sends the bytes inline) or a handle it cleaned up after a failed send."""
+        return [s for s in self.segments if s.end == "cleaned" and not s.reads]
 
 
 @dataclass(frozen=True)
@@ -211,17 +219,29 @@ class SegmentWatch:
             return ShmDirEvidence(False, f"watching {self.shm_dir} failed: {self.error}", self.shm_dir, pid)
         if pid is None:
             return ShmDirEvidence(False, "the gateway's pid is not visible from here", self.shm_dir, None)
-        lives = [lv for lv in self.done if getattr(lv, "producer_pid", None) == pid]
-        lives += [lv for lv in self.tracker.in_flight() if lv.producer_pid == pid]
+        name_pid = _name_pid(pid)
+        lives = [lv for lv in self.done if getattr(lv, "producer_pid", None) == name_pid]
+        lives += [lv for lv in self.tracker.in_flight() if lv.producer_pid == name_pid]
         seen = []
         for lv in lives:
             if not lv.observed or lv.kind != "gateway":  # there before we looked, or the probe file
                 continue
             end = lv.end if lv.removed_ns is not None else "left_behind"
             seen.append(SegmentSeen(lv.name, lv.nbytes, lv.in_flight_ns / 1e6, end or "unknown", lv.reads))
-        probe = f"{GATEWAY_PROBE_PREFIX}{pid}"
+        probe = f"{GATEWAY_PROBE_PREFIX}{name_pid}"
         left = probe if os.path.lexists(os.path.join(self.shm_dir, probe)) else ""
-        return ShmDirEvidence(True, "", self.shm_dir, pid, sorted(seen, key=lambda s: s.name), left)
+        return ShmDirEvidence(True, "", self.shm_dir, pid, sorted(seen, key=lambda s: s.name), left, name_pid)
+
+
+def _name_pid(pid: int) -> int:
+    """The pid gateway ``pid`` writes in its names: its own in its pid namespace (NSpid)."""
+    from smgshm.core.pidtrust import innermost_pid
+
+    try:
+        inner = innermost_pid(pid)
+    except OSError:  # gone meanwhile: its names, if any, carry the pid it had here or inside
+        return pid
+    return pid if inner is None else inner
 
 
 # -- receipts ----------------------------------------------------------------------------------

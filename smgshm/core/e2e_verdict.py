@@ -46,7 +46,11 @@ def shm_counts(m: MetricsEvidence, d: ShmDirEvidence, r: ReceiptEvidence) -> dic
     if m.available:
         counts["metrics"] = m.tensors.get("shm", 0)
     if d.available:
-        counts["shm dir"] = len(d.segments)
+        # A failed SHM write leaves a segment created and removed unread (the gateway unlinks its
+        # partial file and sends the bytes inline): as many of those as the metrics count failures
+        # are attempts, not tensors that went by SHM.
+        failed = min(m.shm_write_failures, len(d.removed_unread)) if m.available else 0
+        counts["shm dir"] = len(d.segments) - failed
     if r.available and not r.partial:
         counts["receipts"] = r.count("shm")
     return counts

@@ -84,6 +84,10 @@ class GatewayConfig:
     shutdown_grace_s: int | None = None  # its --shutdown-grace-period-secs (SIGTERM waits this for requests)
     host: str = "127.0.0.1"
     shm_dir: str = DEFAULT_SHM_DIR  # where its segments appear (the gateway itself always uses /dev/shm)
+    # Run it under this command, e.g. ``nsenter``/``unshare``/``setpriv`` for a private mount or pid
+    # namespace or another uid (the command must exec it, or fork it and die with it). ``pid`` is then
+    # the command's, and the gateway's own pid (the one in its names) may differ.
+    argv_prefix: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -129,7 +133,8 @@ class RunningGateway:
                  log_path: str) -> None:  # fmt: skip
         self.proc = proc
         self.cfg = cfg
-        self.pid = proc.pid  # the producer pid in its segments' names (process title smg::router)
+        self.pid = proc.pid  # the producer pid in its segments' names (process title smg::router); with
+        # cfg.argv_prefix, the prefix's process instead
         self.port = port
         self.http_url = f"http://{cfg.host}:{port}"
         self.metrics_url = f"http://{cfg.host}:{prom}/metrics"
@@ -321,6 +326,8 @@ def launch_gateway(cfg: GatewayConfig) -> RunningGateway:
     while prom == port:
         prom = free_port(cfg.host)
     argv = _argv(smg, cfg, port, prom)
+    if cfg.argv_prefix:  # execv does not search PATH
+        argv = [shutil.which(cfg.argv_prefix[0]) or cfg.argv_prefix[0], *cfg.argv_prefix[1:], *argv]
     with open(log_path, "ab") as log:
         log.write(f"# smgshm: {' '.join(argv)}\n".encode())
         log.flush()

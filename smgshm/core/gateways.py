@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from smgshm.core.errors import SmgshmError
+from smgshm.core.pidtrust import innermost_pid
 
 GATEWAY_TITLE = "smg::router"
 _TCP_LISTEN = "0A"
@@ -212,8 +213,10 @@ def inspect_gateway(pid: int, proc: str = "/proc", timeout_s: float = 2.0, probe
         uid: int | None = int(st.get("Uid", "").split()[0])
     except (OSError, ValueError, IndexError):
         return GatewayProcess(pid, None, None, "", None, "", None, None, inspect="gone", note="exited while inspected")
-    ns_pids = st.get("NSpid", "").split()
-    ns_pid = int(ns_pids[-1]) if ns_pids and ns_pids[-1].isdigit() else None
+    try:
+        ns_pid = innermost_pid(pid, proc)
+    except OSError:
+        return GatewayProcess(pid, None, None, "", None, "", None, None, inspect="gone", note="exited while inspected")
     pid_ns, net_ns = _ns(proc, pid, "pid"), _ns(proc, pid, "net")
     my_pid_ns, my_net_ns = _ns(proc, "self", "pid"), _ns(proc, "self", "net")
     same_pid = (pid_ns == my_pid_ns) if pid_ns and my_pid_ns else None

@@ -39,14 +39,30 @@ def _uid_of(pid: int) -> int | None:
         return None
 
 
-def _nested(pid: int) -> bool | None:
-    """Whether ``pid`` lives in a pid namespace below this one: /proc/P/status (readable by anyone,
-    unlike /proc/P/ns) lists its pid in each namespace from this one down (NSpid)."""
-    with open(f"/proc/{pid}/status", "rb") as f:
+def ns_pids(pid: int, proc: str = "/proc") -> list[int]:
+    """``pid`` as each pid namespace from this one down to its own sees it: the NSpid line of
+    /proc/P/status (readable by anyone, unlike /proc/P/ns). [] on a kernel without NSpid (< 4.1);
+    OSError when the process is gone."""
+    with open(f"{proc}/{pid}/status", "rb") as f:
         for line in f:
             if line.startswith(b"NSpid:"):
-                return len(line.split()) > 2
-    return None  # a kernel without NSpid (< 4.1): the ns links decide
+                fields = line.split()[1:]
+                return [int(x) for x in fields] if all(x.isdigit() for x in fields) else []
+    return []
+
+
+def innermost_pid(pid: int, proc: str = "/proc") -> int | None:
+    """The pid ``pid`` has in its own pid namespace (a container's pid 1): what its getpid() says,
+    so the pid SMG's gateway puts in its segment and probe-file names. None when the kernel does
+    not say (no NSpid); OSError when the process is gone."""
+    ns = ns_pids(pid, proc)
+    return ns[-1] if ns else None
+
+
+def _nested(pid: int) -> bool | None:
+    """Whether ``pid`` lives in a pid namespace below this one (None: the ns links decide)."""
+    ns = ns_pids(pid)
+    return len(ns) > 1 if ns else None
 
 
 def _readlink_or(path: str, default: str) -> str:

@@ -1,0 +1,195 @@
+"""The causes e2e names when SHM is configured yet tensors go inline, produced for real.
+
+Each test runs the real gateway, a ``serve`` worker and ``smgshm e2e`` in a private mount namespace
+whose /dev/shm is a fresh tmpfs (held by ``unshare -m``, joined with ``nsenter -m``), the gateway in
+its own pid namespace as well (``unshare -p -f --mount-proc``): it is pid 1 there, as in a container,
+so the name of its probe file is known before it starts, and e2e (outside that pid namespace) must
+find its names by the pid they carry, not by the pid it sees. Nothing outlives a test: the holder,
+the worker and the gateway are children killed and reaped at teardown (the gateway also dies with
+its ``unshare``), and the tmpfs, with every segment in it, goes with the last process of its
+namespace.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from smgshm.core.gatewayproc import GatewayConfig, RunningGateway, start_gateway
+from smgshm.core.metrics import mm_traffic, scrape
+from smgshm.core.pidtrust import innermost_pid, ns_pids
+from tests.conftest import Children, smgshm_argv, wait_for
+from tests.e2e_support import gateways, model_dir, needs_smg
+from tests.test_json_schema import check_e2e_schema
+
+__all__ = ["gateways", "model_dir"]  # fixtures
+TOOLS = ("unshare", "nsenter", "setpriv", "mount")
+pytestmark = [
+    needs_smg,
+    pytest.mark.timeout(240),
+    pytest.mark.skipif(os.geteuid() != 0, reason="mount and pid namespaces need root"),
+    pytest.mark.skipif(not all(shutil.which(t) for t in TOOLS), reason=f"needs {', '.join(TOOLS)}"),
+]
+PROBE_1 = "smg-tokenspeed-probe-1"  # the probe file of a gateway that is pid 1 in its namespace
+NOBODY = "65534"
+
+
+class PrivateShm:
+    """A mount namespace of its own whose /dev/shm is a fresh tmpfs, held open by one process."""
+
+    def __init__(self, children: Children, size: str) -> None:
+        script = f"mount -t tmpfs -o size={size},mode=1777 tmpfs /dev/shm && echo ready && exec cat"
+        # stdin is a pipe: if this test process dies, cat sees EOF and the namespace goes with it.
+        self.holder = children.spawn(["unshare", "-m", "--propagation", "private", "sh", "-c", script],
+                                     stdin=subprocess.PIPE)  # fmt: skip
+        assert self.holder.stdout is not None
+        line = self.holder.stdout.readline()
+        assert line.strip() == "ready", self.holder.stderr.read() if self.holder.stderr else "holder exited"
+        self.pid = self.holder.pid
+        self.shm = f"/proc/{self.pid}/root/dev/shm"  # its /dev/shm as seen from here
+
+    def enter(self, *argv: str) -> list[str]:
+        """argv that runs ``argv`` in the namespace (this pid namespace, this /proc)."""
+        return ["nsenter", "-t", str(self.pid), "-m", "--", *argv]
+
+    def ls(self) -> list[str]:
+        return sorted(os.listdir(self.shm))
+
+
+@pytest.fixture
+def private_shm(children: Children, request: pytest.FixtureRequest) -> PrivateShm:
+    """Its holder is one of ``children``: killed at teardown, and the namespace with it."""
+    return PrivateShm(children, request.param)
+
+
+def serve_in(ns: PrivateShm, children: Children, model: str) -> str:
+    p = children.spawn(ns.enter(*smgshm_argv("--json", "serve", "--listen", "127.0.0.1:0", "--model-dir", model)))
+    assert p.stdout is not None
+    line = p.stdout.readline()
+    assert line, p.stderr.read() if p.stderr else "serve exited"
+    return str(json.loads(line)["result"]["address"])
+
+
+def gateway_in(ns: PrivateShm, gateways: list[RunningGateway], tmp_path: Path, model: str, worker: str,
+               as_uid: str | None = None) -> RunningGateway:  # fmt: skip
+    """The real gateway under mode shm, pid 1 of a new pid namespace inside ``ns`` (as ``as_uid``)."""
+    prefix = ns.enter("unshare", "-p", "-f", "--mount-proc", "--kill-child")
+    if as_uid is not None:
+        # The uid change clears the parent-death signal unshare --kill-child set: set it again.
+        prefix += ["setpriv", "--reuid", as_uid, "--regid", as_uid, "--clear-groups", "--pdeathsig", "SIGKILL"]
+    cfg = GatewayConfig(worker_urls=(worker,), model_path=model, transport="shm", shm_dir=ns.shm,
+                        log_path=str(tmp_path / "gateway.log"), argv_prefix=tuple(prefix))  # fmt: skip
+    gw = start_gateway(cfg, ready_timeout_s=90)
+    gateways.append(gw)
+    return gw
+
+
+def e2e_in(ns: PrivateShm, gw: RunningGateway, *args: str, exit: int) -> subprocess.CompletedProcess[str]:
+    argv = ns.enter(*smgshm_argv("e2e", "--gateway", gw.http_url, "--metrics", gw.metrics_url, *args))
+    res = subprocess.run(argv, capture_output=True, text=True, timeout=180, env={**os.environ, "COLUMNS": "400"})
+    assert res.returncode == exit, f"exit {res.returncode} != {exit}\nstdout:\n{res.stdout}\nstderr:\n{res.stderr}"
+    return res
+
+
+def router_pid(gw: RunningGateway) -> int:
+    """The gateway process itself (smg::router), the child of the unshare that gw.pid is."""
+    import psutil
+
+    kids = wait_for(lambda: psutil.Process(gw.pid).children(recursive=True), what="the gateway under unshare")
+    [router] = [k for k in kids if k.name().startswith("smg")]
+    return int(router.pid)
+
+
+def write_failures(gw: RunningGateway) -> int:
+    return mm_traffic(scrape(gw.metrics_url, 10.0)).shm_write_failures
+
+
+@pytest.mark.parametrize("private_shm", ["1m"], indirect=True)
+def test_full_tmpfs_makes_real_writes_fail_and_e2e_says_so(
+    private_shm: PrivateShm, children: Children, gateways: list[RunningGateway], tmp_path: Path, model_dir: str
+) -> None:
+    """A 1 MiB /dev/shm takes the gateway's 1-byte probe file but no 4.8 MB pixel_values: each write
+    fails (ENOSPC), smg_mm_shm_write_failures_total counts it, the bytes go inline, and e2e says why."""
+    ns = private_shm
+    gw = gateway_in(ns, gateways, tmp_path, model_dir, serve_in(ns, children, model_dir))
+    setting = wait_for(gw.transport_setting, what="the gateway's transport line")
+    assert (setting.mode, setting.dev_writable) == ("shm", True)  # its probe passed: SHM is on
+    assert write_failures(gw) == 0
+    doc = json.loads(e2e_in(ns, gw, "--json", "-n", "2", "--expect", "shm", exit=3).stdout)
+    check_e2e_schema(doc)
+    [run] = doc["result"]["runs"]
+    assert run["path"] == "inline"
+    assert run["cause"] == "inline: SHM writes are failing (write failures +2)"
+    assert run["agree"] is True
+    assert run["metrics"]["shm_write_failures"] == 2
+    assert run["metrics"]["tensors"] == {"inline": 6}
+    assert run["shm_tensors_by_source"] == {"metrics": 0, "shm dir": 0, "receipts": 0}
+    pixels = [r for r in run["receipts"]["receipts"] if r["key"] == "pixel_values"]
+    assert [(r["payload_kind"], r["nbytes"]) for r in pixels] == [("inline", 4816896)] * 2
+    # The shm dir saw each failed write: a partial file of the gateway, removed by it unread. They
+    # carry pid 1 (its pid in its namespace), not the pid e2e sees it by.
+    d = run["shm_dir"]
+    assert d["gateway_pid"] == router_pid(gw) != 1
+    assert d["name_pid"] == 1
+    assert [(s["name"].startswith("smg-tokenspeed-1-"), s["end"], s["reads"]) for s in d["segments"]] == [
+        (True, "cleaned", 0)
+    ] * 2
+    assert write_failures(gw) == 3  # the gateway's own counter: the warm-up request and the two measured
+    text = e2e_in(ns, gw, "-n", "1", "--expect", "shm", exit=3).stdout
+    assert "inline: SHM writes are failing (write failures +1)" in text
+    assert "expected shm" in text
+    assert write_failures(gw) == 5
+    assert [n for n in ns.ls() if n.startswith("smg-")] == []  # every partial file was removed
+
+
+@pytest.mark.parametrize("private_shm", ["16m"], indirect=True)
+def test_leftover_probe_file_turns_shm_off_and_e2e_names_it(
+    private_shm: PrivateShm, children: Children, gateways: list[RunningGateway], tmp_path: Path, model_dir: str
+) -> None:
+    """A probe file left by an earlier pid-1 gateway (here as root) makes the next pid-1 gateway's
+    probe fail (EEXIST): SHM stays off with no write failure counted. Run as another uid, the gateway
+    cannot remove the file either (SMG removes it whether its probe passed or not), so it stays, and
+    e2e, which sees the gateway by another pid, finds it by the pid in the gateway's namespace."""
+    ns = private_shm
+    fd = os.open(os.path.join(ns.shm, PROBE_1), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    os.close(fd)
+    model = os.path.join(ns.shm, "model")  # readable by the gateway's uid (the tests' temp dir is not)
+    shutil.copytree(model_dir, model)
+    os.chmod(model, 0o755)  # noqa: S103 - the gateway runs as nobody and must read it
+    for name in os.listdir(model):
+        os.chmod(os.path.join(model, name), 0o644)
+    gw = gateway_in(ns, gateways, tmp_path, "/dev/shm/model", serve_in(ns, children, "/dev/shm/model"),
+                    as_uid=NOBODY)  # fmt: skip
+    setting = wait_for(gw.transport_setting, what="the gateway's transport line")
+    assert (setting.mode, setting.dev_writable) == ("shm", False)  # its own account: the probe failed
+    assert gw.log_lines(f"path=/dev/shm/{PROBE_1}")  # its warning names the probe file
+    doc = json.loads(e2e_in(ns, gw, "--json", "-n", "2", "--expect", "shm", exit=3).stdout)
+    check_e2e_schema(doc)
+    [run] = doc["result"]["runs"]
+    assert run["path"] == "inline"
+    assert run["cause"].startswith(f"inline: the gateway's probe file is left over ({PROBE_1})")
+    assert run["agree"] is True
+    assert run["metrics"]["shm_write_failures"] == 0  # silent: no write is even tried
+    assert run["metrics"]["tensors"] == {"inline": 6}
+    d = run["shm_dir"]
+    assert d["gateway_pid"] == router_pid(gw) != 1
+    assert (d["name_pid"], d["probe_file_left"], d["segments"]) == (1, PROBE_1, [])
+    text = e2e_in(ns, gw, "-n", "1", "--expect", "shm", exit=3).stdout
+    assert "the gateway's probe file is left over" in text
+    assert PROBE_1 in ns.ls()
+
+
+def test_innermost_pid_is_the_pid_in_its_own_namespace(children: Children) -> None:
+    p = children.spawn(["unshare", "-p", "-f", "--mount-proc", "--kill-child", "sleep", "60"])
+    import psutil
+
+    [inner] = wait_for(lambda: psutil.Process(p.pid).children(), what="the child of unshare")
+    pids = wait_for(lambda: ns_pids(inner.pid), what="its NSpid line")
+    assert pids == [inner.pid, 1]
+    assert innermost_pid(inner.pid) == 1
+    assert innermost_pid(os.getpid()) == os.getpid()
