@@ -158,43 +158,155 @@ def test_hostile_generate_over_grpc_is_a_status_never_a_crash(
     assert os.listdir(shm_dir) == []
 
 
+def _tensors(layout: Layout, request: Any, payloads: dict[bytes, memoryview] | None) -> list[tuple[Any, ...]]:
+    from smgshm.core.wire import generate_tensors
+
+    return [(t.key, t.kind, t.shape, t.dtype, None if t.inline is None else bytes(t.inline), t.shm_name)
+            for t in generate_tensors(layout, request, payloads)]  # fmt: skip
+
+
 @SETTINGS
 @given(
     layout=LAYOUTS,
     payloads=st.lists(st.tuples(st.text(max_size=6), st.binary(max_size=40)), max_size=5),
     primary=st.one_of(st.none(), st.binary(max_size=40)),
     extras=st.integers(min_value=0, max_value=2),
+    shm_primary=st.booleans(),
     junk=st.binary(max_size=24),
+    pieces=st.lists(st.integers(min_value=0, max_value=2), max_size=3),
 )
-def test_inline_views_are_exactly_protobufs_bytes(
-    layout: Layout, payloads: list[tuple[str, bytes]], primary: bytes | None, extras: int, junk: bytes
-) -> None:
-    """serve reads inline payloads in place (protowire); they must be the very bytes protobuf parses,
-    or the walk must decline (None) and protobuf's copy is used."""
+def test_excised_parse_is_exactly_protobufs(
+    layout: Layout, payloads: list[tuple[str, bytes]], primary: bytes | None, extras: int, shm_primary: bool,
+    junk: bytes, pieces: list[int],
+) -> None:  # fmt: skip
+    """serve parses with its inline payloads excised (protowire) and reads them in place; every
+    tensor must be what protobuf's own parse of the bytes gives, for canonical encodings and for
+    the ones protobuf merges (concatenated messages: fields, oneof arms and map keys given twice,
+    a singular message repeated), and the one must refuse exactly what the other refuses."""
     from google.protobuf.message import DecodeError
 
-    from smgshm.core.protowire import inline_views
-    from smgshm.core.wire import generate_tensors
+    from smgshm.core.protowire import inline_target, parse_excised
 
     pb = engine_pb2(layout)
-    req = pb.GenerateRequest(request_id="v")
-    mms = [req.mm_inputs]
-    if layout is Layout.VLLM:
-        mms += [req.extra_mm_inputs.add() for _ in range(extras)]
-    for mm in mms:
-        holder = mm if layout is Layout.VLLM else mm.items.add()
-        if primary is not None:
-            (holder.pixel_values if layout is Layout.VLLM else holder.encoder_input).inline = primary
-        for k, data in payloads:
-            holder.model_specific_tensors[k].inline = data
-    for raw in (req.SerializeToString(), req.SerializeToString() + junk):
-        parsed = pb.GenerateRequest()
+    reqs = []
+    for variant in range(3):
+        req = pb.GenerateRequest(request_id=f"v{variant}")
+        mms = [req.mm_inputs]
+        if layout is Layout.VLLM:
+            mms += [req.extra_mm_inputs.add() for _ in range(extras)]
+        for mm in mms:
+            holder = mm if layout is Layout.VLLM else mm.items.add()
+            primary_td = holder.pixel_values if layout is Layout.VLLM else holder.encoder_input
+            if primary is not None:
+                primary_td.inline = primary[variant:]
+            if shm_primary and variant == 1:
+                primary_td.shm.name = "smg-x"  # the oneof's other arm, given after inline
+            for k, data in payloads:
+                holder.model_specific_tensors[k].inline = data + bytes([variant])
+        reqs.append(req.SerializeToString())
+    raws = [reqs[0], reqs[0] + junk, b"".join(reqs[i] for i in pieces) + reqs[0]]
+    target = frozenset({inline_target(pb)})
+    for raw in raws:
+        want = pb.GenerateRequest()
         try:
-            parsed.ParseFromString(raw)
-        except DecodeError:  # junk can make it unparseable: gRPC refuses that, nothing to compare
+            want.ParseFromString(raw)
+        except DecodeError:
+            with pytest.raises(DecodeError):
+                parse_excised(pb.GenerateRequest, raw, target)
             continue
-        views = inline_views(layout, raw)
-        if views is None:
-            continue
-        want = {t.key: bytes(t.inline or b"") for t in generate_tensors(layout, parsed) if t.kind == "inline"}
-        assert {k: bytes(v) for k, v in views.items() if k in want} == want
+        got, excised = parse_excised(pb.GenerateRequest, raw, target)
+        assert _tensors(layout, got, excised) == _tensors(layout, want, None)
+        assert got.request_id == want.request_id
+        if raw == reqs[0] and (primary is not None or payloads):
+            assert excised is not None  # a canonical encoding is always read in place
+
+
+@SETTINGS
+@given(layout=LAYOUTS, raw=st.binary(max_size=512))
+def test_excised_parse_of_arbitrary_bytes_is_protobufs(layout: Layout, raw: bytes) -> None:
+    from google.protobuf.message import DecodeError
+
+    from smgshm.core.protowire import inline_target, parse_excised
+
+    pb = engine_pb2(layout)
+    want = pb.GenerateRequest()
+    try:
+        want.ParseFromString(raw)
+    except DecodeError:
+        with pytest.raises(DecodeError):
+            parse_excised(pb.GenerateRequest, raw, frozenset({inline_target(pb)}))
+        return
+    got, excised = parse_excised(pb.GenerateRequest, raw, frozenset({inline_target(pb)}))
+    assert _tensors(layout, got, excised) == _tensors(layout, want, None)
+
+
+@SETTINGS
+@given(layout=LAYOUTS, inline=st.binary(max_size=64), junk=st.binary(max_size=16), twice=st.booleans())
+def test_receive_reads_the_same_tensors_in_place(tmp_path: Path, layout: Layout, inline: bytes, junk: bytes,
+                                                 twice: bool) -> None:  # fmt: skip
+    """Diagnostics Receive's request parsed in place gives the receipts protobuf's copy gives."""
+    from google.protobuf.message import DecodeError
+
+    from smgshm.core.services import receive_request
+    from smgshm.rpc.v1 import diag_pb2
+
+    pb = engine_pb2(layout)
+    td = pb.TensorData(shape=[len(inline)], dtype="uint8", inline=inline)
+    mm = pb.MultimodalInputs(pixel_values=td) if layout is Layout.VLLM else pb.MultimodalInputs(
+        items=[pb.MultimodalItem(encoder_input=td)])  # fmt: skip
+    wire_layout = diag_pb2.LAYOUT_VLLM if layout is Layout.VLLM else diag_pb2.LAYOUT_TOKENSPEED
+    one = diag_pb2.ReceiveRequest(request_id="r", layout=wire_layout, multimodal_inputs=mm.SerializeToString())
+    raw = one.SerializeToString() + (one.SerializeToString() if twice else b"") + junk
+    cfg = ReceiverConfig(shm_dir=str(tmp_path))
+    layouts = {diag_pb2.LAYOUT_VLLM: Layout.VLLM, diag_pb2.LAYOUT_TOKENSPEED: Layout.TOKENSPEED}
+    want: Any
+    try:
+        req = diag_pb2.ReceiveRequest.FromString(raw)
+        if req.layout not in layouts:
+            want = "layout"
+        else:
+            want = [(r.key, r.nbytes, r.digest, r.error_code) for r in receive(layouts[req.layout],
+                    req.multimodal_inputs, cfg)]  # fmt: skip
+    except DecodeError:
+        want = "unparseable"
+    except WireError:
+        want = "wire"
+    got: Any
+    try:
+        _, receipts = receive_request(raw, cfg)
+        got = [(r.key, r.nbytes, r.digest, r.error_code) for r in receipts]
+    except WireError as err:
+        got = {"cannot parse ReceiveRequest": "unparseable", "layout must be LAYOUT_VLLM or LAYOUT_TOKENSPEED": "layout"
+               }.get(err.what, "wire")  # fmt: skip
+    assert got == want
+
+
+@pytest.mark.parametrize("what", ["many fields", "a group", "deep nesting"])
+def test_what_the_walk_cannot_follow_is_protobufs_parse(what: str) -> None:
+    """Past the walk's bounds the request is parsed by protobuf as sent: same tensors, copies."""
+    from smg_grpc_proto.generated import vllm_engine_pb2 as pb
+
+    from smgshm.core.protowire import MAX_DEPTH, MAX_FIELDS, Target, inline_target, parse_excised
+
+    td = pb.TensorData(shape=[3], dtype="uint8", inline=b"abc")
+    raw = pb.GenerateRequest(request_id="x", mm_inputs=pb.MultimodalInputs(pixel_values=td)).SerializeToString()
+    targets: frozenset[Target] = frozenset({inline_target(pb)})
+    cls: Any = pb.GenerateRequest
+    if what == "many fields":
+        raw = b"\xf8\x07\x01" * MAX_FIELDS + raw  # field 127 (unknown to it), varint 1
+    elif what == "a group":
+        raw = b"\xfb\x07\xfc\x07" + raw  # an empty group, field 127
+    else:
+        from google.protobuf import struct_pb2
+
+        # A recursive type leading to a target: a Value's string_value (3) deep in lists.
+        cls, targets = struct_pb2.Value, frozenset({("google.protobuf.Value", 3)})
+        v = struct_pb2.Value(string_value="abc")
+        for _ in range(MAX_DEPTH + 1):
+            v = struct_pb2.Value(list_value=struct_pb2.ListValue(values=[v]))
+        raw = v.SerializeToString()
+    got, payloads = parse_excised(cls, raw, targets)
+    assert payloads is None
+    assert got == cls.FromString(raw)
+    if what != "deep nesting":
+        assert got.mm_inputs.pixel_values.inline == b"abc"

@@ -69,14 +69,15 @@ PROCESS_ENTRY = False
     type=click.Choice(list(FAULTS)),
     help="Fail every Generate on purpose, as the gateway's failure classes: die-before-read (the process is "
     "SIGKILLed before any response header), die-after-headers (after sending headers, before reading), "
-    "die-after-read (after reading and unlinking every tensor), slow-read (wait --fault-delay, then read).",
+    "die-after-read (after reading and unlinking every tensor), slow-read (wait --fault-delay, then read; "
+    "Diagnostics Receive waits too).",
 )
 @click.option(
     "--fault-delay",
     type=DURATION,
     default="2s",
     show_default=True,
-    help="slow-read: how long each Generate waits before reading (at most 60s).",
+    help="slow-read: how long each Generate (and Diagnostics Receive) waits before reading (at most 60s).",
 )
 @shm_dir_option
 @click.pass_obj

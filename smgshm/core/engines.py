@@ -184,6 +184,8 @@ async def _read(state: ReceiverState, executor: Executor, layout: Layout, raw: b
     state.active += 1  # only the loop thread touches these counters
     state.last_receive = time.time()
     try:
+        if state.cfg.fault == "slow-read":  # in flight (active) while it waits, the request held
+            await asyncio.sleep(state.cfg.fault_delay_s)  # cancelled with the call, or by stop()
         return await loop.run_in_executor(executor, parse_and_read, layout, raw, state.cfg, state.ring)
     except TooManyTensorsError as err:
         await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(err))
@@ -203,8 +205,6 @@ async def generate(
         await _die()
     if fault == "die-after-headers":
         await _die(context)
-    if fault == "slow-read":
-        await asyncio.sleep(state.cfg.fault_delay_s)  # cancelled with the call, or by stop()
     request, outcome = await _read(state, executor, layout, raw, context)
     del raw  # the payload views went with the receipts; let the bytes go before answering
     if fault == "die-after-read":

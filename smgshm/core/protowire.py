@@ -1,30 +1,38 @@
-"""Where a GenerateRequest's inline tensor payloads sit in its serialized bytes, without copying.
+"""Parse a serialized message with protobuf, its big bytes fields left where they are.
 
-protobuf copies a bytes field twice on the way in (its parse, then every field access);
-serve reads inline payloads as views into the message's own bytes instead, so a 200 MiB
-inline tensor costs the message and protobuf's parse, not five copies. The walk is exact
-only for a canonical encoding: any field that appears twice where protobuf would merge or
-override it makes ``inline_views`` return None, and the caller falls back to protobuf's copy.
+protobuf copies a bytes field twice on the way in (its parse, then every field access).
+``parse_excised`` walks the serialized message (driven by its descriptor, only into the
+fields that can lead to a target), replaces the value of every target bytes field
+(``TensorData.inline``, ``ReceiveRequest.multimodal_inputs``) with a short marker of its
+own, and hands that much smaller message to protobuf. The marker protobuf keeps names the
+payload's view into the original bytes, so every merge or override rule (a field given
+twice, a oneof arm set twice, a repeated singular message, a map key given twice) is
+protobuf's own, never re-implemented here. What the walk cannot follow exactly (a group,
+more than ``MAX_FIELDS`` fields, nesting deeper than ``MAX_DEPTH``, a truncated field) is
+parsed by protobuf as sent: the same message, or the same DecodeError, only with its copies.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-from smgshm.core.wire import Layout
+from collections.abc import Iterable
+from typing import Any
 
 _LEN = 2  # wire type of length-delimited fields
+MAX_FIELDS = 1 << 16  # fields walked in Python per message (~0.1 s); beyond, protobuf's own (C) parse
+MAX_DEPTH = 32  # the engines' messages nest 5 deep down to a TensorData
+
+Target = tuple[str, int]  # (a message's full name, the number of one of its bytes fields)
 
 
-class _MalformedError(Exception):
-    pass
+class _NotExactError(Exception):
+    """The walk cannot follow this encoding exactly; protobuf parses it as sent."""
 
 
 def _varint(buf: memoryview, pos: int) -> tuple[int, int]:
     out = shift = 0
     while True:
         if pos >= len(buf) or shift > 63:
-            raise _MalformedError
+            raise _NotExactError
         b = buf[pos]
         pos += 1
         out |= (b & 0x7F) << shift
@@ -33,125 +41,120 @@ def _varint(buf: memoryview, pos: int) -> tuple[int, int]:
         shift += 7
 
 
-def _fields(buf: memoryview) -> Iterator[tuple[int, int, memoryview | None]]:
-    """(field number, wire type, the value's bytes for length-delimited fields, else None)."""
-    pos = 0
-    while pos < len(buf):
-        tag, pos = _varint(buf, pos)
-        num, wt = tag >> 3, tag & 7
-        if wt == 0:
-            _, pos = _varint(buf, pos)
-            yield num, wt, None
-        elif wt == 1:
-            pos += 8
-            yield num, wt, None
-        elif wt == 5:
-            pos += 4
-            yield num, wt, None
-        elif wt == _LEN:
-            n, pos = _varint(buf, pos)
-            if pos + n > len(buf):
-                raise _MalformedError
-            yield num, wt, buf[pos : pos + n]
-            pos += n
-        else:
-            raise _MalformedError  # groups: not in these messages
-        if pos > len(buf):
-            raise _MalformedError
+def _encode_varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
 
 
-def _once(buf: memoryview, wanted: dict[int, str]) -> dict[str, memoryview]:
-    """Length-delimited fields by name; one that appears twice cannot be read exactly."""
-    out: dict[str, memoryview] = {}
-    for num, wt, val in _fields(buf):
-        name = wanted.get(num)
-        if name is None:
-            continue
-        if wt != _LEN or val is None or name in out:
-            raise _MalformedError
-        out[name] = val
-    return out
+def _leads_to_target(desc: Any, targets: frozenset[Target], memo: dict[str, bool]) -> bool:
+    """Can a field of ``desc``, at any depth, be a target? (Recursive types end in False.)"""
+    name = desc.full_name
+    if name in memo:
+        return memo[name]
+    memo[name] = False  # in progress: a cycle adds nothing
+    found = any(
+        (name, f.number) in targets or (f.message_type is not None and _leads_to_target(f.message_type, targets, memo))
+        for f in desc.fields
+    )
+    memo[name] = found
+    return found
 
 
-def _inline(td: memoryview, field: int) -> memoryview | None:
-    return _once(td, {field: "inline"}).get("inline")
+class _Walk:
+    def __init__(self, targets: frozenset[Target]) -> None:
+        self.targets = targets
+        self.memo: dict[str, bool] = {}
+        self.payloads: dict[bytes, memoryview] = {}
+        self.fields = 0
 
-
-def _map(buf: memoryview, field: int) -> dict[str, memoryview]:
-    """A map<string, message> field's entries (a key given twice: not exact, refuse)."""
-    out: dict[str, memoryview] = {}
-    for num, wt, val in _fields(buf):
-        if num != field:
-            continue
-        if wt != _LEN or val is None:
-            raise _MalformedError
-        entry = _once(val, {1: "key", 2: "value"})
-        key = bytes(entry.get("key", b"")).decode("utf-8")
-        if key in out:
-            raise _MalformedError
-        out[key] = entry.get("value", memoryview(b""))
-    return out
-
-
-def _put(out: dict[str, memoryview], key: str, td: memoryview, inline_field: int) -> None:
-    v = _inline(td, inline_field)
-    if v is not None:
-        out[key] = v
-
-
-def _vllm_mm(out: dict[str, memoryview], mm: memoryview, prefix: str) -> None:
-    top = _once(mm, {2: "pixel_values"})
-    if "pixel_values" in top:
-        _put(out, f"{prefix}pixel_values", top["pixel_values"], 1)
-    for k, td in _map(mm, 3).items():
-        _put(out, f"{prefix}model_specific_tensors[{k}]", td, 1)
-
-
-def _tokenspeed_mm(out: dict[str, memoryview], mm: memoryview) -> None:
-    i = 0
-    for num, wt, item in _fields(mm):
-        if num != 1:
-            continue
-        if wt != _LEN or item is None:
-            raise _MalformedError
-        p = f"items[{i}]"
-        top = _once(item, {3: "encoder_input"})
-        if "encoder_input" in top:
-            _put(out, f"{p}.encoder_input", top["encoder_input"], 3)
-        for k, td in _map(item, 4).items():
-            _put(out, f"{p}.model_specific_tensors[{k}]", td, 3)
-        i += 1
-
-
-def inline_views(layout: Layout, raw: bytes) -> dict[str, memoryview] | None:
-    """Every inline payload of a serialized GenerateRequest, keyed as ``generate_tensors`` keys
-    them, as views into ``raw``; None when the encoding is not one this walk reads exactly."""
-    buf = memoryview(raw)
-    out: dict[str, memoryview] = {}
-    try:
-        if layout is Layout.VLLM:
-            extra = 0
-            for num, wt, val in _fields(buf):
-                if num not in (7, 11):
-                    continue
-                if wt != _LEN or val is None:
-                    raise _MalformedError
-                if num == 7:
-                    _vllm_mm(out, val, "")
+    def message(self, desc: Any, buf: memoryview, depth: int) -> list[bytes | memoryview] | None:
+        """``buf`` as pieces with every target value replaced by a marker; None when unchanged."""
+        if depth > MAX_DEPTH:
+            raise _NotExactError
+        name = desc.full_name
+        pieces: list[bytes | memoryview] = []
+        changed = False
+        kept = pos = 0  # buf[kept:field start] is still to be copied as it is
+        while pos < len(buf):
+            self.fields += 1
+            if self.fields > MAX_FIELDS:
+                raise _NotExactError
+            tag, pos = _varint(buf, pos)
+            num, wt = tag >> 3, tag & 7
+            if wt == 0:
+                _, pos = _varint(buf, pos)
+            elif wt == 1:
+                pos += 8
+            elif wt == 5:
+                pos += 4
+            elif wt == _LEN:
+                head = pos
+                n, pos = _varint(buf, pos)
+                if pos + n > len(buf):
+                    raise _NotExactError
+                value, end = buf[pos : pos + n], pos + n
+                new: Iterable[bytes | memoryview] | None = None
+                if (name, num) in self.targets:
+                    marker = b"%d" % len(self.payloads)
+                    self.payloads[marker] = value
+                    new = (marker,)
                 else:
-                    _vllm_mm(out, val, f"extra_mm_inputs[{extra}].")
-                    extra += 1
-            mm_count = sum(1 for num, _, _ in _fields(buf) if num == 7)
-        else:
-            mm_count = 0
-            for num, wt, val in _fields(buf):
-                if num == 9:
-                    if wt != _LEN or val is None:
-                        raise _MalformedError
-                    mm_count += 1
-                    _tokenspeed_mm(out, val)
-        if mm_count > 1:  # protobuf merges repeated occurrences of a singular message
+                    field = desc.fields_by_number.get(num)
+                    sub = field.message_type if field is not None else None
+                    if sub is not None and _leads_to_target(sub, self.targets, self.memo):
+                        new = self.message(sub, value, depth + 1)
+                if new is not None:
+                    new = list(new)
+                    pieces += [buf[kept:head], _encode_varint(sum(len(p) for p in new)), *new]
+                    kept, changed = end, True
+                pos = end
+            else:
+                raise _NotExactError  # groups (3, 4) and invalid wire types: protobuf decides
+            if pos > len(buf):
+                raise _NotExactError
+        if not changed:
             return None
-    except (_MalformedError, UnicodeDecodeError):
-        return None
-    return out
+        pieces.append(buf[kept:])
+        return pieces
+
+
+def parse_excised(
+    cls: Any, raw: bytes | memoryview, targets: frozenset[Target]
+) -> tuple[Any, dict[bytes, memoryview] | None]:
+    """(the parsed message, its target payloads by marker as views into ``raw``).
+
+    Every target field of the message holds a marker, the key of its payload in the dict;
+    the dict is None when protobuf parsed ``raw`` as sent (target fields hold their bytes).
+    Raises protobuf's DecodeError exactly when ``cls.FromString(raw)`` would.
+    """
+    buf = memoryview(raw).cast("B")
+    walk = _Walk(targets)
+    try:
+        pieces = walk.message(cls.DESCRIPTOR, buf, 0)
+    except _NotExactError:
+        msg = cls()
+        msg.ParseFromString(bytes(buf) if not isinstance(raw, bytes) else raw)
+        return msg, None
+    msg = cls()
+    msg.ParseFromString(b"".join(pieces) if pieces is not None else (raw if isinstance(raw, bytes) else bytes(buf)))
+    return msg, walk.payloads
+
+
+def resolve(marker: bytes, payloads: dict[bytes, memoryview] | None) -> bytes | memoryview:
+    """A target field's value: its payload's view, or the bytes themselves when not excised."""
+    if payloads is None or not marker:  # not excised, or a field that was never set
+        return marker
+    view = payloads.get(marker)
+    if view is None:  # every target value is a marker of this walk; anything else is a bug
+        raise AssertionError(f"no excised payload under marker {marker[:16]!r}")
+    return view
+
+
+def inline_target(pb: Any) -> Target:
+    """``(TensorData's full name, the number of its inline field)`` in an engine's pb2 module."""
+    d = pb.TensorData.DESCRIPTOR
+    return d.full_name, d.fields_by_name["inline"].number

@@ -52,7 +52,7 @@ class ReceiverConfig:
     # answers with smgshm's own model name and no tokenizer.
     model_dir: str | None = None
     fault: str | None = None
-    fault_delay_s: float = 2.0  # slow-read: how long Generate waits before reading (at most 60 s)
+    fault_delay_s: float = 2.0  # slow-read: how long Generate and Receive wait before reading (at most 60 s)
     # Read (and unlink) only names in SMG's family (smg-); True emulates SMG's reader, which
     # has no prefix check: then anyone who reaches the port can make it consume any file here.
     any_name: bool = False
@@ -185,7 +185,7 @@ def _receive_inline(t: InTensor, base: dict[str, Any]) -> Receipt:
     t1 = time.perf_counter_ns()
     # A tensor over the message's own bytes, no copy (SMG's tensor_wire copies into a
     # bytearray first: with protobuf's parse and field access that made a 200 MiB inline
-    # request cost ~1 GB). The payload is copied only by protobuf: parse, then field access.
+    # request cost ~1 GB). ``raw`` is a view into the request gRPC handed over (protowire).
     tensor = tensor_from_payload(raw, t.shape, t.dtype)
     del tensor
     return Receipt(**base, nbytes=len(raw), digest=d, read_ns=t1 - t0, decode_ns=time.perf_counter_ns() - t1)

@@ -25,9 +25,10 @@ from smgshm import __version__
 from smgshm.core.engines import HandlerOverride, engine_modules, engine_servicer, raw_generate_handlers
 from smgshm.core.errors import TooManyTensorsError, TransportError, WireError
 from smgshm.core.modeldir import ensure_model_dir
+from smgshm.core.protowire import parse_excised, resolve
 from smgshm.core.receipts import MAX_PER_CALL, ReceiptRing
 from smgshm.core.receipts import to_proto as receipt_proto
-from smgshm.core.receiver import ReceiverConfig, ReceiverState, receive
+from smgshm.core.receiver import Receipt, ReceiverConfig, ReceiverState, receive
 from smgshm.core.tensors import DIGEST_ALGO
 from smgshm.core.wire import Layout
 from smgshm.rpc.v1 import diag_pb2, diag_pb2_grpc
@@ -37,6 +38,37 @@ WATCH_POLL_S = 0.1  # WatchReceipts checks the ring this often; the call's cance
 START_TIMEOUT_S = 30.0
 
 __all__ = ["DIAG_SERVICE", "RunningReceiver", "engine_modules", "start_receiver"]
+
+
+_LAYOUTS = {diag_pb2.LAYOUT_VLLM: Layout.VLLM, diag_pb2.LAYOUT_TOKENSPEED: Layout.TOKENSPEED}
+
+
+def receive_request(raw: bytes, cfg: ReceiverConfig) -> tuple[Any, list[Receipt]]:
+    """Diagnostics Receive without gRPC: (the ReceiveRequest, a receipt per tensor). Its
+    MultimodalInputs and their inline payloads are read as views into ``raw`` (protowire),
+    never copied. WireError when unparseable or the layout is unknown."""
+    from google.protobuf.message import DecodeError
+
+    desc = diag_pb2.ReceiveRequest.DESCRIPTOR
+    target = (desc.full_name, desc.fields_by_name["multimodal_inputs"].number)
+    try:
+        request, payloads = parse_excised(diag_pb2.ReceiveRequest, raw, frozenset({target}))
+    except DecodeError as err:
+        raise WireError("cannot parse ReceiveRequest", nbytes=len(raw)) from err
+    layout = _LAYOUTS.get(request.layout)
+    if layout is None:
+        raise WireError("layout must be LAYOUT_VLLM or LAYOUT_TOKENSPEED")
+    return request, receive(layout, resolve(request.multimodal_inputs, payloads), cfg)
+
+
+def raw_receive_handlers(servicer: Any) -> dict[str, Any]:
+    """Method handlers that replace the generated ones: Receive takes its request as bytes."""
+    return {
+        "Receive": grpc.unary_unary_rpc_method_handler(
+            servicer.Receive, request_deserializer=None,
+            response_serializer=diag_pb2.ReceiveResponse.SerializeToString,
+        )
+    }  # fmt: skip
 
 
 class DiagnosticsServicer(diag_pb2_grpc.DiagnosticsServicer):  # type: ignore[misc]
@@ -67,19 +99,17 @@ class DiagnosticsServicer(diag_pb2_grpc.DiagnosticsServicer):  # type: ignore[mi
             max_message_bytes=cfg.max_message_bytes,
         )
 
-    async def Receive(self, request: Any, context: Any) -> Any:  # noqa: N802
+    async def Receive(self, raw: bytes, context: Any) -> Any:  # noqa: N802
+        # Registered with no deserializer (see raw_receive_handlers): the request arrives as its
+        # bytes, and its MultimodalInputs, then their inline payloads, are read in place.
         t0 = time.perf_counter_ns()
-        layouts = {diag_pb2.LAYOUT_VLLM: Layout.VLLM, diag_pb2.LAYOUT_TOKENSPEED: Layout.TOKENSPEED}
-        layout = layouts.get(request.layout)
-        if layout is None:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "layout must be LAYOUT_VLLM or LAYOUT_TOKENSPEED")
         self.state.active += 1  # only the loop thread touches these counters
         self.state.last_receive = time.time()
         loop = asyncio.get_running_loop()
         try:
-            receipts = await loop.run_in_executor(
-                self.executor, receive, layout, request.multimodal_inputs, self.state.cfg
-            )
+            if self.state.cfg.fault == "slow-read":  # as Generate's: in flight while it waits
+                await asyncio.sleep(self.state.cfg.fault_delay_s)
+            request, receipts = await loop.run_in_executor(self.executor, receive_request, raw, self.state.cfg)
         except TooManyTensorsError as err:
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(err))
         except WireError as err:
@@ -191,7 +221,8 @@ async def _build(cfg: ReceiverConfig, state: ReceiverState, executor: Executor, 
         add(engine, server)
     else:
         add(engine, HandlerOverride(server, raw_generate_handlers(pb, engine)))
-    diag_pb2_grpc.add_DiagnosticsServicer_to_server(DiagnosticsServicer(state, executor), server)
+    diag = DiagnosticsServicer(state, executor)
+    diag_pb2_grpc.add_DiagnosticsServicer_to_server(diag, HandlerOverride(server, raw_receive_handlers(diag)))
     health_servicer = health_async.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     for name in ("", engine_name, DIAG_SERVICE):

@@ -13,6 +13,7 @@ from types import ModuleType
 from typing import Any
 
 from smgshm.core.errors import TooManyTensorsError, WireError
+from smgshm.core.protowire import inline_target, parse_excised, resolve
 from smgshm.core.segments import ShmRef
 
 
@@ -99,32 +100,41 @@ def build_multimodal(layout: Layout, req: Request) -> Any:
     return pb.MultimodalInputs(items=[item])
 
 
-def from_tensor_data(key: str, td: Any, view: memoryview | None = None) -> InTensor:
-    """Read one ``TensorData`` (either engine's) into an ``InTensor``; ``view``, when given, is
-    its inline payload in the serialized request (``protowire``), used instead of a copy."""
+def from_tensor_data(key: str, td: Any, payloads: dict[bytes, memoryview] | None = None) -> InTensor:
+    """Read one ``TensorData`` (either engine's) into an ``InTensor``; with ``payloads`` (the
+    message was parsed by ``protowire.parse_excised``) its inline field holds a marker, and
+    the payload is a view into the serialized message, not a copy."""
     kind = td.WhichOneof("payload") or "unset"
     shape, dtype = tuple(int(d) for d in td.shape), str(td.dtype)
     if kind == "inline":
-        return InTensor(key, shape, dtype, kind, inline=view if view is not None else td.inline)
+        return InTensor(key, shape, dtype, kind, inline=resolve(td.inline, payloads))
     if kind == "shm":
         h = td.shm
         return InTensor(key, shape, dtype, kind, None, h.name, int(h.offset), int(h.nbytes), h.owner_id)
     return InTensor(key, shape, dtype, kind)
 
 
-def parse_multimodal(layout: Layout, raw: bytes, max_tensors: int | None = None) -> list[InTensor]:
-    """Every TensorData in a serialized ``MultimodalInputs``, keyed by where it sits."""
+def parse_excised_message(
+    layout: Layout, cls: Any, raw: bytes | memoryview
+) -> tuple[Any, dict[bytes, memoryview] | None]:
+    """Parse an engine message (``cls``) with its inline payloads left in ``raw`` (protowire);
+    WireError when protobuf cannot parse it."""
     from google.protobuf.message import DecodeError
 
-    pb = engine_pb2(layout)
-    msg = pb.MultimodalInputs()
     try:
-        msg.ParseFromString(raw)
+        return parse_excised(cls, raw, frozenset({inline_target(engine_pb2(layout))}))
     except DecodeError as err:
-        raise WireError(f"cannot parse {layout.value} MultimodalInputs", nbytes=len(raw)) from err
+        name = cls.DESCRIPTOR.name
+        raise WireError(f"cannot parse {layout.value} {name}", nbytes=memoryview(raw).nbytes) from err
+
+
+def parse_multimodal(layout: Layout, raw: bytes | memoryview, max_tensors: int | None = None) -> list[InTensor]:
+    """Every TensorData in a serialized ``MultimodalInputs``, keyed by where it sits; inline
+    payloads are views into ``raw``."""
+    msg, payloads = parse_excised_message(layout, engine_pb2(layout).MultimodalInputs, raw)
     if max_tensors is not None:
         check_tensor_count(count_multimodal(layout, msg), max_tensors)
-    return multimodal_tensors(layout, msg)
+    return multimodal_tensors(layout, msg, payloads=payloads)
 
 
 def check_tensor_count(n: int, limit: int) -> None:
@@ -141,14 +151,13 @@ def count_multimodal(layout: Layout, msg: Any) -> int:
 
 
 def multimodal_tensors(
-    layout: Layout, msg: Any, prefix: str = "", views: dict[str, memoryview] | None = None
+    layout: Layout, msg: Any, prefix: str = "", payloads: dict[bytes, memoryview] | None = None
 ) -> list[InTensor]:
     """Every TensorData of a parsed ``MultimodalInputs``, keyed by where it sits."""
-    v = views or {}
     out: list[InTensor] = []
 
     def add(key: str, td: Any) -> None:
-        out.append(from_tensor_data(key, td, v.get(key)))
+        out.append(from_tensor_data(key, td, payloads))
 
     if layout is Layout.VLLM:
         if msg.HasField("pixel_values"):
@@ -165,15 +174,15 @@ def multimodal_tensors(
     return out
 
 
-def generate_tensors(layout: Layout, request: Any, views: dict[str, memoryview] | None = None) -> list[InTensor]:
+def generate_tensors(layout: Layout, request: Any, payloads: dict[bytes, memoryview] | None = None) -> list[InTensor]:
     """Every TensorData of an engine ``GenerateRequest``: vLLM ``mm_inputs`` then each
     ``extra_mm_inputs[i]`` (keys prefixed so), TokenSpeed every item of ``mm_inputs``."""
     out: list[InTensor] = []
     if request.HasField("mm_inputs"):
-        out.extend(multimodal_tensors(layout, request.mm_inputs, views=views))
+        out.extend(multimodal_tensors(layout, request.mm_inputs, payloads=payloads))
     if layout is Layout.VLLM:
         for i, extra in enumerate(request.extra_mm_inputs):
-            out.extend(multimodal_tensors(layout, extra, f"extra_mm_inputs[{i}].", views))
+            out.extend(multimodal_tensors(layout, extra, f"extra_mm_inputs[{i}].", payloads))
     return out
 
 

@@ -12,7 +12,6 @@ from typing import Any
 
 from smgshm.core.errors import WireError
 from smgshm.core.leaks import parse_name
-from smgshm.core.protowire import inline_views
 from smgshm.core.receipts import GenerateReceipt, ReceiptRing
 from smgshm.core.receiver import Receipt, ReceiverConfig, check_tensor, receive_one
 from smgshm.core.tensors import DIGEST_ALGO
@@ -23,6 +22,7 @@ from smgshm.core.wire import (
     count_generate_tensors,
     engine_pb2,
     generate_tensors,
+    parse_excised_message,
 )
 
 
@@ -72,15 +72,12 @@ def _to_generate_receipt(r: Receipt, t: InTensor, request_id: str, engine: str, 
 
 
 def parse_and_read(layout: Layout, raw: bytes, cfg: ReceiverConfig, ring: ReceiptRing) -> tuple[Any, GenerateOutcome]:
-    """Parse a serialized GenerateRequest and read it: (request, outcome). WireError when unparseable."""
-    from google.protobuf.message import DecodeError
+    """Parse a serialized GenerateRequest and read it: (request, outcome). WireError when unparseable.
 
-    request = engine_pb2(layout).GenerateRequest()
-    try:
-        request.ParseFromString(raw)
-    except DecodeError as err:
-        raise WireError(f"cannot parse {layout.value} GenerateRequest", nbytes=len(raw)) from err
-    return request, read_generate(layout, request, cfg, ring, raw)
+    Inline payloads are read in place from ``raw`` (``protowire``): the parsed request holds
+    markers, never a copy of them."""
+    request, payloads = parse_excised_message(layout, engine_pb2(layout).GenerateRequest, raw)
+    return request, read_generate(layout, request, cfg, ring, payloads)
 
 
 def prompt_tokens(layout: Layout, request: Any) -> int:
@@ -96,18 +93,21 @@ def check_generate(layout: Layout, request: Any) -> None:
 
 
 def read_generate(
-    layout: Layout, request: Any, cfg: ReceiverConfig, ring: ReceiptRing, raw: bytes | None = None
+    layout: Layout,
+    request: Any,
+    cfg: ReceiverConfig,
+    ring: ReceiptRing,
+    payloads: dict[bytes, memoryview] | None = None,
 ) -> GenerateOutcome:
     """Read every tensor of ``request`` through the receiver's reader; receipts go to ``ring``.
 
-    With ``raw`` (the request as serialized), inline payloads are read in place from it
-    rather than copied out of the parsed message.
+    ``payloads``: the request was parsed by ``protowire.parse_excised``, whose markers name
+    the inline payloads' views into the serialized request.
     """
     check_generate(layout, request)
     check_tensor_count(count_generate_tensors(layout, request), cfg.max_tensors)
     request_id = str(request.request_id)
-    views = inline_views(layout, raw) if raw is not None else None
-    tensors = generate_tensors(layout, request, views)
+    tensors = generate_tensors(layout, request, payloads)
     # Every tensor is checked before any is read: a bad one never follows consumed good ones.
     checked = [check_tensor(t, cfg) for t in tensors]
     out: list[GenerateReceipt] = []

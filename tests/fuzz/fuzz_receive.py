@@ -3,10 +3,12 @@ Receive) or GenerateRequest (serve's stand-in worker), into the receiver.
 
     python tests/fuzz/fuzz_receive.py [CORPUS_DIR] [-runs=N] [-max_total_time=S]
 
-Coverage-guided, starting from valid vLLM and TokenSpeed messages whose handles name
-real segments in a private shm dir (``$SMGSHM_FUZZ_SHM_DIR``, or a fresh temp dir;
-never /dev/shm). Every input must give receipts or a WireError, and leave the dir's
-segments exactly as they were. tests/test_fuzz_atheris.py runs it bounded in CI.
+The Generate inputs go through serve's own path from bytes (``parse_and_read``: protowire's
+excised parse, inline payloads read in place). Coverage-guided, starting from valid vLLM
+and TokenSpeed messages whose handles name real segments in a private shm dir
+(``$SMGSHM_FUZZ_SHM_DIR``, or a fresh temp dir; never /dev/shm). Every input must give
+receipts or a WireError, and leave the dir's segments exactly as they were.
+tests/test_fuzz_atheris.py runs it bounded in CI.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ with atheris.instrument_imports(include=["smgshm"]):
     from smgshm.core.receiver import ReceiverConfig, receive
     from smgshm.core.segments import ShmRef
     from smgshm.core.wire import Layout, OutTensor, Request, build_multimodal, engine_pb2
-    from smgshm.core.worker import read_generate
+    from smgshm.core.worker import parse_and_read
 
 SHM_DIR = os.environ.get("SMGSHM_FUZZ_SHM_DIR") or tempfile.mkdtemp(prefix="smgshm-fuzz-")
 SEGMENTS = {"smg-smgshm-1-1-0": 4096, "smg-tokenspeed-2-2-0": 12, "smg-smgshm-3-3-0": 0}
@@ -67,18 +69,23 @@ def snapshot() -> dict[str, tuple[int, int]]:
 
 
 def _generate(layout: Layout, raw: bytes) -> list[Any] | None:
-    """serve's Generate path after gRPC has parsed the request: receipts, or None when refused."""
+    """serve's Generate path from the request's bytes (protowire's excised parse, payloads read in
+    place): receipts, or None when refused. It must refuse exactly what protobuf cannot parse."""
     from google.protobuf.message import DecodeError
 
-    req = engine_pb2(layout).GenerateRequest()
     try:
-        req.ParseFromString(raw)
+        engine_pb2(layout).GenerateRequest.FromString(raw)
+        parses = True
     except DecodeError:
-        return None  # gRPC answers INTERNAL before any servicer runs
+        parses = False
     try:
-        outcome = read_generate(layout, req, CFG, ReceiptRing(size=64))
-    except WireError:
+        _, outcome = parse_and_read(layout, raw, CFG, ReceiptRing(size=64))
+    except WireError as err:
+        refused = err.what
+        if not parses and not refused.startswith("cannot parse"):
+            raise AssertionError(f"unparseable, yet refused as {refused!r}") from err
         return None
+    assert parses, "protowire accepted what protobuf cannot parse"
     assert len(outcome.receipts) == len({r.seq for r in outcome.receipts})
     return list(outcome.receipts)
 
