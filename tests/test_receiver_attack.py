@@ -278,3 +278,16 @@ def test_an_unparseable_generate_is_invalid_argument(vllm: RunningReceiver) -> N
         assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert "cannot parse" in (info.value.details() or "")
         assert vllm_engine_pb2_grpc.VllmEngineStub(ch).HealthCheck(vllm_engine_pb2.HealthCheckRequest(), timeout=5)
+
+
+def test_an_unparseable_receive_is_invalid_argument(vllm: RunningReceiver) -> None:
+    """Receive takes its request as bytes too (its payloads are read in place): what protobuf cannot
+    parse is a typed refusal, as is an unknown layout, and the server answers on."""
+    with grpc.insecure_channel(vllm.address) as ch:
+        call = ch.unary_unary("/smgshm.rpc.v1.Diagnostics/Receive", lambda b: b, lambda b: b)
+        for raw, says in ((b"\x1a\xff\xff\xff\x0f", "cannot parse"), (b"\x10\x07", "layout must be")):
+            with pytest.raises(grpc.RpcError) as info:
+                call(raw, timeout=10)  # multimodal_inputs claiming 4 GiB; then layout 7
+            assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert says in (info.value.details() or "")
+        assert _health(ch) == 1
