@@ -36,7 +36,8 @@ def hostile_dir(shm_dir: str) -> str:  # noqa: F811 - the imported fixture (it r
 def _doctor(shm: str, locale: str, *args: str) -> subprocess.CompletedProcess[bytes]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LC_", "LANG", "PYTHONIO"))}
     env.update(LC_ALL=locale, COLUMNS="80")
-    return subprocess.run(smgshm_argv(*args, "doctor", "--shm-dir", shm), env=env, capture_output=True, timeout=150)
+    argv = smgshm_argv(*args, "doctor", "--no-gateways", "--shm-dir", shm)
+    return subprocess.run(argv, env=env, capture_output=True, timeout=150)
 
 
 @pytest.mark.parametrize("locale", ["C", "C.UTF-8"])

@@ -226,7 +226,8 @@ def test_doctor_from_gateway_includes_the_e2e_check(
     """doctor --from-gateway: the gateway's real image traffic judged beside the worker checks."""
     addr = mm_shm_worker(children, model_dir, FOREIGN_ID)
     gw = gateway(gateways, tmp_path, model_dir, addr, mode="auto")
-    argv = ["--json", "doctor", "--from-gateway", gw.http_url, "--metrics", gw.metrics_url, "--timeout", "5s"]
+    argv = ["--json", "doctor", "--gateway-pid", str(gw.pid), "--from-gateway", gw.http_url,
+            "--metrics", gw.metrics_url, "--timeout", "5s"]  # fmt: skip
     doc = run_cli(*argv, exit=3).json
     checks = {c["name"]: c for c in doc["result"]["checks"]}
     e2e = checks[f"e2e {gw.http_url}"]

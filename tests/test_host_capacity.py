@@ -93,7 +93,7 @@ def test_family_patterns() -> None:
 
 
 def _doctor(*args: str, exit: int) -> dict[str, Any]:
-    doc: dict[str, Any] = run_cli("--json", "doctor", *args, exit=exit).json
+    doc: dict[str, Any] = run_cli("--json", "doctor", "--no-gateways", *args, exit=exit).json
     return doc
 
 
@@ -103,7 +103,7 @@ def checks(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def test_doctor_capacity_fails_when_the_inflight_budget_does_not_fit(shm: str) -> None:
     write(shm, "psm_0badf00d", 8 * MIB)
-    doc = run_cli("--json", "doctor", "--shm-dir", shm, "--inflight-bytes", "64MiB", exit=3).json
+    doc = run_cli("--json", "doctor", "--no-gateways", "--shm-dir", shm, "--inflight-bytes", "64MiB", exit=3).json
     c = checks(doc)["capacity"]
     assert c["status"] == "fail"
     assert c["code"] == 3
@@ -128,7 +128,7 @@ def test_doctor_capacity_passes_when_it_fits_and_says_so_without_a_budget(shm: s
 
 def test_docker_default_size_is_named_in_capacity(tmp_path: Path) -> None:
     with tmpfs(tmp_path / "docker", "64m") as d:
-        doc = run_cli("--json", "doctor", "--shm-dir", d, "--inflight-bytes", "16MiB", exit=0).json
+        doc = run_cli("--json", "doctor", "--no-gateways", "--shm-dir", d, "--inflight-bytes", "16MiB", exit=0).json
         c = checks(doc)["capacity"]
         assert c["status"] == "warn"
         assert "Docker's 64 MiB default" in c["summary"]
@@ -140,7 +140,7 @@ def test_the_largest_tensor_bench_moved_is_a_capacity_need(shm: str) -> None:
     assert recorded_needs("/dev/shm") == [], "a need belongs to the tmpfs it was measured on"
     record_tensor_seen("smgshm bench", 4096, shm)  # a smaller one later never lowers the figure
     assert [n.nbytes for n in recorded_needs(shm)] == [2 * MIB]
-    doc = run_cli("--json", "doctor", "--shm-dir", shm, exit=0).json
+    doc = run_cli("--json", "doctor", "--no-gateways", "--shm-dir", shm, exit=0).json
     needs = doc["result"]["host"]["capacity"]["needs"]
     assert any(n["source"].startswith("the largest tensor smgshm bench moved here") for n in needs), needs
     c = checks(doc)["capacity"]
@@ -148,7 +148,8 @@ def test_the_largest_tensor_bench_moved_is_a_capacity_need(shm: str) -> None:
 
 
 def test_doctor_host_json_keys_are_pinned(shm: str) -> None:
-    host = run_cli("--json", "doctor", "--shm-dir", shm, "--inflight-bytes", "1MiB", exit=0).json["result"]["host"]
+    argv = ["--json", "doctor", "--no-gateways", "--shm-dir", shm, "--inflight-bytes", "1MiB"]
+    host = run_cli(*argv, exit=0).json["result"]["host"]
     assert set(host) == {"gateways", "shm_usage", "capacity", "page_policy", "last_what_if"}
     assert set(host["shm_usage"]) == {
         "shm_dir", "total_bytes", "free_bytes", "used_bytes", "families", "unattributed_bytes", "entries", "truncated",

@@ -110,6 +110,23 @@ def test_doctor_finds_a_gateway_with_its_ports_and_reads_the_flag_from_its_log(
 
 
 @needs_smg
+def test_gateway_pid_and_no_gateways_choose_what_doctor_judges(gateways: list[RunningGateway], tmp_path: Path) -> None:
+    """On a shared host an operator judges their own gateway only, or none."""
+    a = launch(gateways, tmp_path / "a.log", transport="shm")
+    b = launch(gateways, tmp_path / "b.log", transport="inline")
+    doc = doctor_doc("--shm-dir", str(tmp_path), "--no-e2e", "--gateway-pid", str(a.pid))
+    assert [g["gateway"]["pid"] for g in doc["result"]["host"]["gateways"]] == [a.pid]
+    assert not any(c["name"].startswith(f"gateway {b.pid}") for c in doc["result"]["checks"])
+    doc = doctor_doc("--shm-dir", str(tmp_path), "--no-e2e", "--no-gateways")
+    assert doc["result"]["host"]["gateways"] == []
+    assert {c["name"]: c["status"] for c in doc["result"]["checks"]}["gateways"] == "skip"
+    b.stop()  # a pid that is not (or no longer) a gateway: a failed check, exit 4
+    doc = doctor_doc("--shm-dir", str(tmp_path), "--no-e2e", "--gateway-pid", str(b.pid))
+    assert doc["result"]["host"]["gateways"] == []
+    assert {c["name"]: c["code"] for c in doc["result"]["checks"]}[f"gateway {b.pid}"] == 4
+
+
+@needs_smg
 @pytest.mark.parametrize(
     ("flag", "env", "mode"),
     [
@@ -195,7 +212,8 @@ def test_a_gateway_of_another_uid_is_reported_as_not_inspectable(
 ) -> None:
     gw = launch(gateways, tmp_path / "gw.log", transport="shm")
     code = (
-        "import json, os, concurrent.futures\n"
+        # encodings.idna: getaddrinfo loads it lazily, at the first dial of another gateway found here.
+        "import json, os, concurrent.futures, encodings.idna\n"
         "from dataclasses import asdict\n"
         "import prometheus_client.parser, smgshm.core.http, smgshm.core.metrics\n"
         "from smgshm.core.gateways import find_gateways\n"

@@ -37,11 +37,15 @@ _SEVERITY = [4, 5, 3, 6, 1, 0]
               help="The --from-gateway gateway's Prometheus endpoint, for its e2e check (default host:29000).")
 @click.option("--e2e/--no-e2e", default=True, show_default=True,
               help="Real image requests through --from-gateway, or (no worker) the embedded real gateway.")  # fmt: skip
+@click.option("--gateway-pid", "gateway_pids", multiple=True, type=click.IntRange(1), metavar="PID",
+              help="Judge only this gateway running here (repeatable); default: every one found.")  # fmt: skip
+@click.option("--no-gateways", is_flag=True,
+              help="Do not look at the gateways running here (another team's, on a shared host).")  # fmt: skip
 @shm_dir_option
 @click.pass_obj
 def doctor(app: App, workers: tuple[str, ...], from_gateway: str | None, api_key: str | None, timeout: float,
            gateway_logs: tuple[str, ...], inflight_bytes: int | None, metrics_url: str | None, e2e: bool,
-           shm_dir: str) -> None:  # fmt: skip
+           gateway_pids: tuple[int, ...], no_gateways: bool, shm_dir: str) -> None:  # fmt: skip
     """Check everything SMG's SHM transport needs here, and say how to fix what fails.
 
     In order: this host's namespace id and shm dir (tmpfs, size, Docker's 64 MiB
@@ -68,9 +72,12 @@ def doctor(app: App, workers: tuple[str, ...], from_gateway: str | None, api_key
       smgshm doctor --worker 127.0.0.1:50051
       smgshm doctor --from-gateway http://127.0.0.1:30000 --json
       smgshm doctor --gateway-log /var/log/smg/gateway.log --inflight-bytes 2GiB
+      smgshm doctor --gateway-pid 4242
     """
     from smgshm.core.doctor import run_doctor
 
+    if no_gateways and gateway_pids:
+        raise click.UsageError("--no-gateways and --gateway-pid contradict each other")
     addresses = list(workers)
     if from_gateway:
         from smgshm.core.gateway import list_workers
@@ -86,7 +93,8 @@ def doctor(app: App, workers: tuple[str, ...], from_gateway: str | None, api_key
 
     report = run_doctor(addresses, shm_dir=shm_dir, timeout=timeout, on_check=say, gateway_logs=list(gateway_logs),
                         inflight_bytes=inflight_bytes, gateway=from_gateway, api_key=api_key, e2e=e2e,
-                        metrics_url=metrics_url)  # fmt: skip
+                        metrics_url=metrics_url,
+                        gateway_pids=() if no_gateways else (gateway_pids or None))  # fmt: skip
     codes = [c.code for c in report.checks if c.status == "fail"] or [0]
     worst = ExitCode(min(codes, key=lambda c: _SEVERITY.index(c) if c in _SEVERITY else -1))
     if live:

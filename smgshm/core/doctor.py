@@ -296,6 +296,7 @@ def run_doctor(
     api_key: str | None = None,
     e2e: bool = True,
     metrics_url: str | None = None,
+    gateway_pids: tuple[int, ...] | None = None,
 ) -> DoctorReport:
     """Run every check in order; with no workers, against an embedded reference receiver.
 
@@ -340,7 +341,7 @@ def run_doctor(
     add(check_leaks(shm_dir))
     from smgshm.core.hostchecks import run_host_checks
 
-    host = run_host_checks(add, shm_dir, timeout, gateway_logs, inflight_bytes)
+    host = run_host_checks(add, shm_dir, timeout, gateway_logs, inflight_bytes, gateway_pids)
     add(check_reapers())
     return DoctorReport(checks, embedded.address if embedded else "", workers, host)
 

@@ -22,7 +22,7 @@ from smgshm.core.doctor import Check
 from smgshm.core.errors import SmgshmError
 from smgshm.core.gatewaylog import TransportConfig, read_transport_config
 from smgshm.core.gatewaymode import ModeFinding, judge
-from smgshm.core.gateways import GatewayProcess, find_gateways
+from smgshm.core.gateways import GATEWAY_TITLE, GatewayProcess, find_gateways
 from smgshm.core.hugepages import (
     CAVEATS,
     ELSEWHERE,
@@ -88,11 +88,15 @@ def _e2e_hint(http_url: str) -> str:
     return shlex.join(["smgshm", "e2e", "--gateway", http_url])
 
 
-def gateway_findings(logs: list[str], timeout: float) -> list[GatewayFinding]:
-    """Every gateway here with the evidence about its transport; and each --gateway-log none has open."""
+def gateway_findings(logs: list[str], timeout: float, pids: tuple[int, ...] | None = None) -> list[GatewayFinding]:
+    """Every gateway here (or those of ``pids``; none for ``()``) with the evidence about its
+    transport; and each --gateway-log none of them has open."""
     out = []
     unclaimed = list(logs)
-    for g in find_gateways(timeout_s=min(timeout, 2.0)):
+    found = find_gateways(timeout_s=min(timeout, 2.0)) if pids != () else []
+    for g in found:
+        if pids is not None and g.pid not in pids:
+            continue
         config, log_path = None, ""
         # Its own open files first (/proc/PID/fd/N is the very file, even in another mount namespace).
         for log in g.logs:
@@ -323,10 +327,21 @@ def run_host_checks(
     timeout: float,
     gateway_logs: list[str] | None = None,
     inflight_bytes: int | None = None,
+    gateway_pids: tuple[int, ...] | None = None,
 ) -> HostFindings:
-    """doctor's host checks in order, each reported through ``add`` as it finishes."""
-    findings = gateway_findings(list(gateway_logs or []), timeout)
-    add(check_gateways(findings))
+    """doctor's host checks in order, each reported through ``add`` as it finishes.
+
+    ``gateway_pids`` limits the gateway checks to those pids (``()``: none; None: every one here).
+    """
+    findings = gateway_findings(list(gateway_logs or []), timeout, gateway_pids)
+    if gateway_pids == ():
+        add([Check("gateways", "skip", "skipped (--no-gateways): the gateways running here were not looked at")])
+    elif findings or not gateway_pids:  # a --gateway-pid not found is said below, not as "none here"
+        add(check_gateways(findings))
+    seen = {f.gateway.pid for f in findings if f.gateway is not None}
+    for pid in sorted(set(gateway_pids or ()) - seen):
+        add([Check(f"gateway {pid}", "fail", f"no SMG gateway (process title {GATEWAY_TITLE}) runs here with pid {pid}",
+                   "list them with smgshm doctor (without --gateway-pid)", 4)])  # fmt: skip
     usage, verdict = None, None
     try:
         usage = shm_usage(shm_dir)
