@@ -30,6 +30,14 @@ os.environ["TMPDIR"] = SESSION_TMP
 tempfile.tempdir = SESSION_TMP
 
 
+# Tests stop children with SIGINT (Ctrl-C's signal). A run started as a background job of a
+# script (`pytest ... &`, nohup, some CI launchers) inherits SIGINT ignored, and ignored it
+# stays across exec: every child would then ignore the test's SIGINT and the test hang to its
+# timeout. Handled here, it is reset to the default in each child at exec.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     shutil.rmtree(SESSION_TMP, ignore_errors=True)
 
