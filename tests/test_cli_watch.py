@@ -94,10 +94,26 @@ def produce(children: Children, d: str, consumed: int, cleaned: int, keep: bool 
 def test_consumed_cleaned_and_orphans_with_their_producers(tmpfs: str, children: Children) -> None:  # noqa: F811
     dead = dead_pid(children)
     make_file(tmpfs, f"smg-tokenspeed-{dead}-{time.time_ns()}-0", 8192)  # a dead gateway's leftover
-    w, _ = spawn_watch(children, "--shm-dir", tmpfs, "--interval", "0.25", "--orphan-after", "1s", "--duration", "3s",
-                       "--check")  # fmt: skip
+    w, recs = spawn_watch(children, "--shm-dir", tmpfs, "--interval", "0.25", "--orphan-after", "1s", "--check")
     prod = produce(children, tmpfs, consumed=5, cleaned=3, keep=True)
-    recs, err = records(w)
+    # No --duration: a loaded machine can start the producer late enough that a fixed run ends
+    # before its eight segments end or its kept one is a second old. Read until both orphans are
+    # judged and the eight have ended, then to the end of that interval, and stop it as Ctrl-C does.
+    deadline = time.monotonic() + 60
+
+    def seen() -> bool:
+        ended = [r for r in recs if r["type"] == "segment" and r["producer_pid"] == prod.pid]
+        judged = {r["producer_pid"] for r in recs if r["type"] == "orphan"}
+        return len(ended) >= 8 and {dead, prod.pid} <= judged and recs[-1]["type"] == "interval"
+
+    while not seen():
+        assert time.monotonic() < deadline, f"watch saw only: {recs}"
+        line = w.stdout.readline()  # type: ignore[union-attr]  # an interval every 0.25 s
+        assert line, f"watch ended: {w.stderr.read() if w.stderr else ''}"
+        recs.append(json.loads(line))
+    os.kill(w.pid, signal.SIGINT)
+    rest, err = records(w)
+    recs += rest
     assert w.returncode == 3, err  # --check: orphans were seen
     prod.stdin.close()  # type: ignore[union-attr]
     prod.wait(timeout=30)
