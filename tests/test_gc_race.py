@@ -8,6 +8,7 @@ planted between gc passes so that gc is seen deleting while it races.
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import time
 
@@ -19,14 +20,13 @@ from tests.test_cli_gc import JUDGE, dead_pid, tmpfs_dir  # noqa: F401 - tmpfs_d
 pytestmark = pytest.mark.timeout(120)
 
 # Keeps a rolling window of 16 live segments (smgshm's naming, its own pid), creating and
-# unlinking as fast as it can for the given seconds; prints "<created> <stolen>".
+# unlinking as fast as it can until its stdin closes; prints "<created> <stolen>".
 PRODUCER = """
-import collections, os, sys, time
-d, seconds = sys.argv[1], float(sys.argv[2])
+import collections, os, select, sys, time
+d = sys.argv[1]
 live, created, stolen, seq = collections.deque(), 0, 0, 0
 print("ready", flush=True)
-end = time.monotonic() + seconds
-while time.monotonic() < end:
+while seq % 64 or not select.select([sys.stdin], [], [], 0)[0]:  # readable: closed by the test
     name = f"smg-smgshm-{os.getpid()}-{time.time_ns()}-{seq}"
     seq += 1
     fd = os.open(os.path.join(d, name), os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
@@ -49,13 +49,19 @@ print(created, stolen, flush=True)
 
 
 def test_gc_racing_a_live_producer_never_deletes_its_segments(children: Children, tmpfs_dir: str) -> None:  # noqa: F811
-    producer = children.spawn([sys.executable, "-c", PRODUCER, tmpfs_dir, "4"])
+    producer = children.spawn([sys.executable, "-c", PRODUCER, tmpfs_dir], stdin=subprocess.PIPE)
+    assert producer.stdin is not None
     assert producer.stdout is not None
     assert producer.stdout.readline().strip() == "ready"
     gone = dead_pid(children)
     planted: list[str] = []
     passes = 0
+    # The producer races gc for 4 s and at least 5 passes: a loaded machine makes passes slow,
+    # and a fixed-length race could then end with too few of them.
+    stop_after = time.monotonic() + 4
     while producer.poll() is None:
+        if passes >= 5 and time.monotonic() >= stop_after and not producer.stdin.closed:
+            producer.stdin.close()
         name = f"smg-smgshm-{gone}-{time.time_ns()}-{passes}"
         make_file(tmpfs_dir, name, age_s=3600)
         planted.append(name)
@@ -63,7 +69,8 @@ def test_gc_racing_a_live_producer_never_deletes_its_segments(children: Children
         for d in doc["result"]["deleted"]:
             assert d["name"].startswith(f"smg-smgshm-{gone}-"), f"gc deleted a live producer's segment: {d}"
         passes += 1
-    out, _ = producer.communicate(timeout=30)
+    out = producer.stdout.read()  # it has exited: not communicate(), which trips on the closed stdin
+    producer.wait(timeout=30)
     created, stolen = map(int, out.split())
     assert producer.returncode == 0
     assert passes >= 5, "gc should have raced the producer several times"
