@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -195,6 +196,20 @@ def children() -> Iterator[Children]:
     reg = Children()
     yield reg
     reg.reap()
+
+
+_HELD_PORTS: list[socket.socket] = []
+
+
+def closed_port() -> int:
+    """A loopback port that refuses connections for the rest of the session: bound and never
+    listening. A port bound, read and released (a "free" port) is free only until another
+    process on this shared machine takes it, and a test expecting a refusal would then talk to it."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind(("127.0.0.1", 0))
+    _HELD_PORTS.append(s)  # closed with the process
+    port: int = s.getsockname()[1]
+    return port
 
 
 def wait_for(pred: Any, timeout: float = 20.0, what: str = "condition") -> Any:

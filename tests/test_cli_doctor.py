@@ -31,7 +31,7 @@ import pytest
 
 from smgshm.cli.fmt import quote_cmd
 from smgshm.core.paths import smgshm_cmd
-from tests.conftest import Children, make_file, run_cli, start_serve, tmpfs, wait_for
+from tests.conftest import Children, closed_port, make_file, run_cli, start_serve, tmpfs, wait_for
 from tests.e2e_support import HAVE_SMG
 
 PY = sys.executable
@@ -120,13 +120,6 @@ def fill(path: str, nbytes: int | None = None) -> int:
             except OSError:
                 break
     return os.path.getsize(path)
-
-
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-    return port
 
 
 def refuses(address: str) -> bool:

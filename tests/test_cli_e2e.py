@@ -13,8 +13,8 @@ from urllib.parse import urlsplit
 import psutil
 import pytest
 
-from smgshm.core.gatewayproc import RunningGateway, free_port
-from tests.conftest import SHM, Children, run_cli, smgshm_argv, start_serve, wait_for
+from smgshm.core.gatewayproc import RunningGateway
+from tests.conftest import SHM, Children, closed_port, run_cli, smgshm_argv, start_serve, wait_for
 from tests.e2e_support import FOREIGN_ID, gateway, gateways, mm_shm_worker, model_dir, needs_smg
 from tests.test_json_schema import check_e2e_schema
 
@@ -134,7 +134,7 @@ def test_running_without_a_gateway_pid_here_exits_4() -> None:
 
 
 def test_unreachable_gateway_exits_4() -> None:
-    res = run_cli("e2e", "--gateway", f"http://127.0.0.1:{free_port()}", exit=4)
+    res = run_cli("e2e", "--gateway", f"http://127.0.0.1:{closed_port()}", exit=4)
     assert "refused" in res.stderr or "unreachable" in res.stderr
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -16,7 +15,7 @@ import grpc
 import pytest
 
 from smgshm.core.tensors import DTYPES, ITEMSIZE, make_tensor, tensor_bytes
-from tests.conftest import SHM, Children, run_cli, smgshm_argv, start_serve, wait_for
+from tests.conftest import SHM, Children, closed_port, run_cli, smgshm_argv, start_serve, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -92,13 +91,6 @@ def only_path(result: dict[str, Any]) -> dict[str, Any]:
     assert len(result["paths"]) == 1, result["paths"]
     path: dict[str, Any] = result["paths"][0]
     return path
-
-
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-    return port
 
 
 def kill_group(proc: subprocess.Popen[str]) -> None:

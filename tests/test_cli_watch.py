@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from smgshm.core.metrics import scrape
-from tests.conftest import Children, make_file, run_cli, smgshm_argv, wait_for
+from tests.conftest import Children, closed_port, make_file, run_cli, smgshm_argv, wait_for
 from tests.test_cli_gc import dead_pid
 from tests.test_core_shmwatch import tmpfs  # noqa: F401 - the private tmpfs fixture
 from tests.test_json_schema import WATCH_SEGMENT_KEYS
@@ -338,9 +338,7 @@ def test_tty_gets_a_live_dashboard(tmpfs: str) -> None:  # noqa: F811
 
 
 def test_metrics_unreachable_at_start_is_exit_4(tmpfs: str) -> None:  # noqa: F811
-    from smgshm.core.gatewayproc import free_port
-
-    url = f"http://127.0.0.1:{free_port()}/metrics"
+    url = f"http://127.0.0.1:{closed_port()}/metrics"
     res = run_cli("watch", "--shm-dir", tmpfs, "--count", "1", "--metrics", url, exit=4)
     assert res.stderr.startswith("Error:")
 

@@ -19,7 +19,7 @@ from smgshm.core.gatewayproc import (
     remove_gateway_segments,
     start_gateway,
 )
-from tests.conftest import SHM, Children, start_serve, wait_for
+from tests.conftest import SHM, Children, closed_port, start_serve, wait_for
 from tests.test_interop_gateway import HAVE_SMG
 
 needs_smg = pytest.mark.skipif(not HAVE_SMG, reason="SMG gateway (smg) not installed")
@@ -86,7 +86,7 @@ def test_gateway_started_ready_and_stopped_with_its_segments(children: Children,
 @needs_smg
 @pytest.mark.timeout(60)
 def test_not_ready_in_time_is_a_transport_error_and_leaves_no_process(tmp_path: Path) -> None:
-    dead = f"127.0.0.1:{free_port()}"  # nobody listens: the worker never turns healthy
+    dead = f"127.0.0.1:{closed_port()}"  # nobody listens: the worker never turns healthy
     with pytest.raises(TransportError) as exc:
         start_gateway(GatewayConfig(worker_urls=(dead,), log_path=str(tmp_path / "gw.log")), ready_timeout_s=3)
     assert exc.value.fields["log"] == str(tmp_path / "gw.log")
