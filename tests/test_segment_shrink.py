@@ -10,13 +10,21 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 
 from smgshm.core.segments import read_segment
-from tests.conftest import SHM
+from tests.conftest import SHM, wait_for
 from tests.test_core_segments import _make_file
 
 MIB = 1024 * 1024
+
+
+def _wchan(pid: int) -> str:
+    """Where in the kernel ``pid`` sleeps ("" once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/wchan") as f:
+            return f.read()
+    except OSError:
+        return ""
 
 
 def test_a_truncate_waits_for_the_zero_copy_reader_and_the_bytes_stay_readable(scratch: list[str]) -> None:
@@ -27,7 +35,10 @@ def test_a_truncate_waits_for_the_zero_copy_reader_and_the_bytes_stay_readable(s
     truncater = subprocess.Popen([sys.executable, "-c", f"import os; os.truncate({path!r}, 0)"])
     try:
         assert seg.mode == "view"
-        time.sleep(0.5)
+        # Blocked in the kernel on the lease: judged once it got there, not after a fixed sleep
+        # (a loaded machine may not have started the child yet, and a sleep then proves nothing).
+        wait_for(lambda: truncater.poll() is not None or _wchan(truncater.pid) == "__break_lease", 30,
+                 "the truncate to reach the reader's lease")  # fmt: skip
         assert truncater.poll() is None, "the truncate should wait for the reader's lease"
         # Without the lease this touch of every page would SIGBUS the test process.
         assert bytes(seg.data) == blob
