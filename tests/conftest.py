@@ -212,8 +212,9 @@ def closed_port() -> int:
     return port
 
 
-def wait_for(pred: Any, timeout: float = 20.0, what: str = "condition") -> Any:
-    """Poll ``pred`` until it returns a truthy value; never a bare sleep in a test."""
+def wait_for(pred: Any, timeout: float = 60.0, what: str = "condition") -> Any:
+    """Poll ``pred`` until it returns a truthy value; never a bare sleep in a test. The bound is
+    generous: CI is a shared 2-core machine, where a child's start-up alone can take seconds."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         v = pred()

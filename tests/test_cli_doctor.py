@@ -285,7 +285,7 @@ def _assert_embedded_all_ok(doc: dict[str, Any], shm: str, shm_dir_status: str =
     else:  # other processes may have live segments in the real /dev/shm
         assert c["leaks"]["summary"].endswith("none leaked")
     # doctor stops the receiver it started.
-    wait_for(lambda: refuses(addr), timeout=10, what=f"the embedded receiver on {addr} to stop")
+    wait_for(lambda: refuses(addr), timeout=30, what=f"the embedded receiver on {addr} to stop")
     return addr
 
 

@@ -189,7 +189,12 @@ def test_log_receipts_writes_one_json_line_per_tensor(children: Children, stack:
     _, gw, model = serve_behind_gateway(children, stack, tmp_path, "shm", "--log-receipts", str(log))
     status, _ = chat(gw, model, png(448), stream=False)
     assert status == 200
-    lines = wait_for(lambda: log.read_text().splitlines() if log.exists() else None, 10, "receipt lines")
+
+    def three_lines() -> list[str] | None:  # the log's final state, not the first line that lands
+        lines = log.read_text().splitlines() if log.exists() else []
+        return lines if len(lines) >= 3 else None
+
+    lines = wait_for(three_lines, 30, "three receipt lines")
     docs = [json.loads(line) for line in lines]
     assert len(docs) == 3
     assert [d["seq"] for d in docs] == [1, 2, 3]
@@ -233,7 +238,7 @@ def test_die_before_read_leaves_nothing(children: Children, stack: ExitStack, tm
     status, text = chat(gw, model, png(448), stream=False)
     assert status >= 500, text[-2000:]
     # The send failed before any header: the gateway's own send-failure cleanup unlinks it.
-    wait_for(lambda: not gateway_segments(gw), 10, "the gateway to unlink its segment")
+    wait_for(lambda: not gateway_segments(gw), 30, "the gateway to unlink its segment")
     assert traffic(gw).minus(before).value(TENSORS, runtime="vllm", path="shm") == 1
 
 

@@ -160,4 +160,4 @@ def test_segments_nobody_unlinks_are_orphans_of_a_live_gateway(
     drain(w.p)
     assert w.p.returncode == 3, "--check: an orphan was seen"
     os.unlink(os.path.join(SHM, r.shm_name))
-    wait_for(lambda: not os.path.exists(os.path.join(SHM, r.shm_name)), 5, "the kept segment gone")
+    wait_for(lambda: not os.path.exists(os.path.join(SHM, r.shm_name)), 30, "the kept segment gone")
