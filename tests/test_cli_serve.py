@@ -66,7 +66,7 @@ def shm_msg(ref: ShmRef) -> Any:
     return build_multimodal(Layout.VLLM, Request(OutTensor((ref.nbytes,), "uint8", shm=ref)))
 
 
-def stop(proc: subprocess.Popen[str], sig: int = signal.SIGTERM, timeout: float = 10.0) -> tuple[int, str, str]:
+def stop(proc: subprocess.Popen[str], sig: int = signal.SIGTERM, timeout: float = 30.0) -> tuple[int, str, str]:
     """Signal serve and collect (exit code, stdout, stderr)."""
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=timeout)
@@ -113,8 +113,8 @@ def test_signal_stops_cleanly(children: Children, sig: signal.Signals) -> None:
     proc, doc = start_serve(children)
     address = doc["result"]["address"]
     with channel(address) as ch:  # it answers before the signal ...
-        grpc.channel_ready_future(ch).result(timeout=5)
-    code, out, err = stop(proc, sig, timeout=5)
+        grpc.channel_ready_future(ch).result(timeout=30)
+    code, out, err = stop(proc, sig)
     assert code == 0, err
     assert "Traceback" not in err
     assert out == ""  # nothing after the one ready document
@@ -264,7 +264,7 @@ def test_fifo_handle_is_refused_without_hanging(children: Children) -> None:
     os.mkfifo(path, 0o600)
     try:
         ref = ShmRef(name=name, offset=0, nbytes=16, owner_id=owner_id(), shm_dir=SHM)
-        resp = receive(address, shm_msg(ref), timeout=5)  # a hang would be DEADLINE_EXCEEDED
+        resp = receive(address, shm_msg(ref), timeout=30)  # a hang would be DEADLINE_EXCEEDED
         (rc,) = resp.receipts
         assert rc.HasField("error")
         assert rc.error.code == "not_regular", rc.error
@@ -272,7 +272,7 @@ def test_fifo_handle_is_refused_without_hanging(children: Children) -> None:
         assert os.path.exists(path)  # a refused segment is left to its producer
         # The server is still serving.
         data = os.urandom(4096)
-        (ok,) = receive(address, inline_msg(data), timeout=5).receipts
+        (ok,) = receive(address, inline_msg(data), timeout=30).receipts
         assert not ok.HasField("error")
         assert ok.digest == digest(data)
     finally:

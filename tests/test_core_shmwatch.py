@@ -44,7 +44,7 @@ def tmpfs(tmp_path: os.PathLike[str]) -> Iterator[str]:
             subprocess.run(["umount", "-l", mnt], check=False)
 
 
-def collect(w: ShmWatcher, until: object, timeout: float = 10.0) -> list[ShmEvent]:
+def collect(w: ShmWatcher, until: object, timeout: float = 30.0) -> list[ShmEvent]:
     """Read events until ``until(events)`` holds (bounded)."""
     got: list[ShmEvent] = []
 

@@ -176,7 +176,7 @@ class Stalls:
             c.cancel()
 
 
-def _health(ch: grpc.Channel, service: str = "", timeout: float = 5) -> int:
+def _health(ch: grpc.Channel, service: str = "", timeout: float = 30) -> int:
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
     req = health_pb2.HealthCheckRequest(service=service)
@@ -203,12 +203,12 @@ def test_stalled_clients_starve_neither_health_nor_generate(children: Children) 
             for service in ("", "vllm.grpc.engine.VllmEngine"):
                 assert _health(ch, service) == health_pb2.HealthCheckResponse.SERVING
             stub = vllm_engine_pb2_grpc.VllmEngineStub(ch)
-            assert stub.HealthCheck(vllm_engine_pb2.HealthCheckRequest(), timeout=5).healthy
+            assert stub.HealthCheck(vllm_engine_pb2.HealthCheckRequest(), timeout=30).healthy
             req = vllm_engine_pb2.GenerateRequest(
                 request_id="ok", mm_inputs=_mm(vllm_engine_pb2.TensorData(shape=[1], dtype="uint8", inline=b"x"))
             )
             for _ in range(STALLS):  # more calls than reader threads, one after another
-                assert [m.WhichOneof("response") for m in stub.Generate(req, timeout=5)] == ["complete"]
+                assert [m.WhichOneof("response") for m in stub.Generate(req, timeout=30)] == ["complete"]
         finally:
             stalls.close()
     assert proc.poll() is None
