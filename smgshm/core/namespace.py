@@ -79,6 +79,9 @@ class NamespaceComparison:
 def compare_namespace_ids(local: str | None, peer: str | None, *, two_ids: bool = False) -> NamespaceComparison:
     """Say whether two ids mean a shared /dev/shm, and if not, why not.
 
+    The reason quotes a malformed id raw (not ``repr``: a display escapes it once, and JSON
+    carries it exactly); whoever prints it escapes it (``cli.fmt.escape``).
+
     ``two_ids``: neither is this host's (``ns compare A B``), so the reasons speak of
     "id A" (``peer``) and "id B" (``local``) instead of "the peer" and "this host".
     """
@@ -87,15 +90,15 @@ def compare_namespace_ids(local: str | None, peer: str | None, *, two_ids: bool 
     here, there = ("in B", "in A") if two_ids else ("here", "there")
     if pe is None:
         if two_ids:
-            why = "id A is empty" if not peer_s else f"id A {peer_s!r} is malformed"
+            why = "id A is empty" if not peer_s else f'id A "{peer_s}" is malformed'
         else:
-            why = "the peer advertises no namespace id" if not peer_s else f"the peer's id {peer_s!r} is malformed"
+            why = "the peer advertises no namespace id" if not peer_s else f'the peer\'s id "{peer_s}" is malformed'
         return NamespaceComparison(local_s, peer_s, Sharing.UNDETERMINED, why)
     if lo is None:
         if two_ids:
-            why = "id B is empty" if not local_s else f"id B {local_s!r} is malformed"
+            why = "id B is empty" if not local_s else f'id B "{local_s}" is malformed'
         else:
-            why = "this host's id is unreadable" if not local_s else f"this host's id {local_s!r} is malformed"
+            why = "this host's id is unreadable" if not local_s else f'this host\'s id "{local_s}" is malformed'
         return NamespaceComparison(local_s, peer_s, Sharing.UNDETERMINED, why)
     if lo.boot_id != pe.boot_id:
         why = (
