@@ -781,6 +781,42 @@ def test_a_file_bind_mounted_over_a_segment_name_is_a_hazard_never_touched(
             subprocess.run(["umount", over], check=True, timeout=30)
 
 
+@needs_unshare
+@pytest.mark.timeout(60)
+def test_a_segment_name_mounted_on_only_in_another_mount_namespace_is_a_hazard(
+    children: Children, tmp_path: Path
+) -> None:
+    """A file of this very filesystem bind-mounted over a segment name in another mount namespace
+    only: here the name is a plain regular file of the dir's st_dev, and rename and unlink succeed
+    (Linux refuses them with EBUSY only for this namespace's mounts) and silently detach that
+    namespace's mount. gc lists it as a hazard, says where it is mounted, and never deletes it."""
+    from tests.conftest import tmpfs
+
+    with tmpfs(tmp_path / "shm", "4m") as d:
+        victim = Path(d) / "victim.dat"
+        victim.write_bytes(b"v" * 8192)
+        name = seg_name(dead_pid(children), nanos=1700000000000000000)
+        over = make_file(d, name, age_s=3600)
+        argv = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                f"mount --bind {victim} {over} && echo ready && exec sleep 600"]  # fmt: skip
+        p, _ = first_line(children, argv)
+        inside = f"/proc/{p.pid}/root{over}"  # the name as that namespace sees it: the victim
+        assert Path(inside).read_bytes() == b"v" * 8192
+        assert Path(over).read_bytes() == b"\x5a" * 4096
+        assert os.stat(over).st_dev == os.stat(d).st_dev
+
+        seg = segs(gc(d))[name]  # --assume-dead: the pid is dead, so only the mount keeps it
+        assert seg["state"] == "hazard", seg
+        assert "another mount namespace" in seg["reason"], seg
+        assert f"pid {p.pid}" in seg["reason"], seg
+        doc = gc(d, "--delete", "--yes", "--min-age", "0")
+        assert name not in deletions(doc), "a mount point elsewhere is never chosen for deletion"
+        assert doc["result"]["reclaimable_bytes"] == 0
+        assert Path(inside).read_bytes() == b"v" * 8192, "that namespace's mount is still there"
+        assert Path(over).read_bytes() == b"\x5a" * 4096
+        kill_and_reap(p)  # its mount namespace, and the bind mount, go with it
+
+
 @needs_root
 @pytest.mark.timeout(60)
 def test_after_delete_the_usage_shown_is_read_again(children: Children, tmp_path: Path) -> None:

@@ -88,7 +88,7 @@ def test_a_hostile_id_is_shown_escaped() -> None:
 
 
 # Control bytes, a quote and an invalid UTF-8 byte (argv carries it as a surrogate, as Python does).
-RAW_ID = "a\x1b[31m\udcff\"\\b:1"
+RAW_ID = 'a\x1b[31m\udcff"\\b:1'
 
 
 @pytest.mark.parametrize("two_ids", [True, False])
@@ -98,7 +98,9 @@ def test_a_malformed_ids_reason_is_escaped_once_and_exact_in_json(two_ids: bool)
     args = ("ns", "compare", RAW_ID, *([f"{A}:27"] if two_ids else []))
     line = run_cli(*args, exit=6).stdout.splitlines()[0]
     assert line.endswith(' "a\\x1b[31m\\xff"\\\\b:1" is malformed'), line  # exactly fmt.escape's form
-    assert "\x1b" not in line and "\\\\x1b" not in line and "udcff" not in line
+    assert "\x1b" not in line
+    assert "\\\\x1b" not in line
+    assert "udcff" not in line
     reason = run_cli("--json", *args, exit=6).json["result"]["reason"]
     assert reason.endswith(f'"{RAW_ID}" is malformed'), reason  # JSON: the very value
 

@@ -159,3 +159,202 @@ def test_a_producer_that_unmounted_the_tmpfs_but_keeps_it_makes_pids_untrusted(
         assert not deletions(doc).get(name, {}).get("deleted")
         assert os.path.exists(path), "gc deleted a live producer's segment"
         kill_and_reap(p)  # its group: the namespace's init too, before the tmpfs is unmounted
+
+
+# A producer whose reach is one thread's only. It writes its segment, sets a thread up to keep the
+# filesystem (its own cwd or root after unshare(CLONE_FS), its own fd table after
+# unshare(CLONE_FILES) with the dir open, or the shared cwd while the leader thread exits and
+# leaves a zombie leader whose /proc/P links read as gone), then lazily unmounts the tmpfs in its
+# mount namespace: only /proc/P/task/T shows the device.
+THREADED = """
+import ctypes, os, signal, subprocess, sys, threading, time
+d, how, pid = sys.argv[1], sys.argv[2], int(sys.argv[3])
+libc = ctypes.CDLL(None, use_errno=True)
+name = f"smg-tokenspeed-{pid}-{time.time_ns()}-0"
+fd = os.open(os.path.join(d, name), os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+os.write(fd, b"y" * 65536)
+os.close(fd)
+ready = threading.Event()
+def keep():
+    if how in ("cwd", "root", "fd"):
+        assert libc.unshare(0x400 if how == "fd" else 0x200) == 0, ctypes.get_errno()  # CLONE_FILES / CLONE_FS
+    if how == "root":
+        os.chroot(d)
+    elif how == "fd":
+        kept = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+    else:
+        os.chdir(d)
+    ready.set()
+    while True:
+        time.sleep(3600)
+threading.Thread(target=keep, daemon=True).start()
+ready.wait()
+subprocess.run(["umount", "-l", d], check=True)
+print(name, flush=True)
+if how == "zombie-leader":
+    libc.pthread_exit(None)
+signal.pause()
+"""
+
+
+@pytest.mark.parametrize("how", ["cwd", "root", "fd", "zombie-leader"])
+def test_a_thread_that_alone_keeps_the_tmpfs_makes_pids_untrusted(
+    children: Children, tmp_path: Path, how: str
+) -> None:
+    from tests.conftest import tmpfs
+
+    with tmpfs(tmp_path / "x", "4m") as d:
+        dev = os.stat(d).st_dev
+        argv = ["unshare", "--pid", "--fork", "--mount", "--propagation", "private",
+                sys.executable, "-c", THREADED, d, how, str(dead_pid(children))]  # fmt: skip
+        p, name = first_line(children, argv)
+        path = os.path.join(d, name)
+        assert os.path.exists(path), "the host still mounts the tmpfs it wrote into"
+        kids = psutil.Process(p.pid).children(recursive=True)
+        host_pid = next(k.pid for k in [psutil.Process(p.pid), *kids] if k.name().startswith("python"))
+        task = f"/proc/{host_pid}/task"
+        keeper = next(t for t in os.listdir(task) if int(t) != host_pid)
+        if how == "zombie-leader":
+            wait_for(lambda: not os.path.lexists(f"/proc/{host_pid}/cwd") or _state(host_pid) == "Z",
+                     what="the leader thread to exit")  # fmt: skip
+            with pytest.raises(FileNotFoundError):
+                os.stat(f"/proc/{host_pid}/cwd")  # the process's own links are gone
+        else:
+            assert os.stat(f"/proc/{host_pid}/cwd").st_dev != dev
+            assert os.stat(f"/proc/{host_pid}/root").st_dev != dev
+            held = [f for f in os.listdir(f"/proc/{host_pid}/fd") if _dev_of(f"/proc/{host_pid}/fd/{f}") == dev]
+            assert not held, "the process's own fd table holds nothing there"
+        # The thread is what keeps it: its cwd/root or its own fd table.
+        what = "fd" if how == "fd" else "root" if how == "root" else "cwd"
+        if what == "fd":
+            assert any(_dev_of(f"{task}/{keeper}/fd/{f}") == dev for f in os.listdir(f"{task}/{keeper}/fd"))
+        else:
+            assert os.stat(f"{task}/{keeper}/{what}").st_dev == dev
+
+        trust = judge_trust(d, pids=[host_pid])
+        assert trust.trusted is False, trust.note
+        assert f"thread {keeper}'s {'open fd' if what == 'fd' else what}" in trust.note
+
+        doc = run_cli("--json", "gc", "--shm-dir", d).json
+        assert doc["result"]["liveness_trusted"] is False
+        assert segs(doc)[name]["state"] == "unknown"
+        doc = run_cli("--json", "gc", "--shm-dir", d, "--delete", "--min-age", "0", "--yes").json
+        assert not deletions(doc).get(name, {}).get("deleted")
+        assert os.path.exists(path), "gc deleted a live producer's segment"
+        kill_and_reap(p)
+
+
+def _state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0].decode()
+    except OSError:
+        return ""
+
+
+def _dev_of(path: str) -> int | None:
+    try:
+        return os.stat(path).st_dev
+    except OSError:
+        return None
+
+
+# A producer that keeps only a handle to a mount namespace that sees the tmpfs: it writes its
+# segment, then unmounts the tmpfs from its own namespace (nothing of it there: no mount, cwd,
+# fd or map), keeping either an open fd to this test's mount namespace (inherited: "fd") or a
+# namespace file bind-mounted in its own namespace of one it made while the tmpfs was still
+# there, whose only process then exits ("nsfs"). With setns(2) it can go back and write at
+# any time, under a pid of its own namespace.
+HANDLE = """
+import os, signal, subprocess, sys, time
+d, how, pid, spot = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+name = f"smg-tokenspeed-{pid}-{time.time_ns()}-0"
+fd = os.open(os.path.join(d, name), os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+os.write(fd, b"y" * 65536)
+os.close(fd)
+if how == "nsfs":
+    s = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sleep", "600"])
+    while open(f"/proc/{s.pid}/comm").read().strip() != "sleep":  # unshare(1) done: its namespace is set up
+        time.sleep(0.01)
+    subprocess.run(["mount", "--bind", f"/proc/{s.pid}/ns/mnt", spot], check=True)
+    s.kill()
+    s.wait()
+subprocess.run(["umount", "-l", d], check=True)
+print(name, flush=True)
+signal.pause()
+"""
+
+
+@pytest.mark.parametrize("how", ["fd", "nsfs"])
+def test_a_handle_to_a_mount_namespace_that_sees_the_tmpfs_makes_pids_untrusted(
+    children: Children, tmp_path: Path, how: str
+) -> None:
+    from tests.conftest import tmpfs
+
+    spot = tmp_path / "mnt-ns"
+    spot.touch()
+    with tmpfs(tmp_path / "x", "4m") as d:
+        dev = os.stat(d).st_dev
+        ns_fd = os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)  # this namespace: it sees d
+        try:
+            # --mount-proc: its /proc shows its own pids (the namespace file it binds is its child's)
+            argv = ["unshare", "--pid", "--fork", "--mount", "--propagation", "private", "--mount-proc",
+                    sys.executable, "-c", HANDLE, d, how, str(dead_pid(children)), str(spot)]  # fmt: skip
+            p = children.spawn(argv, pass_fds=(ns_fd,) if how == "fd" else ())
+        finally:
+            os.close(ns_fd)
+        assert p.stdout is not None
+        name = p.stdout.readline().strip()
+        assert name, f"the producer exited {p.wait(timeout=10)}: {p.stderr.read() if p.stderr else ''}"
+        path = os.path.join(d, name)
+        kids = psutil.Process(p.pid).children(recursive=True)
+        host_pid = next(k.pid for k in [psutil.Process(p.pid), *kids] if k.name().startswith("python"))
+        with open(f"/proc/{host_pid}/mountinfo", "rb") as f:
+            table = f.read()
+        assert mount_of(table, dev) is None, "its mount table no longer shows the tmpfs"
+        links = [os.readlink(f"/proc/{host_pid}/fd/{f}") for f in os.listdir(f"/proc/{host_pid}/fd")]
+        if how == "fd":
+            assert os.readlink("/proc/self/ns/mnt") in links, "it holds this mount namespace open"
+        else:
+            assert f" {spot} ".encode() in table, "a namespace file is bound in its namespace"
+            assert b" - nsfs " in table
+        assert not any(_dev_of(f"/proc/{host_pid}/{w}") == dev for w in ("cwd", "root"))
+
+        trust = judge_trust(d, pids=[host_pid, os.getpid()])
+        assert trust.trusted is False, trust.note
+        assert "a handle to mount namespace mnt:[" in trust.note
+        if how == "fd":
+            assert f"which sees this filesystem at {d}" in trust.note
+        else:
+            assert f"a bind-mounted namespace file at {spot}" in trust.note
+            assert "whose mounts gc cannot read" in trust.note  # no process lives in it any more
+
+        doc = run_cli("--json", "gc", "--shm-dir", d).json
+        assert doc["result"]["liveness_trusted"] is False
+        assert segs(doc)[name]["state"] == "unknown"
+        doc = run_cli("--json", "gc", "--shm-dir", d, "--delete", "--min-age", "0", "--yes").json
+        assert not deletions(doc).get(name, {}).get("deleted")
+        assert os.path.exists(path), "gc deleted a live producer's segment"
+        kill_and_reap(p)  # its mount namespace goes with it, and the namespace file's bind mount too
+
+
+def test_a_pid_namespace_handle_alone_changes_nothing(children: Children, tmp_path: Path) -> None:
+    """The documented decision: a handle to another pid namespace (an fd to pid:[...]) is no
+    hazard by itself. A producer hosted there and live now is a process there, looked at like
+    any other; one that joins later writes a segment younger than the look (--min-age keeps it)."""
+    from tests.conftest import tmpfs
+
+    with tmpfs(tmp_path / "x", "4m") as d:
+        argv = ["unshare", "--pid", "--fork", "--mount", "--propagation", "private", "sh", "-c",
+                f"umount -l {d} && echo ready && exec sleep 600"]  # fmt: skip
+        p, _ = first_line(children, argv)
+        member = wait_for(lambda: next((k.pid for k in psutil.Process(p.pid).children() if k.name() == "sleep"), None),
+                          what="the pid namespace's process")  # fmt: skip
+        pid_ns = os.open(f"/proc/{member}/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            assert os.readlink(f"/proc/self/fd/{pid_ns}") != os.readlink("/proc/self/ns/pid")
+            trust = judge_trust(d, pids=[member, os.getpid()])  # this process holds the other pid namespace
+            assert trust.trusted is True, trust.note
+        finally:
+            os.close(pid_ns)
+        kill_and_reap(p)

@@ -25,7 +25,7 @@ from typing import NamedTuple
 from smgshm.core.errors import HostError
 from smgshm.core.holders import Holder, holder_index
 from smgshm.core.paths import DEFAULT_SHM_DIR, GATEWAY_PREFIX, SMG_FAMILY_PREFIX, SMGSHM_PREFIX
-from smgshm.core.pidtrust import INIT_PID_NS, Trust, judge_trust, mounted_names
+from smgshm.core.pidtrust import INIT_PID_NS, Trust, judge_trust, mount_points
 
 # Where --delete sets an entry aside before it unlinks it (core/reaping.py): SMG's family, so
 # gc lists one left by a gc that died mid-way, but no pid pattern, so it is never auto-reaped.
@@ -150,7 +150,8 @@ class Judge:
     ) -> None:
         self.opts, self.trust, self.holders = opts, trust, holders
         self.dir_dev = dir_dev  # the shm dir's device: an entry on another one is a mount point
-        self.mounted = mounted_names(opts.shm_dir)  # and one bound from this very filesystem
+        # and one bound from this very filesystem, here or in another mount namespace (name -> which)
+        self.mounted = mount_points(opts.shm_dir)
         self.starts: dict[int, float | None] = {}  # per scan: a dir of 1M segments has a handful of pids
         self.now = time.time()
 
@@ -173,6 +174,9 @@ class Judge:
         if (self.dir_dev is not None and st.st_dev != self.dir_dev) or name in self.mounted:
             # Something is mounted over this name (a bind-mounted file or dir): unlink gets EBUSY,
             # and the inode is another filesystem's, never a segment this dir's producer wrote.
+            if self.mounted.get(name):  # only there: here rename and unlink succeed and detach it
+                return State.HAZARD, f"a mount point in another mount namespace ({self.mounted[name]}); " \
+                    "deleting it would detach that mount; never touched", None  # fmt: skip
             return State.HAZARD, f"a mount point ({ftype.replace('_', ' ')} of another filesystem) named like a " \
                 "segment; never touched", None  # fmt: skip
         if ftype != "regular":

@@ -6,16 +6,29 @@ other pid namespace can reach the same filesystem. Where that process sees it do
 matter (``-v /dev/shm:/host-shm``, a bind mount of a subdirectory, another tmpfs path): the
 test is the device, as each other mount namespace's /proc/P/mountinfo reports it, and, since
 a process keeps a filesystem it no longer mounts (``cd D; umount -l D`` leaves D its cwd),
-the device of each such process's cwd, root, open fds and mapped files. What cannot be read
-is doubt: a process whose namespaces this user may not read puts its uid's
-segments in doubt, and unreadable mounts of another pid namespace make the verdict untrusted.
+the device of each such process's cwd, root, open fds and mapped files, thread by thread (a
+thread may have its own cwd, root, fd table and mount namespace, and a process whose leader
+thread exited shows none of them at /proc/P). A process that holds a handle to a mount
+namespace (an open ``mnt:[...]`` fd, or a bind-mounted namespace file in its mount table) can
+setns(2) into it and write there at any time, so a handle to one that sees the filesystem, or
+to one gc cannot read, makes the verdict untrusted too. Handles to pid namespaces do not: see
+``judge_trust``. What cannot be read is doubt: a process whose namespaces this user may not
+read puts its uid's segments in doubt, and unreadable mounts of another pid namespace make the
+verdict untrusted.
+
+What this cannot see: a producer in another pid namespace that reached the filesystem only
+for a while (an fd passed to it and since closed, a setns(2) in and back out without keeping
+a handle) and keeps nothing of it now; and anything that starts after the look (a new
+container, a join), whose segments ``--min-age`` keeps since they are younger than the look.
+Names mounted on in any mount namespace are listed by ``mount_points``.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from smgshm.core.holders import live_pids
@@ -87,49 +100,270 @@ def mount_of(mountinfo: bytes, dev: int) -> str | None:
     return None
 
 
-def mounted_names(dir_path: str) -> frozenset[str]:
-    """Names directly in ``dir_path`` that something is mounted on, per this process's mount table
-    (a bind-mounted file shares the dir's st_dev when it comes from the same filesystem)."""
+def _parse(table: bytes) -> dict[bytes, tuple[bytes, bytes, str, str]]:
+    """mount id -> (parent id, major:minor, root inside its filesystem, mount point)."""
+    out = {}
+    for line in table.splitlines():
+        parts = line.split(b" ", 5)
+        if len(parts) >= 5:
+            out[parts[0]] = (parts[1], parts[2], _unescape(parts[3]), _unescape(parts[4]))
+    return out
+
+
+def _rel(path: str, top: str) -> str | None:
+    rel = os.path.relpath(path, top)
+    return None if rel == ".." or rel.startswith("../") else rel
+
+
+def _mnt_ns(pid: int) -> tuple[str, str] | None:
+    """(mount namespace, its mountinfo path) of ``pid``: a zombie leader's read as gone, so then a
+    live thread's. None when no thread of it can be read."""
+    for base in (f"/proc/{pid}", *(e.path for e in _scandir(f"/proc/{pid}/task"))):
+        try:
+            return os.readlink(f"{base}/ns/mnt"), f"{base}/mountinfo"
+        except OSError:
+            continue
+    return None
+
+
+def _scandir(path: str) -> list[os.DirEntry[str]]:
+    try:
+        with os.scandir(path) as it:
+            return list(it)
+    except OSError:
+        return []
+
+
+def mount_points(dir_path: str, pids: Iterable[int] | None = None) -> dict[str, str]:
+    """Names directly in ``dir_path`` that something is mounted on, in this mount namespace ("")
+    or in another one (which, and a pid in it). A bind-mounted file shares the dir's st_dev when
+    it comes from the same filesystem, and one mounted in another namespace shows nothing here
+    at all; unlinking or renaming the name here would detach that namespace's mount (Linux does
+    not refuse it with EBUSY: only this namespace's mounts count), so it is never touched.
+
+    Reads each process's mount namespace (one readlink each) and each namespace's table once."""
     real = os.path.realpath(dir_path)
     try:
         with open("/proc/self/mountinfo", "rb") as f:
             table = f.read()
+        mine = os.readlink("/proc/self/ns/mnt")
+        dev = os.stat(real).st_dev
     except OSError:
-        return frozenset()
-    out = set()
+        return {}
+    out: dict[str, str] = {}
+    ours = _parse(table)
+    for _parent, _dev, _root, where in ours.values():
+        if os.path.dirname(where) == real and where != real:
+            out[os.path.basename(where)] = ""
+    tag = f"{os.major(dev)}:{os.minor(dev)}".encode()
+    best: tuple[str, str] | None = None  # (mount point, the dir's path inside the filesystem)
+    for _parent, mdev, root, where in ours.values():
+        rel = _rel(real, where) if mdev == tag else None
+        if rel is not None and (best is None or len(where) >= len(best[0])):
+            best = (where, os.path.normpath(os.path.join(root, rel)))
+    if best is None:
+        return out
+    inside, seen = best[1], {mine}
+    for pid in live_pids() if pids is None else pids:
+        ns = _mnt_ns(pid)
+        if ns is None or ns[0] in seen:
+            continue
+        try:
+            with open(ns[1], "rb") as f:
+                theirs = _parse(f.read())
+        except OSError:
+            continue  # exited, or not ours to read
+        seen.add(ns[0])
+        for parent, _dev, _root, where in theirs.values():
+            up = theirs.get(parent)
+            if up is None or up[1] != tag or (rel := _rel(where, up[3])) is None:
+                continue
+            at = os.path.normpath(os.path.join(up[2], rel))
+            if at != inside and os.path.dirname(at) == inside:
+                out.setdefault(os.path.basename(at), f"mount namespace {ns[0]}, e.g. pid {pid}")
+    return out
+
+
+def mounted_names(dir_path: str) -> frozenset[str]:
+    """Names directly in ``dir_path`` that something is mounted on, per this process's mount table."""
+    return frozenset(n for n, where in mount_points(dir_path, pids=()).items() if not where)
+
+
+# kcmp(2) per architecture: whether two threads share one fd table (KCMP_FILES). Elsewhere, or
+# where it is refused, every thread's table is walked.
+_KCMP_NR = {"x86_64": 312, "aarch64": 272, "riscv64": 272}.get(os.uname().machine)
+_KCMP_FILES = 2
+
+
+@functools.cache
+def _syscall() -> Callable[..., int]:
+    import ctypes
+
+    return ctypes.CDLL(None, use_errno=True).syscall
+
+
+def _same_fd_table(a: int, b: int) -> bool:
+    return _KCMP_NR is not None and _syscall()(_KCMP_NR, a, b, _KCMP_FILES, 0, 0) == 0
+
+
+def _nsfs_mounts(table: bytes) -> list[tuple[str, str]]:
+    """(mount namespace, where) of each mount namespace file bind-mounted in a mount table:
+    whoever sees it there (and may setns) can join that namespace."""
+    out = []
     for line in table.splitlines():
-        parts = line.split(b" ", 5)
-        if len(parts) >= 5:
-            where = _unescape(parts[4])
-            if os.path.dirname(where) == real and where != real:
-                out.add(os.path.basename(where))
-    return frozenset(out)
+        parts = line.split(b" ")
+        sep = parts.index(b"-", 6) if b"-" in parts[6:] else 0
+        if sep and parts[3].startswith(b"mnt:[") and parts[sep + 1 : sep + 2] == [b"nsfs"]:
+            out.append((parts[3].decode("ascii", "replace"), _unescape(parts[4])))
+    return out
 
 
-def _reaches(pid: int, dev: int) -> str | None:
-    """How ``pid`` reaches the filesystem of ``dev`` without mounting it, if it does: its cwd or
-    root, an open fd or a mapped file there. OSError when its /proc entries cannot be read."""
-    for what in ("cwd", "root"):
-        if os.stat(f"/proc/{pid}/{what}").st_dev == dev:  # the magic link: works on a detached mount
-            return what
-    with os.scandir(f"/proc/{pid}/fd") as fds:
-        for fd in fds:
+class _Walk:
+    """One look at the processes of other pid namespaces: how one reaches the filesystem of
+    ``dev``, and which mount namespaces they hold a handle to (an nsfs fd or a bind-mounted
+    namespace file they see), with every mount table read once per mount namespace."""
+
+    def __init__(self, dev: int) -> None:
+        self.dev = dev
+        self.tables: dict[str, bytes] = {}
+        self.handles: dict[str, tuple[int, str]] = {}  # mount namespace -> (pid, how it holds it)
+
+    def _table(self, mntns: str, path: str) -> bytes | None:
+        """The mount table of ``mntns`` read at ``path`` the first time it is seen, else None."""
+        if mntns in self.tables:
+            return None
+        with open(path, "rb") as f:
+            self.tables[mntns] = table = f.read()
+        return table
+
+    def reaches(self, pid: int) -> tuple[str, str] | None:
+        """How ``pid`` reaches the filesystem, if it does: a mount, or (without one: ``cd D; umount
+        -l D``) a cwd or root, an open fd or a mapped file there. Every thread is looked at: a thread
+        that called unshare(CLONE_FS) has a cwd, root and even mount namespace of its own, one that
+        unshared CLONE_FILES its own fds, and once the leader thread exits (a zombie leader) the
+        process's own links read as gone while its other threads live on. ("mount", where) or
+        ("reach", how); FileNotFoundError when no thread of it lives any more; another OSError
+        when its /proc entries cannot be read."""
+        tids = sorted(int(t.name) for t in os.scandir(f"/proc/{pid}/task"))
+        alive, mapped, fd_tids = 0, False, list[int]()
+        for tid in tids:
+            base = f"/proc/{pid}/task/{tid}"
             try:
-                if os.readlink(fd.path).startswith("/") and os.stat(fd.path).st_dev == dev:
-                    return f"open fd {fd.name}"
-            except FileNotFoundError:
-                continue  # closed mid-walk
-    tag = f"{os.major(dev):02x}:{os.minor(dev):02x}".encode()
-    with open(f"/proc/{pid}/maps", "rb") as f:
-        for line in f:
+                via = self._thread(pid, tid, base, fd_tids, mapped)
+            except (FileNotFoundError, ProcessLookupError):
+                continue  # this thread exited (or is the zombie leader): the others decide
+            except OSError:
+                if not _live_thread(base):
+                    continue  # exited while read (a dying thread's mountinfo says EINVAL)
+                raise
+            alive += 1
+            if isinstance(via, tuple):
+                return via
+            mapped = mapped or via
+        if not alive:
+            raise FileNotFoundError(f"/proc/{pid}: no live thread")
+        return None
+
+    def _thread(self, pid: int, tid: int, base: str, fd_tids: list[int], mapped: bool) -> tuple[str, str] | bool:
+        """One thread's reach (a pair, as ``reaches`` says), else whether its maps were read (they are
+        the process's: one address space for all threads)."""
+        whose = "its" if tid == pid else f"its thread {tid}'s"
+        mntns = os.readlink(f"{base}/ns/mnt")
+        table = self._table(mntns, f"{base}/mountinfo")
+        if table is not None:
+            where = mount_of(table, self.dev)
+            if where is not None:
+                return "mount", where
+            for ns, at in _nsfs_mounts(table):
+                self.handles.setdefault(ns, (pid, f"a bind-mounted namespace file at {at}"))
+        for what in ("cwd", "root"):
+            if os.stat(f"{base}/{what}").st_dev == self.dev:  # the magic link: works on a detached mount
+                return "reach", f"{whose} {what}"
+        if not any(_same_fd_table(t, tid) for t in fd_tids):  # threads sharing one fd table: walk it once
+            fd_tids.append(tid)
+            with os.scandir(f"{base}/fd") as fds:
+                for fd in fds:
+                    try:
+                        link = os.readlink(fd.path)
+                        if link.startswith("mnt:["):
+                            self.handles.setdefault(link, (pid, f"{whose} open fd {fd.name}"))
+                        elif link.startswith("/") and os.stat(fd.path).st_dev == self.dev:
+                            return "reach", f"{whose} open fd {fd.name}"
+                    except FileNotFoundError:
+                        continue  # closed mid-walk
+        if mapped:
+            return True  # one address space for all threads
+        tag = f"{os.major(self.dev):02x}:{os.minor(self.dev):02x}".encode()
+        with open(f"{base}/maps", "rb") as f:
+            data = f.read()
+        for line in data.splitlines():
             parts = line.split(None, 5)
             if len(parts) >= 5 and parts[3] == tag and parts[4] != b"0":
-                return "mapped file"
-    return None
+                return "reach", "a mapped file"
+        return bool(data)  # a zombie leader's maps read empty: the next thread's then
+
+    def handle_hazard(self, pids: Iterable[int]) -> str | None:
+        """Whether a held mount namespace handle leads to one that sees the filesystem (or to one gc
+        cannot read): the holder can setns(2) into it and write there under a pid of its namespace
+        at any time, and may well have done so and left (an open fd to the namespace is all it
+        keeps). Bind-mounted namespace files seen in a namespace reached so are followed too."""
+        try:
+            with open("/proc/self/mountinfo", "rb") as f:
+                self.tables.setdefault(os.readlink("/proc/self/ns/mnt"), f.read())
+        except OSError:
+            pass
+        where_is: dict[str, int] | None = None  # mount namespace -> a pid in it, indexed when needed
+        todo, done = list(self.handles.items()), set()
+        while todo:
+            ns, (pid, how) = todo.pop()
+            if ns in done:
+                continue
+            done.add(ns)
+            table = self.tables.get(ns)
+            if table is None:
+                if where_is is None:
+                    where_is = {}
+                    for q in pids:
+                        where_is.setdefault(_readlink_or(f"/proc/{q}/ns/mnt", ""), q)
+                try:
+                    with open(f"/proc/{where_is[ns]}/mountinfo", "rb") as f:
+                        table = self.tables[ns] = f.read()
+                except (KeyError, OSError):
+                    return (
+                        f"pid {pid}, in another pid namespace, holds {how}, a handle to mount namespace {ns}, "
+                        "whose mounts gc cannot read (no process it can look at lives there)"
+                    )
+            where = mount_of(table, self.dev)
+            if where is not None:
+                return (
+                    f"pid {pid}, in another pid namespace, holds {how}, a handle to mount namespace {ns}, "
+                    f"which sees this filesystem at {where}: it can join it and write there at any time"
+                )
+            todo += [(n, (pid, f"{how}, then a namespace file at {at} there")) for n, at in _nsfs_mounts(table)]
+        return None
+
+
+def _live_thread(base: str) -> bool:
+    try:
+        os.readlink(f"{base}/ns/mnt")
+    except OSError:
+        return False
+    return True
 
 
 def judge_trust(shm_dir: str, pids: Iterable[int] | None = None) -> Trust:
-    """Whether pid liveness can be trusted for segments in ``shm_dir`` (``pids``: whom to look at)."""
+    """Whether pid liveness can be trusted for segments in ``shm_dir`` (``pids``: whom to look at).
+
+    Pid namespace handles (an fd to ``pid:[...]``, a bind-mounted one, a process's
+    ``pid_for_children``) change nothing, and that is sound: a producer hosted in another pid
+    namespace and live now is a process in it, visible in /proc from here (gc is in the initial
+    pid namespace) and looked at like every other, whatever way it got there. A namespace with
+    no process has no live producer: either its init died (nothing can ever be forked into it
+    again: ENOMEM) or none was ever forked (no segment can carry its pids yet). A producer that
+    joins after this look writes a segment younger than the look, which ``--min-age`` keeps.
+    Mount namespace handles are another matter (see ``_Walk.handle_hazard``): they hide a live
+    producer's reach, not its existence.
+    """
     shm_dir = os.path.abspath(shm_dir)
     try:
         mine = os.readlink("/proc/self/ns/pid")
@@ -152,9 +386,10 @@ def judge_trust(shm_dir: str, pids: Iterable[int] | None = None) -> Trust:
                 f"{shm_dir} is seen through pid {m.group(1)}, whose pid namespace ({theirs or 'unknown'}) is "
                 f"not this one: the pids in its segment names mean nothing here ({_ASSUME})"
             ))  # fmt: skip
-    seen_mnt: set[str] = set()
+    walk = _Walk(dev)
     doubt: set[int] = set()
-    for pid in live_pids() if pids is None else pids:
+    everyone = live_pids() if pids is None else list(pids)
+    for pid in everyone:
         try:
             nested = _nested(pid)
             if nested is False:
@@ -162,12 +397,7 @@ def judge_trust(shm_dir: str, pids: Iterable[int] | None = None) -> Trust:
             pidns = _readlink_or(f"/proc/{pid}/ns/pid", "") if nested else os.readlink(f"/proc/{pid}/ns/pid")
             if pidns == mine:
                 continue
-            mntns = os.readlink(f"/proc/{pid}/ns/mnt")
-            table = None
-            if mntns not in seen_mnt:  # one mount table per mount namespace
-                with open(f"/proc/{pid}/mountinfo", "rb") as f:
-                    table = f.read()
-            via = _reaches(pid, dev)  # per process: a cwd or fd is its own, whatever its mount table says
+            via = walk.reaches(pid)  # per thread: a cwd or fd is its own, whatever its mount table says
         except (FileNotFoundError, ProcessLookupError):
             continue  # exited mid-walk: it produces nothing any more
         except OSError:
@@ -175,25 +405,24 @@ def judge_trust(shm_dir: str, pids: Iterable[int] | None = None) -> Trust:
             if uid is not None:
                 doubt.add(uid)
             continue
-        where = None
-        if table is not None:
-            seen_mnt.add(mntns)
-            where = mount_of(table, dev)
-        if where is not None:
+        if via is not None and via[0] == "mount":
             return Trust(False, (
                 f"processes in another pid namespace ({pidns or 'unreadable'}, e.g. pid {pid}) see this filesystem "
-                f"at {where}: "
+                f"at {via[1]}: "
                 f"their pids mean nothing here ({_ASSUME})"
             ))  # fmt: skip
         if via is not None:
             return Trust(False, (
-                f"pid {pid}, in another pid namespace ({pidns or 'unreadable'}), reaches this filesystem through its "
-                f"{via} although its mounts do not show it: its pids mean nothing here ({_ASSUME})"
+                f"pid {pid}, in another pid namespace ({pidns or 'unreadable'}), reaches this filesystem through "
+                f"{via[1]} although its mounts do not show it: its pids mean nothing here ({_ASSUME})"
             ))  # fmt: skip
+    hazard = walk.handle_hazard(live_pids() if pids is None else everyone)
+    if hazard is not None:
+        return Trust(False, f"{hazard}: its pids mean nothing here ({_ASSUME})")
     note = "gc sees every pid namespace that shares this filesystem"
     if doubt:
         note += f"; the namespaces of uid(s) {', '.join(map(str, sorted(doubt)))} could not be read"
     return Trust(True, note, frozenset(doubt))
 
 
-__all__ = ["INIT_PID_NS", "Trust", "judge_trust", "mount_of", "mounted_names"]
+__all__ = ["INIT_PID_NS", "Trust", "judge_trust", "mount_of", "mount_points", "mounted_names"]
