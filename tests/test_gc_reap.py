@@ -19,7 +19,7 @@ import pytest
 
 from smgshm.core.leaks import Scan, ScanOptions, State
 from smgshm.core.reaping import reap
-from tests.conftest import Children, make_file, run_cli
+from tests.conftest import Children, make_file, run_cli, wait_for
 from tests.test_cli_gc import (
     HOLDER,
     dead_pid,
@@ -57,6 +57,65 @@ def test_a_segment_held_through_another_name_is_held(children: Children, tmp_pat
     assert name not in deletions(doc)
     assert os.path.exists(path)
     kill_and_reap(holder)
+
+
+# A holder whose hold only a thread's /proc/P/task/T shows: a thread with its own fd table
+# (unshare(CLONE_FILES)) holding it open, or a process whose leader thread exited (a zombie
+# leader: /proc/P/fd and /proc/P/maps read empty) while another thread keeps it open or mapped.
+THREAD_HOLDER = """
+import ctypes, os, signal, sys, threading, time
+path, how = sys.argv[1], sys.argv[2]
+libc = ctypes.CDLL(None, use_errno=True)
+ready = threading.Event()
+def hold():
+    if how == "own-fd-table":
+        assert libc.unshare(0x400) == 0, ctypes.get_errno()  # CLONE_FILES
+    fd = os.open(path, os.O_RDWR)
+    if how == "zombie-leader-map":
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+        assert libc.mmap(None, 4096, 1, 1, fd, 0) not in (None, ctypes.c_void_p(-1).value)
+        os.close(fd)
+    ready.set()
+    while True:
+        time.sleep(3600)
+threading.Thread(target=hold, daemon=True).start()
+ready.wait()
+print("ready", flush=True)
+if how.startswith("zombie-leader"):
+    libc.pthread_exit(None)
+signal.pause()
+"""
+
+
+@pytest.mark.parametrize("how", ["own-fd-table", "zombie-leader-fd", "zombie-leader-map"])
+def test_a_segment_only_a_thread_holds_is_held(children: Children, tmp_path: Path, how: str) -> None:
+    d = str(tmp_path)
+    name = seg_name(dead_pid(children))
+    path = make_file(d, name)
+    holder, _ = first_line(children, [PY, "-c", THREAD_HOLDER, path, how])
+    st = os.stat(path)
+    if how.startswith("zombie-leader"):
+        wait_for(lambda: _state(holder.pid) == "Z", what="the leader thread to exit")
+        assert Path(f"/proc/{holder.pid}/maps").read_bytes() == b"", "a zombie leader's maps read empty"
+    own = [os.stat(f"/proc/{holder.pid}/fd/{f}") for f in os.listdir(f"/proc/{holder.pid}/fd")]
+    assert (st.st_dev, st.st_ino) not in {(o.st_dev, o.st_ino) for o in own}, "/proc/P/fd does not show it"
+
+    doc = gc(d, *ALWAYS, "--delete", "--min-age", "0", "--yes")
+    s = segs(doc)[name]
+    assert s["state"] == "held", s["reason"]
+    assert {h["how"] for h in s["holders"] if h["pid"] == holder.pid} == {"map" if how.endswith("map") else "fd"}
+    assert name not in deletions(doc)
+    assert os.path.exists(path)
+    kill_and_reap(holder)
+
+
+def _state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0].decode()
+    except OSError:
+        return ""
 
 
 def test_a_segment_with_another_link_frees_nothing_and_says_so(children: Children, tmp_path: Path) -> None:

@@ -5,12 +5,19 @@ a rename): matching /proc/P/fd links or /proc/P/maps paths against SMG's prefix 
 those, so holders are found by the device and inode the kernel reports. One walk of /proc
 indexes every file of one device that any process has open or mapped; looking a segment
 up is then a dict access, whatever the size of the listing.
+
+Threads count: a thread that called unshare(CLONE_FILES) has an fd table of its own that
+/proc/P/fd does not show, and once a process's leader thread exits (a zombie leader) its
+/proc/P/fd and /proc/P/maps read empty while its other threads still hold and map. One
+stat of /proc/P/task says how many threads a process has; only a process with more than one
+has its threads looked at (kcmp(2) says which share the leader's fd table).
 """
 
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 Key = tuple[int, int]  # (st_dev, st_ino)
@@ -35,13 +42,52 @@ def _comm(pid: int) -> str:
         return ""
 
 
-def _mapped(pid: int, devtag: bytes, dev: int) -> set[Key]:
+# kcmp(2) per architecture: whether two threads share one fd table (KCMP_FILES). Elsewhere, or
+# where it is refused, every thread's table is walked.
+_KCMP_NR = {"x86_64": 312, "aarch64": 272, "riscv64": 272}.get(os.uname().machine)
+_KCMP_FILES = 2
+
+
+@functools.cache
+def _syscall() -> Callable[..., int]:
+    import ctypes
+
+    return ctypes.CDLL(None, use_errno=True).syscall
+
+
+def same_fd_table(a: int, b: int) -> bool:
+    """Whether threads ``a`` and ``b`` share one fd table (False when that cannot be told)."""
+    return _KCMP_NR is not None and _syscall()(_KCMP_NR, a, b, _KCMP_FILES, 0, 0) == 0
+
+
+def thread_views(pid: int) -> tuple[list[str], str | None]:
+    """For a process with more than one thread: the /proc/P/task/T dirs whose fd tables the
+    leader's /proc/P/fd does not show (an unshared table, or all of them under a zombie
+    leader), and one live thread's dir to read the maps from when the leader's read empty."""
+    try:
+        if os.stat(f"/proc/{pid}/task").st_nlink <= 3:  # 2 + the number of threads
+            return [], None
+        tids = [int(e.name) for e in os.scandir(f"/proc/{pid}/task") if e.name != str(pid)]
+    except OSError:
+        return [], None
+    walked, extra = [pid], []
+    for tid in tids:
+        if not any(same_fd_table(t, tid) for t in walked):  # a zombie leader shares no table
+            walked.append(tid)
+            extra.append(f"/proc/{pid}/task/{tid}")
+    return extra, f"/proc/{pid}/task/{tids[0]}" if tids else None
+
+
+def _mapped(pid: int, devtag: bytes, dev: int, base: str | None = None) -> set[Key]:
     """Inodes of ``dev`` mapped by ``pid``; the fd may be long closed (a map outlives it)."""
     try:
-        with open(f"/proc/{pid}/maps", "rb") as f:
+        with open(f"{base or f'/proc/{pid}'}/maps", "rb") as f:
             data = f.read()
     except OSError:
         return set()
+    if not data and base is None:
+        _extra, other = thread_views(pid)  # empty maps: a kernel thread, or a zombie leader
+        return _mapped(pid, devtag, dev, other) if other else set()
     if devtag not in data:  # the cheap test first: most processes map nothing of this device
         return set()
     out: set[Key] = set()
@@ -52,11 +98,12 @@ def _mapped(pid: int, devtag: bytes, dev: int) -> set[Key]:
     return out
 
 
-def _opened(pid: int, dev: int, names: frozenset[str] | None) -> set[Key] | None:
-    """Inodes of ``dev`` open in ``pid`` (None when its fds cannot be read: gone or not ours)."""
+def _opened(base: str, dev: int, names: frozenset[str] | None) -> set[Key] | None:
+    """Inodes of ``dev`` open in the fd table at ``base`` (/proc/P or /proc/P/task/T; None when
+    its fds cannot be read: gone or not ours)."""
     out: set[Key] = set()
     try:
-        fds = os.scandir(f"/proc/{pid}/fd")
+        fds = os.scandir(f"{base}/fd")
     except OSError:
         return None
     with fds:
@@ -90,7 +137,9 @@ def holder_index(
     devtag = f" {os.major(dev):02x}:{os.minor(dev):02x} ".encode()
     found: dict[Key, list[Holder]] = {}
     for pid in live_pids() if pids is None else pids:
-        hits = [(key, "fd") for key in _opened(pid, dev, wanted) or ()]
+        hits = [(key, "fd") for key in _opened(f"/proc/{pid}", dev, wanted) or ()]
+        for base in thread_views(pid)[0]:
+            hits += [(key, "fd") for key in _opened(base, dev, wanted) or () if (key, "fd") not in hits]
         hits += [(key, "map") for key in _mapped(pid, devtag, dev)]
         if hits:
             comm = _comm(pid)
@@ -99,4 +148,4 @@ def holder_index(
     return found
 
 
-__all__ = ["Holder", "Key", "holder_index", "live_pids"]
+__all__ = ["Holder", "Key", "holder_index", "live_pids", "same_fd_table", "thread_views"]

@@ -25,13 +25,12 @@ Names mounted on in any mount namespace are listed by ``mount_points``.
 
 from __future__ import annotations
 
-import functools
 import os
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from smgshm.core.holders import live_pids
+from smgshm.core.holders import live_pids, same_fd_table
 
 INIT_PID_NS = "pid:[4026531836]"  # PROC_PID_INIT_INO: the host's initial pid namespace
 _ASSUME = "pass --assume-dead to judge by this namespace's pids anyway"
@@ -189,23 +188,6 @@ def mounted_names(dir_path: str) -> frozenset[str]:
     return frozenset(n for n, where in mount_points(dir_path, pids=()).items() if not where)
 
 
-# kcmp(2) per architecture: whether two threads share one fd table (KCMP_FILES). Elsewhere, or
-# where it is refused, every thread's table is walked.
-_KCMP_NR = {"x86_64": 312, "aarch64": 272, "riscv64": 272}.get(os.uname().machine)
-_KCMP_FILES = 2
-
-
-@functools.cache
-def _syscall() -> Callable[..., int]:
-    import ctypes
-
-    return ctypes.CDLL(None, use_errno=True).syscall
-
-
-def _same_fd_table(a: int, b: int) -> bool:
-    return _KCMP_NR is not None and _syscall()(_KCMP_NR, a, b, _KCMP_FILES, 0, 0) == 0
-
-
 def _nsfs_mounts(table: bytes) -> list[tuple[str, str]]:
     """(mount namespace, where) of each mount namespace file bind-mounted in a mount table:
     whoever sees it there (and may setns) can join that namespace."""
@@ -279,7 +261,7 @@ class _Walk:
         for what in ("cwd", "root"):
             if os.stat(f"{base}/{what}").st_dev == self.dev:  # the magic link: works on a detached mount
                 return "reach", f"{whose} {what}"
-        if not any(_same_fd_table(t, tid) for t in fd_tids):  # threads sharing one fd table: walk it once
+        if not any(same_fd_table(t, tid) for t in fd_tids):  # threads sharing one fd table: walk it once
             fd_tids.append(tid)
             with os.scandir(f"{base}/fd") as fds:
                 for fd in fds:
