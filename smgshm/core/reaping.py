@@ -77,14 +77,17 @@ def reap(
             try:
                 for seg in batch:
                     private = f"{ASIDE_PREFIX}{os.getpid()}-{secrets.token_hex(8)}"
+                    # Listed before the rename: a Ctrl-C raised as the rename returns (Python runs the
+                    # handler at the next bytecode) must still find it to put back. A name never set
+                    # aside fails to go back with ENOENT, and RENAME_NOREPLACE never clobbers.
+                    aside.append((seg, private))
                     try:
                         _renameat2(dfd, seg.name, private)
                     except OSError as err:
+                        aside.pop()
                         gone = err.errno == errno.ENOENT
                         why = "already gone" if gone else f"cannot set it aside atomically: {err.strerror}"
                         results.append(Deletion(seg.name, seg.allocated_bytes, False, why, seg.ino))
-                        continue
-                    aside.append((seg, private))
                 # After the rename a holder's fd link shows the private name; with every file single-link
                 # the walk may pick fds by those names (a hard link needs the full walk).
                 single = all(_links(dfd, p) == 1 for _, p in aside)  # now, not at the scan: a link may be new
