@@ -13,6 +13,7 @@ import pytest
 from smgshm.core.errors import ServerError, TransportError
 from smgshm.core.http import request
 from smgshm.core.metrics import default_metrics_url, mm_traffic, parse_metrics, scrape
+from tests.conftest import closed_port
 
 SAMPLE = """\
 # HELP smg_mm_tensors_total Multimodal tensors sent
@@ -147,11 +148,7 @@ def test_oversized_body_is_refused(http_server: Callable[[Handler], str]) -> Non
 
 
 def test_refused_connection_fails_at_once() -> None:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = closed_port()
     t0 = time.monotonic()
     with pytest.raises(TransportError, match="refused"):
         request("GET", f"http://127.0.0.1:{port}/", deadline_s=30)

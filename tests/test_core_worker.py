@@ -26,7 +26,7 @@ from smgshm.core.segments import new_segment_name, write_segment
 from smgshm.core.services import RunningReceiver, start_receiver
 from smgshm.core.tensors import digest
 from smgshm.core.worker import segment_age_ns
-from tests.conftest import SHM
+from tests.conftest import SHM, closed_port
 
 # --- the model directory ---------------------------------------------------------------------
 
@@ -261,13 +261,8 @@ def test_watch_receipts_streams_new_ones(vllm: RunningReceiver) -> None:
 
 
 def test_fetch_receipts_from_something_that_is_not_serve() -> None:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     with pytest.raises(TransportError):
-        fetch_receipts(f"127.0.0.1:{port}", timeout_s=0.5)
+        fetch_receipts(f"127.0.0.1:{closed_port()}", timeout_s=0.5)
 
 
 def test_segment_age_from_the_name() -> None:
