@@ -204,14 +204,22 @@ def test_ctrl_c_stops_every_gateway_and_leaves_no_segment(children: Children, mo
     me = psutil.Process(p.pid)
 
     def gateways_up() -> list[int]:
-        kids = [c for c in me.children(recursive=True) if "smg" in " ".join(c.cmdline()[:3])]
-        return [c.pid for c in kids] if len(kids) >= 3 else []
+        kids = []
+        for c in me.children(recursive=True):
+            with contextlib.suppress(psutil.Error):  # a child may end while we look (a gateway that lost a port)
+                if "smg" in " ".join(c.cmdline()[:3]):
+                    kids.append(c.pid)
+        return kids if len(kids) >= 3 else []
 
-    pids = wait_for(gateways_up, 60, "e2e to start its three gateways")
     assert p.stderr is not None
     for line in p.stderr:  # progress on stderr: interrupt it mid-traffic, not at start-up
         if "request 2/" in line:
             break
+    else:
+        raise AssertionError(f"e2e ended before its traffic: exit {p.wait(60)}")
+    # Counted now, with traffic flowing: a gateway that lost a port race at start-up has been
+    # replaced by then, so these are the ones that must be stopped.
+    pids = wait_for(gateways_up, 60, "e2e's three gateways")
     p.send_signal(sig)
     assert p.wait(60) == code
     for pid in pids:
