@@ -273,12 +273,20 @@ fd = os.open(os.path.join(d, name), os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
 os.write(fd, b"y" * 65536)
 os.close(fd)
 if how == "nsfs":
-    s = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sleep", "600"])
-    while open(f"/proc/{s.pid}/comm").read().strip() != "sleep":  # unshare(1) done: its namespace is set up
-        time.sleep(0.01)
-    subprocess.run(["mount", "--bind", f"/proc/{s.pid}/ns/mnt", spot], check=True)
-    s.kill()
-    s.wait()
+    # Linux binds a namespace file only into a namespace with a lower id than the one it names
+    # (no loops), and ids are handed out in per-CPU batches, so a newer namespace may have a lower
+    # one: try a few, and say so (exit 75) if none would do, for the test to start over.
+    for _ in range(20):
+        s = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sleep", "600"])
+        while open(f"/proc/{s.pid}/comm").read().strip() != "sleep":  # unshare(1) done: its namespace is set up
+            time.sleep(0.01)
+        bound = subprocess.run(["mount", "--bind", f"/proc/{s.pid}/ns/mnt", spot], capture_output=True).returncode == 0
+        s.kill()
+        s.wait()
+        if bound:
+            break
+    else:
+        sys.exit(75)
 subprocess.run(["umount", "-l", d], check=True)
 print(name, flush=True)
 signal.pause()
@@ -297,14 +305,17 @@ def test_a_handle_to_a_mount_namespace_that_sees_the_tmpfs_makes_pids_untrusted(
         dev = os.stat(d).st_dev
         ns_fd = os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)  # this namespace: it sees d
         try:
-            # --mount-proc: its /proc shows its own pids (the namespace file it binds is its child's)
-            argv = ["unshare", "--pid", "--fork", "--mount", "--propagation", "private", "--mount-proc",
-                    sys.executable, "-c", HANDLE, d, how, str(dead_pid(children)), str(spot)]  # fmt: skip
-            p = children.spawn(argv, pass_fds=(ns_fd,) if how == "fd" else ())
+            for _ in range(10):  # a fresh namespace each time while the binding is refused (exit 75)
+                # --mount-proc: its /proc shows its own pids (the namespace file it binds is its child's)
+                argv = ["unshare", "--pid", "--fork", "--mount", "--propagation", "private", "--mount-proc",
+                        sys.executable, "-c", HANDLE, d, how, str(dead_pid(children)), str(spot)]  # fmt: skip
+                p = children.spawn(argv, pass_fds=(ns_fd,) if how == "fd" else ())
+                assert p.stdout is not None
+                name = p.stdout.readline().strip()
+                if name or p.wait(timeout=30) != 75:
+                    break
         finally:
             os.close(ns_fd)
-        assert p.stdout is not None
-        name = p.stdout.readline().strip()
         assert name, f"the producer exited {p.wait(timeout=10)}: {p.stderr.read() if p.stderr else ''}"
         path = os.path.join(d, name)
         kids = psutil.Process(p.pid).children(recursive=True)
