@@ -394,6 +394,31 @@ def test_a_holder_that_opened_it_after_the_scan_keeps_it(children: Children, tmp
     kill_and_reap(holder)
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root and unshare(1)")
+def test_a_name_mounted_on_in_another_mount_namespace_after_the_scan_is_put_back(
+    children: Children, tmp_path: Path
+) -> None:
+    """A mount over the name made after the scan, in another mount namespace only: the rename
+    aside goes through (only this namespace's mounts make it EBUSY) and the mount moves with the
+    dentry; unlinking it would detach that namespace's mount. The check after the rename sees it."""
+    d = str(tmp_path)
+    name = seg_name(dead_pid(children))
+    path = make_file(d, name)
+    victim = tmp_path / "victim.dat"
+    victim.write_bytes(b"v" * 8192)
+    judged = [s for s in Scan(ScanOptions(d, assume_dead=True)) if s.name == name]
+    assert judged[0].state is State.LEAKED
+    argv = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+            f"mount --bind {victim} {path} && echo ready && exec sleep 600"]  # fmt: skip
+    other, _ = first_line(children, argv)
+    (dl,) = reap(judged, d)
+    assert dl.deleted is False
+    assert dl.reason.startswith("mounted on since the scan in another mount namespace (mount namespace mnt:["), dl
+    assert sorted(os.listdir(d)) == [name, "victim.dat"], "put back under its own name"
+    assert Path(f"/proc/{other.pid}/root{path}").read_bytes() == b"v" * 8192, "that namespace's mount is intact"
+    kill_and_reap(other)
+
+
 def test_a_shm_dir_that_is_a_file_is_exit_5(tmp_path: Path) -> None:
     f = tmp_path / "not-a-dir"
     f.write_text("x")

@@ -5,8 +5,9 @@ Checking the name and then unlinking it leaves that window open, so gc never unl
 judged name: it renames the entry to a private name in the same directory with
 RENAME_NOREPLACE (atomic; nothing can be swapped under a name the swapper does not know),
 pins what it moved with an O_PATH fd (never opens a FIFO), verifies that it is the judged
-(st_dev, st_ino), still a regular file and held by nobody (one holder walk per batch, after
-the batch was set aside, so a process that opened it before the rename is seen), and only
+(st_dev, st_ino), still a regular file, held by nobody (one holder walk per batch, after
+the batch was set aside, so a process that opened it before the rename is seen) and mounted
+on in no mount namespace (one read of every namespace's mount table per batch), and only
 then unlinks the private name. Anything else is renamed back. The pinned fd then shows
 whether the data went (st_nlink 0) or another link keeps it (freed 0 bytes).
 
@@ -25,9 +26,10 @@ import secrets
 import stat
 from collections.abc import Callable, Iterable, Iterator
 
-from smgshm.core.holders import holder_index
+from smgshm.core.holders import Holder, holder_index
 from smgshm.core.leaks import ASIDE_PREFIX, Deletion, SegmentInfo, State
 from smgshm.core.paths import SMG_FAMILY_PREFIX
+from smgshm.core.pidtrust import mount_points
 
 RENAME_NOREPLACE = 1  # linux/fs.h
 BATCH = 1024  # entries set aside per holder walk: bounds both the walk count and the aside window
@@ -92,8 +94,11 @@ def reap(
                 # the walk may pick fds by those names (a hard link needs the full walk).
                 single = all(_links(dfd, p) == 1 for _, p in aside)  # now, not at the scan: a link may be new
                 held = holder_index(dev, names=[p for _, p in aside] if single else None) if aside else {}
+                # A mount made over a name since the scan, in another mount namespace only: the rename
+                # went through and the mount moved with the dentry; unlinking would detach it.
+                mounted = mount_points(shm_dir) if aside else {}
                 for seg, private in aside:
-                    results.append(_finish(seg, private, dfd, dev, held))
+                    results.append(_finish(seg, private, dfd, dev, held, mounted))
                     finished += 1
             except BaseException:  # Ctrl-C mid-batch: what is still set aside goes back under its name
                 for seg, private in aside[finished:]:
@@ -116,7 +121,10 @@ def _links(dfd: int, name: str) -> int:
         return 0  # gone or unreadable: take the full walk
 
 
-def _finish(seg: SegmentInfo, private: str, dfd: int, dev: int, held: dict[tuple[int, int], list[object]]) -> Deletion:
+def _finish(
+    seg: SegmentInfo, private: str, dfd: int, dev: int, held: dict[tuple[int, int], list[Holder]],
+    mounted: dict[str, str],
+) -> Deletion:  # fmt: skip
     fd = os.open(private, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
     try:
         st = os.fstat(fd)
@@ -126,6 +134,9 @@ def _finish(seg: SegmentInfo, private: str, dfd: int, dev: int, held: dict[tuple
             problem = "replaced since the scan by another file (another inode)"
         elif (st.st_dev, st.st_ino) in held:
             problem = "opened or mapped since the scan"
+        elif private in mounted:
+            where = f" in another mount namespace ({mounted[private]})" if mounted[private] else ""
+            problem = f"mounted on since the scan{where}"
         else:
             problem = ""
         if problem:
