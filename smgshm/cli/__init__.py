@@ -40,8 +40,52 @@ class CliError(click.ClickException):
             console.print(Text("hint: ", style="cyan") + safe(self.err.hint), soft_wrap=True)
 
 
+# Each command's module, imported when that command is first looked up: `smgshm gc` then does
+# not import bench's, e2e's or probe's dependencies (start-up is part of every gc run's time).
+_COMMANDS = {
+    "doctor": "smgshm.cli.doctor", "probe": "smgshm.cli.probe", "send": "smgshm.cli.send", "gc": "smgshm.cli.gc",
+    "watch": "smgshm.cli.watch", "bench": "smgshm.cli.bench", "serve": "smgshm.cli.serve", "e2e": "smgshm.cli.e2e",
+    "ns": "smgshm.cli.ns", "completion": "smgshm.cli.completion",
+}  # fmt: skip
+
+
 class RootGroup(click.Group):
-    """Translates exceptions once: SmgshmError -> its code, Ctrl-C -> 130, a bug -> 70."""
+    """Translates exceptions once: SmgshmError -> its code, Ctrl-C -> 130, a bug -> 70.
+
+    Subcommands load on first use; ``commands`` (help, docs, tests) loads them all.
+    """
+
+    @property  # type: ignore[override]
+    def commands(self) -> dict[str, click.Command]:
+        for name in _COMMANDS:
+            self._load(name)
+        return self._commands
+
+    @commands.setter
+    def commands(self, value: dict[str, click.Command]) -> None:
+        self._commands = dict(value)
+
+    def _load(self, name: str) -> click.Command | None:
+        cmd = self._commands.get(name)
+        if cmd is None and name in _COMMANDS:
+            import importlib
+
+            cmd = getattr(importlib.import_module(_COMMANDS[name]), name)
+            accept_root_flags(cmd)
+            self._commands[name] = cmd
+        return cmd
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        return self._load(cmd_name)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*_COMMANDS, *self._commands})
+
+    def add_command(self, cmd: click.Command, name: str | None = None) -> None:
+        name = name or cmd.name
+        if name is None:
+            raise TypeError("Command has no name.")
+        self._commands[name] = cmd
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -136,27 +180,6 @@ def accept_root_flags(cmd: click.Command) -> None:
     if isinstance(cmd, click.Group):
         for sub in cmd.commands.values():
             accept_root_flags(sub)
-
-
-def _register() -> None:
-    from smgshm.cli.bench import bench
-    from smgshm.cli.completion import completion
-    from smgshm.cli.doctor import doctor
-    from smgshm.cli.e2e import e2e
-    from smgshm.cli.gc import gc
-    from smgshm.cli.ns import ns
-    from smgshm.cli.probe import probe
-    from smgshm.cli.send import send
-    from smgshm.cli.serve import serve
-    from smgshm.cli.watch import watch
-
-    for command in (doctor, probe, send, gc, watch, bench, serve, e2e, ns, completion):
-        cli.add_command(command)
-    for command in cli.commands.values():
-        accept_root_flags(command)
-
-
-_register()
 
 
 def main() -> None:

@@ -15,11 +15,11 @@ import unicodedata
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from rich.table import Table
 from rich.text import Text
 
 if TYPE_CHECKING:
     from rich.console import Console
+    from rich.table import Table
 
     from smgshm.cli.app import App
 
@@ -131,6 +131,8 @@ def human_bytes(n: int) -> str:
 
 
 def kv_table(rows: list[tuple[str, Any]]) -> Table:
+    from rich.table import Table  # here: gc's start-up (every run) never draws a table
+
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_column(style="bold")
     table.add_column()

@@ -122,8 +122,9 @@ def run(app: App, opts: ScanOptions, *, delete: bool, include_stale: bool, min_a
     want = reaping.reapable({State.LEAKED} | ({State.STALE} if include_stale else set()))
     uid, chosen, deleted = os.getuid(), [], []
     rows: dict[int, int] = {}  # inode -> row, of the chosen only
+    add = listing.add
     for row, seg in enumerate(scan):
-        listing.add(seg, row)
+        add(seg, row)
         if delete and want(seg):
             why = reaping.keep_reason(seg, uid=uid, all_users=all_users, min_age_s=min_age)
             if why:

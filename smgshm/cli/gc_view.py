@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import heapq
 import sys
-import tempfile
 import time
 from typing import IO, TYPE_CHECKING, Any
 
@@ -24,6 +23,7 @@ from smgshm.cli.fmt import escape, human_age, human_bytes, lossless, quote_cmd, 
 
 if TYPE_CHECKING:
     from smgshm.cli.app import App
+    from smgshm.core.holders import Holder
     from smgshm.core.leaks import Deletion, Scan, SegmentInfo, Tally
 
 _STYLE = {"leaked": "red", "hazard": "magenta", "stale": "yellow", "held": "cyan", "in_flight": "green"}
@@ -36,10 +36,6 @@ _FLUSH = 4096
 def display(name: str) -> str:
     """``fmt.escape`` with the common case (a printable ASCII name) answered without a per-char walk."""
     return name if name.isascii() and name.isprintable() and "\\" not in name else escape(name)
-
-
-def _raw_name(name: str) -> str:
-    return display(name).replace(" ", "\\x20")
 
 
 try:  # orjson is ~10x the standard encoder; a 1M-entry listing spends most of its time here otherwise
@@ -58,16 +54,25 @@ def _dumps(obj: Any) -> str:
     return _dumpb(obj).decode()
 
 
+def segment_docs(segs: list[SegmentInfo]) -> list[dict[str, Any]]:
+    """The JSON objects of a batch of entries: one comprehension, no call per entry (a listing may
+    have a million), display() and fmt.lossless inlined."""
+    return [{
+        "name": name if name.isascii() and name.isprintable() and "\\" not in name else escape(name),
+        "name_hex": name.encode("utf-8", "surrogateescape").hex(), "kind": kind, "file_type": ftype,
+        "nbytes": nbytes, "allocated_bytes": alloc, "age_s": age, "uid": uid, "producer_pid": pid,
+        "producer_alive": alive, "holders": _holder_docs(held) if held else [], "state": state._value_,
+        "reason": reason, "ino": ino, "nlink": nlink,
+    } for name, kind, ftype, nbytes, alloc, age, uid, pid, alive, held, state, reason, ino, nlink, _ in segs
+    ]  # fmt: skip
+
+
+def _holder_docs(held: tuple[Holder, ...]) -> list[dict[str, Any]]:
+    return [{"pid": h.pid, "comm": h.comm, "how": h.how} for h in held]
+
+
 def segment_doc(s: SegmentInfo) -> dict[str, Any]:
-    name = s.name
-    return {
-        # fmt.lossless, inlined: this runs once per entry of a listing that may have a million
-        "name": display(name), "name_hex": name.encode("utf-8", "surrogateescape").hex(), "kind": s.kind,
-        "file_type": s.file_type, "nbytes": s.nbytes, "allocated_bytes": s.allocated_bytes, "age_s": s.age_s,
-        "uid": s.uid, "producer_pid": s.producer_pid, "producer_alive": s.producer_alive,
-        "holders": [{"pid": h.pid, "comm": h.comm, "how": h.how} for h in s.holders] if s.holders else [],
-        "state": s.state._value_, "reason": s.reason, "ino": s.ino, "nlink": s.nlink,
-    }  # fmt: skip
+    return segment_docs([s])[0]
 
 
 def deletion_doc(d: Deletion) -> dict[str, Any]:
@@ -118,10 +123,22 @@ def _age(s: float) -> str:
     return _AGES[k]
 
 
+_HEADS: dict[tuple[str, str, int, str, int | None, bool | None], str] = {}
+
+
 def _row(s: SegmentInfo, state: str | None = None) -> str:
-    pid = "-" if s.producer_pid is None else f"{s.producer_pid}{' (dead)' if s.producer_alive is False else ''}"
-    return (f"{state or s.state._value_:<10}{s.kind:<14}{_size(s.allocated_bytes):>10} {_age(s.age_s):>6} "
-            f"{pid:>14}  {display(s.name)}\n")  # fmt: skip
+    name, kind, _, _, alloc, age_s, _, pid, alive, _, st, _, _, _, _ = s
+    age = _AGES.get(int(age_s)) or _age(age_s)
+    # Everything before the name, made once per (state, kind, size, shown age, pid): a crowded
+    # dir repeats a handful of them (this runs once per row of --all).
+    key = (state or st._value_, kind, alloc, age, pid, alive)
+    head = _HEADS.get(key)
+    if head is None:
+        if len(_HEADS) > 65536:
+            _HEADS.clear()  # bounded: a stranger can make every size differ
+        shown = "-" if pid is None else f"{pid}{' (dead)' if alive is False else ''}"
+        head = _HEADS[key] = f"{key[0]:<10}{kind:<14}{_size(alloc):>10} {age:>6} {shown:>14}  "
+    return head + (name if name.isascii() and name.isprintable() and "\\" not in name else escape(name)) + "\n"
 
 
 HEADER = f"{'STATE':<10}{'KIND':<14}{'SIZE':>10} {'AGE':>6} {'PID':>14}  NAME\n"
@@ -129,8 +146,12 @@ HEADER = f"{'STATE':<10}{'KIND':<14}{'SIZE':>10} {'AGE':>6} {'PID':>14}  NAME\n"
 
 def raw_row(s: SegmentInfo) -> str:
     """STATE KIND ALLOCATED_BYTES AGE_S PID NAME: one entry, single spaces, no header, nothing humanised."""
-    pid = "-" if s.producer_pid is None else str(s.producer_pid)
-    return f"{s.state._value_} {s.kind} {s.allocated_bytes} {s.age_s:.0f} {pid} {_raw_name(s.name)}\n"
+    name, kind, _, _, alloc, age, _, pid, _, _, st, _, _, _, _ = s
+    if not (name.isascii() and name.isprintable() and "\\" not in name):  # display(), inline: once per row
+        name = escape(name)
+    if " " in name:
+        name = name.replace(" ", "\\x20")  # one field for awk
+    return f"{st._value_} {kind} {alloc} {age:.0f} {'-' if pid is None else pid} {name}\n"
 
 
 class JsonListing:
@@ -162,12 +183,13 @@ class JsonListing:
     def _drain(self) -> None:
         if self.pending:
             # One encoder call per batch (a list), not per entry: its brackets are cut off.
-            self._write((b"" if self.first else b",") + _dumpb(self.pending)[1:-1])
+            self._write((b"" if self.first else b",") + _dumpb(segment_docs(self.pending))[1:-1])
             self.pending, self.first = [], False
 
     def add(self, seg: SegmentInfo, row: int) -> None:
-        self.pending.append(segment_doc(seg))
-        if len(self.pending) >= _FLUSH:
+        pending = self.pending
+        pending.append(seg)
+        if len(pending) >= _FLUSH:
             self._drain()
 
     def finish(self, scan: Scan, before: Tally, after: Tally, deleted: list[Deletion], ok: bool,
@@ -204,20 +226,25 @@ class HumanListing:
         self.app, self.check = app, check
         self.notable: list[tuple[tuple[int, int, int], SegmentInfo, int]] = []  # min-heap: least notable on top
         # Unlinked at creation, closed in finish(): --all keeps its rows on disk, not in memory.
-        self.spool: IO[str] | None = (
-            tempfile.TemporaryFile("w+", encoding="utf-8", errors="surrogateescape")  # noqa: SIM115
-            if all_rows else None
-        )  # fmt: skip
+        self.spool: IO[str] | None = None
+        if all_rows:
+            import tempfile  # only --all spools: not part of every gc's start-up
+
+            self.spool = tempfile.TemporaryFile("w+", encoding="utf-8", errors="surrogateescape")  # noqa: SIM115
         self.spool_buf: list[str] = []
 
     def add(self, seg: SegmentInfo, row: int) -> None:
-        rank = _RANK.get(seg.state.value)
+        rank = _RANK.get(seg.state._value_)
         if rank is not None:
-            key = (-rank, seg.allocated_bytes, -row)
-            if len(self.notable) < NOTABLE:
-                heapq.heappush(self.notable, (key, seg, row))
-            elif key > self.notable[0][0]:
-                heapq.heapreplace(self.notable, (key, seg, row))
+            notable = self.notable
+            if len(notable) < NOTABLE:
+                heapq.heappush(notable, ((-rank, seg.allocated_bytes, -row), seg, row))
+            else:
+                # Rows only grow, so a later entry never beats an equal one: rank, then bytes decide
+                # (the key of the heap, compared without building a tuple per entry).
+                least = notable[0][0]
+                if -rank > least[0] or (-rank == least[0] and seg.allocated_bytes > least[1]):
+                    heapq.heapreplace(notable, ((-rank, seg.allocated_bytes, -row), seg, row))
         if self.spool is not None:
             self.spool_buf.append(_row(seg))
             if len(self.spool_buf) >= _FLUSH:
@@ -363,5 +390,5 @@ class Progress:
 
 __all__ = [
     "HEADER", "HumanListing", "JsonListing", "Progress", "RawListing", "deletion_doc", "display", "gc_watch_line",
-    "headline", "raw_row", "segment_doc", "will_delete",
+    "headline", "raw_row", "segment_doc", "segment_docs", "will_delete",
 ]  # fmt: skip

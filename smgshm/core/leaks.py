@@ -20,7 +20,7 @@ import stat
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from smgshm.core.errors import HostError
 from smgshm.core.holders import Holder, holder_index
@@ -42,6 +42,7 @@ _NAME = re.compile(
 )  # fmt: skip
 # lastindex -> (kind, group of the pid, group of the nanos or 0)
 _BY_LAST = {3: ("gateway", 1, 2), 4: ("gateway_probe", 4, 0), 7: ("smgshm", 5, 6), 9: ("smgshm_probe", 8, 9)}
+_fullmatch = _NAME.fullmatch
 KINDS = ("gateway", "gateway_probe", "smgshm", "smgshm_probe", "gc_aside", "other")
 
 
@@ -116,13 +117,14 @@ class GcReport:
 
 
 def parse_name(name: str) -> tuple[str, int | None, int | None]:
-    """(kind, producer pid, creation time in ns if the name carries one)."""
-    m = _NAME.fullmatch(name)
+    """(kind, producer pid, creation time in ns if the name carries one). ``Judge.each`` applies
+    the same rules inline."""
+    m = _fullmatch(name)
     if m is None:
         return ("gc_aside" if name.startswith(ASIDE_PREFIX) else "other"), None, None
     kind, p, t = _BY_LAST[m.lastindex]  # type: ignore[index]
-    pid = int(m.group(p))
-    return kind, pid if pid < 2**32 else None, int(m.group(t)) if t else None
+    pid = int(m[p])
+    return kind, pid if pid < 2**32 else None, int(m[t]) if t else None
 
 
 _TYPES = {stat.S_IFREG: "regular", stat.S_IFLNK: "symlink", stat.S_IFIFO: "fifo", stat.S_IFDIR: "directory",
@@ -140,10 +142,39 @@ def _start_time(pid: int) -> float | None:
 
 
 _new = tuple.__new__
+_IFMT = 0o170000  # stat.S_IFMT's mask: inline, not a call per entry
+_IFREG = stat.S_IFREG
+
+
+class _DirEntry(Protocol):
+    """What ``Judge.each`` reads of an ``os.DirEntry``."""
+
+    @property
+    def name(self) -> str: ...
+
+    def stat(self, *, follow_symlinks: bool = True) -> os.stat_result: ...
+
+
+class _Lstated:
+    """One entry already lstat'ed, as ``Judge.each`` takes it."""
+
+    __slots__ = ("name", "st")
+
+    def __init__(self, name: str, st: os.stat_result) -> None:
+        self.name, self.st = name, st
+
+    def stat(self, *, follow_symlinks: bool = True) -> os.stat_result:
+        return self.st
 
 
 class Judge:
-    """The judgement of one entry, with what a scan decides once: trust, holders, start times."""
+    """The judgement of one entry, with what a scan decides once: trust, holders, start times.
+
+    It runs once per entry of a listing that may hold a million, so what depends only on the
+    producer pid (its start time, the sentence that explains its verdict) is worked out once
+    per pid and looked up after; what depends on the entry (its stat, its name's time) is
+    judged every time, by the same rules.
+    """
 
     def __init__(
         self, opts: ScanOptions, trust: Trust, holders: dict[tuple[int, int], list[Holder]], dir_dev: int | None = None
@@ -153,25 +184,111 @@ class Judge:
         # and one bound from this very filesystem, here or in another mount namespace (name -> which)
         self.mounted = mount_points(opts.shm_dir)
         self.starts: dict[int, float | None] = {}  # per scan: a dir of 1M segments has a handful of pids
+        self.said: dict[tuple[str, int, str], str] = {}  # (verdict, pid, kind) -> its reason, made once
+        # By inode alone for the dir's own device (an int key, no tuple per entry); as tuples, once.
+        self.held_here: dict[int, tuple[Holder, ...]] = {
+            ino: tuple(hs) for (d, ino), hs in holders.items() if d == dir_dev
+        }  # fmt: skip
         self.now = time.time()
 
     def __call__(self, name: str, st: os.stat_result) -> SegmentInfo:
-        kind, pid, nanos = parse_name(name)
-        ftype = _TYPES.get(stat.S_IFMT(st.st_mode), "other")
-        age = self.now - st.st_mtime
-        held = tuple(self.holders.get((st.st_dev, st.st_ino), ())) if self.holders else ()
-        state, reason, alive = self._verdict(name, st, kind, pid, nanos, ftype, age, held)
-        if st.st_nlink > 1 and ftype == "regular":
-            reason += f"; it has {st.st_nlink} links: unlinking this name frees nothing"
-        # tuple.__new__: the NamedTuple's own __new__ is a Python function, a third of the cost again.
-        return _new(SegmentInfo, (name, kind, ftype, st.st_size, st.st_blocks * 512, age if age > 0.0 else 0.0,
-                                  st.st_uid, pid, alive, held, state, reason, st.st_ino, st.st_nlink, st.st_dev))
+        """The judgement of one entry already lstat'ed: ``each``'s own code, for one."""
+        return next(self.each((_Lstated(name, st),), family=""))
 
-    def _verdict(
-        self, name: str, st: os.stat_result, kind: str, pid: int | None, nanos: int | None, ftype: str, age: float,
-        held: tuple[Holder, ...],
-    ) -> tuple[State, str, bool | None]:  # fmt: skip
-        if (self.dir_dev is not None and st.st_dev != self.dir_dev) or name in self.mounted:
+    def each(
+        self, entries: Iterable[_DirEntry], tally: Tally | None = None, progress: Callable[[int], None] | None = None,
+        family: str = SMG_FAMILY_PREFIX,
+    ) -> Iterator[SegmentInfo]:  # fmt: skip
+        """Judge each entry (an ``os.DirEntry`` of the dir, or alike) whose name starts with ``family``,
+        adding it to ``tally``; ``progress(n)`` every 1024 entries. One loop with everything in
+        locals and no call per entry but the lstat: a crowded dir has a million entries, and a
+        Python call costs as much as a third of the lstat."""
+        now, dir_dev, holders, held_here, mounted = self.now, self.dir_dev, self.holders, self.held_here, self.mounted
+        starts, said, fullmatch, by_last = self.starts, self.said, _fullmatch, _BY_LAST
+        judge_pid = not self.opts.assume_dead
+        trusted, doubt, stale_after = self.trust.trusted, self.trust.doubt_uids, self.opts.stale_after_s
+        add = tally.add if tally is not None else None
+        seen = 0
+        for entry in entries:
+            name = entry.name
+            if not name.startswith(family):
+                continue
+            try:
+                st = entry.stat(follow_symlinks=False)  # on a dir listed by fd: fstatat(fd, name, NOFOLLOW)
+            except FileNotFoundError:
+                continue  # unlinked since the listing: nothing to report
+            # parse_name's rules, inline: the one pattern, ASCII digits, a full match, a pid < 2**32.
+            m = fullmatch(name)
+            if m is None:
+                kind, pid, t = ("gc_aside" if name.startswith(ASIDE_PREFIX) else "other"), None, 0
+            else:
+                kind, p, t = by_last[m.lastindex]  # type: ignore[index]
+                pid = int(m[p])
+                if pid >= 2**32:
+                    pid = None
+            dev, ino, nlink, mtime, mode, uid = st.st_dev, st.st_ino, st.st_nlink, st.st_mtime, st.st_mode, st.st_uid
+            ftype = "regular" if mode & _IFMT == _IFREG else _TYPES.get(mode & _IFMT, "other")
+            age = now - mtime
+            if dev == dir_dev:
+                held = held_here.get(ino, ()) if held_here else ()
+            else:
+                held = tuple(holders.get((dev, ino), ())) if holders else ()
+            if ftype != "regular" or held or pid is None or (dev != dir_dev and dir_dev is not None) or (
+                mounted and name in mounted
+            ):  # fmt: skip
+                state, reason, alive = self._not_by_pid(name, dev, kind, ftype, held)
+            else:  # a regular file on this filesystem nobody holds, with a producer pid: the pid decides
+                started = starts[pid] if pid in starts else starts.setdefault(pid, _start_time(pid))
+                if started is None:
+                    alive = False  # no process has that pid: whenever the segment was written
+                else:
+                    # The later of the name's time and mtime: a forged or skewed name can only make gc keep more.
+                    nanos = int(m[t]) if t else 0  # type: ignore[index]
+                    written = mtime if not nanos or nanos / 1e9 < mtime else nanos / 1e9
+                    # A process that started after the segment was written cannot have written it (1 s
+                    # slack for clock granularity): the pid was reused.
+                    alive = started <= written + 1.0
+                if judge_pid and not trusted:
+                    state, reason, alive = State.UNKNOWN, "producer liveness cannot be trusted here", alive or None
+                elif judge_pid and uid in doubt:
+                    state, reason = State.UNKNOWN, f"the pid namespaces of uid {uid}'s processes cannot be read"
+                    alive = alive or None
+                elif not alive:
+                    # Each sentence is made once per pid: a crowded dir repeats a handful of pids.
+                    state, reason = State.LEAKED, said.get(("dead" if started is None else "reused", pid, kind))
+                    if reason is None:
+                        reason = self._dead_reason(kind, pid, started)
+                elif age >= stale_after:
+                    state, reason = State.STALE, f"producer pid {pid} lives, but the segment is {age:.0f} s old"
+                else:
+                    state, reason = State.IN_FLIGHT, said.get(("young", pid, ""))
+                    if reason is None:
+                        reason = said["young", pid, ""] = f"producer pid {pid} lives and the segment is young"
+            if nlink > 1 and ftype == "regular":
+                reason += f"; it has {nlink} links: unlinking this name frees nothing"
+            # tuple.__new__: the NamedTuple's own __new__ is a Python function, a third of the cost again.
+            seg = _new(SegmentInfo, (name, kind, ftype, st.st_size, st.st_blocks * 512, age if age > 0.0 else 0.0,
+                                     uid, pid, alive, held, state, reason, ino, nlink, dev))  # fmt: skip
+            if add is not None:
+                add(seg)
+            yield seg
+            seen += 1
+            if progress and not seen & 1023:
+                progress(seen)
+
+    def _dead_reason(self, kind: str, pid: int, started: float | None) -> str:
+        why = "no process has that pid" if started is None else "its pid now belongs to a younger process (reused)"
+        note = f"; a gateway with pid {pid} will find /dev/shm unwritable and stay inline" \
+            if kind == "gateway_probe" else ""  # fmt: skip
+        reason = f"producer pid {pid} is dead: {why}{note}"
+        self.said["dead" if started is None else "reused", pid, kind] = reason
+        return reason
+
+    def _not_by_pid(
+        self, name: str, dev: int, kind: str, ftype: str, held: tuple[Holder, ...]
+    ) -> tuple[State, str, bool | None]:
+        """The verdicts no pid can change: hazards, held entries, names without a pid."""
+        if (self.dir_dev is not None and dev != self.dir_dev) or name in self.mounted:
             # Something is mounted over this name (a bind-mounted file or dir): unlink gets EBUSY,
             # and the inode is another filesystem's, never a segment this dir's producer wrote.
             if self.mounted.get(name):  # only there: here rename and unlink succeed and detach it
@@ -185,30 +302,9 @@ class Judge:
         if held:
             who = ", ".join(f"{h.pid} ({h.comm}, {h.how})" for h in held[:3])
             return State.HELD, f"open or mapped by {who}", None
-        if pid is None:
-            if kind == "gc_aside":
-                return State.UNKNOWN, "set aside by a gc --delete that did not finish; inspect, remove by hand", None
-            return State.UNKNOWN, "the name carries no producer pid", None
-        starts = self.starts
-        started = starts[pid] if pid in starts else starts.setdefault(pid, _start_time(pid))
-        # The later of the name's time and mtime: a forged or skewed name can only make gc keep more.
-        written = st.st_mtime if not nanos or nanos / 1e9 < st.st_mtime else nanos / 1e9
-        # A process that started after the segment was written cannot have written it (1 s slack
-        # for clock granularity): the pid was reused.
-        alive = started is not None and started <= written + 1.0
-        if not self.opts.assume_dead:
-            if not self.trust.trusted:
-                return State.UNKNOWN, "producer liveness cannot be trusted here", alive or None
-            if st.st_uid in self.trust.doubt_uids:
-                return State.UNKNOWN, f"the pid namespaces of uid {st.st_uid}'s processes cannot be read", alive or None
-        if not alive:
-            why = "no process has that pid" if started is None else "its pid now belongs to a younger process (reused)"
-            note = f"; a gateway with pid {pid} will find /dev/shm unwritable and stay inline" \
-                if kind == "gateway_probe" else ""  # fmt: skip
-            return State.LEAKED, f"producer pid {pid} is dead: {why}{note}", False
-        if age >= self.opts.stale_after_s:
-            return State.STALE, f"producer pid {pid} lives, but the segment is {age:.0f} s old", True
-        return State.IN_FLIGHT, f"producer pid {pid} lives and the segment is young", True
+        if kind == "gc_aside":
+            return State.UNKNOWN, "set aside by a gc --delete that did not finish; inspect, remove by hand", None
+        return State.UNKNOWN, "the name carries no producer pid", None
 
 
 class Tally:
@@ -262,11 +358,16 @@ class Scan:
     def __init__(self, opts: ScanOptions, progress: Callable[[int], None] | None = None) -> None:
         self.t0 = time.monotonic()
         self.opts, self.progress = opts, progress
+        self._fd = -1
         try:
-            self._dir = os.scandir(opts.shm_dir)
-            st = os.stat(opts.shm_dir)
-            vfs = os.statvfs(opts.shm_dir)
+            # Listed by fd: each entry's lstat is then relative to it (fstatat), no path to
+            # build and walk per entry; and the dev and sizes are those of the very dir listed.
+            self._fd = os.open(opts.shm_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            self._dir = os.scandir(self._fd)
+            st = os.fstat(self._fd)
+            vfs = os.fstatvfs(self._fd)
         except OSError as err:
+            self.close()
             raise _host_error(err, opts.shm_dir) from err
         self.dev = st.st_dev
         self.shm_total_bytes = vfs.f_blocks * vfs.f_frsize
@@ -289,23 +390,22 @@ class Scan:
     def scan_ms(self) -> float:
         return (time.monotonic() - self.t0) * 1e3
 
+    def close(self) -> None:
+        """Release the dir (done when the iteration ends; a scan never iterated calls it, or is collected)."""
+        if getattr(self, "_dir", None) is not None:
+            self._dir.close()
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __del__(self) -> None:
+        self.close()
+
     def __iter__(self) -> Iterator[SegmentInfo]:
-        judge, add, progress, seen = self.judge, self.tally.add, self.progress, 0
-        with self._dir as entries:
-            for entry in entries:
-                name = entry.name
-                if not name.startswith(SMG_FAMILY_PREFIX):
-                    continue
-                try:
-                    st = entry.stat(follow_symlinks=False)
-                except FileNotFoundError:
-                    continue  # unlinked since the listing: nothing to report
-                seg = judge(name, st)
-                add(seg)
-                yield seg
-                seen += 1
-                if progress and not seen & 1023:
-                    progress(seen)
+        try:
+            yield from self.judge.each(self._dir, self.tally, self.progress)
+        finally:
+            self.close()
 
     def report(self, segments: list[SegmentInfo]) -> GcReport:
         t = self.tally
