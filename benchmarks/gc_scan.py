@@ -19,7 +19,9 @@ whatever other pid namespaces this machine has. The dirs are removed at the end,
 smgshm's bytecode is compiled first, as pip does when it installs a wheel: an editable install run
 under PYTHONDONTWRITEBYTECODE would otherwise compile some 40 modules from source in every run
 (~45 ms here), which no installed smgshm pays. The 1-minute load average is printed before and
-after each count: on a shared machine it says what the wall times are worth.
+after each count: on a shared machine it says what the wall times are worth. The scratch dirs are
+filled and removed by child processes, so that this one stays small: a child's peak RSS includes
+its parent's at the fork, until the exec.
 
     .venv/bin/python benchmarks/gc_scan.py --entries 100000 1000000
 """
@@ -64,6 +66,12 @@ def populate(d: str, n: int, pid: int) -> None:
         os.close(dfd)
 
 
+def apart(code: str) -> None:
+    """Run ``code`` in a child: the kernel records a child's RSS at exec into its peak (ru_maxrss), so
+    a parent grown by making or removing a million files would show as every measured command's peak."""
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=os.path.dirname(os.path.abspath(__file__)))
+
+
 def timed(argv: list[str]) -> tuple[float, float, int]:
     """(wall seconds, CPU seconds, peak RSS in KiB) of one child, its stdout discarded."""
     t0 = time.perf_counter()
@@ -97,12 +105,11 @@ def main() -> None:
     ap.add_argument("--parent", default="/dev/shm", help="tmpfs to create the scratch dirs in")  # noqa: S108
     args = ap.parse_args()
 
-    import compileall
     import importlib.util
 
     spec = importlib.util.find_spec("smgshm")
-    if spec and spec.submodule_search_locations:
-        compileall.compile_dir(spec.submodule_search_locations[0], quiet=1)
+    if spec and spec.submodule_search_locations:  # in a child too: this process stays small
+        subprocess.run([sys.executable, "-m", "compileall", "-q", spec.submodule_search_locations[0]], check=True)
     pid = dead_pid()
     made: list[str] = []
     try:
@@ -113,11 +120,11 @@ def main() -> None:
                 d = os.path.join(args.parent, f"smgshm-bench-{os.getpid()}-{uuid.uuid4().hex[:8]}")
                 os.mkdir(d, 0o700)
                 made.append(d)
-                populate(d, count, pid)
+                apart(f"import gc_scan\ngc_scan.populate({d!r}, {count}, {pid})")
                 load = os.getloadavg()[0]
                 results[count] = measure(d, args.runs)
                 loads[count] = (load, os.getloadavg()[0])
-                shutil.rmtree(d, ignore_errors=True)
+                apart(f"import shutil\nshutil.rmtree({d!r}, ignore_errors=True)")  # rmtree lists it all in memory
             small, big = results[max(1, n // 10)], results[n]
             floor, floor_cpu = big["find -printf"][0], big["find -printf"][1]
             print(f"{n:,} entries (medians of {args.runs} runs, alternating; wall, CPU, and peak RSS at "  # noqa: T201
