@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -369,3 +370,30 @@ def test_a_pid_namespace_handle_alone_changes_nothing(children: Children, tmp_pa
         finally:
             os.close(pid_ns)
         kill_and_reap(p)
+
+
+# judge_trust as another uid: the namespaces of root's processes are not its to read.
+AS_NOBODY = """
+import os, sys
+from smgshm.core.pidtrust import judge_trust
+os.setgroups([])
+os.setgid(65534)
+os.setuid(65534)
+t = judge_trust(sys.argv[1], pids=[int(sys.argv[2])])
+print(t.trusted, sorted(t.doubt_uids), t.note, flush=True)
+"""
+
+
+def test_a_process_whose_namespaces_cannot_be_read_puts_its_uid_in_doubt(children: Children) -> None:
+    """Unreadable is doubt, never "exited": a root process in another pid namespace, looked at by
+    an unprivileged gc, leaves root's segments unknown (its /proc/P/task/T links say EACCES)."""
+    argv = ["unshare", "--pid", "--fork", "sh", "-c", "echo ready && exec sleep 600"]
+    p, _ = first_line(children, argv)
+    member = wait_for(lambda: next((k.pid for k in psutil.Process(p.pid).children() if k.name() == "sleep"), None),
+                      what="the pid namespace's process")  # fmt: skip
+    d = os.path.dirname(os.path.abspath(__file__))  # a dir uid 65534 may stat
+    out = subprocess.run([sys.executable, "-c", AS_NOBODY, d, str(member)], capture_output=True, text=True,
+                         timeout=60, cwd="/")  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split(None, 2)[:2] == ["True", "[0]"], out.stdout
+    kill_and_reap(p)

@@ -326,10 +326,13 @@ class _Walk:
 
 
 def _live_thread(base: str) -> bool:
+    """Whether the thread at ``base`` still lives: only its going says no (EACCES is doubt)."""
     try:
         os.readlink(f"{base}/ns/mnt")
-    except OSError:
+    except (FileNotFoundError, ProcessLookupError):
         return False
+    except OSError:
+        return True
     return True
 
 
