@@ -1,4 +1,5 @@
-"""The causes e2e names when SHM is configured yet tensors go inline, produced for real.
+"""The causes e2e names when SHM is configured yet tensors go inline, produced for real (the README's
+findings: writes failing, a leftover probe file kept or removed by the gateway).
 
 Each test runs the real gateway, a ``serve`` worker and ``smgshm e2e`` in a private mount namespace
 whose /dev/shm is a fresh tmpfs (held by ``unshare -m``, joined with ``nsenter -m``), the gateway in
@@ -28,7 +29,7 @@ from tests.e2e_support import gateways, model_dir, needs_smg
 from tests.test_json_schema import check_e2e_schema
 
 __all__ = ["gateways", "model_dir"]  # fixtures
-TOOLS = ("unshare", "nsenter", "setpriv", "mount")
+TOOLS = ("unshare", "nsenter", "setpriv", "mount", "findmnt")
 pytestmark = [
     needs_smg,
     pytest.mark.timeout(240),
@@ -43,15 +44,24 @@ class PrivateShm:
     """A mount namespace of its own whose /dev/shm is a fresh tmpfs, held open by one process."""
 
     def __init__(self, children: Children, size: str) -> None:
-        script = f"mount -t tmpfs -o size={size},mode=1777 tmpfs /dev/shm && echo ready && exec cat"
+        # The namespace starts as a copy of every mount here, other runs' private tmpfs under /tmp
+        # too: detached first, so no run's gc sees its tmpfs reached from this test's pid namespace.
+        script = (
+            "findmnt -rn -o TARGET | grep '^/tmp/' | sort -r | while read -r m; do umount -l \"$(printf %b \"$m\")\"; "
+            "done; "
+            f"mount -t tmpfs -o size={size},mode=1777 tmpfs /dev/shm && echo ready && exec cat"
+        )
         # stdin is a pipe: if this test process dies, cat sees EOF and the namespace goes with it.
-        self.holder = children.spawn(["unshare", "-m", "--propagation", "private", "sh", "-c", script],
+        self.holder = children.spawn(["unshare", "-m", "--propagation", "private", "bash", "-c", script],
                                      stdin=subprocess.PIPE)  # fmt: skip
         assert self.holder.stdout is not None
         line = self.holder.stdout.readline()
         assert line.strip() == "ready", self.holder.stderr.read() if self.holder.stderr else "holder exited"
         self.pid = self.holder.pid
         self.shm = f"/proc/{self.pid}/root/dev/shm"  # its /dev/shm as seen from here
+        with open(f"/proc/{self.pid}/mountinfo") as f:
+            kept = [line.split()[4] for line in f if line.split()[4].startswith("/tmp/")]
+        assert kept == [], f"mounts under /tmp still in the test's namespace: {kept}"
 
     def enter(self, *argv: str) -> list[str]:
         """argv that runs ``argv`` in the namespace (this pid namespace, this /proc)."""
@@ -126,6 +136,7 @@ def test_full_tmpfs_makes_real_writes_fail_and_e2e_says_so(
     assert run["path"] == "inline"
     assert run["cause"] == "inline: SHM writes are failing (write failures +2)"
     assert run["agree"] is True
+    assert (run["mode"], run["dev_writable"]) == ("shm", True)  # from the log it writes
     assert run["metrics"]["shm_write_failures"] == 2
     assert run["metrics"]["tensors"] == {"inline": 6}
     assert run["shm_tensors_by_source"] == {"metrics": 0, "shm dir": 0, "receipts": 0}
@@ -174,6 +185,7 @@ def test_leftover_probe_file_turns_shm_off_and_e2e_names_it(
     assert run["path"] == "inline"
     assert run["cause"].startswith(f"inline: the gateway's probe file is left over ({PROBE_1})")
     assert run["agree"] is True
+    assert (run["mode"], run["dev_writable"]) == ("shm", False)
     assert run["metrics"]["shm_write_failures"] == 0  # silent: no write is even tried
     assert run["metrics"]["tensors"] == {"inline": 6}
     d = run["shm_dir"]
@@ -182,6 +194,36 @@ def test_leftover_probe_file_turns_shm_off_and_e2e_names_it(
     text = e2e_in(ns, gw, "-n", "1", "--expect", "shm", exit=3).stdout
     assert "the gateway's probe file is left over" in text
     assert PROBE_1 in ns.ls()
+
+
+@pytest.mark.parametrize("private_shm", ["16m"], indirect=True)
+def test_leftover_probe_file_the_gateway_removes_is_named_from_its_log(
+    private_shm: PrivateShm, children: Children, gateways: list[RunningGateway], tmp_path: Path, model_dir: str
+) -> None:
+    """The usual case: the leftover is the gateway's uid's, so its failed probe removes it. The file is
+    gone, SHM stays off, no write fails: only its start-up line (dev_writable=false) tells, and e2e
+    reads that from the log the gateway writes (its open files) when it runs here."""
+    ns = private_shm
+    os.close(os.open(os.path.join(ns.shm, PROBE_1), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    gw = gateway_in(ns, gateways, tmp_path, model_dir, serve_in(ns, children, model_dir))
+    setting = wait_for(gw.transport_setting, what="the gateway's transport line")
+    assert (setting.mode, setting.dev_writable) == ("shm", False)
+    assert PROBE_1 not in ns.ls()  # removed by the probe it failed
+    doc = json.loads(e2e_in(ns, gw, "--json", "-n", "2", "--expect", "shm", exit=3).stdout)
+    check_e2e_schema(doc)
+    [run] = doc["result"]["runs"]
+    assert run["path"] == "inline"
+    assert run["cause"].startswith(
+        "inline: the gateway's writability probe of /dev/shm fails (dev_writable=false in its log)"
+    )
+    assert f"a leftover {PROBE_1} (it removes the file as its probe fails)" in run["cause"]
+    assert (run["mode"], run["dev_writable"]) == ("shm", False)
+    assert run["setting_source"].startswith(f"log {gw.log_path}:")
+    assert run["metrics"]["shm_write_failures"] == 0
+    assert (run["shm_dir"]["name_pid"], run["shm_dir"]["probe_file_left"], run["shm_dir"]["segments"]) == (1, "", [])
+    text = e2e_in(ns, gw, "-n", "1", "--expect", "shm", exit=3).stdout
+    assert "dev_writable=false in its log" in text
+    assert "setting mode shm, shm_min_bytes 65536, dev_writable false (log " in text
 
 
 def test_innermost_pid_is_the_pid_in_its_own_namespace(children: Children) -> None:

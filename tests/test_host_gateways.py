@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from smgshm.core.gatewaylog import parse_transport_line, read_transport_config
+from smgshm.core.gatewaylog import TransportConfig, parse_transport_line, read_transport_config
 from smgshm.core.gatewaymode import judge
 from smgshm.core.gatewayproc import GatewayConfig, RunningGateway, start_gateway
 from smgshm.core.gateways import find_gateways
@@ -339,3 +339,12 @@ def test_find_gateways_ignores_other_processes(children: Children) -> None:
     # A process whose argv merely mentions the title is not a gateway.
     p = children.spawn([sys.executable, "-c", "import time; time.sleep(30)", "smg::router"])
     assert p.pid not in {g.pid for g in find_gateways(probe=False)}
+
+
+def test_probe_failed_fix_names_the_probe_file_by_the_pid_in_its_namespace() -> None:
+    """dev_writable=false: the fix names smg-tokenspeed-probe-<its pid in its own pid namespace>."""
+    config = TransportConfig("/var/log/smg.log", 3, "shm", 65536, False, "")
+    f = judge("gateway pid 4242", config, None, name_pid=1)
+    assert (f.verdict, f.code) == ("probe_failed", 5)
+    assert f.fix.startswith("a leftover smg-tokenspeed-probe-1 (the gateway removes it as its probe fails")
+    assert "smg-tokenspeed-probe-<pid>" in judge("gateway pid 4242", config, None).fix

@@ -95,9 +95,9 @@ def test_watch_schema(tmp_path: Any) -> None:
 E2E_KEYS = {"embedded", "image_bytes", "image_size", "local_namespace_id", "model", "processes_left",
             "removed_at_stop", "runs"}  # fmt: skip
 E2E_RUN_KEYS = {
-    "agree", "as_expected", "cause", "engine", "expected", "failure", "failure_class", "gateway_log", "gateway_url",
-    "label", "metrics", "metrics_url", "mode", "p50_ms", "path", "receipts", "requests", "shm_dir", "shm_min_bytes",
-    "shm_tensors_by_source", "worker_namespace_id", "workers",
+    "agree", "as_expected", "cause", "dev_writable", "engine", "expected", "failure", "failure_class", "gateway_log",
+    "gateway_url", "label", "metrics", "metrics_url", "mode", "p50_ms", "path", "receipts", "requests",
+    "setting_source", "shm_dir", "shm_min_bytes", "shm_tensors_by_source", "worker_namespace_id", "workers",
 }  # fmt: skip
 E2E_REQUEST_KEYS = {"completion_tokens", "elapsed_ms", "error", "ok", "status", "stream"}
 E2E_METRICS_KEYS = {"available", "nbytes", "note", "processing", "shm_write_failures", "tensors", "url"}

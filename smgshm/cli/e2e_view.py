@@ -109,6 +109,11 @@ def e2e_report(app: App, report: Any) -> None:
             prose(app.console, Text("       failure: ", style="bold red") + safe(run.failure), indent=9)
         for line_ in (_metrics_line(run.metrics), _shm_dir_line(run.shm_dir), _receipts_line(run.receipts)):
             app.console.print(Text("       ") + line_)
+        if run.setting_source and not report.embedded:
+            said = f"mode {run.mode}, shm_min_bytes {run.shm_min_bytes}, dev_writable "
+            said += "unknown" if run.dev_writable is None else str(run.dev_writable).lower()
+            app.console.print(Text("       setting ", style="bold") + Text(said + " (") + safe(run.setting_source)
+                              + Text(")"))  # fmt: skip
         if run.gateway_log:
             app.console.print(Text("       gateway log: ") + safe(run.gateway_log))
     if len(report.runs) > 1:

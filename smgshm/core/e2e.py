@@ -1,11 +1,12 @@
 """``e2e``: real chat requests with an image through a real gateway, and which path the tensors took.
 
 Against ``--gateway URL`` it reads what can be read about that gateway (its workers
-and their labels, its metrics, its segments when it runs here, its workers' receipts
-when they are smgshm serves). With no gateway it starts the embedded default: one
-reference receiver and one real ``smg launch`` per mode (shm, auto, inline), all on
-loopback, the requests sent round-robin so the latencies are measured side by side,
-and everything stopped and checked gone at the end, Ctrl-C included.
+and their labels, its metrics, its segments and the start-up line of the log it writes
+when it runs here, its workers' receipts when they are smgshm serves). With no gateway
+it starts the embedded default: one reference receiver and one real ``smg launch`` per
+mode (shm, auto, inline), all on loopback, the requests sent round-robin so the
+latencies are measured side by side, and everything stopped and checked gone at the
+end, Ctrl-C included.
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ class GatewayRun:
     label: str  # the embedded mode, or "gateway"
     gateway_url: str
     metrics_url: str
-    mode: str  # as configured; "" when it cannot be known
+    mode: str  # as configured (or as its log says); "" when it cannot be known
     shm_min_bytes: int | None
     engine: str
     worker_namespace_id: str
@@ -84,6 +85,8 @@ class GatewayRun:
     expected: str  # the path expected ("" no expectation)
     as_expected: bool
     gateway_log: str = ""
+    dev_writable: bool | None = None  # the gateway's own /dev/shm probe at start (None: not known)
+    setting_source: str = ""  # where mode, shm_min_bytes and dev_writable were read ("" not known)
 
     @property
     def failed_requests(self) -> int:
@@ -125,6 +128,8 @@ class _Target:
     expected: str
     log: str = ""
     outcomes: list[ChatOutcome] = field(default_factory=list)
+    dev_writable: bool | None = None  # the gateway's own /dev/shm probe at start, from its log
+    setting_source: str = ""  # where mode and dev_writable come from ("" not known)
 
 
 Progress = Callable[[str], None]
@@ -175,7 +180,8 @@ def _observe(targets: list[_Target], opts: E2eOptions, model: str, png: bytes, s
             d = ShmDirEvidence(False, note or "the gateway's pid is not visible from here", opts.shm_dir, t.pid)
         r = receipts_since(baselines[id(t)], 5.0)
         failed = sum(1 for o in t.outcomes if not o.ok)
-        ctx = Context(t.mode, t.shm_min_bytes, t.engine, local_ns, t.worker_ns, writable, opts.requests, failed)
+        ctx = Context(t.mode, t.shm_min_bytes, t.engine, local_ns, t.worker_ns, writable, opts.requests, failed,
+                      t.dev_writable)  # fmt: skip
         v: Verdict = judge(ctx, m, d, r)
         expected = opts.expect or t.expected
         runs.append(
@@ -183,7 +189,7 @@ def _observe(targets: list[_Target], opts: E2eOptions, model: str, png: bytes, s
                 t.label, t.url, t.metrics_url, t.mode, t.shm_min_bytes, t.engine, t.worker_ns, t.workers,
                 list(t.outcomes), median_or_zero([o.elapsed_ms for o in t.outcomes if o.ok]), m, d, r,
                 v.path, v.cause, v.agree, v.counts, v.failure_class, FAILURE_TEXT.get(v.failure_class, ""),
-                expected, (not expected or v.path == expected), t.log,
+                expected, (not expected or v.path == expected), t.log, t.dev_writable, t.setting_source,
             )
         )
     return runs
@@ -202,9 +208,23 @@ def run_against(gateway_url: str, opts: E2eOptions, say: Progress = lambda _s: N
         "gateway", gateway_url.rstrip("/"), opts.metrics_url or default_metrics_url(gateway_url), pid, "", None,
         w0.runtime_type if w0 else "", w0.label_namespace_id if w0 else "", [w.url for w in grpc_workers], "",
     )  # fmt: skip
+    if pid is not None:
+        _read_setting(target, pid)
     png = make_png(opts.image_size)
     runs = _observe([target], opts, model, png, say)
     return E2eReport(False, model, opts.image_size, len(png), read_namespace_id(opts.shm_dir), runs)
+
+
+def _read_setting(t: _Target, pid: int) -> None:
+    """A gateway on this host: its transport line, from the log it writes (its open files), if any."""
+    from smgshm.core.gatewaylog import read_open_log
+    from smgshm.core.gateways import inspect_gateway
+
+    g = inspect_gateway(pid, probe=False)
+    config = read_open_log(pid, [(log.fd, log.path) for log in g.logs])
+    if config is not None:
+        t.mode, t.shm_min_bytes, t.dev_writable = config.mode, config.shm_min_bytes, config.dev_writable
+        t.setting_source = f"log {config.path}:{config.line_no}"
 
 
 def run_embedded(opts: E2eOptions, say: Progress = lambda _s: None) -> E2eReport:
@@ -254,7 +274,8 @@ def run_embedded(opts: E2eOptions, say: Progress = lambda _s: None) -> E2eReport
         for t, gw in zip(targets, gateways[: len(targets)], strict=True):
             setting = gw.transport_setting()
             if setting is not None:
-                t.shm_min_bytes = setting.shm_min_bytes
+                t.shm_min_bytes, t.dev_writable = setting.shm_min_bytes, setting.dev_writable
+                t.setting_source = "its start-up log line"
         runs = _observe(targets, opts, opts.model or md.served_model_name, png, say)
     removed = [n for gw in gateways for n in gw.removed_segments]
     left = [gw.pid for gw in gateways if _group_alive(gw.pid)]

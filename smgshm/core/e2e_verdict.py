@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from smgshm.core.e2e_evidence import MetricsEvidence, ReceiptEvidence, ShmDirEvidence, median_or_zero
-from smgshm.core.transport import DEFAULT_SHM_MIN_BYTES, Mode, decide, parse_mode
+from smgshm.core.paths import GATEWAY_PROBE_PREFIX
+from smgshm.core.transport import DEFAULT_SHM_MIN_BYTES, PROBE_FAILS, Mode, decide, parse_mode
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,8 @@ class Context:
     writable: bool  # the shm dir takes a 0600 segment here
     requests: int
     failed_requests: int
+    # The gateway's own probe of /dev/shm at start (its log: dev_writable); None when not known.
+    gateway_writable: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -135,9 +138,11 @@ def _inline_cause(ctx: Context, m: MetricsEvidence, d: ShmDirEvidence, r: Receip
     minb = _min_bytes(ctx)
     mode = parse_mode(ctx.mode)
 
+    writable = ctx.writable and ctx.gateway_writable is not False
+
     def rule(md: Mode) -> tuple[str, str]:
         dec = decide(md, nbytes=largest, engine=ctx.engine, local_ns=ctx.local_ns, worker_ns=ctx.worker_ns,
-                     writable=ctx.writable, shm_min_bytes=minb)  # fmt: skip
+                     writable=writable, shm_min_bytes=minb)  # fmt: skip
         return dec.path, dec.reason
 
     if mode is not None:
@@ -147,6 +152,11 @@ def _inline_cause(ctx: Context, m: MetricsEvidence, d: ShmDirEvidence, r: Receip
                                     "see its log")  # fmt: skip
         if mode in (Mode.INLINE, Mode.RDMA):
             return "inline", f"inline: mode is {mode.value}"
+        if not writable and ctx.gateway_writable is False and reason == PROBE_FAILS:
+            pid = d.name_pid if d.available and d.name_pid is not None else "<pid>"
+            return "inline", (f"inline: {reason} (dev_writable=false in its log): SHM is off for its life; a "
+                              f"leftover {GATEWAY_PROBE_PREFIX}{pid} (it removes the file as its probe fails) "
+                              "or a /dev/shm it cannot write")  # fmt: skip
         return "inline", _why(reason, largest, minb)
     # A remote gateway: its mode cannot be read. What auto would do tells the cause apart.
     path, reason = rule(Mode.AUTO)

@@ -15,7 +15,8 @@ from __future__ import annotations
 import os
 import re
 import stat
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
 
 from smgshm.core.errors import HostError
 
@@ -114,3 +115,19 @@ def read_transport_config(path: str, max_bytes: int = MAX_LOG_BYTES) -> Transpor
             warnings + late,
             read > max_bytes,
         )
+
+
+def read_open_log(pid: int, logs: Iterable[tuple[int, str]]) -> TransportConfig | None:
+    """The transport line of the first log process ``pid`` has open that holds one, or None.
+
+    ``logs``: (fd, path as the process names it). Each is read through /proc/PID/fd/N, the very
+    file even from another mount namespace, and the result is named by the process's own path.
+    """
+    for fd, path in logs:
+        try:
+            config = read_transport_config(f"/proc/{pid}/fd/{fd}")
+        except HostError:
+            continue
+        if config is not None:
+            return replace(config, path=path)
+    return None

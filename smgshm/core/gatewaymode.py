@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from smgshm.core.gatewaylog import TransportConfig
 from smgshm.core.metrics import MmTraffic
+from smgshm.core.paths import GATEWAY_PROBE_PREFIX
 
 DEFAULT_SHM_MIN_BYTES = 65536  # SMG's built-in default (smg-facts §2.3)
 FIX_FLAG = ["--multimodal-tensor-transport", "auto"]
@@ -54,8 +55,11 @@ def judge(
     metrics_url: str = "",
     e2e_hint: str = "",
     http_url: str = "",
+    name_pid: int | None = None,
 ) -> ModeFinding:
-    """The finding for gateway ``who`` ("gateway pid 4242") from what is known about it."""
+    """The finding for gateway ``who`` ("gateway pid 4242") from what is known about it.
+
+    ``name_pid``: its pid in its own pid namespace (NSpid), the one its probe file is named by."""
     ev: list[Evidence] = []
     if config is not None:
         ev.append(
@@ -90,7 +94,9 @@ def judge(
             "fail",
             f"configured {mode} but its /dev/shm probe failed (dev_writable=false, log): "
             "every tensor goes inline for the life of this process",
-            "a leftover smg-tokenspeed-probe-<pid> or an unwritable /dev/shm: smgshm gc, then restart the gateway",
+            f"a leftover {GATEWAY_PROBE_PREFIX}{'<pid>' if name_pid is None else name_pid} (the gateway removes "
+            "it as its probe fails, unless it is another uid's) or a /dev/shm it cannot write: smgshm gc, then "
+            "restart the gateway",
             5,
         )
     if t is not None and t.shm_write_failures:

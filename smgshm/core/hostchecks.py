@@ -6,7 +6,7 @@ import importlib.util
 import os
 import shlex
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from smgshm.core.capacity import (
@@ -20,7 +20,7 @@ from smgshm.core.capacity import (
 )
 from smgshm.core.doctor import Check
 from smgshm.core.errors import SmgshmError
-from smgshm.core.gatewaylog import TransportConfig, read_transport_config
+from smgshm.core.gatewaylog import TransportConfig, read_open_log, read_transport_config
 from smgshm.core.gatewaymode import ModeFinding, judge
 from smgshm.core.gateways import GATEWAY_TITLE, GatewayProcess, find_gateways
 from smgshm.core.hugepages import (
@@ -97,13 +97,9 @@ def gateway_findings(logs: list[str], timeout: float, pids: tuple[int, ...] | No
     for g in found:
         if pids is not None and g.pid not in pids:
             continue
-        config, log_path = None, ""
         # Its own open files first (/proc/PID/fd/N is the very file, even in another mount namespace).
-        for log in g.logs:
-            config = _read_log(f"/proc/{g.pid}/fd/{log.fd}")
-            if config is not None:
-                config, log_path = replace(config, path=log.path), log.path  # named as the gateway names it
-                break
+        config = read_open_log(g.pid, [(log.fd, log.path) for log in g.logs])
+        log_path = config.path if config is not None else ""
         for path in list(unclaimed):
             if any(_same_file(path, f"/proc/{g.pid}/fd/{log.fd}") for log in g.logs):
                 unclaimed.remove(path)
@@ -117,7 +113,8 @@ def gateway_findings(logs: list[str], timeout: float, pids: tuple[int, ...] | No
             except SmgshmError:
                 traffic = None
         who = f"gateway pid {g.pid}"
-        finding = judge(who, config, traffic, g.metrics_url, _e2e_hint(g.http_url), g.http_url)
+        finding = judge(who, config, traffic, g.metrics_url, _e2e_hint(g.http_url), g.http_url,
+                        g.ns_pid if g.ns_pid is not None else g.pid)  # fmt: skip
         out.append(GatewayFinding(g, log_path, config, traffic, finding))
     for path in unclaimed:
         try:

@@ -12,6 +12,7 @@ from smgshm.core.namespace import compare_namespace_ids
 
 DEFAULT_SHM_MIN_BYTES = 64 * 1024
 SHM_ENGINES = frozenset({"vllm", "tokenspeed"})
+PROBE_FAILS = "the gateway's writability probe of /dev/shm fails"
 
 
 class Mode(enum.Enum):
@@ -64,7 +65,7 @@ def decide(
         if not cmp.shared:
             return Decision("inline", f"auto: {cmp.reason}")
     if not writable:
-        return Decision("inline", "the gateway's writability probe of /dev/shm fails")
+        return Decision("inline", PROBE_FAILS)
     if nbytes < shm_min_bytes:
         return Decision("inline", f"{nbytes} B is below shm_min_bytes {shm_min_bytes}")
     why = "namespace ids match" if mode is Mode.AUTO else "mode shm asserts a shared /dev/shm"
