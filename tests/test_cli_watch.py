@@ -30,6 +30,8 @@ PY = sys.executable
 # itself, and with "keep" one it leaves in place until its stdin closes. A pause
 # between write and read stands for the RPC, so that the watch can read the size
 # (inotify carries none: watch stats the file at close-after-write, when it still exists).
+# A loaded watch may read every close after the unlink, so the first consumed one waits
+# ("written", then a line on stdin) until the test has seen the watch count its bytes.
 PRODUCER = r"""
 import os, sys, time
 from smgshm.core.segments import read_segment, write_segment
@@ -39,8 +41,11 @@ def name():
     global seq
     seq += 1
     return f"smg-smgshm-{pid}-{time.time_ns()}-{seq}"
-for _ in range(consumed):
+for i in range(consumed):
     ref = write_segment(b"\x07" * 100_000, shm_dir=d, name=name())
+    if i == 0:
+        print("written", flush=True)
+        sys.stdin.readline()
     time.sleep(0.05)
     read_segment(ref.name, 0, ref.nbytes, shm_dir=d).release()
 for _ in range(cleaned):
@@ -83,10 +88,37 @@ def records(p: subprocess.Popen[str], timeout: float = 60) -> tuple[list[dict[st
         raise AssertionError(f"not JSON lines: {out[-3000:]!r}\nstderr: {err[-3000:]}") from e
 
 
-def produce(children: Children, d: str, consumed: int, cleaned: int, keep: bool = False) -> subprocess.Popen[str]:
+def read_records_until(w: subprocess.Popen[str], recs: list[dict[str, Any]], pred: Any, timeout: float = 60) -> None:
+    """Append ``--jsonl`` records of ``w`` to ``recs`` until ``pred(recs)`` holds (an interval
+    comes every --interval, so a read never blocks for long)."""
+    deadline = time.monotonic() + timeout
+    while not pred(recs):
+        assert time.monotonic() < deadline, f"watch saw only: {recs[-20:]}"
+        line = w.stdout.readline()  # type: ignore[union-attr]
+        assert line, f"watch ended: {w.stderr.read() if w.stderr else ''}"
+        recs.append(json.loads(line))
+
+
+Watched = tuple[subprocess.Popen[str], list[dict[str, Any]]]  # a watch child and the records read from it
+
+
+def produce(children: Children, d: str, consumed: int, cleaned: int, keep: bool = False,
+            watch: Watched | None = None) -> subprocess.Popen[str]:  # fmt: skip
+    """The producer, returned once it is done (but for a kept segment). Given ``watch`` (its
+    child and a list its records go to), the first consumed segment is read only after an
+    interval shows its bytes in flight: then at least one consumed size is known."""
     p = children.spawn([PY, "-c", PRODUCER, d, str(consumed), str(cleaned), "keep" if keep else "no"],
                        stdin=subprocess.PIPE)  # fmt: skip
     assert p.stdout is not None
+    assert p.stdin is not None
+    if consumed:
+        assert p.stdout.readline().strip() == "written", p.stderr.read() if p.stderr else ""
+        if watch is not None:
+            w, recs = watch
+            counted = lambda rs: bool(rs) and rs[-1]["type"] == "interval" and rs[-1]["in_flight_bytes"] >= 100_000  # noqa: E731
+            read_records_until(w, recs, counted)
+        p.stdin.write("go\n")
+        p.stdin.flush()
     assert p.stdout.readline().strip() == "done", p.stderr.read() if p.stderr else ""
     return p
 
@@ -95,22 +127,17 @@ def test_consumed_cleaned_and_orphans_with_their_producers(tmpfs: str, children:
     dead = dead_pid(children)
     make_file(tmpfs, f"smg-tokenspeed-{dead}-{time.time_ns()}-0", 8192)  # a dead gateway's leftover
     w, recs = spawn_watch(children, "--shm-dir", tmpfs, "--interval", "0.25", "--orphan-after", "1s", "--check")
-    prod = produce(children, tmpfs, consumed=5, cleaned=3, keep=True)
+    prod = produce(children, tmpfs, consumed=5, cleaned=3, keep=True, watch=(w, recs))
     # No --duration: a loaded machine can start the producer late enough that a fixed run ends
     # before its eight segments end or its kept one is a second old. Read until both orphans are
     # judged and the eight have ended, then to the end of that interval, and stop it as Ctrl-C does.
-    deadline = time.monotonic() + 60
 
-    def seen() -> bool:
-        ended = [r for r in recs if r["type"] == "segment" and r["producer_pid"] == prod.pid]
-        judged = {r["producer_pid"] for r in recs if r["type"] == "orphan"}
-        return len(ended) >= 8 and {dead, prod.pid} <= judged and recs[-1]["type"] == "interval"
+    def seen(rs: list[dict[str, Any]]) -> bool:
+        ended = [r for r in rs if r["type"] == "segment" and r["producer_pid"] == prod.pid]
+        judged = {r["producer_pid"] for r in rs if r["type"] == "orphan"}
+        return len(ended) >= 8 and {dead, prod.pid} <= judged and rs[-1]["type"] == "interval"
 
-    while not seen():
-        assert time.monotonic() < deadline, f"watch saw only: {recs}"
-        line = w.stdout.readline()  # type: ignore[union-attr]  # an interval every 0.25 s
-        assert line, f"watch ended: {w.stderr.read() if w.stderr else ''}"
-        recs.append(json.loads(line))
+    read_records_until(w, recs, seen)
     os.kill(w.pid, signal.SIGINT)
     rest, err = records(w)
     recs += rest
@@ -124,7 +151,7 @@ def test_consumed_cleaned_and_orphans_with_their_producers(tmpfs: str, children:
     sizes = {"cleaned": 2048, "consumed": 100_000}
     assert all(r["nbytes"] in (None, sizes[r["end"]]) for r in segs)
     known = [r for r in segs if r["end"] == "consumed" and r["nbytes"] is not None]
-    assert known, "no consumed size known despite the pauses"
+    assert known, "no consumed size known though the first was read only once its bytes were counted"
     assert {r["producer_pid"] for r in segs} == {prod.pid}
     assert all(r["kind"] == "smgshm" and r["observed"] and r["in_flight_ns"] > 0 for r in segs)  # the name dates them
     assert all(set(r) == WATCH_SEGMENT_KEYS for r in segs)
@@ -229,7 +256,7 @@ def test_exporter_serves_the_figures(tmpfs: str, children: Children) -> None:  #
     assert w.stdout is not None
     exporter = json.loads(w.stdout.readline())
     assert exporter["type"] == "exporter"
-    produce(children, tmpfs, consumed=4, cleaned=2)
+    produce(children, tmpfs, consumed=4, cleaned=2, watch=(w, []))
 
     # Wait for all six to end, whatever their class: a scrape between the watch's
     # events can see the consumed ones counted and a cleaned one not yet.
