@@ -265,6 +265,21 @@ def test_tracker_memory_is_bounded() -> None:
     assert len(t) == 0
 
 
+def test_a_life_begun_after_an_overflow_is_not_cut_by_its_rescan() -> None:
+    """The listing follows the batch that read the overflow; a segment created after the overflow
+    (its IN_CREATE in that batch) and unlinked before the listing is still followed to its end."""
+    t = SegmentTracker()
+    spanned, after = "smg-tokenspeed-42-1-0", "smg-tokenspeed-42-2-1"
+    t.feed([ShmEvent("created", spanned, 10), ShmEvent("opened", spanned, 11)])
+    cut = t.feed([ShmEvent("overflow", "", 20), ShmEvent("created", after, 21), ShmEvent("opened", after, 21),
+                  ShmEvent("closed", after, 21, 64), ShmEvent("opened", after, 22),
+                  ShmEvent("rescanned", "", 23, detail="overflow")])  # the listing: both unlinked by then  # fmt: skip
+    assert [(x.name, x.end) for x in cut] == [(spanned, "unknown")]
+    (life,) = t.feed([ShmEvent("removed", after, 24)])
+    assert (life.name, life.end, life.reads, life.nbytes) == (after, "consumed", 1, 64)
+    assert len(t) == 0
+
+
 def test_creator_open_is_not_a_read() -> None:
     t = SegmentTracker()
     n = "smg-tokenspeed-42-1-0"

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import random
+import time
 import tracemalloc
+from pathlib import Path
 
 import pytest
 
@@ -11,7 +14,7 @@ from smgshm.core.gatewayrates import gateway_rates
 from smgshm.core.metrics import parse_metrics
 from smgshm.core.quantiles import StreamingQuantiles
 from smgshm.core.shmwatch import SegmentTracker, ShmEvent
-from smgshm.core.watch import _Totals
+from smgshm.core.watch import WatchOptions, WatchSession, _Totals
 
 
 def test_quantiles_within_their_relative_error() -> None:
@@ -125,3 +128,18 @@ def test_memory_does_not_grow_with_segments_seen(n: int) -> None:
     assert totals.count("consumed") == n
     assert totals.flight.count == n
     assert grown < 256 * 1024, f"memory grew by {grown} bytes over {n} segments"
+
+
+def test_a_step_begun_after_its_interval_still_reads_what_is_queued(tmp_path: Path) -> None:
+    """A watch descheduled past its interval's end still reads the queue in that step, so an
+    interval with no event read means none was queued (benchmarks/watch_rate.py ends a round
+    on two such intervals after its producer exited: before, two late steps ended it with
+    the last segments unread, a loss without an overflow)."""
+    with WatchSession(WatchOptions(shm_dir=str(tmp_path), interval_s=0.05)) as session:
+        name = tmp_path / f"smg-smgshm-{os.getpid()}-{time.time_ns()}-1"
+        os.close(os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600))
+        name.unlink()
+        time.sleep(0.2)  # the interval ended before the step began (queued events are already there)
+        st = session.step()
+        assert (st.created, st.cleaned, st.overflows) == (1, 1, 0)
+        assert st.events_read >= 4  # IN_CREATE, IN_OPEN, IN_CLOSE_WRITE, IN_DELETE

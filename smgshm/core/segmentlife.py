@@ -151,7 +151,9 @@ class SegmentTracker:
                 self._listed = set()
             elif kind == RESCANNED:
                 if self._listed is not None:
-                    for n in [n for n in live if n not in self._listed]:
+                    # Only a life the loss spanned can have ended unseen: one whose IN_CREATE was
+                    # read after the overflow is followed whole, its unlink still to be read.
+                    for n in [n for n, lv in live.items() if lv.lost and n not in self._listed]:
                         lv = self._pop(n)
                         done.append(lv.life(e.t_ns, e.t_ns, UNKNOWN, "unlinked while events were lost"))  # type: ignore[union-attr]
                 self._listed = None

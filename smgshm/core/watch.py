@@ -241,13 +241,19 @@ class WatchSession:
                 self.on_life(life)
 
     def step(self) -> IntervalStats:
-        """Read events until the next interval boundary, then report the interval."""
+        """Read events until the next interval boundary, then report the interval.
+
+        At least one read, even when the step begins after its boundary (the process was
+        descheduled): an interval that says no event was read means none was queued.
+        """
         q = StreamingQuantiles()
+        read = False
         while True:
             left = self._tick - time.monotonic()
-            if left <= 0:
+            if left <= 0 and read:
                 break
-            self._consume(self.watcher.events(left), q)
+            self._consume(self.watcher.events(max(0.0, left)), q)
+            read = True
         now = time.monotonic()
         # Stay on the grid; after a stall (a suspended process) restart it rather than burst.
         behind = now - self._tick >= self.opts.interval_s
