@@ -1,7 +1,7 @@
 """How many segments per second ``smgshm watch`` follows without losing an event.
 
 A producer child creates segments as fast as one process can (open O_CREAT|O_EXCL,
-write, close, a reader's open and close, unlink: the five inotify events of a
+write, close, a reader's open and close, unlink: the six inotify events of a
 consumed segment) in a scratch tmpfs dir under /dev/shm (``smgshm-bench-<pid>-<uuid>``,
 never ``smg-*``, so SMG's sweep and the test suite's leak guard never see it), while
 this process follows it with the very WatchSession ``smgshm watch`` runs. Each round
@@ -134,12 +134,12 @@ def main() -> None:
     os.mkdir(d, 0o700)
     try:
         # bare: created, closed, unlinked (4 events), the fastest one process makes segments;
-        # consumed: also written and opened by a reader first (5 events), as SMG's traffic is.
+        # consumed: also written and opened and closed by a reader first (6 events), as SMG's traffic is.
         bare, consumed = sweep(d, args, True), sweep(d, args, False)
     finally:
         shutil.rmtree(d, ignore_errors=True)
     rows = bare + consumed
-    tail = [f"inotify queue (fs.inotify.max_queued_events) {queue} events = {queue // 5} consumed segments of backlog"]
+    tail = [f"inotify queue (fs.inotify.max_queued_events) {queue} events = {queue // 6} consumed segments of backlog"]
     for name, part in (("bare", bare), ("consumed", consumed)):
         best = max((r[1] for r in part if r[5]), default=0.0)
         cpu = statistics.median(r[4] for r in part)

@@ -102,6 +102,26 @@ def test_a_reader_makes_it_consumed(prefix: str) -> None:
     assert life.created_ns <= life.first_read_ns <= life.removed_ns
 
 
+def test_a_reader_whose_open_the_kernel_merged_is_still_a_read(tmp_path: os.PathLike[str]) -> None:
+    """The kernel drops an inotify event identical to the last one queued: a reader opening while
+    its creator's close is pending (its fd still open here; a /proc/PID/fd reader holding the last
+    reference a moment does the same) leaves one IN_OPEN for both. Its read-only close says it."""
+    d, name = str(tmp_path), "smg-smgshm-7-1-1"
+    tracker = SegmentTracker()
+    with ShmWatcher(d, "smg-") as w:
+        tracker.feed(w.events(0))
+        fd = os.open(os.path.join(d, name), os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        os.write(fd, b"\x03" * 64)
+        os.close(os.open(os.path.join(d, name), os.O_RDONLY))  # the reader, before the creator's close
+        os.close(fd)
+        os.unlink(os.path.join(d, name))
+        evs = collect(w, removed(name))  # read only now: the reader's IN_OPEN was queued behind the creator's
+    assert [e.kind for e in evs if e.name == name] == ["created", "opened", "closed_nowrite", "closed", "removed"]
+    (life,) = tracker.feed(evs)
+    assert (life.end, life.reads) == ("consumed", 1)
+    assert life.first_read_ns is not None
+
+
 def test_existing_entries_are_listed_and_their_end_unknown(prefix: str, scratch: list[str]) -> None:
     name = seg_name(prefix)
     scratch.append(make_file(SHM, name, 777, age_s=120))

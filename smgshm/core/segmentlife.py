@@ -3,10 +3,15 @@
 inotify says what happened to a name, never who did it, so how a life ended is read
 from the order of events (``SegmentLife.end``):
 
-- ``consumed``: someone opened the file after its creator did, then it was unlinked.
-  The creator's ``open(O_CREAT)`` is the first IN_OPEN after IN_CREATE; every reader
-  SMG has (mm_shm, the Rust servicer, TokenSpeed's SharedMemory attach, smgshm's
-  receiver) must open the file to read it.
+- ``consumed``: someone opened the file after its creator did, or closed a read-only
+  descriptor of it, before it was unlinked. The creator's ``open(O_CREAT)`` is the first
+  IN_OPEN after IN_CREATE; every reader SMG has (mm_shm, the Rust servicer, TokenSpeed's
+  SharedMemory attach, smgshm's receiver) must open the file to read it. The kernel drops
+  an event identical to the last one queued, so a reader's IN_OPEN right behind its
+  creator's (the creator's close still pending: its descriptor or map still open, or its
+  last reference held a moment by anyone reading ``/proc/PID/fd``) is no event of its own;
+  the reader's IN_CLOSE_NOWRITE still says it (the creator opened to write: its close is
+  IN_CLOSE_WRITE). A reader that opens read-write (SharedMemory) has no such second word.
 - ``cleaned``: unlinked with no open but its creator's: nobody read it. SMG's gateway
   cleans up this way when a request fails before a worker reads it, and its
   writability probe always does.
@@ -22,7 +27,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from smgshm.core.leaks import parse_name
-from smgshm.core.shmevents import CLOSED, CREATED, DIR_GONE, OPENED, OVERFLOW, REMOVED, RESCANNED, ShmEvent
+from smgshm.core.shmevents import (
+    CLOSED,
+    CLOSED_NOWRITE,
+    CREATED,
+    DIR_GONE,
+    OPENED,
+    OVERFLOW,
+    REMOVED,
+    RESCANNED,
+    ShmEvent,
+)
 
 CONSUMED, CLEANED, UNKNOWN = "consumed", "cleaned", "unknown"
 
@@ -39,7 +54,7 @@ class SegmentLife:
     removed_ns: int | None
     in_flight_ns: int  # removed (or now, while in flight) minus created
     end: str | None = None  # consumed | cleaned | unknown; None while in flight
-    reads: int = 0  # opens after the creator's
+    reads: int = 0  # opens after the creator's (at least its read-only closes: the kernel merges identical opens)
     first_read_ns: int | None = None
     observed: bool = True  # its creation was seen (not found by a listing)
     note: str = ""  # why the end is unknown
@@ -49,7 +64,7 @@ class _Live:
     """The tracker's mutable record of one segment in flight."""
 
     __slots__ = ("created_ns", "creator_open", "first_read_ns", "kind", "lost", "name", "nbytes", "note",
-                 "observed", "orphaned", "pid", "reads")  # fmt: skip
+                 "observed", "orphaned", "pid", "reads", "ro_closes")  # fmt: skip
 
     def __init__(self, name: str, created_ns: int, observed: bool, nbytes: int | None, note: str = "",
                  parsed: tuple[str, int | None, int | None] | None = None) -> None:  # fmt: skip
@@ -61,6 +76,7 @@ class _Live:
         self.creator_open = observed  # the next IN_OPEN is its creator's
         self.nbytes = nbytes
         self.reads = 0
+        self.ro_closes = 0  # read-only descriptors closed: readers, whatever became of their IN_OPEN
         self.orphaned = False
         self.first_read_ns: int | None = None
         self.note = note if note or observed else "found by a directory listing: its creation was not seen"
@@ -68,8 +84,8 @@ class _Live:
     def life(self, removed_ns: int | None, now_ns: int, end: str | None, note: str = "") -> SegmentLife:
         stop = removed_ns if removed_ns is not None else now_ns
         return SegmentLife(self.name, self.kind, self.pid, self.created_ns, self.nbytes, removed_ns,
-                           max(0, stop - self.created_ns), end, self.reads, self.first_read_ns, self.observed,
-                           note or self.note)  # fmt: skip
+                           max(0, stop - self.created_ns), end, max(self.reads, self.ro_closes), self.first_read_ns,
+                           self.observed, note or self.note)  # fmt: skip
 
 
 class SegmentTracker:
@@ -134,6 +150,12 @@ class SegmentTracker:
                         lv.reads += 1
                         if lv.first_read_ns is None:
                             lv.first_read_ns = e.t_ns
+            elif kind == CLOSED_NOWRITE:
+                lv = live.get(e.name)
+                if lv is not None:
+                    lv.ro_closes += 1
+                    if lv.first_read_ns is None:
+                        lv.first_read_ns = e.t_ns  # read by then: its IN_OPEN was merged into the creator's
             elif kind == CLOSED:
                 lv = live.get(e.name)
                 if lv is not None and e.nbytes is not None:
@@ -226,7 +248,7 @@ class SegmentTracker:
             return lv.life(e.t_ns, e.t_ns, UNKNOWN, "renamed out of the shm dir")
         if lv.lost:
             return lv.life(e.t_ns, e.t_ns, UNKNOWN)
-        return lv.life(e.t_ns, e.t_ns, CONSUMED if lv.reads else CLEANED, "")
+        return lv.life(e.t_ns, e.t_ns, CONSUMED if lv.reads or lv.ro_closes else CLEANED, "")
 
 
 __all__ = ["CLEANED", "CONSUMED", "UNKNOWN", "SegmentLife", "SegmentTracker"]

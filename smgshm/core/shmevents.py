@@ -8,6 +8,11 @@ from typing import NamedTuple
 # after an overflow, after a re-watch): whatever the tracker holds that the listing did
 # not show is gone.
 CREATED, OPENED, CLOSED, REMOVED = "created", "opened", "closed", "removed"
+# A read-only descriptor closed (IN_CLOSE_NOWRITE): a reader's, never its creator's, which
+# opened it to write. It survives what hides a reader's IN_OPEN: the kernel drops an event
+# identical to the last one queued, so a reader's open right behind its creator's (its
+# close still pending) is no event of its own.
+CLOSED_NOWRITE = "closed_nowrite"
 OVERFLOW, RESCANNED, DIR_GONE = "overflow", "rescanned", "dir_gone"
 
 
@@ -18,7 +23,7 @@ class ShmEvent(NamedTuple):
     thousands a second and a tuple is built in a third of the time.
     """
 
-    kind: str  # created | opened | closed | removed | overflow | rescanned | dir_gone
+    kind: str  # created | opened | closed | closed_nowrite | removed | overflow | rescanned | dir_gone
     name: str  # os.fsdecode form (lossless: undecodable bytes as surrogates); "" for dir events
     t_ns: int  # time.time_ns() when the event was read (not when it happened)
     nbytes: int | None = None  # size at close-after-write, or at a listing, where known
@@ -32,4 +37,4 @@ class ShmEvent(NamedTuple):
     since_ns: int = 0
 
 
-__all__ = ["CLOSED", "CREATED", "DIR_GONE", "OPENED", "OVERFLOW", "REMOVED", "RESCANNED", "ShmEvent"]
+__all__ = ["CLOSED", "CLOSED_NOWRITE", "CREATED", "DIR_GONE", "OPENED", "OVERFLOW", "REMOVED", "RESCANNED", "ShmEvent"]

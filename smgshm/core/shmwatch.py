@@ -22,7 +22,17 @@ from inotify_simple import flags as _F  # noqa: N812 - a short name for the hot-
 from smgshm.core.errors import HostError
 from smgshm.core.paths import DEFAULT_SHM_DIR, SMG_FAMILY_PREFIX
 from smgshm.core.segmentlife import CLEANED, CONSUMED, UNKNOWN, SegmentLife, SegmentTracker
-from smgshm.core.shmevents import CLOSED, CREATED, DIR_GONE, OPENED, OVERFLOW, REMOVED, RESCANNED, ShmEvent
+from smgshm.core.shmevents import (
+    CLOSED,
+    CLOSED_NOWRITE,
+    CREATED,
+    DIR_GONE,
+    OPENED,
+    OVERFLOW,
+    REMOVED,
+    RESCANNED,
+    ShmEvent,
+)
 
 _DIR_CHECK_S = 1.0  # how often the path is re-stat'ed: a mount over it sends no event
 _READ_BYTES = 1 << 20  # per read(): the kernel returns whole events only, up to this much
@@ -31,14 +41,15 @@ _READ_BYTES = 1 << 20  # per read(): the kernel returns whole events only, up to
 # with the library's flag values as plain ints for the hot loop.
 _EVENT_HEADER = struct.Struct("iIII")
 _IN_OPEN, _IN_CLOSE_WRITE, _IN_CREATE, _IN_DELETE = int(_F.OPEN), int(_F.CLOSE_WRITE), int(_F.CREATE), int(_F.DELETE)
+_IN_CLOSE_NOWRITE = int(_F.CLOSE_NOWRITE)
 _IN_MOVED_FROM, _IN_MOVED_TO = int(_F.MOVED_FROM), int(_F.MOVED_TO)
 _IN_DELETE_SELF, _IN_MOVE_SELF, _IN_UNMOUNT = int(_F.DELETE_SELF), int(_F.MOVE_SELF), int(_F.UNMOUNT)
 _IN_Q_OVERFLOW, _IN_IGNORED = int(_F.Q_OVERFLOW), int(_F.IGNORED)
 _IN_SELF_GONE = _IN_DELETE_SELF | _IN_MOVE_SELF | _IN_UNMOUNT | _IN_IGNORED
 _IN_MOVED = _IN_MOVED_FROM | _IN_MOVED_TO
-_IN_CHILD_EVENTS = _IN_OPEN | _IN_CLOSE_WRITE | _IN_CREATE | _IN_DELETE | _IN_MOVED
-_KIND_OF = {_IN_CREATE: "created", _IN_OPEN: "opened", _IN_CLOSE_WRITE: "closed", _IN_DELETE: "removed",
-            _IN_MOVED_FROM: "removed", _IN_MOVED_TO: "created"}  # fmt: skip
+_IN_CHILD_EVENTS = _IN_OPEN | _IN_CLOSE_WRITE | _IN_CLOSE_NOWRITE | _IN_CREATE | _IN_DELETE | _IN_MOVED
+_KIND_OF = {_IN_CREATE: CREATED, _IN_OPEN: OPENED, _IN_CLOSE_WRITE: CLOSED, _IN_CLOSE_NOWRITE: CLOSED_NOWRITE,
+            _IN_DELETE: REMOVED, _IN_MOVED_FROM: REMOVED, _IN_MOVED_TO: CREATED}  # fmt: skip
 _FS_ENCODING = sys.getfilesystemencoding()
 
 
@@ -53,8 +64,8 @@ def _self_gone_detail(mask: int) -> str:
 def _mask() -> int:
     f = _F
     return int(
-        f.CREATE | f.OPEN | f.CLOSE_WRITE | f.DELETE | f.MOVED_FROM | f.MOVED_TO | f.DELETE_SELF | f.MOVE_SELF
-        | f.ONLYDIR
+        f.CREATE | f.OPEN | f.CLOSE_WRITE | f.CLOSE_NOWRITE | f.DELETE | f.MOVED_FROM | f.MOVED_TO | f.DELETE_SELF
+        | f.MOVE_SELF | f.ONLYDIR
     )  # fmt: skip
 
 
@@ -285,5 +296,5 @@ class ShmWatcher:
 
 
 # Callers import the events, the lives and the tracker from here too.
-__all__ = ["CLEANED", "CLOSED", "CONSUMED", "CREATED", "DIR_GONE", "OPENED", "OVERFLOW", "REMOVED", "RESCANNED",
-           "UNKNOWN", "SegmentLife", "SegmentTracker", "ShmEvent", "ShmWatcher"]  # fmt: skip
+__all__ = ["CLEANED", "CLOSED", "CLOSED_NOWRITE", "CONSUMED", "CREATED", "DIR_GONE", "OPENED", "OVERFLOW", "REMOVED",
+           "RESCANNED", "UNKNOWN", "SegmentLife", "SegmentTracker", "ShmEvent", "ShmWatcher"]  # fmt: skip
