@@ -52,18 +52,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
-# The pids whose segments a test answers for: this process, every child it spawns
-# (recorded by the Popen hook below) and their live descendants at teardown. The
-# machine is shared: another run's or another user's segments are never blamed
-# nor removed. The pattern is the guard's own, independent of smgshm's parser.
-_OWN_PIDS: set[int] = {os.getpid()}
+# The pids whose segments a test answers for: this process, every child spawned since the
+# test began (recorded by the Popen hook below) and the live descendants seen meanwhile. The
+# machine is shared: another run's or another user's segments are never blamed nor removed,
+# and pids wrap (pid_max is 32768 here): a pid the session spawned long ago may be another
+# process's by now, so a test answers only for the children it spawned. The pattern is
+# the guard's own, independent of smgshm's parser.
+_SPAWNED: list[int] = []  # every child's pid, in the order spawned
+_TEST_START = 0  # where in _SPAWNED the running test began
 _PID_NAME = re.compile(r"smg-(?:tokenspeed|smgshm)-(?:probe-)?([0-9]+)(?:-|$)")
 _popen_init = subprocess.Popen.__init__
 
 
 def _recording_init(self: subprocess.Popen[Any], *args: Any, **kw: Any) -> None:
     _popen_init(self, *args, **kw)
-    _OWN_PIDS.add(self.pid)
+    _SPAWNED.append(self.pid)
 
 
 subprocess.Popen.__init__ = _recording_init  # type: ignore[method-assign]
@@ -72,9 +75,12 @@ subprocess.Popen.__init__ = _recording_init  # type: ignore[method-assign]
 def _own_pids() -> set[int]:
     import psutil
 
+    pids = {os.getpid(), *_SPAWNED[_TEST_START:]}
     with contextlib.suppress(psutil.Error):
-        _OWN_PIDS.update(c.pid for c in psutil.Process().children(recursive=True))
-    return _OWN_PIDS
+        kids = {c.pid for c in psutil.Process().children(recursive=True)}
+        _SPAWNED.extend(kids - pids)  # a grandchild seen alive once stays this test's
+        pids |= kids
+    return pids
 
 
 def _smg_entries() -> set[str]:
@@ -98,6 +104,8 @@ def own_smg_entries() -> set[str]:
 @pytest.fixture(autouse=True)
 def no_shm_leaks() -> Iterator[None]:
     """Fail any test that leaves a new smg-* entry made by its own processes (and remove it)."""
+    global _TEST_START
+    _TEST_START = len(_SPAWNED)
     before = _smg_entries()
     yield
     pids = _own_pids()
