@@ -12,9 +12,10 @@ import signal
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 
-from smgshm.core.leaks import ScanOptions, State, judge_entry, parse_name, scan_segments
+from smgshm.core.leaks import ScanOptions, State, _start_time, judge_entry, parse_name, scan_segments
 from tests.conftest import Children, make_file
 from tests.test_cli_gc import HOLDER, dead_pid, first_line, kill_and_reap, seg_name
 
@@ -62,6 +63,19 @@ def test_the_scan_parses_names_as_parse_name_does(tmp_path: Path) -> None:
         assert (scanned[name].kind, scanned[name].producer_pid) == (kind, pid), name
     assert scanned[f"smg-tokenspeed-{2**32}-1-0"].state is State.UNKNOWN, "beyond u32 is no pid: never judged dead"
     assert scanned["smg-tokenspeed-123-1700000000000000000-7"].kind == "gateway"
+
+
+def test_start_times_are_psutils_even_with_a_parenthesis_in_the_name(children: Children, tmp_path: Path) -> None:
+    # leaks reads /proc/P/stat itself (psutil's import cost a tenth of gc's start-up); the same figure.
+    odd = tmp_path / "a) 1 2 (b"  # its comm holds ")" and spaces: field 2 is not split on them
+    odd.symlink_to(sys.executable)
+    child = children.spawn([str(odd), "-c", "import time; print('up', flush=True); time.sleep(60)"])
+    assert child.stdout is not None
+    assert child.stdout.readline() == "up\n"
+    for pid in (os.getpid(), child.pid):
+        assert _start_time(pid) == pytest.approx(psutil.Process(pid).create_time(), abs=0.02), pid
+    assert psutil.Process(child.pid).name().startswith("a) 1 2 (b")
+    assert _start_time(dead_pid(children)) is None, "no process has it"
 
 
 def test_a_name_with_unicode_digits_is_never_judged_by_a_pid(children: Children, tmp_path: Path) -> None:
