@@ -550,7 +550,7 @@ def test_leftover_gateway_probe_file_fails_probe_files(children: Children, shm_d
     pid = dead_pid(children)
     name = f"smg-tokenspeed-probe-{pid}"
     make_file(shm_dir, name, size=0)
-    doc = doctor("--shm-dir", shm_dir, exit=3)
+    doc = trusted(shm_dir, lambda: doctor("--shm-dir", shm_dir, exit=3))
     c = checks(doc)
     pf = c["probe files"]
     assert pf["status"] == "fail"
@@ -565,7 +565,7 @@ def test_leftover_gateway_probe_file_fails_probe_files(children: Children, shm_d
 @needs_init_pidns
 def test_human_mode_prints_the_fix_and_the_failure_count(children: Children, shm_dir: str) -> None:
     make_file(shm_dir, f"smg-tokenspeed-{dead_pid(children)}-{time.time_ns()}-0")
-    res = run_cli("--no-color", "doctor", "--no-gateways", "--shm-dir", shm_dir, exit=3)
+    res = trusted(shm_dir, lambda: run_cli("--no-color", "doctor", "--no-gateways", "--shm-dir", shm_dir, exit=3))
     lines = res.stdout.splitlines()
     i = next(i for i, ln in enumerate(lines) if ln.startswith("[FAIL] leaks: "))
     assert lines[i + 1] == "       fix: reap them:"
@@ -576,7 +576,7 @@ def test_human_mode_prints_the_fix_and_the_failure_count(children: Children, shm
 @needs_init_pidns
 def test_quiet_mode_keeps_the_exit_code(children: Children, shm_dir: str) -> None:
     make_file(shm_dir, f"smg-tokenspeed-{dead_pid(children)}-{time.time_ns()}-0")
-    res = run_cli("-q", "doctor", "--no-gateways", "--shm-dir", shm_dir, exit=3)
+    res = trusted(shm_dir, lambda: run_cli("-q", "doctor", "--no-gateways", "--shm-dir", shm_dir, exit=3))
     assert "[ok  ]" not in res.stdout, "--quiet prints no progress lines"
 
 
@@ -723,13 +723,13 @@ def test_unreachable_beats_full_beats_leaked(children: Children, full_tmpfs: str
     make_file(full_tmpfs, f"smg-tokenspeed-{dead_pid(children)}-{time.time_ns()}-0")
     fill(os.path.join(full_tmpfs, "filler"))
     dead = f"127.0.0.1:{closed_port()}"
-    doc = doctor("--worker", dead, "--timeout", "500ms", "--shm-dir", full_tmpfs, exit=4)
+    doc = trusted(full_tmpfs, lambda: doctor("--worker", dead, "--timeout", "500ms", "--shm-dir", full_tmpfs, exit=4))
     codes = {c["name"]: c["code"] for c in doc["result"]["checks"] if c["status"] == "fail"}
     assert codes[f"probe {dead}"] == 4
     assert codes["writable"] == 5
     assert codes["leaks"] == 3
     # Without the unreachable worker, the full tmpfs (5) outranks the leak (3).
-    doc = doctor("--shm-dir", full_tmpfs, exit=5)
+    doc = trusted(full_tmpfs, lambda: doctor("--shm-dir", full_tmpfs, exit=5))
     assert checks(doc)["leaks"]["code"] == 3
 
 
@@ -738,7 +738,7 @@ def test_leaked_beats_undetermined(children: Children, shm_dir: str) -> None:
     make_file(shm_dir, f"smg-tokenspeed-{dead_pid(children)}-{time.time_ns()}-0")
     _, ready = start_serve(children, "--engine", "sglang", "--shm-dir", shm_dir)
     addr = ready["result"]["address"]
-    doc = doctor("--worker", addr, "--shm-dir", shm_dir, exit=3)
+    doc = trusted(shm_dir, lambda: doctor("--worker", addr, "--shm-dir", shm_dir, exit=3))
     assert probe_check(doc, addr)["code"] == 6
     assert checks(doc)["leaks"]["code"] == 3
 
@@ -757,7 +757,7 @@ def test_json_envelope_on_success_and_failure(children: Children, shm_dir: str) 
     assert ok["smgshm_version"]
     assert isinstance(ok["warnings"], list)
     make_file(shm_dir, f"smg-tokenspeed-{dead_pid(children)}-{time.time_ns()}-0")
-    bad = doctor("--shm-dir", shm_dir, exit=3)
+    bad = trusted(shm_dir, lambda: doctor("--shm-dir", shm_dir, exit=3))
     assert set(bad) == ENVELOPE, "a failing check is a result, not an error document"
     assert set(bad["result"]) == RESULT_KEYS
     assert bad["ok"] is False
