@@ -262,7 +262,8 @@ def _dev_of(path: str) -> int | None:
 
 # A producer that keeps only a handle to a mount namespace that sees the tmpfs: it writes its
 # segment, then unmounts the tmpfs from its own namespace (nothing of it there: no mount, cwd,
-# fd or map), keeping either an open fd to this test's mount namespace (inherited: "fd") or a
+# fd or map), keeping an open fd to this test's mount namespace (inherited: "fd"), a pidfd of
+# this test's process (inherited: "pidfd"; setns(pidfd, CLONE_NEWNS) joins its namespace) or a
 # namespace file bind-mounted in its own namespace of one it made while the tmpfs was still
 # there, whose only process then exits ("nsfs"). With setns(2) it can go back and write at
 # any time, under a pid of its own namespace.
@@ -294,7 +295,7 @@ signal.pause()
 """
 
 
-@pytest.mark.parametrize("how", ["fd", "nsfs"])
+@pytest.mark.parametrize("how", ["fd", "pidfd", "nsfs"])
 def test_a_handle_to_a_mount_namespace_that_sees_the_tmpfs_makes_pids_untrusted(
     children: Children, tmp_path: Path, how: str
 ) -> None:
@@ -305,18 +306,20 @@ def test_a_handle_to_a_mount_namespace_that_sees_the_tmpfs_makes_pids_untrusted(
     with tmpfs(tmp_path / "x", "4m") as d:
         dev = os.stat(d).st_dev
         ns_fd = os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)  # this namespace: it sees d
+        pid_fd = os.pidfd_open(os.getpid())  # this process: its mount namespace sees d
         try:
             for _ in range(10):  # a fresh namespace each time while the binding is refused (exit 75)
                 # --mount-proc: its /proc shows its own pids (the namespace file it binds is its child's)
                 argv = ["unshare", "--pid", "--fork", "--mount", "--propagation", "private", "--mount-proc",
                         sys.executable, "-c", HANDLE, d, how, str(dead_pid(children)), str(spot)]  # fmt: skip
-                p = children.spawn(argv, pass_fds=(ns_fd,) if how == "fd" else ())
+                p = children.spawn(argv, pass_fds={"fd": (ns_fd,), "pidfd": (pid_fd,)}.get(how, ()))
                 assert p.stdout is not None
                 name = p.stdout.readline().strip()
                 if name or p.wait(timeout=30) != 75:
                     break
         finally:
             os.close(ns_fd)
+            os.close(pid_fd)
         assert name, f"the producer exited {p.wait(timeout=10)}: {p.stderr.read() if p.stderr else ''}"
         path = os.path.join(d, name)
         kids = psutil.Process(p.pid).children(recursive=True)
@@ -327,6 +330,8 @@ def test_a_handle_to_a_mount_namespace_that_sees_the_tmpfs_makes_pids_untrusted(
         links = [os.readlink(f"/proc/{host_pid}/fd/{f}") for f in os.listdir(f"/proc/{host_pid}/fd")]
         if how == "fd":
             assert os.readlink("/proc/self/ns/mnt") in links, "it holds this mount namespace open"
+        elif how == "pidfd":
+            assert "anon_inode:[pidfd]" in links or any(x.startswith("pidfd:[") for x in links), "it holds a pidfd"
         else:
             assert f" {spot} ".encode() in table, "a namespace file is bound in its namespace"
             assert b" - nsfs " in table
@@ -335,7 +340,7 @@ def test_a_handle_to_a_mount_namespace_that_sees_the_tmpfs_makes_pids_untrusted(
         trust = judge_trust(d, pids=[host_pid, os.getpid()])
         assert trust.trusted is False, trust.note
         assert "a handle to mount namespace mnt:[" in trust.note
-        if how == "fd":
+        if how in ("fd", "pidfd"):
             assert f"which sees this filesystem at {d}" in trust.note
         else:
             assert f"a bind-mounted namespace file at {spot}" in trust.note

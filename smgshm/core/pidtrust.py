@@ -9,16 +9,17 @@ a process keeps a filesystem it no longer mounts (``cd D; umount -l D`` leaves D
 the device of each such process's cwd, root, open fds and mapped files, thread by thread (a
 thread may have its own cwd, root, fd table and mount namespace, and a process whose leader
 thread exited shows none of them at /proc/P). A process that holds a handle to a mount
-namespace (an open ``mnt:[...]`` fd, or a bind-mounted namespace file in its mount table) can
-setns(2) into it and write there at any time, so a handle to one that sees the filesystem, or
-to one gc cannot read, makes the verdict untrusted too. Handles to pid namespaces do not: see
-``judge_trust``. What cannot be read is doubt: a process whose namespaces this user may not
-read puts its uid's segments in doubt, and unreadable mounts of another pid namespace make the
-verdict untrusted.
+namespace (an open ``mnt:[...]`` fd, a pidfd of a process in it, or a bind-mounted namespace
+file in its mount table) can setns(2) into it and write there at any time, so a handle to one
+that sees the filesystem, or to one gc cannot read, makes the verdict untrusted too. Handles
+to pid namespaces do not: see ``judge_trust``. What cannot be read is doubt: a process whose
+namespaces this user may not read puts its uid's segments in doubt, and unreadable mounts of
+another pid namespace make the verdict untrusted.
 
 What this cannot see: a producer in another pid namespace that reached the filesystem only
 for a while (an fd passed to it and since closed, a setns(2) in and back out without keeping
-a handle) and keeps nothing of it now; and anything that starts after the look (a new
+a handle) and keeps nothing of it now; one holding only an fd to another process's /proc/X
+directory (openat(fd, "ns/mnt") then setns); and anything that starts after the look (a new
 container, a join), whose segments ``--min-age`` keeps since they are younger than the look.
 Names mounted on in any mount namespace are listed by ``mount_points``.
 """
@@ -269,6 +270,8 @@ class _Walk:
                         link = os.readlink(fd.path)
                         if link.startswith("mnt:["):
                             self.handles.setdefault(link, (pid, f"{whose} open fd {fd.name}"))
+                        elif link == "anon_inode:[pidfd]" or link.startswith("pidfd:["):
+                            self._pidfd(pid, f"{base}/fdinfo/{fd.name}", f"{whose} pidfd {fd.name}")
                         elif link.startswith("/") and os.stat(fd.path).st_dev == self.dev:
                             return "reach", f"{whose} open fd {fd.name}"
                     except FileNotFoundError:
@@ -283,6 +286,21 @@ class _Walk:
             if len(parts) >= 5 and parts[3] == tag and parts[4] != b"0":
                 return "reach", "a mapped file"
         return bool(data)  # a zombie leader's maps read empty: the next thread's then
+
+    def _pidfd(self, pid: int, fdinfo: str, how: str) -> None:
+        """A pidfd is a handle to its process's mount namespace too: setns(pidfd, CLONE_NEWNS) joins
+        it (Linux 5.8+). The process it names, by its pid here (fdinfo's Pid: -1 once it exited)."""
+        with open(fdinfo, "rb") as f:
+            target = next((line[4:].strip() for line in f if line.startswith(b"Pid:")), b"")
+        if not target.isdigit() or int(target) <= 0:
+            return  # an exited process's: there is nothing to join
+        try:
+            ns = os.readlink(f"/proc/{int(target)}/ns/mnt")
+        except (FileNotFoundError, ProcessLookupError):
+            return
+        except OSError:
+            ns = f"mnt:[of pid {int(target)}, unreadable]"  # no table: handle_hazard calls it unreadable
+        self.handles.setdefault(ns, (pid, f"{how} (of pid {int(target)})"))
 
     def handle_hazard(self, pids: Iterable[int]) -> str | None:
         """Whether a held mount namespace handle leads to one that sees the filesystem (or to one gc
