@@ -312,3 +312,33 @@ def test_what_the_walk_cannot_follow_is_protobufs_parse(what: str) -> None:
     assert got == cls.FromString(raw)
     if what != "deep nesting":
         assert got.mm_inputs.pixel_values.inline == b"abc"
+
+
+def test_a_target_reached_only_through_a_cycle_is_excised() -> None:
+    """A recursive type whose first field leads back into the cycle (A -> B -> A) before A's own
+    target field: B was once judged to lead nowhere while A was still being judged, and that
+    False was kept, so an A inside a B kept its bytes; a crafted b"0" there then read as the
+    payload of marker 0 (another tensor's). Every target is excised, wherever it sits."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    from smgshm.core.protowire import parse_excised, resolve
+
+    fdp = descriptor_pb2.FileDescriptorProto(name="smgshm_cycle_test.proto", package="cyc", syntax="proto3")
+    fdp.message_type.add(name="Tensor").field.add(name="inline", number=1, type=12, label=1)
+    a = fdp.message_type.add(name="A")
+    a.field.add(name="b", number=1, type=11, type_name=".cyc.B", label=1)  # into the cycle first
+    a.field.add(name="t", number=2, type=11, type_name=".cyc.Tensor", label=1)
+    fdp.message_type.add(name="B").field.add(name="a", number=1, type=11, type_name=".cyc.A", label=1)
+    fdp.message_type.add(name="Req").field.add(name="a", number=1, type=11, type_name=".cyc.A", label=1)
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(fdp)
+    req_cls: Any = message_factory.GetMessageClass(pool.FindMessageTypeByName("cyc.Req"))
+    req = req_cls()
+    req.a.t.inline = b"outer payload"
+    req.a.b.a.t.inline = b"0"  # what marker 0 looks like
+    raw = req.SerializeToString()
+    got, payloads = parse_excised(req_cls, raw, frozenset({("cyc.Tensor", 1)}))
+    assert payloads is not None
+    assert bytes(resolve(got.a.t.inline, payloads)) == b"outer payload"
+    assert bytes(resolve(got.a.b.a.t.inline, payloads)) == b"0", "the nested target read another tensor's payload"
+    assert len(payloads) == 2

@@ -51,17 +51,27 @@ def _encode_varint(n: int) -> bytes:
 
 
 def _leads_to_target(desc: Any, targets: frozenset[Target], memo: dict[str, bool]) -> bool:
-    """Can a field of ``desc``, at any depth, be a target? (Recursive types end in False.)"""
-    name = desc.full_name
-    if name in memo:
-        return memo[name]
-    memo[name] = False  # in progress: a cycle adds nothing
-    found = any(
-        (name, f.number) in targets or (f.message_type is not None and _leads_to_target(f.message_type, targets, memo))
-        for f in desc.fields
-    )
-    memo[name] = found
-    return found
+    """Can a field of ``desc``, at any depth, be a target? Worked out for every type reachable
+    from ``desc`` at once (a fixpoint): a type judged while a cycle through it was still open
+    (A -> B -> A, before A's own target field) must not keep that provisional False."""
+    if desc.full_name not in memo:
+        reach: dict[str, Any] = {}
+        todo = [desc]
+        while todo:
+            d = todo.pop()
+            if d.full_name not in reach and d.full_name not in memo:
+                reach[d.full_name] = d
+                todo += [f.message_type for f in d.fields if f.message_type is not None]
+        leads = {n: any((n, f.number) in targets for f in d.fields) for n, d in reach.items()}
+        changed = True
+        while changed:
+            changed = False
+            for n, d in reach.items():
+                subs = (f.message_type.full_name for f in d.fields if f.message_type is not None)
+                if not leads[n] and any(leads.get(m) or memo.get(m) for m in subs):
+                    leads[n] = changed = True
+        memo.update(leads)
+    return memo[desc.full_name]
 
 
 class _Walk:
