@@ -394,6 +394,30 @@ def test_a_holder_that_opened_it_after_the_scan_keeps_it(children: Children, tmp
     kill_and_reap(holder)
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (mount --bind)")
+def test_a_holder_through_a_bind_mount_of_the_file_keeps_it(children: Children, tmp_path: Path) -> None:
+    """An fd opened through a file's bind mount shows the mount point's name, not the segment's:
+    the holder walk at delete time matches by inode there too, so the segment is kept."""
+    d = str(tmp_path / "shm")
+    os.mkdir(d)
+    name = seg_name(dead_pid(children))
+    path = make_file(d, name)
+    alias = tmp_path / "alias"
+    alias.touch()
+    subprocess.run(["mount", "--bind", path, str(alias)], check=True)
+    try:
+        judged = [s for s in Scan(ScanOptions(d, assume_dead=True)) if s.name == name]
+        assert judged[0].state is State.LEAKED
+        holder, _ = first_line(children, [PY, "-c", HOLDER, str(alias), "fd"])
+        (dl,) = reap(judged, d)
+        assert dl.deleted is False, dl
+        assert dl.reason == "opened or mapped since the scan"
+        assert os.listdir(d) == [name], "put back under its own name"
+        kill_and_reap(holder)
+    finally:
+        subprocess.run(["umount", "-l", str(alias)], check=False)
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root and unshare(1)")
 def test_a_name_mounted_on_in_another_mount_namespace_after_the_scan_is_put_back(
     children: Children, tmp_path: Path

@@ -130,10 +130,17 @@ def holder_index(
     ``names``: only files whose one name is among these are wanted. A file with a single
     link has a single dentry, and an fd's /proc link shows that dentry's current name (a
     rename included), so fds under other names need no stat. Only for single-link files:
-    a hard link is another dentry. Survives processes exiting mid-walk. Processes whose
+    a hard link is another dentry; and the mount points of bind mounts of the device are
+    matched too (a file's bind mount names its fds). Survives processes exiting mid-walk. Processes whose
     /proc entries this user may not read are skipped (as lsof does): their holds are not seen.
     """
-    wanted = None if names is None else frozenset(names)
+    wanted = None
+    if names is not None:
+        from smgshm.core.pidtrust import mount_aliases  # pidtrust imports this module
+
+        pids = None if pids is None else list(pids)
+        # A file bind-mounted elsewhere is open under that mount point's name: match it too.
+        wanted = frozenset(names) | mount_aliases(dev, pids)
     devtag = f" {os.major(dev):02x}:{os.minor(dev):02x} ".encode()
     found: dict[Key, list[Holder]] = {}
     for pid in live_pids() if pids is None else pids:

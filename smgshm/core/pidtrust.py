@@ -26,6 +26,7 @@ Names mounted on in any mount namespace are listed by ``mount_points``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from collections.abc import Iterable
@@ -132,6 +133,31 @@ def _scandir(path: str) -> list[os.DirEntry[str]]:
             return list(it)
     except OSError:
         return []
+
+
+def mount_aliases(dev: int, pids: Iterable[int] | None = None) -> frozenset[str]:
+    """Last components of the mount points of every bind mount of a part of device ``dev`` (its
+    root inside the filesystem is not "/": a file or a subdirectory), in every mount namespace
+    this process can read. An fd opened through a file's bind mount shows the mount point's
+    path, not the file's name, so a holder walk that matches fds by name must match these too."""
+    tag = f"{os.major(dev)}:{os.minor(dev)}".encode()
+    out: set[str] = set()
+    tables, seen = ["/proc/self/mountinfo"], set()
+    with contextlib.suppress(OSError):
+        seen.add(os.readlink("/proc/self/ns/mnt"))
+    for pid in live_pids() if pids is None else pids:
+        ns = _mnt_ns(pid)
+        if ns is not None and ns[0] not in seen:
+            seen.add(ns[0])
+            tables.append(ns[1])
+    for path in tables:
+        try:
+            with open(path, "rb") as f:
+                table = _parse(f.read())
+        except OSError:
+            continue  # exited, or not ours to read (nor then are its fds)
+        out.update(os.path.basename(where) for _p, mdev, root, where in table.values() if mdev == tag and root != "/")
+    return frozenset(out)
 
 
 def mount_points(dir_path: str, pids: Iterable[int] | None = None) -> dict[str, str]:
@@ -428,4 +454,4 @@ def judge_trust(shm_dir: str, pids: Iterable[int] | None = None) -> Trust:
     return Trust(True, note, frozenset(doubt))
 
 
-__all__ = ["INIT_PID_NS", "Trust", "judge_trust", "mount_of", "mount_points", "mounted_names"]
+__all__ = ["INIT_PID_NS", "Trust", "judge_trust", "mount_aliases", "mount_of", "mount_points", "mounted_names"]
