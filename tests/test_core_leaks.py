@@ -10,12 +10,13 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 
 import psutil
 import pytest
 
-from smgshm.core.leaks import ScanOptions, State, _start_time, judge_entry, parse_name, scan_segments
+from smgshm.core.leaks import Scan, ScanOptions, State, Tally, _start_time, judge_entry, parse_name, scan_segments
 from tests.conftest import Children, make_file
 from tests.test_cli_gc import HOLDER, dead_pid, first_line, kill_and_reap, seg_name
 
@@ -112,3 +113,26 @@ def test_judge_entry_is_the_scans_judgement(children: Children, tmp_path: Path) 
         kill_and_reap(holder)
     assert holder.returncode == -signal.SIGKILL
     assert sorted(os.listdir(d)) == sorted([leaked, held, fifo]), "judging touches nothing"
+
+
+def test_the_scans_inline_tally_is_tally_add(children: Children, tmp_path: Path) -> None:
+    """Judge.each tallies inline (speed); it must count exactly as Tally.add does."""
+    d = str(tmp_path)
+    live = os.getpid()
+    make_file(d, seg_name(dead_pid(children), seq=1), 8192)  # leaked
+    linked = make_file(d, seg_name(dead_pid(children), seq=2), 4096)  # leaked, but another link: frees nothing
+    os.link(linked, os.path.join(d, "elsewhere"))
+    make_file(d, f"smg-tokenspeed-{live}-{time.time_ns()}-3", 4096)  # in flight
+    make_file(d, "smg-no-pid-here", 4096)  # unknown
+    os.mkfifo(os.path.join(d, seg_name(dead_pid(children), seq=4)), 0o600)  # hazard
+    scan = Scan(ScanOptions(shm_dir=d, assume_dead=True))
+    by_add = Tally()
+    for seg in scan:
+        by_add.add(seg)
+    got = scan.tally
+    assert got.total == by_add.total == 5
+    assert (got.counts, got.bytes_by_state, got.counts_by_kind, got.bytes_by_kind, got.reclaimable_bytes) == (
+        by_add.counts, by_add.bytes_by_state, by_add.counts_by_kind, by_add.bytes_by_kind, by_add.reclaimable_bytes,
+    )  # fmt: skip
+    assert got.counts["leaked"] == 2
+    assert got.reclaimable_bytes == 8192, "the linked one frees nothing"

@@ -234,7 +234,9 @@ class Judge:
         starts, said, fullmatch, by_last = self.starts, self.said, _fullmatch, _BY_LAST
         judge_pid = not self.opts.assume_dead
         trusted, doubt, stale_after = self.trust.trusted, self.trust.doubt_uids, self.opts.stale_after_s
-        add = tally.add if tally is not None else None
+        if tally is not None:  # Tally.add, inline: a call per entry is a tenth of this loop
+            t_counts, t_bytes, t_kcounts, t_kbytes = (tally.counts, tally.bytes_by_state, tally.counts_by_kind,
+                                                      tally.bytes_by_kind)  # fmt: skip
         seen = 0
         for entry in entries:
             name = entry.name
@@ -294,10 +296,18 @@ class Judge:
             if nlink > 1 and ftype == "regular":
                 reason += f"; it has {nlink} links: unlinking this name frees nothing"
             # tuple.__new__: the NamedTuple's own __new__ is a Python function, a third of the cost again.
-            seg = _new(SegmentInfo, (name, kind, ftype, st.st_size, st.st_blocks * 512, age if age > 0.0 else 0.0,
+            nbytes = st.st_blocks * 512
+            seg = _new(SegmentInfo, (name, kind, ftype, st.st_size, nbytes, age if age > 0.0 else 0.0,
                                      uid, pid, alive, held, state, reason, ino, nlink, dev))  # fmt: skip
-            if add is not None:
-                add(seg)
+            if tally is not None:
+                sv = state._value_
+                t_counts[sv] += 1
+                t_bytes[sv] += nbytes
+                t_kcounts[kind] += 1
+                t_kbytes[kind] += nbytes
+                tally.total += 1
+                if sv == "leaked" and nlink <= 1:
+                    tally.reclaimable_bytes += nbytes
             yield seg
             seen += 1
             if progress and not seen & 1023:
@@ -346,7 +356,7 @@ class Tally:
         self.total = 0
 
     def add(self, seg: SegmentInfo) -> None:
-        # _value_, not .value: Enum.value is a descriptor call, and this runs once per entry.
+        # Judge.each does the same inline. _value_, not .value: Enum.value is a descriptor call.
         st, n = seg.state._value_, seg.allocated_bytes
         self.counts[st] += 1
         self.bytes_by_state[st] += n
