@@ -152,6 +152,15 @@ def tmpfs(path: Path, size: str, options: str = "") -> Iterator[str]:
             subprocess.run(["umount", "-l", str(path)], timeout=30)
 
 
+def proc_state(pid: int) -> str:
+    """The state letter of ``pid`` in /proc/PID/stat (after its comm, which may hold ")"); "" when gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0].decode()
+    except OSError:
+        return ""
+
+
 def make_file(d: str, name: str, size: int = 4096, age_s: float | None = None) -> str:
     """A 0600 regular file of ``size`` bytes in ``d``, its times set ``age_s`` seconds back if given."""
     path = os.path.join(d, name)

@@ -19,7 +19,7 @@ import pytest
 
 from smgshm.core.leaks import Scan, ScanOptions, State
 from smgshm.core.reaping import reap
-from tests.conftest import Children, make_file, run_cli, wait_for
+from tests.conftest import Children, make_file, proc_state, run_cli, wait_for
 from tests.test_cli_gc import (
     HOLDER,
     dead_pid,
@@ -96,7 +96,7 @@ def test_a_segment_only_a_thread_holds_is_held(children: Children, tmp_path: Pat
     holder, _ = first_line(children, [PY, "-c", THREAD_HOLDER, path, how])
     st = os.stat(path)
     if how.startswith("zombie-leader"):
-        wait_for(lambda: _state(holder.pid) == "Z", what="the leader thread to exit")
+        wait_for(lambda: proc_state(holder.pid) == "Z", what="the leader thread to exit")
         assert Path(f"/proc/{holder.pid}/maps").read_bytes() == b"", "a zombie leader's maps read empty"
     own = [os.stat(f"/proc/{holder.pid}/fd/{f}") for f in os.listdir(f"/proc/{holder.pid}/fd")]
     assert (st.st_dev, st.st_ino) not in {(o.st_dev, o.st_ino) for o in own}, "/proc/P/fd does not show it"
@@ -108,14 +108,6 @@ def test_a_segment_only_a_thread_holds_is_held(children: Children, tmp_path: Pat
     assert name not in deletions(doc)
     assert os.path.exists(path)
     kill_and_reap(holder)
-
-
-def _state(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0].decode()
-    except OSError:
-        return ""
 
 
 def test_a_segment_with_another_link_frees_nothing_and_says_so(children: Children, tmp_path: Path) -> None:

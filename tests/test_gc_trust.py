@@ -20,7 +20,7 @@ import psutil
 import pytest
 
 from smgshm.core.pidtrust import judge_trust, mount_of
-from tests.conftest import Children, run_cli, wait_for
+from tests.conftest import Children, proc_state, run_cli, wait_for
 from tests.test_cli_gc import WRITER, dead_pid, deletions, first_line, kill_and_reap, segs, tmpfs_dir  # noqa: F401 - a fixture
 
 pytestmark = [
@@ -216,7 +216,7 @@ def test_a_thread_that_alone_keeps_the_tmpfs_makes_pids_untrusted(
         task = f"/proc/{host_pid}/task"
         keeper = next(t for t in os.listdir(task) if int(t) != host_pid)
         if how == "zombie-leader":
-            wait_for(lambda: not os.path.lexists(f"/proc/{host_pid}/cwd") or _state(host_pid) == "Z",
+            wait_for(lambda: not os.path.lexists(f"/proc/{host_pid}/cwd") or proc_state(host_pid) == "Z",
                      what="the leader thread to exit")  # fmt: skip
             with pytest.raises(FileNotFoundError):
                 os.stat(f"/proc/{host_pid}/cwd")  # the process's own links are gone
@@ -243,14 +243,6 @@ def test_a_thread_that_alone_keeps_the_tmpfs_makes_pids_untrusted(
         assert not deletions(doc).get(name, {}).get("deleted")
         assert os.path.exists(path), "gc deleted a live producer's segment"
         kill_and_reap(p)
-
-
-def _state(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0].decode()
-    except OSError:
-        return ""
 
 
 def _dev_of(path: str) -> int | None:
