@@ -154,15 +154,7 @@ def test_a_killed_parent_takes_the_child_and_its_mount_with_it(children: Childre
     code = "from smgshm.core.hugepage_whatif import run_what_if\nrun_what_if((64 * 1024 * 1024,), iterations=1000)\n"
     parent = children.spawn([sys.executable, "-c", code], cwd=str(Path(__file__).resolve().parent.parent))
 
-    def measuring() -> int | None:
-        import psutil
-
-        for c in psutil.Process(parent.pid).children(recursive=True):
-            if own_segments(c.pid):
-                return c.pid
-        return None
-
-    child = wait_for(measuring, 60, "the what-if child to be mid-run")
+    child = _measuring_child(parent.pid)
     mnt = _child_mountpoint(child)
     try:
         os.kill(parent.pid, signal.SIGKILL)
@@ -177,6 +169,20 @@ def test_a_killed_parent_takes_the_child_and_its_mount_with_it(children: Childre
             os.unlink(os.path.join(DEFAULT_SHM_DIR, name))
         with contextlib.suppress(OSError):
             os.rmdir(mnt)
+
+
+def _measuring_child(parent: int) -> int:
+    """The what-if child of ``parent`` once it has segments of its own (it is mid-run)."""
+
+    def measuring() -> int | None:
+        import psutil
+
+        for c in psutil.Process(parent).children(recursive=True):
+            if own_segments(c.pid):
+                return c.pid
+        return None
+
+    return int(wait_for(measuring, 60, "the what-if child to be mid-run"))
 
 
 def _child_mountpoint(pid: int) -> str:
@@ -198,15 +204,7 @@ def test_cli_what_if_stopped_by_sigterm_or_sighup_unwinds_like_ctrl_c(
     argv = [sys.executable, "-m", "smgshm", "bench", "--what-if", "huge-pages", "--sizes", "16MiB", "-n", "1000"]
     parent = children.spawn(argv, cwd=str(Path(__file__).resolve().parent.parent))
 
-    def measuring() -> int | None:
-        import psutil
-
-        for c in psutil.Process(parent.pid).children(recursive=True):
-            if own_segments(c.pid):
-                return c.pid
-        return None
-
-    child = wait_for(measuring, 60, "the what-if child to be mid-run")
+    child = _measuring_child(parent.pid)
     mnt = _child_mountpoint(child)
     try:
         os.kill(parent.pid, sig)
