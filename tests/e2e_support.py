@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from smgshm.core.gatewayproc import GatewayConfig, RunningGateway, start_gateway
+from smgshm.core.gateway.process import GatewayConfig, RunningGateway, start_gateway
 from tests.conftest import Children
 
 HAVE_SMG = (Path(sys.executable).parent / "smg").exists() or shutil.which("smg") is not None

@@ -21,8 +21,8 @@ def main() -> None:
     from smg_grpc_proto.generated import vllm_engine_pb2_grpc as pb_grpc
     from smg_grpc_servicer import mm_shm
 
+    from smgshm.core.host.namespace import read_namespace_id
     from smgshm.core.modeldir import ensure_model_dir
-    from smgshm.core.namespace import read_namespace_id
 
     md = ensure_model_dir(sys.argv[1])
     ns = sys.argv[2] if len(sys.argv) > 2 else read_namespace_id()

@@ -138,7 +138,7 @@ def trusted(shm_dir: str, run: Callable[[], T], timeout: float = 60.0) -> T:
     """``run()``, again (bounded) until pid liveness in ``shm_dir`` was trusted both before and
     after it: on a shared machine another job's pid namespace can reach the dir for a while, and
     doctor then rightly calls a leak unknown. Skips if that never ends."""
-    from smgshm.core.pidtrust import judge_trust
+    from smgshm.core.host.pidtrust import judge_trust
 
     def ok() -> bool:
         t = judge_trust(shm_dir)
@@ -320,8 +320,8 @@ def _assert_embedded_all_ok(doc: dict[str, Any], shm: str, shm_dir_status: str =
 
 @needs_init_pidns
 def test_embedded_default_on_the_real_dev_shm() -> None:
-    from smgshm.core.leaks import ScanOptions, scan_segments
     from smgshm.core.paths import GATEWAY_PROBE_PREFIX
+    from smgshm.core.segments.judge import ScanOptions, scan_segments
 
     # The real /dev/shm is shared: another run's leak would fail doctor's leaks check, not this test.
     r = scan_segments(ScanOptions(SHM))
@@ -594,7 +594,7 @@ def test_private_tmpfs_worker_fails_the_probe(children: Children, shm_dir: str) 
     assert line, f"serve exited early: {p.stderr.read() if p.stderr else ''}"
     ready = json.loads(line)["result"]
     addr = ready["address"]
-    from smgshm.core.namespace import read_namespace_id
+    from smgshm.core.host.namespace import read_namespace_id
 
     assert ready["namespace_id"] != read_namespace_id(shm_dir), "the worker has its own tmpfs"
 

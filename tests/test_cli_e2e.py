@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 import psutil
 import pytest
 
-from smgshm.core.gatewayproc import RunningGateway
+from smgshm.core.gateway.process import RunningGateway
 from tests.conftest import SHM, Children, closed_port, run_cli, smgshm_argv, start_serve, wait_for
 from tests.e2e_support import FOREIGN_ID, gateway, gateways, mm_shm_worker, model_dir, needs_smg
 from tests.test_json_schema import check_e2e_schema

@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from smgshm.core.namespace import read_namespace_id
+from smgshm.core.host.namespace import read_namespace_id
 from tests.conftest import Children, run_cli, wait_for
 
 A = "5ef74ec3-1111-4000-8000-000000000000"
@@ -73,7 +73,7 @@ def test_compare_two_ids_names_them_a_and_b_not_here_and_peer() -> None:
 
 
 def test_compare_with_this_host_says_here() -> None:
-    from smgshm.core.namespace import read_namespace_id
+    from smgshm.core.host.namespace import read_namespace_id
 
     mine = read_namespace_id()
     boot, dev = mine.rsplit(":", 1)

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 import smgshm
-from smgshm.core.namespace import read_namespace_id
+from smgshm.core.host.namespace import read_namespace_id
 from smgshm.core.paths import GATEWAY_PROBE_PREFIX, SMGSHM_PREFIX
 from smgshm.core.probe import Health, LocalChecks, VerifyResult, WorkerReport
 from smgshm.core.receiver import ReceiverConfig

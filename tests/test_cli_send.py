@@ -14,7 +14,7 @@ from typing import Any
 import grpc
 import pytest
 
-from smgshm.core.tensors import DTYPES, ITEMSIZE, make_tensor, tensor_bytes
+from smgshm.core.transport.tensors import DTYPES, ITEMSIZE, make_tensor, tensor_bytes
 from tests.conftest import SHM, Children, closed_port, run_cli, smgshm_argv, start_serve, wait_for
 
 pytestmark = pytest.mark.timeout(120)
@@ -449,8 +449,8 @@ def test_receiver_as_another_uid_is_a_permission_error(children: Children) -> No
 def test_segments_read_byte_exactly_by_smg_mm_shm(dtype: str, layout: str) -> None:
     from smg_grpc_servicer import mm_shm
 
-    from smgshm.core.segments import write_segment
-    from smgshm.core.wire import Layout, OutTensor, engine_pb2, to_tensor_data
+    from smgshm.core.segments.io import write_segment
+    from smgshm.core.transport.wire import Layout, OutTensor, engine_pb2, to_tensor_data
 
     shape = (3, 17, 5)
     t = make_tensor(shape, dtype, seed=11)

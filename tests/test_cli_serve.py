@@ -14,10 +14,10 @@ from typing import Any
 import grpc
 import pytest
 
-from smgshm.core.namespace import read_namespace_id
-from smgshm.core.segments import ShmRef, owner_id, write_segment
-from smgshm.core.tensors import DIGEST_ALGO, digest
-from smgshm.core.wire import Layout, OutTensor, Request, build_multimodal
+from smgshm.core.host.namespace import read_namespace_id
+from smgshm.core.segments.io import ShmRef, owner_id, write_segment
+from smgshm.core.transport.tensors import DIGEST_ALGO, digest
+from smgshm.core.transport.wire import Layout, OutTensor, Request, build_multimodal
 from smgshm.rpc.v1 import diag_pb2, diag_pb2_grpc
 from tests.conftest import SHM, Children, smgshm_argv, start_serve
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from smgshm.core.metrics import scrape
+from smgshm.core.gateway.metrics import scrape
 from tests.conftest import Children, closed_port, make_file, run_cli, smgshm_argv, wait_for
 from tests.test_cli_gc import dead_pid
 from tests.test_core_shmwatch import tmpfs  # noqa: F401 - the private tmpfs fixture
@@ -34,7 +34,7 @@ PY = sys.executable
 # ("written", then a line on stdin) until the test has seen the watch count its bytes.
 PRODUCER = r"""
 import os, sys, time
-from smgshm.core.segments import read_segment, write_segment
+from smgshm.core.segments.io import read_segment, write_segment
 d, consumed, cleaned, keep = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "keep"
 pid, seq = os.getpid(), 0
 def name():

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from smgshm.core.errors import HostError, TransportError
-from smgshm.core.gatewayproc import (
+from smgshm.core.gateway.process import (
     PIP_HINT,
     GatewayConfig,
     find_smg,
@@ -105,7 +105,7 @@ def test_gateway_that_exits_at_start_is_a_host_error(tmp_path: Path) -> None:
 
 _HOLDER = """
 import sys, time
-from smgshm.core.gatewayproc import GatewayConfig, start_gateway
+from smgshm.core.gateway.process import GatewayConfig, start_gateway
 with start_gateway(GatewayConfig(worker_urls=(sys.argv[1],), log_path=sys.argv[2])) as gw:
     print(gw.pid, flush=True)
     time.sleep(120)

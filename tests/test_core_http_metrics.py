@@ -1,4 +1,4 @@
-"""core/http.py and core/metrics.py against real HTTP servers on loopback."""
+"""core/gateway/http.py and core/gateway/metrics.py against real HTTP servers on loopback."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from smgshm.core.errors import ServerError, TransportError
-from smgshm.core.http import request
-from smgshm.core.metrics import default_metrics_url, mm_traffic, parse_metrics, scrape
+from smgshm.core.gateway.http import request
+from smgshm.core.gateway.metrics import default_metrics_url, mm_traffic, parse_metrics, scrape
 from tests.conftest import closed_port
 
 SAMPLE = """\

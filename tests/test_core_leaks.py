@@ -16,7 +16,16 @@ from pathlib import Path
 import psutil
 import pytest
 
-from smgshm.core.leaks import Scan, ScanOptions, State, Tally, _start_time, judge_entry, parse_name, scan_segments
+from smgshm.core.segments.judge import (
+    Scan,
+    ScanOptions,
+    State,
+    Tally,
+    _start_time,
+    judge_entry,
+    parse_name,
+    scan_segments,
+)
 from tests.conftest import Children, make_file
 from tests.test_cli_gc import HOLDER, dead_pid, first_line, kill_and_reap, seg_name
 

@@ -8,7 +8,13 @@ from pathlib import Path
 import pytest
 from smg_grpc_servicer import mm_shm
 
-from smgshm.core.namespace import NamespaceId, Sharing, compare_namespace_ids, parse_namespace_id, read_namespace_id
+from smgshm.core.host.namespace import (
+    NamespaceId,
+    Sharing,
+    compare_namespace_ids,
+    parse_namespace_id,
+    read_namespace_id,
+)
 
 A = "5ef74ec3-1111-4000-8000-000000000000"
 B = "5ef74ec3-2222-4000-8000-000000000000"

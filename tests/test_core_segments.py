@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from smgshm.core.errors import HandleError, HostError, NoSpaceError, SegmentError
-from smgshm.core.segments import (
+from smgshm.core.segments.io import (
     NAME_MAX,
     WriteStrategy,
     new_segment_name,
@@ -408,7 +408,7 @@ def test_a_fifo_is_never_opened_so_a_waiting_writer_stays_blocked(scratch: list[
 _NO_PROC = """
 import os, sys
 from smgshm.core.errors import SegmentError
-from smgshm.core.segments import read_segment
+from smgshm.core.segments.io import read_segment
 assert not os.path.exists("/proc/self/fd")
 seg = read_segment(sys.argv[1], 0, 5, mode="copy", unlink=False)
 print(bytes(seg.data).decode())

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from smgshm.core.errors import HostError
-from smgshm.core.segments import read_segment, write_segment
+from smgshm.core.segments.io import read_segment, write_segment
 from smgshm.core.shmwatch import SegmentLife, SegmentTracker, ShmEvent, ShmWatcher
 from tests.conftest import SHM, make_file, remove_path, wait_for
 

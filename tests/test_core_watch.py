@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from smgshm.core.gatewayrates import gateway_rates
-from smgshm.core.metrics import parse_metrics
+from smgshm.core.gateway.metrics import parse_metrics
+from smgshm.core.gateway.rates import gateway_rates
 from smgshm.core.quantiles import StreamingQuantiles
 from smgshm.core.shmwatch import SegmentTracker, ShmEvent
 from smgshm.core.watch import WatchOptions, WatchSession, _Totals

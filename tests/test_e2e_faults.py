@@ -10,8 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 from smgshm.cli import cli
-from smgshm.core.chat import make_png, send_chat
-from smgshm.core.gatewayproc import RunningGateway
+from smgshm.core.gateway.chat import make_png, send_chat
+from smgshm.core.gateway.process import RunningGateway
 from smgshm.core.modeldir import SERVED_MODEL_NAME
 from tests.conftest import SHM, Children, run_cli, start_serve
 from tests.e2e_support import gateway, gateways, model_dir, needs_smg
@@ -47,8 +47,8 @@ def test_leak_under_disable_retries_seen_by_gc_then_reaped(
     assert seg["state"] == "leaked"
     # Reaped by gc's own code (scan, judge, reap), restricted to this test's segment: the shm dir is
     # shared, and `gc --delete` would also reap other runs' provably dead segments.
-    from smgshm.core.leaks import ScanOptions, State, scan_segments
-    from smgshm.core.reaping import reap, reapable
+    from smgshm.core.segments.judge import ScanOptions, State, scan_segments
+    from smgshm.core.segments.reaping import reap, reapable
 
     leaked = reapable({State.LEAKED})
     scan = scan_segments(ScanOptions(SHM, assume_dead=True))  # as JUDGE: by this namespace's pids

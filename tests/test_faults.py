@@ -19,7 +19,7 @@ from typing import Any
 import grpc
 import pytest
 
-from smgshm.core.namespace import read_namespace_id
+from smgshm.core.host.namespace import read_namespace_id
 from smgshm.rpc.v1 import diag_pb2, diag_pb2_grpc
 from tests.conftest import Children, run_cli, smgshm_argv, start_serve, wait_for
 from tests.test_cli_gc import JUDGE

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from smgshm.core.errors import WireError
 from smgshm.core.receipts import ReceiptRing
 from smgshm.core.receiver import ReceiverConfig, receive
-from smgshm.core.wire import Layout, engine_pb2
+from smgshm.core.transport.wire import Layout, engine_pb2
 from smgshm.core.worker import read_generate
 
 
@@ -161,7 +161,7 @@ def test_hostile_generate_over_grpc_is_a_status_never_a_crash(
 
 
 def _tensors(layout: Layout, request: Any, payloads: dict[bytes, memoryview] | None) -> list[tuple[Any, ...]]:
-    from smgshm.core.wire import generate_tensors
+    from smgshm.core.transport.wire import generate_tensors
 
     return [(t.key, t.kind, t.shape, t.dtype, None if t.inline is None else bytes(t.inline), t.shm_name)
             for t in generate_tensors(layout, request, payloads)]  # fmt: skip
@@ -187,7 +187,7 @@ def test_excised_parse_is_exactly_protobufs(
     a singular message repeated), and the one must refuse exactly what the other refuses."""
     from google.protobuf.message import DecodeError
 
-    from smgshm.core.protowire import inline_target, parse_excised
+    from smgshm.core.transport.protowire import inline_target, parse_excised
 
     pb = engine_pb2(layout)
     reqs = []
@@ -228,7 +228,7 @@ def test_excised_parse_is_exactly_protobufs(
 def test_excised_parse_of_arbitrary_bytes_is_protobufs(layout: Layout, raw: bytes) -> None:
     from google.protobuf.message import DecodeError
 
-    from smgshm.core.protowire import inline_target, parse_excised
+    from smgshm.core.transport.protowire import inline_target, parse_excised
 
     pb = engine_pb2(layout)
     want = pb.GenerateRequest()
@@ -288,7 +288,7 @@ def test_what_the_walk_cannot_follow_is_protobufs_parse(what: str) -> None:
     """Past the walk's bounds the request is parsed by protobuf as sent: same tensors, copies."""
     from smg_grpc_proto.generated import vllm_engine_pb2 as pb
 
-    from smgshm.core.protowire import MAX_DEPTH, MAX_FIELDS, Target, inline_target, parse_excised
+    from smgshm.core.transport.protowire import MAX_DEPTH, MAX_FIELDS, Target, inline_target, parse_excised
 
     td = pb.TensorData(shape=[3], dtype="uint8", inline=b"abc")
     raw = pb.GenerateRequest(request_id="x", mm_inputs=pb.MultimodalInputs(pixel_values=td)).SerializeToString()
@@ -321,7 +321,7 @@ def test_a_target_reached_only_through_a_cycle_is_excised() -> None:
     payload of marker 0 (another tensor's). Every target is excised, wherever it sits."""
     from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
-    from smgshm.core.protowire import parse_excised, resolve
+    from smgshm.core.transport.protowire import parse_excised, resolve
 
     fdp = descriptor_pb2.FileDescriptorProto(name="smgshm_cycle_test.proto", package="cyc", syntax="proto3")
     fdp.message_type.add(name="Tensor").field.add(name="inline", number=1, type=12, label=1)

@@ -19,7 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from smgshm.core.pidtrust import judge_trust, mount_of
+from smgshm.core.host.pidtrust import judge_trust, mount_of
 from tests.conftest import Children, proc_state, run_cli, wait_for
 from tests.test_cli_gc import WRITER, dead_pid, deletions, first_line, kill_and_reap, segs, tmpfs_dir  # noqa: F401 - a fixture
 
@@ -372,7 +372,7 @@ def test_a_pid_namespace_handle_alone_changes_nothing(children: Children, tmp_pa
 # judge_trust as another uid: the namespaces of root's processes are not its to read.
 AS_NOBODY = """
 import os, sys
-from smgshm.core.pidtrust import judge_trust
+from smgshm.core.host.pidtrust import judge_trust
 os.setgroups([])
 os.setgid(65534)
 os.setuid(65534)

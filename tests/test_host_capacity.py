@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from smgshm.core.capacity import family_of, record_tensor_seen, recorded_needs, shm_usage
+from smgshm.core.host.capacity import family_of, record_tensor_seen, recorded_needs, shm_usage
 from tests.conftest import run_cli, tmpfs
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (mount -t tmpfs)")

@@ -1,6 +1,6 @@
 """doctor finds real SMG gateways (`smg launch`) on this host and establishes their transport from evidence.
 
-Every gateway here is real, started through smgshm/core/gatewayproc.py on free loopback ports and
+Every gateway here is real, started through smgshm/core/gateway/process.py on free loopback ports and
 always stopped. The machine is shared: other runs' gateways may be found too, so each test judges
 only the gateway (by pid) it started.
 """
@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from smgshm.core.gatewaylog import TransportConfig, parse_transport_line, read_transport_config
-from smgshm.core.gatewaymode import judge
-from smgshm.core.gatewayproc import GatewayConfig, RunningGateway, start_gateway
-from smgshm.core.gateways import find_gateways
-from smgshm.core.metrics import mm_traffic, parse_metrics
+from smgshm.core.gateway.log import TransportConfig, parse_transport_line, read_transport_config
+from smgshm.core.gateway.metrics import mm_traffic, parse_metrics
+from smgshm.core.gateway.mode import judge
+from smgshm.core.gateway.process import GatewayConfig, RunningGateway, start_gateway
+from smgshm.core.gateway.running import find_gateways
 from tests.conftest import Children, wait_for
 
 HAVE_SMG = (Path(sys.executable).parent / "smg").exists() or shutil.which("smg") is not None
@@ -215,8 +215,8 @@ def test_a_gateway_of_another_uid_is_reported_as_not_inspectable(
         # encodings.idna: getaddrinfo loads it lazily, at the first dial of another gateway found here.
         "import json, os, concurrent.futures, encodings.idna\n"
         "from dataclasses import asdict\n"
-        "import prometheus_client.parser, smgshm.core.http, smgshm.core.metrics\n"
-        "from smgshm.core.gateways import find_gateways\n"
+        "import prometheus_client.parser, smgshm.core.gateway.http, smgshm.core.gateway.metrics\n"
+        "from smgshm.core.gateway.running import find_gateways\n"
         # Imports first (the interpreter's own files may be root's alone), then become nobody.
         "os.setgid(65534); os.setuid(65534)\n"
         "print(json.dumps([asdict(g) for g in find_gateways()]))\n"

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from smgshm.core.errors import SmgshmError
+from smgshm.core.host.pagesize import SHMEM_ENABLED, load_last_what_if, page_policy
 from smgshm.core.hugepage_whatif import OPS, run_what_if
-from smgshm.core.hugepages import SHMEM_ENABLED, load_last_what_if, page_policy
 from smgshm.core.paths import DEFAULT_SHM_DIR, SMGSHM_PREFIX
 from tests.conftest import Children, run_cli, tmpfs, wait_for
 
@@ -243,7 +243,7 @@ def test_what_if_as_another_user_exits_5_with_the_reason(children: Children) -> 
     code = (
         "import os, sys\n"
         "from smgshm.cli import main\n"
-        "import smgshm.cli.bench, smgshm.core.hugepage_whatif, smgshm.core.hugepages, shutil\n"
+        "import smgshm.cli.bench, smgshm.core.hugepage_whatif, smgshm.core.host.pagesize, shutil\n"
         "if os.geteuid() == 0:\n    os.setgid(65534); os.setuid(65534)\n"
         "sys.argv = ['smgshm', 'bench', '--what-if', 'huge-pages']\n"
         "main()\n"

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from smgshm.core.gatewaymode import judge
-from smgshm.core.gatewayproc import GatewayConfig, start_gateway
-from smgshm.core.gateways import inspect_gateway
-from smgshm.core.metrics import mm_traffic, scrape
+from smgshm.core.gateway.metrics import mm_traffic, scrape
+from smgshm.core.gateway.mode import judge
+from smgshm.core.gateway.process import GatewayConfig, start_gateway
+from smgshm.core.gateway.running import inspect_gateway
 from smgshm.core.modeldir import ensure_model_dir
 from tests.conftest import Children, start_serve
 from tests.test_host_gateways import doctor_doc, mine

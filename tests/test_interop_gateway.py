@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from smgshm.core.gatewayproc import GatewayConfig, RunningGateway, start_gateway
-from smgshm.core.namespace import read_namespace_id
+from smgshm.core.gateway.process import GatewayConfig, RunningGateway, start_gateway
+from smgshm.core.host.namespace import read_namespace_id
 from tests.conftest import Children, run_cli, start_serve, wait_for
 
 SMG = Path(sys.executable).parent / "smg"

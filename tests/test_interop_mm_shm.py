@@ -11,9 +11,9 @@ import pytest
 from smg_grpc_proto.generated import common_pb2, tokenspeed_scheduler_pb2, vllm_engine_pb2
 from smg_grpc_servicer import mm_shm
 
-from smgshm.core.segments import ShmRef, write_segment
-from smgshm.core.tensors import DTYPES, make_tensor, tensor_bytes
-from smgshm.core.wire import Layout, OutTensor, Request, build_multimodal, parse_multimodal, to_tensor_data
+from smgshm.core.segments.io import ShmRef, write_segment
+from smgshm.core.transport.tensors import DTYPES, make_tensor, tensor_bytes
+from smgshm.core.transport.wire import Layout, OutTensor, Request, build_multimodal, parse_multimodal, to_tensor_data
 
 LAYOUTS = [Layout.VLLM, Layout.TOKENSPEED]
 PB: dict[Layout, ModuleType] = {Layout.VLLM: vllm_engine_pb2, Layout.TOKENSPEED: tokenspeed_scheduler_pb2}

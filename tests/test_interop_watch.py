@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from smgshm.core.metrics import scrape
+from smgshm.core.gateway.metrics import scrape
 from smgshm.core.receipts import fetch_receipts
 from tests.conftest import SHM, Children, smgshm_argv, wait_for
 from tests.test_cli_watch import drain

@@ -128,7 +128,7 @@ def test_e2e_schema(tmp_path: Any, children: Any, model_dir: str) -> None:
     """Against the real gateway with a smgshm serve worker: every source present, every key pinned."""
     import pytest
 
-    from smgshm.core.gatewayproc import GatewayConfig, start_gateway
+    from smgshm.core.gateway.process import GatewayConfig, start_gateway
     from tests.conftest import start_serve
     from tests.e2e_support import HAVE_SMG
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from smgshm.core.namespace import read_namespace_id
+from smgshm.core.host.namespace import read_namespace_id
 from smgshm.core.receiver import ReceiverConfig
 from smgshm.core.services import RunningReceiver, start_receiver
 from tests.conftest import run_cli

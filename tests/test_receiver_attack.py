@@ -18,7 +18,7 @@ from smg_grpc_proto.generated import common_pb2, vllm_engine_pb2, vllm_engine_pb
 from smgshm.core.receipts import fetch_receipts
 from smgshm.core.receiver import MAX_TENSORS_PER_REQUEST, ReceiverConfig, receive
 from smgshm.core.services import RunningReceiver, start_receiver
-from smgshm.core.wire import Layout
+from smgshm.core.transport.wire import Layout
 from smgshm.rpc.v1 import diag_pb2, diag_pb2_grpc
 from tests.conftest import Children, start_serve
 

@@ -11,7 +11,7 @@ import os
 import subprocess
 import sys
 
-from smgshm.core.segments import read_segment
+from smgshm.core.segments.io import read_segment
 from tests.conftest import SHM, wait_for
 from tests.test_core_segments import _make_file
 
@@ -87,7 +87,7 @@ while time.monotonic() < end:
 _READER = """
 import os, subprocess, sys, time
 from smgshm.core.errors import SegmentError
-from smgshm.core.segments import read_segment
+from smgshm.core.segments.io import read_segment
 path, how, hammer_src = sys.argv[1], sys.argv[2], sys.argv[3]
 name, size = os.path.basename(path), os.path.getsize(path)
 head = open(path, "rb").read(size // 2)
@@ -140,7 +140,7 @@ def test_a_file_shrunk_through_a_writers_fd_is_copied_or_refused(scratch: list[s
 
 def test_the_receiver_reports_which_read_it_made(scratch: list[str]) -> None:
     from smgshm.core.receiver import ReceiverConfig, receive_one
-    from smgshm.core.wire import InTensor
+    from smgshm.core.transport.wire import InTensor
 
     blob = os.urandom(MIB)
     name = _make_file(scratch, blob)

@@ -36,7 +36,7 @@ class Stuck(diag_pb2_grpc.DiagnosticsServicer):  # type: ignore[misc]
         self.release = threading.Event()
 
     def Identity(self, request: Any, context: Any) -> Any:  # noqa: N802 - gRPC's method name
-        from smgshm.core.namespace import read_namespace_id
+        from smgshm.core.host.namespace import read_namespace_id
         from smgshm.rpc.v1 import diag_pb2
 
         return diag_pb2.IdentityResponse(namespace_id=read_namespace_id(), uid=os.getuid(), unlink_after_read=True)

@@ -16,9 +16,9 @@ from typing import Any
 import grpc
 import pytest
 
-from smgshm.core.tensors import DIGEST_ALGO
-from smgshm.core.verify import Sent, judge, receipt_key
-from smgshm.core.wire import Layout, OutTensor, Request, build_multimodal, parse_multimodal
+from smgshm.core.transport.tensors import DIGEST_ALGO
+from smgshm.core.transport.verify import Sent, judge, receipt_key
+from smgshm.core.transport.wire import Layout, OutTensor, Request, build_multimodal, parse_multimodal
 from smgshm.rpc.v1 import diag_pb2_grpc
 from tests.conftest import run_cli
 
@@ -84,7 +84,7 @@ class Liar(diag_pb2_grpc.DiagnosticsServicer):  # type: ignore[misc]
         self.forge = forge
 
     def Identity(self, request: Any, context: Any) -> Any:  # noqa: N802 - gRPC's method name
-        from smgshm.core.namespace import read_namespace_id
+        from smgshm.core.host.namespace import read_namespace_id
         from smgshm.rpc.v1 import diag_pb2
 
         return diag_pb2.IdentityResponse(
@@ -177,8 +177,8 @@ SINGLE = sorted(set(FORGERIES) - {"duplicates_of_the_first"})
 
 @pytest.mark.parametrize("forgery", SINGLE)
 def test_probe_verify_canary_against_a_liar_fails(liar: Callable[[Forge], str], forgery: str) -> None:
-    from smgshm.core.channel import open_channel
     from smgshm.core.probe import ProbeOptions, verify_canary
+    from smgshm.core.transport.channel import open_channel
 
     channel = open_channel(liar(FORGERIES[forgery]), 5.0)
     try:

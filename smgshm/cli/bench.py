@@ -141,7 +141,7 @@ def bench(app: App, address: str | None, min_: int, max_: int, factor: int, size
         if embedded is not None:
             embedded.stop(0)
         progress(-1, -1)
-    from smgshm.core.capacity import record_tensor_seen
+    from smgshm.core.host.capacity import record_tensor_seen
 
     # doctor's capacity check quotes the largest tensor bench moved through this shm dir.
     record_tensor_seen("smgshm bench", max(s.nbytes for s in report.sizes), shm_dir)

@@ -80,7 +80,7 @@ def doctor(app: App, workers: tuple[str, ...], from_gateway: str | None, api_key
         raise click.UsageError("--no-gateways and --gateway-pid contradict each other")
     addresses = list(workers)
     if from_gateway:
-        from smgshm.core.gateway import list_workers
+        from smgshm.core.gateway.admin import list_workers
 
         addresses += [w.url for w in list_workers(from_gateway, api_key, timeout) if w.grpc]
         if not addresses:

@@ -164,7 +164,7 @@ def e2e(app: App, gateway: str | None, running: bool, gateway_pid: int | None, a
             report = run_against(gateway, opts, app.info) if gateway else run_embedded(opts, app.info)
     except _TerminatedError as t:
         raise click.exceptions.Exit(128 + t.signum) from None
-    from smgshm.core.capacity import record_tensor_seen
+    from smgshm.core.host.capacity import record_tensor_seen
 
     sizes = [x.nbytes for r in report.runs for x in r.receipts.receipts]
     sizes += [s.nbytes or 0 for r in report.runs for s in r.shm_dir.segments]
@@ -181,7 +181,7 @@ def e2e(app: App, gateway: str | None, running: bool, gateway_pid: int | None, a
 def _running_gateway(app: App, pid: int | None) -> tuple[str, str]:
     """The URL and metrics URL of the gateway running here; exit 2 naming them when several run."""
     from smgshm.cli.fmt import quote_cmd
-    from smgshm.core.gateways import GatewayChoiceError, choose_running, find_gateways
+    from smgshm.core.gateway.running import GatewayChoiceError, choose_running, find_gateways
 
     try:
         g = choose_running(find_gateways(), pid)
@@ -196,7 +196,7 @@ def _mention_running(app: App) -> None:
     """The embedded default says when gateways run here (a cheap /proc scan: no port is asked)."""
     if app.json or app.quiet:
         return
-    from smgshm.core.gateways import find_gateways
+    from smgshm.core.gateway.running import find_gateways
 
     found = find_gateways(probe=False)
     if found:

@@ -16,7 +16,7 @@ from smgshm.cli.exitcodes import ExitCode
 from smgshm.cli.params import DURATION, shm_dir_option
 
 if TYPE_CHECKING:
-    from smgshm.core.leaks import ScanOptions
+    from smgshm.core.segments.judge import ScanOptions
 
 
 @click.command()
@@ -83,7 +83,7 @@ def gc(app: App, delete: bool, include_stale: bool, min_age: float, stale_after:
       # cron, every 10 minutes:
       #   */10 * * * * root smgshm -q gc --delete --check --prometheus /var/lib/node_exporter/smgshm.prom
     """
-    from smgshm.core.leaks import ScanOptions
+    from smgshm.core.segments.judge import ScanOptions
 
     opts = ScanOptions(shm_dir, stale_after, assume_dead)
     if watch is not None:
@@ -104,9 +104,9 @@ def run(app: App, opts: ScanOptions, *, delete: bool, include_stale: bool, min_a
     import copy
     import os
 
-    from smgshm.core import reaping, textfile
+    from smgshm.core.segments import reaping, textfile
     from smgshm.core.errors import HostError
-    from smgshm.core.leaks import Deletion, Scan, State
+    from smgshm.core.segments.judge import Deletion, Scan, State
 
     if prometheus_file:
         textfile.check_writable(prometheus_file)  # exit 5 before anything is scanned or deleted
@@ -186,7 +186,7 @@ def _no_cycle_collector() -> Iterator[None]:
 
 def _watch(app: App, opts: ScanOptions, every: float, count: int | None) -> None:
     """Re-scan until interrupted (or --watch-count scans): one line per scan, growth per state."""
-    from smgshm.core.leaks import Scan
+    from smgshm.core.segments.judge import Scan
 
     def counts() -> tuple[int, dict[str, int]]:
         scan = Scan(opts)

@@ -34,7 +34,7 @@ def ns(ctx: click.Context, pid: int | None, shm_dir: str) -> None:
     """
     if ctx.invoked_subcommand is not None:
         return
-    from smgshm.core.host import read_host_identity
+    from smgshm.core.host.identity import read_host_identity
 
     app: App = ctx.obj
     if pid is not None and not os.path.isdir(f"/proc/{pid}"):
@@ -62,7 +62,7 @@ def compare(app: App, id_a: str, id_b: str | None, shm_dir: str) -> None:
       smgshm ns compare "$(kubectl exec worker -- smgshm --json ns | jq -r .result.namespace_id)"
       smgshm ns compare 5ef74ec3-0000-4000-8000-000000000000:27 5ef74ec3-0000-4000-8000-000000000000:31
     """
-    from smgshm.core.namespace import Sharing, compare_namespace_ids, read_namespace_id
+    from smgshm.core.host.namespace import Sharing, compare_namespace_ids, read_namespace_id
 
     app.command = "ns compare"
     local = id_b if id_b is not None else read_namespace_id(shm_dir)

@@ -10,8 +10,8 @@ from smgshm.cli.fmt import hint, human_bytes, kv_table, prose, safe
 
 if TYPE_CHECKING:
     from smgshm.cli.app import App
-    from smgshm.core.host import HostIdentity
-    from smgshm.core.namespace import NamespaceComparison
+    from smgshm.core.host.identity import HostIdentity
+    from smgshm.core.host.namespace import NamespaceComparison
 
 def identity(app: App, ident: HostIdentity) -> None:
     verdict = ident.namespace_id or "(unreadable: auto will stay inline)"

@@ -109,7 +109,7 @@ def probe(
         raise click.UsageError("give at least one ADDRESS or --from-gateway URL")
     gateway = None
     if from_gateway:
-        from smgshm.core.gateway import list_workers
+        from smgshm.core.gateway.admin import list_workers
 
         gateway = list_workers(from_gateway, api_key, timeout)
         if not gateway:

@@ -17,7 +17,7 @@ from smgshm.cli.signals import stop_on_signals
 def _shape(text: str | None, size: int | None, dtype: str, tensors: int, concurrency: int) -> tuple[int, ...]:
     """The tensor shape, refused before any allocation when SMG could not carry it or this run could not hold it."""
     from smgshm.core.send import MAX_SENDER_BYTES, MAX_TENSOR_BYTES
-    from smgshm.core.tensors import ITEMSIZE
+    from smgshm.core.transport.tensors import ITEMSIZE
 
     if text and size is not None:
         raise click.UsageError("--shape and --size are exclusive")
@@ -121,8 +121,8 @@ def send(app: App, address: str, transport: str, layout: str, dtype: str, shape:
     """
     from smgshm.core.send import SendOptions
     from smgshm.core.send import send as run_send
-    from smgshm.core.transport import Mode
-    from smgshm.core.wire import Layout
+    from smgshm.core.transport.decision import Mode
+    from smgshm.core.transport.wire import Layout
 
     opts = SendOptions(Layout(layout), Mode(transport), dtype, _shape(shape, size, dtype, tensors, concurrency),
                        tensors, count,

@@ -16,7 +16,7 @@ from smgshm.cli.jsonout import SCHEMA_VERSION, plain
 
 if TYPE_CHECKING:
     from smgshm.cli.app import App
-    from smgshm.core.gatewayrates import GatewayRates
+    from smgshm.core.gateway.rates import GatewayRates
     from smgshm.core.shmwatch import SegmentLife, ShmEvent
     from smgshm.core.watch import FlightTimes, IntervalStats, Orphan, WatchSummary
 

@@ -16,10 +16,10 @@ from typing import Any
 
 from smgshm.core.errors import SmgshmError, TransportError, VerificationError
 from smgshm.core.paths import DEFAULT_SHM_DIR
-from smgshm.core.segments import WriteStrategy, unlink_segment, write_segment
-from smgshm.core.tensors import digest
-from smgshm.core.verify import Sent, judge, receipt_key
-from smgshm.core.wire import Layout, OutTensor, Request, build_multimodal
+from smgshm.core.segments.io import WriteStrategy, unlink_segment, write_segment
+from smgshm.core.transport.tensors import digest
+from smgshm.core.transport.verify import Sent, judge, receipt_key
+from smgshm.core.transport.wire import Layout, OutTensor, Request, build_multimodal
 
 MESSAGE_OVERHEAD = 64 * 1024  # headroom under the gRPC limit for the envelope around an inline payload
 
@@ -233,7 +233,7 @@ def run_bench(
     """Sweep ``opts.sizes`` against a smgshm receiver, alternating inline and SHM."""
     import grpc
 
-    from smgshm.core.channel import open_channel
+    from smgshm.core.transport.channel import open_channel
     from smgshm.rpc.v1 import diag_pb2, diag_pb2_grpc
 
     channel = open_channel(address, 5.0, opts.max_message_bytes + MESSAGE_OVERHEAD)

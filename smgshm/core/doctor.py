@@ -46,13 +46,13 @@ class DoctorReport:
 
 
 def check_identity(shm_dir: str) -> list[Check]:
-    from smgshm.core.host import probe_writable, read_host_identity
+    from smgshm.core.host.identity import probe_writable, read_host_identity
 
     try:
         ident = read_host_identity(shm_dir)
     except SmgshmError as err:
         return [Check("shm dir", "fail", str(err), err.hint or "mount a tmpfs at /dev/shm", 5)]
-    from smgshm.core.namespace import parse_namespace_id
+    from smgshm.core.host.namespace import parse_namespace_id
 
     out = []
     if ident.namespace_id and parse_namespace_id(ident.namespace_id) is None:
@@ -152,7 +152,7 @@ def check_workers(addresses: list[str], shm_dir: str, timeout: float) -> list[Ch
 
 def check_send(address: str, shm_dir: str, timeout: float, label: str = "") -> list[Check]:
     from smgshm.core.send import SendOptions, send
-    from smgshm.core.transport import Mode
+    from smgshm.core.transport.decision import Mode
 
     out = []
     for mode in (Mode.INLINE, Mode.SHM):
@@ -193,7 +193,7 @@ def check_send(address: str, shm_dir: str, timeout: float, label: str = "") -> l
 
 
 def check_leaks(shm_dir: str) -> list[Check]:
-    from smgshm.core.leaks import ScanOptions, scan_segments
+    from smgshm.core.segments.judge import ScanOptions, scan_segments
 
     try:
         r = scan_segments(ScanOptions(shm_dir))
@@ -350,7 +350,7 @@ def check_e2e(gateway: str | None, api_key: str | None, shm_dir: str, timeout: f
               metrics_url: str | None = None) -> list[Check]:  # fmt: skip
     """``smgshm e2e``: which path real image requests take through ``gateway`` (or the embedded one)."""
     from smgshm.core.e2e import E2eOptions, run_against, run_embedded
-    from smgshm.core.gatewayproc import PIP_HINT, find_smg
+    from smgshm.core.gateway.process import PIP_HINT, find_smg
 
     opts = E2eOptions(requests=2, api_key=api_key, shm_dir=shm_dir, timeout_s=max(timeout, 30.0),
                       metrics_url=metrics_url)  # fmt: skip
@@ -389,7 +389,7 @@ def check_e2e(gateway: str | None, api_key: str | None, shm_dir: str, timeout: f
 def _is_smgshm(address: str, timeout: float) -> bool:
     import grpc
 
-    from smgshm.core.channel import grpc_target
+    from smgshm.core.transport.channel import grpc_target
     from smgshm.rpc.v1 import diag_pb2, diag_pb2_grpc
 
     with grpc.insecure_channel(grpc_target(address)) as ch:

@@ -17,7 +17,6 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from smgshm.core.chat import ChatOutcome, first_model, make_png, send_chat
 from smgshm.core.e2e_evidence import (
     MetricsEvidence,
     ReceiptEvidence,
@@ -32,10 +31,11 @@ from smgshm.core.e2e_evidence import (
 )
 from smgshm.core.e2e_verdict import FAILURE_TEXT, Context, Verdict, judge
 from smgshm.core.errors import HostError, SmgshmError
-from smgshm.core.gatewayproc import RunningGateway
-from smgshm.core.metrics import default_metrics_url, scrape
+from smgshm.core.gateway.chat import ChatOutcome, first_model, make_png, send_chat
+from smgshm.core.gateway.metrics import default_metrics_url, scrape
+from smgshm.core.gateway.process import RunningGateway
 from smgshm.core.paths import DEFAULT_SHM_DIR
-from smgshm.core.transport import Mode, decide
+from smgshm.core.transport.decision import Mode, decide
 
 EMBEDDED_MODES = ("shm", "auto", "inline")
 
@@ -141,8 +141,8 @@ def _stream_for(opts: E2eOptions, i: int) -> bool:
 
 def _observe(targets: list[_Target], opts: E2eOptions, model: str, png: bytes, say: Progress) -> list[GatewayRun]:
     """Warm up, take baselines, send the requests round-robin, and collect every account."""
-    from smgshm.core.host import probe_writable
-    from smgshm.core.namespace import read_namespace_id
+    from smgshm.core.host.identity import probe_writable
+    from smgshm.core.host.namespace import read_namespace_id
 
     for t in targets:
         for i in range(opts.warmup):
@@ -197,8 +197,8 @@ def _observe(targets: list[_Target], opts: E2eOptions, model: str, png: bytes, s
 
 def run_against(gateway_url: str, opts: E2eOptions, say: Progress = lambda _s: None) -> E2eReport:
     """e2e against a running gateway; TransportError when it (or its metrics) cannot be reached."""
-    from smgshm.core.gateway import list_workers
-    from smgshm.core.namespace import read_namespace_id
+    from smgshm.core.gateway.admin import list_workers
+    from smgshm.core.host.namespace import read_namespace_id
 
     grpc_workers = [w for w in list_workers(gateway_url, opts.api_key, 5.0) if w.grpc]
     model = opts.model or first_model(gateway_url, opts.api_key, 5.0)
@@ -217,8 +217,8 @@ def run_against(gateway_url: str, opts: E2eOptions, say: Progress = lambda _s: N
 
 def _read_setting(t: _Target, pid: int) -> None:
     """A gateway on this host: its transport line, from the log it writes (its open files), if any."""
-    from smgshm.core.gatewaylog import read_open_log
-    from smgshm.core.gateways import inspect_gateway
+    from smgshm.core.gateway.log import read_open_log
+    from smgshm.core.gateway.running import inspect_gateway
 
     g = inspect_gateway(pid, probe=False)
     config = read_open_log(pid, [(log.fd, log.path) for log in g.logs])
@@ -229,13 +229,13 @@ def _read_setting(t: _Target, pid: int) -> None:
 
 def run_embedded(opts: E2eOptions, say: Progress = lambda _s: None) -> E2eReport:
     """The embedded default: a receiver and a real gateway per mode, all stopped at the end."""
-    from smgshm.core.gatewayproc import GatewayConfig, find_smg, launch_gateway, stop_gateways, wait_ready
+    from smgshm.core.gateway.process import GatewayConfig, find_smg, launch_gateway, stop_gateways, wait_ready
 
     find_smg()  # before anything starts: the one clear error when smg is missing
     # SMG's gateway writes /dev/shm whatever the caller's shm dir: watch and read there.
     opts = dataclasses.replace(opts, shm_dir=DEFAULT_SHM_DIR)
+    from smgshm.core.host.namespace import read_namespace_id
     from smgshm.core.modeldir import ensure_model_dir
-    from smgshm.core.namespace import read_namespace_id
     from smgshm.core.receiver import ReceiverConfig
     from smgshm.core.services import start_receiver
 

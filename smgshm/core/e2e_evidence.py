@@ -23,7 +23,7 @@ import urllib.parse
 from dataclasses import dataclass, field
 
 from smgshm.core.errors import SmgshmError
-from smgshm.core.metrics import MetricsSnapshot, mm_traffic, scrape
+from smgshm.core.gateway.metrics import MetricsSnapshot, mm_traffic, scrape
 from smgshm.core.paths import DEFAULT_SHM_DIR, GATEWAY_PREFIX
 
 
@@ -235,7 +235,7 @@ class SegmentWatch:
 
 def _name_pid(pid: int) -> int:
     """The pid gateway ``pid`` writes in its names: its own in its pid namespace (NSpid)."""
-    from smgshm.core.pidtrust import innermost_pid
+    from smgshm.core.host.pidtrust import innermost_pid
 
     try:
         inner = innermost_pid(pid)

@@ -81,8 +81,8 @@ def run_sweep(sizes: tuple[int, ...] = DEFAULT_SIZES, requests: int = 5, warmup:
               say: Callable[[str], None] = lambda _s: None, timeout_s: float = 120.0) -> SweepReport:  # fmt: skip
     """The sweep on the embedded pair of gateways; everything stopped at the end (Ctrl-C too)."""
     from smgshm.core.bench import measure_host
-    from smgshm.core.chat import make_png, send_chat
-    from smgshm.core.gatewayproc import GatewayConfig, find_smg, launch_gateway, stop_gateways, wait_ready
+    from smgshm.core.gateway.chat import make_png, send_chat
+    from smgshm.core.gateway.process import GatewayConfig, find_smg, launch_gateway, stop_gateways, wait_ready
 
     find_smg()
     from smgshm.core.modeldir import ensure_model_dir

@@ -1,6 +1,6 @@
 """Which path a gateway's tensors took, and why: the evidence judged, the cause named.
 
-The cause comes from core/transport.py's ``decide`` (the gateway's rule, the one
+The cause comes from core/transport/decision.py's ``decide`` (the gateway's rule, the one
 probe uses) applied to what is known about the gateway and its worker; the path
 comes from the evidence, and the sources must agree. Disagreement, or no source at
 all, is "undetermined": never a guess.
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from smgshm.core.e2e_evidence import MetricsEvidence, ReceiptEvidence, ShmDirEvidence, median_or_zero
 from smgshm.core.paths import GATEWAY_PROBE_PREFIX
-from smgshm.core.transport import DEFAULT_SHM_MIN_BYTES, PROBE_FAILS, Mode, decide, parse_mode
+from smgshm.core.transport.decision import DEFAULT_SHM_MIN_BYTES, PROBE_FAILS, Mode, decide, parse_mode
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ import grpc
 from smgshm import __version__
 from smgshm.core.errors import TooManyTensorsError, WireError
 from smgshm.core.receiver import MODEL_NAME, ReceiverState
-from smgshm.core.wire import Layout
+from smgshm.core.transport.wire import Layout
 from smgshm.core.worker import parse_and_read
 
 if TYPE_CHECKING:

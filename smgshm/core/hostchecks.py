@@ -9,7 +9,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from smgshm.core.capacity import (
+from smgshm.core.doctor import Check
+from smgshm.core.errors import SmgshmError
+from smgshm.core.gateway.log import TransportConfig, read_open_log, read_transport_config
+from smgshm.core.gateway.metrics import MmTraffic, mm_traffic, scrape
+from smgshm.core.gateway.mode import ModeFinding, judge
+from smgshm.core.gateway.running import GATEWAY_TITLE, GatewayProcess, find_gateways
+from smgshm.core.host.capacity import (
     INFLIGHT_SOURCE,
     CapacityVerdict,
     Need,
@@ -18,12 +24,7 @@ from smgshm.core.capacity import (
     recorded_needs,
     shm_usage,
 )
-from smgshm.core.doctor import Check
-from smgshm.core.errors import SmgshmError
-from smgshm.core.gatewaylog import TransportConfig, read_open_log, read_transport_config
-from smgshm.core.gatewaymode import ModeFinding, judge
-from smgshm.core.gateways import GATEWAY_TITLE, GatewayProcess, find_gateways
-from smgshm.core.hugepages import (
+from smgshm.core.host.pagesize import (
     CAVEATS,
     ELSEWHERE,
     PagePolicy,
@@ -32,7 +33,6 @@ from smgshm.core.hugepages import (
     page_policy,
     remount_argv,
 )
-from smgshm.core.metrics import MmTraffic, mm_traffic, scrape
 from smgshm.core.paths import smgshm_cmd
 
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from smgshm.core.errors import HostError, SmgshmError
-from smgshm.core.hugepages import RECOMMENDED, SHMEM_ENABLED, PagePolicy, page_policy, save_last_what_if
+from smgshm.core.host.pagesize import RECOMMENDED, SHMEM_ENABLED, PagePolicy, page_policy, save_last_what_if
 from smgshm.core.paths import BOOT_ID_PATH, DEFAULT_SHM_DIR, SMGSHM_PREFIX
 
 MIB = 1024 * 1024
@@ -265,7 +265,7 @@ def _timed(fn: Callable[[], Any]) -> tuple[int, Any]:
 
 
 def _one_round(payload: memoryview, d: str, samples: dict[str, list[int]]) -> None:
-    from smgshm.core.segments import read_segment, unlink_segment, write_segment
+    from smgshm.core.segments.io import read_segment, unlink_segment, write_segment
 
     n = payload.nbytes
     t, ref = _timed(lambda: write_segment(payload, shm_dir=d, strategy="mmap"))
@@ -308,7 +308,7 @@ def _child(spec: dict[str, Any]) -> dict[str, Any]:
         return {"error": f"cannot mount a huge={RECOMMENDED} tmpfs: {res.stderr.strip()[:200]}"}
     dirs = {"normal": spec["shm_dir"], "huge": mnt}
     # Did the kernel really give huge pages? ShmemHugePages grows while a scratch file lives.
-    from smgshm.core.segments import unlink_segment, write_segment
+    from smgshm.core.segments.io import unlink_segment, write_segment
 
     probe = memoryview(bytes(8 * MIB))
     before = _shmem_huge_bytes()

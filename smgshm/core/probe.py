@@ -11,13 +11,13 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from smgshm.core.channel import grpc_target, open_channel
 from smgshm.core.errors import SmgshmError, TransportError
-from smgshm.core.gateway import GatewayWorker
-from smgshm.core.host import probe_writable
-from smgshm.core.namespace import NamespaceComparison, compare_namespace_ids
+from smgshm.core.gateway.admin import GatewayWorker
+from smgshm.core.host.identity import probe_writable
+from smgshm.core.host.namespace import NamespaceComparison, compare_namespace_ids
 from smgshm.core.paths import DEFAULT_SHM_DIR, GATEWAY_PROBE_PREFIX
-from smgshm.core.transport import DEFAULT_SHM_MIN_BYTES, Decision, Mode, decide
+from smgshm.core.transport.channel import grpc_target, open_channel
+from smgshm.core.transport.decision import DEFAULT_SHM_MIN_BYTES, Decision, Mode, decide
 
 # The gateway's detect_backend order; trtllm and mlx never carry an shm id.
 ENGINE_ORDER = ("sglang", "vllm", "trtllm", "tokenspeed", "mlx")
@@ -90,7 +90,7 @@ class LocalChecks:
 
 def local_checks(shm_dir: str = DEFAULT_SHM_DIR) -> LocalChecks:
     """This host's id, the writability probe, and leftover gateway probe files."""
-    from smgshm.core.namespace import read_namespace_id
+    from smgshm.core.host.namespace import read_namespace_id
 
     err = probe_writable(shm_dir)
     try:
@@ -199,10 +199,10 @@ def _receiver_identity(channel: Any, timeout: float) -> Any | None:
 
 def verify_canary(channel: Any, opts: ProbeOptions) -> VerifyResult:
     """Write a 4 KiB segment, have the receiver read it, and always clean up."""
-    from smgshm.core.segments import unlink_segment, write_segment
-    from smgshm.core.tensors import digest
-    from smgshm.core.verify import Sent, judge, receipt_key
-    from smgshm.core.wire import Layout, OutTensor, Request, build_multimodal
+    from smgshm.core.segments.io import unlink_segment, write_segment
+    from smgshm.core.transport.tensors import digest
+    from smgshm.core.transport.verify import Sent, judge, receipt_key
+    from smgshm.core.transport.wire import Layout, OutTensor, Request, build_multimodal
     from smgshm.rpc.v1 import diag_pb2, diag_pb2_grpc
 
     payload = os.urandom(4096)

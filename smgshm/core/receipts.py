@@ -172,7 +172,7 @@ def fetch_receipts(address: str, after_seq: int = 0, timeout_s: float = 5.0) -> 
 
     import grpc
 
-    from smgshm.core.channel import open_channel
+    from smgshm.core.transport.channel import open_channel
     from smgshm.rpc.v1 import diag_pb2, diag_pb2_grpc
 
     deadline = time.monotonic() + timeout_s
@@ -200,7 +200,7 @@ def watch_receipts(address: str, after_seq: int = 0, timeout_s: float = 60.0) ->
     """Stream receipts as they arrive for at most ``timeout_s`` seconds."""
     import grpc
 
-    from smgshm.core.channel import open_channel
+    from smgshm.core.transport.channel import open_channel
     from smgshm.rpc.v1 import diag_pb2, diag_pb2_grpc
 
     channel = open_channel(address, min(timeout_s, 5.0))

@@ -26,7 +26,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from smgshm.core.leaks import parse_name
+from smgshm.core.segments.judge import parse_name
 from smgshm.core.shmevents import (
     CLOSED,
     CLOSED_NOWRITE,

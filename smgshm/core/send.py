@@ -19,11 +19,11 @@ from typing import Any
 
 from smgshm.core.errors import HostError, MessageTooLargeError, SmgshmError, TransportError
 from smgshm.core.paths import DEFAULT_SHM_DIR
-from smgshm.core.segments import ShmRef, WriteStrategy, unlink_segment, write_segment
-from smgshm.core.tensors import digest, expected_nbytes, make_tensor, tensor_bytes
-from smgshm.core.transport import DEFAULT_SHM_MIN_BYTES, Mode, decide
-from smgshm.core.verify import Sent, judge, receipt_key
-from smgshm.core.wire import Layout, OutTensor, Request, build_multimodal
+from smgshm.core.segments.io import ShmRef, WriteStrategy, unlink_segment, write_segment
+from smgshm.core.transport.decision import DEFAULT_SHM_MIN_BYTES, Mode, decide
+from smgshm.core.transport.tensors import digest, expected_nbytes, make_tensor, tensor_bytes
+from smgshm.core.transport.verify import Sent, judge, receipt_key
+from smgshm.core.transport.wire import Layout, OutTensor, Request, build_multimodal
 
 
 @dataclass(frozen=True)
@@ -231,7 +231,7 @@ class _Run:
         self._check(i, path, resp, want, created, elapsed)
 
     def _check(self, i: int, path: str, resp: Any, want: list[bytes], created: list[ShmRef], elapsed: int) -> None:
-        # Matched by key, exactly one receipt each (core/verify.py): receipts come back in the
+        # Matched by key, exactly one receipt each (core/transport/verify.py): receipts come back in the
         # receiver's order, and a receiver that repeats or invents receipts must not pass.
         sent = [
             Sent(receipt_key(self.opts.layout, None if k == 0 else f"extra_{k}"), want[k] if want else None,
@@ -289,8 +289,8 @@ def send(
     """
     import grpc
 
-    from smgshm.core.channel import grpc_target, open_channel
-    from smgshm.core.namespace import read_namespace_id
+    from smgshm.core.host.namespace import read_namespace_id
+    from smgshm.core.transport.channel import grpc_target, open_channel
     from smgshm.rpc.v1 import diag_pb2, diag_pb2_grpc
 
     target = grpc_target(address)

@@ -25,12 +25,12 @@ from smgshm import __version__
 from smgshm.core.engines import HandlerOverride, engine_modules, engine_servicer, raw_generate_handlers
 from smgshm.core.errors import TooManyTensorsError, TransportError, WireError
 from smgshm.core.modeldir import ensure_model_dir
-from smgshm.core.protowire import parse_excised, resolve
 from smgshm.core.receipts import MAX_PER_CALL, ReceiptRing
 from smgshm.core.receipts import to_proto as receipt_proto
 from smgshm.core.receiver import Receipt, ReceiverConfig, ReceiverState, receive
-from smgshm.core.tensors import DIGEST_ALGO
-from smgshm.core.wire import Layout
+from smgshm.core.transport.protowire import parse_excised, resolve
+from smgshm.core.transport.tensors import DIGEST_ALGO
+from smgshm.core.transport.wire import Layout
 from smgshm.rpc.v1 import diag_pb2, diag_pb2_grpc
 
 DIAG_SERVICE = "smgshm.rpc.v1.Diagnostics"

@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from smgshm.core.errors import SmgshmError
-from smgshm.core.gatewayrates import DEFAULT_SHM_MIN_BYTES, GatewayRates, failed_rates, gateway_rates
-from smgshm.core.leaks import ScanOptions, SegmentInfo, judge_entry
-from smgshm.core.metrics import MetricsSnapshot, scrape
+from smgshm.core.gateway.metrics import MetricsSnapshot, scrape
+from smgshm.core.gateway.rates import DEFAULT_SHM_MIN_BYTES, GatewayRates, failed_rates, gateway_rates
 from smgshm.core.paths import DEFAULT_SHM_DIR, SMG_FAMILY_PREFIX
 from smgshm.core.quantiles import StreamingQuantiles
+from smgshm.core.segments.judge import ScanOptions, SegmentInfo, judge_entry
 from smgshm.core.shmwatch import CONSUMED, SegmentLife, SegmentTracker, ShmEvent, ShmWatcher
 
 # Time-in-flight histogram bounds (seconds) for the exporter; +Inf is implied.

@@ -24,8 +24,8 @@ with atheris.instrument_imports(include=["smgshm"]):
     from smgshm.core.errors import WireError
     from smgshm.core.receipts import ReceiptRing
     from smgshm.core.receiver import ReceiverConfig, receive
-    from smgshm.core.segments import ShmRef
-    from smgshm.core.wire import Layout, OutTensor, Request, build_multimodal, engine_pb2
+    from smgshm.core.segments.io import ShmRef
+    from smgshm.core.transport.wire import Layout, OutTensor, Request, build_multimodal, engine_pb2
     from smgshm.core.worker import parse_and_read
 
 SHM_DIR = os.environ.get("SMGSHM_FUZZ_SHM_DIR") or tempfile.mkdtemp(prefix="smgshm-fuzz-")

@@ -26,10 +26,10 @@ import secrets
 import stat
 from collections.abc import Callable, Iterable, Iterator
 
-from smgshm.core.holders import Holder, holder_index
-from smgshm.core.leaks import ASIDE_PREFIX, Deletion, SegmentInfo, State
+from smgshm.core.host.holders import Holder, holder_index
+from smgshm.core.host.pidtrust import mount_points
 from smgshm.core.paths import SMG_FAMILY_PREFIX
-from smgshm.core.pidtrust import mount_points
+from smgshm.core.segments.judge import ASIDE_PREFIX, Deletion, SegmentInfo, State
 
 RENAME_NOREPLACE = 1  # linux/fs.h
 BATCH = 1024  # entries set aside per holder walk: bounds both the walk count and the aside window

@@ -3,8 +3,8 @@
 Liveness is judged like omnigent#7495 does it, not like SMG's own sweep: a producer pid
 is alive only if a process with that pid exists *and* started before the segment was
 written (a younger one means the pid was reused); and a pid verdict is trusted only when
-no other pid namespace can reach this filesystem (core/pidtrust.py), since there a live
-producer's pid means nothing to us. Holders are found by inode (core/holders.py).
+no other pid namespace can reach this filesystem (core/host/pidtrust.py), since there a live
+producer's pid means nothing to us. Holders are found by inode (core/host/holders.py).
 
 The listing streams: ``Scan`` opens the dir, decides trust and indexes holders once, then
 judges one entry at a time and keeps only tallies, so memory does not grow with the dir.
@@ -23,11 +23,11 @@ from dataclasses import dataclass, field, replace
 from typing import NamedTuple, Protocol
 
 from smgshm.core.errors import HostError
-from smgshm.core.holders import Holder, holder_index
+from smgshm.core.host.holders import Holder, holder_index
+from smgshm.core.host.pidtrust import INIT_PID_NS, Trust, judge_trust, mount_points
 from smgshm.core.paths import DEFAULT_SHM_DIR, GATEWAY_PREFIX, SMG_FAMILY_PREFIX, SMGSHM_PREFIX
-from smgshm.core.pidtrust import INIT_PID_NS, Trust, judge_trust, mount_points
 
-# Where --delete sets an entry aside before it unlinks it (core/reaping.py): SMG's family, so
+# Where --delete sets an entry aside before it unlinks it (core/segments/reaping.py): SMG's family, so
 # gc lists one left by a gc that died mid-way, but no pid pattern, so it is never auto-reaped.
 ASIDE_PREFIX = "smg-smgshm-gc-"
 

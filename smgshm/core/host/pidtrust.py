@@ -32,7 +32,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from smgshm.core.holders import live_pids, same_fd_table
+from smgshm.core.host.holders import live_pids, same_fd_table
 
 INIT_PID_NS = "pid:[4026531836]"  # PROC_PID_INIT_INO: the host's initial pid namespace
 _ASSUME = "pass --assume-dead to judge by this namespace's pids anyway"

@@ -2,7 +2,7 @@
 
 The image is a PNG made here with Pillow (a deterministic gradient, so every run
 sends the same pixels and the gateway's preprocessing does the same work). The
-request goes through core/http.py: one deadline for the whole exchange, a body cap,
+request goes through core/gateway/http.py: one deadline for the whole exchange, a body cap,
 and the API key only ever to the origin the caller named.
 """
 
@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass
 
 from smgshm.core.errors import ServerError
-from smgshm.core.http import check_ready, request
+from smgshm.core.gateway.http import check_ready, request
 
 MAX_IMAGE_PX = 8192
 MAX_REPLY_BYTES = 8 * 1024 * 1024

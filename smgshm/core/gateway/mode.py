@@ -11,8 +11,8 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, field
 
-from smgshm.core.gatewaylog import TransportConfig
-from smgshm.core.metrics import MmTraffic
+from smgshm.core.gateway.log import TransportConfig
+from smgshm.core.gateway.metrics import MmTraffic
 from smgshm.core.paths import GATEWAY_PROBE_PREFIX
 
 DEFAULT_SHM_MIN_BYTES = 65536  # SMG's built-in default (smg-facts §2.3)

@@ -13,7 +13,7 @@ import urllib.parse
 from dataclasses import dataclass, field
 
 from smgshm.core.errors import ServerError
-from smgshm.core.http import normalize_url, request
+from smgshm.core.gateway.http import normalize_url, request
 
 DEFAULT_METRICS_PORT = 29000  # the gateway's --prometheus-port default
 MAX_METRICS_BYTES = 16 * 1024 * 1024

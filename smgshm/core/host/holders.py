@@ -136,7 +136,7 @@ def holder_index(
     """
     wanted = None
     if names is not None:
-        from smgshm.core.pidtrust import mount_aliases  # pidtrust imports this module
+        from smgshm.core.host.pidtrust import mount_aliases  # pidtrust imports this module
 
         pids = None if pids is None else list(pids)
         # A file bind-mounted elsewhere is open under that mount point's name: match it too.

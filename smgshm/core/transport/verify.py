@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from smgshm.core.tensors import digest_mismatch
-from smgshm.core.wire import Layout
+from smgshm.core.transport.tensors import digest_mismatch
+from smgshm.core.transport.wire import Layout
 
 
 def receipt_key(layout: Layout, extra: str | None = None) -> str:

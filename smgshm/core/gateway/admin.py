@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from smgshm.core.errors import ServerError, TransportError
-from smgshm.core.http import check_ready, normalize_url, request
+from smgshm.core.gateway.http import check_ready, normalize_url, request
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ MAX_BODY_BYTES = 16 * 1024 * 1024  # a /workers listing of thousands of workers 
 def list_workers(base_url: str, api_key: str | None = None, timeout: float = 5.0) -> list[GatewayWorker]:
     """``GET {base_url}/workers`` under one deadline; TransportError/ServerError with the endpoint.
 
-    Through core/http.py: the whole exchange is bounded by ``timeout`` (a trickling gateway
+    Through core/gateway/http.py: the whole exchange is bounded by ``timeout`` (a trickling gateway
     cannot stretch it), the body is capped, and a redirect to another origin is refused, so
     the API key goes only to the gateway named. A body that is not UTF-8 JSON of the shape
     SMG documents is a ServerError, never a crash.

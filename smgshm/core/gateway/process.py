@@ -29,9 +29,9 @@ from types import TracebackType
 from typing import Any
 
 from smgshm.core.errors import HostError, ServerError, SmgshmError, TransportError
-from smgshm.core.http import request
-from smgshm.core.leaks import parse_name
+from smgshm.core.gateway.http import request
 from smgshm.core.paths import DEFAULT_SHM_DIR
+from smgshm.core.segments.judge import parse_name
 
 PIP_HINT = "pip install 'smgshm[gateway]'"
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -174,7 +174,7 @@ class RunningGateway:
 
     def transport_setting(self) -> TransportSetting | None:
         """The mode the gateway says it runs with, from its start-up line; None before it logged it."""
-        from smgshm.core.gatewaylog import read_transport_config
+        from smgshm.core.gateway.log import read_transport_config
 
         try:
             c = read_transport_config(self.log_path)  # the last start in the log: it is appended to

@@ -13,8 +13,8 @@ from types import ModuleType
 from typing import Any
 
 from smgshm.core.errors import TooManyTensorsError, WireError
-from smgshm.core.protowire import inline_target, parse_excised, resolve
-from smgshm.core.segments import ShmRef
+from smgshm.core.segments.io import ShmRef
+from smgshm.core.transport.protowire import inline_target, parse_excised, resolve
 
 
 class Layout(enum.Enum):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from smgshm.core.metrics import MetricsSnapshot, mm_traffic
+from smgshm.core.gateway.metrics import MetricsSnapshot, mm_traffic
 
 DEFAULT_SHM_MIN_BYTES = 65536  # the gateway's --multimodal-shm-min-bytes default (smg-facts §2.3)
 

@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 
 from smgshm.core.errors import HostError
-from smgshm.core.namespace import read_namespace_id
+from smgshm.core.host.namespace import read_namespace_id
 from smgshm.core.paths import BOOT_ID_PATH, DEFAULT_SHM_DIR, SMGSHM_PROBE_PREFIX
 
 

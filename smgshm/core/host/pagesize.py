@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from smgshm.core.host import read_host_identity
+from smgshm.core.host.identity import read_host_identity
 from smgshm.core.paths import BOOT_ID_PATH, DEFAULT_SHM_DIR
 
 SHMEM_ENABLED = "/sys/kernel/mm/transparent_hugepage/shmem_enabled"

@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from smgshm.core.errors import SmgshmError
-from smgshm.core.pidtrust import innermost_pid
+from smgshm.core.host.pidtrust import innermost_pid
 
 GATEWAY_TITLE = "smg::router"
 _TCP_LISTEN = "0A"
@@ -179,8 +179,8 @@ def dial_host(address: str) -> str:
 def classify_port(address: str, port: int, timeout_s: float = 2.0) -> ListeningPort:
     """Ask the port what it is: SMG's HTTP API answers GET /workers with JSON, its
     Prometheus listener answers GET /metrics with exposition text. No credential is sent."""
-    from smgshm.core.http import request
-    from smgshm.core.metrics import parse_metrics
+    from smgshm.core.gateway.http import request
+    from smgshm.core.gateway.metrics import parse_metrics
 
     base = f"http://{dial_host(address)}:{port}"
     try:

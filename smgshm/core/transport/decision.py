@@ -8,7 +8,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from smgshm.core.namespace import compare_namespace_ids
+from smgshm.core.host.namespace import compare_namespace_ids
 
 DEFAULT_SHM_MIN_BYTES = 64 * 1024
 SHM_ENGINES = frozenset({"vllm", "tokenspeed"})

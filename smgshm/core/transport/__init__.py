@@ -1,0 +1,2 @@
+"""The tensor transport itself: SMG's inline-or-SHM decision, tensors, the wire messages, the
+gRPC channel and receipt verification."""
