@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 
-from smgshm.core.e2e_sweep import DEFAULT_SIZES, run_sweep
+from smgshm.core.e2e.sweep import DEFAULT_SIZES, run_sweep
 
 
 def main() -> None:

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import argparse
 
-from smgshm.core.bench import BenchOptions, BenchReport, run_bench
-from smgshm.core.hugepage_whatif import WhatIfSkippedError, run_what_if
-from smgshm.core.receiver import ReceiverConfig
-from smgshm.core.services import start_receiver
+from smgshm.core.client.bench import BenchOptions, BenchReport, run_bench
+from smgshm.core.client.whatif import WhatIfSkippedError, run_what_if
+from smgshm.core.receiver.reader import ReceiverConfig
+from smgshm.core.receiver.services import start_receiver
 
 MIB = 1024 * 1024
 

@@ -24,7 +24,7 @@ import subprocess
 import sys
 import uuid
 
-from smgshm.core.watch import WatchOptions, WatchSession
+from smgshm.core.watch.session import WatchOptions, WatchSession
 
 PRODUCER = r"""
 import os, sys, time

@@ -178,8 +178,8 @@ def make_file(d: str, name: str, size: int = 4096, age_s: float | None = None) -
 @pytest.fixture
 def receiver() -> Iterator[Any]:
     """An in-process reference receiver (vLLM face) on a random loopback port."""
-    from smgshm.core.receiver import ReceiverConfig
-    from smgshm.core.services import start_receiver
+    from smgshm.core.receiver.reader import ReceiverConfig
+    from smgshm.core.receiver.services import start_receiver
 
     r = start_receiver(ReceiverConfig(), "127.0.0.1:0")
     yield r

@@ -19,7 +19,7 @@ FOREIGN_ID = "00000000-0000-4000-8000-000000000000:1"
 
 @pytest.fixture(scope="session")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
-    from smgshm.core.modeldir import ensure_model_dir
+    from smgshm.core.receiver.modeldir import ensure_model_dir
 
     return ensure_model_dir(str(tmp_path_factory.mktemp("model") / "qwen2vl")).path
 

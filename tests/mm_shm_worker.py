@@ -22,7 +22,7 @@ def main() -> None:
     from smg_grpc_servicer import mm_shm
 
     from smgshm.core.host.namespace import read_namespace_id
-    from smgshm.core.modeldir import ensure_model_dir
+    from smgshm.core.receiver.modeldir import ensure_model_dir
 
     md = ensure_model_dir(sys.argv[1])
     ns = sys.argv[2] if len(sys.argv) > 2 else read_namespace_id()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from smgshm.core.bench import SizeResult, Stats, crossover, recommend
+from smgshm.core.client.bench import SizeResult, Stats, crossover, recommend
 from tests.conftest import own_smg_entries, run_cli
 
 
@@ -118,7 +118,7 @@ def test_a_failed_gate_is_the_first_line_as_a_failure_not_a_warning() -> None:
 
 
 def test_progress_is_weighted_by_work_so_the_eta_is_not_skewed() -> None:
-    from smgshm.core.bench import BenchOptions, _round_weight
+    from smgshm.core.client.bench import BenchOptions, _round_weight
 
     opts = BenchOptions((4096, 256 * 1024 * 1024), 0, 1)
     small, big = (_round_weight(s, opts) for s in opts.sizes)

@@ -23,11 +23,11 @@ from typing import Any
 import pytest
 
 import smgshm
+from smgshm.core.client.probe import Health, LocalChecks, VerifyResult, WorkerReport
 from smgshm.core.host.namespace import read_namespace_id
 from smgshm.core.paths import GATEWAY_PROBE_PREFIX, SMGSHM_PREFIX
-from smgshm.core.probe import Health, LocalChecks, VerifyResult, WorkerReport
-from smgshm.core.receiver import ReceiverConfig
-from smgshm.core.services import RunningReceiver, start_receiver
+from smgshm.core.receiver.reader import ReceiverConfig
+from smgshm.core.receiver.services import RunningReceiver, start_receiver
 from tests.conftest import Children, closed_port, run_cli, wait_for
 
 SHM = "/dev/shm"
@@ -555,7 +555,7 @@ def _python_for(uid: int) -> tuple[str, dict[str, str]] | None:
     candidates = [sys.executable, *(shutil.which(n) or "" for n in (minor, "python3"))]
     for py in dict.fromkeys(c for c in candidates if c):
         argv = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", py, "-c",
-                "import grpc, smg_grpc_proto, smgshm.core.services"]  # fmt: skip
+                "import grpc, smg_grpc_proto, smgshm.core.receiver.services"]  # fmt: skip
         try:
             ok = subprocess.run(argv, env=env, cwd="/", capture_output=True, timeout=60, check=False)
         except (OSError, subprocess.TimeoutExpired):

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from smgshm.core.e2e_evidence import MetricsEvidence, ReceiptEvidence, ReceiptSeen, SegmentSeen, ShmDirEvidence
-from smgshm.core.e2e_verdict import Context, judge
+from smgshm.core.e2e.evidence import MetricsEvidence, ReceiptEvidence, ReceiptSeen, SegmentSeen, ShmDirEvidence
+from smgshm.core.e2e.verdict import Context, judge
 
 NS = "5ef74ec3-1111-4000-8000-000000000000:27"
 FOREIGN = "00000000-0000-4000-8000-000000000000:1"

@@ -23,9 +23,9 @@ from smg_grpc_proto.generated import (
 
 from smgshm.core.errors import WireError
 from smgshm.core.host.namespace import read_namespace_id
-from smgshm.core.receiver import MODEL_NAME, Receipt, ReceiverConfig, receive
+from smgshm.core.receiver.reader import MODEL_NAME, Receipt, ReceiverConfig, receive
+from smgshm.core.receiver.services import RunningReceiver, start_receiver
 from smgshm.core.segments.io import ShmRef, write_segment
-from smgshm.core.services import RunningReceiver, start_receiver
 from smgshm.core.transport.tensors import DIGEST_ALGO, digest, digest_mismatch, make_tensor, tensor_bytes
 from smgshm.core.transport.wire import Layout, OutTensor, Request, build_multimodal
 from smgshm.rpc.v1 import diag_pb2, diag_pb2_grpc

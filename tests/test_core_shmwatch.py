@@ -1,4 +1,4 @@
-"""core/shmwatch.py against real directories: /dev/shm itself and private tmpfs mounts."""
+"""core/watch/follow.py against real directories: /dev/shm itself and private tmpfs mounts."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from smgshm.core.errors import HostError
 from smgshm.core.segments.io import read_segment, write_segment
-from smgshm.core.shmwatch import SegmentLife, SegmentTracker, ShmEvent, ShmWatcher
+from smgshm.core.watch.follow import SegmentLife, SegmentTracker, ShmEvent, ShmWatcher
 from tests.conftest import SHM, make_file, remove_path, wait_for
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="mounting a private tmpfs needs root")

@@ -13,8 +13,8 @@ import pytest
 from smgshm.core.gateway.metrics import parse_metrics
 from smgshm.core.gateway.rates import gateway_rates
 from smgshm.core.quantiles import StreamingQuantiles
-from smgshm.core.shmwatch import SegmentTracker, ShmEvent
-from smgshm.core.watch import WatchOptions, WatchSession, _Totals
+from smgshm.core.watch.follow import SegmentTracker, ShmEvent
+from smgshm.core.watch.session import WatchOptions, WatchSession, _Totals
 
 
 def test_quantiles_within_their_relative_error() -> None:

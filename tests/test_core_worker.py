@@ -19,13 +19,13 @@ from smg_grpc_proto.generated import (
 )
 
 from smgshm.core.errors import HostError, TransportError
-from smgshm.core.modeldir import SERVED_MODEL_NAME, ensure_model_dir
-from smgshm.core.receipts import GenerateReceipt, ReceiptRing, fetch_receipts, watch_receipts
-from smgshm.core.receiver import ReceiverConfig
+from smgshm.core.receiver.modeldir import SERVED_MODEL_NAME, ensure_model_dir
+from smgshm.core.receiver.reader import ReceiverConfig
+from smgshm.core.receiver.receipts import GenerateReceipt, ReceiptRing, fetch_receipts, watch_receipts
+from smgshm.core.receiver.services import RunningReceiver, start_receiver
+from smgshm.core.receiver.worker import segment_age_ns
 from smgshm.core.segments.io import new_segment_name, write_segment
-from smgshm.core.services import RunningReceiver, start_receiver
 from smgshm.core.transport.tensors import digest
-from smgshm.core.worker import segment_age_ns
 from tests.conftest import SHM, closed_port
 
 # --- the model directory ---------------------------------------------------------------------

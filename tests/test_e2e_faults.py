@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from smgshm.cli import cli
 from smgshm.core.gateway.chat import make_png, send_chat
 from smgshm.core.gateway.process import RunningGateway
-from smgshm.core.modeldir import SERVED_MODEL_NAME
+from smgshm.core.receiver.modeldir import SERVED_MODEL_NAME
 from tests.conftest import SHM, Children, run_cli, start_serve
 from tests.e2e_support import gateway, gateways, model_dir, needs_smg
 from tests.test_cli_gc import JUDGE  # another job's containers must not make the verdict unknown

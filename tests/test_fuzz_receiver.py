@@ -18,16 +18,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from smgshm.core.errors import WireError
-from smgshm.core.receipts import ReceiptRing
-from smgshm.core.receiver import ReceiverConfig, receive
+from smgshm.core.receiver.reader import ReceiverConfig, receive
+from smgshm.core.receiver.receipts import ReceiptRing
+from smgshm.core.receiver.worker import read_generate
 from smgshm.core.transport.wire import Layout, engine_pb2
-from smgshm.core.worker import read_generate
 
 
 @pytest.fixture(scope="module")
 def generate_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, str]]:
     """One in-process serve (vLLM face) over an empty private shm dir, for the whole module."""
-    from smgshm.core.services import start_receiver
+    from smgshm.core.receiver.services import start_receiver
 
     shm_dir = str(tmp_path_factory.mktemp("shm"))
     r = start_receiver(ReceiverConfig(shm_dir=shm_dir), "127.0.0.1:0")
@@ -249,7 +249,7 @@ def test_receive_reads_the_same_tensors_in_place(tmp_path: Path, layout: Layout,
     """Diagnostics Receive's request parsed in place gives the receipts protobuf's copy gives."""
     from google.protobuf.message import DecodeError
 
-    from smgshm.core.services import receive_request
+    from smgshm.core.receiver.services import receive_request
     from smgshm.rpc.v1 import diag_pb2
 
     pb = engine_pb2(layout)

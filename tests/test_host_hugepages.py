@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
+from smgshm.core.client.whatif import OPS, run_what_if
 from smgshm.core.errors import SmgshmError
 from smgshm.core.host.pagesize import SHMEM_ENABLED, load_last_what_if, page_policy
-from smgshm.core.hugepage_whatif import OPS, run_what_if
 from smgshm.core.paths import DEFAULT_SHM_DIR, SMGSHM_PREFIX
 from tests.conftest import Children, run_cli, tmpfs, wait_for
 
@@ -151,7 +151,7 @@ def test_killing_the_child_mid_run_leaves_no_mount_no_dir_and_no_segment() -> No
 
 @needs_thp
 def test_a_killed_parent_takes_the_child_and_its_mount_with_it(children: Children) -> None:
-    code = "from smgshm.core.hugepage_whatif import run_what_if\nrun_what_if((64 * 1024 * 1024,), iterations=1000)\n"
+    code = "from smgshm.core.client.whatif import run_what_if\nrun_what_if((64 * 1024 * 1024,), iterations=1000)\n"
     parent = children.spawn([sys.executable, "-c", code], cwd=str(Path(__file__).resolve().parent.parent))
 
     child = _measuring_child(parent.pid)
@@ -243,7 +243,7 @@ def test_what_if_as_another_user_exits_5_with_the_reason(children: Children) -> 
     code = (
         "import os, sys\n"
         "from smgshm.cli import main\n"
-        "import smgshm.cli.bench, smgshm.core.hugepage_whatif, smgshm.core.host.pagesize, shutil\n"
+        "import smgshm.cli.bench, smgshm.core.client.whatif, smgshm.core.host.pagesize, shutil\n"
         "if os.geteuid() == 0:\n    os.setgid(65534); os.setuid(65534)\n"
         "sys.argv = ['smgshm', 'bench', '--what-if', 'huge-pages']\n"
         "main()\n"

@@ -17,7 +17,7 @@ from smgshm.core.gateway.metrics import mm_traffic, scrape
 from smgshm.core.gateway.mode import judge
 from smgshm.core.gateway.process import GatewayConfig, start_gateway
 from smgshm.core.gateway.running import inspect_gateway
-from smgshm.core.modeldir import ensure_model_dir
+from smgshm.core.receiver.modeldir import ensure_model_dir
 from tests.conftest import Children, start_serve
 from tests.test_host_gateways import doctor_doc, mine
 from tests.test_interop_gateway import HAVE_SMG, PINNED_ID

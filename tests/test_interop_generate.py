@@ -23,8 +23,8 @@ import pytest
 from smgshm.core.gateway.http import request
 from smgshm.core.gateway.metrics import TENSOR_BYTES, TENSORS, scrape
 from smgshm.core.gateway.process import GatewayConfig, RunningGateway, start_gateway
-from smgshm.core.modeldir import ensure_model_dir
-from smgshm.core.receipts import GenerateReceipt, fetch_receipts
+from smgshm.core.receiver.modeldir import ensure_model_dir
+from smgshm.core.receiver.receipts import GenerateReceipt, fetch_receipts
 from smgshm.core.transport.tensors import ITEMSIZE
 from tests.conftest import SHM, Children, start_serve, wait_for
 from tests.test_interop_gateway import HAVE_SMG

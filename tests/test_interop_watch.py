@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from smgshm.core.gateway.metrics import scrape
-from smgshm.core.receipts import fetch_receipts
+from smgshm.core.receiver.receipts import fetch_receipts
 from tests.conftest import SHM, Children, smgshm_argv, wait_for
 from tests.test_cli_watch import drain
 from tests.test_interop_gateway import HAVE_SMG

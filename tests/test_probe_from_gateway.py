@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from smgshm.core.host.namespace import read_namespace_id
-from smgshm.core.receiver import ReceiverConfig
-from smgshm.core.services import RunningReceiver, start_receiver
+from smgshm.core.receiver.reader import ReceiverConfig
+from smgshm.core.receiver.services import RunningReceiver, start_receiver
 from tests.conftest import run_cli
 
 KEY = "sekret"

@@ -15,9 +15,9 @@ import grpc
 import pytest
 from smg_grpc_proto.generated import common_pb2, vllm_engine_pb2, vllm_engine_pb2_grpc
 
-from smgshm.core.receipts import fetch_receipts
-from smgshm.core.receiver import MAX_TENSORS_PER_REQUEST, ReceiverConfig, receive
-from smgshm.core.services import RunningReceiver, start_receiver
+from smgshm.core.receiver.reader import MAX_TENSORS_PER_REQUEST, ReceiverConfig, receive
+from smgshm.core.receiver.receipts import fetch_receipts
+from smgshm.core.receiver.services import RunningReceiver, start_receiver
 from smgshm.core.transport.wire import Layout
 from smgshm.rpc.v1 import diag_pb2, diag_pb2_grpc
 from tests.conftest import Children, start_serve

@@ -27,8 +27,8 @@ from typing import Any
 import grpc
 import pytest
 
-from smgshm.core.engines import engine_modules
-from smgshm.core.receipts import fetch_receipts
+from smgshm.core.receiver.faces import engine_modules
+from smgshm.core.receiver.receipts import fetch_receipts
 from smgshm.core.transport.wire import Layout, OutTensor, Request, build_multimodal, engine_pb2
 from smgshm.rpc.v1 import diag_pb2
 from tests.conftest import Children, start_serve, wait_for

@@ -139,7 +139,7 @@ def test_a_file_shrunk_through_a_writers_fd_is_copied_or_refused(scratch: list[s
 
 
 def test_the_receiver_reports_which_read_it_made(scratch: list[str]) -> None:
-    from smgshm.core.receiver import ReceiverConfig, receive_one
+    from smgshm.core.receiver.reader import ReceiverConfig, receive_one
     from smgshm.core.transport.wire import InTensor
 
     blob = os.urandom(MIB)

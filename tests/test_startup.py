@@ -10,7 +10,7 @@ import pytest
 
 # core.receiver too: it pulls in the wire and tensor code, and serve's options once imported
 # it at module level for two constants, so every command paid for it at start.
-HEAVY = ("torch", "grpc", "smgshm.rpc", "smg_grpc_proto", "smgshm.core.receiver")
+HEAVY = ("torch", "grpc", "smgshm.rpc", "smg_grpc_proto", "smgshm.core.receiver.reader")
 
 
 def probe_for(heavy: tuple[str, ...]) -> str:

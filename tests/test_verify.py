@@ -93,7 +93,7 @@ class Liar(diag_pb2_grpc.DiagnosticsServicer):  # type: ignore[misc]
         )  # fmt: skip
 
     def Receive(self, request: Any, context: Any) -> Any:  # noqa: N802
-        from smgshm.core.receiver import ReceiverConfig, receive
+        from smgshm.core.receiver.reader import ReceiverConfig, receive
         from smgshm.rpc.v1 import diag_pb2
 
         layout = Layout.VLLM if request.layout == diag_pb2.LAYOUT_VLLM else Layout.TOKENSPEED
@@ -177,7 +177,7 @@ SINGLE = sorted(set(FORGERIES) - {"duplicates_of_the_first"})
 
 @pytest.mark.parametrize("forgery", SINGLE)
 def test_probe_verify_canary_against_a_liar_fails(liar: Callable[[Forge], str], forgery: str) -> None:
-    from smgshm.core.probe import ProbeOptions, verify_canary
+    from smgshm.core.client.probe import ProbeOptions, verify_canary
     from smgshm.core.transport.channel import open_channel
 
     channel = open_channel(liar(FORGERIES[forgery]), 5.0)

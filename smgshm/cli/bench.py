@@ -101,7 +101,7 @@ def bench(app: App, address: str | None, min_: int, max_: int, factor: int, size
       sudo smgshm bench --what-if huge-pages -n 5
     """
     if what_if:
-        from smgshm.core.hugepage_whatif import DEFAULT_SIZES, run_what_if
+        from smgshm.core.client.whatif import DEFAULT_SIZES, run_what_if
 
         chosen = _sizes(min_, max_, factor, sizes) if sizes else DEFAULT_SIZES
         app.info(f"what-if {what_if}: {len(chosen)} sizes x {iterations} rounds in each dir")
@@ -115,13 +115,13 @@ def bench(app: App, address: str | None, min_: int, max_: int, factor: int, size
                 click.echo(msg, err=True)
             click.get_current_context().exit(stop.exit_code or ExitCode.INTERRUPTED)
         click.get_current_context().exit(app.emit(report, view.what_if_report))
-    from smgshm.core.bench import BenchOptions, run_bench
+    from smgshm.core.client.bench import BenchOptions, run_bench
 
     opts = BenchOptions(_sizes(min_, max_, factor, sizes), warmup, iterations, verify, shm_dir)
     embedded = None
     if address is None:
-        from smgshm.core.receiver import ReceiverConfig
-        from smgshm.core.services import start_receiver
+        from smgshm.core.receiver.reader import ReceiverConfig
+        from smgshm.core.receiver.services import start_receiver
 
         embedded = start_receiver(ReceiverConfig(shm_dir=shm_dir, reader=reader), "127.0.0.1:0")  # type: ignore[arg-type]
         address = embedded.address

@@ -74,7 +74,7 @@ def doctor(app: App, workers: tuple[str, ...], from_gateway: str | None, api_key
       smgshm doctor --gateway-log /var/log/smg/gateway.log --inflight-bytes 2GiB
       smgshm doctor --gateway-pid 4242
     """
-    from smgshm.core.doctor import run_doctor
+    from smgshm.core.doctor.run import run_doctor
 
     if no_gateways and gateway_pids:
         raise click.UsageError("--no-gateways and --gateway-pid contradict each other")

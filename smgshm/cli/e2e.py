@@ -114,7 +114,7 @@ def e2e(app: App, gateway: str | None, running: bool, gateway_pid: int | None, a
       smgshm e2e --gateway http://gw:30000 --metrics http://gw:29000/metrics -n 10 --json
       smgshm e2e --sizes 224,448,1344,2688 -n 5
     """
-    from smgshm.core.e2e import EMBEDDED_MODES, E2eOptions, run_against, run_embedded
+    from smgshm.core.e2e.run import EMBEDDED_MODES, E2eOptions, run_against, run_embedded
 
     if gateway_pid is not None:
         running = True
@@ -134,7 +134,7 @@ def e2e(app: App, gateway: str | None, running: bool, gateway_pid: int | None, a
             raise click.BadParameter("a comma list of pixel sizes, e.g. 224,448,1344", param_hint="--sizes") from None
         if not pxs or any(not 28 <= p <= 4096 for p in pxs):
             raise click.BadParameter("each size must be 28..4096 px", param_hint="--sizes")
-        from smgshm.core.e2e_sweep import run_sweep
+        from smgshm.core.e2e.sweep import run_sweep
 
         try:
             with _unwind_on_term():

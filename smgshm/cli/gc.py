@@ -104,8 +104,8 @@ def run(app: App, opts: ScanOptions, *, delete: bool, include_stale: bool, min_a
     import copy
     import os
 
-    from smgshm.core.segments import reaping, textfile
     from smgshm.core.errors import HostError
+    from smgshm.core.segments import reaping, textfile
     from smgshm.core.segments.judge import Deletion, Scan, State
 
     if prometheus_file:

@@ -102,8 +102,8 @@ def probe(
       # Kubernetes exec probe in the gateway's pod:
       #   command: ["smgshm", "-q", "probe", "--expect", "shared", "127.0.0.1:50051"]
     """
-    from smgshm.core.probe import ProbeOptions
-    from smgshm.core.probe import probe as run_probe
+    from smgshm.core.client.probe import ProbeOptions
+    from smgshm.core.client.probe import probe as run_probe
 
     if not addresses and not from_gateway:
         raise click.UsageError("give at least one ADDRESS or --from-gateway URL")

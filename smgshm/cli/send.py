@@ -16,7 +16,7 @@ from smgshm.cli.signals import stop_on_signals
 
 def _shape(text: str | None, size: int | None, dtype: str, tensors: int, concurrency: int) -> tuple[int, ...]:
     """The tensor shape, refused before any allocation when SMG could not carry it or this run could not hold it."""
-    from smgshm.core.send import MAX_SENDER_BYTES, MAX_TENSOR_BYTES
+    from smgshm.core.client.send import MAX_SENDER_BYTES, MAX_TENSOR_BYTES
     from smgshm.core.transport.tensors import ITEMSIZE
 
     if text and size is not None:
@@ -119,8 +119,8 @@ def send(app: App, address: str, transport: str, layout: str, dtype: str, shape:
       smgshm send --layout tokenspeed --size 64MiB --tensors 3 worker:50051
       smgshm send --duration 10m -c 8 --size 4MiB 127.0.0.1:50051       # a soak
     """
-    from smgshm.core.send import SendOptions
-    from smgshm.core.send import send as run_send
+    from smgshm.core.client.send import SendOptions
+    from smgshm.core.client.send import send as run_send
     from smgshm.core.transport.decision import Mode
     from smgshm.core.transport.wire import Layout
 

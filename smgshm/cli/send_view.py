@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from smgshm.cli.app import App
-    from smgshm.core.send import SendOptions
+    from smgshm.core.client.send import SendOptions
 
 
 def send_progress(app: App, opts: SendOptions) -> tuple[Callable[[int], None] | None, Callable[[], None]]:

@@ -12,7 +12,7 @@ import click
 from smgshm.cli import serve_view as view
 from smgshm.cli.app import App
 from smgshm.cli.params import BYTES, DURATION, shm_dir_option
-from smgshm.core.faults import FAULTS, MAX_FAULT_DELAY_S
+from smgshm.core.receiver.faults import FAULTS, MAX_FAULT_DELAY_S
 
 # In-flight calls get this long to finish after SIGTERM/SIGINT, then they are cancelled:
 # serve is gone within 2 s of the signal.
@@ -122,8 +122,8 @@ def serve(
       smg launch --worker-urls grpc://127.0.0.1:50051 --model-path ~/.cache/smgshm/model-qwen2vl-tiny \\
           --multimodal-tensor-transport shm
     """
-    from smgshm.core.receiver import MODEL_NAME, ReceiverConfig, is_loopback
-    from smgshm.core.services import start_receiver
+    from smgshm.core.receiver.reader import MODEL_NAME, ReceiverConfig, is_loopback
+    from smgshm.core.receiver.services import start_receiver
 
     if not 0 <= fault_delay <= MAX_FAULT_DELAY_S:
         raise click.BadParameter(f"at most {MAX_FAULT_DELAY_S:g}s", param_hint="--fault-delay")

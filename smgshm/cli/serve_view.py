@@ -15,7 +15,7 @@ from smgshm.core.errors import HostError
 
 if TYPE_CHECKING:
     from smgshm.cli.app import App
-    from smgshm.core.receipts import GenerateReceipt
+    from smgshm.core.receiver.receipts import GenerateReceipt
 
 def serve_ready(app: App, info: dict[str, Any]) -> None:
     line = (

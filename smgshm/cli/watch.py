@@ -16,7 +16,7 @@ from smgshm.cli.exitcodes import ExitCode
 from smgshm.cli.params import BYTES, DURATION, shm_dir_option
 
 if TYPE_CHECKING:
-    from smgshm.core.watch import IntervalStats, WatchSession
+    from smgshm.core.watch.session import IntervalStats, WatchSession
 
 
 @click.command()
@@ -77,7 +77,7 @@ def watch(app: App, interval: float, orphan_after: float, metrics_url: str | Non
       smgshm watch --jsonl | jq -c 'select(.type=="segment")'
       smgshm watch --serve-metrics 9464 -q                # a per-node exporter
     """
-    from smgshm.core.watch import WatchOptions, WatchSession
+    from smgshm.core.watch.session import WatchOptions, WatchSession
 
     if app.json and jsonl:
         raise click.UsageError("--json and --jsonl are two output formats: choose one")
@@ -141,8 +141,8 @@ def _exporter(app: App, session: WatchSession, where: str | None, jsonl: bool) -
     if where is None:
         yield
         return
-    from smgshm.core.receiver import is_loopback
-    from smgshm.core.watchexport import WatchExporter
+    from smgshm.core.receiver.reader import is_loopback
+    from smgshm.core.watch.export import WatchExporter
 
     host, _, port = where.rpartition(":")
     host = host.strip("[]") or "127.0.0.1"

@@ -17,8 +17,8 @@ from smgshm.cli.jsonout import SCHEMA_VERSION, plain
 if TYPE_CHECKING:
     from smgshm.cli.app import App
     from smgshm.core.gateway.rates import GatewayRates
-    from smgshm.core.shmwatch import SegmentLife, ShmEvent
-    from smgshm.core.watch import FlightTimes, IntervalStats, Orphan, WatchSummary
+    from smgshm.core.watch.follow import SegmentLife, ShmEvent
+    from smgshm.core.watch.session import FlightTimes, IntervalStats, Orphan, WatchSummary
 
 _STATE_STYLE = {"leaked": "red", "hazard": "magenta", "stale": "yellow", "held": "cyan", "in_flight": "green"}
 

@@ -22,11 +22,11 @@ import atheris
 
 with atheris.instrument_imports(include=["smgshm"]):
     from smgshm.core.errors import WireError
-    from smgshm.core.receipts import ReceiptRing
-    from smgshm.core.receiver import ReceiverConfig, receive
+    from smgshm.core.receiver.reader import ReceiverConfig, receive
+    from smgshm.core.receiver.receipts import ReceiptRing
+    from smgshm.core.receiver.worker import parse_and_read
     from smgshm.core.segments.io import ShmRef
     from smgshm.core.transport.wire import Layout, OutTensor, Request, build_multimodal, engine_pb2
-    from smgshm.core.worker import parse_and_read
 
 SHM_DIR = os.environ.get("SMGSHM_FUZZ_SHM_DIR") or tempfile.mkdtemp(prefix="smgshm-fuzz-")
 SEGMENTS = {"smg-smgshm-1-1-0": 4096, "smg-tokenspeed-2-2-0": 12, "smg-smgshm-3-3-0": 0}

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from smgshm.core.errors import TransportError
-from smgshm.core.watch import FLIGHT_BUCKETS_S, WatchSession
+from smgshm.core.watch.session import FLIGHT_BUCKETS_S, WatchSession
 
 PREFIX = "smgshm_watch_"
 

@@ -174,7 +174,7 @@ class SegmentWatch:
     """Follows the gateway prefix in the shm dir on a thread while requests run."""
 
     def __init__(self, shm_dir: str = DEFAULT_SHM_DIR) -> None:
-        from smgshm.core.shmwatch import SegmentTracker, ShmWatcher
+        from smgshm.core.watch.follow import SegmentTracker, ShmWatcher
 
         self.shm_dir = shm_dir
         self.watcher = ShmWatcher(shm_dir, GATEWAY_PREFIX, listing=True)
@@ -249,7 +249,7 @@ def _name_pid(pid: int) -> int:
 
 def receipt_baseline(addresses: list[str], timeout_s: float) -> dict[str, int]:
     """The next receipt seq of each worker that is a smgshm serve (others are left out)."""
-    from smgshm.core.receipts import fetch_receipts
+    from smgshm.core.receiver.receipts import fetch_receipts
 
     out: dict[str, int] = {}
     for a in addresses:
@@ -264,7 +264,7 @@ def receipt_baseline(addresses: list[str], timeout_s: float) -> dict[str, int]:
 def receipts_since(baseline: dict[str, int], timeout_s: float) -> ReceiptEvidence:
     if not baseline:
         return ReceiptEvidence(False, "no worker answers smgshm's Receipts RPC (not a smgshm serve)")
-    from smgshm.core.receipts import fetch_receipts
+    from smgshm.core.receiver.receipts import fetch_receipts
 
     seen: list[ReceiptSeen] = []
     notes = []

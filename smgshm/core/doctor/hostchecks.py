@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from smgshm.core.doctor import Check
+from smgshm.core.doctor.run import Check
 from smgshm.core.errors import SmgshmError
 from smgshm.core.gateway.log import TransportConfig, read_open_log, read_transport_config
 from smgshm.core.gateway.metrics import MmTraffic, mm_traffic, scrape
@@ -83,7 +83,7 @@ def _read_log(path: str) -> TransportConfig | None:
 
 
 def _e2e_hint(http_url: str) -> str:
-    if not http_url or importlib.util.find_spec("smgshm.core.e2e") is None:
+    if not http_url or importlib.util.find_spec("smgshm.core.e2e.run") is None:
         return ""
     return shlex.join(["smgshm", "e2e", "--gateway", http_url])
 

@@ -110,7 +110,7 @@ def check_identity(shm_dir: str) -> list[Check]:
 
 
 def check_workers(addresses: list[str], shm_dir: str, timeout: float) -> list[Check]:
-    from smgshm.core.probe import ProbeOptions, probe
+    from smgshm.core.client.probe import ProbeOptions, probe
 
     report = probe(addresses, ProbeOptions(timeout=timeout, connect_timeout=timeout, shm_dir=shm_dir, verify=True))
     out = []
@@ -151,7 +151,7 @@ def check_workers(addresses: list[str], shm_dir: str, timeout: float) -> list[Ch
 
 
 def check_send(address: str, shm_dir: str, timeout: float, label: str = "") -> list[Check]:
-    from smgshm.core.send import SendOptions, send
+    from smgshm.core.client.send import SendOptions, send
     from smgshm.core.transport.decision import Mode
 
     out = []
@@ -320,8 +320,8 @@ def run_doctor(
         return DoctorReport(checks, "", list(workers))
     embedded = None
     if not workers:
-        from smgshm.core.receiver import ReceiverConfig
-        from smgshm.core.services import start_receiver
+        from smgshm.core.receiver.reader import ReceiverConfig
+        from smgshm.core.receiver.services import start_receiver
 
         embedded = start_receiver(ReceiverConfig(shm_dir=shm_dir), "127.0.0.1:0")
         workers = [embedded.address]
@@ -339,7 +339,7 @@ def run_doctor(
         else:  # SMG's gateway always writes /dev/shm: an embedded one would say nothing about this dir
             add([Check("e2e", "skip", f"skipped: SMG's gateway writes {DEFAULT_SHM_DIR}, not {shm_dir}")])
     add(check_leaks(shm_dir))
-    from smgshm.core.hostchecks import run_host_checks
+    from smgshm.core.doctor.hostchecks import run_host_checks
 
     host = run_host_checks(add, shm_dir, timeout, gateway_logs, inflight_bytes, gateway_pids)
     add(check_reapers())
@@ -349,7 +349,7 @@ def run_doctor(
 def check_e2e(gateway: str | None, api_key: str | None, shm_dir: str, timeout: float,
               metrics_url: str | None = None) -> list[Check]:  # fmt: skip
     """``smgshm e2e``: which path real image requests take through ``gateway`` (or the embedded one)."""
-    from smgshm.core.e2e import E2eOptions, run_against, run_embedded
+    from smgshm.core.e2e.run import E2eOptions, run_against, run_embedded
     from smgshm.core.gateway.process import PIP_HINT, find_smg
 
     opts = E2eOptions(requests=2, api_key=api_key, shm_dir=shm_dir, timeout_s=max(timeout, 30.0),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from smgshm.core.e2e_evidence import MetricsEvidence, ReceiptEvidence, ShmDirEvidence, median_or_zero
+from smgshm.core.e2e.evidence import MetricsEvidence, ReceiptEvidence, ShmDirEvidence, median_or_zero
 from smgshm.core.paths import GATEWAY_PROBE_PREFIX
 from smgshm.core.transport.decision import DEFAULT_SHM_MIN_BYTES, PROBE_FAILS, Mode, decide, parse_mode
 

@@ -27,7 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from smgshm.core.segments.judge import parse_name
-from smgshm.core.shmevents import (
+from smgshm.core.watch.events import (
     CLOSED,
     CLOSED_NOWRITE,
     CREATED,

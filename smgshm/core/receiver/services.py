@@ -22,12 +22,12 @@ from typing import Any
 import grpc
 
 from smgshm import __version__
-from smgshm.core.engines import HandlerOverride, engine_modules, engine_servicer, raw_generate_handlers
 from smgshm.core.errors import TooManyTensorsError, TransportError, WireError
-from smgshm.core.modeldir import ensure_model_dir
-from smgshm.core.receipts import MAX_PER_CALL, ReceiptRing
-from smgshm.core.receipts import to_proto as receipt_proto
-from smgshm.core.receiver import Receipt, ReceiverConfig, ReceiverState, receive
+from smgshm.core.receiver.faces import HandlerOverride, engine_modules, engine_servicer, raw_generate_handlers
+from smgshm.core.receiver.modeldir import ensure_model_dir
+from smgshm.core.receiver.reader import Receipt, ReceiverConfig, ReceiverState, receive
+from smgshm.core.receiver.receipts import MAX_PER_CALL, ReceiptRing
+from smgshm.core.receiver.receipts import to_proto as receipt_proto
 from smgshm.core.transport.protowire import parse_excised, resolve
 from smgshm.core.transport.tensors import DIGEST_ALGO
 from smgshm.core.transport.wire import Layout

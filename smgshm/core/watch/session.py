@@ -25,7 +25,7 @@ from smgshm.core.gateway.rates import DEFAULT_SHM_MIN_BYTES, GatewayRates, faile
 from smgshm.core.paths import DEFAULT_SHM_DIR, SMG_FAMILY_PREFIX
 from smgshm.core.quantiles import StreamingQuantiles
 from smgshm.core.segments.judge import ScanOptions, SegmentInfo, judge_entry
-from smgshm.core.shmwatch import CONSUMED, SegmentLife, SegmentTracker, ShmEvent, ShmWatcher
+from smgshm.core.watch.follow import CONSUMED, SegmentLife, SegmentTracker, ShmEvent, ShmWatcher
 
 # Time-in-flight histogram bounds (seconds) for the exporter; +Inf is implied.
 FLIGHT_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)

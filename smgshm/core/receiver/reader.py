@@ -15,17 +15,17 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from smgshm.core.errors import HandleError, SegmentError, SmgshmError, WireError
-from smgshm.core.faults import FAULTS, MAX_FAULT_DELAY_S
 from smgshm.core.host.identity import HostIdentity, read_host_identity
 from smgshm.core.host.namespace import read_namespace_id
 from smgshm.core.paths import DEFAULT_SHM_DIR, SMG_FAMILY_PREFIX
-from smgshm.core.receipts import ReceiptRing
+from smgshm.core.receiver.faults import FAULTS, MAX_FAULT_DELAY_S
+from smgshm.core.receiver.receipts import ReceiptRing
 from smgshm.core.segments.io import ReaderMode, check_handle, read_segment, validated_name
 from smgshm.core.transport.tensors import DIGEST_ALGO, check_payload, digest, expected_nbytes, tensor_from_payload
 from smgshm.core.transport.wire import InTensor, Layout, parse_multimodal
 
 if TYPE_CHECKING:
-    from smgshm.core.modeldir import ModelDir
+    from smgshm.core.receiver.modeldir import ModelDir
 
 Engine = Literal["vllm", "tokenspeed", "sglang"]
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024  # SMG's Python servers cap messages here

@@ -17,7 +17,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from smgshm.core.e2e_evidence import (
+from smgshm.core.e2e.evidence import (
     MetricsEvidence,
     ReceiptEvidence,
     SegmentWatch,
@@ -29,7 +29,7 @@ from smgshm.core.e2e_evidence import (
     receipt_baseline,
     receipts_since,
 )
-from smgshm.core.e2e_verdict import FAILURE_TEXT, Context, Verdict, judge
+from smgshm.core.e2e.verdict import FAILURE_TEXT, Context, Verdict, judge
 from smgshm.core.errors import HostError, SmgshmError
 from smgshm.core.gateway.chat import ChatOutcome, first_model, make_png, send_chat
 from smgshm.core.gateway.metrics import default_metrics_url, scrape
@@ -235,9 +235,9 @@ def run_embedded(opts: E2eOptions, say: Progress = lambda _s: None) -> E2eReport
     # SMG's gateway writes /dev/shm whatever the caller's shm dir: watch and read there.
     opts = dataclasses.replace(opts, shm_dir=DEFAULT_SHM_DIR)
     from smgshm.core.host.namespace import read_namespace_id
-    from smgshm.core.modeldir import ensure_model_dir
-    from smgshm.core.receiver import ReceiverConfig
-    from smgshm.core.services import start_receiver
+    from smgshm.core.receiver.modeldir import ensure_model_dir
+    from smgshm.core.receiver.reader import ReceiverConfig
+    from smgshm.core.receiver.services import start_receiver
 
     md = ensure_model_dir(opts.model_dir)
     local_ns = read_namespace_id(opts.shm_dir)

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from smgshm.core.errors import WireError
-from smgshm.core.receipts import GenerateReceipt, ReceiptRing
-from smgshm.core.receiver import Receipt, ReceiverConfig, check_tensor, receive_one
+from smgshm.core.receiver.reader import Receipt, ReceiverConfig, check_tensor, receive_one
+from smgshm.core.receiver.receipts import GenerateReceipt, ReceiptRing
 from smgshm.core.segments.judge import parse_name
 from smgshm.core.transport.tensors import DIGEST_ALGO
 from smgshm.core.transport.wire import (

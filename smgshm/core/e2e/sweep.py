@@ -5,7 +5,7 @@ Two real gateways (``--multimodal-tensor-transport inline`` and ``shm``, both wi
 alternation, so both sides see the same machine noise. Per size: the median latency
 of each, their ratio, the gateway's own SHM write time (its ``smg_mm_timing
 mm_shm_write`` log lines), the worker's read time (its receipts), and both against
-this host's fresh-page floor (core/bench.py), the physical limit of writing a new
+this host's fresh-page floor (core/client/bench.py), the physical limit of writing a new
 segment, which SMG's one-file-per-tensor design pays every time.
 """
 
@@ -80,15 +80,15 @@ class _LogTail:
 def run_sweep(sizes: tuple[int, ...] = DEFAULT_SIZES, requests: int = 5, warmup: int = 1,
               say: Callable[[str], None] = lambda _s: None, timeout_s: float = 120.0) -> SweepReport:  # fmt: skip
     """The sweep on the embedded pair of gateways; everything stopped at the end (Ctrl-C too)."""
-    from smgshm.core.bench import measure_host
+    from smgshm.core.client.bench import measure_host
     from smgshm.core.gateway.chat import make_png, send_chat
     from smgshm.core.gateway.process import GatewayConfig, find_smg, launch_gateway, stop_gateways, wait_ready
 
     find_smg()
-    from smgshm.core.modeldir import ensure_model_dir
-    from smgshm.core.receipts import fetch_receipts
-    from smgshm.core.receiver import ReceiverConfig
-    from smgshm.core.services import start_receiver
+    from smgshm.core.receiver.modeldir import ensure_model_dir
+    from smgshm.core.receiver.reader import ReceiverConfig
+    from smgshm.core.receiver.receipts import fetch_receipts
+    from smgshm.core.receiver.services import start_receiver
 
     md = ensure_model_dir(None)
     say("measuring this host's fresh-page floor")
@@ -147,7 +147,7 @@ def run_sweep(sizes: tuple[int, ...] = DEFAULT_SIZES, requests: int = 5, warmup:
             say(f"{px} px: inline {i50:.0f} ms, shm {s50:.0f} ms")
     logs = [g.log_path for g in gateways]
     if all(r.failed == 0 for r in rows):  # a passing sweep leaves no log behind; a failing one names them
-        from smgshm.core.e2e import remove_logs
+        from smgshm.core.e2e.run import remove_logs
 
         remove_logs(logs)
         logs = []

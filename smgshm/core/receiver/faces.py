@@ -21,12 +21,12 @@ import grpc
 
 from smgshm import __version__
 from smgshm.core.errors import TooManyTensorsError, WireError
-from smgshm.core.receiver import MODEL_NAME, ReceiverState
+from smgshm.core.receiver.reader import MODEL_NAME, ReceiverState
+from smgshm.core.receiver.worker import parse_and_read
 from smgshm.core.transport.wire import Layout
-from smgshm.core.worker import parse_and_read
 
 if TYPE_CHECKING:
-    from smgshm.core.modeldir import ModelDir
+    from smgshm.core.receiver.modeldir import ModelDir
 
 HEADERS_FLUSH_S = 0.2  # time for the response headers to reach the wire before a die-after-* fault
 

@@ -21,8 +21,7 @@ from inotify_simple import flags as _F  # noqa: N812 - a short name for the hot-
 
 from smgshm.core.errors import HostError
 from smgshm.core.paths import DEFAULT_SHM_DIR, SMG_FAMILY_PREFIX
-from smgshm.core.segmentlife import CLEANED, CONSUMED, UNKNOWN, SegmentLife, SegmentTracker
-from smgshm.core.shmevents import (
+from smgshm.core.watch.events import (
     CLOSED,
     CLOSED_NOWRITE,
     CREATED,
@@ -33,6 +32,7 @@ from smgshm.core.shmevents import (
     RESCANNED,
     ShmEvent,
 )
+from smgshm.core.watch.life import CLEANED, CONSUMED, UNKNOWN, SegmentLife, SegmentTracker
 
 _DIR_CHECK_S = 1.0  # how often the path is re-stat'ed: a mount over it sends no event
 _READ_BYTES = 1 << 20  # per read(): the kernel returns whole events only, up to this much

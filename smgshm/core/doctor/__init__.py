@@ -1,0 +1,1 @@
+"""doctor: every check in one run, each with the fix for its failure."""

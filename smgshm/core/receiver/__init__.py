@@ -1,0 +1,1 @@
+"""The reference receiver behind ``serve``: engine faces, reading handles, receipts, faults."""

@@ -1,0 +1,1 @@
+"""watch: follow the shm dir live, judge each segment's life, export the figures."""
