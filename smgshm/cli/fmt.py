@@ -13,7 +13,7 @@ import re
 import shlex
 import unicodedata
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from rich.text import Text
 
@@ -21,7 +21,13 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
 
-    from smgshm.cli.app import App
+
+class Consoles(Protocol):
+    """What the printing helpers need of the invocation (``cli.app.App`` is one): no import of it, no circle."""
+
+    quiet: bool
+    console: Console
+    err_console: Console
 
 _NAMED = {"\n": "\\n", "\t": "\\t", "\r": "\\r", "\\": "\\\\", "\x1b": "\\x1b"}
 
@@ -99,13 +105,13 @@ def prose(console: Console, text: Text | str, indent: int = 0) -> None:
         console.print(line, soft_wrap=True, end="\n")
 
 
-def hint(app: App, message: str) -> None:
+def hint(app: Consoles, message: str) -> None:
     """A ``hint:`` line on stderr, unless --quiet; the message is shown escaped and wrapped."""
     if not app.quiet:
         prose(app.err_console, Text("hint: ", style="cyan") + safe(message), indent=6)
 
 
-def fix_line(app: App, message: str | Text, indent: int = 7) -> None:
+def fix_line(app: Consoles, message: str | Text, indent: int = 7) -> None:
     """A doctor-style ``fix:`` line on stdout, wrapped with a hanging indent under it."""
     body = message if isinstance(message, Text) else safe(message)
     prose(app.console, Text(" " * indent) + Text("fix: ", style="cyan") + body, indent=indent + 5)

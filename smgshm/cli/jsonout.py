@@ -10,12 +10,16 @@ import dataclasses
 import enum
 import json
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from smgshm import __version__
 
-if TYPE_CHECKING:
-    from smgshm.cli.app import App
+
+class Invocation(Protocol):
+    """What a JSON document needs of the invocation (``cli.app.App`` is one): no import of it, no circle."""
+
+    command: str
+    warnings: list[str]
 
 SCHEMA_VERSION = 1
 
@@ -35,24 +39,24 @@ def plain(obj: Any) -> Any:
     return obj
 
 
-def _write(app: App, doc: dict[str, Any]) -> None:
+def _write(doc: dict[str, Any]) -> None:
     sys.stdout.write(json.dumps(doc, allow_nan=False, sort_keys=False) + "\n")
     sys.stdout.flush()
 
 
-def envelope(app: App, ok: bool) -> dict[str, Any]:
+def envelope(app: Invocation, ok: bool) -> dict[str, Any]:
     return {"smgshm_version": __version__, "schema_version": SCHEMA_VERSION, "command": app.command, "ok": ok}
 
 
-def write_result(app: App, result: Any, ok: bool = True) -> None:
+def write_result(app: Invocation, result: Any, ok: bool = True) -> None:
     doc = envelope(app, ok)
     doc["result"] = plain(result)
     doc["warnings"] = list(app.warnings)
-    _write(app, doc)
+    _write(doc)
 
 
-def write_error(app: App, kind: str, message: str, hint: str | None) -> None:
+def write_error(app: Invocation, kind: str, message: str, hint: str | None) -> None:
     doc = envelope(app, False)
     doc["error"] = {"kind": kind, "message": message, "hint": hint}
     doc["warnings"] = list(app.warnings)
-    _write(app, doc)
+    _write(doc)
