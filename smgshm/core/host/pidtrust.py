@@ -32,7 +32,15 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from smgshm.core.host.holders import live_pids, same_fd_table
+from smgshm.core.host.proc import (
+    in_nested_pid_ns,
+    live_pids,
+    mount_ns,
+    readlink_or,
+    same_fd_table,
+    thread_lives,
+    uid_of,
+)
 
 INIT_PID_NS = "pid:[4026531836]"  # PROC_PID_INIT_INO: the host's initial pid namespace
 _ASSUME = "pass --assume-dead to judge by this namespace's pids anyway"
@@ -44,46 +52,6 @@ class Trust:
     note: str
     # uids owning processes whose namespaces gc could not read: their segments stay unknown
     doubt_uids: frozenset[int] = field(default_factory=frozenset)
-
-
-def _uid_of(pid: int) -> int | None:
-    try:
-        return os.stat(f"/proc/{pid}").st_uid
-    except OSError:
-        return None
-
-
-def ns_pids(pid: int, proc: str = "/proc") -> list[int]:
-    """``pid`` as each pid namespace from this one down to its own sees it: the NSpid line of
-    /proc/P/status (readable by anyone, unlike /proc/P/ns). [] on a kernel without NSpid (< 4.1);
-    OSError when the process is gone."""
-    with open(f"{proc}/{pid}/status", "rb") as f:
-        for line in f:
-            if line.startswith(b"NSpid:"):
-                fields = line.split()[1:]
-                return [int(x) for x in fields] if all(x.isdigit() for x in fields) else []
-    return []
-
-
-def innermost_pid(pid: int, proc: str = "/proc") -> int | None:
-    """The pid ``pid`` has in its own pid namespace (a container's pid 1): what its getpid() says,
-    so the pid SMG's gateway puts in its segment and probe-file names. None when the kernel does
-    not say (no NSpid); OSError when the process is gone."""
-    ns = ns_pids(pid, proc)
-    return ns[-1] if ns else None
-
-
-def _nested(pid: int) -> bool | None:
-    """Whether ``pid`` lives in a pid namespace below this one (None: the ns links decide)."""
-    ns = ns_pids(pid)
-    return len(ns) > 1 if ns else None
-
-
-def _readlink_or(path: str, default: str) -> str:
-    try:
-        return os.readlink(path)
-    except OSError:
-        return default
 
 
 def _unescape(path: bytes) -> str:
@@ -116,25 +84,6 @@ def _rel(path: str, top: str) -> str | None:
     return None if rel == ".." or rel.startswith("../") else rel
 
 
-def _mnt_ns(pid: int) -> tuple[str, str] | None:
-    """(mount namespace, its mountinfo path) of ``pid``: a zombie leader's read as gone, so then a
-    live thread's. None when no thread of it can be read."""
-    for base in (f"/proc/{pid}", *(e.path for e in _scandir(f"/proc/{pid}/task"))):
-        try:
-            return os.readlink(f"{base}/ns/mnt"), f"{base}/mountinfo"
-        except OSError:
-            continue
-    return None
-
-
-def _scandir(path: str) -> list[os.DirEntry[str]]:
-    try:
-        with os.scandir(path) as it:
-            return list(it)
-    except OSError:
-        return []
-
-
 def mount_aliases(dev: int, pids: Iterable[int] | None = None) -> frozenset[str]:
     """Last components of the mount points of every bind mount of a part of device ``dev`` (its
     root inside the filesystem is not "/": a file or a subdirectory), in every mount namespace
@@ -146,7 +95,7 @@ def mount_aliases(dev: int, pids: Iterable[int] | None = None) -> frozenset[str]
     with contextlib.suppress(OSError):
         seen.add(os.readlink("/proc/self/ns/mnt"))
     for pid in live_pids() if pids is None else pids:
-        ns = _mnt_ns(pid)
+        ns = mount_ns(pid)
         if ns is not None and ns[0] not in seen:
             seen.add(ns[0])
             tables.append(ns[1])
@@ -191,7 +140,7 @@ def mount_points(dir_path: str, pids: Iterable[int] | None = None) -> dict[str, 
         return out
     inside, seen = best[1], {mine}
     for pid in live_pids() if pids is None else pids:
-        ns = _mnt_ns(pid)
+        ns = mount_ns(pid)
         if ns is None or ns[0] in seen:
             continue
         try:
@@ -262,7 +211,7 @@ class _Walk:
             except (FileNotFoundError, ProcessLookupError):
                 continue  # this thread exited (or is the zombie leader): the others decide
             except OSError:
-                if not _live_thread(base):
+                if not thread_lives(base):
                     continue  # exited while read (a dying thread's mountinfo says EINVAL)
                 raise
             alive += 1
@@ -350,7 +299,7 @@ class _Walk:
                 if where_is is None:
                     where_is = {}
                     for q in pids:
-                        where_is.setdefault(_readlink_or(f"/proc/{q}/ns/mnt", ""), q)
+                        where_is.setdefault(readlink_or(f"/proc/{q}/ns/mnt", ""), q)
                 try:
                     with open(f"/proc/{where_is[ns]}/mountinfo", "rb") as f:
                         table = self.tables[ns] = f.read()
@@ -367,17 +316,6 @@ class _Walk:
                 )
             todo += [(n, (pid, f"{how}, then a namespace file at {at} there")) for n, at in _nsfs_mounts(table)]
         return None
-
-
-def _live_thread(base: str) -> bool:
-    """Whether the thread at ``base`` still lives: only its going says no (EACCES is doubt)."""
-    try:
-        os.readlink(f"{base}/ns/mnt")
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    except OSError:
-        return True
-    return True
 
 
 def judge_trust(shm_dir: str, pids: Iterable[int] | None = None) -> Trust:
@@ -420,17 +358,17 @@ def judge_trust(shm_dir: str, pids: Iterable[int] | None = None) -> Trust:
     everyone = live_pids() if pids is None else list(pids)
     for pid in everyone:
         try:
-            nested = _nested(pid)
+            nested = in_nested_pid_ns(pid)
             if nested is False:
                 continue  # a member of this pid namespace: its pids are the ones gc reads
-            pidns = _readlink_or(f"/proc/{pid}/ns/pid", "") if nested else os.readlink(f"/proc/{pid}/ns/pid")
+            pidns = readlink_or(f"/proc/{pid}/ns/pid", "") if nested else os.readlink(f"/proc/{pid}/ns/pid")
             if pidns == mine:
                 continue
             via = walk.reaches(pid)  # per thread: a cwd or fd is its own, whatever its mount table says
         except (FileNotFoundError, ProcessLookupError):
             continue  # exited mid-walk: it produces nothing any more
         except OSError:
-            uid = _uid_of(pid)
+            uid = uid_of(pid)
             if uid is not None:
                 doubt.add(uid)
             continue
