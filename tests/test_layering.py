@@ -180,7 +180,6 @@ def test_no_import_circle_in_smgshm() -> None:
 _KNOWN_CIRCLES = [
     ["smgshm.cli.app", "smgshm.cli.fmt", "smgshm.cli.jsonout"],
     ["smgshm.core.doctor.hostchecks", "smgshm.core.doctor.run"],
-    ["smgshm.core.host.holders", "smgshm.core.host.pidtrust"],
 ]
 
 

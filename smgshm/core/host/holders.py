@@ -19,6 +19,7 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from smgshm.core.host.mounts import mount_aliases
 from smgshm.core.host.proc import comm, live_pids, thread_views
 
 Key = tuple[int, int]  # (st_dev, st_ino)
@@ -89,8 +90,6 @@ def holder_index(
     """
     wanted = None
     if names is not None:
-        from smgshm.core.host.pidtrust import mount_aliases  # pidtrust imports this module
-
         pids = None if pids is None else list(pids)
         # A file bind-mounted elsewhere is open under that mount point's name: match it too.
         wanted = frozenset(names) | mount_aliases(dev, pids)
