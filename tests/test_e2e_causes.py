@@ -23,7 +23,7 @@ import pytest
 
 from smgshm.core.gateway.metrics import mm_traffic, scrape
 from smgshm.core.gateway.process import GatewayConfig, RunningGateway, start_gateway
-from smgshm.core.host.pidtrust import innermost_pid, ns_pids
+from smgshm.core.host.proc import innermost_pid, ns_pids
 from tests.conftest import Children, smgshm_argv, wait_for
 from tests.e2e_support import gateways, model_dir, needs_smg
 from tests.test_json_schema import check_e2e_schema

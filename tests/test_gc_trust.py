@@ -19,7 +19,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from smgshm.core.host.pidtrust import judge_trust, mount_of
+from smgshm.core.host.mounts import mount_of, parse_mounts, read_mounts
+from smgshm.core.host.pidtrust import judge_trust
 from tests.conftest import Children, proc_state, run_cli, wait_for
 from tests.test_cli_gc import WRITER, dead_pid, deletions, first_line, kill_and_reap, segs, tmpfs_dir  # noqa: F401 - a fixture
 
@@ -97,9 +98,11 @@ def test_mount_tables_are_read_by_device_and_paths_unescaped() -> None:
         b"22 1 0:5 / /dev rw - devtmpfs udev rw\n"
         b"30 22 0:27 /smgshm-x /host\\040shm rw,relatime - tmpfs tmpfs rw\n"
     )
-    assert mount_of(table, dev) == "/host shm"
-    assert mount_of(table, os.makedev(0, 28)) is None
-    assert mount_of(b"garbage\n\n", dev) is None
+    found = mount_of(parse_mounts(table), dev)
+    assert found is not None
+    assert found.point == "/host shm"
+    assert mount_of(parse_mounts(table), os.makedev(0, 28)) is None
+    assert mount_of(parse_mounts(b"garbage\n\n"), dev) is None
 
 
 # A producer that keeps the filesystem without mounting it: it enters the dir, lazily unmounts it
@@ -146,8 +149,8 @@ def test_a_producer_that_unmounted_the_tmpfs_but_keeps_it_makes_pids_untrusted(
         assert os.path.exists(path), "the host still mounts the tmpfs it wrote into"
         kids = psutil.Process(p.pid).children(recursive=True)
         host_pid = next(k.pid for k in [psutil.Process(p.pid), *kids] if k.name().startswith("python"))
-        with open(f"/proc/{host_pid}/mountinfo", "rb") as f:
-            assert mount_of(f.read(), os.stat(d).st_dev) is None, "its mount table no longer shows the tmpfs"
+        table = read_mounts(f"/proc/{host_pid}/mountinfo")
+        assert mount_of(table, os.stat(d).st_dev) is None, "its mount table no longer shows the tmpfs"
 
         trust = judge_trust(d, pids=[host_pid])
         assert trust.trusted is False, trust.note
@@ -318,7 +321,7 @@ def test_a_handle_to_a_mount_namespace_that_sees_the_tmpfs_makes_pids_untrusted(
         host_pid = next(k.pid for k in [psutil.Process(p.pid), *kids] if k.name().startswith("python"))
         with open(f"/proc/{host_pid}/mountinfo", "rb") as f:
             table = f.read()
-        assert mount_of(table, dev) is None, "its mount table no longer shows the tmpfs"
+        assert mount_of(parse_mounts(table), dev) is None, "its mount table no longer shows the tmpfs"
         links = [os.readlink(f"/proc/{host_pid}/fd/{f}") for f in os.listdir(f"/proc/{host_pid}/fd")]
         if how == "fd":
             assert os.readlink("/proc/self/ns/mnt") in links, "it holds this mount namespace open"

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from smgshm.core.errors import HostError, SmgshmError
+from smgshm.core.host.mounts import mount_holding, read_mounts
 from smgshm.core.host.pagesize import RECOMMENDED, SHMEM_ENABLED, PagePolicy, page_policy, save_last_what_if
 from smgshm.core.paths import BOOT_ID_PATH, DEFAULT_SHM_DIR, SMGSHM_PREFIX
 
@@ -250,12 +251,10 @@ def _shmem_huge_bytes() -> int:
 
 
 def _mount_options(mountpoint: str) -> str:
-    with open("/proc/self/mountinfo", encoding="utf-8") as f:
-        for line in f:
-            left, _, right = line.partition(" - ")
-            if left.split()[4] == mountpoint:
-                return right.split()[2]
-    return ""
+    """The super options of the mount at ``mountpoint`` (as the kernel names it: a symlinked TMPDIR resolved)."""
+    at = os.path.realpath(mountpoint)
+    m = mount_holding(read_mounts(), at)
+    return m.super_options if m is not None and m.point == at else ""
 
 
 def _timed(fn: Callable[[], Any]) -> tuple[int, Any]:

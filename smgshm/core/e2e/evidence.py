@@ -235,7 +235,7 @@ class SegmentWatch:
 
 def _name_pid(pid: int) -> int:
     """The pid gateway ``pid`` writes in its names: its own in its pid namespace (NSpid)."""
-    from smgshm.core.host.pidtrust import innermost_pid
+    from smgshm.core.host.proc import innermost_pid
 
     try:
         inner = innermost_pid(pid)

@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from smgshm.core.errors import SmgshmError
-from smgshm.core.host.pidtrust import innermost_pid
+from smgshm.core.host.proc import innermost_pid
 
 GATEWAY_TITLE = "smg::router"
 _TCP_LISTEN = "0A"

@@ -15,10 +15,12 @@ has its threads looked at (kcmp(2) says which share the leader's fd table).
 
 from __future__ import annotations
 
-import functools
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
+
+from smgshm.core.host.mounts import mount_aliases
+from smgshm.core.host.proc import comm, live_pids, thread_views
 
 Key = tuple[int, int]  # (st_dev, st_ino)
 
@@ -28,54 +30,6 @@ class Holder:
     pid: int
     comm: str
     how: str  # fd | map
-
-
-def live_pids() -> list[int]:
-    return [int(e.name) for e in os.scandir("/proc") if e.name.isdigit()]
-
-
-def _comm(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/comm", "rb") as f:
-            return f.read().strip().decode("utf-8", "replace")  # the process names itself: never trusted
-    except OSError:
-        return ""
-
-
-# kcmp(2) per architecture: whether two threads share one fd table (KCMP_FILES). Elsewhere, or
-# where it is refused, every thread's table is walked.
-_KCMP_NR = {"x86_64": 312, "aarch64": 272, "riscv64": 272}.get(os.uname().machine)
-_KCMP_FILES = 2
-
-
-@functools.cache
-def _syscall() -> Callable[..., int]:
-    import ctypes
-
-    return ctypes.CDLL(None, use_errno=True).syscall
-
-
-def same_fd_table(a: int, b: int) -> bool:
-    """Whether threads ``a`` and ``b`` share one fd table (False when that cannot be told)."""
-    return _KCMP_NR is not None and _syscall()(_KCMP_NR, a, b, _KCMP_FILES, 0, 0) == 0
-
-
-def thread_views(pid: int) -> tuple[list[str], str | None]:
-    """For a process with more than one thread: the /proc/P/task/T dirs whose fd tables the
-    leader's /proc/P/fd does not show (an unshared table, or all of them under a zombie
-    leader), and one live thread's dir to read the maps from when the leader's read empty."""
-    try:
-        if os.stat(f"/proc/{pid}/task").st_nlink <= 3:  # 2 + the number of threads
-            return [], None
-        tids = [int(e.name) for e in os.scandir(f"/proc/{pid}/task") if e.name != str(pid)]
-    except OSError:
-        return [], None
-    walked, extra = [pid], []
-    for tid in tids:
-        if not any(same_fd_table(t, tid) for t in walked):  # a zombie leader shares no table
-            walked.append(tid)
-            extra.append(f"/proc/{pid}/task/{tid}")
-    return extra, f"/proc/{pid}/task/{tids[0]}" if tids else None
 
 
 def _mapped(pid: int, devtag: bytes, dev: int, base: str | None = None) -> set[Key]:
@@ -136,8 +90,6 @@ def holder_index(
     """
     wanted = None
     if names is not None:
-        from smgshm.core.host.pidtrust import mount_aliases  # pidtrust imports this module
-
         pids = None if pids is None else list(pids)
         # A file bind-mounted elsewhere is open under that mount point's name: match it too.
         wanted = frozenset(names) | mount_aliases(dev, pids)
@@ -149,10 +101,10 @@ def holder_index(
             hits += [(key, "fd") for key in _opened(base, dev, wanted) or () if (key, "fd") not in hits]
         hits += [(key, "map") for key in _mapped(pid, devtag, dev)]
         if hits:
-            comm = _comm(pid)
+            name = comm(pid)
             for key, how in hits:
-                found.setdefault(key, []).append(Holder(pid, comm, how))
+                found.setdefault(key, []).append(Holder(pid, name, how))
     return found
 
 
-__all__ = ["Holder", "Key", "holder_index", "live_pids", "same_fd_table", "thread_views"]
+__all__ = ["Holder", "Key", "holder_index"]

@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass
 
 from smgshm.core.errors import HostError
+from smgshm.core.host.mounts import mount_holding, read_mounts
 from smgshm.core.host.namespace import read_namespace_id
 from smgshm.core.paths import BOOT_ID_PATH, DEFAULT_SHM_DIR, SMGSHM_PROBE_PREFIX
 
@@ -43,17 +44,13 @@ def _read(path: str) -> str:
 
 def _mount_of(shm_dir: str, mountinfo: str) -> tuple[str, str]:
     """(fstype, options) of the mount whose mount point is ``shm_dir`` or its nearest parent."""
-    best, fstype, opts = -1, "", ""
-    for line in _read(mountinfo).splitlines():
-        left, _, right = line.partition(" - ")
-        parts, rparts = left.split(), right.split()
-        if len(parts) < 6 or len(rparts) < 3:
-            continue
-        mnt = parts[4].replace("\\040", " ")
-        if (shm_dir == mnt or shm_dir.startswith(mnt.rstrip("/") + "/")) and len(mnt) >= best:
-            best, fstype = len(mnt), rparts[0]
-            opts = ",".join(dict.fromkeys(parts[5].split(",") + rparts[2].split(",")))
-    return fstype, opts
+    try:
+        m = mount_holding(read_mounts(mountinfo), shm_dir)
+    except OSError:
+        m = None
+    if m is None:
+        return "", ""
+    return m.fstype, ",".join(dict.fromkeys(m.options.split(",") + m.super_options.split(",")))
 
 
 def read_host_identity(shm_dir: str = DEFAULT_SHM_DIR, pid: int | None = None) -> HostIdentity:

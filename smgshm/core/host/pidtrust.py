@@ -21,7 +21,7 @@ for a while (an fd passed to it and since closed, a setns(2) in and back out wit
 a handle) and keeps nothing of it now; one holding only an fd to another process's /proc/X
 directory (openat(fd, "ns/mnt") then setns); and anything that starts after the look (a new
 container, a join), whose segments ``--min-age`` keeps since they are younger than the look.
-Names mounted on in any mount namespace are listed by ``mount_points``.
+Names mounted on in any mount namespace are listed by ``mounts.mount_points``.
 """
 
 from __future__ import annotations
@@ -32,7 +32,15 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from smgshm.core.host.holders import live_pids, same_fd_table
+from smgshm.core.host.mounts import Mount, mount_of, nsfs_mounts, read_mounts
+from smgshm.core.host.proc import (
+    in_nested_pid_ns,
+    live_pids,
+    readlink_or,
+    same_fd_table,
+    thread_lives,
+    uid_of,
+)
 
 INIT_PID_NS = "pid:[4026531836]"  # PROC_PID_INIT_INO: the host's initial pid namespace
 _ASSUME = "pass --assume-dead to judge by this namespace's pids anyway"
@@ -46,187 +54,6 @@ class Trust:
     doubt_uids: frozenset[int] = field(default_factory=frozenset)
 
 
-def _uid_of(pid: int) -> int | None:
-    try:
-        return os.stat(f"/proc/{pid}").st_uid
-    except OSError:
-        return None
-
-
-def ns_pids(pid: int, proc: str = "/proc") -> list[int]:
-    """``pid`` as each pid namespace from this one down to its own sees it: the NSpid line of
-    /proc/P/status (readable by anyone, unlike /proc/P/ns). [] on a kernel without NSpid (< 4.1);
-    OSError when the process is gone."""
-    with open(f"{proc}/{pid}/status", "rb") as f:
-        for line in f:
-            if line.startswith(b"NSpid:"):
-                fields = line.split()[1:]
-                return [int(x) for x in fields] if all(x.isdigit() for x in fields) else []
-    return []
-
-
-def innermost_pid(pid: int, proc: str = "/proc") -> int | None:
-    """The pid ``pid`` has in its own pid namespace (a container's pid 1): what its getpid() says,
-    so the pid SMG's gateway puts in its segment and probe-file names. None when the kernel does
-    not say (no NSpid); OSError when the process is gone."""
-    ns = ns_pids(pid, proc)
-    return ns[-1] if ns else None
-
-
-def _nested(pid: int) -> bool | None:
-    """Whether ``pid`` lives in a pid namespace below this one (None: the ns links decide)."""
-    ns = ns_pids(pid)
-    return len(ns) > 1 if ns else None
-
-
-def _readlink_or(path: str, default: str) -> str:
-    try:
-        return os.readlink(path)
-    except OSError:
-        return default
-
-
-def _unescape(path: bytes) -> str:
-    """mountinfo octal-escapes space, tab, newline and backslash in paths."""
-    return os.fsdecode(re.sub(rb"\\([0-7]{3})", lambda m: bytes([int(m.group(1), 8)]), path))
-
-
-def mount_of(mountinfo: bytes, dev: int) -> str | None:
-    """Where a mount table (/proc/P/mountinfo) mounts the filesystem of ``dev``, if anywhere."""
-    tag = f"{os.major(dev)}:{os.minor(dev)}".encode()
-    for line in mountinfo.splitlines():
-        parts = line.split(b" ", 5)
-        if len(parts) >= 5 and parts[2] == tag:
-            return _unescape(parts[4])
-    return None
-
-
-def _parse(table: bytes) -> dict[bytes, tuple[bytes, bytes, str, str]]:
-    """mount id -> (parent id, major:minor, root inside its filesystem, mount point)."""
-    out = {}
-    for line in table.splitlines():
-        parts = line.split(b" ", 5)
-        if len(parts) >= 5:
-            out[parts[0]] = (parts[1], parts[2], _unescape(parts[3]), _unescape(parts[4]))
-    return out
-
-
-def _rel(path: str, top: str) -> str | None:
-    rel = os.path.relpath(path, top)
-    return None if rel == ".." or rel.startswith("../") else rel
-
-
-def _mnt_ns(pid: int) -> tuple[str, str] | None:
-    """(mount namespace, its mountinfo path) of ``pid``: a zombie leader's read as gone, so then a
-    live thread's. None when no thread of it can be read."""
-    for base in (f"/proc/{pid}", *(e.path for e in _scandir(f"/proc/{pid}/task"))):
-        try:
-            return os.readlink(f"{base}/ns/mnt"), f"{base}/mountinfo"
-        except OSError:
-            continue
-    return None
-
-
-def _scandir(path: str) -> list[os.DirEntry[str]]:
-    try:
-        with os.scandir(path) as it:
-            return list(it)
-    except OSError:
-        return []
-
-
-def mount_aliases(dev: int, pids: Iterable[int] | None = None) -> frozenset[str]:
-    """Last components of the mount points of every bind mount of a part of device ``dev`` (its
-    root inside the filesystem is not "/": a file or a subdirectory), in every mount namespace
-    this process can read. An fd opened through a file's bind mount shows the mount point's
-    path, not the file's name, so a holder walk that matches fds by name must match these too."""
-    tag = f"{os.major(dev)}:{os.minor(dev)}".encode()
-    out: set[str] = set()
-    tables, seen = ["/proc/self/mountinfo"], set()
-    with contextlib.suppress(OSError):
-        seen.add(os.readlink("/proc/self/ns/mnt"))
-    for pid in live_pids() if pids is None else pids:
-        ns = _mnt_ns(pid)
-        if ns is not None and ns[0] not in seen:
-            seen.add(ns[0])
-            tables.append(ns[1])
-    for path in tables:
-        try:
-            with open(path, "rb") as f:
-                table = _parse(f.read())
-        except OSError:
-            continue  # exited, or not ours to read (nor then are its fds)
-        out.update(os.path.basename(where) for _p, mdev, root, where in table.values() if mdev == tag and root != "/")
-    return frozenset(out)
-
-
-def mount_points(dir_path: str, pids: Iterable[int] | None = None) -> dict[str, str]:
-    """Names directly in ``dir_path`` that something is mounted on, in this mount namespace ("")
-    or in another one (which, and a pid in it). A bind-mounted file shares the dir's st_dev when
-    it comes from the same filesystem, and one mounted in another namespace shows nothing here
-    at all; unlinking or renaming the name here would detach that namespace's mount (Linux does
-    not refuse it with EBUSY: only this namespace's mounts count), so it is never touched.
-
-    Reads each process's mount namespace (one readlink each) and each namespace's table once."""
-    real = os.path.realpath(dir_path)
-    try:
-        with open("/proc/self/mountinfo", "rb") as f:
-            table = f.read()
-        mine = os.readlink("/proc/self/ns/mnt")
-        dev = os.stat(real).st_dev
-    except OSError:
-        return {}
-    out: dict[str, str] = {}
-    ours = _parse(table)
-    for _parent, _dev, _root, where in ours.values():
-        if os.path.dirname(where) == real and where != real:
-            out[os.path.basename(where)] = ""
-    tag = f"{os.major(dev)}:{os.minor(dev)}".encode()
-    best: tuple[str, str] | None = None  # (mount point, the dir's path inside the filesystem)
-    for _parent, mdev, root, where in ours.values():
-        rel = _rel(real, where) if mdev == tag else None
-        if rel is not None and (best is None or len(where) >= len(best[0])):
-            best = (where, os.path.normpath(os.path.join(root, rel)))
-    if best is None:
-        return out
-    inside, seen = best[1], {mine}
-    for pid in live_pids() if pids is None else pids:
-        ns = _mnt_ns(pid)
-        if ns is None or ns[0] in seen:
-            continue
-        try:
-            with open(ns[1], "rb") as f:
-                theirs = _parse(f.read())
-        except OSError:
-            continue  # exited, or not ours to read
-        seen.add(ns[0])
-        for parent, _dev, _root, where in theirs.values():
-            up = theirs.get(parent)
-            if up is None or up[1] != tag or (rel := _rel(where, up[3])) is None:
-                continue
-            at = os.path.normpath(os.path.join(up[2], rel))
-            if at != inside and os.path.dirname(at) == inside:
-                out.setdefault(os.path.basename(at), f"mount namespace {ns[0]}, e.g. pid {pid}")
-    return out
-
-
-def mounted_names(dir_path: str) -> frozenset[str]:
-    """Names directly in ``dir_path`` that something is mounted on, per this process's mount table."""
-    return frozenset(n for n, where in mount_points(dir_path, pids=()).items() if not where)
-
-
-def _nsfs_mounts(table: bytes) -> list[tuple[str, str]]:
-    """(mount namespace, where) of each mount namespace file bind-mounted in a mount table:
-    whoever sees it there (and may setns) can join that namespace."""
-    out = []
-    for line in table.splitlines():
-        parts = line.split(b" ")
-        sep = parts.index(b"-", 6) if b"-" in parts[6:] else 0
-        if sep and parts[3].startswith(b"mnt:[") and parts[sep + 1 : sep + 2] == [b"nsfs"]:
-            out.append((parts[3].decode("ascii", "replace"), _unescape(parts[4])))
-    return out
-
-
 class _Walk:
     """One look at the processes of other pid namespaces: how one reaches the filesystem of
     ``dev``, and which mount namespaces they hold a handle to (an nsfs fd or a bind-mounted
@@ -234,15 +61,14 @@ class _Walk:
 
     def __init__(self, dev: int) -> None:
         self.dev = dev
-        self.tables: dict[str, bytes] = {}
+        self.tables: dict[str, list[Mount]] = {}
         self.handles: dict[str, tuple[int, str]] = {}  # mount namespace -> (pid, how it holds it)
 
-    def _table(self, mntns: str, path: str) -> bytes | None:
+    def _table(self, mntns: str, path: str) -> list[Mount] | None:
         """The mount table of ``mntns`` read at ``path`` the first time it is seen, else None."""
         if mntns in self.tables:
             return None
-        with open(path, "rb") as f:
-            self.tables[mntns] = table = f.read()
+        self.tables[mntns] = table = read_mounts(path)
         return table
 
     def reaches(self, pid: int) -> tuple[str, str] | None:
@@ -262,7 +88,7 @@ class _Walk:
             except (FileNotFoundError, ProcessLookupError):
                 continue  # this thread exited (or is the zombie leader): the others decide
             except OSError:
-                if not _live_thread(base):
+                if not thread_lives(base):
                     continue  # exited while read (a dying thread's mountinfo says EINVAL)
                 raise
             alive += 1
@@ -282,9 +108,9 @@ class _Walk:
         if table is not None:
             where = mount_of(table, self.dev)
             if where is not None:
-                return "mount", where
-            for ns, at in _nsfs_mounts(table):
-                self.handles.setdefault(ns, (pid, f"a bind-mounted namespace file at {at}"))
+                return "mount", where.point
+            for m in nsfs_mounts(table):
+                self.handles.setdefault(m.root, (pid, f"a bind-mounted namespace file at {m.point}"))
         for what in ("cwd", "root"):
             if os.stat(f"{base}/{what}").st_dev == self.dev:  # the magic link: works on a detached mount
                 return "reach", f"{whose} {what}"
@@ -333,11 +159,8 @@ class _Walk:
         cannot read): the holder can setns(2) into it and write there under a pid of its namespace
         at any time, and may well have done so and left (an open fd to the namespace is all it
         keeps). Bind-mounted namespace files seen in a namespace reached so are followed too."""
-        try:
-            with open("/proc/self/mountinfo", "rb") as f:
-                self.tables.setdefault(os.readlink("/proc/self/ns/mnt"), f.read())
-        except OSError:
-            pass
+        with contextlib.suppress(OSError):
+            self.tables.setdefault(os.readlink("/proc/self/ns/mnt"), read_mounts())
         where_is: dict[str, int] | None = None  # mount namespace -> a pid in it, indexed when needed
         todo, done = list(self.handles.items()), set()
         while todo:
@@ -350,10 +173,9 @@ class _Walk:
                 if where_is is None:
                     where_is = {}
                     for q in pids:
-                        where_is.setdefault(_readlink_or(f"/proc/{q}/ns/mnt", ""), q)
+                        where_is.setdefault(readlink_or(f"/proc/{q}/ns/mnt", ""), q)
                 try:
-                    with open(f"/proc/{where_is[ns]}/mountinfo", "rb") as f:
-                        table = self.tables[ns] = f.read()
+                    table = self.tables[ns] = read_mounts(f"/proc/{where_is[ns]}/mountinfo")
                 except (KeyError, OSError):
                     return (
                         f"pid {pid}, in another pid namespace, holds {how}, a handle to mount namespace {ns}, "
@@ -363,21 +185,10 @@ class _Walk:
             if where is not None:
                 return (
                     f"pid {pid}, in another pid namespace, holds {how}, a handle to mount namespace {ns}, "
-                    f"which sees this filesystem at {where}: it can join it and write there at any time"
+                    f"which sees this filesystem at {where.point}: it can join it and write there at any time"
                 )
-            todo += [(n, (pid, f"{how}, then a namespace file at {at} there")) for n, at in _nsfs_mounts(table)]
+            todo += [(m.root, (pid, f"{how}, then a namespace file at {m.point} there")) for m in nsfs_mounts(table)]
         return None
-
-
-def _live_thread(base: str) -> bool:
-    """Whether the thread at ``base`` still lives: only its going says no (EACCES is doubt)."""
-    try:
-        os.readlink(f"{base}/ns/mnt")
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    except OSError:
-        return True
-    return True
 
 
 def judge_trust(shm_dir: str, pids: Iterable[int] | None = None) -> Trust:
@@ -420,17 +231,17 @@ def judge_trust(shm_dir: str, pids: Iterable[int] | None = None) -> Trust:
     everyone = live_pids() if pids is None else list(pids)
     for pid in everyone:
         try:
-            nested = _nested(pid)
+            nested = in_nested_pid_ns(pid)
             if nested is False:
                 continue  # a member of this pid namespace: its pids are the ones gc reads
-            pidns = _readlink_or(f"/proc/{pid}/ns/pid", "") if nested else os.readlink(f"/proc/{pid}/ns/pid")
+            pidns = readlink_or(f"/proc/{pid}/ns/pid", "") if nested else os.readlink(f"/proc/{pid}/ns/pid")
             if pidns == mine:
                 continue
             via = walk.reaches(pid)  # per thread: a cwd or fd is its own, whatever its mount table says
         except (FileNotFoundError, ProcessLookupError):
             continue  # exited mid-walk: it produces nothing any more
         except OSError:
-            uid = _uid_of(pid)
+            uid = uid_of(pid)
             if uid is not None:
                 doubt.add(uid)
             continue
@@ -454,4 +265,4 @@ def judge_trust(shm_dir: str, pids: Iterable[int] | None = None) -> Trust:
     return Trust(True, note, frozenset(doubt))
 
 
-__all__ = ["INIT_PID_NS", "Trust", "judge_trust", "mount_aliases", "mount_of", "mount_points", "mounted_names"]
+__all__ = ["INIT_PID_NS", "Trust", "judge_trust"]

@@ -24,7 +24,8 @@ from typing import NamedTuple, Protocol
 
 from smgshm.core.errors import HostError
 from smgshm.core.host.holders import Holder, holder_index
-from smgshm.core.host.pidtrust import INIT_PID_NS, Trust, judge_trust, mount_points
+from smgshm.core.host.mounts import mount_points
+from smgshm.core.host.pidtrust import INIT_PID_NS, Trust, judge_trust
 from smgshm.core.paths import DEFAULT_SHM_DIR, GATEWAY_PREFIX, SMG_FAMILY_PREFIX, SMGSHM_PREFIX
 
 # Where --delete sets an entry aside before it unlinks it (core/segments/reaping.py): SMG's family, so

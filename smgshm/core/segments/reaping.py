@@ -27,7 +27,7 @@ import stat
 from collections.abc import Callable, Iterable, Iterator
 
 from smgshm.core.host.holders import Holder, holder_index
-from smgshm.core.host.pidtrust import mount_points
+from smgshm.core.host.mounts import mount_points
 from smgshm.core.paths import SMG_FAMILY_PREFIX
 from smgshm.core.segments.judge import ASIDE_PREFIX, Deletion, SegmentInfo, State
 

@@ -1,0 +1,151 @@
+"""What /proc says about processes and threads: pids, their namespaces, their threads' fd tables.
+
+Primitives only, shared by the holder index (holders.py), the pid-trust walk (pidtrust.py) and the
+mount-table queries (mounts.py); verdicts are theirs. Each read survives the process exiting
+mid-read where the caller cannot act on the error, and says so in its docstring.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable
+
+
+def live_pids() -> list[int]:
+    return [int(e.name) for e in os.scandir("/proc") if e.name.isdigit()]
+
+
+def comm(pid: int) -> str:
+    """The process's name ("" when gone or unreadable)."""
+    try:
+        with open(f"/proc/{pid}/comm", "rb") as f:
+            return f.read().strip().decode("utf-8", "replace")  # the process names itself: never trusted
+    except OSError:
+        return ""
+
+
+def uid_of(pid: int) -> int | None:
+    """The uid owning ``pid`` (None when gone)."""
+    try:
+        return os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return None
+
+
+def readlink_or(path: str, default: str) -> str:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return default
+
+
+def dir_entries(path: str) -> list[os.DirEntry[str]]:
+    """The entries of ``path``; [] when it cannot be listed (gone, or not ours)."""
+    try:
+        with os.scandir(path) as it:
+            return list(it)
+    except OSError:
+        return []
+
+
+def ns_pids(pid: int, proc: str = "/proc") -> list[int]:
+    """``pid`` as each pid namespace from this one down to its own sees it: the NSpid line of
+    /proc/P/status (readable by anyone, unlike /proc/P/ns). [] on a kernel without NSpid (< 4.1);
+    OSError when the process is gone."""
+    with open(f"{proc}/{pid}/status", "rb") as f:
+        for line in f:
+            if line.startswith(b"NSpid:"):
+                fields = line.split()[1:]
+                return [int(x) for x in fields] if all(x.isdigit() for x in fields) else []
+    return []
+
+
+def innermost_pid(pid: int, proc: str = "/proc") -> int | None:
+    """The pid ``pid`` has in its own pid namespace (a container's pid 1): what its getpid() says,
+    so the pid SMG's gateway puts in its segment and probe-file names. None when the kernel does
+    not say (no NSpid); OSError when the process is gone."""
+    ns = ns_pids(pid, proc)
+    return ns[-1] if ns else None
+
+
+def in_nested_pid_ns(pid: int) -> bool | None:
+    """Whether ``pid`` lives in a pid namespace below this one (None: the ns links decide).
+    OSError when the process is gone."""
+    ns = ns_pids(pid)
+    return len(ns) > 1 if ns else None
+
+
+def mount_ns(pid: int) -> tuple[str, str] | None:
+    """(mount namespace, its mountinfo path) of ``pid``: a zombie leader's read as gone, so then a
+    live thread's. None when no thread of it can be read."""
+    for base in (f"/proc/{pid}", *(e.path for e in dir_entries(f"/proc/{pid}/task"))):
+        try:
+            return os.readlink(f"{base}/ns/mnt"), f"{base}/mountinfo"
+        except OSError:
+            continue
+    return None
+
+
+def thread_lives(base: str) -> bool:
+    """Whether the thread at ``base`` (/proc/P/task/T) still lives: only its going says no (EACCES
+    is doubt)."""
+    try:
+        os.readlink(f"{base}/ns/mnt")
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    except OSError:
+        return True
+    return True
+
+
+# kcmp(2) per architecture: whether two threads share one fd table (KCMP_FILES). Elsewhere, or
+# where it is refused, every thread's table is walked.
+_KCMP_NR = {"x86_64": 312, "aarch64": 272, "riscv64": 272}.get(os.uname().machine)
+_KCMP_FILES = 2
+
+
+@functools.cache
+def _syscall() -> Callable[..., int]:
+    import ctypes
+
+    return ctypes.CDLL(None, use_errno=True).syscall
+
+
+def same_fd_table(a: int, b: int) -> bool:
+    """Whether threads ``a`` and ``b`` share one fd table (False when that cannot be told)."""
+    return _KCMP_NR is not None and _syscall()(_KCMP_NR, a, b, _KCMP_FILES, 0, 0) == 0
+
+
+def thread_views(pid: int) -> tuple[list[str], str | None]:
+    """For a process with more than one thread: the /proc/P/task/T dirs whose fd tables the
+    leader's /proc/P/fd does not show (an unshared table, or all of them under a zombie
+    leader), and one live thread's dir to read the maps from when the leader's read empty."""
+    try:
+        if os.stat(f"/proc/{pid}/task").st_nlink <= 3:  # 2 + the number of threads
+            return [], None
+        tids = [int(e.name) for e in os.scandir(f"/proc/{pid}/task") if e.name != str(pid)]
+    except OSError:
+        return [], None
+    walked, extra = [pid], []
+    for tid in tids:
+        if not any(same_fd_table(t, tid) for t in walked):  # a zombie leader shares no table
+            walked.append(tid)
+            extra.append(f"/proc/{pid}/task/{tid}")
+    return extra, f"/proc/{pid}/task/{tids[0]}" if tids else None
+
+
+__all__ = [
+    "comm",
+    "dir_entries",
+    "in_nested_pid_ns",
+    "innermost_pid",
+    "live_pids",
+    "mount_ns",
+    "ns_pids",
+    "readlink_or",
+    "same_fd_table",
+    "thread_lives",
+    "thread_views",
+    "uid_of",
+]
