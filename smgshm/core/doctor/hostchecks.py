@@ -33,6 +33,7 @@ from smgshm.core.host.pagesize import (
     page_policy,
     remount_argv,
 )
+from smgshm.core.outcomes import Outcome
 from smgshm.core.paths import smgshm_cmd
 
 
@@ -120,7 +121,8 @@ def gateway_findings(logs: list[str], timeout: float, pids: tuple[int, ...] | No
         try:
             config = read_transport_config(path)
         except SmgshmError as err:  # the operator named it: unreadable is a failure, said as such
-            out.append(GatewayFinding(None, path, None, None, ModeFinding("unknown", "fail", str(err), "", 5)))
+            unreadable = ModeFinding("unknown", "fail", str(err), "", Outcome.HOST)
+            out.append(GatewayFinding(None, path, None, None, unreadable))
             continue
         out.append(GatewayFinding(None, path, config, None, judge(f"log {path}", config, None)))
     return out
@@ -190,7 +192,7 @@ def check_gateways(findings: list[GatewayFinding]) -> list[Check]:
                 f.finding.status,
                 f.finding.summary,
                 f.finding.fix,
-                f.finding.code if f.finding.status == "fail" else 0,
+                f.finding.code if f.finding.status == "fail" else Outcome.OK,
             )
         )
     return out
@@ -266,7 +268,7 @@ def check_capacity(usage: ShmUsage, needs: list[Need]) -> tuple[list[Check], Cap
                 f"{_mib(v.free_bytes)} free{docker} is below the largest need "
                 f"{_mib(v.largest.nbytes)} ({v.largest.source}): SMG's writes fail and go inline",
                 _enlarge(usage, v.largest.nbytes),
-                3 if v.explicit_unmet else 0,
+                Outcome.CHECK_FAILED if v.explicit_unmet else Outcome.OK,
                 fix_cmd=_enlarge_cmd(usage, v.largest.nbytes),
             )
         )
@@ -338,12 +340,12 @@ def run_host_checks(
     seen = {f.gateway.pid for f in findings if f.gateway is not None}
     for pid in sorted(set(gateway_pids or ()) - seen):
         add([Check(f"gateway {pid}", "fail", f"no SMG gateway (process title {GATEWAY_TITLE}) runs here with pid {pid}",
-                   "list them with smgshm doctor (without --gateway-pid)", 4)])  # fmt: skip
+                   "list them with smgshm doctor (without --gateway-pid)", Outcome.UNREACHABLE)])  # fmt: skip
     usage, verdict = None, None
     try:
         usage = shm_usage(shm_dir)
     except SmgshmError as err:
-        add([Check("shm usage", "fail", str(err), err.hint or "", 5)])
+        add([Check("shm usage", "fail", str(err), err.hint or "", Outcome.HOST)])
     if usage is not None:
         checks, verdict = check_capacity(usage, capacity_needs(inflight_bytes, findings, shm_dir))
         add(checks)

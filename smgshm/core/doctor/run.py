@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from smgshm.core.errors import SmgshmError
+from smgshm.core.outcomes import Outcome
 from smgshm.core.paths import DEFAULT_SHM_DIR, smgshm_cmd
 
 DOCKER_DEFAULT_SHM = 64 * 1024 * 1024
@@ -26,7 +27,7 @@ class Check:
     status: str  # ok | warn | fail | skip
     summary: str
     fix: str = ""
-    code: int = 0  # the exit code this check asks for (house table)
+    code: Outcome = Outcome.OK  # what this check asks the run to end as (JSON: its exit code)
     # The command of the fix as argv (shown shell-quoted, so pasting it does only what it says),
     # and the exact bytes (hex) of the entry names the check is about: names may be invalid UTF-8.
     fix_cmd: list[str] = field(default_factory=list)
@@ -51,13 +52,14 @@ def check_identity(shm_dir: str) -> list[Check]:
     try:
         ident = read_host_identity(shm_dir)
     except SmgshmError as err:
-        return [Check("shm dir", "fail", str(err), err.hint or "mount a tmpfs at /dev/shm", 5)]
+        return [Check("shm dir", "fail", str(err), err.hint or "mount a tmpfs at /dev/shm", Outcome.HOST)]
     from smgshm.core.host.namespace import parse_namespace_id
 
     out = []
     if ident.namespace_id and parse_namespace_id(ident.namespace_id) is None:
         out.append(Check("namespace id", "fail", f"{ident.namespace_id!r} is malformed: the gateway stays inline",
-                         "check /proc/sys/kernel/random/boot_id (a UUID) and the shm dir", 6))  # fmt: skip
+                         "check /proc/sys/kernel/random/boot_id (a UUID) and the shm dir",
+                         Outcome.UNDETERMINED))  # fmt: skip
     elif ident.namespace_id:
         out.append(Check("namespace id", "ok", f"{ident.namespace_id} (boot_id:st_dev of {shm_dir})"))
     else:
@@ -67,7 +69,7 @@ def check_identity(shm_dir: str) -> list[Check]:
                 "fail",
                 "unreadable: under auto the gateway stays inline",
                 "make /proc/sys/kernel/random/boot_id and the shm dir readable",
-                6,
+                Outcome.UNDETERMINED,
             )
         )
     size = f"{ident.shm_total_bytes / 2**20:.0f} MiB, {ident.shm_free_bytes / 2**20:.0f} MiB free"
@@ -102,7 +104,7 @@ def check_identity(shm_dir: str) -> list[Check]:
             if full
             else "run as a uid that may write the shm dir; SMG's gateway would stay inline"
         )
-        out.append(Check("writable", "fail", f"cannot create a 0600 segment: {err}", fix, 5,
+        out.append(Check("writable", "fail", f"cannot create a 0600 segment: {err}", fix, Outcome.HOST,
                          fix_cmd=smgshm_cmd(shm_dir, "gc", "--delete") if full else []))  # fmt: skip
     else:
         out.append(Check("writable", "ok", "a 0600 segment can be created and removed, as the gateway's probe does"))
@@ -123,29 +125,35 @@ def check_workers(addresses: list[str], shm_dir: str, timeout: float) -> list[Ch
                 f"leftover {name}: a gateway with pid {pid} will stay inline",
                 f"{shlex.join(smgshm_cmd(shm_dir, 'gc', '--delete', '--min-age', '0'))}, "
                 f"or once no gateway has pid {pid}, remove it:",
-                3,
+                Outcome.CHECK_FAILED,
                 fix_cmd=["rm", "--", os.path.join(shm_dir, name)],
                 names_hex=[os.fsencode(name).hex()],
             )
         )
     fixes = {
-        "other_host": ("SHM needs gateway and worker on one host", 3),
+        "other_host": ("SHM needs gateway and worker on one host", Outcome.CHECK_FAILED),
         "private_tmpfs": (
             "share one tmpfs: --ipc=host, --ipc=container:<gateway>, or an emptyDir "
             "{medium: Memory} mounted at /dev/shm in both containers",
-            3,
+            Outcome.CHECK_FAILED,
         ),
-        "uid_mismatch": ("run the gateway and the worker as the same uid (segments are 0600)", 3),
-        "verify_failed": ("see the reason; the worker could not read a segment this host wrote", 3),
-        "undetermined": ("the worker must advertise shm_namespace_id; SGLang/TRT-LLM/MLX always get inline", 6),
-        "unreachable": ("check the address and that the worker's gRPC server is up", 4),
+        "uid_mismatch": ("run the gateway and the worker as the same uid (segments are 0600)", Outcome.CHECK_FAILED),
+        "verify_failed": (
+            "see the reason; the worker could not read a segment this host wrote",
+            Outcome.CHECK_FAILED,
+        ),
+        "undetermined": (
+            "the worker must advertise shm_namespace_id; SGLang/TRT-LLM/MLX always get inline",
+            Outcome.UNDETERMINED,
+        ),
+        "unreachable": ("check the address and that the worker's gRPC server is up", Outcome.UNREACHABLE),
     }
     for w in report.workers:
         if w.verdict == "shared":
             how = "verified with a canary segment" if w.verify and w.verify.ok else "ids match"
             out.append(Check(f"probe {w.address}", "ok", f"{w.engine}: /dev/shm shared ({how})"))
         else:
-            fix, code = fixes.get(w.verdict, ("", 3))
+            fix, code = fixes.get(w.verdict, ("", Outcome.CHECK_FAILED))
             out.append(Check(f"probe {w.address}", "fail", f"{w.verdict}: {w.reason}", fix, code))
     return out
 
@@ -166,7 +174,8 @@ def check_send(address: str, shm_dir: str, timeout: float, label: str = "") -> l
                     "fail",
                     str(err),
                     err.hint or "",
-                    5 if err.kind in ("host", "no_space") else 4,
+                    # A send that could not run is the host's fault or the receiver's reachability.
+                    Outcome.HOST if err.outcome is Outcome.HOST else Outcome.UNREACHABLE,
                 )
             )
             continue
@@ -188,7 +197,8 @@ def check_send(address: str, shm_dir: str, timeout: float, label: str = "") -> l
                 if first and first.kind == "leftover"
                 else ""
             )
-            out.append(Check(f"send {mode.value}{label}", "fail", what, fix, 4 if r.unreachable else 3))
+            out.append(Check(f"send {mode.value}{label}", "fail", what, fix,
+                             Outcome.UNREACHABLE if r.unreachable else Outcome.CHECK_FAILED))  # fmt: skip
     return out
 
 
@@ -198,7 +208,7 @@ def check_leaks(shm_dir: str) -> list[Check]:
     try:
         r = scan_segments(ScanOptions(shm_dir))
     except SmgshmError as err:
-        return [Check("leaks", "fail", str(err), err.hint or "", 5)]
+        return [Check("leaks", "fail", str(err), err.hint or "", Outcome.HOST)]
     c = r.counts
     out = []
     if c["leaked"]:
@@ -208,7 +218,7 @@ def check_leaks(shm_dir: str) -> list[Check]:
                 "fail",
                 f"{c['leaked']} leaked segment(s), {r.reclaimable_bytes} bytes reclaimable",
                 "reap them:",
-                3,
+                Outcome.CHECK_FAILED,
                 fix_cmd=smgshm_cmd(shm_dir, "gc", "--delete"),
             )
         )
@@ -222,7 +232,7 @@ def check_leaks(shm_dir: str) -> list[Check]:
                 f"{c['hazard']} non-regular entr(ies) or mount points named like segments (SMG's reader refuses them; "
                 "a FIFO hangs it)",
                 "inspect and remove them by hand; they are listed by:",
-                3,
+                Outcome.CHECK_FAILED,
                 fix_cmd=smgshm_cmd(shm_dir, "gc", "--all"),
             )
         )
@@ -362,27 +372,28 @@ def check_e2e(gateway: str | None, api_key: str | None, shm_dir: str, timeout: f
     try:
         report = run_against(gateway, opts) if gateway else run_embedded(opts)
     except SmgshmError as err:
-        code = 4 if err.kind == "transport" else 5 if err.kind in ("host", "no_space") else 1
-        return [Check("e2e", "fail", str(err), err.hint or "", code)]
+        return [Check("e2e", "fail", str(err), err.hint or "", err.outcome)]
     fix_cmd = shlex.join(smgshm_cmd(shm_dir, "e2e", *(["--gateway", gateway] if gateway else [])))
     out = []
     for run in report.runs:
         name = f"e2e {run.label}" if report.embedded else f"e2e {gateway}"
         summary = f"{run.cause} (p50 {run.p50_ms:.0f} ms; evidence: {', '.join(run.shm_tensors_by_source) or 'none'})"
         if run.path == "undetermined":
-            out.append(Check(name, "fail", summary, f"see {fix_cmd} for each source", 6))
+            out.append(Check(name, "fail", summary, f"see {fix_cmd} for each source", Outcome.UNDETERMINED))
         elif run.failure_class:
             log = f"; gateway log: {run.gateway_log}" if run.gateway_log else ""
-            out.append(Check(name, "fail", f"{run.failure} ({summary})", f"see {fix_cmd}{log}", 3))
+            out.append(Check(name, "fail", f"{run.failure} ({summary})", f"see {fix_cmd}{log}", Outcome.CHECK_FAILED))
         elif run.expected and not run.as_expected:
-            out.append(Check(name, "fail", f"expected {run.expected}: {summary}", f"see {fix_cmd}", 3))
+            out.append(Check(name, "fail", f"expected {run.expected}: {summary}", f"see {fix_cmd}",
+                             Outcome.CHECK_FAILED))  # fmt: skip
         elif run.path != "shm" and not report.embedded:
             out.append(Check(name, "warn", summary, "see the cause; smgshm probe --from-gateway shows each worker"))
         else:
             out.append(Check(name, "ok", summary))
     if report.removed_at_stop or report.processes_left:
         what = f"{len(report.removed_at_stop)} segment(s), {len(report.processes_left)} process(es)"
-        out.append(Check("e2e cleanup", "fail", f"left behind: {what}", "a bug in smgshm: report it", 3))
+        out.append(Check("e2e cleanup", "fail", f"left behind: {what}", "a bug in smgshm: report it",
+                         Outcome.CHECK_FAILED))  # fmt: skip
     return out
 
 
