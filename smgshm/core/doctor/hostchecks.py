@@ -5,11 +5,10 @@ from __future__ import annotations
 import importlib.util
 import os
 import shlex
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from smgshm.core.doctor.run import Check
+from smgshm.core.doctor.check import AddChecks, Check
 from smgshm.core.errors import SmgshmError
 from smgshm.core.gateway.log import TransportConfig, read_open_log, read_transport_config
 from smgshm.core.gateway.metrics import MmTraffic, mm_traffic, scrape
@@ -321,7 +320,7 @@ def check_page_policy(shm_dir: str) -> tuple[list[Check], PagePolicy | None, dic
 
 
 def run_host_checks(
-    add: Callable[[list[Check]], None],
+    add: AddChecks,
     shm_dir: str,
     timeout: float,
     gateway_logs: list[str] | None = None,
