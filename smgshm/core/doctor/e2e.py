@@ -6,15 +6,18 @@ import shlex
 
 from smgshm.core.doctor.check import Check
 from smgshm.core.errors import SmgshmError
+from smgshm.core.host.facts import HostFacts
 from smgshm.core.outcomes import Outcome
 from smgshm.core.paths import smgshm_cmd
 
 
-def check_e2e(gateway: str | None, api_key: str | None, shm_dir: str, timeout: float,
+def check_e2e(gateway: str | None, api_key: str | None, facts: HostFacts, timeout: float,
               metrics_url: str | None = None) -> list[Check]:  # fmt: skip
     """``smgshm e2e``: which path real image requests take through ``gateway`` (or the embedded one)."""
     from smgshm.core.e2e.run import E2eOptions, run_against, run_embedded
     from smgshm.core.gateway.process import PIP_HINT, find_smg
+
+    shm_dir = facts.shm_dir
 
     opts = E2eOptions(requests=2, api_key=api_key, shm_dir=shm_dir, timeout_s=max(timeout, 30.0),
                       metrics_url=metrics_url)  # fmt: skip
@@ -24,7 +27,7 @@ def check_e2e(gateway: str | None, api_key: str | None, shm_dir: str, timeout: f
         except SmgshmError:
             return [Check("e2e", "skip", "skipped: SMG's gateway is not installed here", PIP_HINT)]
     try:
-        report = run_against(gateway, opts) if gateway else run_embedded(opts)
+        report = run_against(gateway, opts, facts=facts) if gateway else run_embedded(opts, facts=facts)
     except SmgshmError as err:
         return [Check("e2e", "fail", str(err), err.hint or "", err.outcome)]
     fix_cmd = shlex.join(smgshm_cmd(shm_dir, "e2e", *(["--gateway", gateway] if gateway else [])))

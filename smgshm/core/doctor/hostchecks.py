@@ -23,6 +23,7 @@ from smgshm.core.host.capacity import (
     recorded_needs,
     shm_usage,
 )
+from smgshm.core.host.facts import HostFacts
 from smgshm.core.host.pagesize import (
     CAVEATS,
     ELSEWHERE,
@@ -205,11 +206,12 @@ def _shares_dir(pid: int, shm_dir: str) -> bool:
         return False
 
 
-def capacity_needs(inflight_bytes: int | None, findings: list[GatewayFinding], shm_dir: str) -> list[Need]:
+def capacity_needs(inflight_bytes: int | None, findings: list[GatewayFinding], facts: HostFacts) -> list[Need]:
+    shm_dir = facts.shm_dir
     needs = []
     if inflight_bytes:
         needs.append(Need(INFLIGHT_SOURCE, inflight_bytes))
-    needs += recorded_needs(shm_dir)
+    needs += recorded_needs(shm_dir, boot_id=facts.boot_id or None)
     for f in findings:
         m = f.finding.mean_tensor_bytes
         if f.gateway is not None and m and _shares_dir(f.gateway.pid, shm_dir):
@@ -291,12 +293,13 @@ def _enlarge_cmd(usage: ShmUsage, need: int) -> list[str]:
     return ["mount", "-o", f"remount,size={_gib(usage, need)}G", usage.shm_dir]
 
 
-def check_page_policy(shm_dir: str) -> tuple[list[Check], PagePolicy | None, dict[str, Any] | None]:
+def check_page_policy(facts: HostFacts) -> tuple[list[Check], PagePolicy | None, dict[str, Any] | None]:
+    shm_dir = facts.shm_dir
     try:
-        p = page_policy(shm_dir)
+        p = page_policy(shm_dir, identity=facts.identity)
     except SmgshmError as err:
         return [Check("page size", "skip", str(err))], None, None
-    last = load_last_what_if()
+    last = load_last_what_if(boot_id=facts.boot_id or None)
     if p.huge_pages or p.huge_pages is None:
         return [Check("page size", "ok", f"{shm_dir}: {p.reason}")], p, last
     if not p.shmem_enabled or p.shmem_enabled == "deny":
@@ -321,7 +324,7 @@ def check_page_policy(shm_dir: str) -> tuple[list[Check], PagePolicy | None, dic
 
 def run_host_checks(
     add: AddChecks,
-    shm_dir: str,
+    facts: HostFacts,
     timeout: float,
     gateway_logs: list[str] | None = None,
     inflight_bytes: int | None = None,
@@ -329,7 +332,8 @@ def run_host_checks(
 ) -> HostFindings:
     """doctor's host checks in order, each reported through ``add`` as it finishes.
 
-    ``gateway_pids`` limits the gateway checks to those pids (``()``: none; None: every one here).
+    ``facts``: this host's, as the run read them once. ``gateway_pids`` limits the gateway checks
+    to those pids (``()``: none; None: every one here).
     """
     findings = gateway_findings(list(gateway_logs or []), timeout, gateway_pids)
     if gateway_pids == ():
@@ -342,12 +346,12 @@ def run_host_checks(
                    "list them with smgshm doctor (without --gateway-pid)", Outcome.UNREACHABLE)])  # fmt: skip
     usage, verdict = None, None
     try:
-        usage = shm_usage(shm_dir)
+        usage = shm_usage(facts.shm_dir)
     except SmgshmError as err:
         add([Check("shm usage", "fail", str(err), err.hint or "", Outcome.HOST)])
     if usage is not None:
-        checks, verdict = check_capacity(usage, capacity_needs(inflight_bytes, findings, shm_dir))
+        checks, verdict = check_capacity(usage, capacity_needs(inflight_bytes, findings, facts))
         add(checks)
-    checks, policy, last = check_page_policy(shm_dir)
+    checks, policy, last = check_page_policy(facts)
     add(checks)
     return HostFindings(findings, usage, verdict, policy, last)

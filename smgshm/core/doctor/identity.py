@@ -3,21 +3,21 @@
 from __future__ import annotations
 
 from smgshm.core.doctor.check import Check
-from smgshm.core.errors import SmgshmError
+from smgshm.core.host.facts import HostFacts
 from smgshm.core.outcomes import Outcome
 from smgshm.core.paths import smgshm_cmd
 
 DOCKER_DEFAULT_SHM = 64 * 1024 * 1024
 
 
-def check_identity(shm_dir: str) -> list[Check]:
-    from smgshm.core.host.identity import probe_writable, read_host_identity
-
-    try:
-        ident = read_host_identity(shm_dir)
-    except SmgshmError as err:
-        return [Check("shm dir", "fail", str(err), err.hint or "mount a tmpfs at /dev/shm", Outcome.HOST)]
+def check_identity(facts: HostFacts) -> list[Check]:
+    """The namespace id, the shm dir (kind, size, free space) and the writability probe, as read once."""
     from smgshm.core.host.namespace import parse_namespace_id
+
+    shm_dir, ident, err = facts.shm_dir, facts.identity, facts.identity_error
+    if ident is None:
+        hint = err.hint if err is not None else None
+        return [Check("shm dir", "fail", str(err), hint or "mount a tmpfs at /dev/shm", Outcome.HOST)]
 
     out = []
     if ident.namespace_id and parse_namespace_id(ident.namespace_id) is None:
@@ -60,15 +60,15 @@ def check_identity(shm_dir: str) -> list[Check]:
                          fix_cmd=smgshm_cmd(shm_dir, "gc", "--delete")))  # fmt: skip
     else:
         out.append(Check("shm dir", "ok", f"{shm_dir}: {ident.fstype or '?'}, {size}"))
-    err = probe_writable(shm_dir)
-    if err:
-        full = "No space" in err
+    probe_err = facts.writable_error
+    if probe_err:
+        full = "No space" in probe_err
         fix = (
             "enlarge the tmpfs (docker --shm-size, emptyDir sizeLimit) or free space:"
             if full
             else "run as a uid that may write the shm dir; SMG's gateway would stay inline"
         )
-        out.append(Check("writable", "fail", f"cannot create a 0600 segment: {err}", fix, Outcome.HOST,
+        out.append(Check("writable", "fail", f"cannot create a 0600 segment: {probe_err}", fix, Outcome.HOST,
                          fix_cmd=smgshm_cmd(shm_dir, "gc", "--delete") if full else []))  # fmt: skip
     else:
         out.append(Check("writable", "ok", "a 0600 segment can be created and removed, as the gateway's probe does"))

@@ -17,6 +17,7 @@ from smgshm.core.doctor.identity import check_identity
 from smgshm.core.doctor.leaks import check_leaks
 from smgshm.core.doctor.reapers import check_reapers
 from smgshm.core.doctor.workers import check_send, check_workers
+from smgshm.core.host.facts import read_host_facts
 from smgshm.core.paths import DEFAULT_SHM_DIR
 
 
@@ -59,7 +60,9 @@ def run_doctor(
             if on_check:
                 on_check(c)
 
-    add(check_identity(shm_dir))
+    # Read once: every check below sees the same identity, namespace id and writability probe.
+    facts = read_host_facts(shm_dir)
+    add(check_identity(facts))
     if any(c.name == "shm dir" and c.status == "fail" for c in checks):
         # Nothing below can mean anything without a shm dir; say so instead of failing obscurely.
         for name in ("probe", "send", "leaks"):
@@ -74,21 +77,21 @@ def run_doctor(
         embedded = start_receiver(ReceiverConfig(shm_dir=shm_dir), "127.0.0.1:0")
         workers = [embedded.address]
     try:
-        found, probed = check_workers(workers, shm_dir, timeout)
+        found, probed = check_workers(workers, facts, timeout)
         add(found)
         # The probe asked each worker for smgshm's Identity too: a send is only tried on a smgshm receiver.
         for w, report in zip(workers, probed.workers, strict=True):
             if embedded is not None or report.smgshm_receiver:
-                add(check_send(w, shm_dir, timeout, f" {w}" if len(workers) > 1 else ""))
+                add(check_send(w, facts, timeout, f" {w}" if len(workers) > 1 else ""))
     finally:
         if embedded is not None:
             embedded.stop(0)
     if e2e and (gateway or embedded is not None):
         if os.path.realpath(shm_dir) == DEFAULT_SHM_DIR or gateway:
-            add(check_e2e(gateway, api_key, shm_dir, timeout, metrics_url))
+            add(check_e2e(gateway, api_key, facts, timeout, metrics_url))
         else:  # SMG's gateway always writes /dev/shm: an embedded one would say nothing about this dir
             add([Check("e2e", "skip", f"skipped: SMG's gateway writes {DEFAULT_SHM_DIR}, not {shm_dir}")])
     add(check_leaks(shm_dir))
-    host = run_host_checks(add, shm_dir, timeout, gateway_logs, inflight_bytes, gateway_pids)
+    host = run_host_checks(add, facts, timeout, gateway_logs, inflight_bytes, gateway_pids)
     add(check_reapers())
     return DoctorReport(checks, embedded.address if embedded else "", workers, host)

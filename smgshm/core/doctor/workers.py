@@ -13,13 +13,16 @@ from smgshm.core.paths import smgshm_cmd
 
 if TYPE_CHECKING:
     from smgshm.core.client.probe import ProbeReport
+    from smgshm.core.host.facts import HostFacts
 
 
-def check_workers(addresses: list[str], shm_dir: str, timeout: float) -> tuple[list[Check], ProbeReport]:
+def check_workers(addresses: list[str], facts: HostFacts, timeout: float) -> tuple[list[Check], ProbeReport]:
     """Each worker's probe, verified with a canary; the report says which ones are smgshm receivers."""
     from smgshm.core.client.probe import ProbeOptions, probe
 
-    report = probe(addresses, ProbeOptions(timeout=timeout, connect_timeout=timeout, shm_dir=shm_dir, verify=True))
+    shm_dir = facts.shm_dir
+    opts = ProbeOptions(timeout=timeout, connect_timeout=timeout, shm_dir=shm_dir, verify=True)
+    report = probe(addresses, opts, facts=facts)
     out = []
     for name in report.local.leftover_probe_files:
         pid = name.rsplit("-", 1)[-1]
@@ -63,15 +66,16 @@ def check_workers(addresses: list[str], shm_dir: str, timeout: float) -> tuple[l
     return out, report
 
 
-def check_send(address: str, shm_dir: str, timeout: float, label: str = "") -> list[Check]:
+def check_send(address: str, facts: HostFacts, timeout: float, label: str = "") -> list[Check]:
+    """A verified send of inline, then SHM, tensors to a smgshm receiver."""
     from smgshm.core.client.send import SendOptions, send
     from smgshm.core.transport.decision import Mode
 
     out = []
     for mode in (Mode.INLINE, Mode.SHM):
-        opts = SendOptions(mode=mode, shape=(256, 1024), tensors=2, count=4, timeout=timeout, shm_dir=shm_dir)
+        opts = SendOptions(mode=mode, shape=(256, 1024), tensors=2, count=4, timeout=timeout, shm_dir=facts.shm_dir)
         try:
-            r = send(address, opts)
+            r = send(address, opts, facts=facts)
         except SmgshmError as err:
             out.append(
                 Check(
