@@ -8,8 +8,9 @@ from click.testing import CliRunner
 
 from smgshm.cli import RootGroup, cli
 from smgshm.cli.app import App
-from smgshm.cli.exitcodes import DESCRIPTIONS, ExitCode
+from smgshm.cli.exitcodes import DESCRIPTIONS, ExitCode, for_outcome
 from smgshm.core.errors import HostError, SegmentError, TransportError
+from smgshm.core.outcomes import SEVERITY, Outcome
 from tests.conftest import run_cli
 
 LOCAL_BOOT = "d05353d0-0000-4000-8000-000000000000"
@@ -33,6 +34,12 @@ def _group_raising(exc: BaseException) -> click.Group:
 
 def test_every_code_is_described() -> None:
     assert set(DESCRIPTIONS) == set(ExitCode)
+
+
+def test_every_outcome_has_a_code_and_a_rank() -> None:
+    """The core's outcomes map onto the documented codes; doctor's order is 4, 5, 3, 6, 1, then 0."""
+    assert sorted(SEVERITY, key=str) == sorted(Outcome, key=str)
+    assert [for_outcome(o) for o in SEVERITY] == [4, 5, 3, 6, 1, 0]
 
 
 def test_0_success() -> None:

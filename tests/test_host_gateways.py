@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from smgshm.cli.exitcodes import for_outcome
 from smgshm.core.gateway.log import TransportConfig, parse_transport_line, read_transport_config
 from smgshm.core.gateway.metrics import mm_traffic, parse_metrics
 from smgshm.core.gateway.mode import judge
@@ -325,7 +326,7 @@ def test_inference_from_metrics_alone() -> None:
         'smg_mm_tensors_total{runtime="vllm",path="inline"} 3\nsmg_mm_shm_write_failures_total{runtime="vllm"} 1\n'
     )
     assert judge("g", None, failing).verdict == "failing"
-    assert judge("g", None, failing).code == 3
+    assert for_outcome(judge("g", None, failing).code) == 3
     small = _traffic(
         'smg_mm_tensors_total{runtime="vllm",path="inline"} 2\nsmg_mm_tensor_bytes_total{runtime="vllm",'
         'path="inline"} 32\n'
@@ -345,6 +346,6 @@ def test_probe_failed_fix_names_the_probe_file_by_the_pid_in_its_namespace() -> 
     """dev_writable=false: the fix names smg-tokenspeed-probe-<its pid in its own pid namespace>."""
     config = TransportConfig("/var/log/smg.log", 3, "shm", 65536, False, "")
     f = judge("gateway pid 4242", config, None, name_pid=1)
-    assert (f.verdict, f.code) == ("probe_failed", 5)
+    assert (f.verdict, for_outcome(f.code)) == ("probe_failed", 5)
     assert f.fix.startswith("a leftover smg-tokenspeed-probe-1 (the gateway removes it as its probe fails")
     assert "smg-tokenspeed-probe-<pid>" in judge("gateway pid 4242", config, None).fix

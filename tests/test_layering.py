@@ -173,13 +173,8 @@ def test_no_import_circle_in_smgshm() -> None:
         src: {t for t in targets if not src.startswith(t + ".")}
         for src, targets in _internal_arrows(modules).items()
     }
-    assert [c for c in _circles(arrows) if c not in _KNOWN_CIRCLES] == []
+    assert _circles(arrows) == []
 
-
-# Circles the regrouping has not broken yet; each is removed here as it is broken, never added to.
-_KNOWN_CIRCLES = [
-    ["smgshm.core.doctor.hostchecks", "smgshm.core.doctor.run"],
-]
 
 
 def test_the_checks_see_a_planted_violation() -> None:

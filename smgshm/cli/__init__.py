@@ -12,7 +12,7 @@ from rich.text import Text
 from smgshm import __version__
 from smgshm.cli import jsonout
 from smgshm.cli.app import App
-from smgshm.cli.exitcodes import ExitCode, for_error_kind
+from smgshm.cli.exitcodes import ExitCode, for_outcome
 from smgshm.core.errors import SmgshmError
 
 
@@ -23,7 +23,7 @@ class CliError(click.ClickException):
         super().__init__(str(err))
         self.err = err
         self.app = app
-        self.exit_code = for_error_kind(type(err))
+        self.exit_code = for_outcome(err.outcome)
 
     def show(self, file: Any = None) -> None:
         from smgshm.cli.fmt import escape, safe

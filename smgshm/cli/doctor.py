@@ -6,10 +6,8 @@ import click
 
 from smgshm.cli import doctor_view as view
 from smgshm.cli.app import App
-from smgshm.cli.exitcodes import ExitCode
+from smgshm.cli.exitcodes import for_outcome
 from smgshm.cli.params import BYTES, DURATION, shm_dir_option
-
-_SEVERITY = [4, 5, 3, 6, 1, 0]
 
 
 @click.command()
@@ -74,6 +72,7 @@ def doctor(app: App, workers: tuple[str, ...], from_gateway: str | None, api_key
       smgshm doctor --gateway-log /var/log/smg/gateway.log --inflight-bytes 2GiB
       smgshm doctor --gateway-pid 4242
     """
+    from smgshm.core import outcomes
     from smgshm.core.doctor.run import run_doctor
 
     if no_gateways and gateway_pids:
@@ -95,8 +94,7 @@ def doctor(app: App, workers: tuple[str, ...], from_gateway: str | None, api_key
                         inflight_bytes=inflight_bytes, gateway=from_gateway, api_key=api_key, e2e=e2e,
                         metrics_url=metrics_url,
                         gateway_pids=() if no_gateways else (gateway_pids or None))  # fmt: skip
-    codes = [c.code for c in report.checks if c.status == "fail"] or [0]
-    worst = ExitCode(min(codes, key=lambda c: _SEVERITY.index(c) if c in _SEVERITY else -1))
+    worst = for_outcome(outcomes.worst(c.code for c in report.failed))
     if live:
         view.headline(app, report)
         click.get_current_context().exit(worst)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import enum
 
+from smgshm.core.outcomes import Outcome
+
 
 class ExitCode(enum.IntEnum):
     OK = 0  # success, or the check passed
@@ -34,14 +36,18 @@ DESCRIPTIONS: dict[ExitCode, str] = {
 }
 
 
-def for_error_kind(kind: type[BaseException]) -> ExitCode:
-    """Map a core exception class to its exit code."""
-    from smgshm.core.errors import HostError, TransportError, VerificationError
+# The one place an outcome of the core becomes a number.
+_FOR_OUTCOME: dict[Outcome, ExitCode] = {
+    Outcome.OK: ExitCode.OK,
+    Outcome.FAILED: ExitCode.FAILED,
+    Outcome.CHECK_FAILED: ExitCode.CHECK_FAILED,
+    Outcome.UNREACHABLE: ExitCode.UNREACHABLE,
+    Outcome.HOST: ExitCode.HOST,
+    Outcome.UNDETERMINED: ExitCode.UNDETERMINED,
+}
 
-    if issubclass(kind, VerificationError):
-        return ExitCode.CHECK_FAILED
-    if issubclass(kind, TransportError):
-        return ExitCode.UNREACHABLE
-    if issubclass(kind, HostError):
-        return ExitCode.HOST
-    return ExitCode.FAILED
+
+def for_outcome(outcome: Outcome) -> ExitCode:
+    """The exit code of a core outcome."""
+    return _FOR_OUTCOME[outcome]
+

@@ -13,6 +13,8 @@ import sys
 from typing import Any, Protocol
 
 from smgshm import __version__
+from smgshm.cli.exitcodes import for_outcome
+from smgshm.core.outcomes import Outcome
 
 
 class Invocation(Protocol):
@@ -25,9 +27,14 @@ SCHEMA_VERSION = 1
 
 
 def plain(obj: Any) -> Any:
-    """Dataclasses, enums, bytes and tuples as JSON values (bytes as lowercase hex)."""
+    """Dataclasses, enums, bytes and tuples as JSON values (bytes as lowercase hex).
+
+    An ``Outcome`` (a check's or finding's ``code``) is written as the exit code it asks for.
+    """
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return {f.name: plain(getattr(obj, f.name)) for f in dataclasses.fields(obj) if not f.name.startswith("_")}
+    if isinstance(obj, Outcome):
+        return int(for_outcome(obj))
     if isinstance(obj, enum.Enum):
         return obj.value
     if isinstance(obj, bytes):

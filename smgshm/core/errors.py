@@ -4,15 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
+from smgshm.core.outcomes import Outcome
+
 
 class SmgshmError(Exception):
     """Base of every error the core raises on purpose.
 
     ``kind`` is a stable snake_case name used in JSON; ``fields`` carry the facts
     (path, pid, endpoint, nbytes) the way psutil's exceptions do; ``hint`` is the fix.
+    ``outcome`` is what the error means for the run (the CLI's exit code follows from it).
     """
 
     kind = "error"
+    outcome = Outcome.FAILED
 
     def __init__(self, what: str, *, hint: str | None = None, **fields: Any) -> None:
         super().__init__(what)
@@ -59,6 +63,7 @@ class VerificationError(SmgshmError):
     """A receiver's receipts do not vouch for what was sent: a verdict (exit 3), not a fault."""
 
     kind = "verification_failed"
+    outcome = Outcome.CHECK_FAILED
 
 
 class TooManyTensorsError(WireError):
@@ -71,6 +76,7 @@ class HostError(SmgshmError):
     """The local environment: no shm dir, a full tmpfs, permission denied."""
 
     kind = "host"
+    outcome = Outcome.HOST
 
 
 class NoSpaceError(HostError):
@@ -83,6 +89,7 @@ class TransportError(SmgshmError):
     """The endpoint is unreachable, timed out, or is not the service we expected."""
 
     kind = "transport"
+    outcome = Outcome.UNREACHABLE
 
 
 class ServerError(SmgshmError):

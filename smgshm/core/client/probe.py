@@ -9,15 +9,17 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from smgshm.core.errors import SmgshmError, TransportError
 from smgshm.core.gateway.admin import GatewayWorker
-from smgshm.core.host.identity import probe_writable
 from smgshm.core.host.namespace import NamespaceComparison, compare_namespace_ids
 from smgshm.core.paths import DEFAULT_SHM_DIR, GATEWAY_PROBE_PREFIX
 from smgshm.core.transport.channel import grpc_target, open_channel
 from smgshm.core.transport.decision import DEFAULT_SHM_MIN_BYTES, Decision, Mode, decide
+
+if TYPE_CHECKING:
+    from smgshm.core.host.facts import HostFacts
 
 # The gateway's detect_backend order; trtllm and mlx never carry an shm id.
 ENGINE_ORDER = ("sglang", "vllm", "trtllm", "tokenspeed", "mlx")
@@ -88,11 +90,11 @@ class LocalChecks:
     leftover_probe_files_hex: list[str] = field(default_factory=list)  # their exact bytes: names may be non-UTF-8
 
 
-def local_checks(shm_dir: str = DEFAULT_SHM_DIR) -> LocalChecks:
-    """This host's id, the writability probe, and leftover gateway probe files."""
-    from smgshm.core.host.namespace import read_namespace_id
+def local_checks(shm_dir: str = DEFAULT_SHM_DIR, facts: HostFacts | None = None) -> LocalChecks:
+    """This host's id, the writability probe (both from ``facts`` when given), and leftover gateway probe files."""
+    from smgshm.core.host.facts import namespace_id, writable_error
 
-    err = probe_writable(shm_dir)
+    err = writable_error(shm_dir, facts)
     try:
         leftovers = sorted(n for n in os.listdir(shm_dir) if n.startswith(GATEWAY_PROBE_PREFIX))
     except OSError:
@@ -102,7 +104,7 @@ def local_checks(shm_dir: str = DEFAULT_SHM_DIR) -> LocalChecks:
         free = st.f_bavail * st.f_frsize
     except OSError:
         free = 0
-    return LocalChecks(read_namespace_id(shm_dir), err is None, err or "", leftovers, free,
+    return LocalChecks(namespace_id(shm_dir, facts), err is None, err or "", leftovers, free,
                        [os.fsencode(n).hex() for n in leftovers])  # fmt: skip
 
 
@@ -283,15 +285,21 @@ class ProbeReport:
     workers: list[WorkerReport]
 
 
-def probe(addresses: list[str], opts: ProbeOptions, gateway: list[GatewayWorker] | None = None) -> ProbeReport:
+def probe(
+    addresses: list[str],
+    opts: ProbeOptions,
+    gateway: list[GatewayWorker] | None = None,
+    facts: HostFacts | None = None,
+) -> ProbeReport:
     """Probe every worker concurrently, each under its own timeouts.
 
     With ``gateway`` (from ``GET /workers``), its gRPC workers are probed too and each
     report carries the label the gateway recorded; HTTP workers are listed as not_grpc.
+    ``facts``: this host's, when the caller has read them already.
     """
     from concurrent.futures import ThreadPoolExecutor
 
-    local = local_checks(opts.shm_dir)
+    local = local_checks(opts.shm_dir, facts)
     jobs: list[tuple[str, GatewayWorker | None]] = [(a, None) for a in addresses]
     jobs += [(w.url, w) for w in gateway or []]
 

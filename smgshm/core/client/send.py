@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from smgshm.core.errors import HostError, MessageTooLargeError, SmgshmError, TransportError
 from smgshm.core.paths import DEFAULT_SHM_DIR
@@ -24,6 +24,9 @@ from smgshm.core.transport.decision import DEFAULT_SHM_MIN_BYTES, Mode, decide
 from smgshm.core.transport.tensors import digest, expected_nbytes, make_tensor, tensor_bytes
 from smgshm.core.transport.verify import Sent, judge, receipt_key
 from smgshm.core.transport.wire import Layout, OutTensor, Request, build_multimodal
+
+if TYPE_CHECKING:
+    from smgshm.core.host.facts import HostFacts
 
 
 @dataclass(frozen=True)
@@ -280,16 +283,18 @@ def send(
     opts: SendOptions,
     stop: threading.Event | None = None,
     on_progress: Callable[[int], None] | None = None,
+    facts: HostFacts | None = None,
 ) -> SendReport:
     """Run ``opts.count`` requests (``opts.concurrency`` at a time) against a smgshm receiver.
 
     Setting ``stop`` (from a signal handler, say) ends the run within ``STOP_POLL_S``: no new
     request starts, in-flight ones are cancelled, their segments unlinked, and the report
     (``stopped``) covers what was done. ``on_progress(requests_done)`` is called after each.
+    ``facts``: this host's, when the caller has read them already (its namespace id is used).
     """
     import grpc
 
-    from smgshm.core.host.namespace import read_namespace_id
+    from smgshm.core.host.facts import namespace_id
     from smgshm.core.transport.channel import grpc_target, open_channel
     from smgshm.rpc.v1 import diag_pb2, diag_pb2_grpc
 
@@ -314,7 +319,7 @@ def send(
                 if opts.mode is Mode.SHM:
                     raise
                 writable = False  # auto: the gateway would stay inline, and so do we
-        run = _Run(opts, stub, diag_pb2, read_namespace_id(opts.shm_dir), ident.namespace_id, writable, stop,
+        run = _Run(opts, stub, diag_pb2, namespace_id(opts.shm_dir, facts), ident.namespace_id, writable, stop,
                    on_progress)  # fmt: skip
         _refuse_oversize_inline(run, ident.max_message_bytes or SMG_MAX_MESSAGE_BYTES, target)
         with ThreadPoolExecutor(max_workers=opts.concurrency) as pool:

@@ -5,11 +5,10 @@ from __future__ import annotations
 import importlib.util
 import os
 import shlex
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from smgshm.core.doctor.run import Check
+from smgshm.core.doctor.check import AddChecks, Check
 from smgshm.core.errors import SmgshmError
 from smgshm.core.gateway.log import TransportConfig, read_open_log, read_transport_config
 from smgshm.core.gateway.metrics import MmTraffic, mm_traffic, scrape
@@ -24,6 +23,7 @@ from smgshm.core.host.capacity import (
     recorded_needs,
     shm_usage,
 )
+from smgshm.core.host.facts import HostFacts
 from smgshm.core.host.pagesize import (
     CAVEATS,
     ELSEWHERE,
@@ -33,6 +33,7 @@ from smgshm.core.host.pagesize import (
     page_policy,
     remount_argv,
 )
+from smgshm.core.outcomes import Outcome
 from smgshm.core.paths import smgshm_cmd
 
 
@@ -120,7 +121,8 @@ def gateway_findings(logs: list[str], timeout: float, pids: tuple[int, ...] | No
         try:
             config = read_transport_config(path)
         except SmgshmError as err:  # the operator named it: unreadable is a failure, said as such
-            out.append(GatewayFinding(None, path, None, None, ModeFinding("unknown", "fail", str(err), "", 5)))
+            unreadable = ModeFinding("unknown", "fail", str(err), "", Outcome.HOST)
+            out.append(GatewayFinding(None, path, None, None, unreadable))
             continue
         out.append(GatewayFinding(None, path, config, None, judge(f"log {path}", config, None)))
     return out
@@ -190,7 +192,7 @@ def check_gateways(findings: list[GatewayFinding]) -> list[Check]:
                 f.finding.status,
                 f.finding.summary,
                 f.finding.fix,
-                f.finding.code if f.finding.status == "fail" else 0,
+                f.finding.code if f.finding.status == "fail" else Outcome.OK,
             )
         )
     return out
@@ -204,11 +206,12 @@ def _shares_dir(pid: int, shm_dir: str) -> bool:
         return False
 
 
-def capacity_needs(inflight_bytes: int | None, findings: list[GatewayFinding], shm_dir: str) -> list[Need]:
+def capacity_needs(inflight_bytes: int | None, findings: list[GatewayFinding], facts: HostFacts) -> list[Need]:
+    shm_dir = facts.shm_dir
     needs = []
     if inflight_bytes:
         needs.append(Need(INFLIGHT_SOURCE, inflight_bytes))
-    needs += recorded_needs(shm_dir)
+    needs += recorded_needs(shm_dir, boot_id=facts.boot_id or None)
     for f in findings:
         m = f.finding.mean_tensor_bytes
         if f.gateway is not None and m and _shares_dir(f.gateway.pid, shm_dir):
@@ -266,7 +269,7 @@ def check_capacity(usage: ShmUsage, needs: list[Need]) -> tuple[list[Check], Cap
                 f"{_mib(v.free_bytes)} free{docker} is below the largest need "
                 f"{_mib(v.largest.nbytes)} ({v.largest.source}): SMG's writes fail and go inline",
                 _enlarge(usage, v.largest.nbytes),
-                3 if v.explicit_unmet else 0,
+                Outcome.CHECK_FAILED if v.explicit_unmet else Outcome.OK,
                 fix_cmd=_enlarge_cmd(usage, v.largest.nbytes),
             )
         )
@@ -290,12 +293,13 @@ def _enlarge_cmd(usage: ShmUsage, need: int) -> list[str]:
     return ["mount", "-o", f"remount,size={_gib(usage, need)}G", usage.shm_dir]
 
 
-def check_page_policy(shm_dir: str) -> tuple[list[Check], PagePolicy | None, dict[str, Any] | None]:
+def check_page_policy(facts: HostFacts) -> tuple[list[Check], PagePolicy | None, dict[str, Any] | None]:
+    shm_dir = facts.shm_dir
     try:
-        p = page_policy(shm_dir)
+        p = page_policy(shm_dir, identity=facts.identity)
     except SmgshmError as err:
         return [Check("page size", "skip", str(err))], None, None
-    last = load_last_what_if()
+    last = load_last_what_if(boot_id=facts.boot_id or None)
     if p.huge_pages or p.huge_pages is None:
         return [Check("page size", "ok", f"{shm_dir}: {p.reason}")], p, last
     if not p.shmem_enabled or p.shmem_enabled == "deny":
@@ -319,8 +323,8 @@ def check_page_policy(shm_dir: str) -> tuple[list[Check], PagePolicy | None, dic
 
 
 def run_host_checks(
-    add: Callable[[list[Check]], None],
-    shm_dir: str,
+    add: AddChecks,
+    facts: HostFacts,
     timeout: float,
     gateway_logs: list[str] | None = None,
     inflight_bytes: int | None = None,
@@ -328,7 +332,8 @@ def run_host_checks(
 ) -> HostFindings:
     """doctor's host checks in order, each reported through ``add`` as it finishes.
 
-    ``gateway_pids`` limits the gateway checks to those pids (``()``: none; None: every one here).
+    ``facts``: this host's, as the run read them once. ``gateway_pids`` limits the gateway checks
+    to those pids (``()``: none; None: every one here).
     """
     findings = gateway_findings(list(gateway_logs or []), timeout, gateway_pids)
     if gateway_pids == ():
@@ -338,15 +343,15 @@ def run_host_checks(
     seen = {f.gateway.pid for f in findings if f.gateway is not None}
     for pid in sorted(set(gateway_pids or ()) - seen):
         add([Check(f"gateway {pid}", "fail", f"no SMG gateway (process title {GATEWAY_TITLE}) runs here with pid {pid}",
-                   "list them with smgshm doctor (without --gateway-pid)", 4)])  # fmt: skip
+                   "list them with smgshm doctor (without --gateway-pid)", Outcome.UNREACHABLE)])  # fmt: skip
     usage, verdict = None, None
     try:
-        usage = shm_usage(shm_dir)
+        usage = shm_usage(facts.shm_dir)
     except SmgshmError as err:
-        add([Check("shm usage", "fail", str(err), err.hint or "", 5)])
+        add([Check("shm usage", "fail", str(err), err.hint or "", Outcome.HOST)])
     if usage is not None:
-        checks, verdict = check_capacity(usage, capacity_needs(inflight_bytes, findings, shm_dir))
+        checks, verdict = check_capacity(usage, capacity_needs(inflight_bytes, findings, facts))
         add(checks)
-    checks, policy, last = check_page_policy(shm_dir)
+    checks, policy, last = check_page_policy(facts)
     add(checks)
     return HostFindings(findings, usage, verdict, policy, last)

@@ -23,7 +23,7 @@ import urllib.parse
 from dataclasses import dataclass, field
 
 from smgshm.core.errors import SmgshmError
-from smgshm.core.gateway.metrics import MetricsSnapshot, mm_traffic, scrape
+from smgshm.core.gateway.metrics import MetricsSnapshot, mm_traffic
 from smgshm.core.paths import DEFAULT_SHM_DIR, GATEWAY_PREFIX
 
 
@@ -106,11 +106,6 @@ class ReceiptEvidence:
 
 
 # -- metrics -------------------------------------------------------------------------------
-
-
-def scrape_or_none(url: str, timeout_s: float) -> MetricsSnapshot:
-    """One scrape; TransportError/ServerError propagate (exit 4: metrics unreachable)."""
-    return scrape(url, timeout_s)
 
 
 def metrics_delta(before: MetricsSnapshot, after: MetricsSnapshot) -> MetricsEvidence:

@@ -34,6 +34,7 @@ from smgshm.core.errors import HostError, SmgshmError
 from smgshm.core.gateway.chat import ChatOutcome, first_model, make_png, send_chat
 from smgshm.core.gateway.metrics import default_metrics_url, scrape
 from smgshm.core.gateway.process import RunningGateway
+from smgshm.core.host.facts import HostFacts, namespace_id, writable_error
 from smgshm.core.paths import DEFAULT_SHM_DIR
 from smgshm.core.transport.decision import Mode, decide
 
@@ -139,11 +140,9 @@ def _stream_for(opts: E2eOptions, i: int) -> bool:
     return opts.stream == "on" or (opts.stream == "both" and i % 2 == 1)
 
 
-def _observe(targets: list[_Target], opts: E2eOptions, model: str, png: bytes, say: Progress) -> list[GatewayRun]:
+def _observe(targets: list[_Target], opts: E2eOptions, model: str, png: bytes, say: Progress,
+             facts: HostFacts | None = None) -> list[GatewayRun]:  # fmt: skip
     """Warm up, take baselines, send the requests round-robin, and collect every account."""
-    from smgshm.core.host.identity import probe_writable
-    from smgshm.core.host.namespace import read_namespace_id
-
     for t in targets:
         for i in range(opts.warmup):
             send_chat(t.url, model, png, stream=_stream_for(opts, i), api_key=opts.api_key, timeout_s=opts.timeout_s)
@@ -168,8 +167,9 @@ def _observe(targets: list[_Target], opts: E2eOptions, model: str, png: bytes, s
     finally:
         if watch is not None:
             watch.__exit__(None, None, None)
-    local_ns = read_namespace_id(opts.shm_dir)
-    writable = probe_writable(opts.shm_dir) is None
+    # Without the caller's facts, read after the requests: what the shm dir is like now.
+    local_ns = namespace_id(opts.shm_dir, facts)
+    writable = writable_error(opts.shm_dir, facts) is None
     runs = []
     for t in targets:
         m = metrics_delta(before[id(t)], scrape(t.metrics_url, 10.0))
@@ -195,10 +195,12 @@ def _observe(targets: list[_Target], opts: E2eOptions, model: str, png: bytes, s
     return runs
 
 
-def run_against(gateway_url: str, opts: E2eOptions, say: Progress = lambda _s: None) -> E2eReport:
-    """e2e against a running gateway; TransportError when it (or its metrics) cannot be reached."""
+def run_against(gateway_url: str, opts: E2eOptions, say: Progress = lambda _s: None,
+                facts: HostFacts | None = None) -> E2eReport:  # fmt: skip
+    """e2e against a running gateway; TransportError when it (or its metrics) cannot be reached.
+
+    ``facts``: this host's, when the caller has read them already (doctor)."""
     from smgshm.core.gateway.admin import list_workers
-    from smgshm.core.host.namespace import read_namespace_id
 
     grpc_workers = [w for w in list_workers(gateway_url, opts.api_key, 5.0) if w.grpc]
     model = opts.model or first_model(gateway_url, opts.api_key, 5.0)
@@ -211,8 +213,8 @@ def run_against(gateway_url: str, opts: E2eOptions, say: Progress = lambda _s: N
     if pid is not None:
         _read_setting(target, pid)
     png = make_png(opts.image_size)
-    runs = _observe([target], opts, model, png, say)
-    return E2eReport(False, model, opts.image_size, len(png), read_namespace_id(opts.shm_dir), runs)
+    runs = _observe([target], opts, model, png, say, facts)
+    return E2eReport(False, model, opts.image_size, len(png), namespace_id(opts.shm_dir, facts), runs)
 
 
 def _read_setting(t: _Target, pid: int) -> None:
@@ -227,20 +229,21 @@ def _read_setting(t: _Target, pid: int) -> None:
         t.setting_source = f"log {config.path}:{config.line_no}"
 
 
-def run_embedded(opts: E2eOptions, say: Progress = lambda _s: None) -> E2eReport:
-    """The embedded default: a receiver and a real gateway per mode, all stopped at the end."""
+def run_embedded(opts: E2eOptions, say: Progress = lambda _s: None, facts: HostFacts | None = None) -> E2eReport:
+    """The embedded default: a receiver and a real gateway per mode, all stopped at the end.
+
+    ``facts``: this host's, when the caller has read them already (doctor)."""
     from smgshm.core.gateway.process import GatewayConfig, find_smg, launch_gateway, stop_gateways, wait_ready
 
     find_smg()  # before anything starts: the one clear error when smg is missing
     # SMG's gateway writes /dev/shm whatever the caller's shm dir: watch and read there.
     opts = dataclasses.replace(opts, shm_dir=DEFAULT_SHM_DIR)
-    from smgshm.core.host.namespace import read_namespace_id
     from smgshm.core.receiver.modeldir import ensure_model_dir
     from smgshm.core.receiver.reader import ReceiverConfig
     from smgshm.core.receiver.services import start_receiver
 
     md = ensure_model_dir(opts.model_dir)
-    local_ns = read_namespace_id(opts.shm_dir)
+    local_ns = namespace_id(opts.shm_dir, facts)
     png = make_png(opts.image_size)
     gateways: list[RunningGateway] = []
     with contextlib.ExitStack() as stack:
@@ -276,7 +279,7 @@ def run_embedded(opts: E2eOptions, say: Progress = lambda _s: None) -> E2eReport
             if setting is not None:
                 t.shm_min_bytes, t.dev_writable = setting.shm_min_bytes, setting.dev_writable
                 t.setting_source = "its start-up log line"
-        runs = _observe(targets, opts, opts.model or md.served_model_name, png, say)
+        runs = _observe(targets, opts, opts.model or md.served_model_name, png, say, facts)
     removed = [n for gw in gateways for n in gw.removed_segments]
     left = [gw.pid for gw in gateways if _group_alive(gw.pid)]
     report = E2eReport(True, opts.model or md.served_model_name, opts.image_size, len(png), local_ns, runs, removed,

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from smgshm.core.gateway.log import TransportConfig
 from smgshm.core.gateway.metrics import MmTraffic
+from smgshm.core.outcomes import Outcome
 from smgshm.core.paths import GATEWAY_PROBE_PREFIX
 
 DEFAULT_SHM_MIN_BYTES = 65536  # SMG's built-in default (smg-facts §2.3)
@@ -33,7 +34,7 @@ class ModeFinding:
     status: str  # ok | warn | fail (doctor's)
     summary: str
     fix: str = ""
-    code: int = 0  # the exit code a failing finding asks for
+    code: Outcome = Outcome.OK  # what a failing finding asks the run to end as (JSON: its exit code)
     evidence: list[Evidence] = field(default_factory=list)
     mode: str = ""  # as logged, when a log was read
     mean_tensor_bytes: int | None = None  # over every path since start
@@ -84,7 +85,7 @@ def judge(
     mode = config.mode if config else ""
     certain = f"; for certainty: {e2e_hint}" if e2e_hint else ""
 
-    def found(verdict: str, status: str, summary: str, fix: str = "", code: int = 0) -> ModeFinding:
+    def found(verdict: str, status: str, summary: str, fix: str = "", code: Outcome = Outcome.OK) -> ModeFinding:
         return ModeFinding(verdict, status, f"{who}: {summary}", fix, code, ev, mode, mean)
 
     # The setting itself first: the log is the only source that states it.
@@ -97,7 +98,7 @@ def judge(
             f"a leftover {GATEWAY_PROBE_PREFIX}{'<pid>' if name_pid is None else name_pid} (the gateway removes "
             "it as its probe fails, unless it is another uid's) or a /dev/shm it cannot write: smgshm gc, then "
             "restart the gateway",
-            5,
+            Outcome.HOST,
         )
     if t is not None and t.shm_write_failures:
         return found(
@@ -105,7 +106,7 @@ def judge(
             "fail",
             f"{t.shm_write_failures:,} SHM write failure(s) since start (metrics): those tensors went inline",
             "free or enlarge the shm dir (smgshm gc --delete; docker --shm-size)",
-            3,
+            Outcome.CHECK_FAILED,
         )
     shm_n = t.tensors.get("shm", 0) if t else 0
     inline_n = t.tensors.get("inline", 0) if t else 0

@@ -151,13 +151,14 @@ def _boot_id() -> str:
         return ""
 
 
-def _load_seen(path: str) -> dict[str, dict[str, float]]:
+def _load_seen(path: str, boot_id: str | None = None) -> dict[str, dict[str, float]]:
     try:
         with open(path, "rb") as f:
             doc = json.loads(f.read(1 << 20))
     except (OSError, ValueError):
         return {}
-    if not isinstance(doc, dict) or doc.get("boot_id") != _boot_id() or not isinstance(doc.get("seen"), dict):
+    boot = _boot_id() if boot_id is None else boot_id
+    if not isinstance(doc, dict) or doc.get("boot_id") != boot or not isinstance(doc.get("seen"), dict):
         return {}
     return {str(k): v for k, v in doc["seen"].items() if isinstance(v, dict) and isinstance(v.get("nbytes"), int)}
 
@@ -185,10 +186,12 @@ def record_tensor_seen(source: str, nbytes: int, shm_dir: str, path: str | None 
         os.replace(tmp, path)
 
 
-def recorded_needs(shm_dir: str, path: str | None = None) -> list[Need]:
-    """The largest tensors bench and e2e moved through ``shm_dir`` since boot, as capacity needs."""
+def recorded_needs(shm_dir: str, path: str | None = None, boot_id: str | None = None) -> list[Need]:
+    """The largest tensors bench and e2e moved through ``shm_dir`` since boot, as capacity needs.
+
+    ``boot_id``: this boot's, when the caller has read it already."""
     out = []
-    for key, v in sorted(_load_seen(path or seen_path()).items()):
+    for key, v in sorted(_load_seen(path or seen_path(), boot_id).items()):
         source = key.rpartition("@")[0]
         if _key(source, shm_dir) != key:
             continue

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from smgshm.core.host.identity import read_host_identity
+from smgshm.core.host.identity import HostIdentity, read_host_identity
 from smgshm.core.paths import BOOT_ID_PATH, DEFAULT_SHM_DIR
 
 SHMEM_ENABLED = "/sys/kernel/mm/transparent_hugepage/shmem_enabled"
@@ -56,9 +56,11 @@ def _selected(text: str) -> str:
     return text.strip()
 
 
-def page_policy(shm_dir: str = DEFAULT_SHM_DIR, shmem_enabled_path: str = SHMEM_ENABLED) -> PagePolicy:
-    """The page-size policy SMG's segments in ``shm_dir`` get."""
-    ident = read_host_identity(shm_dir)
+def page_policy(
+    shm_dir: str = DEFAULT_SHM_DIR, shmem_enabled_path: str = SHMEM_ENABLED, identity: HostIdentity | None = None
+) -> PagePolicy:
+    """The page-size policy SMG's segments in ``shm_dir`` get (its mount from ``identity`` when given)."""
+    ident = identity if identity is not None else read_host_identity(shm_dir)
     opts = dict(o.partition("=")[::2] for o in ident.mount_options.split(",") if o)
     huge = opts.get("huge", "never") or "never"
     try:
@@ -104,16 +106,21 @@ def save_last_what_if(doc: dict[str, Any], path: str | None = None) -> None:
         os.replace(tmp, path)
 
 
-def load_last_what_if(path: str | None = None, max_bytes: int = 1 << 20) -> dict[str, Any] | None:
-    """This boot's last what-if on this host, or None (absent, another boot, unreadable)."""
+def load_last_what_if(
+    path: str | None = None, max_bytes: int = 1 << 20, boot_id: str | None = None
+) -> dict[str, Any] | None:
+    """This boot's last what-if on this host, or None (absent, another boot, unreadable).
+
+    ``boot_id``: this boot's, when the caller has read it already."""
     try:
         with open(path or cache_path(), "rb") as f:
             doc = json.loads(f.read(max_bytes))
-        with open(BOOT_ID_PATH, encoding="ascii") as f:
-            boot = f.read().strip()
+        if boot_id is None:
+            with open(BOOT_ID_PATH, encoding="ascii") as f:
+                boot_id = f.read().strip()
     except (OSError, ValueError):
         return None
-    if not isinstance(doc, dict) or doc.get("boot_id") != boot:
+    if not isinstance(doc, dict) or doc.get("boot_id") != boot_id:
         return None
     return doc
 

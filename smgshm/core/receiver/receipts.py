@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import collections
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -56,23 +56,22 @@ class GenerateReceipt:
 
 
 class ReceiptRing:
-    """A bounded, thread-safe ring of receipts with increasing ``seq``; watchers can wait."""
+    """A bounded, thread-safe ring of receipts with increasing ``seq`` (WatchReceipts polls it)."""
 
     def __init__(self, size: int = RING_SIZE, sink: Callable[[GenerateReceipt], None] | None = None) -> None:
         self._ring: collections.deque[GenerateReceipt] = collections.deque(maxlen=size)
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
         self._seq = 0
         self._sink = sink
 
     def add(self, receipts: list[GenerateReceipt]) -> list[GenerateReceipt]:
         """Number the receipts (seq is assigned here, so the ring is always in seq order) and keep them."""
-        with self._cond:
+        with self._lock:
             numbered = []
             for r in receipts:
                 self._seq += 1
                 numbered.append(replace(r, seq=self._seq))
             self._ring.extend(numbered)
-            self._cond.notify_all()
         if self._sink is not None:
             for r in numbered:
                 self._sink(r)
@@ -80,21 +79,12 @@ class ReceiptRing:
 
     def after(self, after_seq: int, limit: int = MAX_PER_CALL) -> tuple[list[GenerateReceipt], int, int]:
         """(receipts with seq > after_seq, next after_seq, how many had already been dropped)."""
-        with self._cond:
-            return self._after(after_seq, limit)
-
-    def _after(self, after_seq: int, limit: int) -> tuple[list[GenerateReceipt], int, int]:
-        out = [r for r in self._ring if r.seq > after_seq][: max(1, limit)]
-        oldest = self._ring[0].seq if self._ring else self._seq + 1
-        dropped = max(0, oldest - after_seq - 1) if after_seq < oldest else 0
-        nxt = out[-1].seq if out else max(after_seq, self._seq)
-        return out, nxt, dropped
-
-    def wait_after(self, after_seq: int, timeout_s: float, limit: int = MAX_PER_CALL) -> list[GenerateReceipt]:
-        """Receipts with seq > after_seq, waiting at most ``timeout_s`` for the first."""
-        with self._cond:
-            self._cond.wait_for(lambda: bool(self._ring) and self._ring[-1].seq > after_seq, timeout=timeout_s)
-            return self._after(after_seq, limit)[0]
+        with self._lock:
+            out = [r for r in self._ring if r.seq > after_seq][: max(1, limit)]
+            oldest = self._ring[0].seq if self._ring else self._seq + 1
+            dropped = max(0, oldest - after_seq - 1) if after_seq < oldest else 0
+            nxt = out[-1].seq if out else max(after_seq, self._seq)
+            return out, nxt, dropped
 
 
 def to_proto(r: GenerateReceipt) -> Any:
@@ -195,24 +185,3 @@ def fetch_receipts(address: str, after_seq: int = 0, timeout_s: float = 5.0) -> 
     finally:
         channel.close()
 
-
-def watch_receipts(address: str, after_seq: int = 0, timeout_s: float = 60.0) -> Iterator[GenerateReceipt]:
-    """Stream receipts as they arrive for at most ``timeout_s`` seconds."""
-    import grpc
-
-    from smgshm.core.transport.channel import open_channel
-    from smgshm.rpc.v1 import diag_pb2, diag_pb2_grpc
-
-    channel = open_channel(address, min(timeout_s, 5.0))
-    try:
-        stream = diag_pb2_grpc.DiagnosticsStub(channel).WatchReceipts(
-            diag_pb2.ReceiptsRequest(after_seq=after_seq), timeout=timeout_s
-        )
-        try:
-            for m in stream:
-                yield from_proto(m)
-        except grpc.RpcError as err:
-            if err.code() != grpc.StatusCode.DEADLINE_EXCEEDED:
-                raise _rpc_error(err, address) from None
-    finally:
-        channel.close()

@@ -1,0 +1,25 @@
+"""What every doctor check reports: its name, its status, its fix, and the outcome it asks for."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from smgshm.core.outcomes import Outcome
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: str  # ok | warn | fail | skip
+    summary: str
+    fix: str = ""
+    code: Outcome = Outcome.OK  # what this check asks the run to end as (JSON: its exit code)
+    # The command of the fix as argv (shown shell-quoted, so pasting it does only what it says),
+    # and the exact bytes (hex) of the entry names the check is about: names may be invalid UTF-8.
+    fix_cmd: list[str] = field(default_factory=list)
+    names_hex: list[str] = field(default_factory=list)
+
+
+# How a group of checks hands its results on as each finishes (doctor shows them live).
+AddChecks = Callable[[list[Check]], None]

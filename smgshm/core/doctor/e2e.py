@@ -1,0 +1,54 @@
+"""doctor's e2e check: which path real image requests take through a gateway (``smgshm e2e``)."""
+
+from __future__ import annotations
+
+import shlex
+
+from smgshm.core.doctor.check import Check
+from smgshm.core.errors import SmgshmError
+from smgshm.core.host.facts import HostFacts
+from smgshm.core.outcomes import Outcome
+from smgshm.core.paths import smgshm_cmd
+
+
+def check_e2e(gateway: str | None, api_key: str | None, facts: HostFacts, timeout: float,
+              metrics_url: str | None = None) -> list[Check]:  # fmt: skip
+    """``smgshm e2e``: which path real image requests take through ``gateway`` (or the embedded one)."""
+    from smgshm.core.e2e.run import E2eOptions, run_against, run_embedded
+    from smgshm.core.gateway.process import PIP_HINT, find_smg
+
+    shm_dir = facts.shm_dir
+
+    opts = E2eOptions(requests=2, api_key=api_key, shm_dir=shm_dir, timeout_s=max(timeout, 30.0),
+                      metrics_url=metrics_url)  # fmt: skip
+    if gateway is None:
+        try:
+            find_smg()
+        except SmgshmError:
+            return [Check("e2e", "skip", "skipped: SMG's gateway is not installed here", PIP_HINT)]
+    try:
+        report = run_against(gateway, opts, facts=facts) if gateway else run_embedded(opts, facts=facts)
+    except SmgshmError as err:
+        return [Check("e2e", "fail", str(err), err.hint or "", err.outcome)]
+    fix_cmd = shlex.join(smgshm_cmd(shm_dir, "e2e", *(["--gateway", gateway] if gateway else [])))
+    out = []
+    for run in report.runs:
+        name = f"e2e {run.label}" if report.embedded else f"e2e {gateway}"
+        summary = f"{run.cause} (p50 {run.p50_ms:.0f} ms; evidence: {', '.join(run.shm_tensors_by_source) or 'none'})"
+        if run.path == "undetermined":
+            out.append(Check(name, "fail", summary, f"see {fix_cmd} for each source", Outcome.UNDETERMINED))
+        elif run.failure_class:
+            log = f"; gateway log: {run.gateway_log}" if run.gateway_log else ""
+            out.append(Check(name, "fail", f"{run.failure} ({summary})", f"see {fix_cmd}{log}", Outcome.CHECK_FAILED))
+        elif run.expected and not run.as_expected:
+            out.append(Check(name, "fail", f"expected {run.expected}: {summary}", f"see {fix_cmd}",
+                             Outcome.CHECK_FAILED))  # fmt: skip
+        elif run.path != "shm" and not report.embedded:
+            out.append(Check(name, "warn", summary, "see the cause; smgshm probe --from-gateway shows each worker"))
+        else:
+            out.append(Check(name, "ok", summary))
+    if report.removed_at_stop or report.processes_left:
+        what = f"{len(report.removed_at_stop)} segment(s), {len(report.processes_left)} process(es)"
+        out.append(Check("e2e cleanup", "fail", f"left behind: {what}", "a bug in smgshm: report it",
+                         Outcome.CHECK_FAILED))  # fmt: skip
+    return out

@@ -1,0 +1,75 @@
+"""doctor's first checks: this host's namespace id and its shm dir (kind, size, free, writable)."""
+
+from __future__ import annotations
+
+from smgshm.core.doctor.check import Check
+from smgshm.core.host.facts import HostFacts
+from smgshm.core.outcomes import Outcome
+from smgshm.core.paths import smgshm_cmd
+
+DOCKER_DEFAULT_SHM = 64 * 1024 * 1024
+
+
+def check_identity(facts: HostFacts) -> list[Check]:
+    """The namespace id, the shm dir (kind, size, free space) and the writability probe, as read once."""
+    from smgshm.core.host.namespace import parse_namespace_id
+
+    shm_dir, ident, err = facts.shm_dir, facts.identity, facts.identity_error
+    if ident is None:
+        hint = err.hint if err is not None else None
+        return [Check("shm dir", "fail", str(err), hint or "mount a tmpfs at /dev/shm", Outcome.HOST)]
+
+    out = []
+    if ident.namespace_id and parse_namespace_id(ident.namespace_id) is None:
+        out.append(Check("namespace id", "fail", f"{ident.namespace_id!r} is malformed: the gateway stays inline",
+                         "check /proc/sys/kernel/random/boot_id (a UUID) and the shm dir",
+                         Outcome.UNDETERMINED))  # fmt: skip
+    elif ident.namespace_id:
+        out.append(Check("namespace id", "ok", f"{ident.namespace_id} (boot_id:st_dev of {shm_dir})"))
+    else:
+        out.append(
+            Check(
+                "namespace id",
+                "fail",
+                "unreadable: under auto the gateway stays inline",
+                "make /proc/sys/kernel/random/boot_id and the shm dir readable",
+                Outcome.UNDETERMINED,
+            )
+        )
+    size = f"{ident.shm_total_bytes / 2**20:.0f} MiB, {ident.shm_free_bytes / 2**20:.0f} MiB free"
+    if ident.fstype and ident.fstype != "tmpfs":
+        out.append(
+            Check(
+                "shm dir",
+                "warn",
+                f"{shm_dir} is {ident.fstype}, not tmpfs ({size})",
+                "mount a tmpfs at /dev/shm: SHM through a disk filesystem is slow",
+            )
+        )
+    elif ident.shm_total_bytes == DOCKER_DEFAULT_SHM:
+        out.append(
+            Check(
+                "shm dir",
+                "warn",
+                f"{shm_dir} is 64 MiB: Docker's default --shm-size ({size})",
+                "give the gateway's container --shm-size=8g (or --ipc=host); one 64 MiB tensor fills it",
+            )
+        )
+    elif ident.shm_free_bytes < ident.shm_total_bytes // 10:
+        out.append(Check("shm dir", "warn", f"{shm_dir} is nearly full ({size})", "reap leaks, or enlarge it:",
+                         fix_cmd=smgshm_cmd(shm_dir, "gc", "--delete")))  # fmt: skip
+    else:
+        out.append(Check("shm dir", "ok", f"{shm_dir}: {ident.fstype or '?'}, {size}"))
+    probe_err = facts.writable_error
+    if probe_err:
+        full = "No space" in probe_err
+        fix = (
+            "enlarge the tmpfs (docker --shm-size, emptyDir sizeLimit) or free space:"
+            if full
+            else "run as a uid that may write the shm dir; SMG's gateway would stay inline"
+        )
+        out.append(Check("writable", "fail", f"cannot create a 0600 segment: {probe_err}", fix, Outcome.HOST,
+                         fix_cmd=smgshm_cmd(shm_dir, "gc", "--delete") if full else []))  # fmt: skip
+    else:
+        out.append(Check("writable", "ok", "a 0600 segment can be created and removed, as the gateway's probe does"))
+    return out

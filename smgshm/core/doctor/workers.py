@@ -1,0 +1,111 @@
+"""doctor's checks of the workers: each one's probe (verified by a canary), then a verified send."""
+
+from __future__ import annotations
+
+import os
+import shlex
+from typing import TYPE_CHECKING
+
+from smgshm.core.doctor.check import Check
+from smgshm.core.errors import SmgshmError
+from smgshm.core.outcomes import Outcome
+from smgshm.core.paths import smgshm_cmd
+
+if TYPE_CHECKING:
+    from smgshm.core.client.probe import ProbeReport
+    from smgshm.core.host.facts import HostFacts
+
+
+def check_workers(addresses: list[str], facts: HostFacts, timeout: float) -> tuple[list[Check], ProbeReport]:
+    """Each worker's probe, verified with a canary; the report says which ones are smgshm receivers."""
+    from smgshm.core.client.probe import ProbeOptions, probe
+
+    shm_dir = facts.shm_dir
+    opts = ProbeOptions(timeout=timeout, connect_timeout=timeout, shm_dir=shm_dir, verify=True)
+    report = probe(addresses, opts, facts=facts)
+    out = []
+    for name in report.local.leftover_probe_files:
+        pid = name.rsplit("-", 1)[-1]
+        out.append(
+            Check(
+                "probe files",
+                "fail",
+                f"leftover {name}: a gateway with pid {pid} will stay inline",
+                f"{shlex.join(smgshm_cmd(shm_dir, 'gc', '--delete', '--min-age', '0'))}, "
+                f"or once no gateway has pid {pid}, remove it:",
+                Outcome.CHECK_FAILED,
+                fix_cmd=["rm", "--", os.path.join(shm_dir, name)],
+                names_hex=[os.fsencode(name).hex()],
+            )
+        )
+    fixes = {
+        "other_host": ("SHM needs gateway and worker on one host", Outcome.CHECK_FAILED),
+        "private_tmpfs": (
+            "share one tmpfs: --ipc=host, --ipc=container:<gateway>, or an emptyDir "
+            "{medium: Memory} mounted at /dev/shm in both containers",
+            Outcome.CHECK_FAILED,
+        ),
+        "uid_mismatch": ("run the gateway and the worker as the same uid (segments are 0600)", Outcome.CHECK_FAILED),
+        "verify_failed": (
+            "see the reason; the worker could not read a segment this host wrote",
+            Outcome.CHECK_FAILED,
+        ),
+        "undetermined": (
+            "the worker must advertise shm_namespace_id; SGLang/TRT-LLM/MLX always get inline",
+            Outcome.UNDETERMINED,
+        ),
+        "unreachable": ("check the address and that the worker's gRPC server is up", Outcome.UNREACHABLE),
+    }
+    for w in report.workers:
+        if w.verdict == "shared":
+            how = "verified with a canary segment" if w.verify and w.verify.ok else "ids match"
+            out.append(Check(f"probe {w.address}", "ok", f"{w.engine}: /dev/shm shared ({how})"))
+        else:
+            fix, code = fixes.get(w.verdict, ("", Outcome.CHECK_FAILED))
+            out.append(Check(f"probe {w.address}", "fail", f"{w.verdict}: {w.reason}", fix, code))
+    return out, report
+
+
+def check_send(address: str, facts: HostFacts, timeout: float, label: str = "") -> list[Check]:
+    """A verified send of inline, then SHM, tensors to a smgshm receiver."""
+    from smgshm.core.client.send import SendOptions, send
+    from smgshm.core.transport.decision import Mode
+
+    out = []
+    for mode in (Mode.INLINE, Mode.SHM):
+        opts = SendOptions(mode=mode, shape=(256, 1024), tensors=2, count=4, timeout=timeout, shm_dir=facts.shm_dir)
+        try:
+            r = send(address, opts, facts=facts)
+        except SmgshmError as err:
+            out.append(
+                Check(
+                    f"send {mode.value}{label}",
+                    "fail",
+                    str(err),
+                    err.hint or "",
+                    # A send that could not run is the host's fault or the receiver's reachability.
+                    Outcome.HOST if err.outcome is Outcome.HOST else Outcome.UNREACHABLE,
+                )
+            )
+            continue
+        if r.ok:
+            p = r.paths[0]
+            out.append(
+                Check(
+                    f"send {mode.value}{label}",
+                    "ok",
+                    f"{p.requests} requests, {p.tensors} tensors byte-exact via "
+                    f"{p.path}, nothing left behind (p50 {p.p50_ms:.1f} ms)",
+                )
+            )
+        else:
+            first = r.problems[0] if r.problems else None
+            what = f"{first.kind}: {first.message}" if first else "unreachable"
+            fix = (
+                "the receiver must unlink after reading (SMG's gateway relies on it)"
+                if first and first.kind == "leftover"
+                else ""
+            )
+            out.append(Check(f"send {mode.value}{label}", "fail", what, fix,
+                             Outcome.UNREACHABLE if r.unreachable else Outcome.CHECK_FAILED))  # fmt: skip
+    return out
