@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from smgshm.core.errors import HostError
 from smgshm.core.host.mounts import mount_holding, read_mounts
-from smgshm.core.host.namespace import read_namespace_id
+from smgshm.core.host.namespace import namespace_id
 from smgshm.core.paths import BOOT_ID_PATH, DEFAULT_SHM_DIR, SMGSHM_PROBE_PREFIX
 
 
@@ -77,9 +77,10 @@ def read_host_identity(shm_dir: str = DEFAULT_SHM_DIR, pid: int | None = None) -
         uid, gid = pst.st_uid, pst.st_gid
         hostname = _read(f"{proc}/root/etc/hostname") or hostname
     fstype, opts = _mount_of(shm_dir, f"{proc}/mountinfo")
+    boot_id = _read(BOOT_ID_PATH)
     return HostIdentity(
-        namespace_id=read_namespace_id(shm_dir, root),
-        boot_id=_read(BOOT_ID_PATH),
+        namespace_id=namespace_id(boot_id, st.st_dev),  # `seen` was stat'ed following links, as SMG does
+        boot_id=boot_id,
         shm_dev=st.st_dev,
         shm_dir=shm_dir,
         uid=uid,

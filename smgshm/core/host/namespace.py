@@ -49,6 +49,11 @@ def read_namespace_id(shm_dir: str = DEFAULT_SHM_DIR, proc_root: str = "/") -> s
         dev = os.stat(path).st_dev
     except OSError:
         return ""
+    return namespace_id(boot_id, dev)
+
+
+def namespace_id(boot_id: str, dev: int) -> str:
+    """SMG's spelling of the id, ``<boot_id>:<st_dev>``; ``""`` when the boot id is unknown."""
     return f"{boot_id}:{dev}" if boot_id else ""
 
 
