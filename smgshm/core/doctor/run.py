@@ -16,6 +16,7 @@ from typing import Any
 
 from smgshm.core.errors import SmgshmError
 from smgshm.core.paths import DEFAULT_SHM_DIR, smgshm_cmd
+from smgshm.core.units import whole_mib
 
 DOCKER_DEFAULT_SHM = 64 * 1024 * 1024
 
@@ -70,7 +71,7 @@ def check_identity(shm_dir: str) -> list[Check]:
                 6,
             )
         )
-    size = f"{ident.shm_total_bytes / 2**20:.0f} MiB, {ident.shm_free_bytes / 2**20:.0f} MiB free"
+    size = f"{whole_mib(ident.shm_total_bytes)}, {whole_mib(ident.shm_free_bytes)} free"
     if ident.fstype and ident.fstype != "tmpfs":
         out.append(
             Check(
