@@ -8,6 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from smgshm.cli.fmt import prose, safe
+from smgshm.core.stats import median
 from smgshm.core.units import binary_size
 
 if TYPE_CHECKING:
@@ -39,9 +40,9 @@ def _shm_dir_line(d: Any) -> Text:
         body += f" ({d.name_pid} in its pid namespace)"
     if ends:
         body += " (" + ", ".join(f"{k} {v}" for k, v in sorted(ends.items())) + ")"
-    consumed = sorted(s.in_flight_ms for s in d.segments if s.end == "consumed")
+    consumed = [s.in_flight_ms for s in d.segments if s.end == "consumed"]
     if consumed:
-        body += f", consumed in {consumed[len(consumed) // 2]:.1f} ms (median)"
+        body += f", consumed in {median(consumed, method='higher'):.1f} ms (median)"
     out = head + Text(body)
     if d.probe_file_left:
         out += Text("; probe file left over: ") + safe(d.probe_file_left)

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from smgshm.core.e2e.evidence import MetricsEvidence, ReceiptEvidence, ShmDirEvidence, median_or_zero
+from smgshm.core.e2e.evidence import MetricsEvidence, ReceiptEvidence, ShmDirEvidence
 from smgshm.core.paths import GATEWAY_PROBE_PREFIX
+from smgshm.core.stats import median
 from smgshm.core.transport.decision import DEFAULT_SHM_MIN_BYTES, PROBE_FAILS, Mode, decide, parse_mode
 from smgshm.core.units import decimal_size
 
@@ -113,9 +114,9 @@ def _shm_cause(ctx: Context, m: MetricsEvidence, d: ShmDirEvidence, r: ReceiptEv
     consumed = [s.in_flight_ms for s in d.segments if s.end == "consumed"] if d.available else []
     ages = [x.age_ms for x in shm_receipts if x.age_ms > 0]
     if consumed:
-        text += f", consumed in {median_or_zero(consumed):.0f} ms"
+        text += f", consumed in {median(consumed):.0f} ms"
     elif ages:
-        text += f", read {median_or_zero(ages):.0f} ms after the write"
+        text += f", read {median(ages):.0f} ms after the write"
     if n_inline:
         each = " per request" if ctx.requests > 1 else ""
         text += f"; {n_inline // per or n_inline} tensor(s) inline{each} (below shm_min_bytes {_min_bytes(ctx)})"
