@@ -1,9 +1,8 @@
-"""watch's figures: streaming percentiles, the gateway's rates and verdict, bounded memory."""
+"""watch's figures: the gateway's rates and verdict, bounded memory (its streaming percentiles: test_core_stats)."""
 
 from __future__ import annotations
 
 import os
-import random
 import time
 import tracemalloc
 from pathlib import Path
@@ -12,45 +11,9 @@ import pytest
 
 from smgshm.core.gateway.metrics import parse_metrics
 from smgshm.core.gateway.rates import gateway_rates
-from smgshm.core.quantiles import StreamingQuantiles
+from smgshm.core.stats import StreamingQuantiles
 from smgshm.core.watch.follow import SegmentTracker, ShmEvent
 from smgshm.core.watch.session import WatchOptions, WatchSession, _Totals
-
-
-def test_quantiles_within_their_relative_error() -> None:
-    rng = random.Random(7)  # noqa: S311 - reproducible test data, not a secret
-    values = [rng.lognormvariate(15, 2) for _ in range(50_000)]  # ns, from µs to seconds
-    q = StreamingQuantiles()
-    for v in values:
-        q.add(v)
-    values.sort()
-    for p in (0.5, 0.9, 0.99):
-        true = values[int(p * len(values)) - 1]
-        got = q.quantile(p)
-        assert got is not None
-        assert abs(got - true) / true < 0.02, (p, got, true)
-    assert q.quantile(1.0) == values[-1]
-    assert q.quantile(0.0) == values[0]
-    assert q.count == len(values)
-    assert q.buckets < 1500  # memory: distinct buckets, not values
-
-
-def test_quantiles_empty_zero_and_merge() -> None:
-    q = StreamingQuantiles()
-    assert q.quantile(0.5) is None
-    q.add(0)
-    q.add(0)
-    q.add(1000)
-    assert q.quantile(0.5) == 0.0
-    other = StreamingQuantiles()
-    for _ in range(10):
-        other.add(2000)
-    q.merge(other)
-    assert q.count == 13
-    assert q.max == 2000
-    assert q.min == 0
-    assert abs(q.quantile(0.9) - 2000) / 2000 < 0.02  # type: ignore[operator]
-
 
 EXPO = """\
 # TYPE smg_mm_tensors_total counter

@@ -13,14 +13,15 @@ from smgshm.cli import jsonout
 from smgshm.cli.app import App
 from smgshm.cli.exitcodes import ExitCode
 from smgshm.cli.fmt import safe
-from smgshm.cli.params import BYTES, parse_bytes, shm_dir_option
+from smgshm.cli.params import BYTES, shm_dir_option
 from smgshm.cli.signals import stop_on_signals
+from smgshm.core.units import parse_size
 
 
 def _sizes(lo: int, hi: int, factor: int, explicit: str | None) -> tuple[int, ...]:
     if explicit:
         try:
-            return tuple(parse_bytes(s) for s in explicit.split(","))
+            return tuple(parse_size(s) for s in explicit.split(","))
         except ValueError as err:
             raise click.BadParameter(str(err), param_hint="--sizes") from None
     if lo <= 0 or hi < lo or factor < 2:

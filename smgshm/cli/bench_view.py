@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Any
 from rich.table import Table
 from rich.text import Text
 
-from smgshm.cli.fmt import human_bytes, prose, safe
+from smgshm.cli.fmt import prose, safe
+from smgshm.core.units import binary_size
 
 if TYPE_CHECKING:
     from smgshm.cli.app import App
@@ -31,7 +32,7 @@ def bench_progress(app: App) -> tuple[Any, Any]:
     def on_size(r: Any) -> None:
         bar.console.print(
             Text(
-                f"{human_bytes(r.nbytes)}: shm {r.shm.p50_ms:.2f} ms"
+                f"{binary_size(r.nbytes)}: shm {r.shm.p50_ms:.2f} ms"
                 + (f", inline {r.inline.p50_ms:.2f} ms" if r.inline else "")
             )
         )
@@ -59,7 +60,7 @@ def _report(app: App, report: Any) -> None:
     for r in report.sizes:
         inl = r.inline
         table.add_row(
-            human_bytes(r.nbytes),
+            binary_size(r.nbytes),
             f"{inl.p50_ms:.2f}" if inl else "n/a",
             f"{r.shm.p50_ms:.2f}",
             f"{r.speedup:.1f}x" if r.speedup else "-",
@@ -82,7 +83,7 @@ def _report(app: App, report: Any) -> None:
     for r in report.sizes:
         s = int(30 * r.shm.gb_per_s / top)
         i = int(30 * r.inline.gb_per_s / top) if r.inline else 0
-        app.console.print(Text(f"{human_bytes(r.nbytes):>10} shm    {'#' * s} {r.shm.gb_per_s:.2f}"))
+        app.console.print(Text(f"{binary_size(r.nbytes):>10} shm    {'#' * s} {r.shm.gb_per_s:.2f}"))
         app.console.print(
             Text(f"{'':>10} inline {'=' * i} {r.inline.gb_per_s:.2f}" if r.inline else f"{'':>10} inline n/a")
         )
@@ -99,11 +100,11 @@ def what_if_report(app: App, report: Any) -> None:
         app.console.print(Text("note: the kernel gave the scratch tmpfs no huge pages (ShmemHugePages did not grow): "
                                "memory may be too fragmented; the figures are then 4 KiB against 4 KiB"))  # fmt: skip
     for s in report.sizes:
-        table = Table(box=None, pad_edge=False, title=f"{human_bytes(s.nbytes)}", title_justify="left")
+        table = Table(box=None, pad_edge=False, title=f"{binary_size(s.nbytes)}", title_justify="left")
         for col in ("operation", "4 KiB ms", "huge ms", "4 KiB GB/s", "huge GB/s", "x"):
             table.add_column(col, justify="left" if col == "operation" else "right", no_wrap=col != "operation")
         for op in s.pairs:
             table.add_row(op.label, f"{op.normal_ms:.2f}", f"{op.huge_ms:.2f}", f"{op.normal_gb_per_s:.2f}",
                           f"{op.huge_gb_per_s:.2f}", f"{op.speedup:.2f}x")  # fmt: skip
         app.console.print(table)
-        app.console.print(Text(f"end to end (SMG's path) at {human_bytes(s.nbytes)}: {s.end_to_end_speedup:.2f}x"))
+        app.console.print(Text(f"end to end (SMG's path) at {binary_size(s.nbytes)}: {s.end_to_end_speedup:.2f}x"))

@@ -7,7 +7,9 @@ from typing import TYPE_CHECKING, Any
 from rich.table import Table
 from rich.text import Text
 
-from smgshm.cli.fmt import human_bytes, prose, safe
+from smgshm.cli.fmt import prose, safe
+from smgshm.core.stats import median
+from smgshm.core.units import binary_size
 
 if TYPE_CHECKING:
     from smgshm.cli.app import App
@@ -19,7 +21,7 @@ def _metrics_line(m: Any) -> Text:
     head = Text("metrics ", style="bold") + safe(m.url) + Text(": ")
     if not m.available:
         return head + safe(m.note or "unavailable")
-    parts = [f"{p} {n} ({human_bytes(m.nbytes.get(p, 0))})" for p, n in sorted(m.tensors.items())] or ["no tensors"]
+    parts = [f"{p} {n} ({binary_size(m.nbytes.get(p, 0))})" for p, n in sorted(m.tensors.items())] or ["no tensors"]
     tail = f"; shm write failures +{m.shm_write_failures}"
     if m.processing:
         tail += "; processing " + ", ".join(f"{k} {v}" for k, v in sorted(m.processing.items()))
@@ -38,9 +40,9 @@ def _shm_dir_line(d: Any) -> Text:
         body += f" ({d.name_pid} in its pid namespace)"
     if ends:
         body += " (" + ", ".join(f"{k} {v}" for k, v in sorted(ends.items())) + ")"
-    consumed = sorted(s.in_flight_ms for s in d.segments if s.end == "consumed")
+    consumed = [s.in_flight_ms for s in d.segments if s.end == "consumed"]
     if consumed:
-        body += f", consumed in {consumed[len(consumed) // 2]:.1f} ms (median)"
+        body += f", consumed in {median(consumed, method='higher'):.1f} ms (median)"
     out = head + Text(body)
     if d.probe_file_left:
         out += Text("; probe file left over: ") + safe(d.probe_file_left)
@@ -123,7 +125,7 @@ def e2e_report(app: App, report: Any) -> None:
         for run in report.runs:
             table.add_row(run.label, run.path, f"{run.p50_ms:.0f}", str(len(run.requests)))
         app.console.print(table)
-    img = f"{report.image_size}x{report.image_size} PNG ({human_bytes(report.image_bytes)})"
+    img = f"{report.image_size}x{report.image_size} PNG ({binary_size(report.image_bytes)})"
     app.console.print(Text("image: ") + Text(img) + Text(", model ") + safe(report.model))
     if report.embedded:
         if report.removed_at_stop or report.processes_left:
@@ -147,7 +149,7 @@ def sweep_report(app: App, report: Any) -> None:
         return "n/a" if v is None else f"{v:.1f}" if v < 100 else f"{v:.0f}"
 
     for r in report.rows:
-        table.add_row(str(r.image_px), human_bytes(r.pixel_nbytes), ms(r.inline_p50_ms), ms(r.shm_p50_ms),
+        table.add_row(str(r.image_px), binary_size(r.pixel_nbytes), ms(r.inline_p50_ms), ms(r.shm_p50_ms),
                       f"{r.speedup:.2f}x" if r.speedup else "-", ms(r.shm_write_ms), ms(r.worker_read_ms),
                       ms(r.floor_ms), ms(r.preprocess_ms))  # fmt: skip
     app.console.print(table)

@@ -1,4 +1,4 @@
-"""Shared helpers for human output: sizes, ages, escaped names and quoted commands.
+"""Shared helpers for human output: escaped names, quoted commands, wrapped prose (numbers: core/units.py).
 
 Names come from a world-writable directory and messages from peers: anything a
 stranger controls is shown through ``escape`` (``ls -b`` style) and never as markup,
@@ -126,16 +126,6 @@ def lossless(value: str | bytes) -> str:
     return (value if isinstance(value, bytes) else os.fsencode(value)).hex()
 
 
-def human_bytes(n: int) -> str:
-    """1536 -> '1.5 KiB'."""
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(size) < 1024 or unit == "TiB":
-            return f"{int(size)} B" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{n} B"
-
-
 def kv_table(rows: list[tuple[str, Any]]) -> Table:
     from rich.table import Table  # here: gc's start-up (every run) never draws a table
 
@@ -146,9 +136,3 @@ def kv_table(rows: list[tuple[str, Any]]) -> Table:
         table.add_row(k, safe(str(v)))  # values are read from the host or a peer: escaped
     return table
 
-
-def human_age(seconds: float) -> str:
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds / size:.1f}{unit}"
-    return f"{seconds:.0f}s"

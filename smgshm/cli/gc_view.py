@@ -19,7 +19,8 @@ from typing import IO, TYPE_CHECKING, Any
 
 from rich.text import Text
 
-from smgshm.cli.fmt import escape, human_age, human_bytes, lossless, quote_cmd, safe
+from smgshm.cli.fmt import escape, lossless, quote_cmd, safe
+from smgshm.core.units import binary_size, short_duration
 
 if TYPE_CHECKING:
     from smgshm.cli.app import App
@@ -110,16 +111,16 @@ def _size(n: int) -> str:
     if n not in _SIZES:
         if len(_SIZES) > 65536:
             _SIZES.clear()  # bounded: sizes repeat, but a stranger can make them all differ
-        _SIZES[n] = human_bytes(n)
+        _SIZES[n] = binary_size(n)
     return _SIZES[n]
 
 
 def _age(s: float) -> str:
-    k = int(s)  # human_age shows whole seconds at best
+    k = int(s)  # short_duration shows whole seconds at best
     if k not in _AGES:
         if len(_AGES) > 65536:
             _AGES.clear()
-        _AGES[k] = human_age(k)
+        _AGES[k] = short_duration(k)
     return _AGES[k]
 
 
@@ -261,9 +262,9 @@ class HumanListing:
         app.console.print(Text(headline(scan, before, after, deleted, self.check, ok), style=style))
         for title, table in (("state", after.counts), ("kind", after.counts_by_kind)):
             sizes = after.bytes_by_state if title == "state" else after.bytes_by_kind
-            cells = [f"{k} {n} ({human_bytes(sizes[k])})" for k, n in table.items() if n]
+            cells = [f"{k} {n} ({binary_size(sizes[k])})" for k, n in table.items() if n]
             if gone and title == "state":
-                cells.append(f"deleted {len(gone)} ({human_bytes(sum(d.freed_bytes for d in gone))} freed)")
+                cells.append(f"deleted {len(gone)} ({binary_size(sum(d.freed_bytes for d in gone))} freed)")
             app.console.print(Text(f"by {title}: " + (", ".join(cells) or "none")))
         if self.spool is not None:
             self.spool.write("".join(self.spool_buf))
@@ -291,9 +292,9 @@ class HumanListing:
         _deletions(app, deleted, all_rows=self.spool is not None)
         used, free = usage  # read again after any delete
         app.console.print(Text(
-            f"{display(scan.opts.shm_dir)}: {human_bytes(used)} used of {human_bytes(scan.shm_total_bytes)}, "
-            f"{human_bytes(free)} free; "
-            f"reclaimable now {human_bytes(after.reclaimable_bytes)}"
+            f"{display(scan.opts.shm_dir)}: {binary_size(used)} used of {binary_size(scan.shm_total_bytes)}, "
+            f"{binary_size(free)} free; "
+            f"reclaimable now {binary_size(after.reclaimable_bytes)}"
         ))  # fmt: skip
         if after.counts["leaked"] and not deleted and not app.quiet:
             argv = ["smgshm", "gc", "--shm-dir", scan.opts.shm_dir, "--delete"]
@@ -307,7 +308,7 @@ def headline(scan: Scan, before: Tally, after: Tally, deleted: list[Deletion], c
     states = ", ".join(f"{n} {k}" for k, n in after.counts.items() if n) or "none"
     gone = [d for d in deleted if d.deleted]
     if deleted:
-        freed = human_bytes(sum(d.freed_bytes for d in gone))
+        freed = binary_size(sum(d.freed_bytes for d in gone))
         kept = len(deleted) - len(gone)
         text = (f"deleted {len(gone)}, freed {freed}{f', kept {kept}' if kept else ''}; "
                 f"{after.total} SMG segment(s) left in {where}: {states}")  # fmt: skip
@@ -328,7 +329,7 @@ def _deletions(app: App, deleted: list[Deletion], all_rows: bool) -> None:
     shown = deleted if all_rows else deleted[:NOTABLE]
     for d in shown:
         if d.deleted:
-            out.write(f"deleted {display(d.name)}: freed {human_bytes(d.freed_bytes)} ({escape(d.reason)})\n")
+            out.write(f"deleted {display(d.name)}: freed {binary_size(d.freed_bytes)} ({escape(d.reason)})\n")
         else:
             out.write(f"kept {display(d.name)}: {escape(d.reason)}\n")
     if len(shown) < len(deleted):
@@ -339,11 +340,11 @@ def _deletions(app: App, deleted: list[Deletion], all_rows: bool) -> None:
 def will_delete(app: App, chosen: list[SegmentInfo], all_rows: bool) -> None:
     """Before anything is deleted, on stderr: which entries, and what they hold."""
     total = sum(s.frees_bytes for s in chosen)
-    app.err_console.print(Text(f"will delete {len(chosen)} segment(s), {human_bytes(total)}:"))
+    app.err_console.print(Text(f"will delete {len(chosen)} segment(s), {binary_size(total)}:"))
     shown = chosen if all_rows else chosen[:NOTABLE]
     err = Out(sys.stderr)
     for s in shown:
-        err.write(f"  {display(s.name)}  {human_bytes(s.allocated_bytes)}, {s.state.value}: {escape(s.reason)}\n")
+        err.write(f"  {display(s.name)}  {binary_size(s.allocated_bytes)}, {s.state.value}: {escape(s.reason)}\n")
     if len(shown) < len(chosen):
         err.write(f"  ... and {len(chosen) - len(shown)} more (--all lists them)\n")
     err.flush()

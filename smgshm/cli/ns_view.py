@@ -6,7 +6,8 @@ from typing import TYPE_CHECKING
 
 from rich.text import Text
 
-from smgshm.cli.fmt import hint, human_bytes, kv_table, prose, safe
+from smgshm.cli.fmt import hint, kv_table, prose, safe
+from smgshm.core.units import binary_size
 
 if TYPE_CHECKING:
     from smgshm.cli.app import App
@@ -24,8 +25,8 @@ def identity(app: App, ident: HostIdentity) -> None:
                 ("shm dir", f"{ident.shm_dir} (st_dev {ident.shm_dev}, {ident.fstype or '?'})"),
                 (
                     "size",
-                    f"{human_bytes(ident.shm_total_bytes)}, {human_bytes(used)} used, "
-                    f"{human_bytes(ident.shm_free_bytes)} free",
+                    f"{binary_size(ident.shm_total_bytes)}, {binary_size(used)} used, "
+                    f"{binary_size(ident.shm_free_bytes)} free",
                 ),
                 ("mount options", ident.mount_options or "?"),
                 ("pid", f"{ident.pid} ({ident.pid_namespace or 'pid namespace unknown'})"),

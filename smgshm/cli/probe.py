@@ -7,8 +7,8 @@ import click
 from smgshm.cli import probe_view as view
 from smgshm.cli.app import App
 from smgshm.cli.exitcodes import ExitCode
-from smgshm.cli.fmt import human_bytes
 from smgshm.cli.params import BYTES, DURATION, shm_dir_option
+from smgshm.core.units import binary_size
 
 _CODES = {
     "shared": ExitCode.OK,
@@ -132,7 +132,7 @@ def probe(
     codes = [verdict_code(w.verdict, expect) for w in report.workers]
     if need is not None and report.local.shm_free_bytes < need:
         free = report.local.shm_free_bytes
-        what = f"{shm_dir} has {free} bytes ({human_bytes(free)}) free, less than --need {need} ({human_bytes(need)})"
+        what = f"{shm_dir} has {free} bytes ({binary_size(free)}) free, less than --need {need} ({binary_size(need)})"
         app.warn(what)
         local_failures.append(what)
         codes.append(ExitCode.CHECK_FAILED)

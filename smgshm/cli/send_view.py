@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Any
 from rich.table import Table
 from rich.text import Text
 
-from smgshm.cli.fmt import hint, human_bytes, prose, safe
+from smgshm.cli.fmt import hint, prose, safe
+from smgshm.core.units import binary_size
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -75,7 +76,7 @@ def _render(app: App, report: Any, signal_name: str) -> None:
             p.path,
             str(p.requests),
             str(p.tensors),
-            human_bytes(p.nbytes),
+            binary_size(p.nbytes),
             str(p.failures),
             str(p.mismatches),
             str(p.leftovers),

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import platform
-import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,9 +16,11 @@ from typing import Any
 from smgshm.core.errors import SmgshmError, TransportError, VerificationError
 from smgshm.core.paths import DEFAULT_SHM_DIR
 from smgshm.core.segments.io import WriteStrategy, unlink_segment, write_segment
+from smgshm.core.stats import median, percentiles
 from smgshm.core.transport.tensors import digest
 from smgshm.core.transport.verify import Sent, judge, receipt_key
 from smgshm.core.transport.wire import Layout, OutTensor, Request, build_multimodal
+from smgshm.core.units import gb_per_s
 
 MESSAGE_OVERHEAD = 64 * 1024  # headroom under the gRPC limit for the envelope around an inline payload
 
@@ -85,13 +86,8 @@ def _ms(ns: float) -> float:
 
 
 def _stats(ns: list[int], nbytes: int) -> Stats:
-    s = sorted(ns)
-
-    def q(p: float) -> float:
-        return _ms(s[min(len(s) - 1, round(p * (len(s) - 1)))])
-
-    med = statistics.median(s)
-    return Stats(q(0.5), q(0.9), q(0.99), nbytes / med if med else 0.0)
+    p50, p90, p99 = percentiles(ns, (0.5, 0.9, 0.99), "nearest")
+    return Stats(_ms(p50), _ms(p90), _ms(p99), gb_per_s(nbytes, median(ns)))
 
 
 def _gbps(nbytes: int, fn: Callable[[], None], runs: int = 5) -> float:
@@ -100,7 +96,7 @@ def _gbps(nbytes: int, fn: Callable[[], None], runs: int = 5) -> float:
         t0 = time.perf_counter_ns()
         fn()
         times.append(time.perf_counter_ns() - t0)
-    return nbytes / statistics.median(times)
+    return gb_per_s(nbytes, median(times))
 
 
 def measure_host(shm_dir: str, nbytes: int = 64 * 1024 * 1024) -> HostFigures:
@@ -270,8 +266,8 @@ def run_bench(
             shm = _stats(parts["shm"], size)
             inline = _stats(inl, size) if inl else None
             r = SizeResult(
-                size, inline, shm, _ms(statistics.median(parts["write"])), _ms(statistics.median(parts["rpc"])),
-                _ms(statistics.median(parts["read"])), (inline.p50_ms / shm.p50_ms) if inline and shm.p50_ms else None,
+                size, inline, shm, _ms(median(parts["write"])), _ms(median(parts["rpc"])), _ms(median(parts["read"])),
+                (inline.p50_ms / shm.p50_ms) if inline and shm.p50_ms else None,
                 shm.gb_per_s / host.memcpy_gb_per_s if host.memcpy_gb_per_s else 0.0,
                 {"inline": inl, "shm": parts["shm"]},
             )  # fmt: skip

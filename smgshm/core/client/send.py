@@ -20,10 +20,12 @@ from typing import TYPE_CHECKING, Any
 from smgshm.core.errors import HostError, MessageTooLargeError, SmgshmError, TransportError
 from smgshm.core.paths import DEFAULT_SHM_DIR
 from smgshm.core.segments.io import ShmRef, WriteStrategy, unlink_segment, write_segment
+from smgshm.core.stats import percentiles
 from smgshm.core.transport.decision import DEFAULT_SHM_MIN_BYTES, Mode, decide
 from smgshm.core.transport.tensors import digest, expected_nbytes, make_tensor, tensor_bytes
 from smgshm.core.transport.verify import Sent, judge, receipt_key
 from smgshm.core.transport.wire import Layout, OutTensor, Request, build_multimodal
+from smgshm.core.units import gb_per_s
 
 if TYPE_CHECKING:
     from smgshm.core.host.facts import HostFacts
@@ -105,13 +107,6 @@ class SendReport:
     @property
     def ok(self) -> bool:
         return not self.problems and not self.unreachable and not self.stopped
-
-
-def _pct(values: list[int], q: float) -> float:
-    if not values:
-        return 0.0
-    s = sorted(values)
-    return s[min(len(s) - 1, round(q * (len(s) - 1)))] / 1e6
 
 
 # Bounds checked before anything is allocated (the CLI makes them usage errors): a tensor
@@ -336,8 +331,10 @@ def send(
         run.problems.append(Problem(sent, "", "not_sent", f"{opts.count - sent} request(s) not sent: {why}"))
     elif stopped:
         run.problems.append(Problem(sent, "", "not_sent", "the run was stopped before its --duration was up"))
-    paths = [
-        PathSummary(
+    paths = []
+    for p, s in sorted(run.stats.items()):
+        p50, p90, p99 = percentiles(s.latencies_ns, (0.5, 0.9, 0.99), "nearest", empty=0.0)
+        paths.append(PathSummary(
             p,
             s.requests,
             s.tensors,
@@ -345,13 +342,11 @@ def send(
             s.failures,
             s.mismatches,
             s.leftovers,
-            _pct(s.latencies_ns, 0.5),
-            _pct(s.latencies_ns, 0.9),
-            _pct(s.latencies_ns, 0.99),
-            (s.nbytes / sum(s.latencies_ns)) if s.latencies_ns and sum(s.latencies_ns) else 0.0,
-        )
-        for p, s in sorted(run.stats.items())
-    ]
+            p50 / 1e6,
+            p90 / 1e6,
+            p99 / 1e6,
+            gb_per_s(s.nbytes, sum(s.latencies_ns)),
+        ))  # fmt: skip
     return SendReport(
         address, opts.layout.value, opts.mode.value, opts.dtype, opts.shape, run.nbytes, ident.namespace_id,
         ident.unlink_after_read, ident.uid, paths, sorted(run.problems, key=lambda p: p.request),

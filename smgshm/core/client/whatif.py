@@ -22,7 +22,6 @@ import os
 import shutil
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -36,6 +35,8 @@ from smgshm.core.errors import HostError, SmgshmError
 from smgshm.core.host.mounts import mount_holding, read_mounts
 from smgshm.core.host.pagesize import RECOMMENDED, SHMEM_ENABLED, PagePolicy, page_policy, save_last_what_if
 from smgshm.core.paths import BOOT_ID_PATH, DEFAULT_SHM_DIR, SMGSHM_PREFIX
+from smgshm.core.stats import median
+from smgshm.core.units import gb_per_s
 
 MIB = 1024 * 1024
 DEFAULT_SIZES = (4_816_896, 16 * MIB, 64 * MIB)  # a 448x448 image's pixel_values, and two bench sizes
@@ -206,9 +207,9 @@ def _report(doc: dict[str, Any], policy: PagePolicy, shm_dir: str, iterations: i
         n = int(s["nbytes"])
         pairs = []
         for op, _ in OPS:
-            a, b = statistics.median(s["ops"][op]["normal"]), statistics.median(s["ops"][op]["huge"])
+            a, b = median(s["ops"][op]["normal"]), median(s["ops"][op]["huge"])
             pairs.append(
-                OpPair(op, labels[op], a / 1e6, b / 1e6, n / a if a else 0.0, n / b if b else 0.0, a / b if b else 0.0)
+                OpPair(op, labels[op], a / 1e6, b / 1e6, gb_per_s(n, a), gb_per_s(n, b), a / b if b else 0.0)
             )
         e2e = next(p for p in pairs if p.op == "smg_path")
         sizes.append(WhatIfSize(n, pairs, e2e.speedup))

@@ -35,6 +35,7 @@ from smgshm.core.host.pagesize import (
 )
 from smgshm.core.outcomes import Outcome
 from smgshm.core.paths import smgshm_cmd
+from smgshm.core.units import mib_size, short_duration
 
 
 @dataclass(frozen=True)
@@ -55,17 +56,6 @@ class HostFindings:
     capacity: CapacityVerdict | None = None
     page_policy: PagePolicy | None = None
     last_what_if: dict[str, Any] | None = None
-
-
-def _mib(n: float) -> str:
-    return f"{n / 2**20:,.1f} MiB" if n < 2**30 else f"{n / 2**30:,.1f} GiB"
-
-
-def _age(s: float) -> str:
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if s >= size:
-            return f"{s / size:.1f}{unit}"
-    return f"{s:.0f}s"
 
 
 def _same_file(a: str, b: str) -> bool:
@@ -160,7 +150,7 @@ def check_gateways(findings: list[GatewayFinding]) -> list[Check]:
             continue
         parts = [f"uid {g.uid}" if g.uid is not None else "uid ?"]
         if g.uptime_s is not None:
-            parts.append(f"up {_age(g.uptime_s)}")
+            parts.append(f"up {short_duration(g.uptime_s)}")
         if g.http_url:
             parts.append(f"HTTP {g.http_url}")
         if g.metrics_url:
@@ -221,9 +211,9 @@ def capacity_needs(inflight_bytes: int | None, findings: list[GatewayFinding], f
 
 def check_capacity(usage: ShmUsage, needs: list[Need]) -> tuple[list[Check], CapacityVerdict]:
     v = assess_capacity(usage, needs)
-    fams = ", ".join(f"{f.family} {f.count:,} ({_mib(f.nbytes)})" for f in usage.families) or "empty"
+    fams = ", ".join(f"{f.family} {f.count:,} ({mib_size(f.nbytes)})" for f in usage.families) or "empty"
     hidden = (
-        f"; {_mib(usage.unattributed_bytes)} held by no name (unlinked files still open or mapped, or "
+        f"; {mib_size(usage.unattributed_bytes)} held by no name (unlinked files still open or mapped, or "
         "inside directories)"
         if usage.unattributed_bytes >= 2**20
         else ""
@@ -233,7 +223,7 @@ def check_capacity(usage: ShmUsage, needs: list[Need]) -> tuple[list[Check], Cap
         Check(
             "shm usage",
             "ok",
-            f"{usage.shm_dir}: {_mib(usage.used_bytes)} used of {_mib(usage.total_bytes)}; "
+            f"{usage.shm_dir}: {mib_size(usage.used_bytes)} used of {mib_size(usage.total_bytes)}; "
             f"by family: {fams}{hidden}{cut}",
         )
     ]
@@ -243,7 +233,7 @@ def check_capacity(usage: ShmUsage, needs: list[Need]) -> tuple[list[Check], Cap
             Check(
                 "capacity",
                 "ok",
-                f"{_mib(v.free_bytes)} free{docker}; no in-flight budget known",
+                f"{mib_size(v.free_bytes)} free{docker}; no in-flight budget known",
                 "pass --inflight-bytes (the gateway's --multimodal-max-inflight-bytes)",
             )
         )
@@ -254,8 +244,8 @@ def check_capacity(usage: ShmUsage, needs: list[Need]) -> tuple[list[Check], Cap
             Check(
                 "capacity",
                 status,
-                f"{_mib(v.free_bytes)} free{docker} holds the largest need "
-                f"{times:,.1f} times: {_mib(v.largest.nbytes)} ({v.largest.source})",
+                f"{mib_size(v.free_bytes)} free{docker} holds the largest need "
+                f"{times:,.1f} times: {mib_size(v.largest.nbytes)} ({v.largest.source})",
                 _enlarge(usage, v.largest.nbytes) if v.docker_default else "",
                 fix_cmd=_enlarge_cmd(usage, v.largest.nbytes) if v.docker_default else [],
             )
@@ -266,8 +256,8 @@ def check_capacity(usage: ShmUsage, needs: list[Need]) -> tuple[list[Check], Cap
             Check(
                 "capacity",
                 "fail" if v.explicit_unmet else "warn",
-                f"{_mib(v.free_bytes)} free{docker} is below the largest need "
-                f"{_mib(v.largest.nbytes)} ({v.largest.source}): SMG's writes fail and go inline",
+                f"{mib_size(v.free_bytes)} free{docker} is below the largest need "
+                f"{mib_size(v.largest.nbytes)} ({v.largest.source}): SMG's writes fail and go inline",
                 _enlarge(usage, v.largest.nbytes),
                 Outcome.CHECK_FAILED if v.explicit_unmet else Outcome.OK,
                 fix_cmd=_enlarge_cmd(usage, v.largest.nbytes),
@@ -309,7 +299,7 @@ def check_page_policy(facts: HostFacts) -> tuple[list[Check], PagePolicy | None,
         gain = (
             f"measured here by smgshm bench --what-if huge-pages ({age_text(last['measured_unix_s'])}): "
             f"SMG's writer {a:.2f} -> {b:.2f} GB/s ({b / a:.1f}x), its whole path "
-            f"{last['end_to_end_speedup']:.1f}x at {_mib(last['nbytes'])}"
+            f"{last['end_to_end_speedup']:.1f}x at {mib_size(last['nbytes'])}"
         )
     else:
         a, b = ELSEWHERE["smg_writer_gb_per_s"]

@@ -6,6 +6,7 @@ from smgshm.core.doctor.check import Check
 from smgshm.core.host.facts import HostFacts
 from smgshm.core.outcomes import Outcome
 from smgshm.core.paths import smgshm_cmd
+from smgshm.core.units import whole_mib
 
 DOCKER_DEFAULT_SHM = 64 * 1024 * 1024
 
@@ -36,7 +37,7 @@ def check_identity(facts: HostFacts) -> list[Check]:
                 Outcome.UNDETERMINED,
             )
         )
-    size = f"{ident.shm_total_bytes / 2**20:.0f} MiB, {ident.shm_free_bytes / 2**20:.0f} MiB free"
+    size = f"{whole_mib(ident.shm_total_bytes)}, {whole_mib(ident.shm_free_bytes)} free"
     if ident.fstype and ident.fstype != "tmpfs":
         out.append(
             Check(

@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import socket
-import statistics
 import threading
 import time
 import urllib.parse
@@ -279,7 +278,3 @@ def receipts_since(baseline: dict[str, int], timeout_s: float) -> ReceiptEvidenc
     if not answered:
         return ReceiptEvidence(False, "; ".join(notes))
     return ReceiptEvidence(True, "; ".join(notes), answered, seen, partial=bool(notes))
-
-
-def median_or_zero(values: list[float]) -> float:
-    return statistics.median(values) if values else 0.0

@@ -24,7 +24,6 @@ from smgshm.core.e2e.evidence import (
     ShmDirEvidence,
     is_local_url,
     listening_pid,
-    median_or_zero,
     metrics_delta,
     receipt_baseline,
     receipts_since,
@@ -36,6 +35,7 @@ from smgshm.core.gateway.metrics import default_metrics_url, scrape
 from smgshm.core.gateway.process import RunningGateway
 from smgshm.core.host.facts import HostFacts, namespace_id, writable_error
 from smgshm.core.paths import DEFAULT_SHM_DIR
+from smgshm.core.stats import median
 from smgshm.core.transport.decision import Mode, decide
 
 EMBEDDED_MODES = ("shm", "auto", "inline")
@@ -187,7 +187,7 @@ def _observe(targets: list[_Target], opts: E2eOptions, model: str, png: bytes, s
         runs.append(
             GatewayRun(
                 t.label, t.url, t.metrics_url, t.mode, t.shm_min_bytes, t.engine, t.worker_ns, t.workers,
-                list(t.outcomes), median_or_zero([o.elapsed_ms for o in t.outcomes if o.ok]), m, d, r,
+                list(t.outcomes), median([o.elapsed_ms for o in t.outcomes if o.ok], empty=0.0), m, d, r,
                 v.path, v.cause, v.agree, v.counts, v.failure_class, FAILURE_TEXT.get(v.failure_class, ""),
                 expected, (not expected or v.path == expected), t.log, t.dev_writable, t.setting_source,
             )

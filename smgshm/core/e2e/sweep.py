@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import contextlib
 import re
-import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from smgshm.core.paths import DEFAULT_SHM_DIR
+from smgshm.core.stats import median
 
 DEFAULT_SIZES = (224, 448, 896, 1344, 1792, 2688)
 _SHM_WRITE = re.compile(r"smg_mm_timing mm_shm_write .*?nbytes=(\d+) elapsed_ms=([0-9.]+)")
@@ -49,10 +49,6 @@ class SweepReport:
     memcpy_gb_per_s: float
     model: str
     gateway_logs: list[str] = field(default_factory=list)
-
-
-def _median(xs: list[float]) -> float | None:
-    return statistics.median(xs) if xs else None
 
 
 def _shm_writes(log: str) -> list[float]:
@@ -138,12 +134,12 @@ def run_sweep(sizes: tuple[int, ...] = DEFAULT_SIZES, requests: int = 5, warmup:
             got = {m: fetch_receipts(rcv[m].address, seq[m], 10.0)[0] for m in rcv}
             pix = [r for r in got["shm"] if r.key == "pixel_values" and r.payload_kind == "shm" and not r.error_code]
             nbytes = max((r.nbytes for r in got["shm"] + got["inline"] if r.key == "pixel_values"), default=0)
-            read = _median([r.read_ns / 1e6 for r in pix])
-            w = _median(writes)
+            read = median([r.read_ns / 1e6 for r in pix], empty=None)
+            w = median(writes, empty=None)
             floor_ms = nbytes / floor_bps * 1000 if floor_bps else 0.0
-            i50, s50 = _median(lat["inline"]) or 0.0, _median(lat["shm"]) or 0.0
+            i50, s50 = median(lat["inline"], empty=0.0), median(lat["shm"], empty=0.0)
             rows.append(SweepRow(px, nbytes, requests, failed, i50, s50, i50 / s50 if s50 and i50 else None, w, read,
-                                 _median(pre), floor_ms, floor_ms / w if w else None))  # fmt: skip
+                                 median(pre, empty=None), floor_ms, floor_ms / w if w else None))  # fmt: skip
             say(f"{px} px: inline {i50:.0f} ms, shm {s50:.0f} ms")
     logs = [g.log_path for g in gateways]
     if all(r.failed == 0 for r in rows):  # a passing sweep leaves no log behind; a failing one names them

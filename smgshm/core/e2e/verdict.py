@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from smgshm.core.e2e.evidence import MetricsEvidence, ReceiptEvidence, ShmDirEvidence, median_or_zero
+from smgshm.core.e2e.evidence import MetricsEvidence, ReceiptEvidence, ShmDirEvidence
 from smgshm.core.paths import GATEWAY_PROBE_PREFIX
+from smgshm.core.stats import median
 from smgshm.core.transport.decision import DEFAULT_SHM_MIN_BYTES, PROBE_FAILS, Mode, decide, parse_mode
+from smgshm.core.units import decimal_size
 
 
 @dataclass(frozen=True)
@@ -38,10 +40,6 @@ class Verdict:
     agree: bool  # every available source tells the same story
     counts: dict[str, int]  # SHM tensors per source (metrics, shm dir, receipts)
     failure_class: str = ""  # consumed_handle_retried | segment_left_behind | request_failed
-
-
-def _mb(n: float) -> str:
-    return f"{n / 1e6:.1f} MB" if n >= 1e5 else f"{n / 1e3:.1f} kB"
 
 
 def shm_counts(m: MetricsEvidence, d: ShmDirEvidence, r: ReceiptEvidence) -> dict[str, int]:
@@ -110,15 +108,15 @@ def _shm_cause(ctx: Context, m: MetricsEvidence, d: ShmDirEvidence, r: ReceiptEv
     nbytes = m.nbytes.get("shm", 0) if m.available else sum(x.nbytes for x in shm_receipts)
     if not nbytes and d.available:
         nbytes = sum(s.nbytes or 0 for s in d.segments)
-    text = f"SHM: {what} {_mb(nbytes / per)} via shm"
+    text = f"SHM: {what} {decimal_size(nbytes / per)} via shm"
     if ctx.requests > 1:
         text += f" in each of {ctx.requests} requests"
     consumed = [s.in_flight_ms for s in d.segments if s.end == "consumed"] if d.available else []
     ages = [x.age_ms for x in shm_receipts if x.age_ms > 0]
     if consumed:
-        text += f", consumed in {median_or_zero(consumed):.0f} ms"
+        text += f", consumed in {median(consumed):.0f} ms"
     elif ages:
-        text += f", read {median_or_zero(ages):.0f} ms after the write"
+        text += f", read {median(ages):.0f} ms after the write"
     if n_inline:
         each = " per request" if ctx.requests > 1 else ""
         text += f"; {n_inline // per or n_inline} tensor(s) inline{each} (below shm_min_bytes {_min_bytes(ctx)})"

@@ -15,6 +15,7 @@ from smgshm.core.gateway.log import TransportConfig
 from smgshm.core.gateway.metrics import MmTraffic
 from smgshm.core.outcomes import Outcome
 from smgshm.core.paths import GATEWAY_PROBE_PREFIX
+from smgshm.core.units import decimal_mb
 
 DEFAULT_SHM_MIN_BYTES = 65536  # SMG's built-in default (smg-facts §2.3)
 FIX_FLAG = ["--multimodal-tensor-transport", "auto"]
@@ -38,10 +39,6 @@ class ModeFinding:
     evidence: list[Evidence] = field(default_factory=list)
     mode: str = ""  # as logged, when a log was read
     mean_tensor_bytes: int | None = None  # over every path since start
-
-
-def _mb(n: float) -> str:
-    return f"{n / 1e6:.1f} MB"
 
 
 def fix_text(mode: str = "auto") -> str:
@@ -137,7 +134,7 @@ def judge(
                     "inline",
                     "warn",
                     f"configured auto (log) but all {inline_n:,} tensors since start went inline "
-                    f"(mean {_mb(inline_mean)}): the worker's shm_namespace_id does not match the "
+                    f"(mean {decimal_mb(inline_mean)}): the worker's shm_namespace_id does not match the "
                     "gateway's",
                     "compare them: " + shlex.join(["smgshm", "probe", "--from-gateway", http_url or "URL"]) + certain,
                 )
@@ -146,14 +143,14 @@ def judge(
                     "unknown",
                     "warn",
                     f"configured shm (log) yet {inline_n:,} tensors since start went inline "
-                    f"(mean {_mb(inline_mean)}) and no write failed: the workers may not take SHM "
+                    f"(mean {decimal_mb(inline_mean)}) and no write failed: the workers may not take SHM "
                     "(SGLang, TRT-LLM, MLX, ZMQ)" + certain,
                 )
             return found(
                 "off_or_failing",
                 "warn",
                 f"multimodal tensors went inline since start ({inline_n:,} tensors, mean "
-                f"{_mb(inline_mean)}): SHM is off (the default is inline) or failing",
+                f"{decimal_mb(inline_mean)}): SHM is off (the default is inline) or failing",
                 fix_text(),
             )
         return found(

@@ -6,7 +6,7 @@ created and consumed, what is in flight, time in flight (created to unlink, of t
 segments a reader consumed), and orphans: segments still in flight after
 ``orphan_after_s``, each judged by gc's own ``judge_entry`` (producer alive? held?).
 With a metrics URL it also scrapes the gateway's counters and puts them side by side.
-Totals only grow, percentiles stream (quantiles.py): nothing grows with the number
+Totals only grow, percentiles stream (stats.py): nothing grows with the number
 of segments seen.
 """
 
@@ -23,8 +23,8 @@ from smgshm.core.errors import SmgshmError
 from smgshm.core.gateway.metrics import MetricsSnapshot, scrape
 from smgshm.core.gateway.rates import DEFAULT_SHM_MIN_BYTES, GatewayRates, failed_rates, gateway_rates
 from smgshm.core.paths import DEFAULT_SHM_DIR, SMG_FAMILY_PREFIX
-from smgshm.core.quantiles import StreamingQuantiles
 from smgshm.core.segments.judge import ScanOptions, SegmentInfo, judge_entry
+from smgshm.core.stats import StreamingQuantiles
 from smgshm.core.watch.follow import CONSUMED, SegmentLife, SegmentTracker, ShmEvent, ShmWatcher
 
 # Time-in-flight histogram bounds (seconds) for the exporter; +Inf is implied.
