@@ -22,6 +22,7 @@ from typing import Any
 import grpc
 
 from smgshm import __version__
+from smgshm.core.engines import ENGINES, engine_named
 from smgshm.core.errors import TooManyTensorsError, TransportError, WireError
 from smgshm.core.receiver.faces import HandlerOverride, engine_modules, engine_servicer, raw_generate_handlers
 from smgshm.core.receiver.modeldir import ensure_model_dir
@@ -40,7 +41,7 @@ START_TIMEOUT_S = 30.0
 __all__ = ["DIAG_SERVICE", "RunningReceiver", "engine_modules", "start_receiver"]
 
 
-_LAYOUTS = {diag_pb2.LAYOUT_VLLM: Layout.VLLM, diag_pb2.LAYOUT_TOKENSPEED: Layout.TOKENSPEED}
+_LAYOUTS = {diag_pb2.Layout.Value(e.diag_layout): Layout(e.name) for e in ENGINES if e.diag_layout}
 
 
 def receive_request(raw: bytes, cfg: ReceiverConfig) -> tuple[Any, list[Receipt]]:
@@ -57,7 +58,7 @@ def receive_request(raw: bytes, cfg: ReceiverConfig) -> tuple[Any, list[Receipt]
         raise WireError("cannot parse ReceiveRequest", nbytes=len(raw)) from err
     layout = _LAYOUTS.get(request.layout)
     if layout is None:
-        raise WireError("layout must be LAYOUT_VLLM or LAYOUT_TOKENSPEED")
+        raise WireError("layout must be " + " or ".join(e.diag_layout for e in ENGINES if e.diag_layout))
     return request, receive(layout, resolve(request.multimodal_inputs, payloads), cfg)
 
 
@@ -215,12 +216,12 @@ async def _build(cfg: ReceiverConfig, state: ReceiverState, executor: Executor, 
     ]
     server = grpc.aio.server(options=opts)
     engine, engine_name = engine_servicer(state, executor)
-    pb, pb_grpc, svc = engine_modules(cfg.engine)
-    add = getattr(pb_grpc, f"add_{svc}Servicer_to_server")
-    if cfg.engine == "sglang":
-        add(engine, server)
+    e = engine_named(cfg.engine)
+    add = getattr(e.pb2_grpc(), f"add_{e.service}Servicer_to_server")
+    if e.shm:  # the engine's face answers Generate, which takes its request as bytes
+        add(engine, HandlerOverride(server, raw_generate_handlers(e.pb2(), engine)))
     else:
-        add(engine, HandlerOverride(server, raw_generate_handlers(pb, engine)))
+        add(engine, server)
     diag = DiagnosticsServicer(state, executor)
     diag_pb2_grpc.add_DiagnosticsServicer_to_server(diag, HandlerOverride(server, raw_receive_handlers(diag)))
     health_servicer = health_async.HealthServicer()

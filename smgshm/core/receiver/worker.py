@@ -81,14 +81,15 @@ def parse_and_read(layout: Layout, raw: bytes, cfg: ReceiverConfig, ring: Receip
 
 
 def prompt_tokens(layout: Layout, request: Any) -> int:
-    if layout is Layout.VLLM and request.WhichOneof("input") != "tokenized":
+    if layout.engine.text_input and request.WhichOneof("input") != "tokenized":
         return 0
     return len(request.tokenized.input_ids)
 
 
 def check_generate(layout: Layout, request: Any) -> None:
-    """The refusals vLLM's servicer makes before reading anything (its segments stay unread)."""
-    if layout is Layout.VLLM and request.HasField("media_refs") and request.HasField("mm_inputs"):
+    """The refusals the engine's servicer makes before reading anything (its segments stay unread):
+    vLLM's, media_refs with mm_inputs."""
+    if layout.engine.media_refs and request.HasField("media_refs") and request.HasField("mm_inputs"):
         raise WireError("media_refs and mm_inputs are mutually exclusive")
 
 
