@@ -2,13 +2,26 @@
 
 from __future__ import annotations
 
+import click
 import pytest
 
-from smgshm.core.engines import DETECT_ORDER, ENGINES, SHM_ENGINES, Engine, engine_named
+from smgshm.cli.probe import probe
+from smgshm.cli.send import send
+from smgshm.cli.serve import serve
+from smgshm.core.engines import DETECT_ORDER, ENGINES, SERVED, SHM_ENGINES, Engine, engine_named
 from smgshm.core.transport.wire import Layout
 
 
-def test_layouts_are_the_shm_engines() -> None:
+def _choices(command: click.Command, option: str) -> list[str]:
+    param = next(p for p in command.params if p.name == option)
+    assert isinstance(param.type, click.Choice)
+    return list(param.type.choices)
+
+
+def test_cli_choices_are_the_table() -> None:
+    assert _choices(probe, "engine") == [e.name for e in ENGINES]
+    assert _choices(serve, "engine") == list(SERVED) == ["vllm", "tokenspeed", "sglang"]
+    assert _choices(send, "layout") == list(SHM_ENGINES) == ["vllm", "tokenspeed"]
     assert [layout.value for layout in Layout] == list(SHM_ENGINES)
 
 
@@ -31,7 +44,8 @@ def test_engine_resolves_its_proto_and_matches_it(e: Engine) -> None:
     pb, pb_grpc = e.pb2(), e.pb2_grpc()
     assert pb.DESCRIPTOR.package == e.package
     assert pb.DESCRIPTOR.services_by_name[e.service].full_name == e.full_service
-    assert hasattr(pb_grpc, f"{e.service}Stub") and hasattr(pb_grpc, f"{e.service}Servicer")
+    assert hasattr(pb_grpc, f"{e.service}Stub")
+    assert hasattr(pb_grpc, f"{e.service}Servicer")
 
     td = pb.DESCRIPTOR.message_types_by_name.get("TensorData")
     shm_arm = td is not None and "payload" in td.oneofs_by_name and "shm" in td.fields_by_name

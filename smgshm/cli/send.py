@@ -12,6 +12,7 @@ from smgshm.cli.exitcodes import ExitCode
 from smgshm.cli.fmt import human_bytes
 from smgshm.cli.params import BYTES, DURATION, shm_dir_option
 from smgshm.cli.signals import stop_on_signals
+from smgshm.core.engines import DEFAULT, SHM_ENGINES
 
 
 def _shape(text: str | None, size: int | None, dtype: str, tensors: int, concurrency: int) -> tuple[int, ...]:
@@ -59,8 +60,8 @@ def _shape(text: str | None, size: int | None, dtype: str, tensors: int, concurr
 )
 @click.option(
     "--layout",
-    type=click.Choice(["vllm", "tokenspeed"]),
-    default="vllm",
+    type=click.Choice(SHM_ENGINES),
+    default=DEFAULT,
     show_default=True,
     help="Which engine's MultimodalInputs carries the tensors.",
 )
