@@ -92,6 +92,11 @@ class Receipt:
     def ok(self) -> bool:
         return not self.error_code
 
+    @property
+    def digest_algo(self) -> str:
+        """The algorithm of ``digest``; empty when there is none (a refused tensor)."""
+        return DIGEST_ALGO if self.digest else ""
+
 
 def _error_code(err: SmgshmError) -> str:
     if isinstance(err, SegmentError):

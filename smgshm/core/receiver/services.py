@@ -27,10 +27,9 @@ from smgshm.core.errors import TooManyTensorsError, TransportError, WireError
 from smgshm.core.receiver.faces import HandlerOverride, engine_modules, engine_servicer, raw_generate_handlers
 from smgshm.core.receiver.modeldir import ensure_model_dir
 from smgshm.core.receiver.reader import Receipt, ReceiverConfig, ReceiverState, receive
-from smgshm.core.receiver.receipts import MAX_PER_CALL, ReceiptRing
+from smgshm.core.receiver.receipts import MAX_PER_CALL, ReceiptRing, receipt_as
 from smgshm.core.receiver.receipts import to_proto as receipt_proto
 from smgshm.core.transport.protowire import parse_excised, resolve
-from smgshm.core.transport.tensors import DIGEST_ALGO
 from smgshm.core.transport.wire import Layout
 from smgshm.rpc.v1 import diag_pb2, diag_pb2_grpc
 
@@ -117,24 +116,9 @@ class DiagnosticsServicer(diag_pb2_grpc.DiagnosticsServicer):  # type: ignore[mi
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
         finally:
             self.state.active -= 1
-        out = diag_pb2.ReceiveResponse(request_id=request.request_id)
-        for r in receipts:
-            pr = out.receipts.add(
-                key=r.key,
-                payload_kind=r.payload_kind,
-                dtype=r.dtype,
-                shape=list(r.shape),
-                nbytes=r.nbytes,
-                digest_algo=DIGEST_ALGO if r.digest else "",
-                digest=r.digest,
-                read_ns=r.read_ns,
-                decode_ns=r.decode_ns,
-                unlinked=r.unlinked,
-                shm_name=r.shm_name,
-                reader=r.reader,
-            )
-            if r.error_code:
-                pr.error.code, pr.error.message = r.error_code, r.error_message
+        out = diag_pb2.ReceiveResponse(
+            request_id=request.request_id, receipts=[receipt_as(diag_pb2.TensorReceipt, r) for r in receipts]
+        )
         out.elapsed_ns = time.perf_counter_ns() - t0
         return out
 

@@ -12,9 +12,8 @@ from typing import Any
 
 from smgshm.core.errors import WireError
 from smgshm.core.receiver.reader import Receipt, ReceiverConfig, check_tensor, receive_one
-from smgshm.core.receiver.receipts import GenerateReceipt, ReceiptRing
+from smgshm.core.receiver.receipts import GenerateReceipt, ReceiptRing, receipt_as
 from smgshm.core.segments.judge import parse_name
-from smgshm.core.transport.tensors import DIGEST_ALGO
 from smgshm.core.transport.wire import (
     InTensor,
     Layout,
@@ -48,27 +47,10 @@ def segment_age_ns(name: str, now_ns: int) -> int:
 
 
 def _to_generate_receipt(r: Receipt, t: InTensor, request_id: str, engine: str, now_ns: int) -> GenerateReceipt:
-    return GenerateReceipt(
-        request_id=request_id,
-        engine=engine,
-        key=r.key,
-        payload_kind=r.payload_kind,
-        dtype=r.dtype,
-        shape=r.shape,
-        nbytes=r.nbytes,
-        shm_name=r.shm_name,
-        shm_owner_id=t.shm_owner_id,
-        digest_algo=DIGEST_ALGO if r.digest else "",
-        digest=r.digest,
-        read_ns=r.read_ns,
-        decode_ns=r.decode_ns,
-        unlinked=r.unlinked,
-        age_ns=segment_age_ns(t.shm_name, now_ns) if t.kind == "shm" else 0,
-        received_unix_ns=now_ns,
-        reader=r.reader,
-        error_code=r.error_code,
-        error_message=r.error_message,
-    )
+    return receipt_as(
+        GenerateReceipt, r, request_id=request_id, engine=engine, shm_owner_id=t.shm_owner_id,
+        age_ns=segment_age_ns(t.shm_name, now_ns) if t.kind == "shm" else 0, received_unix_ns=now_ns,
+    )  # fmt: skip
 
 
 def parse_and_read(layout: Layout, raw: bytes, cfg: ReceiverConfig, ring: ReceiptRing) -> tuple[Any, GenerateOutcome]:
