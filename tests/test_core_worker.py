@@ -20,8 +20,15 @@ from smg_grpc_proto.generated import (
 
 from smgshm.core.errors import HostError, TransportError
 from smgshm.core.receiver.modeldir import SERVED_MODEL_NAME, ensure_model_dir
-from smgshm.core.receiver.reader import ReceiverConfig
-from smgshm.core.receiver.receipts import GenerateReceipt, ReceiptRing, fetch_receipts, from_proto
+from smgshm.core.receiver.reader import Receipt, ReceiverConfig
+from smgshm.core.receiver.receipts import (
+    GenerateReceipt,
+    ReceiptRing,
+    fetch_receipts,
+    from_proto,
+    receipt_as,
+    to_proto,
+)
 from smgshm.core.receiver.services import RunningReceiver, start_receiver
 from smgshm.core.receiver.worker import segment_age_ns
 from smgshm.core.segments.io import new_segment_name, write_segment
@@ -120,6 +127,24 @@ def test_ring_numbers_in_order_and_is_bounded() -> None:
     got, nxt, dropped = ring.after(3, limit=1)
     assert ([r.key for r in got], nxt, dropped) == (["d"], 4, 0)
     assert ring.after(5) == ([], 5, 0)
+
+
+def test_one_mapping_carries_a_receipt_through_every_form() -> None:
+    from smgshm.rpc.v1 import diag_pb2
+
+    read = Receipt("pixel_values", "shm", "uint8", (2, 2), nbytes=4, digest=b"d" * 16, read_ns=3, decode_ns=4,
+                   unlinked=True, shm_name="smg-tokenspeed-1-2-3", reader="view")  # fmt: skip
+    refused = Receipt("x", "shm", "uint8", (4,), shm_name="evil", error_code="foreign_name", error_message="no")
+    for r in (read, refused):
+        g = receipt_as(GenerateReceipt, r, request_id="q", engine="vllm", shm_owner_id="smg:1", received_unix_ns=9)
+        assert (g.key, g.shape, g.digest, g.reader, g.error_code) == (r.key, r.shape, r.digest, r.reader, r.error_code)
+        assert g.digest_algo == r.digest_algo == ("xxh3_128" if r.digest else "")
+        assert from_proto(to_proto(g)) == g
+        wire = receipt_as(diag_pb2.TensorReceipt, r)
+        assert (list(wire.shape), wire.digest_algo, wire.HasField("error")) == ([*r.shape], g.digest_algo, not r.ok)
+    assert to_proto(g).error.code == "foreign_name"
+    with pytest.raises(TypeError, match="no field"):
+        receipt_as(diag_pb2.TensorReceipt, read, request_id="q")
 
 
 # --- Generate over gRPC, in-process ----------------------------------------------------------

@@ -8,6 +8,7 @@ from smgshm.cli import probe_view as view
 from smgshm.cli.app import App
 from smgshm.cli.exitcodes import ExitCode
 from smgshm.cli.params import BYTES, DURATION, shm_dir_option
+from smgshm.core.engines import DETECT_ORDER, ENGINES
 from smgshm.core.units import binary_size
 
 _CODES = {
@@ -33,8 +34,8 @@ def verdict_code(verdict: str, expect: str) -> ExitCode:
 @click.option("--api-key", envvar="SMG_API_KEY", help="The gateway's --api-key, for --from-gateway.")
 @click.option(
     "--engine",
-    type=click.Choice(["vllm", "tokenspeed", "sglang", "trtllm", "mlx"]),
-    help="Skip detection (the gateway tries sglang, vllm, trtllm, tokenspeed, mlx in turn).",
+    type=click.Choice([e.name for e in ENGINES]),
+    help=f"Skip detection (the gateway tries {', '.join(e.name for e in DETECT_ORDER)} in turn).",
 )
 @click.option("--connect-timeout", type=DURATION, default="2s", show_default=True, help="Per worker, to connect.")
 @click.option("--timeout", type=DURATION, default="5s", show_default=True, help="Per RPC.")

@@ -11,6 +11,7 @@ from smgshm.cli.app import App
 from smgshm.cli.exitcodes import ExitCode
 from smgshm.cli.params import BYTES, DURATION, shm_dir_option
 from smgshm.cli.signals import stop_on_signals
+from smgshm.core.engines import DEFAULT, SHM_ENGINES
 from smgshm.core.units import binary_size
 
 
@@ -59,8 +60,8 @@ def _shape(text: str | None, size: int | None, dtype: str, tensors: int, concurr
 )
 @click.option(
     "--layout",
-    type=click.Choice(["vllm", "tokenspeed"]),
-    default="vllm",
+    type=click.Choice(SHM_ENGINES),
+    default=DEFAULT,
     show_default=True,
     help="Which engine's MultimodalInputs carries the tensors.",
 )

@@ -12,6 +12,7 @@ import click
 from smgshm.cli import serve_view as view
 from smgshm.cli.app import App
 from smgshm.cli.params import BYTES, DURATION, shm_dir_option
+from smgshm.core.engines import DEFAULT, SERVED
 from smgshm.core.receiver.faults import FAULTS, MAX_FAULT_DELAY_S
 
 # In-flight calls get this long to finish after SIGTERM/SIGINT, then they are cancelled:
@@ -29,8 +30,8 @@ PROCESS_ENTRY = False
 )
 @click.option(
     "--engine",
-    type=click.Choice(["vllm", "tokenspeed", "sglang"]),
-    default="vllm",
+    type=click.Choice(SERVED),
+    default=DEFAULT,
     show_default=True,
     help="Which worker to answer as for HealthCheck/GetModelInfo/GetServerInfo.",
 )
@@ -131,7 +132,7 @@ def serve(
         shm_dir=shm_dir,
         unlink_after_read=not keep_segments,
         reader=reader,  # type: ignore[arg-type]
-        engine=engine,  # type: ignore[arg-type]
+        engine=engine,
         namespace_id=advertise_namespace_id,
         max_message_bytes=max_message_bytes,
         workers=workers,

@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from smgshm.core.engines import DETECT_ORDER, Engine, engine_named
 from smgshm.core.errors import SmgshmError, TransportError
 from smgshm.core.gateway.admin import GatewayWorker
 from smgshm.core.host.namespace import NamespaceComparison, compare_namespace_ids
@@ -20,16 +21,6 @@ from smgshm.core.transport.decision import DEFAULT_SHM_MIN_BYTES, Decision, Mode
 
 if TYPE_CHECKING:
     from smgshm.core.host.facts import HostFacts
-
-# The gateway's detect_backend order; trtllm and mlx never carry an shm id.
-ENGINE_ORDER = ("sglang", "vllm", "trtllm", "tokenspeed", "mlx")
-_MODULES = {
-    "vllm": ("vllm_engine", "VllmEngine"),
-    "tokenspeed": ("tokenspeed_scheduler", "TokenSpeedScheduler"),
-    "sglang": ("sglang_scheduler", "SglangScheduler"),
-    "trtllm": ("trtllm_service", "TrtllmService"),
-    "mlx": ("mlx_engine", "MlxEngine"),
-}
 
 
 @dataclass(frozen=True)
@@ -108,13 +99,8 @@ def local_checks(shm_dir: str = DEFAULT_SHM_DIR, facts: HostFacts | None = None)
                        [os.fsencode(n).hex() for n in leftovers])  # fmt: skip
 
 
-def _stub(channel: Any, engine: str) -> tuple[Any, Any]:
-    import importlib
-
-    mod, svc = _MODULES[engine]
-    pb = importlib.import_module(f"smg_grpc_proto.generated.{mod}_pb2")
-    pb_grpc = importlib.import_module(f"smg_grpc_proto.generated.{mod}_pb2_grpc")
-    return pb, getattr(pb_grpc, f"{svc}Stub")(channel)
+def _stub(channel: Any, engine: Engine) -> tuple[Any, Any]:
+    return engine.pb2(), getattr(engine.pb2_grpc(), f"{engine.service}Stub")(channel)
 
 
 def _unreachable(address: str, err: Any, timeout: float) -> TransportError:
@@ -126,11 +112,12 @@ def _unreachable(address: str, err: Any, timeout: float) -> TransportError:
     return TransportError("endpoint unreachable", endpoint=address, detail=(err.details() or "")[:120])
 
 
-def _detect(channel: Any, address: str, opts: ProbeOptions) -> tuple[str, Any]:
-    """(engine, HealthCheckResponse) of the first runtime that answers HealthCheck."""
+def _detect(channel: Any, address: str, opts: ProbeOptions) -> tuple[Engine, Any]:
+    """(engine, HealthCheckResponse) of the first runtime that answers HealthCheck, tried in the
+    gateway's detect_backend order."""
     import grpc
 
-    engines = (opts.engine,) if opts.engine else ENGINE_ORDER
+    engines = (engine_named(opts.engine),) if opts.engine else DETECT_ORDER
     for engine in engines:
         pb, stub = _stub(channel, engine)
         try:
@@ -155,7 +142,7 @@ def _grpc_health(channel: Any, service: str, timeout: float) -> str:
     return str(health_pb2.HealthCheckResponse.ServingStatus.Name(r.status))
 
 
-def _server_info(channel: Any, engine: str, timeout: float, address: str = "") -> tuple[str, dict[str, Any]]:
+def _server_info(channel: Any, engine: Engine, timeout: float, address: str = "") -> tuple[str, dict[str, Any]]:
     """(advertised id, useful facts) from GetServerInfo, read where each engine keeps it."""
     import grpc
     from google.protobuf.json_format import MessageToDict
@@ -178,9 +165,9 @@ def _server_info(channel: Any, engine: str, timeout: float, address: str = "") -
         return "", {"server_info_error": f"{err.code().name}: {err.details() or ''}"[:200]}
     d = MessageToDict(info, preserving_proto_field_name=True)
     ns = ""
-    if engine == "vllm":
+    if engine.namespace_id_at == "field":
         ns = info.shm_namespace_id
-    elif engine == "tokenspeed":
+    elif engine.namespace_id_at == "scheduler_info":
         value = d.get("scheduler_info", {}).get("shm_namespace_id")
         ns = value if isinstance(value, str) else ""  # the gateway takes only a non-empty string
     keep = ("uptime_seconds", "active_requests", "multimodal_encoder_dtype", "server_type",
@@ -242,10 +229,10 @@ def probe_worker(address: str, opts: ProbeOptions, local: LocalChecks) -> Worker
         return WorkerReport(address, "unreachable", str(err), elapsed_ms=(time.monotonic() - t0) * 1e3)
     try:
         engine, hc = _detect(channel, target, opts)
-        service = f"{_stub(channel, engine)[0].DESCRIPTOR.package}.{_MODULES[engine][1]}"
-        health = Health(bool(hc.healthy) if hasattr(hc, "healthy") else None,
-                        getattr(hc, "message", "") or getattr(hc, "status", ""),
-                        _grpc_health(channel, service, opts.timeout))  # fmt: skip
+        grpc_health = _grpc_health(channel, engine.full_service, opts.timeout)
+        # TRT-LLM answers {status} ("ok" is healthy), the others {healthy, message}.
+        health = (Health(None, hc.status, grpc_health) if engine.health_status
+                  else Health(bool(hc.healthy), hc.message, grpc_health))  # fmt: skip
         ns, facts = _server_info(channel, engine, opts.timeout, target)
         ident = _receiver_identity(channel, opts.timeout)
         verify = verify_canary(channel, opts) if opts.verify and ident is not None else None
@@ -264,7 +251,7 @@ def probe_worker(address: str, opts: ProbeOptions, local: LocalChecks) -> Worker
         m.value: decide(
             m,
             nbytes=opts.tensor_nbytes,
-            engine=engine,
+            engine=engine.name,
             local_ns=local.namespace_id,
             worker_ns=ns,
             writable=local.writable,
@@ -273,7 +260,7 @@ def probe_worker(address: str, opts: ProbeOptions, local: LocalChecks) -> Worker
         for m in (Mode.INLINE, Mode.SHM, Mode.AUTO)
     }
     return WorkerReport(
-        address=address, verdict=verdict, reason=reason, engine=engine, health=health, namespace_id=ns,
+        address=address, verdict=verdict, reason=reason, engine=engine.name, health=health, namespace_id=ns,
         comparison=cmp, decisions=decisions, facts=facts, smgshm_receiver=ident is not None, verify=verify,
         elapsed_ms=(time.monotonic() - t0) * 1e3,
     )  # fmt: skip

@@ -261,9 +261,9 @@ def run_embedded(opts: E2eOptions, say: Progress = lambda _s: None, facts: HostF
             gw = launch_gateway(gcfg)  # all launched from this thread, then awaited together
             gateways.append(gw)
             worker_ns = cfg.advertised_namespace_id()
-            big = decide(Mode(mode), nbytes=2**40, engine="vllm", local_ns=local_ns, worker_ns=worker_ns,
+            big = decide(Mode(mode), nbytes=2**40, engine=cfg.engine, local_ns=local_ns, worker_ns=worker_ns,
                          writable=True)  # fmt: skip
-            targets.append(_Target(mode, gw.http_url, gw.metrics_url, gw.pid, mode, None, "vllm", worker_ns,
+            targets.append(_Target(mode, gw.http_url, gw.metrics_url, gw.pid, mode, None, cfg.engine, worker_ns,
                                    [rcv.address], big.path, gw.log_path))  # fmt: skip
         say(f"started {len(gateways)} gateways ({', '.join(opts.modes)}); waiting for them to be ready")
         for i, gw in enumerate(gateways):

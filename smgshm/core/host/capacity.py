@@ -16,18 +16,37 @@ import stat
 import time
 from dataclasses import dataclass, field
 
+from smgshm.core.engines import ENGINES
 from smgshm.core.errors import HostError
 from smgshm.core.paths import BOOT_ID_PATH
 
 DOCKER_DEFAULT_SHM = 64 * 1024 * 1024
 MAX_ENTRIES = 2_000_000  # bounded work in a hostile dir; the listing says when it stopped
 
+Family = tuple[str, str, re.Pattern[str]]
+
+
+def _engine_families() -> list[Family]:
+    """The names engines make themselves, from their rows. A prefix is a stronger claim than a word
+    inside the name, so the prefix families go first (an sgl_shm_ name that mentions vllm stays SGLang's)."""
+    by_prefix = [
+        (e.name, f"{e.title} ({e.own_shm_prefix}*)", re.compile(re.escape(e.own_shm_prefix)))
+        for e in ENGINES
+        if e.own_shm_prefix
+    ]
+    by_word = [
+        (e.name, f"{e.title} (names with '{e.own_shm_word}')", re.compile(f".*{re.escape(e.own_shm_word)}", re.I))
+        for e in ENGINES
+        if e.own_shm_word
+    ]
+    return by_prefix + by_word
+
+
 # (family, what it is, pattern on the name). First match wins; "other" takes the rest.
-FAMILIES: list[tuple[str, str, re.Pattern[str]]] = [
+FAMILIES: list[Family] = [
     ("smg", "SMG segments (smg-*)", re.compile(r"smg-")),
     ("psm", "Python multiprocessing.shared_memory (psm_*; vLLM's and TokenSpeed's too)", re.compile(r"psm_")),
-    ("sglang", "SGLang (sgl_shm_*)", re.compile(r"sgl_shm_")),
-    ("vllm", "vLLM (names with 'vllm')", re.compile(r".*vllm", re.IGNORECASE)),
+    *_engine_families(),
     ("nccl", "NCCL (nccl-*)", re.compile(r"nccl-")),
     ("torch", "torch shared tensors (torch_*)", re.compile(r"torch_")),
     ("semaphore", "POSIX named semaphores (sem.*)", re.compile(r"sem\.")),

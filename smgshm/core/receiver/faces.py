@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from smgshm import __version__
+from smgshm.core.engines import Engine, engine_named
 from smgshm.core.errors import TooManyTensorsError, WireError
 from smgshm.core.receiver.reader import MODEL_NAME, ReceiverState
 from smgshm.core.receiver.worker import parse_and_read
@@ -33,28 +34,15 @@ HEADERS_FLUSH_S = 0.2  # time for the response headers to reach the wire before 
 
 def engine_modules(engine: str) -> tuple[ModuleType, ModuleType, str]:
     """(pb2, pb2_grpc, service name) of an engine in smg-grpc-proto."""
-    from smg_grpc_proto.generated import (
-        sglang_scheduler_pb2,
-        sglang_scheduler_pb2_grpc,
-        tokenspeed_scheduler_pb2,
-        tokenspeed_scheduler_pb2_grpc,
-        vllm_engine_pb2,
-        vllm_engine_pb2_grpc,
-    )
-
-    table = {
-        "vllm": (vllm_engine_pb2, vllm_engine_pb2_grpc, "VllmEngine"),
-        "tokenspeed": (tokenspeed_scheduler_pb2, tokenspeed_scheduler_pb2_grpc, "TokenSpeedScheduler"),
-        "sglang": (sglang_scheduler_pb2, sglang_scheduler_pb2_grpc, "SglangScheduler"),
-    }
-    return table[engine]
+    e = engine_named(engine)
+    return e.pb2(), e.pb2_grpc(), e.service
 
 
 def engine_servicer(state: ReceiverState, executor: Executor) -> tuple[Any, str]:
     """An engine servicer instance (async methods, for grpc.aio) and its full service name."""
-    pb, pb_grpc, svc = engine_modules(state.cfg.engine)
-    base = getattr(pb_grpc, f"{svc}Servicer")
-    engine = state.cfg.engine
+    engine = engine_named(state.cfg.engine)
+    pb = engine.pb2()
+    base = getattr(engine.pb2_grpc(), f"{engine.service}Servicer")
 
     class EngineServicer(base):  # type: ignore[misc, valid-type]
         async def HealthCheck(self, request: Any, context: Any) -> Any:  # noqa: N802 - gRPC method name
@@ -79,7 +67,7 @@ def engine_servicer(state: ReceiverState, executor: Executor) -> tuple[Any, str]
 
         async def Abort(self, request: Any, context: Any) -> Any:  # noqa: N802
             # Generate answers at once, so there is never anything in flight to abort.
-            return pb.AbortResponse() if engine == "vllm" else pb.AbortResponse(success=True, message="")
+            return pb.AbortResponse(success=True, message="") if engine.abort_status else pb.AbortResponse()
 
         async def Generate(self, raw: bytes, context: Any) -> AsyncIterator[Any]:  # noqa: N802
             # Registered with no deserializer (see raw_generate_handlers): the request arrives
@@ -87,15 +75,15 @@ def engine_servicer(state: ReceiverState, executor: Executor) -> tuple[Any, str]
             async for m in generate(pb, engine, state, executor, raw, context):
                 yield m
 
-    if engine == "sglang":
+    if not engine.shm:
         del EngineServicer.Generate, EngineServicer.GetLoads, EngineServicer.Abort  # not SMG-SHM engines
-    return EngineServicer(), pb.DESCRIPTOR.services_by_name[svc].full_name
+    return EngineServicer(), engine.full_service
 
 
-def server_info(pb: ModuleType, engine: str, state: ReceiverState) -> Any:
+def server_info(pb: ModuleType, engine: Engine, state: ReceiverState) -> Any:
     ns = state.cfg.advertised_namespace_id()
     up = time.time() - state.started
-    if engine == "vllm":
+    if not engine.info_structs:  # vLLM: flat fields, the id one of them
         return pb.GetServerInfoResponse(
             active_requests=state.active,
             last_receive_timestamp=state.last_receive,
@@ -105,22 +93,19 @@ def server_info(pb: ModuleType, engine: str, state: ReceiverState) -> Any:
         )
     resp = pb.GetServerInfoResponse(active_requests=state.active, uptime_seconds=up)
     resp.server_args.update({"model_path": MODEL_NAME})
-    if engine == "tokenspeed":
-        # TokenSpeed has no dedicated field: the id is a key of scheduler_info.
-        if ns:
-            resp.scheduler_info.update({"shm_namespace_id": ns})
-        resp.tokenspeed_version = f"smgshm-{__version__}"
-    else:
-        resp.server_type = "grpc"
-        resp.sglang_version = f"smgshm-{__version__}"
+    if engine.namespace_id_at == "scheduler_info" and ns:  # no dedicated field: a key of scheduler_info
+        resp.scheduler_info.update({"shm_namespace_id": ns})
+    if engine.server_type:
+        resp.server_type = engine.server_type
+    setattr(resp, engine.version_field, f"smgshm-{__version__}")
     return resp
 
 
-def model_info(pb: ModuleType, engine: str, model: ModelDir | None) -> Any:
+def model_info(pb: ModuleType, engine: Engine, model: ModelDir | None) -> Any:
     """GetModelInfo: from the model directory served, or smgshm's own name without one."""
     if model is None:
         common: dict[str, Any] = {"model_path": MODEL_NAME, "served_model_name": MODEL_NAME, "max_context_length": 4096}
-        if engine == "tokenspeed":
+        if engine.model_modalities:
             return pb.GetModelInfoResponse(**common, model_type="smgshm")
         return pb.GetModelInfoResponse(**common, is_generation=True, supports_vision=True, model_type="smgshm")
     common = {
@@ -134,7 +119,7 @@ def model_info(pb: ModuleType, engine: str, model: ModelDir | None) -> Any:
         "eos_token_ids": [model.eos_token_id],
         "supports_vision": True,
     }
-    if engine == "tokenspeed":
+    if engine.model_modalities:
         from smg_grpc_proto.generated import common_pb2
 
         return pb.GetModelInfoResponse(
@@ -196,10 +181,10 @@ async def _read(state: ReceiverState, executor: Executor, layout: Layout, raw: b
 
 
 async def generate(
-    pb: ModuleType, engine: str, state: ReceiverState, executor: Executor, raw: bytes, context: Any
+    pb: ModuleType, engine: Engine, state: ReceiverState, executor: Executor, raw: bytes, context: Any
 ) -> AsyncIterator[Any]:
     """Generate as smg-facts §5.2: read every tensor (receipts), then a chunk if streaming and a complete."""
-    layout = Layout.VLLM if engine == "vllm" else Layout.TOKENSPEED
+    layout = Layout(engine.name)
     fault = state.cfg.fault
     if fault == "die-before-read":
         await _die()
@@ -218,7 +203,7 @@ async def generate(
     token = state.model.reply_token_id if state.model else 0
     eos = state.model.eos_token_id if state.model else 0
     n = outcome.prompt_tokens
-    rid = {"request_id": outcome.request_id} if engine == "tokenspeed" else {}
+    rid = {"request_id": outcome.request_id} if engine.response_request_id else {}
     if request.stream:
         chunk = pb.GenerateStreamChunk(token_ids=[token], prompt_tokens=n, completion_tokens=1)
         yield pb.GenerateResponse(**rid, chunk=chunk)

@@ -12,8 +12,9 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
+from smgshm.core.engines import DEFAULT as DEFAULT_ENGINE
 from smgshm.core.errors import HandleError, SegmentError, SmgshmError, WireError
 from smgshm.core.host.identity import HostIdentity, read_host_identity
 from smgshm.core.host.namespace import read_namespace_id
@@ -27,7 +28,6 @@ from smgshm.core.transport.wire import InTensor, Layout, parse_multimodal
 if TYPE_CHECKING:
     from smgshm.core.receiver.modeldir import ModelDir
 
-Engine = Literal["vllm", "tokenspeed", "sglang"]
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024  # SMG's Python servers cap messages here
 MODEL_NAME = "smgshm-reference-receiver"
 # Checked before anything of a request is read: a hostile request must not hold a worker
@@ -44,7 +44,7 @@ class ReceiverConfig:
     shm_dir: str = DEFAULT_SHM_DIR
     unlink_after_read: bool = True
     reader: ReaderMode = "view"
-    engine: Engine = "vllm"
+    engine: str = DEFAULT_ENGINE  # one of engines.SERVED
     namespace_id: str | None = None
     max_message_bytes: int = MAX_MESSAGE_BYTES
     workers: int = 8
@@ -91,6 +91,11 @@ class Receipt:
     @property
     def ok(self) -> bool:
         return not self.error_code
+
+    @property
+    def digest_algo(self) -> str:
+        """The algorithm of ``digest``; empty when there is none (a refused tensor)."""
+        return DIGEST_ALGO if self.digest else ""
 
 
 def _error_code(err: SmgshmError) -> str:

@@ -2,6 +2,7 @@
 
 ``serve`` keeps them in a bounded ring (``ReceiptRing``) and serves them through the
 Diagnostics RPCs ``Receipts`` and ``WatchReceipts``; ``fetch_receipts`` reads them back.
+``receipt_as`` is the one mapping between the forms a receipt takes.
 """
 
 from __future__ import annotations
@@ -9,10 +10,12 @@ from __future__ import annotations
 import collections
 import threading
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
-from typing import Any
+from dataclasses import asdict, dataclass, fields, is_dataclass, replace
+from typing import Any, TypeVar
 
 from smgshm.core.errors import TransportError
+
+T = TypeVar("T")
 
 RING_SIZE = 4096  # receipts kept; older ones are dropped (and counted as dropped)
 MAX_PER_CALL = 1000  # receipts one Receipts call returns at most
@@ -87,58 +90,50 @@ class ReceiptRing:
             return out, nxt, dropped
 
 
+def _values(r: Any) -> dict[str, Any]:
+    """A receipt's values by field name, whatever its form; its error as error_code/error_message."""
+    if is_dataclass(r):
+        values = {f.name: getattr(r, f.name) for f in fields(r)}
+        values["digest_algo"] = r.digest_algo  # the reader's Receipt derives it from its digest
+        return values
+    values = {f.name: getattr(r, f.name) for f in r.DESCRIPTOR.fields if f.name != "error"}
+    values["shape"] = tuple(int(d) for d in r.shape)
+    err = r.error if r.HasField("error") else None
+    values["error_code"], values["error_message"] = (err.code, err.message) if err else ("", "")
+    return values
+
+
+def receipt_as(target: type[T], r: Any, **extra: Any) -> T:
+    """Receipt ``r`` in another form: ``target`` is a receipt dataclass (the reader's ``Receipt``,
+    ``GenerateReceipt``) or a Diagnostics message class (``TensorReceipt``, ``GenerateReceipt``).
+
+    The one mapping between them: the forms name what they share alike, so every field of
+    ``target`` that ``r`` has is taken by name, then ``extra`` (what ``r`` does not know, such as
+    the request id). The error is error_code/error_message on a dataclass and the ``error``
+    sub-message on the wire.
+    """
+    cls: Any = target
+    wire = not is_dataclass(cls)
+    names = list(cls.DESCRIPTOR.fields_by_name) if wire else [f.name for f in fields(cls)]
+    unknown = set(extra) - set(names)
+    if unknown:
+        raise TypeError(f"{cls.__name__} has no field {sorted(unknown)}")
+    values = _values(r) | extra
+    out: T = cls(**{n: values[n] for n in names if n in values and n != "error"})
+    if wire and values["error_code"]:
+        err = out.error  # type: ignore[attr-defined]
+        err.code, err.message = values["error_code"], values["error_message"]
+    return out
+
+
 def to_proto(r: GenerateReceipt) -> Any:
     from smgshm.rpc.v1 import diag_pb2
 
-    msg = diag_pb2.GenerateReceipt(
-        seq=r.seq,
-        request_id=r.request_id,
-        engine=r.engine,
-        key=r.key,
-        payload_kind=r.payload_kind,
-        shm_name=r.shm_name,
-        shm_owner_id=r.shm_owner_id,
-        dtype=r.dtype,
-        shape=list(r.shape),
-        nbytes=r.nbytes,
-        digest_algo=r.digest_algo,
-        digest=r.digest,
-        read_ns=r.read_ns,
-        decode_ns=r.decode_ns,
-        unlinked=r.unlinked,
-        age_ns=r.age_ns,
-        received_unix_ns=r.received_unix_ns,
-        reader=r.reader,
-    )
-    if r.error_code:
-        msg.error.code, msg.error.message = r.error_code, r.error_message
-    return msg
+    return receipt_as(diag_pb2.GenerateReceipt, r)
 
 
 def from_proto(m: Any) -> GenerateReceipt:
-    err = m.error if m.HasField("error") else None
-    return GenerateReceipt(
-        seq=int(m.seq),
-        request_id=m.request_id,
-        engine=m.engine,
-        key=m.key,
-        payload_kind=m.payload_kind,
-        dtype=m.dtype,
-        shape=tuple(int(d) for d in m.shape),
-        nbytes=int(m.nbytes),
-        shm_name=m.shm_name,
-        shm_owner_id=m.shm_owner_id,
-        digest_algo=m.digest_algo,
-        digest=bytes(m.digest),
-        read_ns=int(m.read_ns),
-        decode_ns=int(m.decode_ns),
-        unlinked=bool(m.unlinked),
-        age_ns=int(m.age_ns),
-        received_unix_ns=int(m.received_unix_ns),
-        reader=m.reader,
-        error_code=err.code if err else "",
-        error_message=err.message if err else "",
-    )
+    return receipt_as(GenerateReceipt, m)
 
 
 def _rpc_error(err: Any, target: str) -> TransportError:

@@ -22,14 +22,14 @@ from typing import Any
 import grpc
 
 from smgshm import __version__
+from smgshm.core.engines import ENGINES, engine_named
 from smgshm.core.errors import TooManyTensorsError, TransportError, WireError
 from smgshm.core.receiver.faces import HandlerOverride, engine_modules, engine_servicer, raw_generate_handlers
 from smgshm.core.receiver.modeldir import ensure_model_dir
 from smgshm.core.receiver.reader import Receipt, ReceiverConfig, ReceiverState, receive
-from smgshm.core.receiver.receipts import MAX_PER_CALL, ReceiptRing
+from smgshm.core.receiver.receipts import MAX_PER_CALL, ReceiptRing, receipt_as
 from smgshm.core.receiver.receipts import to_proto as receipt_proto
 from smgshm.core.transport.protowire import parse_excised, resolve
-from smgshm.core.transport.tensors import DIGEST_ALGO
 from smgshm.core.transport.wire import Layout
 from smgshm.rpc.v1 import diag_pb2, diag_pb2_grpc
 
@@ -40,7 +40,7 @@ START_TIMEOUT_S = 30.0
 __all__ = ["DIAG_SERVICE", "RunningReceiver", "engine_modules", "start_receiver"]
 
 
-_LAYOUTS = {diag_pb2.LAYOUT_VLLM: Layout.VLLM, diag_pb2.LAYOUT_TOKENSPEED: Layout.TOKENSPEED}
+_LAYOUTS = {diag_pb2.Layout.Value(e.diag_layout): Layout(e.name) for e in ENGINES if e.diag_layout}
 
 
 def receive_request(raw: bytes, cfg: ReceiverConfig) -> tuple[Any, list[Receipt]]:
@@ -57,7 +57,7 @@ def receive_request(raw: bytes, cfg: ReceiverConfig) -> tuple[Any, list[Receipt]
         raise WireError("cannot parse ReceiveRequest", nbytes=len(raw)) from err
     layout = _LAYOUTS.get(request.layout)
     if layout is None:
-        raise WireError("layout must be LAYOUT_VLLM or LAYOUT_TOKENSPEED")
+        raise WireError("layout must be " + " or ".join(e.diag_layout for e in ENGINES if e.diag_layout))
     return request, receive(layout, resolve(request.multimodal_inputs, payloads), cfg)
 
 
@@ -116,24 +116,9 @@ class DiagnosticsServicer(diag_pb2_grpc.DiagnosticsServicer):  # type: ignore[mi
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
         finally:
             self.state.active -= 1
-        out = diag_pb2.ReceiveResponse(request_id=request.request_id)
-        for r in receipts:
-            pr = out.receipts.add(
-                key=r.key,
-                payload_kind=r.payload_kind,
-                dtype=r.dtype,
-                shape=list(r.shape),
-                nbytes=r.nbytes,
-                digest_algo=DIGEST_ALGO if r.digest else "",
-                digest=r.digest,
-                read_ns=r.read_ns,
-                decode_ns=r.decode_ns,
-                unlinked=r.unlinked,
-                shm_name=r.shm_name,
-                reader=r.reader,
-            )
-            if r.error_code:
-                pr.error.code, pr.error.message = r.error_code, r.error_message
+        out = diag_pb2.ReceiveResponse(
+            request_id=request.request_id, receipts=[receipt_as(diag_pb2.TensorReceipt, r) for r in receipts]
+        )
         out.elapsed_ns = time.perf_counter_ns() - t0
         return out
 
@@ -215,12 +200,12 @@ async def _build(cfg: ReceiverConfig, state: ReceiverState, executor: Executor, 
     ]
     server = grpc.aio.server(options=opts)
     engine, engine_name = engine_servicer(state, executor)
-    pb, pb_grpc, svc = engine_modules(cfg.engine)
-    add = getattr(pb_grpc, f"add_{svc}Servicer_to_server")
-    if cfg.engine == "sglang":
-        add(engine, server)
+    e = engine_named(cfg.engine)
+    add = getattr(e.pb2_grpc(), f"add_{e.service}Servicer_to_server")
+    if e.shm:  # the engine's face answers Generate, which takes its request as bytes
+        add(engine, HandlerOverride(server, raw_generate_handlers(e.pb2(), engine)))
     else:
-        add(engine, HandlerOverride(server, raw_generate_handlers(pb, engine)))
+        add(engine, server)
     diag = DiagnosticsServicer(state, executor)
     diag_pb2_grpc.add_DiagnosticsServicer_to_server(diag, HandlerOverride(server, raw_receive_handlers(diag)))
     health_servicer = health_async.HealthServicer()

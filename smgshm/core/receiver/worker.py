@@ -12,9 +12,8 @@ from typing import Any
 
 from smgshm.core.errors import WireError
 from smgshm.core.receiver.reader import Receipt, ReceiverConfig, check_tensor, receive_one
-from smgshm.core.receiver.receipts import GenerateReceipt, ReceiptRing
+from smgshm.core.receiver.receipts import GenerateReceipt, ReceiptRing, receipt_as
 from smgshm.core.segments.judge import parse_name
-from smgshm.core.transport.tensors import DIGEST_ALGO
 from smgshm.core.transport.wire import (
     InTensor,
     Layout,
@@ -48,27 +47,10 @@ def segment_age_ns(name: str, now_ns: int) -> int:
 
 
 def _to_generate_receipt(r: Receipt, t: InTensor, request_id: str, engine: str, now_ns: int) -> GenerateReceipt:
-    return GenerateReceipt(
-        request_id=request_id,
-        engine=engine,
-        key=r.key,
-        payload_kind=r.payload_kind,
-        dtype=r.dtype,
-        shape=r.shape,
-        nbytes=r.nbytes,
-        shm_name=r.shm_name,
-        shm_owner_id=t.shm_owner_id,
-        digest_algo=DIGEST_ALGO if r.digest else "",
-        digest=r.digest,
-        read_ns=r.read_ns,
-        decode_ns=r.decode_ns,
-        unlinked=r.unlinked,
-        age_ns=segment_age_ns(t.shm_name, now_ns) if t.kind == "shm" else 0,
-        received_unix_ns=now_ns,
-        reader=r.reader,
-        error_code=r.error_code,
-        error_message=r.error_message,
-    )
+    return receipt_as(
+        GenerateReceipt, r, request_id=request_id, engine=engine, shm_owner_id=t.shm_owner_id,
+        age_ns=segment_age_ns(t.shm_name, now_ns) if t.kind == "shm" else 0, received_unix_ns=now_ns,
+    )  # fmt: skip
 
 
 def parse_and_read(layout: Layout, raw: bytes, cfg: ReceiverConfig, ring: ReceiptRing) -> tuple[Any, GenerateOutcome]:
@@ -81,14 +63,15 @@ def parse_and_read(layout: Layout, raw: bytes, cfg: ReceiverConfig, ring: Receip
 
 
 def prompt_tokens(layout: Layout, request: Any) -> int:
-    if layout is Layout.VLLM and request.WhichOneof("input") != "tokenized":
+    if layout.engine.text_input and request.WhichOneof("input") != "tokenized":
         return 0
     return len(request.tokenized.input_ids)
 
 
 def check_generate(layout: Layout, request: Any) -> None:
-    """The refusals vLLM's servicer makes before reading anything (its segments stay unread)."""
-    if layout is Layout.VLLM and request.HasField("media_refs") and request.HasField("mm_inputs"):
+    """The refusals the engine's servicer makes before reading anything (its segments stay unread):
+    vLLM's, media_refs with mm_inputs."""
+    if layout.engine.media_refs and request.HasField("media_refs") and request.HasField("mm_inputs"):
         raise WireError("media_refs and mm_inputs are mutually exclusive")
 
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from smgshm.core.engines import SHM_ENGINES
 from smgshm.core.host.namespace import compare_namespace_ids
 
 DEFAULT_SHM_MIN_BYTES = 64 * 1024
-SHM_ENGINES = frozenset({"vllm", "tokenspeed"})
 PROBE_FAILS = "the gateway's writability probe of /dev/shm fails"
 
 

@@ -24,9 +24,9 @@ def receipt_key(layout: Layout, extra: str | None = None) -> str:
 
     The same names ``wire.parse_multimodal`` gives (tests/test_verify.py holds them equal).
     """
-    if layout is Layout.VLLM:
-        return "pixel_values" if extra is None else f"model_specific_tensors[{extra}]"
-    return "items[0].encoder_input" if extra is None else f"items[0].model_specific_tensors[{extra}]"
+    e = layout.engine
+    prefix = "items[0]." if e.mm_items else ""  # build_multimodal puts every tensor in one item
+    return f"{prefix}{e.primary_tensor}" if extra is None else f"{prefix}model_specific_tensors[{extra}]"
 
 
 @dataclass(frozen=True)

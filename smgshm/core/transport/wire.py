@@ -12,16 +12,23 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
+from smgshm.core.engines import Engine, engine_named
 from smgshm.core.errors import TooManyTensorsError, WireError
 from smgshm.core.segments.io import ShmRef
 from smgshm.core.transport.protowire import inline_target, parse_excised, resolve
 
 
 class Layout(enum.Enum):
-    """Which engine's ``MultimodalInputs`` carries the tensors."""
+    """Which engine's ``MultimodalInputs`` carries the tensors: one per SHM engine of the table
+    (``engines.SHM_ENGINES``; tests/test_engines.py holds them equal)."""
 
     VLLM = "vllm"
     TOKENSPEED = "tokenspeed"
+
+    @property
+    def engine(self) -> Engine:
+        """The engine's row: where its messages keep their tensors."""
+        return engine_named(self.value)
 
 
 @dataclass(frozen=True)
@@ -59,13 +66,7 @@ class Request:
 
 def engine_pb2(layout: Layout) -> ModuleType:
     """The engine's generated message module."""
-    if layout is Layout.VLLM:
-        from smg_grpc_proto.generated import vllm_engine_pb2
-
-        return vllm_engine_pb2
-    from smg_grpc_proto.generated import tokenspeed_scheduler_pb2
-
-    return tokenspeed_scheduler_pb2
+    return layout.engine.pb2()
 
 
 def to_tensor_data(layout: Layout, t: OutTensor) -> Any:
@@ -83,21 +84,14 @@ def to_tensor_data(layout: Layout, t: OutTensor) -> Any:
 
 
 def build_multimodal(layout: Layout, req: Request) -> Any:
-    """The engine's ``MultimodalInputs`` message for ``req`` (TokenSpeed: one item)."""
-    pb = engine_pb2(layout)
-    if layout is Layout.VLLM:
-        msg = pb.MultimodalInputs()
-        if req.primary is not None:
-            msg.pixel_values.CopyFrom(to_tensor_data(layout, req.primary))
-        for k, t in req.extras.items():
-            msg.model_specific_tensors[k].CopyFrom(to_tensor_data(layout, t))
-        return msg
-    item = pb.MultimodalItem()
+    """The engine's ``MultimodalInputs`` message for ``req`` (an engine with items: one item)."""
+    pb, e = engine_pb2(layout), layout.engine
+    holder = pb.MultimodalItem() if e.mm_items else pb.MultimodalInputs()
     if req.primary is not None:
-        item.encoder_input.CopyFrom(to_tensor_data(layout, req.primary))
+        getattr(holder, e.primary_tensor).CopyFrom(to_tensor_data(layout, req.primary))
     for k, t in req.extras.items():
-        item.model_specific_tensors[k].CopyFrom(to_tensor_data(layout, t))
-    return pb.MultimodalInputs(items=[item])
+        holder.model_specific_tensors[k].CopyFrom(to_tensor_data(layout, t))
+    return pb.MultimodalInputs(items=[holder]) if e.mm_items else holder
 
 
 def from_tensor_data(key: str, td: Any, payloads: dict[bytes, memoryview] | None = None) -> InTensor:
@@ -143,44 +137,41 @@ def check_tensor_count(n: int, limit: int) -> None:
         raise TooManyTensorsError("too many tensors in one request", tensors=n, limit=limit)
 
 
+def _holders(layout: Layout, msg: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    """(key prefix, message) of each part of a ``MultimodalInputs`` that holds tensors: the
+    message itself, or each of its items."""
+    if layout.engine.mm_items:
+        return [(f"{prefix}items[{i}].", item) for i, item in enumerate(msg.items)]
+    return [(prefix, msg)]
+
+
 def count_multimodal(layout: Layout, msg: Any) -> int:
     """How many TensorData a parsed ``MultimodalInputs`` holds, without building anything."""
-    if layout is Layout.VLLM:
-        return int(msg.HasField("pixel_values")) + len(msg.model_specific_tensors)
-    return sum(int(it.HasField("encoder_input")) + len(it.model_specific_tensors) for it in msg.items)
+    primary = layout.engine.primary_tensor
+    return sum(int(h.HasField(primary)) + len(h.model_specific_tensors) for _, h in _holders(layout, msg))
 
 
 def multimodal_tensors(
     layout: Layout, msg: Any, prefix: str = "", payloads: dict[bytes, memoryview] | None = None
 ) -> list[InTensor]:
     """Every TensorData of a parsed ``MultimodalInputs``, keyed by where it sits."""
+    primary = layout.engine.primary_tensor
     out: list[InTensor] = []
-
-    def add(key: str, td: Any) -> None:
-        out.append(from_tensor_data(key, td, payloads))
-
-    if layout is Layout.VLLM:
-        if msg.HasField("pixel_values"):
-            add(f"{prefix}pixel_values", msg.pixel_values)
-        for k in sorted(msg.model_specific_tensors):
-            add(f"{prefix}model_specific_tensors[{k}]", msg.model_specific_tensors[k])
-        return out
-    for i, item in enumerate(msg.items):
-        p = f"{prefix}items[{i}]"
-        if item.HasField("encoder_input"):
-            add(f"{p}.encoder_input", item.encoder_input)
-        for k in sorted(item.model_specific_tensors):
-            add(f"{p}.model_specific_tensors[{k}]", item.model_specific_tensors[k])
+    for p, h in _holders(layout, msg, prefix):
+        if h.HasField(primary):
+            out.append(from_tensor_data(f"{p}{primary}", getattr(h, primary), payloads))
+        for k in sorted(h.model_specific_tensors):
+            out.append(from_tensor_data(f"{p}model_specific_tensors[{k}]", h.model_specific_tensors[k], payloads))
     return out
 
 
 def generate_tensors(layout: Layout, request: Any, payloads: dict[bytes, memoryview] | None = None) -> list[InTensor]:
-    """Every TensorData of an engine ``GenerateRequest``: vLLM ``mm_inputs`` then each
-    ``extra_mm_inputs[i]`` (keys prefixed so), TokenSpeed every item of ``mm_inputs``."""
+    """Every TensorData of an engine ``GenerateRequest``: ``mm_inputs``, then, where the engine has
+    them, each ``extra_mm_inputs[i]`` (keys prefixed so)."""
     out: list[InTensor] = []
     if request.HasField("mm_inputs"):
         out.extend(multimodal_tensors(layout, request.mm_inputs, payloads=payloads))
-    if layout is Layout.VLLM:
+    if layout.engine.extra_mm_inputs:
         for i, extra in enumerate(request.extra_mm_inputs):
             out.extend(multimodal_tensors(layout, extra, f"extra_mm_inputs[{i}].", payloads))
     return out
@@ -189,6 +180,6 @@ def generate_tensors(layout: Layout, request: Any, payloads: dict[bytes, memoryv
 def count_generate_tensors(layout: Layout, request: Any) -> int:
     """How many TensorData a GenerateRequest carries, without building anything."""
     n = count_multimodal(layout, request.mm_inputs) if request.HasField("mm_inputs") else 0
-    if layout is Layout.VLLM:
+    if layout.engine.extra_mm_inputs:
         n += sum(count_multimodal(layout, m) for m in request.extra_mm_inputs)
     return n
