@@ -50,10 +50,6 @@ except ImportError:  # pragma: no cover - orjson is a dependency; keep working w
         return json.dumps(obj, allow_nan=False).encode()
 
 
-def _dumps(obj: Any) -> str:
-    return _dumpb(obj).decode()
-
-
 def segment_docs(segs: list[SegmentInfo]) -> list[dict[str, Any]]:
     """The JSON objects of a batch of entries: one comprehension, no call per entry (a listing may
     have a million), display() and fmt.lossless inlined."""

@@ -484,17 +484,6 @@ def judge_entry(shm_dir: str, name: str, opts: ScanOptions | None = None) -> Seg
     return Judge(opts, judge_trust(shm_dir), holder_index(st.st_dev, names=one), dir_dev)(name, st)
 
 
-def pid_liveness_trust(shm_dir: str) -> tuple[bool, str]:
-    """Kept for callers of the old name: (trusted, note) of ``pidtrust.judge_trust``."""
-    t = judge_trust(shm_dir)
-    return t.trusted, t.note
-
-
-def growth(before: GcReport, after: GcReport) -> dict[str, int]:
-    """Per state, how many more segments the later scan has."""
-    return {k: after.counts.get(k, 0) - before.counts.get(k, 0) for k in after.counts}
-
-
 __all__: Iterable[str] = [
     "INIT_PID_NS", "Deletion", "GcReport", "Holder", "Judge", "Scan", "ScanOptions", "SegmentInfo", "State",
     "Tally", "judge_entry", "parse_name", "scan_segments",
