@@ -34,7 +34,8 @@ from typing import Any
 
 from smgshm.core.errors import HostError, SmgshmError
 from smgshm.core.host.pagesize import RECOMMENDED, SHMEM_ENABLED, PagePolicy, page_policy, save_last_what_if
-from smgshm.core.paths import BOOT_ID_PATH, DEFAULT_SHM_DIR, SMGSHM_PREFIX
+from smgshm.core.names import payload_prefix
+from smgshm.core.paths import BOOT_ID_PATH, DEFAULT_SHM_DIR
 
 MIB = 1024 * 1024
 DEFAULT_SIZES = (4_816_896, 16 * MIB, 64 * MIB)  # a 448x448 image's pixel_values, and two bench sizes
@@ -190,7 +191,7 @@ def _end_child(proc: subprocess.Popen[str]) -> None:
 
 
 def _remove_own_segments(shm_dir: str, pid: int) -> None:
-    prefix = f"{SMGSHM_PREFIX}{pid}-"
+    prefix = payload_prefix(pid)
     with contextlib.suppress(OSError), os.scandir(shm_dir) as it:
         for e in it:
             if e.name.startswith(prefix) and e.is_file(follow_symlinks=False):

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from smgshm.core.errors import SmgshmError
+from smgshm.core.names import probe_file_pid
 from smgshm.core.paths import DEFAULT_SHM_DIR, smgshm_cmd
 
 DOCKER_DEFAULT_SHM = 64 * 1024 * 1024
@@ -115,7 +116,7 @@ def check_workers(addresses: list[str], shm_dir: str, timeout: float) -> list[Ch
     report = probe(addresses, ProbeOptions(timeout=timeout, connect_timeout=timeout, shm_dir=shm_dir, verify=True))
     out = []
     for name in report.local.leftover_probe_files:
-        pid = name.rsplit("-", 1)[-1]
+        pid = probe_file_pid(name)
         out.append(
             Check(
                 "probe files",

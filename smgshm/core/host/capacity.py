@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, field
 
 from smgshm.core.errors import HostError
+from smgshm.core.names import SMG_FAMILY_PREFIX
 from smgshm.core.paths import BOOT_ID_PATH
 
 DOCKER_DEFAULT_SHM = 64 * 1024 * 1024
@@ -24,7 +25,7 @@ MAX_ENTRIES = 2_000_000  # bounded work in a hostile dir; the listing says when 
 
 # (family, what it is, pattern on the name). First match wins; "other" takes the rest.
 FAMILIES: list[tuple[str, str, re.Pattern[str]]] = [
-    ("smg", "SMG segments (smg-*)", re.compile(r"smg-")),
+    ("smg", f"SMG segments ({SMG_FAMILY_PREFIX}*)", re.compile(re.escape(SMG_FAMILY_PREFIX))),
     ("psm", "Python multiprocessing.shared_memory (psm_*; vLLM's and TokenSpeed's too)", re.compile(r"psm_")),
     ("sglang", "SGLang (sgl_shm_*)", re.compile(r"sgl_shm_")),
     ("vllm", "vLLM (names with 'vllm')", re.compile(r".*vllm", re.IGNORECASE)),

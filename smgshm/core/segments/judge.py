@@ -15,7 +15,6 @@ from __future__ import annotations
 import enum
 import errno
 import os
-import re
 import stat
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -25,25 +24,16 @@ from typing import NamedTuple, Protocol
 from smgshm.core.errors import HostError
 from smgshm.core.host.holders import Holder, holder_index
 from smgshm.core.host.pidtrust import INIT_PID_NS, Trust, judge_trust, mount_points
-from smgshm.core.paths import DEFAULT_SHM_DIR, GATEWAY_PREFIX, SMG_FAMILY_PREFIX, SMGSHM_PREFIX
-
-# Where --delete sets an entry aside before it unlinks it (core/segments/reaping.py): SMG's family, so
-# gc lists one left by a gc that died mid-way, but no pid pattern, so it is never auto-reaped.
-ASIDE_PREFIX = "smg-smgshm-gc-"
-
-# ASCII digits only and a full match: \d would take any Unicode digit (smg-tokenspeed-١٢٣-1-0)
-# and `$` matches before a trailing newline; either would hand gc a pid the name never meant.
-_D = "([0-9]+)"
-# One pattern for all four forms (one regex call per entry, not four); which group matched
-# says the kind. The payload forms first: "probe" is no number, so they never take a probe.
-_NAME = re.compile(
-    re.escape(GATEWAY_PREFIX) + f"(?:{_D}-{_D}-{_D}|probe-{_D})|"
-    + re.escape(SMGSHM_PREFIX) + f"(?:{_D}-{_D}-{_D}|probe-{_D}-{_D})"
-)  # fmt: skip
-# lastindex -> (kind, group of the pid, group of the nanos or 0)
-_BY_LAST = {3: ("gateway", 1, 2), 4: ("gateway_probe", 4, 0), 7: ("smgshm", 5, 6), 9: ("smgshm_probe", 8, 9)}
-_fullmatch = _NAME.fullmatch
-KINDS = ("gateway", "gateway_probe", "smgshm", "smgshm_probe", "gc_aside", "other")
+from smgshm.core.names import (
+    KINDS,
+    MATCH_GROUPS,
+    PID_LIMIT,
+    SMG_FAMILY_PREFIX,
+    Kind,
+    match_name,
+    unmatched_kind,
+)
+from smgshm.core.paths import DEFAULT_SHM_DIR
 
 
 class State(enum.Enum):
@@ -60,7 +50,7 @@ class SegmentInfo(NamedTuple):
     and a frozen dataclass costs ten times as much to construct, which a 1M-entry dir feels."""
 
     name: str  # os.fsdecode form: lossless, undecodable bytes as surrogates; show it escaped
-    kind: str  # gateway | gateway_probe | smgshm | smgshm_probe | gc_aside | other
+    kind: Kind
     file_type: str  # regular | symlink | fifo | directory | socket | char_device | block_device
     nbytes: int
     allocated_bytes: int
@@ -114,17 +104,6 @@ class GcReport:
     deleted: list[Deletion] = field(default_factory=list)
     remaining_counts: dict[str, int] = field(default_factory=dict)  # after --delete; else equal to counts
     remaining_bytes_by_state: dict[str, int] = field(default_factory=dict)
-
-
-def parse_name(name: str) -> tuple[str, int | None, int | None]:
-    """(kind, producer pid, creation time in ns if the name carries one). ``Judge.each`` applies
-    the same rules inline."""
-    m = _fullmatch(name)
-    if m is None:
-        return ("gc_aside" if name.startswith(ASIDE_PREFIX) else "other"), None, None
-    kind, p, t = _BY_LAST[m.lastindex]  # type: ignore[index]
-    pid = int(m[p])
-    return kind, pid if pid < 2**32 else None, int(m[t]) if t else None
 
 
 _TYPES = {stat.S_IFREG: "regular", stat.S_IFLNK: "symlink", stat.S_IFIFO: "fifo", stat.S_IFDIR: "directory",
@@ -231,7 +210,7 @@ class Judge:
         locals and no call per entry but the lstat: a crowded dir has a million entries, and a
         Python call costs as much as a third of the lstat."""
         now, dir_dev, holders, held_here, mounted = self.now, self.dir_dev, self.holders, self.held_here, self.mounted
-        starts, said, fullmatch, by_last = self.starts, self.said, _fullmatch, _BY_LAST
+        starts, said, fullmatch, by_group, pid_limit = self.starts, self.said, match_name, MATCH_GROUPS, PID_LIMIT
         judge_pid = not self.opts.assume_dead
         trusted, doubt, stale_after = self.trust.trusted, self.trust.doubt_uids, self.opts.stale_after_s
         if tally is not None:  # Tally.add, inline: a call per entry is a tenth of this loop
@@ -246,14 +225,14 @@ class Judge:
                 st = entry.stat(follow_symlinks=False)  # on a dir listed by fd: fstatat(fd, name, NOFOLLOW)
             except FileNotFoundError:
                 continue  # unlinked since the listing: nothing to report
-            # parse_name's rules, inline: the one pattern, ASCII digits, a full match, a pid < 2**32.
+            # parse_name, inline from the grammar's fast form (the nanos are read only when needed).
             m = fullmatch(name)
             if m is None:
-                kind, pid, t = ("gc_aside" if name.startswith(ASIDE_PREFIX) else "other"), None, 0
+                kind, pid, t = unmatched_kind(name), None, 0
             else:
-                kind, p, t = by_last[m.lastindex]  # type: ignore[index]
+                kind, p, t = by_group[m.lastindex]  # type: ignore[index]
                 pid = int(m[p])
-                if pid >= 2**32:
+                if pid >= pid_limit:
                     pid = None
             dev, ino, nlink, mtime, mode, uid = st.st_dev, st.st_ino, st.st_nlink, st.st_mtime, st.st_mode, st.st_uid
             ftype = "regular" if mode & _IFMT == _IFREG else _TYPES.get(mode & _IFMT, "other")
@@ -486,5 +465,5 @@ def judge_entry(shm_dir: str, name: str, opts: ScanOptions | None = None) -> Seg
 
 __all__: Iterable[str] = [
     "INIT_PID_NS", "Deletion", "GcReport", "Holder", "Judge", "Scan", "ScanOptions", "SegmentInfo", "State",
-    "Tally", "judge_entry", "parse_name", "scan_segments",
+    "Tally", "judge_entry", "scan_segments",
 ]  # fmt: skip

@@ -11,7 +11,7 @@ on in no mount namespace (one read of every namespace's mount table per batch), 
 then unlinks the private name. Anything else is renamed back. The pinned fd then shows
 whether the data went (st_nlink 0) or another link keeps it (freed 0 bytes).
 
-The private name is in SMG's family (``ASIDE_PREFIX``) so that a gc killed mid-way leaves an
+The private name is in SMG's family (``names.aside_name``) so that a gc killed mid-way leaves an
 entry the next gc lists as unknown, never one it would reap by a pid.
 """
 
@@ -22,14 +22,13 @@ import ctypes
 import errno
 import itertools
 import os
-import secrets
 import stat
 from collections.abc import Callable, Iterable, Iterator
 
 from smgshm.core.host.holders import Holder, holder_index
 from smgshm.core.host.pidtrust import mount_points
-from smgshm.core.paths import SMG_FAMILY_PREFIX
-from smgshm.core.segments.judge import ASIDE_PREFIX, Deletion, SegmentInfo, State
+from smgshm.core.names import aside_name, in_family
+from smgshm.core.segments.judge import Deletion, SegmentInfo, State
 
 RENAME_NOREPLACE = 1  # linux/fs.h
 BATCH = 1024  # entries set aside per holder walk: bounds both the walk count and the aside window
@@ -45,7 +44,7 @@ def _renameat2(dfd: int, src: str, dst: str) -> None:
 
 def keep_reason(seg: SegmentInfo, *, uid: int, all_users: bool, min_age_s: float) -> str | None:
     """Why a chosen segment is kept before anything is tried; None: it may be deleted."""
-    if not seg.name.startswith(SMG_FAMILY_PREFIX) or "/" in seg.name:
+    if not in_family(seg.name):
         return "not an SMG name"
     if seg.age_s < min_age_s:
         return f"younger than --min-age ({seg.age_s:.0f} s < {min_age_s:.0f} s)"
@@ -78,7 +77,7 @@ def reap(
             finished = 0
             try:
                 for seg in batch:
-                    private = f"{ASIDE_PREFIX}{os.getpid()}-{secrets.token_hex(8)}"
+                    private = aside_name()
                     # Listed before the rename: a Ctrl-C raised as the rename returns (Python runs the
                     # handler at the next bytecode) must still find it to put back. A name never set
                     # aside fails to go back with ENOENT, and RENAME_NOREPLACE never clobbers.
