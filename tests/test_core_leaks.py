@@ -17,15 +17,8 @@ import psutil
 import pytest
 
 from smgshm.core.names import parse_name
-from smgshm.core.segments.judge import (
-    Scan,
-    ScanOptions,
-    State,
-    Tally,
-    _start_time,
-    judge_entry,
-    scan_segments,
-)
+from smgshm.core.segments.judge import ScanOptions, State, Tally, _start_time
+from smgshm.core.segments.scan import Scan, judge_entry, scan_segments
 from tests.conftest import Children, make_file
 from tests.test_cli_gc import HOLDER, dead_pid, first_line, kill_and_reap, seg_name
 

@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from smgshm.core.segments.judge import Scan, ScanOptions, State
+from smgshm.core.segments.judge import ScanOptions, State
 from smgshm.core.segments.reaping import reap
+from smgshm.core.segments.scan import Scan
 from tests.conftest import Children, make_file, proc_state, run_cli, wait_for
 from tests.test_cli_gc import (
     HOLDER,
@@ -445,7 +446,8 @@ def test_a_shm_dir_that_is_a_file_is_exit_5(tmp_path: Path) -> None:
 
 REAPER = r"""
 import sys
-from smgshm.core.segments.judge import Scan, ScanOptions, State
+from smgshm.core.segments.judge import ScanOptions, State
+from smgshm.core.segments.scan import Scan
 from smgshm.core.segments.reaping import reap
 d = sys.argv[1]
 judged = [s for s in Scan(ScanOptions(d, assume_dead=True)) if s.state is State.LEAKED]

@@ -106,7 +106,8 @@ def run(app: App, opts: ScanOptions, *, delete: bool, include_stale: bool, min_a
 
     from smgshm.core.errors import HostError
     from smgshm.core.segments import reaping, textfile
-    from smgshm.core.segments.judge import Deletion, Scan, State
+    from smgshm.core.segments.judge import State
+    from smgshm.core.segments.scan import Deletion, Scan
 
     if prometheus_file:
         textfile.check_writable(prometheus_file)  # exit 5 before anything is scanned or deleted
@@ -186,7 +187,7 @@ def _no_cycle_collector() -> Iterator[None]:
 
 def _watch(app: App, opts: ScanOptions, every: float, count: int | None) -> None:
     """Re-scan until interrupted (or --watch-count scans): one line per scan, growth per state."""
-    from smgshm.core.segments.judge import Scan
+    from smgshm.core.segments.scan import Scan
 
     def counts() -> tuple[int, dict[str, int]]:
         scan = Scan(opts)

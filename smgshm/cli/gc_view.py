@@ -24,7 +24,8 @@ from smgshm.cli.fmt import escape, human_age, human_bytes, lossless, quote_cmd, 
 if TYPE_CHECKING:
     from smgshm.cli.app import App
     from smgshm.core.host.holders import Holder
-    from smgshm.core.segments.judge import Deletion, Scan, SegmentInfo, Tally
+    from smgshm.core.segments.judge import SegmentInfo, Tally
+    from smgshm.core.segments.scan import Deletion, Scan
 
 _STYLE = {"leaked": "red", "hazard": "magenta", "stale": "yellow", "held": "cyan", "in_flight": "green"}
 # Which entries matter most in the summary: what blocks readers, then what can be reclaimed.

@@ -194,7 +194,8 @@ def check_send(address: str, shm_dir: str, timeout: float, label: str = "") -> l
 
 
 def check_leaks(shm_dir: str) -> list[Check]:
-    from smgshm.core.segments.judge import ScanOptions, scan_segments
+    from smgshm.core.segments.judge import ScanOptions
+    from smgshm.core.segments.scan import scan_segments
 
     try:
         r = scan_segments(ScanOptions(shm_dir))

@@ -28,7 +28,8 @@ from collections.abc import Callable, Iterable, Iterator
 from smgshm.core.host.holders import Holder, holder_index
 from smgshm.core.host.pidtrust import mount_points
 from smgshm.core.names import aside_name, in_family
-from smgshm.core.segments.judge import Deletion, SegmentInfo, State
+from smgshm.core.segments.judge import SegmentInfo, State
+from smgshm.core.segments.scan import Deletion
 
 RENAME_NOREPLACE = 1  # linux/fs.h
 BATCH = 1024  # entries set aside per holder walk: bounds both the walk count and the aside window

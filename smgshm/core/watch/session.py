@@ -25,7 +25,8 @@ from smgshm.core.gateway.rates import DEFAULT_SHM_MIN_BYTES, GatewayRates, faile
 from smgshm.core.names import SMG_FAMILY_PREFIX
 from smgshm.core.paths import DEFAULT_SHM_DIR
 from smgshm.core.quantiles import StreamingQuantiles
-from smgshm.core.segments.judge import ScanOptions, SegmentInfo, judge_entry
+from smgshm.core.segments.judge import ScanOptions, SegmentInfo
+from smgshm.core.segments.scan import judge_entry
 from smgshm.core.watch.follow import CONSUMED, SegmentLife, SegmentTracker, ShmEvent, ShmWatcher
 
 # Time-in-flight histogram bounds (seconds) for the exporter; +Inf is implied.
