@@ -99,5 +99,4 @@ def doctor(app: App, workers: tuple[str, ...], from_gateway: str | None, api_key
     worst = ExitCode(min(codes, key=lambda c: _SEVERITY.index(c) if c in _SEVERITY else -1))
     if live:
         view.headline(app, report)
-        click.get_current_context().exit(worst)
-    click.get_current_context().exit(app.emit(report, lambda _a, _r: None, worst))
+    click.get_current_context().exit(app.emit_rendered(report, worst))
