@@ -320,8 +320,9 @@ def _assert_embedded_all_ok(doc: dict[str, Any], shm: str, shm_dir_status: str =
 
 @needs_init_pidns
 def test_embedded_default_on_the_real_dev_shm() -> None:
-    from smgshm.core.paths import GATEWAY_PROBE_PREFIX
-    from smgshm.core.segments.judge import ScanOptions, scan_segments
+    from smgshm.core.names import GATEWAY_PROBE_PREFIX
+    from smgshm.core.segments.judge import ScanOptions
+    from smgshm.core.segments.scan import scan_segments
 
     # The real /dev/shm is shared: another run's leak would fail doctor's leaks check, not this test.
     r = scan_segments(ScanOptions(SHM))

@@ -25,7 +25,7 @@ import pytest
 import smgshm
 from smgshm.core.client.probe import Health, LocalChecks, VerifyResult, WorkerReport
 from smgshm.core.host.namespace import read_namespace_id
-from smgshm.core.paths import GATEWAY_PROBE_PREFIX, SMGSHM_PREFIX
+from smgshm.core.names import GATEWAY_PROBE_PREFIX, SMGSHM_PREFIX
 from smgshm.core.receiver.reader import ReceiverConfig
 from smgshm.core.receiver.services import RunningReceiver, start_receiver
 from tests.conftest import Children, closed_port, run_cli, wait_for

@@ -16,44 +16,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from smgshm.core.segments.judge import (
-    Scan,
-    ScanOptions,
-    State,
-    Tally,
-    _start_time,
-    judge_entry,
-    parse_name,
-    scan_segments,
-)
+from smgshm.core.names import parse_name
+from smgshm.core.segments.judge import ScanOptions, State, Tally, _start_time
+from smgshm.core.segments.scan import Scan, judge_entry, scan_segments
 from tests.conftest import Children, make_file
 from tests.test_cli_gc import HOLDER, dead_pid, first_line, kill_and_reap, seg_name
-
-
-@pytest.mark.parametrize(
-    "name",
-    [
-        "smg-tokenspeed-\u0661\u0662\u0663-1-0",  # Arabic-Indic digits: \d matches them, a pid does not
-        "smg-tokenspeed-123-1-0\n",  # `$` matches before a trailing newline
-        "smg-tokenspeed-123-1-0\nsmg-tokenspeed-1-1-0",
-        "smg-tokenspeed-\uff11\uff12-1-0",  # fullwidth digits
-        "smg-tokenspeed-probe-12\n",
-        "smg-smgshm-12-3-4x",
-        "smg-tokenspeed-12-3",
-        "smg-tokenspeed--1-2-3",
-    ],
-)
-def test_names_parse_only_with_ascii_digits_and_a_full_match(name: str) -> None:
-    kind, pid, nanos = parse_name(name)
-    assert (kind, pid, nanos) == ("other", None, None), name
-
-
-def test_well_formed_names_parse() -> None:
-    assert parse_name("smg-tokenspeed-123-1700000000000000000-7") == ("gateway", 123, 1700000000000000000)
-    assert parse_name("smg-tokenspeed-probe-42") == ("gateway_probe", 42, None)
-    assert parse_name("smg-smgshm-9-5-0") == ("smgshm", 9, 5)
-    assert parse_name("smg-smgshm-probe-9-5") == ("smgshm_probe", 9, 5)
-    assert parse_name(f"smg-tokenspeed-{2**32}-1-0")[1] is None, "beyond u32 is no pid"
 
 
 def test_the_scan_parses_names_as_parse_name_does(tmp_path: Path) -> None:

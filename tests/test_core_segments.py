@@ -16,14 +16,8 @@ from pathlib import Path
 import pytest
 
 from smgshm.core.errors import HandleError, HostError, NoSpaceError, SegmentError
-from smgshm.core.segments.io import (
-    NAME_MAX,
-    WriteStrategy,
-    new_segment_name,
-    read_segment,
-    unlink_segment,
-    write_segment,
-)
+from smgshm.core.names import NAME_MAX, new_segment_name
+from smgshm.core.segments.io import WriteStrategy, read_segment, unlink_segment, write_segment
 
 SHM = "/dev/shm"
 PAGE = os.sysconf("SC_PAGE_SIZE")

@@ -19,6 +19,7 @@ from smg_grpc_proto.generated import (
 )
 
 from smgshm.core.errors import HostError, TransportError
+from smgshm.core.names import GATEWAY_PREFIX, new_segment_name
 from smgshm.core.receiver.modeldir import SERVED_MODEL_NAME, ensure_model_dir
 from smgshm.core.receiver.reader import Receipt, ReceiverConfig
 from smgshm.core.receiver.receipts import (
@@ -31,7 +32,7 @@ from smgshm.core.receiver.receipts import (
 )
 from smgshm.core.receiver.services import RunningReceiver, start_receiver
 from smgshm.core.receiver.worker import segment_age_ns
-from smgshm.core.segments.io import new_segment_name, write_segment
+from smgshm.core.segments.io import write_segment
 from smgshm.core.transport.tensors import digest
 from tests.conftest import SHM, closed_port
 
@@ -172,7 +173,7 @@ def _vllm_request(rid: str, pixels: Any, extras: dict[str, Any] | None = None, s
 
 
 def _shm_td(pb: Any, scratch: list[str], data: bytes, name: str | None = None) -> Any:
-    ref = write_segment(data, name=name or new_segment_name("smg-tokenspeed-"))
+    ref = write_segment(data, name=name or new_segment_name(GATEWAY_PREFIX))
     scratch.append(ref.path)
     td = pb.TensorData(shape=[len(data)], dtype="uint8")
     td.shm.name, td.shm.offset, td.shm.nbytes, td.shm.owner_id = ref.name, 0, ref.nbytes, ref.owner_id

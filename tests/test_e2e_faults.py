@@ -47,8 +47,9 @@ def test_leak_under_disable_retries_seen_by_gc_then_reaped(
     assert seg["state"] == "leaked"
     # Reaped by gc's own code (scan, judge, reap), restricted to this test's segment: the shm dir is
     # shared, and `gc --delete` would also reap other runs' provably dead segments.
-    from smgshm.core.segments.judge import ScanOptions, State, scan_segments
+    from smgshm.core.segments.judge import ScanOptions, State
     from smgshm.core.segments.reaping import reap, reapable
+    from smgshm.core.segments.scan import scan_segments
 
     leaked = reapable({State.LEAKED})
     scan = scan_segments(ScanOptions(SHM, assume_dead=True))  # as JUDGE: by this namespace's pids

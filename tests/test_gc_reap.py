@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from smgshm.core.segments.judge import Scan, ScanOptions, State
-from smgshm.core.segments.reaping import reap
+from smgshm.core.segments.judge import ScanOptions, State
+from smgshm.core.segments.reaping import Choice, ReapRule, choose, reap, reap_choice
+from smgshm.core.segments.scan import Scan
 from tests.conftest import Children, make_file, proc_state, run_cli, wait_for
 from tests.test_cli_gc import (
     HOLDER,
@@ -443,9 +444,32 @@ def test_a_shm_dir_that_is_a_file_is_exit_5(tmp_path: Path) -> None:
     assert run_cli("--json", "gc", "--shm-dir", str(f), exit=5).json["error"]["kind"] == "host"
 
 
+def test_choose_streams_every_entry_and_reap_choice_counts_what_remains(children: Children, tmp_path: Path) -> None:
+    d, pid = str(tmp_path), dead_pid(children)
+    old, young = seg_name(pid, seq=0), seg_name(pid, seq=1)
+    make_file(d, old, age_s=3600)
+    make_file(d, young)
+    opts = ScanOptions(shm_dir=d, assume_dead=True)
+    seen: list[tuple[str, int]] = []
+    assert choose(Scan(opts), None, lambda seg, row: seen.append((seg.name, row))) == Choice([], [], {})
+    assert sorted(n for n, _ in seen) == sorted([old, young])
+    assert sorted(r for _, r in seen) == [0, 1]
+    scan = Scan(opts)
+    choice = choose(scan, ReapRule.of(include_stale=False, min_age_s=600, all_users=False), lambda seg, row: None)
+    assert [seg.name for seg in choice.chosen] == [old]
+    assert [(x.name, x.deleted) for x in choice.refused] == [(young, False)]
+    assert "younger than --min-age" in choice.refused[0].reason
+    done = reap_choice(scan, choice)
+    assert [(x.name, x.deleted) for x in done.deleted] == [(young, False), (old, True)]
+    assert (done.before.counts["leaked"], done.after.counts["leaked"], done.leaked_or_hazard) == (2, 1, 1)
+    assert done.done_rows == set(choice.rows.values())
+    assert os.listdir(d) == [young]
+
+
 REAPER = r"""
 import sys
-from smgshm.core.segments.judge import Scan, ScanOptions, State
+from smgshm.core.segments.judge import ScanOptions, State
+from smgshm.core.segments.scan import Scan
 from smgshm.core.segments.reaping import reap
 d = sys.argv[1]
 judged = [s for s in Scan(ScanOptions(d, assume_dead=True)) if s.state is State.LEAKED]

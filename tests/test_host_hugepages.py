@@ -16,7 +16,8 @@ import pytest
 from smgshm.core.client.whatif import OPS, run_what_if
 from smgshm.core.errors import SmgshmError
 from smgshm.core.host.pagesize import SHMEM_ENABLED, load_last_what_if, page_policy
-from smgshm.core.paths import DEFAULT_SHM_DIR, SMGSHM_PREFIX
+from smgshm.core.names import SMGSHM_PREFIX
+from smgshm.core.paths import DEFAULT_SHM_DIR
 from tests.conftest import Children, run_cli, tmpfs, wait_for
 
 IS_ROOT = os.geteuid() == 0

@@ -54,10 +54,15 @@ class App:
 
     def emit(self, result: Any, human: Any, code: ExitCode = ExitCode.OK) -> ExitCode:
         """Write the result: one JSON document, or the human renderer's output."""
+        if not self.json:
+            human(self, result)
+        return self.emit_rendered(result, code)
+
+    def emit_rendered(self, result: Any, code: ExitCode = ExitCode.OK) -> ExitCode:
+        """Finish a command whose human output was already said as it went: under --json write the one
+        document; for people nothing is left to render."""
         from smgshm.cli import jsonout
 
         if self.json:
             jsonout.write_result(self, result, ok=code == ExitCode.OK)
-        else:
-            human(self, result)
         return code

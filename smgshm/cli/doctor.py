@@ -97,5 +97,4 @@ def doctor(app: App, workers: tuple[str, ...], from_gateway: str | None, api_key
     worst = for_outcome(outcomes.worst(c.code for c in report.failed))
     if live:
         view.headline(app, report)
-        click.get_current_context().exit(worst)
-    click.get_current_context().exit(app.emit(report, lambda _a, _r: None, worst))
+    click.get_current_context().exit(app.emit_rendered(report, worst))

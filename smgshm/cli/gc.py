@@ -101,12 +101,9 @@ def gc(app: App, delete: bool, include_stale: bool, min_age: float, stale_after:
 def run(app: App, opts: ScanOptions, *, delete: bool, include_stale: bool, min_age: float, all_users: bool,
         yes: bool, check: bool, prometheus_file: str | None, all_rows: bool, raw: bool) -> ExitCode:  # fmt: skip
     """Scan (streamed into the chosen listing), choose, show, ask, reap, then finish the listing."""
-    import copy
-    import os
-
     from smgshm.core.errors import HostError
     from smgshm.core.segments import reaping, textfile
-    from smgshm.core.segments.judge import Deletion, Scan, State
+    from smgshm.core.segments.scan import Scan
 
     if prometheus_file:
         textfile.check_writable(prometheus_file)  # exit 5 before anything is scanned or deleted
@@ -121,21 +118,10 @@ def run(app: App, opts: ScanOptions, *, delete: bool, include_stale: bool, min_a
         view.JsonListing(app, scan) if app.json else view.RawListing(app, scan) if raw
         else view.HumanListing(app, scan, all_rows, check)
     )  # fmt: skip
-    want = reaping.reapable({State.LEAKED} | ({State.STALE} if include_stale else set()))
-    uid, chosen, deleted = os.getuid(), [], []
-    rows: dict[int, int] = {}  # inode -> row, of the chosen only
-    add = listing.add
+    rule = reaping.ReapRule.of(include_stale=include_stale, min_age_s=min_age, all_users=all_users) if delete else None
     with _no_cycle_collector():
-        for row, seg in enumerate(scan):
-            add(seg, row)
-            if delete and want(seg):
-                why = reaping.keep_reason(seg, uid=uid, all_users=all_users, min_age_s=min_age)
-                if why:
-                    deleted.append(Deletion(seg.name, seg.allocated_bytes, False, why, seg.ino))
-                else:
-                    chosen.append(seg)
-                    rows[seg.ino] = row
-    before, after = scan.tally, copy.deepcopy(scan.tally)
+        choice = reaping.choose(scan, rule, listing.add)
+    chosen = choice.chosen
     if chosen:
         progress.stop()  # a question or a list under a live bar would be drawn over
         ask = not yes and sys.stdin.isatty() and not app.json
@@ -143,28 +129,20 @@ def run(app: App, opts: ScanOptions, *, delete: bool, include_stale: bool, min_a
             view.will_delete(app, chosen, all_rows)
         if ask:
             click.confirm(f"delete these {len(chosen)} segment(s)?", abort=True, err=True)
-        by_ino = {s.ino: s for s in chosen}
-        ticks = iter(range(1, len(chosen) + 1))
-        for d in reaping.reap(chosen, opts.shm_dir, lambda _d: progress(next(ticks), len(chosen), "deleted")):
-            deleted.append(d)
-            if d.deleted:
-                after.remove(by_ino[d.ino])
+    ticks = iter(range(1, len(chosen) + 1))
+    done = reaping.reap_choice(scan, choice, lambda _d: progress(next(ticks), len(chosen), "deleted"))
     progress.stop()
-    # The figures before any delete are the scan's; what the footer, JSON's remaining_* and the
-    # textfile report is the filesystem now.
-    used_now, free_now = scan.usage_now() if any(d.deleted for d in deleted) else (
-        scan.shm_total_bytes - scan.shm_free_bytes, scan.shm_free_bytes)  # fmt: skip
-    bad = after.counts["leaked"] + after.counts["hazard"]
-    code = ExitCode.CHECK_FAILED if check and bad > 0 else ExitCode.OK
+    code = ExitCode.CHECK_FAILED if check and done.leaked_or_hazard > 0 else ExitCode.OK
     if prometheus_file:
         try:  # what is there now, after any --delete
-            textfile.write_gc_textfile(prometheus_file, view.display(opts.shm_dir), after.counts,
-                                       after.bytes_by_state, free_now)  # fmt: skip
+            textfile.write_gc_textfile(prometheus_file, view.display(opts.shm_dir), done.after.counts,
+                                       done.after.bytes_by_state, done.free_bytes)  # fmt: skip
         except HostError as err:  # checked up front; still possible (a full disk): one document, exit 5
             app.warn(str(err))
             code = ExitCode.HOST
-    done_rows = {rows[d.ino] for d in deleted if d.deleted}  # --all marks them: never "deleted X", then "leaked X"
-    listing.finish(scan, before, after, deleted, code == ExitCode.OK, done_rows, (used_now, free_now))
+    # --all marks the deleted rows: never "deleted X", then "leaked X"
+    listing.finish(scan, done.before, done.after, done.deleted, code == ExitCode.OK, done.done_rows,
+                   (done.used_bytes, done.free_bytes))  # fmt: skip
     return code
 
 
@@ -186,7 +164,7 @@ def _no_cycle_collector() -> Iterator[None]:
 
 def _watch(app: App, opts: ScanOptions, every: float, count: int | None) -> None:
     """Re-scan until interrupted (or --watch-count scans): one line per scan, growth per state."""
-    from smgshm.core.segments.judge import Scan
+    from smgshm.core.segments.scan import Scan
 
     def counts() -> tuple[int, dict[str, int]]:
         scan = Scan(opts)
@@ -202,6 +180,5 @@ def _watch(app: App, opts: ScanOptions, every: float, count: int | None) -> None
         total, cur = counts()
         view.gc_watch_line(app, total, cur, {k: cur[k] - prev[k] for k in cur})
         prev, n = cur, n + 1
-    if app.json:
-        summary = {"scans": n, "first": first, "last": prev, "growth": {k: prev[k] - first[k] for k in prev}}
-        app.emit(summary, lambda _app, _result: None)
+    summary = {"scans": n, "first": first, "last": prev, "growth": {k: prev[k] - first[k] for k in prev}}
+    app.emit_rendered(summary)  # for people, each scan's line was the output

@@ -25,7 +25,8 @@ from smgshm.core.units import binary_size, short_duration
 if TYPE_CHECKING:
     from smgshm.cli.app import App
     from smgshm.core.host.holders import Holder
-    from smgshm.core.segments.judge import Deletion, Scan, SegmentInfo, Tally
+    from smgshm.core.segments.judge import SegmentInfo, Tally
+    from smgshm.core.segments.scan import Deletion, Scan
 
 _STYLE = {"leaked": "red", "hazard": "magenta", "stale": "yellow", "held": "cyan", "in_flight": "green"}
 # Which entries matter most in the summary: what blocks readers, then what can be reclaimed.
@@ -49,10 +50,6 @@ except ImportError:  # pragma: no cover - orjson is a dependency; keep working w
 
     def _dumpb(obj: Any) -> bytes:
         return json.dumps(obj, allow_nan=False).encode()
-
-
-def _dumps(obj: Any) -> str:
-    return _dumpb(obj).decode()
 
 
 def segment_docs(segs: list[SegmentInfo]) -> list[dict[str, Any]]:

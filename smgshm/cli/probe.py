@@ -105,6 +105,7 @@ def probe(
     """
     from smgshm.core.client.probe import ProbeOptions
     from smgshm.core.client.probe import probe as run_probe
+    from smgshm.core.names import probe_file_pid
 
     if not addresses and not from_gateway:
         raise click.UsageError("give at least one ADDRESS or --from-gateway URL")
@@ -128,7 +129,7 @@ def probe(
         app.warn(f"this host cannot create a segment in {shm_dir}: {report.local.writable_error}")
         local_failures.append(f"this host cannot create a segment in {shm_dir}")
     for name in report.local.leftover_probe_files:
-        pid = name.rsplit("-", 1)[-1]
+        pid = probe_file_pid(name)
         app.warn(f"leftover {name}: a gateway with pid {pid} will find /dev/shm unwritable and stay inline")
     codes = [verdict_code(w.verdict, expect) for w in report.workers]
     if need is not None and report.local.shm_free_bytes < need:

@@ -14,6 +14,7 @@ from smgshm.cli import watch_view as view
 from smgshm.cli.app import App
 from smgshm.cli.exitcodes import ExitCode
 from smgshm.cli.params import BYTES, DURATION, shm_dir_option
+from smgshm.core.names import SMG_FAMILY_PREFIX
 
 if TYPE_CHECKING:
     from smgshm.core.watch.session import IntervalStats, WatchSession
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
 @click.option("--check", is_flag=True, help="Exit 3 when an orphan was seen.")
 @click.option("--serve-metrics", metavar="[HOST:]PORT",
               help="Expose the figures for Prometheus at http://HOST:PORT/metrics (HOST defaults to 127.0.0.1).")
-@click.option("--prefix", default="smg-", show_default=True, help="Follow only names starting with PREFIX.")
+@click.option("--prefix", default=SMG_FAMILY_PREFIX, show_default=True, help="Follow only names starting with PREFIX.")
 @click.option("--max-tracked", type=click.IntRange(1), default=100_000, show_default=True,
               help="Follow at most this many segments in flight at once (memory stays bounded).")
 @click.option("--assume-dead", is_flag=True, help="As gc: judge orphans by this pid namespace's pids even if unsafe.")

@@ -1,4 +1,4 @@
-"""The one place that names the shm directory and SMG's segment prefixes."""
+"""The one place that names the shm directory and the boot-id path (SMG's names: core/names.py)."""
 
 from __future__ import annotations
 
@@ -8,15 +8,6 @@ import os
 # directory SMG's gateway and workers use, not a scratch location.
 DEFAULT_SHM_DIR = "/dev/shm"  # noqa: S108
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
-
-SMG_FAMILY_PREFIX = "smg-"
-# The gateway's payload and probe names (smg-facts §3.1); vLLM reuses the TokenSpeed prefix.
-GATEWAY_PREFIX = "smg-tokenspeed-"
-GATEWAY_PROBE_PREFIX = "smg-tokenspeed-probe-"
-# smgshm's own segments: in SMG's family, but never matched by the gateway's sweep
-# (which only looks at smg-tokenspeed-), so gc can tell the two apart.
-SMGSHM_PREFIX = "smg-smgshm-"
-SMGSHM_PROBE_PREFIX = "smg-smgshm-probe-"
 
 
 def smgshm_cmd(shm_dir: str, *args: str) -> list[str]:

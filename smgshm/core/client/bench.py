@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from smgshm.core.errors import SmgshmError, TransportError, VerificationError
+from smgshm.core.names import floor_name
 from smgshm.core.paths import DEFAULT_SHM_DIR
 from smgshm.core.segments.io import WriteStrategy, unlink_segment, write_segment
 from smgshm.core.stats import median, percentiles
@@ -119,7 +120,7 @@ def measure_host(shm_dir: str, nbytes: int = 64 * 1024 * 1024) -> HostFigures:
 
     def fresh_pages() -> None:
         # The floor: one new file, fallocate + one pwrite, no tensor and no checks.
-        path = os.path.join(shm_dir, f"smg-smgshm-floor-{os.getpid()}-{time.time_ns()}")
+        path = os.path.join(shm_dir, floor_name())
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         try:
             os.posix_fallocate(fd, 0, len(src))

@@ -15,7 +15,8 @@ from smgshm.core.engines import DETECT_ORDER, Engine, engine_named
 from smgshm.core.errors import SmgshmError, TransportError
 from smgshm.core.gateway.admin import GatewayWorker
 from smgshm.core.host.namespace import NamespaceComparison, compare_namespace_ids
-from smgshm.core.paths import DEFAULT_SHM_DIR, GATEWAY_PROBE_PREFIX
+from smgshm.core.names import GATEWAY_PROBE_PREFIX
+from smgshm.core.paths import DEFAULT_SHM_DIR
 from smgshm.core.transport.channel import grpc_target, open_channel
 from smgshm.core.transport.decision import DEFAULT_SHM_MIN_BYTES, Decision, Mode, decide
 
@@ -87,6 +88,7 @@ def local_checks(shm_dir: str = DEFAULT_SHM_DIR, facts: HostFacts | None = None)
 
     err = writable_error(shm_dir, facts)
     try:
+        # Every name under the probe prefix, parsed or not: a look-alike is shown (escaped) for a person to judge.
         leftovers = sorted(n for n in os.listdir(shm_dir) if n.startswith(GATEWAY_PROBE_PREFIX))
     except OSError:
         leftovers = []

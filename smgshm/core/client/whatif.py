@@ -34,7 +34,8 @@ from typing import Any
 from smgshm.core.errors import HostError, SmgshmError
 from smgshm.core.host.mounts import mount_holding, read_mounts
 from smgshm.core.host.pagesize import RECOMMENDED, SHMEM_ENABLED, PagePolicy, page_policy, save_last_what_if
-from smgshm.core.paths import BOOT_ID_PATH, DEFAULT_SHM_DIR, SMGSHM_PREFIX
+from smgshm.core.names import payload_prefix
+from smgshm.core.paths import BOOT_ID_PATH, DEFAULT_SHM_DIR
 from smgshm.core.stats import median
 from smgshm.core.units import gb_per_s
 
@@ -192,7 +193,7 @@ def _end_child(proc: subprocess.Popen[str]) -> None:
 
 
 def _remove_own_segments(shm_dir: str, pid: int) -> None:
-    prefix = f"{SMGSHM_PREFIX}{pid}-"
+    prefix = payload_prefix(pid)
     with contextlib.suppress(OSError), os.scandir(shm_dir) as it:
         for e in it:
             if e.name.startswith(prefix) and e.is_file(follow_symlinks=False):

@@ -9,7 +9,8 @@ from smgshm.core.paths import smgshm_cmd
 
 
 def check_leaks(shm_dir: str) -> list[Check]:
-    from smgshm.core.segments.judge import ScanOptions, scan_segments
+    from smgshm.core.segments.judge import ScanOptions
+    from smgshm.core.segments.scan import scan_segments
 
     try:
         r = scan_segments(ScanOptions(shm_dir))

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from smgshm.core.doctor.check import Check
 from smgshm.core.errors import SmgshmError
+from smgshm.core.names import probe_file_pid
 from smgshm.core.outcomes import Outcome
 from smgshm.core.paths import smgshm_cmd
 
@@ -25,7 +26,7 @@ def check_workers(addresses: list[str], facts: HostFacts, timeout: float) -> tup
     report = probe(addresses, opts, facts=facts)
     out = []
     for name in report.local.leftover_probe_files:
-        pid = name.rsplit("-", 1)[-1]
+        pid = probe_file_pid(name)
         out.append(
             Check(
                 "probe files",

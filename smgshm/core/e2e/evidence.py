@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 
 from smgshm.core.errors import SmgshmError
 from smgshm.core.gateway.metrics import MetricsSnapshot, mm_traffic
-from smgshm.core.paths import DEFAULT_SHM_DIR, GATEWAY_PREFIX
+from smgshm.core.names import GATEWAY_PREFIX, gateway_probe_name
+from smgshm.core.paths import DEFAULT_SHM_DIR
 
 
 @dataclass(frozen=True)
@@ -207,8 +208,6 @@ class SegmentWatch:
         """The segments of producer ``pid`` whose creation was seen, and what became of them."""
         import os
 
-        from smgshm.core.paths import GATEWAY_PROBE_PREFIX
-
         if self.error:
             return ShmDirEvidence(False, f"watching {self.shm_dir} failed: {self.error}", self.shm_dir, pid)
         if pid is None:
@@ -222,7 +221,7 @@ class SegmentWatch:
                 continue
             end = lv.end if lv.removed_ns is not None else "left_behind"
             seen.append(SegmentSeen(lv.name, lv.nbytes, lv.in_flight_ns / 1e6, end or "unknown", lv.reads))
-        probe = f"{GATEWAY_PROBE_PREFIX}{name_pid}"
+        probe = gateway_probe_name(name_pid)
         left = probe if os.path.lexists(os.path.join(self.shm_dir, probe)) else ""
         return ShmDirEvidence(True, "", self.shm_dir, pid, sorted(seen, key=lambda s: s.name), left, name_pid)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from smgshm.core.e2e.evidence import MetricsEvidence, ReceiptEvidence, ShmDirEvidence
-from smgshm.core.paths import GATEWAY_PROBE_PREFIX
+from smgshm.core.names import gateway_probe_name
 from smgshm.core.stats import median
 from smgshm.core.transport.decision import DEFAULT_SHM_MIN_BYTES, PROBE_FAILS, Mode, decide, parse_mode
 from smgshm.core.units import decimal_size
@@ -153,7 +153,7 @@ def _inline_cause(ctx: Context, m: MetricsEvidence, d: ShmDirEvidence, r: Receip
         if not writable and ctx.gateway_writable is False and reason == PROBE_FAILS:
             pid = d.name_pid if d.available and d.name_pid is not None else "<pid>"
             return "inline", (f"inline: {reason} (dev_writable=false in its log): SHM is off for its life; a "
-                              f"leftover {GATEWAY_PROBE_PREFIX}{pid} (it removes the file as its probe fails) "
+                              f"leftover {gateway_probe_name(pid)} (it removes the file as its probe fails) "
                               "or a /dev/shm it cannot write")  # fmt: skip
         return "inline", _why(reason, largest, minb)
     # A remote gateway: its mode cannot be read. What auto would do tells the cause apart.

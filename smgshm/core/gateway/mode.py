@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 
 from smgshm.core.gateway.log import TransportConfig
 from smgshm.core.gateway.metrics import MmTraffic
+from smgshm.core.names import gateway_probe_name
 from smgshm.core.outcomes import Outcome
-from smgshm.core.paths import GATEWAY_PROBE_PREFIX
 from smgshm.core.units import decimal_mb
 
 DEFAULT_SHM_MIN_BYTES = 65536  # SMG's built-in default (smg-facts §2.3)
@@ -92,7 +92,7 @@ def judge(
             "fail",
             f"configured {mode} but its /dev/shm probe failed (dev_writable=false, log): "
             "every tensor goes inline for the life of this process",
-            f"a leftover {GATEWAY_PROBE_PREFIX}{'<pid>' if name_pid is None else name_pid} (the gateway removes "
+            f"a leftover {gateway_probe_name('<pid>' if name_pid is None else name_pid)} (the gateway removes "
             "it as its probe fails, unless it is another uid's) or a /dev/shm it cannot write: smgshm gc, then "
             "restart the gateway",
             Outcome.HOST,

@@ -30,8 +30,8 @@ from typing import Any
 
 from smgshm.core.errors import HostError, ServerError, SmgshmError, TransportError
 from smgshm.core.gateway.http import request
+from smgshm.core.names import parse_name
 from smgshm.core.paths import DEFAULT_SHM_DIR
-from smgshm.core.segments.judge import parse_name
 
 PIP_HINT = "pip install 'smgshm[gateway]'"
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from smgshm.core.engines import ENGINES
 from smgshm.core.errors import HostError
+from smgshm.core.names import SMG_FAMILY_PREFIX
 from smgshm.core.paths import BOOT_ID_PATH
 
 DOCKER_DEFAULT_SHM = 64 * 1024 * 1024
@@ -44,7 +45,7 @@ def _engine_families() -> list[Family]:
 
 # (family, what it is, pattern on the name). First match wins; "other" takes the rest.
 FAMILIES: list[Family] = [
-    ("smg", "SMG segments (smg-*)", re.compile(r"smg-")),
+    ("smg", f"SMG segments ({SMG_FAMILY_PREFIX}*)", re.compile(re.escape(SMG_FAMILY_PREFIX))),
     ("psm", "Python multiprocessing.shared_memory (psm_*; vLLM's and TokenSpeed's too)", re.compile(r"psm_")),
     *_engine_families(),
     ("nccl", "NCCL (nccl-*)", re.compile(r"nccl-")),

@@ -6,13 +6,13 @@ import contextlib
 import errno
 import os
 import socket
-import time
 from dataclasses import dataclass
 
 from smgshm.core.errors import HostError
 from smgshm.core.host.mounts import mount_holding, read_mounts
 from smgshm.core.host.namespace import namespace_id
-from smgshm.core.paths import BOOT_ID_PATH, DEFAULT_SHM_DIR, SMGSHM_PROBE_PREFIX
+from smgshm.core.names import probe_file_name
+from smgshm.core.paths import BOOT_ID_PATH, DEFAULT_SHM_DIR
 
 
 @dataclass(frozen=True)
@@ -98,10 +98,9 @@ def read_host_identity(shm_dir: str = DEFAULT_SHM_DIR, pid: int | None = None) -
 def probe_writable(shm_dir: str = DEFAULT_SHM_DIR) -> str | None:
     """The gateway's writability probe, under smgshm's own name; ``None`` when it passes.
 
-    Like ``mm_shm_dev_writable``: create_new, 0600, write one byte, remove. The name
-    carries nanoseconds so it can never collide with a leftover (the flaw in SMG's).
+    Like ``mm_shm_dev_writable``: create_new, 0600, write one byte, remove.
     """
-    path = os.path.join(shm_dir, f"{SMGSHM_PROBE_PREFIX}{os.getpid()}-{time.time_ns()}")
+    path = os.path.join(shm_dir, probe_file_name())
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     except OSError as err:

@@ -18,10 +18,11 @@ from smgshm.core.engines import DEFAULT as DEFAULT_ENGINE
 from smgshm.core.errors import HandleError, SegmentError, SmgshmError, WireError
 from smgshm.core.host.identity import HostIdentity, read_host_identity
 from smgshm.core.host.namespace import read_namespace_id
-from smgshm.core.paths import DEFAULT_SHM_DIR, SMG_FAMILY_PREFIX
+from smgshm.core.names import in_family, validated_name
+from smgshm.core.paths import DEFAULT_SHM_DIR
 from smgshm.core.receiver.faults import FAULTS, MAX_FAULT_DELAY_S
 from smgshm.core.receiver.receipts import ReceiptRing
-from smgshm.core.segments.io import ReaderMode, check_handle, read_segment, validated_name
+from smgshm.core.segments.io import ReaderMode, check_handle, read_segment
 from smgshm.core.transport.tensors import DIGEST_ALGO, check_payload, digest, expected_nbytes, tensor_from_payload
 from smgshm.core.transport.wire import InTensor, Layout, parse_multimodal
 
@@ -150,7 +151,7 @@ def check_tensor(t: InTensor, cfg: ReceiverConfig) -> Receipt | None:
         check_payload(t.shape, t.dtype, t.shm_nbytes)
         name = validated_name(t.shm_name)
         check_handle(t.shm_offset, t.shm_nbytes)
-        if not cfg.any_name and not name.startswith(SMG_FAMILY_PREFIX):
+        if not cfg.any_name and not in_family(name):
             return Receipt(
                 **base, error_code="foreign_name",
                 error_message=f"refused unread: not an SMG segment name (name={t.shm_name!r}; --any-name reads any)",

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from smgshm.core.errors import WireError
+from smgshm.core.names import parse_name
 from smgshm.core.receiver.reader import Receipt, ReceiverConfig, check_tensor, receive_one
 from smgshm.core.receiver.receipts import GenerateReceipt, ReceiptRing, receipt_as
-from smgshm.core.segments.judge import parse_name
 from smgshm.core.transport.wire import (
     InTensor,
     Layout,
@@ -40,7 +40,7 @@ class GenerateOutcome:
 
 def segment_age_ns(name: str, now_ns: int) -> int:
     """``now_ns`` minus the creation nanos in an SMG segment name; 0 when it has none."""
-    _, _, nanos = parse_name(name)
+    nanos = parse_name(name).nanos
     if nanos is None:
         return 0
     return max(0, now_ns - nanos)

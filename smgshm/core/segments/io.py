@@ -1,4 +1,4 @@
-"""Segments in the shm dir: names, the writer, the reader and unlinking.
+"""Segments in the shm dir: the writer, the reader and unlinking.
 
 A segment written here looks exactly like one of SMG's gateway's: one file per
 tensor, offset 0, mode 0600, created O_CREAT|O_EXCL, space reserved up front.
@@ -9,48 +9,22 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import itertools
 import mmap
 import os
 import shlex
 import signal
 import stat
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
 from smgshm.core.errors import HandleError, HostError, NoSpaceError, SegmentError
-from smgshm.core.paths import DEFAULT_SHM_DIR, SMGSHM_PREFIX, smgshm_cmd
+from smgshm.core.names import new_segment_name, validated_name
+from smgshm.core.paths import DEFAULT_SHM_DIR, smgshm_cmd
 
-NAME_MAX = 255
 WriteStrategy = Literal["pwrite", "mmap"]
 ReaderMode = Literal["view", "copy"]
-
-_seq = itertools.count()
-_seq_lock = threading.Lock()
-
-
-def new_segment_name(prefix: str = SMGSHM_PREFIX) -> str:
-    """``<prefix><pid>-<nanos>-<seq>``: the gateway's shape, under smgshm's prefix."""
-    with _seq_lock:
-        seq = next(_seq)
-    return f"{prefix}{os.getpid()}-{time.time_ns()}-{seq}"
-
-
-def validated_name(name: str) -> str:
-    """Validate a handle's name the way SMG's reader does, plus NAME_MAX.
-
-    SMG strips every leading ``/`` and then refuses empty, ``.``, ``..`` and any
-    name with ``/`` or NUL; it has no prefix allowlist, and neither does this.
-    """
-    stripped = name.lstrip("/")
-    if not stripped or "/" in stripped or stripped in (".", "..") or "\x00" in stripped:
-        raise HandleError("invalid segment name", name=name)
-    if len(stripped.encode("utf-8", "surrogateescape")) > NAME_MAX:
-        raise HandleError("segment name longer than NAME_MAX", name=name[:40] + "...", limit=NAME_MAX)
-    return stripped
 
 
 @dataclass(frozen=True)

@@ -1,50 +1,36 @@
-"""List the shm dir's SMG entries and judge each one: in flight, held, leaked, stale, hazard, unknown.
+"""Judge each of the shm dir's SMG entries: in flight, held, leaked, stale, hazard, unknown.
 
 Liveness is judged like omnigent#7495 does it, not like SMG's own sweep: a producer pid
 is alive only if a process with that pid exists *and* started before the segment was
 written (a younger one means the pid was reused); and a pid verdict is trusted only when
 no other pid namespace can reach this filesystem (core/host/pidtrust.py), since there a live
 producer's pid means nothing to us. Holders are found by inode (core/host/holders.py).
-
-The listing streams: ``Scan`` opens the dir, decides trust and indexes holders once, then
-judges one entry at a time and keeps only tallies, so memory does not grow with the dir.
+The listing that feeds it is segments/scan.py's.
 """
 
 from __future__ import annotations
 
 import enum
-import errno
 import os
-import re
 import stat
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
-from smgshm.core.errors import HostError
-from smgshm.core.host.holders import Holder, holder_index
+from smgshm.core.host.holders import Holder
 from smgshm.core.host.mounts import mount_points
-from smgshm.core.host.pidtrust import INIT_PID_NS, Trust, judge_trust
-from smgshm.core.paths import DEFAULT_SHM_DIR, GATEWAY_PREFIX, SMG_FAMILY_PREFIX, SMGSHM_PREFIX
-
-# Where --delete sets an entry aside before it unlinks it (core/segments/reaping.py): SMG's family, so
-# gc lists one left by a gc that died mid-way, but no pid pattern, so it is never auto-reaped.
-ASIDE_PREFIX = "smg-smgshm-gc-"
-
-# ASCII digits only and a full match: \d would take any Unicode digit (smg-tokenspeed-١٢٣-1-0)
-# and `$` matches before a trailing newline; either would hand gc a pid the name never meant.
-_D = "([0-9]+)"
-# One pattern for all four forms (one regex call per entry, not four); which group matched
-# says the kind. The payload forms first: "probe" is no number, so they never take a probe.
-_NAME = re.compile(
-    re.escape(GATEWAY_PREFIX) + f"(?:{_D}-{_D}-{_D}|probe-{_D})|"
-    + re.escape(SMGSHM_PREFIX) + f"(?:{_D}-{_D}-{_D}|probe-{_D}-{_D})"
-)  # fmt: skip
-# lastindex -> (kind, group of the pid, group of the nanos or 0)
-_BY_LAST = {3: ("gateway", 1, 2), 4: ("gateway_probe", 4, 0), 7: ("smgshm", 5, 6), 9: ("smgshm_probe", 8, 9)}
-_fullmatch = _NAME.fullmatch
-KINDS = ("gateway", "gateway_probe", "smgshm", "smgshm_probe", "gc_aside", "other")
+from smgshm.core.host.pidtrust import Trust
+from smgshm.core.names import (
+    KINDS,
+    MATCH_GROUPS,
+    PID_LIMIT,
+    SMG_FAMILY_PREFIX,
+    Kind,
+    match_name,
+    unmatched_kind,
+)
+from smgshm.core.paths import DEFAULT_SHM_DIR
 
 
 class State(enum.Enum):
@@ -61,7 +47,7 @@ class SegmentInfo(NamedTuple):
     and a frozen dataclass costs ten times as much to construct, which a 1M-entry dir feels."""
 
     name: str  # os.fsdecode form: lossless, undecodable bytes as surrogates; show it escaped
-    kind: str  # gateway | gateway_probe | smgshm | smgshm_probe | gc_aside | other
+    kind: Kind
     file_type: str  # regular | symlink | fifo | directory | socket | char_device | block_device
     nbytes: int
     allocated_bytes: int
@@ -87,45 +73,6 @@ class ScanOptions:
     shm_dir: str = DEFAULT_SHM_DIR
     stale_after_s: float = 3600.0
     assume_dead: bool = False
-
-
-@dataclass(frozen=True)
-class Deletion:
-    name: str
-    nbytes: int
-    deleted: bool
-    reason: str
-    ino: int = 0
-    freed_bytes: int = 0  # 0 when another link keeps the data, or nothing was unlinked
-
-
-@dataclass(frozen=True)
-class GcReport:
-    shm_dir: str
-    segments: list[SegmentInfo]
-    counts: dict[str, int]
-    bytes_by_state: dict[str, int]
-    reclaimable_bytes: int
-    shm_total_bytes: int
-    shm_used_bytes: int
-    shm_free_bytes: int
-    liveness_trusted: bool
-    liveness_note: str
-    scan_ms: float
-    deleted: list[Deletion] = field(default_factory=list)
-    remaining_counts: dict[str, int] = field(default_factory=dict)  # after --delete; else equal to counts
-    remaining_bytes_by_state: dict[str, int] = field(default_factory=dict)
-
-
-def parse_name(name: str) -> tuple[str, int | None, int | None]:
-    """(kind, producer pid, creation time in ns if the name carries one). ``Judge.each`` applies
-    the same rules inline."""
-    m = _fullmatch(name)
-    if m is None:
-        return ("gc_aside" if name.startswith(ASIDE_PREFIX) else "other"), None, None
-    kind, p, t = _BY_LAST[m.lastindex]  # type: ignore[index]
-    pid = int(m[p])
-    return kind, pid if pid < 2**32 else None, int(m[t]) if t else None
 
 
 _TYPES = {stat.S_IFREG: "regular", stat.S_IFLNK: "symlink", stat.S_IFIFO: "fifo", stat.S_IFDIR: "directory",
@@ -232,7 +179,7 @@ class Judge:
         locals and no call per entry but the lstat: a crowded dir has a million entries, and a
         Python call costs as much as a third of the lstat."""
         now, dir_dev, holders, held_here, mounted = self.now, self.dir_dev, self.holders, self.held_here, self.mounted
-        starts, said, fullmatch, by_last = self.starts, self.said, _fullmatch, _BY_LAST
+        starts, said, fullmatch, by_group, pid_limit = self.starts, self.said, match_name, MATCH_GROUPS, PID_LIMIT
         judge_pid = not self.opts.assume_dead
         trusted, doubt, stale_after = self.trust.trusted, self.trust.doubt_uids, self.opts.stale_after_s
         if tally is not None:  # Tally.add, inline: a call per entry is a tenth of this loop
@@ -247,14 +194,14 @@ class Judge:
                 st = entry.stat(follow_symlinks=False)  # on a dir listed by fd: fstatat(fd, name, NOFOLLOW)
             except FileNotFoundError:
                 continue  # unlinked since the listing: nothing to report
-            # parse_name's rules, inline: the one pattern, ASCII digits, a full match, a pid < 2**32.
+            # parse_name, inline from the grammar's fast form (the nanos are read only when needed).
             m = fullmatch(name)
             if m is None:
-                kind, pid, t = ("gc_aside" if name.startswith(ASIDE_PREFIX) else "other"), None, 0
+                kind, pid, t = unmatched_kind(name), None, 0
             else:
-                kind, p, t = by_last[m.lastindex]  # type: ignore[index]
+                kind, p, t = by_group[m.lastindex]  # type: ignore[index]
                 pid = int(m[p])
-                if pid >= 2**32:
+                if pid >= pid_limit:
                     pid = None
             dev, ino, nlink, mtime, mode, uid = st.st_dev, st.st_ino, st.st_nlink, st.st_mtime, st.st_mode, st.st_uid
             ftype = "regular" if mode & _IFMT == _IFREG else _TYPES.get(mode & _IFMT, "other")
@@ -378,125 +325,4 @@ class Tally:
             self.reclaimable_bytes -= n if seg.nlink <= 1 else 0
 
 
-def _host_error(err: OSError, shm_dir: str) -> HostError:
-    if err.errno in (errno.EACCES, errno.EPERM):
-        return HostError("permission denied listing the shm dir", path=shm_dir, uid=os.getuid())
-    if err.errno == errno.ENOTDIR:
-        return HostError("the shm dir is not a directory", path=shm_dir)
-    return HostError("shm dir does not exist", path=shm_dir)
-
-
-class Scan:
-    """One streaming pass over the shm dir: iterate it for judged entries; ``tally`` grows as it goes.
-
-    Everything that can fail for the dir as a whole (missing, unreadable) fails here, in the
-    constructor, before a single entry is reported. ``progress(n)`` is called every 1024 entries.
-    """
-
-    def __init__(self, opts: ScanOptions, progress: Callable[[int], None] | None = None) -> None:
-        self.t0 = time.monotonic()
-        self.opts, self.progress = opts, progress
-        self._fd = -1
-        try:
-            # Listed by fd: each entry's lstat is then relative to it (fstatat), no path to
-            # build and walk per entry; and the dev and sizes are those of the very dir listed.
-            self._fd = os.open(opts.shm_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-            self._dir = os.scandir(self._fd)
-            st = os.fstat(self._fd)
-            vfs = os.fstatvfs(self._fd)
-        except OSError as err:
-            self.close()
-            raise _host_error(err, opts.shm_dir) from err
-        self.dev = st.st_dev
-        self.shm_total_bytes = vfs.f_blocks * vfs.f_frsize
-        self.shm_free_bytes = vfs.f_bavail * vfs.f_frsize
-        self.trust = judge_trust(opts.shm_dir)
-        self.judge = Judge(opts, self.trust, holder_index(self.dev), self.dev)
-        self.tally = Tally()
-
-    def usage_now(self) -> tuple[int, int]:
-        """(used, free) bytes of the shm dir's filesystem read again now (after a --delete, say);
-        the scan's own figures if it cannot be read any more."""
-        try:
-            vfs = os.statvfs(self.opts.shm_dir)
-        except OSError:
-            return self.shm_total_bytes - self.shm_free_bytes, self.shm_free_bytes
-        total, free = vfs.f_blocks * vfs.f_frsize, vfs.f_bavail * vfs.f_frsize
-        return total - free, free
-
-    @property
-    def scan_ms(self) -> float:
-        return (time.monotonic() - self.t0) * 1e3
-
-    def close(self) -> None:
-        """Release the dir (done when the iteration ends; a scan never iterated calls it, or is collected)."""
-        if getattr(self, "_dir", None) is not None:
-            self._dir.close()
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-
-    def __del__(self) -> None:
-        self.close()
-
-    def __iter__(self) -> Iterator[SegmentInfo]:
-        try:
-            yield from self.judge.each(self._dir, self.tally, self.progress)
-        finally:
-            self.close()
-
-    def report(self, segments: list[SegmentInfo]) -> GcReport:
-        t = self.tally
-        return GcReport(self.opts.shm_dir, segments, dict(t.counts), dict(t.bytes_by_state), t.reclaimable_bytes,
-                        self.shm_total_bytes, self.shm_total_bytes - self.shm_free_bytes, self.shm_free_bytes,
-                        self.trust.trusted, self.trust.note, self.scan_ms, [], dict(t.counts),
-                        dict(t.bytes_by_state))  # fmt: skip
-
-
-def scan_segments(opts: ScanOptions, progress: Callable[[int], None] | None = None) -> GcReport:
-    """List and judge every ``smg-*`` entry of the shm dir (never following links), sorted by name.
-
-    Keeps every entry: for callers that want the whole list (doctor, tests). A listing of a
-    crowded dir streams ``Scan`` instead.
-    """
-    scan = Scan(opts, progress)
-    segs = sorted(scan, key=lambda s: s.name)
-    return scan.report(segs)
-
-
-def judge_entry(shm_dir: str, name: str, opts: ScanOptions | None = None) -> SegmentInfo | None:
-    """The gc judgement of ONE entry of ``shm_dir`` (the scan's own code path); None once it is gone.
-
-    For callers that follow single names (``watch``'s orphans): it pays the pid-namespace
-    check and one holder walk of /proc per call, so it is not for whole listings.
-    """
-    opts = replace(opts, shm_dir=shm_dir) if opts else ScanOptions(shm_dir=shm_dir)
-    try:
-        st = os.lstat(os.path.join(shm_dir, name))
-    except FileNotFoundError:
-        return None
-    except OSError as err:
-        raise _host_error(err, shm_dir) from err
-    try:
-        dir_dev = os.stat(shm_dir).st_dev
-    except OSError as err:
-        raise _host_error(err, shm_dir) from err
-    one = [name] if st.st_nlink == 1 else None  # a single link: holders can be picked by name first
-    return Judge(opts, judge_trust(shm_dir), holder_index(st.st_dev, names=one), dir_dev)(name, st)
-
-
-def pid_liveness_trust(shm_dir: str) -> tuple[bool, str]:
-    """Kept for callers of the old name: (trusted, note) of ``pidtrust.judge_trust``."""
-    t = judge_trust(shm_dir)
-    return t.trusted, t.note
-
-
-def growth(before: GcReport, after: GcReport) -> dict[str, int]:
-    """Per state, how many more segments the later scan has."""
-    return {k: after.counts.get(k, 0) - before.counts.get(k, 0) for k in after.counts}
-
-
-__all__: Iterable[str] = [
-    "INIT_PID_NS", "Deletion", "GcReport", "Holder", "Judge", "Scan", "ScanOptions", "SegmentInfo", "State",
-    "Tally", "judge_entry", "parse_name", "scan_segments",
-]  # fmt: skip
+__all__ = ["Judge", "ScanOptions", "SegmentInfo", "State", "Tally"]

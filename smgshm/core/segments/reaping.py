@@ -11,25 +11,27 @@ on in no mount namespace (one read of every namespace's mount table per batch), 
 then unlinks the private name. Anything else is renamed back. The pinned fd then shows
 whether the data went (st_nlink 0) or another link keeps it (freed 0 bytes).
 
-The private name is in SMG's family (``ASIDE_PREFIX``) so that a gc killed mid-way leaves an
+The private name is in SMG's family (``names.aside_name``) so that a gc killed mid-way leaves an
 entry the next gc lists as unknown, never one it would reap by a pid.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import ctypes
 import errno
 import itertools
 import os
-import secrets
 import stat
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 
 from smgshm.core.host.holders import Holder, holder_index
 from smgshm.core.host.mounts import mount_points
-from smgshm.core.paths import SMG_FAMILY_PREFIX
-from smgshm.core.segments.judge import ASIDE_PREFIX, Deletion, SegmentInfo, State
+from smgshm.core.names import aside_name, in_family
+from smgshm.core.segments.judge import SegmentInfo, State, Tally
+from smgshm.core.segments.scan import Deletion, Scan
 
 RENAME_NOREPLACE = 1  # linux/fs.h
 BATCH = 1024  # entries set aside per holder walk: bounds both the walk count and the aside window
@@ -45,7 +47,7 @@ def _renameat2(dfd: int, src: str, dst: str) -> None:
 
 def keep_reason(seg: SegmentInfo, *, uid: int, all_users: bool, min_age_s: float) -> str | None:
     """Why a chosen segment is kept before anything is tried; None: it may be deleted."""
-    if not seg.name.startswith(SMG_FAMILY_PREFIX) or "/" in seg.name:
+    if not in_family(seg.name):
         return "not an SMG name"
     if seg.age_s < min_age_s:
         return f"younger than --min-age ({seg.age_s:.0f} s < {min_age_s:.0f} s)"
@@ -54,7 +56,7 @@ def keep_reason(seg: SegmentInfo, *, uid: int, all_users: bool, min_age_s: float
     return None
 
 
-def reapable(states: set[State]) -> Callable[[SegmentInfo], bool]:
+def reapable(states: set[State] | frozenset[State]) -> Callable[[SegmentInfo], bool]:
     return lambda seg: seg.state in states and seg.file_type == "regular"
 
 
@@ -78,7 +80,7 @@ def reap(
             finished = 0
             try:
                 for seg in batch:
-                    private = f"{ASIDE_PREFIX}{os.getpid()}-{secrets.token_hex(8)}"
+                    private = aside_name()
                     # Listed before the rename: a Ctrl-C raised as the rename returns (Python runs the
                     # handler at the next bytecode) must still find it to put back. A name never set
                     # aside fails to go back with ENOENT, and RENAME_NOREPLACE never clobbers.
@@ -159,4 +161,90 @@ def _finish(
         os.close(fd)
 
 
-__all__ = ["BATCH", "keep_reason", "reap", "reapable"]
+@dataclass(frozen=True)
+class ReapRule:
+    """What gc --delete may take: regular files in ``states``, at least ``min_age_s`` old, owned by
+    ``uid`` (as root with ``all_users``: by anyone)."""
+
+    states: frozenset[State]
+    min_age_s: float
+    all_users: bool = False
+    uid: int = field(default_factory=os.getuid)
+
+    @classmethod
+    def of(cls, *, include_stale: bool, min_age_s: float, all_users: bool) -> ReapRule:
+        """gc's rule: the leaked, and with ``include_stale`` the stale too."""
+        return cls(frozenset({State.LEAKED, State.STALE} if include_stale else {State.LEAKED}), min_age_s, all_users)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What one pass over a scan chose to reap, and what the rule kept before anything was tried."""
+
+    chosen: list[SegmentInfo]
+    refused: list[Deletion]
+    rows: dict[int, int]  # inode -> row in the listing, of the chosen only
+
+
+def choose(
+    entries: Iterable[SegmentInfo], rule: ReapRule | None, on_entry: Callable[[SegmentInfo, int], None]
+) -> Choice:
+    """Hand each entry to ``on_entry`` with its row as the scan streams it, and pick by ``rule`` (None:
+    nothing) what to reap. No call per entry beyond ``on_entry`` unless reaping: a listing may hold a million."""
+    chosen: list[SegmentInfo] = []
+    refused: list[Deletion] = []
+    rows: dict[int, int] = {}
+    if rule is None:
+        for row, seg in enumerate(entries):
+            on_entry(seg, row)
+        return Choice(chosen, refused, rows)
+    want = reapable(rule.states)
+    for row, seg in enumerate(entries):
+        on_entry(seg, row)
+        if want(seg):
+            why = keep_reason(seg, uid=rule.uid, all_users=rule.all_users, min_age_s=rule.min_age_s)
+            if why:
+                refused.append(Deletion(seg.name, seg.allocated_bytes, False, why, seg.ino))
+            else:
+                chosen.append(seg)
+                rows[seg.ino] = row
+    return Choice(chosen, refused, rows)
+
+
+@dataclass(frozen=True)
+class ReapReport:
+    """A scan's tallies before and after reaping its choice, and the filesystem's usage now."""
+
+    deleted: list[Deletion]  # what the rule refused, then each chosen entry as tried
+    before: Tally  # the scan's
+    after: Tally  # less what was deleted
+    used_bytes: int
+    free_bytes: int
+    done_rows: set[int]  # the listing rows of what was deleted
+
+    @property
+    def leaked_or_hazard(self) -> int:
+        """What remains that --check fails on."""
+        return self.after.counts["leaked"] + self.after.counts["hazard"]
+
+
+def reap_choice(scan: Scan, choice: Choice, on_action: Callable[[Deletion], None] | None = None) -> ReapReport:
+    """Reap what ``choose`` picked from ``scan`` (``reap``), then count again what remains."""
+    before, after = scan.tally, copy.deepcopy(scan.tally)
+    deleted = list(choice.refused)
+    if choice.chosen:
+        by_ino = {s.ino: s for s in choice.chosen}
+        for d in reap(choice.chosen, scan.opts.shm_dir, on_action):
+            deleted.append(d)
+            if d.deleted:
+                after.remove(by_ino[d.ino])
+    # The figures before any delete are the scan's; after one, the filesystem's now.
+    if any(d.deleted for d in deleted):
+        used, free = scan.usage_now()
+    else:
+        used, free = scan.shm_total_bytes - scan.shm_free_bytes, scan.shm_free_bytes
+    done_rows = {choice.rows[d.ino] for d in deleted if d.deleted}
+    return ReapReport(deleted, before, after, used, free, done_rows)
+
+
+__all__ = ["BATCH", "Choice", "ReapReport", "ReapRule", "choose", "keep_reason", "reap", "reap_choice", "reapable"]

@@ -20,7 +20,8 @@ from typing import Any
 from inotify_simple import flags as _F  # noqa: N812 - a short name for the hot-loop constants below
 
 from smgshm.core.errors import HostError
-from smgshm.core.paths import DEFAULT_SHM_DIR, SMG_FAMILY_PREFIX
+from smgshm.core.names import SMG_FAMILY_PREFIX
+from smgshm.core.paths import DEFAULT_SHM_DIR
 from smgshm.core.watch.events import (
     CLOSED,
     CLOSED_NOWRITE,

@@ -26,7 +26,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from smgshm.core.segments.judge import parse_name
+from smgshm.core.names import Kind, ParsedName, parse_name
 from smgshm.core.watch.events import (
     CLOSED,
     CLOSED_NOWRITE,
@@ -47,7 +47,7 @@ class SegmentLife:
     """One segment from creation to unlink (``removed_ns`` None while in flight)."""
 
     name: str
-    kind: str  # gateway | gateway_probe | smgshm | smgshm_probe | other (leaks.parse_name)
+    kind: Kind  # names.parse_name
     producer_pid: int | None
     created_ns: int
     nbytes: int | None
@@ -67,7 +67,7 @@ class _Live:
                  "observed", "orphaned", "pid", "reads", "ro_closes")  # fmt: skip
 
     def __init__(self, name: str, created_ns: int, observed: bool, nbytes: int | None, note: str = "",
-                 parsed: tuple[str, int | None, int | None] | None = None) -> None:  # fmt: skip
+                 parsed: ParsedName | None = None) -> None:  # fmt: skip
         self.name = name
         self.kind, self.pid, _ = parsed or parse_name(name)
         self.created_ns = created_ns
@@ -207,7 +207,7 @@ class SegmentTracker:
                     self._resize(lv, e.nbytes)
                 return
             # The later of the name's time and mtime (as gc judges age), never in the future.
-            _, _, nanos = parse_name(e.name)
+            nanos = parse_name(e.name).nanos
             born = min(e.t_ns, max(nanos or 0, e.mtime_ns or 0) or e.t_ns)
             self._add(_Live(e.name, born, False, e.nbytes))
             return
@@ -222,8 +222,8 @@ class SegmentTracker:
         born, parsed = e.t_ns, parse_name(e.name)
         # Read in a batch: if the name carries a creation time (SMG's and smgshm's do) inside
         # the window the event must have happened in, it is the better clock.
-        if e.since_ns and parsed[2] is not None and e.since_ns <= parsed[2] <= e.t_ns:
-            born = parsed[2]
+        if e.since_ns and parsed.nanos is not None and e.since_ns <= parsed.nanos <= e.t_ns:
+            born = parsed.nanos
         lv = _Live(e.name, born, True, None, "renamed into the shm dir" if moved else "", parsed)
         if moved:  # written elsewhere and renamed in: no creator's open to expect
             lv.creator_open, lv.lost = False, True

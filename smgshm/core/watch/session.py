@@ -22,8 +22,10 @@ from typing import Any
 from smgshm.core.errors import SmgshmError
 from smgshm.core.gateway.metrics import MetricsSnapshot, scrape
 from smgshm.core.gateway.rates import DEFAULT_SHM_MIN_BYTES, GatewayRates, failed_rates, gateway_rates
-from smgshm.core.paths import DEFAULT_SHM_DIR, SMG_FAMILY_PREFIX
-from smgshm.core.segments.judge import ScanOptions, SegmentInfo, judge_entry
+from smgshm.core.names import SMG_FAMILY_PREFIX
+from smgshm.core.paths import DEFAULT_SHM_DIR
+from smgshm.core.segments.judge import ScanOptions, SegmentInfo
+from smgshm.core.segments.scan import judge_entry
 from smgshm.core.stats import StreamingQuantiles
 from smgshm.core.watch.follow import CONSUMED, SegmentLife, SegmentTracker, ShmEvent, ShmWatcher
 
