@@ -24,7 +24,8 @@ import subprocess
 import sys
 import uuid
 
-from smgshm.core.watch.session import WatchOptions, WatchSession
+from smgshm.core.watch.figures import WatchOptions
+from smgshm.core.watch.session import WatchSession
 
 PRODUCER = r"""
 import os, sys, time

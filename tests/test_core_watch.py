@@ -12,8 +12,10 @@ import pytest
 from smgshm.core.gateway.metrics import parse_metrics
 from smgshm.core.gateway.rates import gateway_rates
 from smgshm.core.stats import StreamingQuantiles
+from smgshm.core.watch.figures import Totals as _Totals
+from smgshm.core.watch.figures import WatchOptions
 from smgshm.core.watch.follow import SegmentTracker, ShmEvent
-from smgshm.core.watch.session import WatchOptions, WatchSession, _Totals
+from smgshm.core.watch.session import WatchSession
 
 EXPO = """\
 # TYPE smg_mm_tensors_total counter

@@ -17,7 +17,8 @@ from smgshm.cli.params import BYTES, DURATION, shm_dir_option
 from smgshm.core.names import SMG_FAMILY_PREFIX
 
 if TYPE_CHECKING:
-    from smgshm.core.watch.session import IntervalStats, WatchSession
+    from smgshm.core.watch.figures import IntervalStats
+    from smgshm.core.watch.session import WatchSession
 
 
 @click.command()
@@ -78,7 +79,8 @@ def watch(app: App, interval: float, orphan_after: float, metrics_url: str | Non
       smgshm watch --jsonl | jq -c 'select(.type=="segment")'
       smgshm watch --serve-metrics 9464 -q                # a per-node exporter
     """
-    from smgshm.core.watch.session import WatchOptions, WatchSession
+    from smgshm.core.watch.figures import WatchOptions
+    from smgshm.core.watch.session import WatchSession
 
     if app.json and jsonl:
         raise click.UsageError("--json and --jsonl are two output formats: choose one")

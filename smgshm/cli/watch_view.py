@@ -18,8 +18,8 @@ from smgshm.core.units import binary_rate, binary_size, short_duration
 if TYPE_CHECKING:
     from smgshm.cli.app import App
     from smgshm.core.gateway.rates import GatewayRates
+    from smgshm.core.watch.figures import FlightTimes, IntervalStats, Orphan, WatchSummary
     from smgshm.core.watch.follow import SegmentLife, ShmEvent
-    from smgshm.core.watch.session import FlightTimes, IntervalStats, Orphan, WatchSummary
 
 _STATE_STYLE = {"leaked": "red", "hazard": "magenta", "stale": "yellow", "held": "cyan", "in_flight": "green"}
 

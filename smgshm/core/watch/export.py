@@ -11,7 +11,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from smgshm.core.errors import TransportError
-from smgshm.core.watch.session import FLIGHT_BUCKETS_S, WatchSession
+from smgshm.core.watch.figures import FLIGHT_BUCKETS_S
+from smgshm.core.watch.session import WatchSession
 
 PREFIX = "smgshm_watch_"
 

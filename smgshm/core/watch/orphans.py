@@ -1,0 +1,75 @@
+"""watch's orphans: segments still in flight after ``--orphan-after``, each judged by gc's own rules.
+
+A judgement walks /proc (tens of ms), so a step judges at most a few new ones and re-judges a
+listed one only after ``rejudge_after_s``; judgements are kept for the listed orphans only, so
+memory stays bounded however long the watch runs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from smgshm.core.errors import SmgshmError
+from smgshm.core.segments.judge import ScanOptions, SegmentInfo
+from smgshm.core.segments.scan import judge_entry
+from smgshm.core.watch.figures import Orphan, WatchOptions
+from smgshm.core.watch.follow import SegmentLife, SegmentTracker
+
+_MAX_JUDGED_PER_STEP = 4  # each judgement walks /proc (tens of ms): a leaking host must not stall the watch
+
+
+class OrphanJudge:
+    """Lists a tracker's orphans each step, with gc's verdict on each (cached, bounded)."""
+
+    def __init__(self, opts: WatchOptions, on_orphan: Callable[[Orphan], None] | None = None) -> None:
+        self.opts = opts
+        self.on_orphan = on_orphan
+        self.seen = 0  # orphans ever seen
+        self._judged: dict[str, tuple[SegmentInfo | None, float, str]] = {}
+
+    def look(self, tracker: SegmentTracker) -> tuple[int, int, list[Orphan]]:
+        """(orphans now, their bytes, the listed ones with their judgement)."""
+        now_ns = time.time_ns()
+        cutoff = now_ns - int(self.opts.orphan_after_s * 1e9)
+        count, nbytes, new, old = tracker.orphans(cutoff, self.opts.max_orphans_listed, now_ns)
+        self.seen += new
+        listed_names = {life.name for life in old}
+        for gone in [n for n in self._judged if n not in listed_names]:
+            del self._judged[gone]  # judgements are kept for the listed ones only: bounded
+        listed: list[Orphan] = []
+        budget = _MAX_JUDGED_PER_STEP
+        for life in old:
+            orphan, judged_now = self._orphan(life, budget > 0)
+            budget -= judged_now
+            listed.append(orphan)
+        return count, nbytes, listed
+
+    def _orphan(self, life: SegmentLife, may_judge: bool) -> tuple[Orphan, int]:
+        seen = self._judged.get(life.name)
+        now = time.monotonic()
+        judged = 0
+        first = seen is None
+        if (seen is None or now - seen[1] >= self.opts.rejudge_after_s) and may_judge:
+            opts = ScanOptions(self.opts.shm_dir, self.opts.stale_after_s, self.opts.assume_dead)
+            try:
+                info, err = judge_entry(self.opts.shm_dir, life.name, opts), ""
+            except SmgshmError as e:
+                info, err = None, str(e)
+            seen, judged = (info, now, err), 1
+            self._judged[life.name] = seen
+        age = life.in_flight_ns / 1e9
+        if seen is None:
+            o = Orphan(life.name, life.kind, life.producer_pid, None, "unjudged", "not judged yet", life.nbytes, age,
+                       life.reads)  # fmt: skip
+        else:
+            info, _, err = seen
+            if info is None:
+                state, reason = ("unknown", err) if err else ("gone", "unlinked since; its unlink event is queued")
+                o = Orphan(life.name, life.kind, life.producer_pid, None, state, reason, life.nbytes, age, life.reads)
+            else:
+                o = Orphan(life.name, life.kind, life.producer_pid, info.producer_alive, info.state.value, info.reason,
+                           life.nbytes if life.nbytes is not None else info.nbytes, age, life.reads)  # fmt: skip
+        if first and judged and self.on_orphan is not None:
+            self.on_orphan(o)
+        return o, judged
