@@ -38,6 +38,10 @@ def _container(children: Children, shared: str, at: str | None, pid: int) -> tup
     where = at or "/dev/shm"
     steps = [f"mount --bind {shared} {at}"] if at else []
     steps += [
+        # A procfs of its own pid namespace, and the host's gone, as a container has: the host's
+        # would lead it to every filesystem (tests/test_gc_procfs.py).
+        "umount -l /proc",
+        "mount -t proc proc /proc",
         # Its own /dev/shm (the host's unmounted there, not just shadowed): the old /proc/P/root
         # checks find nothing, and only the bind mount shows the shared tmpfs.
         "umount -l /dev/shm",
@@ -357,8 +361,9 @@ def test_a_pid_namespace_handle_alone_changes_nothing(children: Children, tmp_pa
     from tests.conftest import tmpfs
 
     with tmpfs(tmp_path / "x", "4m") as d:
-        argv = ["unshare", "--pid", "--fork", "--mount", "--propagation", "private", "sh", "-c",
-                f"umount -l {d} && echo ready && exec sleep 600"]  # fmt: skip
+        # A procfs of its own (the host's would lead it back to d: tests/test_gc_procfs.py).
+        inner = f"umount -l {d} && umount -l /proc && mount -t proc proc /proc && echo ready && exec sleep 600"
+        argv = ["unshare", "--pid", "--fork", "--mount", "--propagation", "private", "sh", "-c", inner]
         p, _ = first_line(children, argv)
         member = wait_for(lambda: next((k.pid for k in psutil.Process(p.pid).children() if k.name() == "sleep"), None),
                           what="the pid namespace's process")  # fmt: skip
