@@ -60,6 +60,17 @@ def _container(children: Children, shared: str, at: str | None, pid: int) -> tup
     return wait_for(producer, what="the producer's host pid"), name
 
 
+def gc_keeps(d: str, name: str) -> None:
+    """gc, as an operator runs it, leaves the live producer's segment ``name`` in ``d`` unknown,
+    and ``--delete --min-age 0`` keeps it."""
+    doc = run_cli("--json", "gc", "--shm-dir", d).json
+    assert doc["result"]["liveness_trusted"] is False
+    assert segs(doc)[name]["state"] == "unknown"
+    doc = run_cli("--json", "gc", "--shm-dir", d, "--delete", "--min-age", "0", "--yes").json
+    assert not deletions(doc).get(name, {}).get("deleted")
+    assert os.path.exists(os.path.join(d, name)), "gc deleted a live producer's segment"
+
+
 def test_a_producer_seeing_the_tmpfs_at_another_path_makes_pids_untrusted(
     children: Children, tmpfs_dir: str, tmp_path: Path  # noqa: F811
 ) -> None:
@@ -160,12 +171,7 @@ def test_a_producer_that_unmounted_the_tmpfs_but_keeps_it_makes_pids_untrusted(
         assert trust.trusted is False, trust.note
         assert {"cwd": "cwd", "fd": "open fd", "map": "mapped file"}[how] in trust.note
 
-        doc = run_cli("--json", "gc", "--shm-dir", d).json
-        assert doc["result"]["liveness_trusted"] is False
-        assert segs(doc)[name]["state"] == "unknown"
-        doc = run_cli("--json", "gc", "--shm-dir", d, "--delete", "--min-age", "0", "--yes").json
-        assert not deletions(doc).get(name, {}).get("deleted")
-        assert os.path.exists(path), "gc deleted a live producer's segment"
+        gc_keeps(d, name)
         kill_and_reap(p)  # its group: the namespace's init too, before the tmpfs is unmounted
 
 
@@ -243,12 +249,7 @@ def test_a_thread_that_alone_keeps_the_tmpfs_makes_pids_untrusted(
         assert trust.trusted is False, trust.note
         assert f"thread {keeper}'s {'open fd' if what == 'fd' else what}" in trust.note
 
-        doc = run_cli("--json", "gc", "--shm-dir", d).json
-        assert doc["result"]["liveness_trusted"] is False
-        assert segs(doc)[name]["state"] == "unknown"
-        doc = run_cli("--json", "gc", "--shm-dir", d, "--delete", "--min-age", "0", "--yes").json
-        assert not deletions(doc).get(name, {}).get("deleted")
-        assert os.path.exists(path), "gc deleted a live producer's segment"
+        gc_keeps(d, name)
         kill_and_reap(p)
 
 
@@ -320,7 +321,6 @@ def test_a_handle_to_a_mount_namespace_that_sees_the_tmpfs_makes_pids_untrusted(
             os.close(ns_fd)
             os.close(pid_fd)
         assert name, f"the producer exited {p.wait(timeout=10)}: {p.stderr.read() if p.stderr else ''}"
-        path = os.path.join(d, name)
         kids = psutil.Process(p.pid).children(recursive=True)
         host_pid = next(k.pid for k in [psutil.Process(p.pid), *kids] if k.name().startswith("python"))
         with open(f"/proc/{host_pid}/mountinfo", "rb") as f:
@@ -345,12 +345,7 @@ def test_a_handle_to_a_mount_namespace_that_sees_the_tmpfs_makes_pids_untrusted(
             assert f"a bind-mounted namespace file at {spot}" in trust.note
             assert "whose mounts gc cannot read" in trust.note  # no process lives in it any more
 
-        doc = run_cli("--json", "gc", "--shm-dir", d).json
-        assert doc["result"]["liveness_trusted"] is False
-        assert segs(doc)[name]["state"] == "unknown"
-        doc = run_cli("--json", "gc", "--shm-dir", d, "--delete", "--min-age", "0", "--yes").json
-        assert not deletions(doc).get(name, {}).get("deleted")
-        assert os.path.exists(path), "gc deleted a live producer's segment"
+        gc_keeps(d, name)
         kill_and_reap(p)  # its mount namespace goes with it, and the namespace file's bind mount too
 
 
