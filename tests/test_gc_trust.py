@@ -38,6 +38,10 @@ def _container(children: Children, shared: str, at: str | None, pid: int) -> tup
     where = at or "/dev/shm"
     steps = [f"mount --bind {shared} {at}"] if at else []
     steps += [
+        # A procfs of its own pid namespace, and the host's gone, as a container has: the host's
+        # would lead it to every filesystem (tests/test_gc_procfs.py).
+        "umount -l /proc",
+        "mount -t proc proc /proc",
         # Its own /dev/shm (the host's unmounted there, not just shadowed): the old /proc/P/root
         # checks find nothing, and only the bind mount shows the shared tmpfs.
         "umount -l /dev/shm",
@@ -54,6 +58,17 @@ def _container(children: Children, shared: str, at: str | None, pid: int) -> tup
         return next((k.pid for k in kids if k.name().startswith("python")), None)
 
     return wait_for(producer, what="the producer's host pid"), name
+
+
+def gc_keeps(d: str, name: str) -> None:
+    """gc, as an operator runs it, leaves the live producer's segment ``name`` in ``d`` unknown,
+    and ``--delete --min-age 0`` keeps it."""
+    doc = run_cli("--json", "gc", "--shm-dir", d).json
+    assert doc["result"]["liveness_trusted"] is False
+    assert segs(doc)[name]["state"] == "unknown"
+    doc = run_cli("--json", "gc", "--shm-dir", d, "--delete", "--min-age", "0", "--yes").json
+    assert not deletions(doc).get(name, {}).get("deleted")
+    assert os.path.exists(os.path.join(d, name)), "gc deleted a live producer's segment"
 
 
 def test_a_producer_seeing_the_tmpfs_at_another_path_makes_pids_untrusted(
@@ -156,12 +171,7 @@ def test_a_producer_that_unmounted_the_tmpfs_but_keeps_it_makes_pids_untrusted(
         assert trust.trusted is False, trust.note
         assert {"cwd": "cwd", "fd": "open fd", "map": "mapped file"}[how] in trust.note
 
-        doc = run_cli("--json", "gc", "--shm-dir", d).json
-        assert doc["result"]["liveness_trusted"] is False
-        assert segs(doc)[name]["state"] == "unknown"
-        doc = run_cli("--json", "gc", "--shm-dir", d, "--delete", "--min-age", "0", "--yes").json
-        assert not deletions(doc).get(name, {}).get("deleted")
-        assert os.path.exists(path), "gc deleted a live producer's segment"
+        gc_keeps(d, name)
         kill_and_reap(p)  # its group: the namespace's init too, before the tmpfs is unmounted
 
 
@@ -239,12 +249,7 @@ def test_a_thread_that_alone_keeps_the_tmpfs_makes_pids_untrusted(
         assert trust.trusted is False, trust.note
         assert f"thread {keeper}'s {'open fd' if what == 'fd' else what}" in trust.note
 
-        doc = run_cli("--json", "gc", "--shm-dir", d).json
-        assert doc["result"]["liveness_trusted"] is False
-        assert segs(doc)[name]["state"] == "unknown"
-        doc = run_cli("--json", "gc", "--shm-dir", d, "--delete", "--min-age", "0", "--yes").json
-        assert not deletions(doc).get(name, {}).get("deleted")
-        assert os.path.exists(path), "gc deleted a live producer's segment"
+        gc_keeps(d, name)
         kill_and_reap(p)
 
 
@@ -316,7 +321,6 @@ def test_a_handle_to_a_mount_namespace_that_sees_the_tmpfs_makes_pids_untrusted(
             os.close(ns_fd)
             os.close(pid_fd)
         assert name, f"the producer exited {p.wait(timeout=10)}: {p.stderr.read() if p.stderr else ''}"
-        path = os.path.join(d, name)
         kids = psutil.Process(p.pid).children(recursive=True)
         host_pid = next(k.pid for k in [psutil.Process(p.pid), *kids] if k.name().startswith("python"))
         with open(f"/proc/{host_pid}/mountinfo", "rb") as f:
@@ -341,12 +345,7 @@ def test_a_handle_to_a_mount_namespace_that_sees_the_tmpfs_makes_pids_untrusted(
             assert f"a bind-mounted namespace file at {spot}" in trust.note
             assert "whose mounts gc cannot read" in trust.note  # no process lives in it any more
 
-        doc = run_cli("--json", "gc", "--shm-dir", d).json
-        assert doc["result"]["liveness_trusted"] is False
-        assert segs(doc)[name]["state"] == "unknown"
-        doc = run_cli("--json", "gc", "--shm-dir", d, "--delete", "--min-age", "0", "--yes").json
-        assert not deletions(doc).get(name, {}).get("deleted")
-        assert os.path.exists(path), "gc deleted a live producer's segment"
+        gc_keeps(d, name)
         kill_and_reap(p)  # its mount namespace goes with it, and the namespace file's bind mount too
 
 
@@ -357,8 +356,9 @@ def test_a_pid_namespace_handle_alone_changes_nothing(children: Children, tmp_pa
     from tests.conftest import tmpfs
 
     with tmpfs(tmp_path / "x", "4m") as d:
-        argv = ["unshare", "--pid", "--fork", "--mount", "--propagation", "private", "sh", "-c",
-                f"umount -l {d} && echo ready && exec sleep 600"]  # fmt: skip
+        # A procfs of its own (the host's would lead it back to d: tests/test_gc_procfs.py).
+        inner = f"umount -l {d} && umount -l /proc && mount -t proc proc /proc && echo ready && exec sleep 600"
+        argv = ["unshare", "--pid", "--fork", "--mount", "--propagation", "private", "sh", "-c", inner]
         p, _ = first_line(children, argv)
         member = wait_for(lambda: next((k.pid for k in psutil.Process(p.pid).children() if k.name() == "sleep"), None),
                           what="the pid namespace's process")  # fmt: skip

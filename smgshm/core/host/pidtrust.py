@@ -11,17 +11,26 @@ thread may have its own cwd, root, fd table and mount namespace, and a process w
 thread exited shows none of them at /proc/P). A process that holds a handle to a mount
 namespace (an open ``mnt:[...]`` fd, a pidfd of a process in it, or a bind-mounted namespace
 file in its mount table) can setns(2) into it and write there at any time, so a handle to one
-that sees the filesystem, or to one gc cannot read, makes the verdict untrusted too. Handles
-to pid namespaces do not: see ``judge_trust``. What cannot be read is doubt: a process whose
-namespaces this user may not read puts its uid's segments in doubt, and unreadable mounts of
-another pid namespace make the verdict untrusted.
+that sees the filesystem, or to one gc cannot read, makes the verdict untrusted too (handles
+to pid namespaces do not: see ``judge_trust``). So does a way into a procfs of gc's own pid
+namespace (the initial one): one in its mount table (all of it, even under another mount, as
+``unshare --mount-proc`` leaves the host's, or a bound part holding process dirs of that
+namespace), a cwd, root or open dir there, or a handle to a mount namespace that has one. Its
+/proc/X dirs lead to every process's root, cwd, fds and mount namespace, so to every
+filesystem: ``openat(fd, "root/dev/shm/...")`` writes to this one with nothing of it in the
+holder's own mounts. A container's own procfs (its pid namespace's) and the parts of it bound
+read-only (/proc/sys, /proc/bus, /proc/irq, /proc/sysrq-trigger) do not count: see
+``_Procfs``. What cannot be read is doubt: a process whose namespaces this
+user may not read puts its uid's segments in doubt, and unreadable mounts of another pid
+namespace, or a procfs that cannot be told from gc's namespace's, make the verdict untrusted.
 
 What this cannot see: a producer in another pid namespace that reached the filesystem only
 for a while (an fd passed to it and since closed, a setns(2) in and back out without keeping
-a handle) and keeps nothing of it now; one holding only an fd to another process's /proc/X
-directory (openat(fd, "ns/mnt") then setns); and anything that starts after the look (a new
-container, a join), whose segments ``--min-age`` keeps since they are younger than the look.
-Names mounted on in any mount namespace are listed by ``mounts.mount_points``.
+a handle) and keeps nothing of it now; an fd kept only where no fd table shows it (in flight
+in a unix socket's queue, registered with io_uring); mounts outside a chrooted process's root,
+which its mountinfo leaves out; and anything that starts after the look (a new container, a join),
+whose segments ``--min-age`` keeps since they are younger than the look. Names mounted on in
+any mount namespace are listed by ``mounts.mount_points``.
 """
 
 from __future__ import annotations
@@ -29,11 +38,16 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import stat
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from smgshm.core.host.mounts import Mount, mount_of, nsfs_mounts, read_mounts
 from smgshm.core.host.proc import (
+    PROC_ROOT_INO,
+    PROC_SUPER_MAGIC,
+    fd_mount_id,
+    fs_magic,
     in_nested_pid_ns,
     live_pids,
     readlink_or,
@@ -54,22 +68,169 @@ class Trust:
     doubt_uids: frozenset[int] = field(default_factory=frozenset)
 
 
+def _holds_processes(root: str) -> bool:
+    """Whether the part of a procfs a mount shows (its root there) holds process dirs: all of it,
+    or a part of a /proc/<pid>. The rest (sys, bus, irq, sysrq-trigger, ...) holds none, and a
+    bind mount reaches nothing above its own root (``..`` leaves the mount there)."""
+    first = root.lstrip("/").split("/", 1)[0]
+    return not first or first[0].isdigit() or first in ("self", "thread-self")
+
+
+class _Procfs:
+    """Whether what a process holds (a mount, a cwd or root, a dir fd) leads into a procfs of gc's
+    pid namespace. From there every process of that namespace is in reach, and through their
+    root, cwd, fd and ns/mnt links every filesystem they see: whoever holds one reaches this
+    filesystem whatever its own mounts show.
+
+    Whose procfs: at its root, readlinkat("self") resolves only in a procfs of a pid namespace gc
+    has a pid in (gc's: it is in the initial one) and says ENOENT in a descendant's; a superblock
+    is one pid namespace's, so the answer is kept per st_dev. A dir is followed up (``..``) to that
+    root, as its holder can; a bind mount of a part stops it at the part's root, and then the
+    part counts only when it holds process dirs of gc's pid namespace (a process of another pid
+    namespace is looked at on its own). A file or symlink there leads to no filesystem (an open
+    /proc/X/mem is a way into a process, not counted). What cannot be told is doubt: None, never
+    False."""
+
+    _DEPTH = 16  # deeper than any procfs dir
+
+    def __init__(self, mine: str, tables: dict[str, list[Mount]]) -> None:
+        self.mine = mine
+        self.tables = tables  # the walk's, to name the mount a bound part is
+        self.ours: dict[int, bool] = {}  # st_dev -> a procfs of gc's pid namespace (False: another's, or no procfs)
+        with contextlib.suppress(OSError):
+            self.held("/proc")  # gc's own: then a bind of it, even one covered by another mount, is told at once
+
+    def mount(self, m: Mount, base: str) -> bool | None:
+        """Whether mount ``m`` of the table read at ``base`` (/proc/P or /proc/P/task/T) leads in;
+        OSError when it cannot be looked at."""
+        if m.fstype != "proc" or not _holds_processes(m.root) or self.ours.get(m.dev) is False:
+            return False
+        if m.root == "/" and self.ours.get(m.dev):
+            return True
+        fds = [os.open(f"{base}/root{m.point}", os.O_PATH)]  # through the holder's root: its mounts
+        try:
+            if fd_mount_id(fds[0]) != m.mount_id:
+                return None  # another mount covers it (or it moved): not the one to tell
+            return self._follow(fds)
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+    def held(self, path: str) -> bool | None:
+        """Whether the dir at ``path`` (a magic link: a thread's cwd or root, or an fd) leads in;
+        FileNotFoundError when it is gone, another OSError when it cannot be looked at."""
+        fds = [os.open(path, os.O_PATH)]  # the very dir, on the very mount, the holder has
+        try:
+            return self._follow(fds)
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+    def _follow(self, fds: list[int]) -> bool | None:
+        """Up from the dir open at ``fds[-1]`` (fds opened on the way are appended, to be closed)."""
+        here = os.fstat(fds[-1])
+        dev = here.st_dev
+        if not stat.S_ISDIR(here.st_mode) or self.ours.get(dev) is False:
+            return False
+        if dev not in self.ours and (os.major(dev) != 0 or fs_magic(fds[-1]) != PROC_SUPER_MAGIC):
+            self.ours[dev] = False  # a procfs is always on an anonymous device: no statfs for the rest
+            return False
+        for _ in range(self._DEPTH):
+            if here.st_ino == PROC_ROOT_INO and self._is_root(fds[-1]):
+                if dev not in self.ours:
+                    try:
+                        os.readlink("self", dir_fd=fds[-1])
+                        self.ours[dev] = True
+                    except FileNotFoundError:
+                        self.ours[dev] = False  # a descendant pid namespace's: gc has no pid there
+                return self.ours[dev]
+            fds.append(os.open("..", os.O_PATH | os.O_DIRECTORY, dir_fd=fds[-1]))
+            up = os.fstat(fds[-1])
+            if up.st_dev != dev or up.st_ino == here.st_ino:
+                return self._part(fds[-2])  # left the mount (or stuck at a detached one's root)
+            here = up
+        return None
+
+    @staticmethod
+    def _is_root(fd: int) -> bool:
+        try:
+            return stat.S_ISLNK(os.stat("self", dir_fd=fd, follow_symlinks=False).st_mode)
+        except FileNotFoundError:
+            return False
+
+    def _part(self, top: int) -> bool | None:
+        """A bound part of a procfs, its root open at ``top``: it leads in when it holds process dirs
+        of gc's pid namespace. Those of a /proc/<pid> or a task/<tid> there say it (ns/pid; ns's
+        pid); any other part holding process dirs cannot be traced: doubt."""
+        mid = fd_mount_id(top)
+        m = next((m for table in self.tables.values() for m in table if m.mount_id == mid), None)
+        if m is not None and not _holds_processes(m.root):
+            return False
+        for link in ("ns/pid", "pid"):
+            try:
+                return os.readlink(link, dir_fd=top) == self.mine
+            except FileNotFoundError:
+                continue
+        return None
+
+
 class _Walk:
     """One look at the processes of other pid namespaces: how one reaches the filesystem of
     ``dev``, and which mount namespaces they hold a handle to (an nsfs fd or a bind-mounted
     namespace file they see), with every mount table read once per mount namespace."""
 
-    def __init__(self, dev: int) -> None:
+    def __init__(self, dev: int, mine: str) -> None:
         self.dev = dev
         self.tables: dict[str, list[Mount]] = {}
         self.handles: dict[str, tuple[int, str]] = {}  # mount namespace -> (pid, how it holds it)
+        self.procfs = _Procfs(mine, self.tables)
+        # The first way into a procfs of gc's pid namespace seen (or one that cannot be told from
+        # such a way): told only when nothing reaches the filesystem more directly.
+        self.procfs_way: str | None = None
 
-    def _table(self, mntns: str, path: str) -> list[Mount] | None:
-        """The mount table of ``mntns`` read at ``path`` the first time it is seen, else None."""
+    def _table(self, mntns: str, base: str) -> list[Mount] | None:
+        """The mount table of ``mntns`` read at ``base`` (a process's or thread's /proc dir) the first
+        time it is seen, else None."""
         if mntns in self.tables:
             return None
-        self.tables[mntns] = table = read_mounts(path)
+        self.tables[mntns] = table = read_mounts(f"{base}/mountinfo")
         return table
+
+    def _procfs_mounts(self, table: list[Mount], base: str) -> str | None:
+        """The first mount in ``table`` (read at ``base``) that leads into a procfs of gc's pid
+        namespace, or that cannot be told from one, as a phrase; FileNotFoundError when ``base``'s
+        thread has gone."""
+        for m in table:
+            try:
+                verdict, why = self.procfs.mount(m, base), "another mount covers it, or a part of it cannot be traced"
+            except OSError as err:
+                if not thread_lives(base):
+                    raise FileNotFoundError(base) from err
+                verdict, why = None, err.strerror or str(err)
+            if verdict:
+                return f"a procfs of this pid namespace mounted at {m.point}"
+            if verdict is None:
+                return f"a procfs mounted at {m.point} that gc cannot tell from one of this pid namespace ({why})"
+        return None
+
+    def _held(self, pid: int, path: str, st: os.stat_result, how: str) -> None:
+        """Note ``how`` (a cwd, root or fd of ``pid``, at the magic link ``path``, ``st`` its stat) when
+        it is a dir leading into a procfs of gc's pid namespace, or one that cannot be told from it."""
+        if self.procfs_way is not None or not stat.S_ISDIR(st.st_mode) or self.procfs.ours.get(st.st_dev) is False:
+            return  # the usual case, at no cost: a dir on a filesystem already told
+        try:
+            verdict = self.procfs.held(path)
+        except FileNotFoundError:
+            return  # closed, or the thread gone, mid-walk
+        except OSError as err:
+            verdict, how = None, f"{how} ({err.strerror or err})"
+        if verdict:
+            self.procfs_way = f"pid {pid}, in another pid namespace: {how} is a dir in a procfs of this pid namespace"
+        elif verdict is None:
+            self.procfs_way = (
+                f"pid {pid}, in another pid namespace: {how} is a dir in a procfs gc cannot tell from one of this "
+                "pid namespace"
+            )
 
     def reaches(self, pid: int) -> tuple[str, str] | None:
         """How ``pid`` reaches the filesystem, if it does: a mount, or (without one: ``cd D; umount
@@ -104,16 +265,20 @@ class _Walk:
         the process's: one address space for all threads)."""
         whose = "its" if tid == pid else f"its thread {tid}'s"
         mntns = os.readlink(f"{base}/ns/mnt")
-        table = self._table(mntns, f"{base}/mountinfo")
+        table = self._table(mntns, base)
         if table is not None:
             where = mount_of(table, self.dev)
             if where is not None:
                 return "mount", where.point
             for m in nsfs_mounts(table):
                 self.handles.setdefault(m.root, (pid, f"a bind-mounted namespace file at {m.point}"))
+            if self.procfs_way is None and (way := self._procfs_mounts(table, base)) is not None:
+                self.procfs_way = f"pid {pid}, in another pid namespace, sees {way}"
         for what in ("cwd", "root"):
-            if os.stat(f"{base}/{what}").st_dev == self.dev:  # the magic link: works on a detached mount
+            st = os.stat(f"{base}/{what}")  # the magic link: works on a detached mount
+            if st.st_dev == self.dev:
                 return "reach", f"{whose} {what}"
+            self._held(pid, f"{base}/{what}", st, f"{whose} {what}")
         if not any(same_fd_table(t, tid) for t in fd_tids):  # threads sharing one fd table: walk it once
             fd_tids.append(tid)
             with os.scandir(f"{base}/fd") as fds:
@@ -124,8 +289,11 @@ class _Walk:
                             self.handles.setdefault(link, (pid, f"{whose} open fd {fd.name}"))
                         elif link == "anon_inode:[pidfd]" or link.startswith("pidfd:["):
                             self._pidfd(pid, f"{base}/fdinfo/{fd.name}", f"{whose} pidfd {fd.name}")
-                        elif link.startswith("/") and os.stat(fd.path).st_dev == self.dev:
-                            return "reach", f"{whose} open fd {fd.name}"
+                        elif link.startswith("/"):
+                            st = os.stat(fd.path)
+                            if st.st_dev == self.dev:
+                                return "reach", f"{whose} open fd {fd.name}"
+                            self._held(pid, fd.path, st, f"{whose} open fd {fd.name}")
                     except FileNotFoundError:
                         continue  # closed mid-walk
         if mapped:
@@ -159,8 +327,11 @@ class _Walk:
         cannot read): the holder can setns(2) into it and write there under a pid of its namespace
         at any time, and may well have done so and left (an open fd to the namespace is all it
         keeps). Bind-mounted namespace files seen in a namespace reached so are followed too."""
+        fresh: dict[str, str] = {}  # namespaces the walk did not read -> where read here (their procfs is told here)
         with contextlib.suppress(OSError):
-            self.tables.setdefault(os.readlink("/proc/self/ns/mnt"), read_mounts())
+            own = os.readlink("/proc/self/ns/mnt")
+            if own not in self.tables:
+                self.tables[own], fresh[own] = read_mounts(), "/proc/self"
         where_is: dict[str, int] | None = None  # mount namespace -> a pid in it, indexed when needed
         todo, done = list(self.handles.items()), set()
         while todo:
@@ -168,6 +339,7 @@ class _Walk:
             if ns in done:
                 continue
             done.add(ns)
+            held = f"pid {pid}, in another pid namespace, holds {how}, a handle to mount namespace {ns}, "
             table = self.tables.get(ns)
             if table is None:
                 if where_is is None:
@@ -175,18 +347,20 @@ class _Walk:
                     for q in pids:
                         where_is.setdefault(readlink_or(f"/proc/{q}/ns/mnt", ""), q)
                 try:
-                    table = self.tables[ns] = read_mounts(f"/proc/{where_is[ns]}/mountinfo")
+                    fresh[ns] = f"/proc/{where_is[ns]}"
+                    table = self.tables[ns] = read_mounts(f"{fresh[ns]}/mountinfo")
                 except (KeyError, OSError):
-                    return (
-                        f"pid {pid}, in another pid namespace, holds {how}, a handle to mount namespace {ns}, "
-                        "whose mounts gc cannot read (no process it can look at lives there)"
-                    )
+                    return f"{held}whose mounts gc cannot read (no process it can look at lives there)"
             where = mount_of(table, self.dev)
             if where is not None:
-                return (
-                    f"pid {pid}, in another pid namespace, holds {how}, a handle to mount namespace {ns}, "
-                    f"which sees this filesystem at {where.point}: it can join it and write there at any time"
-                )
+                return f"{held}which sees this filesystem at {where.point}: it can join it and write there at any time"
+            if ns in fresh and self.procfs_way is None:
+                try:
+                    way = self._procfs_mounts(table, fresh[ns])
+                except FileNotFoundError:
+                    way = "mounts gc could not look at (the process it read them through has gone)"
+                if way is not None:
+                    self.procfs_way = f"{held}which has {way}: it can join it at any time"
             todo += [(m.root, (pid, f"{how}, then a namespace file at {m.point} there")) for m in nsfs_mounts(table)]
         return None
 
@@ -226,7 +400,7 @@ def judge_trust(shm_dir: str, pids: Iterable[int] | None = None) -> Trust:
                 f"{shm_dir} is seen through pid {m.group(1)}, whose pid namespace ({theirs or 'unknown'}) is "
                 f"not this one: the pids in its segment names mean nothing here ({_ASSUME})"
             ))  # fmt: skip
-    walk = _Walk(dev)
+    walk = _Walk(dev, mine)
     doubt: set[int] = set()
     everyone = live_pids() if pids is None else list(pids)
     for pid in everyone:
@@ -259,6 +433,11 @@ def judge_trust(shm_dir: str, pids: Iterable[int] | None = None) -> Trust:
     hazard = walk.handle_hazard(live_pids() if pids is None else everyone)
     if hazard is not None:
         return Trust(False, f"{hazard}: its pids mean nothing here ({_ASSUME})")
+    if walk.procfs_way is not None:
+        return Trust(False, (
+            f"{walk.procfs_way}: through the process dirs there every filesystem is in reach, this one too, "
+            f"whatever its own mounts show, so its pids mean nothing here ({_ASSUME})"
+        ))  # fmt: skip
     note = "gc sees every pid namespace that shares this filesystem"
     if doubt:
         note += f"; the namespaces of uid(s) {', '.join(map(str, sorted(doubt)))} could not be read"

@@ -7,9 +7,16 @@ mid-read where the caller cannot act on the error, and says so in its docstring.
 
 from __future__ import annotations
 
+import errno
 import functools
 import os
-from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import ctypes
+
+PROC_SUPER_MAGIC = 0x9FA0  # statfs(2) f_type of a procfs
+PROC_ROOT_INO = 1  # the inode number of a procfs's root
 
 
 def live_pids() -> list[int]:
@@ -106,15 +113,47 @@ _KCMP_FILES = 2
 
 
 @functools.cache
-def _syscall() -> Callable[..., int]:
-    import ctypes
-
-    return ctypes.CDLL(None, use_errno=True).syscall
+def _libc() -> ctypes.CDLL | None:
+    """libc through ctypes; None where ctypes is missing (a trimmed Python, or one whose stdlib this
+    user may not read): then nothing that needs it can be told."""
+    try:
+        import ctypes
+    except ImportError:
+        return None
+    return ctypes.CDLL(None, use_errno=True)
 
 
 def same_fd_table(a: int, b: int) -> bool:
     """Whether threads ``a`` and ``b`` share one fd table (False when that cannot be told)."""
-    return _KCMP_NR is not None and _syscall()(_KCMP_NR, a, b, _KCMP_FILES, 0, 0) == 0
+    libc = _libc()
+    return _KCMP_NR is not None and libc is not None and libc.syscall(_KCMP_NR, a, b, _KCMP_FILES, 0, 0) == 0
+
+
+def fs_magic(fd: int) -> int:
+    """The type of the filesystem ``fd`` is open on (statfs(2) f_type; an O_PATH fd will do).
+    OSError when it cannot be told."""
+    libc = _libc()
+    if libc is None:
+        raise OSError(errno.ENOSYS, "statfs(2) cannot be called without ctypes")
+    import ctypes
+
+    buf = ctypes.create_string_buffer(512)  # a struct statfs (120 bytes on 64-bit): f_type is its first field, a long
+    if libc.fstatfs(fd, buf) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    return ctypes.c_long.from_buffer(buf).value
+
+
+def fd_mount_id(fd: int) -> int | None:
+    """The id of the mount this process's ``fd`` is open on (its fdinfo's mnt_id): the ids mount
+    tables show, one space for every mount namespace. None when fdinfo does not say (OSError when
+    it cannot be read)."""
+    with open(f"/proc/self/fdinfo/{fd}", "rb") as f:
+        for line in f:
+            if line.startswith(b"mnt_id:"):
+                value = line[7:].strip()
+                return int(value) if value.isdigit() else None
+    return None
 
 
 def thread_views(pid: int) -> tuple[list[str], str | None]:
@@ -136,8 +175,12 @@ def thread_views(pid: int) -> tuple[list[str], str | None]:
 
 
 __all__ = [
+    "PROC_ROOT_INO",
+    "PROC_SUPER_MAGIC",
     "comm",
     "dir_entries",
+    "fd_mount_id",
+    "fs_magic",
     "in_nested_pid_ns",
     "innermost_pid",
     "live_pids",
