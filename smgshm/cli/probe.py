@@ -8,7 +8,7 @@ from smgshm.cli import probe_view as view
 from smgshm.cli.app import App
 from smgshm.cli.exitcodes import ExitCode
 from smgshm.cli.fmt import human_bytes
-from smgshm.cli.params import BYTES, DURATION, shm_dir_option
+from smgshm.cli.params import BYTES, DURATION, HTTP_URL, shm_dir_option
 
 _CODES = {
     "shared": ExitCode.OK,
@@ -29,7 +29,8 @@ def verdict_code(verdict: str, expect: str) -> ExitCode:
 
 @click.command()
 @click.argument("addresses", nargs=-1, metavar="ADDRESS...")
-@click.option("--from-gateway", metavar="URL", help="Also probe every worker of this gateway (GET URL/workers).")
+@click.option("--from-gateway", type=HTTP_URL, metavar="URL",
+              help="Also probe every worker of this gateway (GET URL/workers).")
 @click.option("--api-key", envvar="SMG_API_KEY", help="The gateway's --api-key, for --from-gateway.")
 @click.option(
     "--engine",
