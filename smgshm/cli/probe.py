@@ -103,7 +103,7 @@ def probe(
       # Kubernetes exec probe in the gateway's pod:
       #   command: ["smgshm", "-q", "probe", "--expect", "shared", "127.0.0.1:50051"]
     """
-    from smgshm.core.client.probe import ProbeOptions
+    from smgshm.core.client.probe import MAX_GATEWAY_WORKERS, ProbeOptions
     from smgshm.core.client.probe import probe as run_probe
 
     if not addresses and not from_gateway:
@@ -115,6 +115,10 @@ def probe(
         gateway = list_workers(from_gateway, api_key, timeout)
         if not gateway:
             app.warn(f"the gateway at {from_gateway} has no workers registered")
+        if len(gateway) > MAX_GATEWAY_WORKERS:
+            app.warn(f"the gateway lists {len(gateway)} workers: probing the first {MAX_GATEWAY_WORKERS}, "
+                     f"{len(gateway) - MAX_GATEWAY_WORKERS} skipped (probe those by address)")  # fmt: skip
+            gateway = gateway[:MAX_GATEWAY_WORKERS]
     opts = ProbeOptions(engine, connect_timeout, timeout, shm_min_bytes, shm_dir, verify, tensor_bytes)
     report = run_probe(list(addresses), opts, gateway)
     for w in report.workers:

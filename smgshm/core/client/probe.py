@@ -19,6 +19,10 @@ from smgshm.core.paths import DEFAULT_SHM_DIR, GATEWAY_PROBE_PREFIX
 from smgshm.core.transport.channel import grpc_target, open_channel
 from smgshm.core.transport.decision import DEFAULT_SHM_MIN_BYTES, Decision, Mode, decide
 
+# probe --from-gateway dials at most this many of the workers a gateway lists (16 at a time): a
+# listing of thousands, honest or not, would otherwise hold it for minutes. A warning counts the rest.
+MAX_GATEWAY_WORKERS = 64
+
 # The gateway's detect_backend order; trtllm and mlx never carry an shm id.
 ENGINE_ORDER = ("sglang", "vllm", "trtllm", "tokenspeed", "mlx")
 _MODULES = {
