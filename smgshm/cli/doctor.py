@@ -7,7 +7,7 @@ import click
 from smgshm.cli import doctor_view as view
 from smgshm.cli.app import App
 from smgshm.cli.exitcodes import for_outcome
-from smgshm.cli.params import BYTES, DURATION, shm_dir_option
+from smgshm.cli.params import BYTES, DURATION, HTTP_URL, shm_dir_option
 
 
 @click.command()
@@ -19,7 +19,7 @@ from smgshm.cli.params import BYTES, DURATION, shm_dir_option
     metavar="ADDRESS",
     help="Check this worker (repeatable); without it, an embedded reference receiver.",
 )
-@click.option("--from-gateway", metavar="URL", help="Check every worker registered with this gateway.")
+@click.option("--from-gateway", type=HTTP_URL, metavar="URL", help="Check every worker registered with this gateway.")
 @click.option("--api-key", envvar="SMG_API_KEY", help="The gateway's --api-key, for --from-gateway.")
 @click.option("--timeout", type=DURATION, default="5s", show_default=True, help="Per RPC and per connect.")
 @click.option(
@@ -31,7 +31,7 @@ from smgshm.cli.params import BYTES, DURATION, shm_dir_option
     "writes are found without it.",
 )
 @click.option("--inflight-bytes", type=BYTES, help="The in-flight budget the shm dir must hold (e.g. 2GiB).")
-@click.option("--metrics", "metrics_url", metavar="URL",
+@click.option("--metrics", "metrics_url", type=HTTP_URL, metavar="URL",
               help="The --from-gateway gateway's Prometheus endpoint, for its e2e check (default host:29000).")
 @click.option("--e2e/--no-e2e", default=True, show_default=True,
               help="Real image requests through --from-gateway, or (no worker) the embedded real gateway.")  # fmt: skip

@@ -7,7 +7,7 @@ import click
 from smgshm.cli import probe_view as view
 from smgshm.cli.app import App
 from smgshm.cli.exitcodes import ExitCode
-from smgshm.cli.params import BYTES, DURATION, shm_dir_option
+from smgshm.cli.params import BYTES, DURATION, HTTP_URL, shm_dir_option
 from smgshm.core.engines import DETECT_ORDER, ENGINES
 from smgshm.core.units import binary_size
 
@@ -30,7 +30,8 @@ def verdict_code(verdict: str, expect: str) -> ExitCode:
 
 @click.command()
 @click.argument("addresses", nargs=-1, metavar="ADDRESS...")
-@click.option("--from-gateway", metavar="URL", help="Also probe every worker of this gateway (GET URL/workers).")
+@click.option("--from-gateway", type=HTTP_URL, metavar="URL",
+              help="Also probe every worker of this gateway (GET URL/workers).")
 @click.option("--api-key", envvar="SMG_API_KEY", help="The gateway's --api-key, for --from-gateway.")
 @click.option(
     "--engine",
@@ -103,7 +104,7 @@ def probe(
       # Kubernetes exec probe in the gateway's pod:
       #   command: ["smgshm", "-q", "probe", "--expect", "shared", "127.0.0.1:50051"]
     """
-    from smgshm.core.client.probe import ProbeOptions
+    from smgshm.core.client.probe import MAX_GATEWAY_WORKERS, ProbeOptions
     from smgshm.core.client.probe import probe as run_probe
     from smgshm.core.names import probe_file_pid
 
@@ -116,6 +117,10 @@ def probe(
         gateway = list_workers(from_gateway, api_key, timeout)
         if not gateway:
             app.warn(f"the gateway at {from_gateway} has no workers registered")
+        if len(gateway) > MAX_GATEWAY_WORKERS:
+            app.warn(f"the gateway lists {len(gateway)} workers: probing the first {MAX_GATEWAY_WORKERS}, "
+                     f"{len(gateway) - MAX_GATEWAY_WORKERS} skipped (probe those by address)")  # fmt: skip
+            gateway = gateway[:MAX_GATEWAY_WORKERS]
     opts = ProbeOptions(engine, connect_timeout, timeout, shm_min_bytes, shm_dir, verify, tensor_bytes)
     report = run_probe(list(addresses), opts, gateway)
     for w in report.workers:

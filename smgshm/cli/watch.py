@@ -13,7 +13,7 @@ import click
 from smgshm.cli import watch_view as view
 from smgshm.cli.app import App
 from smgshm.cli.exitcodes import ExitCode
-from smgshm.cli.params import BYTES, DURATION, shm_dir_option
+from smgshm.cli.params import BYTES, DURATION, HTTP_URL, shm_dir_option
 from smgshm.core.names import SMG_FAMILY_PREFIX
 
 if TYPE_CHECKING:
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 @click.option("--interval", type=DURATION, default="1s", show_default=True, help="Report every DURATION.")
 @click.option("--orphan-after", type=DURATION, default="30s", show_default=True,
               help="A segment still in flight this long is an orphan.")  # fmt: skip
-@click.option("--metrics", "metrics_url", metavar="URL",
+@click.option("--metrics", "metrics_url", type=HTTP_URL, metavar="URL",
               help="Also scrape this gateway Prometheus endpoint each interval (e.g. http://127.0.0.1:29000/metrics).")
 @click.option("--shm-min-bytes", type=BYTES, default="64KiB", show_default=True,
               help="The gateway's --multimodal-shm-min-bytes: inline tensors averaging this much were SHM-eligible.")

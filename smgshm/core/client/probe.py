@@ -23,6 +23,10 @@ from smgshm.core.transport.decision import DEFAULT_SHM_MIN_BYTES, Decision, Mode
 if TYPE_CHECKING:
     from smgshm.core.host.facts import HostFacts
 
+# probe --from-gateway dials at most this many of the workers a gateway lists (16 at a time): a
+# listing of thousands, honest or not, would otherwise hold it for minutes. A warning counts the rest.
+MAX_GATEWAY_WORKERS = 64
+
 
 @dataclass(frozen=True)
 class ProbeOptions:

@@ -11,7 +11,7 @@ from typing import Any
 from smgshm.core.doctor.check import AddChecks, Check
 from smgshm.core.errors import SmgshmError
 from smgshm.core.gateway.log import TransportConfig, read_open_log, read_transport_config
-from smgshm.core.gateway.metrics import MmTraffic, mm_traffic, scrape
+from smgshm.core.gateway.metrics import MM_FAMILIES, MmTraffic, mm_traffic, scrape
 from smgshm.core.gateway.mode import ModeFinding, judge
 from smgshm.core.gateway.running import GATEWAY_TITLE, GatewayProcess, find_gateways
 from smgshm.core.host.capacity import (
@@ -100,7 +100,7 @@ def gateway_findings(logs: list[str], timeout: float, pids: tuple[int, ...] | No
         traffic = None
         if g.metrics_url:
             try:
-                traffic = mm_traffic(scrape(g.metrics_url, timeout_s=timeout))
+                traffic = mm_traffic(scrape(g.metrics_url, timeout, MM_FAMILIES))
             except SmgshmError:
                 traffic = None
         who = f"gateway pid {g.pid}"

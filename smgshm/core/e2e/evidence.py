@@ -18,11 +18,13 @@ import ipaddress
 import socket
 import threading
 import time
-import urllib.parse
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 from smgshm.core.errors import SmgshmError
-from smgshm.core.gateway.metrics import MetricsSnapshot, mm_traffic
+from smgshm.core.gateway.http import UrlError, parse_url
+from smgshm.core.gateway.metrics import MetricsSnapshot, UnusableCounterError, mm_delta
 from smgshm.core.names import GATEWAY_PREFIX, gateway_probe_name
 from smgshm.core.paths import DEFAULT_SHM_DIR
 
@@ -109,12 +111,14 @@ class ReceiptEvidence:
 
 
 def metrics_delta(before: MetricsSnapshot, after: MetricsSnapshot) -> MetricsEvidence:
-    t = mm_traffic(after.minus(before))
-    exported = mm_traffic(after).exported
-    note = "" if exported else "the gateway exports no smg_mm_* counters (no multimodal tensor was ever metered)"
+    try:
+        t = mm_delta(before, after)
+    except UnusableCounterError as err:  # a NaN/Inf counter: this account says nothing, and says why
+        return MetricsEvidence(after.url, available=False, note=err.what)
+    note = "" if t.exported else "the gateway exports no smg_mm_* counters (no multimodal tensor was ever metered)"
     return MetricsEvidence(
         after.url,
-        available=exported,
+        available=t.exported,
         note=note,
         tensors={k: v for k, v in t.tensors.items() if v},
         nbytes={k: v for k, v in t.nbytes.items() if v},
@@ -128,10 +132,12 @@ def metrics_delta(before: MetricsSnapshot, after: MetricsSnapshot) -> MetricsEvi
 
 def is_local_url(url: str) -> bool:
     """Does ``url``'s host name this machine (loopback or one of its own addresses)?"""
-    host = urllib.parse.urlsplit(url if "://" in url else f"http://{url}").hostname or ""
+    from smgshm.core.transport.channel import resolve
+
     try:
-        infos = socket.getaddrinfo(host, None)
-    except (socket.gaierror, UnicodeError):
+        u = parse_url(url)
+        infos = resolve(u.host, u.port, 5.0, url)  # the resolver's own wait can be 30 s
+    except SmgshmError:  # not a URL, or its host does not resolve: not this machine as far as we know
         return False
     mine = _own_addresses()
     for info in infos:
@@ -155,8 +161,10 @@ def listening_pid(url: str) -> int | None:
     """The pid listening on ``url``'s port on this host, if this user may see it."""
     import psutil
 
-    parts = urllib.parse.urlsplit(url if "://" in url else f"http://{url}")
-    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        port = parse_url(url).port
+    except UrlError:
+        return None
     try:
         conns = psutil.net_connections(kind="tcp")
     except (psutil.Error, OSError):
@@ -240,40 +248,63 @@ def _name_pid(pid: int) -> int:
 # -- receipts ----------------------------------------------------------------------------------
 
 
-def receipt_baseline(addresses: list[str], timeout_s: float) -> dict[str, int]:
-    """The next receipt seq of each worker that is a smgshm serve (others are left out)."""
+MAX_RECEIPT_WORKERS = 16  # workers asked for receipts, all at once; a gateway listing more gets the rest skipped
+
+
+@dataclass(frozen=True)
+class ReceiptBaseline:
+    """Where each worker's receipts stood before the requests, and how many workers were not asked."""
+
+    next_seq: dict[str, int]  # the workers that answered as smgshm serves (others are left out)
+    skipped: int = 0  # workers past MAX_RECEIPT_WORKERS
+
+
+def _ask_all(after: dict[str, int], timeout_s: float) -> dict[str, tuple[list[Any], int] | SmgshmError]:
+    """fetch_receipts on every address at once: the whole takes one ``timeout_s``, not one per worker."""
     from smgshm.core.receiver.receipts import fetch_receipts
 
-    out: dict[str, int] = {}
-    for a in addresses:
+    def one(addr: str) -> tuple[list[Any], int] | SmgshmError:
         try:
-            _, nxt = fetch_receipts(a, 0, timeout_s)
-        except SmgshmError:
-            continue
-        out[a] = nxt
-    return out
+            return fetch_receipts(addr, after[addr], timeout_s)
+        except SmgshmError as err:
+            return err
+
+    if not after:
+        return {}
+    with ThreadPoolExecutor(max_workers=len(after), thread_name_prefix="smgshm-receipts") as pool:
+        return dict(zip(after, pool.map(one, after), strict=True))
 
 
-def receipts_since(baseline: dict[str, int], timeout_s: float) -> ReceiptEvidence:
-    if not baseline:
-        return ReceiptEvidence(False, "no worker answers smgshm's Receipts RPC (not a smgshm serve)")
-    from smgshm.core.receiver.receipts import fetch_receipts
+def receipt_baseline(addresses: list[str], timeout_s: float) -> ReceiptBaseline:
+    """The next receipt seq of each worker that is a smgshm serve, asking at most MAX_RECEIPT_WORKERS."""
+    unique = list(dict.fromkeys(addresses))
+    asked = unique[:MAX_RECEIPT_WORKERS]
+    got = _ask_all(dict.fromkeys(asked, 0), timeout_s)
+    return ReceiptBaseline({a: r[1] for a, r in got.items() if not isinstance(r, SmgshmError)},
+                           len(unique) - len(asked))  # fmt: skip
 
+
+def receipts_since(baseline: ReceiptBaseline, timeout_s: float) -> ReceiptEvidence:
+    skipped = (f"{baseline.skipped} more worker(s) not asked (at most {MAX_RECEIPT_WORKERS} are)"
+               if baseline.skipped else "")  # fmt: skip
+    if not baseline.next_seq:
+        note = "no worker answers smgshm's Receipts RPC (not a smgshm serve)"
+        return ReceiptEvidence(False, "; ".join(n for n in (note, skipped) if n))
     seen: list[ReceiptSeen] = []
     notes = []
     answered = []
-    for addr, after in baseline.items():
-        try:
-            got, _ = fetch_receipts(addr, after, timeout_s)
-        except SmgshmError as err:
-            notes.append(f"{addr}: {err}")  # e.g. a worker that died mid-request
+    for addr, got in _ask_all(baseline.next_seq, timeout_s).items():
+        if isinstance(got, SmgshmError):
+            notes.append(f"{addr}: {got}")  # e.g. a worker that died mid-request
             continue
         answered.append(addr)
-        for r in got:
+        for r in got[0]:
             seen.append(
                 ReceiptSeen(addr, r.key, r.payload_kind, r.nbytes, r.shm_name, r.age_ns / 1e6, r.read_ns / 1e6,
                             r.unlinked, r.error_code, r.error_message)
             )
+    if skipped:
+        notes.append(skipped)  # their receipts are missing: the count cannot be compared
     if not answered:
         return ReceiptEvidence(False, "; ".join(notes))
     return ReceiptEvidence(True, "; ".join(notes), answered, seen, partial=bool(notes))

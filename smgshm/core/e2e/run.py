@@ -31,7 +31,7 @@ from smgshm.core.e2e.evidence import (
 from smgshm.core.e2e.verdict import FAILURE_TEXT, Context, Verdict, judge
 from smgshm.core.errors import HostError, SmgshmError
 from smgshm.core.gateway.chat import ChatOutcome, first_model, make_png, send_chat
-from smgshm.core.gateway.metrics import default_metrics_url, scrape
+from smgshm.core.gateway.metrics import MM_FAMILIES, default_metrics_url, scrape
 from smgshm.core.gateway.process import RunningGateway
 from smgshm.core.host.facts import HostFacts, namespace_id, writable_error
 from smgshm.core.paths import DEFAULT_SHM_DIR
@@ -147,7 +147,7 @@ def _observe(targets: list[_Target], opts: E2eOptions, model: str, png: bytes, s
         for i in range(opts.warmup):
             send_chat(t.url, model, png, stream=_stream_for(opts, i), api_key=opts.api_key, timeout_s=opts.timeout_s)
     baselines = {id(t): receipt_baseline(t.workers, 5.0) for t in targets}
-    before = {id(t): scrape(t.metrics_url, 10.0) for t in targets}
+    before = {id(t): scrape(t.metrics_url, 10.0, MM_FAMILIES) for t in targets}
     watch: SegmentWatch | None = None
     watch_note = ""
     if any(t.pid is not None for t in targets):
@@ -172,7 +172,7 @@ def _observe(targets: list[_Target], opts: E2eOptions, model: str, png: bytes, s
     writable = writable_error(opts.shm_dir, facts) is None
     runs = []
     for t in targets:
-        m = metrics_delta(before[id(t)], scrape(t.metrics_url, 10.0))
+        m = metrics_delta(before[id(t)], scrape(t.metrics_url, 10.0, MM_FAMILIES))
         if watch is not None and t.pid is not None:
             d = watch.evidence(t.pid)
         else:

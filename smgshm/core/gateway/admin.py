@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
 from smgshm.core.errors import ServerError, TransportError
-from smgshm.core.gateway.http import check_ready, normalize_url, request
+from smgshm.core.gateway.http import PeerJsonError, check_ready, loads_json, normalize_url, request
 
 
 @dataclass(frozen=True)
@@ -51,11 +50,9 @@ def list_workers(base_url: str, api_key: str | None = None, timeout: float = 5.0
         hint = "pass --api-key (the gateway's --api-key)" if resp.status in (401, 403) else None
         raise ServerError(f"gateway refused GET /workers: HTTP {resp.status}", endpoint=url, hint=hint)
     try:
-        doc: Any = json.loads(resp.body.decode("utf-8"))
-    except UnicodeDecodeError as err:
-        raise ServerError("gateway answered GET /workers with a body that is not UTF-8", endpoint=url) from err
-    except (ValueError, RecursionError) as err:
-        raise ServerError("gateway answered GET /workers with something that is not JSON", endpoint=url) from err
+        doc: Any = loads_json(resp.body, max_bytes=MAX_BODY_BYTES)
+    except PeerJsonError as err:
+        raise ServerError(f"gateway answered GET /workers with {err.what}", endpoint=url, **err.fields) from None
     entries = doc.get("workers") if isinstance(doc, dict) else None
     if not isinstance(entries, list):
         raise ServerError(

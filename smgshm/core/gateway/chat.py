@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass
 
 from smgshm.core.errors import ServerError
-from smgshm.core.gateway.http import check_ready, request
+from smgshm.core.gateway.http import PeerJsonError, check_ready, loads_json, request
 
 MAX_IMAGE_PX = 8192
 MAX_REPLY_BYTES = 8 * 1024 * 1024
@@ -74,8 +74,8 @@ def _headers(api_key: str | None) -> dict[str, str]:
 
 def _error_text(body: bytes) -> str:
     try:
-        doc = json.loads(body)
-    except ValueError:
+        doc = loads_json(body)
+    except PeerJsonError:
         return body[:200].decode("utf-8", errors="replace")
     err = doc.get("error") if isinstance(doc, dict) else None
     if isinstance(err, dict):
@@ -99,8 +99,8 @@ def _stream_events(body: bytes) -> tuple[list[dict[str, object]], bool, str]:
             done = True
             continue
         try:
-            doc = json.loads(data)
-        except ValueError:
+            doc = loads_json(data)
+        except PeerJsonError:
             continue
         if isinstance(doc, dict):
             if "error" in doc:
@@ -134,9 +134,9 @@ def send_chat(base_url: str, model: str, png: bytes, *, stream: bool, api_key: s
         tokens = max((_usage_tokens(e) for e in events), default=0)
         return ChatOutcome(resp.status, ms, stream, True, completion_tokens=tokens)
     try:
-        doc = json.loads(resp.body)
-    except ValueError:
-        return ChatOutcome(resp.status, ms, stream, False, "the reply is not JSON")
+        doc = loads_json(resp.body)
+    except PeerJsonError as err:
+        return ChatOutcome(resp.status, ms, stream, False, f"the reply is {err.what}")
     if not isinstance(doc, dict) or not doc.get("choices"):
         return ChatOutcome(resp.status, ms, stream, False, _error_text(resp.body) or "the reply has no choices")
     return ChatOutcome(resp.status, ms, stream, True, completion_tokens=_usage_tokens(doc))
@@ -153,9 +153,11 @@ def first_model(base_url: str, api_key: str | None = None, timeout_s: float = 5.
     if resp.status != 200:
         raise ServerError(f"gateway answered GET /v1/models with HTTP {resp.status}", endpoint=url)
     try:
-        doc = json.loads(resp.body)
+        doc = loads_json(resp.body)  # bounded: depth and size, so str() below cannot recurse away
         ids = [str(m["id"]) for m in doc.get("data", []) if isinstance(m, dict) and m.get("id")]
-    except (ValueError, AttributeError, TypeError) as err:
+    except PeerJsonError as err:
+        raise ServerError("GET /v1/models is not an OpenAI model list", endpoint=url, reason=err.what) from None
+    except (AttributeError, TypeError) as err:
         raise ServerError("GET /v1/models is not an OpenAI model list", endpoint=url) from err
     if not ids:
         raise ServerError("the gateway serves no model", endpoint=url, hint="pass --model")

@@ -1,24 +1,133 @@
 """One bounded HTTP exchange: the gateway's admin API, its metrics, its chat endpoint.
 
-Peers stall, trickle, lie and redirect, so every exchange here has one deadline for
-the whole of it (connect, headers and body together, not per socket read), a cap on
-the body it will hold, and follows a redirect only to the same origin: a credential
-is never sent anywhere the caller did not name.
+Peers stall, trickle, lie and redirect, so every exchange here has one deadline for the
+whole of it: name resolution, connect, the TLS handshake, every send and every receive
+(the status line, each header byte, each chunk-size digit, the body) waits at most what
+is left of it. It has a cap on the body it will hold, and follows a redirect only to the
+same origin: a credential is never sent anywhere the caller did not name. URLs, the
+caller's or a redirect's, are parsed in one place (``parse_url``), and a peer's JSON is
+decoded in one place (``loads_json``), with a depth and a size limit.
 """
 
 from __future__ import annotations
 
 import http.client
+import io
+import json
 import socket
 import time
 import urllib.parse
 from dataclasses import dataclass, field
+from typing import Any
 
-from smgshm.core.errors import ServerError, TransportError
+from smgshm.core.errors import ServerError, SmgshmError, TransportError
 
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
+MAX_JSON_DEPTH = 64  # SMG's documents nest a handful of levels; deeper is not SMG's, and recursion is finite
 _MAX_REDIRECTS = 3
+_ASCII = "".join(map(chr, range(0x21, 0x7F)))  # printable ASCII: kept as is in a request target
 _CHUNK = 64 * 1024
+
+
+class UrlError(SmgshmError):
+    """A URL that cannot be dialled: not http(s), no host, a port outside 1..65535, bad brackets.
+
+    The CLI turns one the user typed into a usage error (exit 2); a redirect's Location that
+    is one is the peer's fault, a TransportError (exit 4).
+    """
+
+    kind = "bad_url"
+
+
+class PeerJsonError(ServerError):
+    """A peer's body that is not JSON within the limits: not JSON, too deep, too big (exit 1)."""
+
+
+@dataclass(frozen=True)
+class HttpUrl:
+    """A URL checked to be dialable: scheme, host, port (the default filled in) and request target."""
+
+    url: str
+    scheme: str
+    host: str
+    port: int
+    target: str  # path and query: what goes on the request line
+
+    @property
+    def origin(self) -> tuple[str, str, int]:
+        return self.scheme, self.host.lower(), self.port
+
+
+def parse_url(url: str) -> HttpUrl:
+    """``url`` checked and split; ``host:port[/path]`` gets ``http://``. UrlError says what is wrong.
+
+    The one URL parser: the caller's URLs and every redirect's Location go through it, so a
+    port out of range, unbalanced IPv6 brackets or a control character is an error here, never
+    a ValueError from deep inside urllib or socket.
+    """
+    if any(ord(c) < 0x21 or 0x7F <= ord(c) < 0xA0 for c in url):
+        # urlsplit would silently drop tabs and newlines; a space is not a URL either.
+        raise UrlError("not a URL: it holds a space or a control character", url=url[:200])
+    if "://" not in url:
+        url = "http://" + url
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port
+    except ValueError as err:  # "Invalid IPv6 URL", "Port out of range 0-65535", a port that is no number
+        raise UrlError(f"not a valid URL: {err}", url=url[:200]) from None
+    if parts.scheme not in ("http", "https"):
+        raise UrlError("not an http(s) URL", url=url[:200])
+    host = parts.hostname or ""
+    if not host:
+        raise UrlError("the URL names no host", url=url[:200])
+    if port == 0:
+        raise UrlError("port 0 cannot be dialled (ports are 1..65535)", url=url[:200])
+    try:
+        host.encode("idna")  # what the resolver and the Host header need; a 64-byte label is not a name
+    except UnicodeError as err:
+        raise UrlError(f"not a valid host name: {err}", url=url[:200]) from None
+    # The request line is ASCII: anything else in the path or query is sent percent-encoded (UTF-8).
+    target = urllib.parse.quote(urllib.parse.urlunsplit(("", "", parts.path or "/", parts.query, "")), safe=_ASCII)
+    return HttpUrl(url, parts.scheme, host, port or (443 if parts.scheme == "https" else 80), target)
+
+
+def normalize_url(url: str) -> str:
+    """``host:port`` and ``host:port/path`` get ``http://``; UrlError for anything not dialable."""
+    return parse_url(url).url
+
+
+def loads_json(data: bytes | str, *, max_bytes: int = DEFAULT_MAX_BYTES, max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """A peer's JSON document, or PeerJsonError: not UTF-8, not JSON (NaN and Infinity are not),
+    bigger than ``max_bytes`` or nested deeper than ``max_depth``. Never a RecursionError: the
+    depth is checked without recursion, so whatever reads the document recurses at most that.
+
+    The error's ``what`` reads after "answered with": "something that is not JSON".
+    """
+    if len(data) > max_bytes:
+        raise PeerJsonError("a JSON document larger than allowed", nbytes=len(data), max_bytes=max_bytes)
+    try:
+        text = data.decode("utf-8") if isinstance(data, bytes) else data
+    except UnicodeDecodeError:
+        raise PeerJsonError("a body that is not UTF-8") from None
+    too_deep = PeerJsonError("something that is not JSON", reason=f"nested deeper than {max_depth} levels")
+    try:
+        doc = json.loads(text, parse_constant=_no_constant)
+    except RecursionError:  # the decoder's own limit, met before ours
+        raise too_deep from None
+    except ValueError as err:  # JSONDecodeError, NaN, a 5000-digit integer
+        raise PeerJsonError("something that is not JSON", detail=str(err)[:120]) from None
+    stack: list[tuple[Any, int]] = [(doc, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > max_depth:
+            raise too_deep
+        items = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
+        stack.extend((v, depth + 1) for v in items if isinstance(v, dict | list))
+    return doc
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
 
 
 @dataclass(frozen=True)
@@ -36,21 +145,6 @@ class HttpResponse:
         return self.body.decode("utf-8", errors="replace")
 
 
-def normalize_url(url: str) -> str:
-    """``host:port`` and ``host:port/path`` get ``http://``; other schemes are refused."""
-    if "://" not in url:
-        url = "http://" + url
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise TransportError("not an http(s) URL", endpoint=url)
-    return url
-
-
-def _origin(parts: urllib.parse.SplitResult) -> tuple[str, str, int]:
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    return parts.scheme, (parts.hostname or "").lower(), port
-
-
 def request(
     method: str,
     url: str,
@@ -63,28 +157,52 @@ def request(
     """``method url`` under one deadline; raises TransportError (unreachable, deadline, too big).
 
     Any status is returned (the caller judges 4xx/5xx). A redirect is followed only within
-    the same scheme, host and port; one to another origin is an error, so headers such as
-    ``Authorization`` never leave for a host the caller did not choose.
+    the same scheme, host and port; one to another origin, or to a Location that is not a
+    valid URL, is a TransportError, so headers such as ``Authorization`` never leave for a
+    host the caller did not choose.
     """
-    url = normalize_url(url)
+    target = parse_url(url)
+    _check_headers(headers or {})
     start = time.monotonic()
     deadline = start + deadline_s
     for _ in range(_MAX_REDIRECTS + 1):
-        resp = _once(method, url, headers or {}, body, deadline, max_bytes)
+        resp = _once(method, target, headers or {}, body, deadline, max_bytes)
         if resp.status not in (301, 302, 303, 307, 308) or "location" not in resp.headers:
             return HttpResponse(resp.url, resp.status, resp.headers, resp.body, time.monotonic() - start)
-        target = urllib.parse.urljoin(url, resp.headers["location"])
-        if _origin(urllib.parse.urlsplit(target)) != _origin(urllib.parse.urlsplit(url)):
-            # A TransportError (exit 4): the origin named is not the service, so it is not reached.
-            raise TransportError(
-                "redirected to another origin; not followed (credentials stay with the origin you named)",
-                endpoint=url,
-                location=target[:200],
-            )
-        url = target
+        target = _redirect(target, resp.headers["location"])
         if resp.status == 303:
             method, body = "GET", None
-    raise ServerError("too many redirects", endpoint=url)
+    raise ServerError("too many redirects", endpoint=target.url)
+
+
+def _check_headers(headers: dict[str, str]) -> None:
+    """What http.client would refuse with a ValueError (a newline in an API key), refused here by name."""
+    for name, value in headers.items():
+        try:
+            raw = value.encode("latin-1")
+        except UnicodeEncodeError:
+            raw = b"\x00"
+        if any((b < 0x20 and b != 0x09) or b == 0x7F for b in raw):
+            raise SmgshmError("a request header holds a character HTTP does not allow", header=name,
+                              hint="an API key (--api-key, SMG_API_KEY) must be one line of Latin-1 text")  # fmt: skip
+
+
+def _redirect(current: HttpUrl, location: str) -> HttpUrl:
+    """Where a redirect points, if it may be followed: the peer's Location is the peer's fault (exit 4)."""
+    try:
+        nxt = parse_url(urllib.parse.urljoin(current.url, location))
+    except (UrlError, ValueError) as err:
+        what = err.what if isinstance(err, UrlError) else str(err)
+        raise TransportError(f"redirected to an invalid Location: {what}", endpoint=current.url,
+                             location=location[:200]) from None  # fmt: skip
+    if nxt.origin != current.origin:
+        # A TransportError (exit 4): the origin named is not the service, so it is not reached.
+        raise TransportError(
+            "redirected to another origin; not followed (credentials stay with the origin you named)",
+            endpoint=current.url,
+            location=nxt.url[:200],
+        )
+    return nxt
 
 
 # A gateway that is up but not serving yet (its worker not registered, a proxy in front
@@ -102,50 +220,122 @@ def check_ready(resp: HttpResponse, what: str) -> None:
         )
 
 
-def _remaining(deadline: float, url: str) -> float:
+def _left(deadline: float) -> float:
     left = deadline - time.monotonic()
     if left <= 0:
-        raise TransportError("deadline exceeded", endpoint=url)
+        raise TimeoutError("deadline exceeded")
     return left
 
 
+class _DeadlineSocket:
+    """A connected socket whose every send and receive waits at most what is left of the deadline.
+
+    http.client sets a socket timeout once, then reads the status line, headers and chunk
+    sizes line by line, each recv waiting the whole timeout anew: a peer trickling a byte a
+    second held it forever. Here each wait is re-armed with the time left. Closing is left to
+    the owner: http.client closes the connection while its response still reads the socket.
+    """
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        self.sock, self.deadline = sock, deadline
+
+    def _arm(self) -> None:
+        self.sock.settimeout(_left(self.deadline))
+
+    def sendall(self, data: bytes) -> None:
+        self._arm()
+        self.sock.sendall(data)  # the timeout bounds the whole sendall (Python >= 3.5)
+
+    def recv_into(self, buf: Any) -> int:
+        self._arm()
+        return self.sock.recv_into(buf)
+
+    def makefile(self, *_args: Any, **_kw: Any) -> io.BufferedReader:
+        return io.BufferedReader(_DeadlineReader(self))
+
+    def close(self) -> None:
+        pass  # the connection's owner closes the real socket, after the response is read
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.sock, name)
+
+
+class _DeadlineReader(io.RawIOBase):
+    def __init__(self, sock: _DeadlineSocket) -> None:
+        self.sock = sock
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf: Any) -> int:
+        return self.sock.recv_into(buf)
+
+
+class _Bounded(http.client.HTTPConnection):
+    """http.client's connection, dialled and spoken under one deadline (see _DeadlineSocket)."""
+
+    deadline: float
+    endpoint: str
+    raw: socket.socket | None = None
+
+    def _dial(self, address: tuple[str, int], *_args: Any) -> socket.socket:
+        from smgshm.core.transport.channel import resolve  # the resolver's own wait can be 30 s
+
+        last: OSError | None = None
+        for family, kind, proto, _, addr in resolve(address[0], address[1], _left(self.deadline), self.endpoint):
+            sock = socket.socket(family, kind, proto)
+            try:
+                sock.settimeout(_left(self.deadline))
+                sock.connect(addr)
+                sock.settimeout(_left(self.deadline))  # the TLS handshake, if any, waits at most this
+            except OSError as err:
+                sock.close()
+                last = err
+                continue
+            self.raw = sock
+            return sock
+        raise last or OSError("the host resolves to no address")
+
+    def connect(self) -> None:
+        self._create_connection = self._dial
+        super().connect()  # TCP through _dial; for https, the handshake too
+        if self.sock is not None:
+            self.raw = self.sock  # the TLS socket when there is one: the one to close
+            self.sock = _DeadlineSocket(self.sock, self.deadline)  # type: ignore[assignment]
+
+    def close_all(self) -> None:
+        self.close()
+        if self.raw is not None:
+            self.raw.close()
+
+
+class _BoundedTls(_Bounded, http.client.HTTPSConnection):
+    pass
+
+
 def _once(
-    method: str, url: str, headers: dict[str, str], body: bytes | None, deadline: float, max_bytes: int
+    method: str, url: HttpUrl, headers: dict[str, str], body: bytes | None, deadline: float, max_bytes: int
 ) -> HttpResponse:
-    parts = urllib.parse.urlsplit(url)
-    cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-    conn = cls(parts.hostname or "", parts.port, timeout=_remaining(deadline, url))
-    path = urllib.parse.urlunsplit(("", "", parts.path or "/", parts.query, ""))
+    cls = _BoundedTls if url.scheme == "https" else _Bounded
+    conn = cls(url.host, url.port)
+    conn.deadline, conn.endpoint = deadline, url.url
     try:
-        conn.request(method, path, body=body, headers=headers)
-        # Kept: getresponse() may hand the socket to the response and drop conn.sock.
-        sock = conn.sock
-        if sock is not None:
-            sock.settimeout(_remaining(deadline, url))
+        conn.request(method, url.target, body=body, headers=headers)
         resp = conn.getresponse()
         chunks: list[bytes] = []
         size = 0
-        while True:
-            # The socket timeout bounds one read; the deadline bounds them all (a trickling peer).
-            left = _remaining(deadline, url)
-            if sock is not None:
-                sock.settimeout(left)
-            chunk = resp.read1(_CHUNK)
-            if not chunk:
-                break
+        while chunk := resp.read1(_CHUNK):
             size += len(chunk)
             if size > max_bytes:
-                raise TransportError("response larger than allowed", endpoint=url, max_bytes=max_bytes)
+                raise TransportError("response larger than allowed", endpoint=url.url, max_bytes=max_bytes)
             chunks.append(chunk)
         hdrs = {k.lower(): v for k, v in resp.getheaders()}
-        return HttpResponse(url, resp.status, hdrs, b"".join(chunks))
+        return HttpResponse(url.url, resp.status, hdrs, b"".join(chunks))
     except TimeoutError as err:
-        raise TransportError("deadline exceeded", endpoint=url) from err
-    except socket.gaierror as err:
-        raise TransportError("cannot resolve host", endpoint=url, detail=str(err.strerror or err)) from err
+        raise TransportError("deadline exceeded", endpoint=url.url) from err
     except ConnectionRefusedError as err:
-        raise TransportError("connection refused", endpoint=url) from err
+        raise TransportError("connection refused", endpoint=url.url) from err
     except (OSError, http.client.HTTPException) as err:
-        raise TransportError("endpoint unreachable", endpoint=url, detail=str(err)[:200]) from err
+        raise TransportError("endpoint unreachable", endpoint=url.url, detail=str(err)[:200]) from err
     finally:
-        conn.close()
+        conn.close_all()

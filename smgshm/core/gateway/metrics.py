@@ -9,11 +9,13 @@ account of what that request did (when nothing else ran through it meanwhile).
 
 from __future__ import annotations
 
-import urllib.parse
-from dataclasses import dataclass, field
+import math
+import re
+import time
+from dataclasses import dataclass, field, replace
 
-from smgshm.core.errors import ServerError
-from smgshm.core.gateway.http import normalize_url, request
+from smgshm.core.errors import ServerError, TransportError
+from smgshm.core.gateway.http import parse_url, request
 
 DEFAULT_METRICS_PORT = 29000  # the gateway's --prometheus-port default
 MAX_METRICS_BYTES = 16 * 1024 * 1024
@@ -22,8 +24,13 @@ TENSORS = "smg_mm_tensors_total"
 TENSOR_BYTES = "smg_mm_tensor_bytes_total"
 SHM_WRITE_FAILURES = "smg_mm_shm_write_failures_total"
 PROCESSING = "smg_mm_processing_total"
+MM_FAMILIES = frozenset({TENSORS, TENSOR_BYTES, SHM_WRITE_FAILURES, PROCESSING})  # all that mm_traffic reads
 
 Labels = frozenset[tuple[str, str]]
+
+
+class UnusableCounterError(ServerError):
+    """A counter smgshm needs holds NaN or +/-Inf: valid exposition, but no evidence of anything."""
 
 
 @dataclass(frozen=True)
@@ -79,47 +86,107 @@ class MmTraffic:
 
 
 def mm_traffic(snap: MetricsSnapshot) -> MmTraffic:
-    """The counters SMG keeps for multimodal tensors, read out of ``snap``."""
+    """The counters SMG keeps for multimodal tensors, read out of ``snap``.
 
-    def ints(d: dict[str, float]) -> dict[str, int]:
-        return {k: round(v) for k, v in d.items()}
+    UnusableCounterError when one of them is NaN or infinite (Prometheus allows both as
+    sample values; a counter holding one, or a delta through one, counts nothing).
+    """
+
+    def finite(name: str, v: float) -> float:
+        if not math.isfinite(v):
+            spelled = "NaN" if math.isnan(v) else "+Inf" if v > 0 else "-Inf"  # as the exposition spells them
+            raise UnusableCounterError(f"the gateway's counter {name} is {spelled}: not usable as evidence",
+                                       endpoint=snap.url)  # fmt: skip
+        return v
+
+    def ints(name: str, d: dict[str, float]) -> dict[str, int]:
+        return {k: round(finite(name, v)) for k, v in d.items()}
 
     return MmTraffic(
-        tensors=ints(snap.by_label(TENSORS, "path")),
-        nbytes=ints(snap.by_label(TENSOR_BYTES, "path")),
-        shm_write_failures=round(snap.value(SHM_WRITE_FAILURES)),
-        processing=ints(snap.by_label(PROCESSING, "mode")),
+        tensors=ints(TENSORS, snap.by_label(TENSORS, "path")),
+        nbytes=ints(TENSOR_BYTES, snap.by_label(TENSOR_BYTES, "path")),
+        shm_write_failures=round(finite(SHM_WRITE_FAILURES, snap.value(SHM_WRITE_FAILURES))),
+        processing=ints(PROCESSING, snap.by_label(PROCESSING, "mode")),
         exported=snap.has(TENSORS) or snap.has(TENSOR_BYTES),
     )
 
 
-def parse_metrics(text: str, url: str = "") -> MetricsSnapshot:
-    """Prometheus text exposition into a snapshot; ServerError when it is not that."""
-    from prometheus_client.parser import text_string_to_metric_families
+def mm_delta(before: MetricsSnapshot, after: MetricsSnapshot) -> MmTraffic:
+    """What the counters did between two scrapes (``exported`` as ``after`` says).
 
+    Each scrape is checked on its own first, so an UnusableCounterError names the value
+    the gateway exported (+Inf), not the NaN a subtraction through it makes.
+    """
+    mm_traffic(before)
+    exported = mm_traffic(after).exported
+    return replace(mm_traffic(after.minus(before)), exported=exported)
+
+
+# One sample line: name, optional {labels}, value, optional integer timestamp.
+_SAMPLE = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)[ \t]*(?:\{(.*)\})?[ \t]*([^ \t{}]+)(?:[ \t]+-?[0-9]+)?[ \t]*\r?")
+_PAIR = r'([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"((?:[^"\\\n]|\\.)*)"'
+_LABELS = re.compile(rf"[ \t]*(?:{_PAIR}[ \t]*(?:,[ \t]*|$))*")  # the whole label set, checked at once
+_LABEL = re.compile(_PAIR)
+_ESCAPE = re.compile(r"\\(.)")
+_UNESCAPED = {"n": "\n", "\\": "\\", '"': '"'}
+_CLOCK_EVERY = 4096  # lines between two looks at the deadline
+
+
+def parse_metrics(text: str, url: str = "", *, families: frozenset[str] | None = None,
+                  deadline: float | None = None) -> MetricsSnapshot:  # fmt: skip
+    """Prometheus text exposition into a snapshot; ServerError when it is not that.
+
+    Every line must be a comment or a sample; the labels and values of only the samples named
+    in ``families`` (all, when None) are read and kept, which keeps a 16 MiB page cheap.
+    NaN and +/-Inf are sample values as Prometheus defines them and are kept as they are: the
+    reader of a counter judges them (mm_traffic). Past ``deadline`` (a time.monotonic() value)
+    TransportError: parsing is part of the scrape's time.
+    """
     samples: dict[tuple[str, Labels], float] = {}
-    try:
-        for family in text_string_to_metric_families(text):
-            for s in family.samples:
-                key = (s.name, frozenset((str(k), str(v)) for k, v in s.labels.items()))
-                samples[key] = samples.get(key, 0.0) + float(s.value)
-    except (ValueError, TypeError, IndexError) as err:
-        raise ServerError("not Prometheus text exposition", endpoint=url, detail=str(err)[:120]) from err
+    for i, line in enumerate(text.split("\n")):
+        if deadline is not None and i % _CLOCK_EVERY == 0 and time.monotonic() > deadline:
+            raise TransportError("deadline exceeded reading the metrics", endpoint=url)
+        if not line or line[0] == "#" or line.isspace():
+            continue
+        m = _SAMPLE.fullmatch(line)
+        if m is None:
+            raise ServerError("not Prometheus text exposition", endpoint=url, detail=f"line {i + 1}: {line[:80]}")
+        name, labels, value = m.groups()
+        if families is not None and name not in families:
+            continue
+        try:
+            key = (name, _labels(labels) if labels else frozenset())
+            if "_" in value:  # float() takes 1_000; the exposition format does not
+                raise ValueError(f"not a number: {value[:40]}")
+            number = float(value)
+        except ValueError as err:
+            raise ServerError("not Prometheus text exposition", endpoint=url,
+                              detail=f"line {i + 1}: {err}"[:120]) from None  # fmt: skip
+        samples[key] = samples.get(key, 0.0) + number
     return MetricsSnapshot(url, samples)
 
 
-def scrape(url: str, timeout_s: float = 5.0) -> MetricsSnapshot:
-    """GET ``url`` (a /metrics endpoint) under one deadline and parse it."""
+def _labels(text: str) -> Labels:
+    if _LABELS.fullmatch(text) is None:
+        raise ValueError(f"bad labels: {text[:60]}")
+    pairs = _LABEL.findall(text)
+    if "\\" in text:
+        pairs = [(k, _ESCAPE.sub(lambda e: _UNESCAPED.get(e.group(1), e.group(0)), v)) for k, v in pairs]
+    return frozenset(pairs)
+
+
+def scrape(url: str, timeout_s: float = 5.0, families: frozenset[str] | None = None) -> MetricsSnapshot:
+    """GET ``url`` (a /metrics endpoint) and parse it (``families`` only, when given), under one deadline."""
+    deadline = time.monotonic() + timeout_s
     resp = request("GET", url, headers={"Accept": "text/plain"}, deadline_s=timeout_s, max_bytes=MAX_METRICS_BYTES)
     if resp.status != 200:
         raise ServerError(f"metrics endpoint answered HTTP {resp.status}", endpoint=resp.url)
-    return parse_metrics(resp.text(), resp.url)
+    return parse_metrics(resp.text(), resp.url, families=families, deadline=deadline)
 
 
 def default_metrics_url(gateway_url: str) -> str:
     """The gateway's host, port 29000, /metrics: where SMG serves Prometheus by default."""
-    parts = urllib.parse.urlsplit(normalize_url(gateway_url))
-    host = parts.hostname or "127.0.0.1"
+    host = parse_url(gateway_url).host
     if ":" in host:
         host = f"[{host}]"
     return f"http://{host}:{DEFAULT_METRICS_PORT}/metrics"

@@ -11,7 +11,6 @@ the segments it produced (its pid is in their names), since a dead gateway never
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import shutil
@@ -29,7 +28,7 @@ from types import TracebackType
 from typing import Any
 
 from smgshm.core.errors import HostError, ServerError, SmgshmError, TransportError
-from smgshm.core.gateway.http import request
+from smgshm.core.gateway.http import PeerJsonError, loads_json, request
 from smgshm.core.names import parse_name
 from smgshm.core.paths import DEFAULT_SHM_DIR
 
@@ -191,9 +190,9 @@ class RunningGateway:
         if resp.status != 200:
             raise ServerError(f"gateway answered GET /workers with HTTP {resp.status}", endpoint=resp.url)
         try:
-            doc = json.loads(resp.body)
-        except ValueError as err:
-            raise ServerError("GET /workers is not JSON", endpoint=resp.url) from err
+            doc = loads_json(resp.body)
+        except PeerJsonError as err:
+            raise ServerError("GET /workers is not JSON", endpoint=resp.url, reason=err.what) from None
         entries = doc.get("workers", []) if isinstance(doc, dict) else []
         return [w for w in entries if isinstance(w, dict)]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from smgshm.core.gateway.metrics import MetricsSnapshot, mm_traffic
+from smgshm.core.gateway.metrics import MetricsSnapshot, UnusableCounterError, mm_delta
 from smgshm.core.units import whole_kib
 
 DEFAULT_SHM_MIN_BYTES = 65536  # the gateway's --multimodal-shm-min-bytes default (smg-facts §2.3)
@@ -39,8 +39,12 @@ class GatewayRates:
 
 def gateway_rates(before: MetricsSnapshot, after: MetricsSnapshot, interval_s: float,
                   shm_min_bytes: int = DEFAULT_SHM_MIN_BYTES) -> GatewayRates:  # fmt: skip
-    """Rates from the delta of two scrapes ``interval_s`` apart."""
-    d = mm_traffic(after.minus(before))
+    """Rates from the delta of two scrapes ``interval_s`` apart; a NaN or infinite counter
+    in either makes them unknown (``error`` says which), never an exception."""
+    try:
+        d = mm_delta(before, after)
+    except UnusableCounterError as err:
+        return failed_rates(after.url, interval_s, str(err))
     dt = interval_s if interval_s > 0 else 1.0
     tensors = {k: v for k, v in d.tensors.items() if v}
     nbytes = {k: v for k, v in d.nbytes.items() if v}
@@ -61,7 +65,7 @@ def gateway_rates(before: MetricsSnapshot, after: MetricsSnapshot, interval_s: f
         inline_avg_bytes=avg,
         eligible_inline=eligible or d.shm_write_failures > 0,
         verdict=_verdict(tensors, d.shm_write_failures, avg, shm_min_bytes),
-        exported=mm_traffic(after).exported,
+        exported=d.exported,
     )
 
 

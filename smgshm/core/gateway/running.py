@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import ipaddress
-import json
 import os
 import stat
 import sys
@@ -179,7 +178,7 @@ def dial_host(address: str) -> str:
 def classify_port(address: str, port: int, timeout_s: float = 2.0) -> ListeningPort:
     """Ask the port what it is: SMG's HTTP API answers GET /workers with JSON, its
     Prometheus listener answers GET /metrics with exposition text. No credential is sent."""
-    from smgshm.core.gateway.http import request
+    from smgshm.core.gateway.http import PeerJsonError, loads_json, request
     from smgshm.core.gateway.metrics import parse_metrics
 
     base = f"http://{dial_host(address)}:{port}"
@@ -190,8 +189,8 @@ def classify_port(address: str, port: int, timeout_s: float = 2.0) -> ListeningP
         if r.status in (401, 403):
             return ListeningPort(address, port, "http", "GET /workers needs the gateway's --api-key")
         if r.status == 200:
-            with contextlib.suppress(ValueError):
-                doc = json.loads(r.body)
+            with contextlib.suppress(PeerJsonError):
+                doc = loads_json(r.body)
                 if isinstance(doc, dict) and isinstance(doc.get("workers"), list):
                     return ListeningPort(address, port, "http", f"{len(doc['workers'])} worker(s) registered")
         r = request(

@@ -31,7 +31,7 @@ def _split_host_port(target: str) -> tuple[str, int] | None:
     return host.strip("[]"), int(port)
 
 
-def _resolve(host: str, port: int, timeout: float, target: str) -> list[Any]:
+def resolve(host: str, port: int, timeout: float, target: str) -> list[Any]:
     """getaddrinfo under a deadline (the resolver's own can be 30 s): a DNS failure says so."""
     out: list[Any] = []
     failure: list[BaseException] = []
@@ -65,7 +65,7 @@ def preflight(target: str, timeout: float) -> None:
     if hp is None:
         return
     deadline = time.monotonic() + timeout
-    infos = _resolve(hp[0], hp[1], timeout, target)
+    infos = resolve(hp[0], hp[1], timeout, target)
     refused = False
     for family, kind, proto, _, addr in infos:
         left = deadline - time.monotonic()

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from smgshm.core.errors import SmgshmError
-from smgshm.core.gateway.metrics import MetricsSnapshot, scrape
+from smgshm.core.gateway.metrics import MM_FAMILIES, MetricsSnapshot, scrape
 from smgshm.core.gateway.rates import GatewayRates, failed_rates, gateway_rates
 from smgshm.core.stats import StreamingQuantiles
 from smgshm.core.watch.figures import (
@@ -76,7 +76,7 @@ class WatchSession:
         self.watcher.open()
         if self.opts.metrics_url:
             try:
-                self._snap = self._first_snap = scrape(self.opts.metrics_url, self.opts.metrics_timeout_s)
+                self._snap = self._first_snap = scrape(self.opts.metrics_url, self.opts.metrics_timeout_s, MM_FAMILIES)
             except BaseException:
                 self.watcher.close()
                 raise
@@ -163,7 +163,7 @@ class WatchSession:
         now = time.monotonic()
         dt = now - self._snap_t
         try:
-            snap = scrape(url, self.opts.metrics_timeout_s)
+            snap = scrape(url, self.opts.metrics_timeout_s, MM_FAMILIES)
         except SmgshmError as err:
             return failed_rates(url, dt, str(err))
         rates = gateway_rates(self._snap, snap, dt, self.opts.shm_min_bytes) if self._snap else None
