@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 import time
+import unicodedata
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -267,3 +268,50 @@ def test_log_reads_are_bounded_in_bytes_and_each_file_is_read_once(shm_tmpfs: Pa
     # read_open_log stops once its budget is spent: nothing more is opened.
     spent = LogBudget(bytes_left=0)
     assert read_open_log(os.getpid(), [(0, "stdin")], spent) is None
+
+
+# -- 8: peers' strings on the terminal -------------------------------------------------------------
+
+
+def assert_clean(text: str, where: str) -> None:
+    """No control, format or separator character but the line breaks the renderer writes; no line
+    that a peer forged (every ``[ok]`` line is the renderer's own, naming the run)."""
+    bad = sorted({f"U+{ord(ch):04X}" for ch in text
+                  if ch != "\n" and unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp")})  # fmt: skip
+    assert not bad, f"{where}: raw {bad} in {text!r}"
+    forged = [line for line in text.splitlines() if line.lstrip().startswith("[ok] forged")]
+    assert not forged, f"{where}: forged lines {forged}"
+
+
+def test_e2e_shows_a_peers_metric_labels_model_and_errors_escaped(children: Children, shm_tmpfs: Path) -> None:
+    """Label values (path, mode), the model's name and an error body carrying escape sequences and
+    newlines are shown escaped, once: no raw control byte, no forged ``[ok]`` line."""
+    for status in (200, 500):
+        pid, port = fake_gateway(children, {"http": True, "label": HOSTILE, "chat_status": status})
+        base = f"http://127.0.0.1:{port}"
+        res = run("e2e", "--gateway", base, "--metrics", f"{base}/metrics", "-n", "1", "--warmup", "0",
+                  "--no-stream", "--timeout", "2s", "--shm-dir", str(shm_tmpfs), bound_s=60)  # fmt: skip
+        assert res.returncode in (0, 3, 6), res.stderr
+        assert_clean(res.stdout, "stdout")
+        assert_clean(res.stderr, "stderr")
+        # The labels were shown, escaped exactly once (a backslash doubled twice would read \\\\x1b).
+        assert "shm\\x1b[2K\\r\\n[ok] forged" in res.stdout
+        assert "\\\\x1b" not in res.stdout
+        psutil.Process(pid).kill()
+
+
+def test_watch_metrics_shows_a_peers_labels_and_scrape_errors_escaped(children: Children, shm_tmpfs: Path) -> None:
+    """watch --metrics, piped: each interval's gateway figures and the summary's, with hostile path
+    labels; then a peer whose /metrics turns to hostile garbage (its words in the scrape error)."""
+    for cfg in ({"count": "scrape"}, {"count": "scrape", "garbage_after": 2}):
+        _, port = fake_gateway(children, {"http": True, "label": HOSTILE, **cfg})
+        res = run("watch", "--metrics", f"http://127.0.0.1:{port}/metrics", "--count", "4", "--interval", "0.2s",
+                  "--shm-dir", str(shm_tmpfs), bound_s=60)  # fmt: skip
+        assert res.returncode == 0, res.stderr
+        assert_clean(res.stdout, "stdout")
+        assert_clean(res.stderr, "stderr")
+        if "garbage_after" in cfg:
+            assert "| gateway: scrape failed: not Prometheus text exposition" in res.stdout
+        else:
+            assert "gateway: shm\\x1b[2K\\r\\n[ok] forged" in res.stdout
+            assert "\\\\x1b" not in res.stdout  # escaped once, in the lines and in the summary's table
