@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import threading
 import time
 import unicodedata
 from collections.abc import Iterator
@@ -24,6 +26,8 @@ from typing import Any
 import psutil
 import pytest
 
+from smgshm.core.e2e.evidence import MetricsEvidence, ReceiptEvidence, SegmentWatch
+from smgshm.core.e2e.verdict import Context, judge
 from smgshm.core.errors import HostError
 from smgshm.core.gateway.log import (
     HEAD_BYTES,
@@ -33,7 +37,12 @@ from smgshm.core.gateway.log import (
     read_open_log,
     read_transport_config,
 )
+from smgshm.core.gateway.process import RunningGateway
 from tests.conftest import Children, smgshm_argv, tmpfs
+from tests.e2e_support import gateways, model_dir, needs_smg
+from tests.test_e2e_causes import TOOLS, PrivateShm, e2e_in, private_shm, router_pid, serve_in
+
+__all__ = ["gateways", "model_dir", "private_shm"]  # fixtures
 
 pytestmark = [
     pytest.mark.timeout(180),
@@ -315,3 +324,118 @@ def test_watch_metrics_shows_a_peers_labels_and_scrape_errors_escaped(children: 
         else:
             assert "gateway: shm\\x1b[2K\\r\\n[ok] forged" in res.stdout
             assert "\\\\x1b" not in res.stdout  # escaped once, in the lines and in the summary's table
+
+
+# -- 9: two pid-1 gateways over one shm dir ---------------------------------------------------------
+
+
+def watch_writes(shm: Path, pids: list[int], seconds: float = 0.6) -> dict[int, Any]:
+    """Watch ``shm`` while the writers write; the shm-dir evidence of each gateway in ``pids``."""
+    w = SegmentWatch(str(shm)).__enter__()
+    try:
+        time.sleep(seconds)
+        w.settle()
+    finally:
+        w.__exit__(None, None, None)
+    return {pid: w.evidence(pid) for pid in pids}
+
+
+def _inline_metrics(n: int) -> MetricsEvidence:
+    return MetricsEvidence("http://127.0.0.1:1/metrics", True, tensors={"inline": n}, nbytes={"inline": n * 4816896})
+
+
+def test_two_pid1_gateways_over_one_shm_dir_are_never_credited_with_each_others_segments(
+    children: Children, shm_tmpfs: Path
+) -> None:
+    """A writes smg-tokenspeed-1-* names, B (honest, inline) writes none; both are pid 1 of their own
+    pid namespace over one tmpfs. Neither can be told from the other by the names: the shm dir is no
+    evidence for either, said plainly, and B's inline traffic is judged inline from its metrics."""
+    a, _ = fake_gateway(children, {"write_every": 0.03}, shm=shm_tmpfs)
+    b, _ = fake_gateway(children, {}, shm=shm_tmpfs)
+    ev = watch_writes(shm_tmpfs, [a, b])
+    for pid, other in ((a, b), (b, a)):
+        d = ev[pid]
+        assert (d.available, d.segments, d.name_pid) == (False, [], 1), d
+        assert d.note.startswith(f"cannot tell its segments from those of gateway pid {other}"), d.note
+    ctx = Context("inline", None, "vllm", "", "", True, 2, 0, True)
+    v = judge(ctx, _inline_metrics(2), ev[b], ReceiptEvidence(False, "none"))
+    assert (v.path, v.cause) == ("inline", "inline: mode is inline")
+
+
+def test_a_pid1_gateway_over_another_shm_dir_is_no_rival_and_never_credited(
+    children: Children, shm_tmpfs: Path, tmp_path: Path
+) -> None:
+    """Another input of the class: B is pid 1 too, over a tmpfs of its own. A's segments are A's
+    (nobody else could have written them); B, which writes elsewhere, is credited with none."""
+    with tmpfs(tmp_path / "other", "16m") as other:
+        a, _ = fake_gateway(children, {"write_every": 0.03}, shm=shm_tmpfs)
+        b, _ = fake_gateway(children, {}, shm=Path(other))
+        ev = watch_writes(shm_tmpfs, [a, b])
+        assert ev[a].available, ev[a].note
+        assert len(ev[a].segments) >= 3
+        assert ev[b].available is False
+        assert ev[b].segments == []
+        assert ev[b].note.startswith(f"gateway pid {b} writes another /dev/shm"), ev[b].note
+        children.reap()  # before the unmount: B holds its tmpfs
+
+
+def test_e2e_against_an_honest_inline_pid1_gateway_beside_a_writing_one(children: Children, shm_tmpfs: Path) -> None:
+    """Through the real e2e: B, pid 1, logs mode=inline and counts its tensors inline; A, pid 1 over
+    the same tmpfs, writes segments all along. e2e against B says inline (it said undetermined)."""
+    log = shm_tmpfs / "b.log"
+    log.write_text(START.format(d=1, m="inline"))
+    fake_gateway(children, {"write_every": 0.01}, shm=shm_tmpfs)
+    b, port = fake_gateway(children, {"http": True, "logs": [str(log)]}, shm=shm_tmpfs)
+    base = f"http://127.0.0.1:{port}"
+    res = run("--json", "e2e", "--gateway", base, "--metrics", f"{base}/metrics", "-n", "2", "--warmup", "0",
+              "--no-stream", "--timeout", "5s", "--shm-dir", str(shm_tmpfs), bound_s=60)  # fmt: skip
+    assert res.returncode == 0, res.stdout + res.stderr
+    [r] = json.loads(res.stdout)["result"]["runs"]
+    assert (r["path"], r["cause"], r["mode"]) == ("inline", "inline: mode is inline", "inline")
+    assert r["shm_dir"]["available"] is False
+    assert r["shm_dir"]["gateway_pid"] == b
+    assert "cannot tell its segments" in r["shm_dir"]["note"]
+
+
+@needs_smg
+@pytest.mark.skipif(not all(shutil.which(t) for t in TOOLS), reason=f"needs {', '.join(TOOLS)}")
+@pytest.mark.parametrize("private_shm", ["256m"], indirect=True)
+def test_e2e_against_a_real_inline_pid1_gateway_beside_a_real_shm_one(
+    private_shm: PrivateShm, children: Children, gateways: list[RunningGateway], tmp_path: Path, model_dir: str
+) -> None:
+    """The finding as it was seen, with real gateways: two containers' pid-1 gateways over one
+    /dev/shm, A under shm with traffic all along, B under inline. e2e against B said undetermined
+    (A's segments credited to it); now it says inline, and that the shm dir cannot tell them apart."""
+    from smgshm.core.gateway.chat import first_model, make_png, send_chat
+    from smgshm.core.gateway.process import GatewayConfig, start_gateway
+
+    ns = private_shm
+    started = []
+    for mode in ("shm", "inline"):  # each its own worker: receipts stay each gateway's own
+        worker = serve_in(ns, children, model_dir)
+        prefix = ns.enter("unshare", "-p", "-f", "--mount-proc", "--kill-child")
+        cfg = GatewayConfig(worker_urls=(worker,), model_path=model_dir, transport=mode, shm_dir=ns.shm,
+                            log_path=str(tmp_path / f"{mode}.log"), argv_prefix=tuple(prefix))  # fmt: skip
+        started.append(start_gateway(cfg, ready_timeout_s=90))
+        gateways.append(started[-1])
+    a, b = started
+    model, png, stop = first_model(a.http_url), make_png(448), threading.Event()
+
+    def traffic() -> None:
+        while not stop.is_set():
+            send_chat(a.http_url, model, png, stream=False, timeout_s=30)
+
+    t = threading.Thread(target=traffic, daemon=True)
+    t.start()
+    try:
+        doc = json.loads(e2e_in(ns, b, "--json", "-n", "3", "--no-stream", exit=0).stdout)
+    finally:
+        stop.set()
+        t.join(60)
+    [r] = doc["result"]["runs"]
+    assert (r["path"], r["cause"], r["mode"]) == ("inline", "inline: mode is inline", "inline")
+    assert r["shm_tensors_by_source"] == {"metrics": 0, "receipts": 0}
+    d = r["shm_dir"]
+    assert (d["available"], d["gateway_pid"], d["name_pid"]) == (False, router_pid(b), 1)
+    assert d["note"] == (f"cannot tell its segments from those of gateway pid {router_pid(a)}: each is pid 1 in "
+                         "its own pid namespace and may write /dev/shm")  # fmt: skip
