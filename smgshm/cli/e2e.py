@@ -185,7 +185,7 @@ def _running_gateway(app: App, pid: int | None) -> tuple[str, str]:
     from smgshm.core.gateway.running import GatewayChoiceError, choose_running, find_gateways
 
     try:
-        g = choose_running(find_gateways(), pid)
+        g = choose_running(find_gateways(pids=None if pid is None else (pid,)), pid)
     except GatewayChoiceError as err:
         first = err.fields["pids"].split(",")[0]
         raise click.UsageError(f"{err.what}, e.g. {quote_cmd(['smgshm', 'e2e', '--gateway-pid', first])}") from None

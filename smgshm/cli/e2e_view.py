@@ -21,11 +21,13 @@ def _metrics_line(m: Any) -> Text:
     head = Text("metrics ", style="bold") + safe(m.url) + Text(": ")
     if not m.available:
         return head + safe(m.note or "unavailable")
-    parts = [f"{p} {n} ({binary_size(m.nbytes.get(p, 0))})" for p, n in sorted(m.tensors.items())] or ["no tensors"]
-    tail = f"; shm write failures +{m.shm_write_failures}"
+    # Paths and modes are label values of the peer's /metrics: escaped like any stranger's string.
+    parts = [safe(p) + Text(f" {n} ({binary_size(m.nbytes.get(p, 0))})") for p, n in sorted(m.tensors.items())]
+    out = head + (Text(", ").join(parts) if parts else Text("no tensors"))
+    out += Text(f"; shm write failures +{m.shm_write_failures}")
     if m.processing:
-        tail += "; processing " + ", ".join(f"{k} {v}" for k, v in sorted(m.processing.items()))
-    return head + Text(", ".join(parts) + tail)
+        out += Text("; processing ") + Text(", ").join(safe(k) + Text(f" {v}") for k, v in sorted(m.processing.items()))
+    return out
 
 
 def _shm_dir_line(d: Any) -> Text:
@@ -57,8 +59,9 @@ def _receipts_line(r: Any) -> Text:
     for x in r.receipts:
         kinds[x.payload_kind] = kinds.get(x.payload_kind, 0) + 1
     errors = [x for x in r.receipts if x.error_code]
-    body = ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())) or "none"
-    out = head + Text(body + " from ") + safe(", ".join(r.workers))
+    # A payload kind is the worker's word (its receipts): escaped.
+    body = Text(", ").join(safe(k) + Text(f" {v}") for k, v in sorted(kinds.items())) if kinds else Text("none")
+    out = head + body + Text(" from ") + safe(", ".join(r.workers))
     if errors:
         out += Text(f"; {len(errors)} refused (first: ") + safe(f"{errors[0].error_code}: {errors[0].error_message}")
         out += Text(")")
@@ -114,8 +117,8 @@ def e2e_report(app: App, report: Any) -> None:
         if run.setting_source and not report.embedded:
             said = f"mode {run.mode}, shm_min_bytes {run.shm_min_bytes}, dev_writable "
             said += "unknown" if run.dev_writable is None else str(run.dev_writable).lower()
-            app.console.print(Text("       setting ", style="bold") + Text(said + " (") + safe(run.setting_source)
-                              + Text(")"))  # fmt: skip
+            # The mode is the log's word: escaped with the rest.
+            app.console.print(Text("       setting ", style="bold") + safe(f"{said} ({run.setting_source})"))
         if run.gateway_log:
             app.console.print(Text("       gateway log: ") + safe(run.gateway_log))
     if len(report.runs) > 1:

@@ -133,6 +133,7 @@ def kv_table(rows: list[tuple[str, Any]]) -> Table:
     table.add_column(style="bold")
     table.add_column()
     for k, v in rows:
-        table.add_row(k, safe(str(v)))  # values are read from the host or a peer: escaped
+        # Values are read from the host or a peer: escaped; a Text was built escaped already (once is enough).
+        table.add_row(k, v if isinstance(v, Text) else safe(str(v)))
     return table
 

@@ -36,18 +36,21 @@ def _pid(o: Orphan) -> str:
     return f"{o.producer_pid} ({ {True: 'alive', False: 'dead', None: 'unknown'}[o.producer_alive] })"
 
 
-def gateway_text(gw: GatewayRates | None) -> str:
+def gateway_text(gw: GatewayRates | None) -> Text:
+    """The gateway's figures, without a prefix (empty when there are none); its strings escaped, once."""
     if gw is None:
-        return ""
+        return Text()
     if gw.error:
-        return f"gateway: scrape failed: {escape(gw.error)}"  # the peer's words may be in it
+        return Text("scrape failed: ") + safe(gw.error)  # the peer's words may be in it
     paths = sorted(set(gw.tensors_per_s) | set(gw.bytes_per_s))
-    parts = [f"{p} {gw.tensors_per_s.get(p, 0):.1f}/s {binary_rate(gw.bytes_per_s.get(p, 0))}" for p in paths]
-    text = "gateway: " + (", ".join(parts) if parts else "no tensors")
+    # A path is a label value of the peer's /metrics: its text, escaped like any stranger's.
+    parts = [safe(p) + Text(f" {gw.tensors_per_s.get(p, 0):.1f}/s {binary_rate(gw.bytes_per_s.get(p, 0))}")
+             for p in paths]  # fmt: skip
+    text = Text(", ").join(parts) if parts else Text("no tensors")
     if gw.shm_byte_share is not None:
-        text += f", shm share {gw.shm_byte_share:.1%}"
+        text += Text(f", shm share {gw.shm_byte_share:.1%}")
     if gw.shm_write_failures:
-        text += f", shm write failures {gw.shm_write_failures_per_s:.1f}/s"
+        text += Text(f", shm write failures {gw.shm_write_failures_per_s:.1f}/s")
     return text
 
 
@@ -65,9 +68,9 @@ def interval_line(app: App, st: IntervalStats) -> None:
         line.append(f", {st.overflows} queue overflow(s): rescanned", style="bold yellow")
     if st.dir_gone or not st.watching:
         line.append(", shm dir gone" + ("" if st.watching else ": waiting for it"), style="bold yellow")
-    gw = gateway_text(st.gateway)
-    if gw:
-        line.append(" | " + gw)
+    if st.gateway is not None:
+        line.append(" | gateway: ")
+        line.append(gateway_text(st.gateway))
     app.console.print(line)
     if st.gateway is not None and st.gateway.verdict:
         app.console.print(Text("  " + st.gateway.verdict, style="bold yellow"))
@@ -77,11 +80,11 @@ def interval_line(app: App, st: IntervalStats) -> None:
 
 
 def dashboard(st: IntervalStats, summary: WatchSummary) -> Group:
-    where = f"{escape(summary.shm_dir)} ({escape(summary.prefix)}*), {short_duration(summary.duration_s)}"
+    where = safe(f"{summary.shm_dir} ({summary.prefix}*), {short_duration(summary.duration_s)}")
     run = (f"{summary.created} created, {summary.consumed} consumed, {summary.cleaned} cleaned, "
            f"{summary.unknown} unknown; time in flight {flight_text(summary.flight)}")  # fmt: skip
     rows: list[tuple[str, Any]] = [
-        ("watching", where + ("" if st.watching else ", shm dir gone: waiting for it")),
+        ("watching", where + Text("" if st.watching else ", shm dir gone: waiting for it")),
         ("created", f"{st.created_per_s:.1f}/s  {binary_rate(st.created_bytes_per_s)}"),
         ("consumed", f"{st.consumed_per_s:.1f}/s  {binary_rate(st.consumed_bytes_per_s)}"),
         ("in flight", f"{st.in_flight}  {binary_size(st.in_flight_bytes)}"),
@@ -93,7 +96,7 @@ def dashboard(st: IntervalStats, summary: WatchSummary) -> Group:
         rows.append(("lost", f"{summary.overflows} overflow(s), {summary.dir_gone} dir gone, "
                              f"{summary.untracked} untracked"))  # fmt: skip
     if st.gateway is not None:
-        rows.append(("gateway", gateway_text(st.gateway).removeprefix("gateway: ")))
+        rows.append(("gateway", gateway_text(st.gateway)))
         if st.gateway.verdict:
             rows.append(("", Text(st.gateway.verdict, style="bold yellow")))
     parts: list[Any] = [kv_table(rows)]
@@ -141,7 +144,7 @@ def summary_report(app: App, s: WatchSummary) -> None:
     for kind, ends in s.ends_by_kind.items():
         rows.append((f"  {kind}", ", ".join(f"{n} {e}" for e, n in ends.items())))
     if s.gateway is not None:
-        rows.append(("gateway", gateway_text(s.gateway).removeprefix("gateway: ")))
+        rows.append(("gateway", gateway_text(s.gateway)))
     app.console.print(kv_table(rows))
     if s.gateway is not None and s.gateway.verdict:
         app.console.print(Text(s.gateway.verdict, style="bold yellow"))

@@ -10,7 +10,7 @@ from typing import Any
 
 from smgshm.core.doctor.check import AddChecks, Check
 from smgshm.core.errors import SmgshmError
-from smgshm.core.gateway.log import TransportConfig, read_open_log, read_transport_config
+from smgshm.core.gateway.log import LogBudget, TransportConfig, read_open_log, read_transport_config
 from smgshm.core.gateway.metrics import MM_FAMILIES, MmTraffic, mm_traffic, scrape
 from smgshm.core.gateway.mode import ModeFinding, judge
 from smgshm.core.gateway.running import GATEWAY_TITLE, GatewayProcess, find_gateways
@@ -84,12 +84,13 @@ def gateway_findings(logs: list[str], timeout: float, pids: tuple[int, ...] | No
     transport; and each --gateway-log none of them has open."""
     out = []
     unclaimed = list(logs)
-    found = find_gateways(timeout_s=min(timeout, 2.0)) if pids != () else []
+    found = find_gateways(timeout_s=min(timeout, 2.0), pids=pids) if pids != () else []
+    budget = LogBudget()  # the logs of every gateway here together: a fake gateway's cannot hold doctor
     for g in found:
         if pids is not None and g.pid not in pids:
             continue
         # Its own open files first (/proc/PID/fd/N is the very file, even in another mount namespace).
-        config = read_open_log(g.pid, [(log.fd, log.path) for log in g.logs])
+        config = read_open_log(g.pid, [(log.fd, log.path) for log in g.logs], budget)
         log_path = config.path if config is not None else ""
         for path in list(unclaimed):
             if any(_same_file(path, f"/proc/{g.pid}/fd/{log.fd}") for log in g.logs):

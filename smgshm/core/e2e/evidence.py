@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import os
 import socket
 import threading
 import time
@@ -184,10 +185,12 @@ class SegmentWatch:
         self.tracker = SegmentTracker(max_tracked=10_000)
         self.done: list[object] = []
         self.error = ""
+        self.writers: dict[int, tuple[int, bool | None]] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="smgshm-e2e-watch", daemon=True)
 
     def __enter__(self) -> SegmentWatch:
+        self.writers = _gateway_writers(self.shm_dir)  # a gateway that exits meanwhile still counts
         self.watcher.open()
         self.done.extend(self.tracker.feed(self.watcher.events(0)))  # the listing of what was there
         self.start_ns = time.time_ns()
@@ -229,9 +232,53 @@ class SegmentWatch:
                 continue
             end = lv.end if lv.removed_ns is not None else "left_behind"
             seen.append(SegmentSeen(lv.name, lv.nbytes, lv.in_flight_ns / 1e6, end or "unknown", lv.reads))
+        doubt = self._doubt(pid, name_pid) if seen else ""
+        if doubt:
+            return ShmDirEvidence(False, doubt, self.shm_dir, pid, name_pid=name_pid)
         probe = gateway_probe_name(name_pid)
         left = probe if os.path.lexists(os.path.join(self.shm_dir, probe)) else ""
         return ShmDirEvidence(True, "", self.shm_dir, pid, sorted(seen, key=lambda s: s.name), left, name_pid)
+
+    def _doubt(self, pid: int, name_pid: int) -> str:
+        """Why the segments named with ``name_pid`` cannot be credited to gateway ``pid`` ("" when they can).
+
+        A name carries only the pid its writer has in its own pid namespace: two containers' pid-1
+        gateways over one shm dir write the same pid. A segment is credited only when no other gateway
+        (one seen at the start of the watch or now) could have written it: one whose names carry
+        another pid, or whose /dev/shm is another filesystem, could not; one that cannot be looked
+        at could. Never a guess: in doubt, the shm dir is no evidence."""
+        writers = {**self.writers, **_gateway_writers(self.shm_dir)}
+        if writers.get(pid, (name_pid, _writes_into(pid, self.shm_dir)))[1] is False:
+            return f"gateway pid {pid} writes another /dev/shm: the segments named with pid {name_pid} here are not its"
+        rivals = sorted(p for p, (n, into) in writers.items() if p != pid and n == name_pid and into is not False)
+        if not rivals:
+            return ""
+        return (f"cannot tell its segments from those of gateway pid {', '.join(map(str, rivals))}: each is pid "
+                f"{name_pid} in its own pid namespace and may write {self.shm_dir}")  # fmt: skip
+
+
+def _writes_into(pid: int, shm_dir: str) -> bool | None:
+    """Whether process ``pid``'s /dev/shm (where SMG's gateway writes, whatever else) is ``shm_dir``'s
+    filesystem; None when that cannot be told (gone, or its root is not ours to look at)."""
+    try:
+        here = os.stat(shm_dir).st_dev
+        there = os.stat(f"/proc/{pid}/root/dev/shm").st_dev
+    except (FileNotFoundError, NotADirectoryError):
+        return False if os.path.exists(f"/proc/{pid}") else None  # no /dev/shm where it lives
+    except OSError:
+        return None
+    return here == there
+
+
+def _gateway_writers(shm_dir: str) -> dict[int, tuple[int, bool | None]]:
+    """Every gateway (``smg::router``) visible here: (the pid its names carry, whether it writes ``shm_dir``)."""
+    from smgshm.core.gateway.running import gateway_pids
+
+    out = {}
+    for pid in gateway_pids():
+        name_pid = _name_pid(pid)
+        out[pid] = (name_pid, _writes_into(pid, shm_dir))
+    return out
 
 
 def _name_pid(pid: int) -> int:

@@ -226,7 +226,7 @@ def _read_setting(t: _Target, pid: int) -> None:
     config = read_open_log(pid, [(log.fd, log.path) for log in g.logs])
     if config is not None:
         t.mode, t.shm_min_bytes, t.dev_writable = config.mode, config.shm_min_bytes, config.dev_writable
-        t.setting_source = f"log {config.path}:{config.line_no}"
+        t.setting_source = f"log {config.where}"
 
 
 def run_embedded(opts: E2eOptions, say: Progress = lambda _s: None, facts: HostFacts | None = None) -> E2eReport:

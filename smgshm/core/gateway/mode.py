@@ -62,9 +62,10 @@ def judge(
     if config is not None:
         ev.append(
             Evidence(
-                f"log {config.path}:{config.line_no}",
+                f"log {config.where}",
                 f"mode={config.mode} shm_min_bytes={config.shm_min_bytes} "
-                f"dev_writable={str(config.dev_writable).lower()}",
+                f"dev_writable={str(config.dev_writable).lower()}"
+                + ("; part of the log was not read (a later start may be there)" if config.truncated else ""),
             )
         )
     threshold = config.shm_min_bytes if config and config.shm_min_bytes is not None else DEFAULT_SHM_MIN_BYTES

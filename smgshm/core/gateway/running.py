@@ -17,6 +17,7 @@ import ipaddress
 import os
 import stat
 import sys
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
@@ -105,9 +106,11 @@ def _ns(proc: str, pid: int | str, kind: str) -> str:
 
 
 def _fds(proc: str, pid: int) -> tuple[set[int], dict[int, str]]:
-    """(socket inodes, {fd: path} of regular files open for writing) of ``pid``; OSError when not ours."""
+    """(socket inodes, {fd: path} of regular files open for writing) of ``pid``; OSError when not ours.
+
+    One fd per file (its lowest), however many fds or hard links name it: each is read once."""
     sockets: set[int] = set()
-    logs: dict[int, str] = {}
+    logs: dict[tuple[int, int], tuple[int, str]] = {}  # by (st_dev, st_ino)
     fd_dir = f"{proc}/{pid}/fd"
     for i, name in enumerate(os.listdir(fd_dir)):
         if i >= _MAX_FDS:
@@ -119,18 +122,22 @@ def _fds(proc: str, pid: int) -> tuple[set[int], dict[int, str]]:
         if target.startswith("socket:[") and target.endswith("]"):
             with contextlib.suppress(ValueError):
                 sockets.add(int(target[8:-1]))
-        elif target.startswith("/") and name.isdigit() and _writes_regular(proc, pid, name):
-            logs.setdefault(int(name), target)
-    return sockets, logs
+        elif target.startswith("/") and name.isdigit():
+            key = _written_file(proc, pid, name)
+            if key is not None and (key not in logs or int(name) < logs[key][0]):
+                logs[key] = (int(name), target)
+    return sockets, dict(logs.values())
 
 
-def _writes_regular(proc: str, pid: int, fd: str) -> bool:
+def _written_file(proc: str, pid: int, fd: str) -> tuple[int, int] | None:
+    """(st_dev, st_ino) of the regular file ``fd`` has open for writing; None when it is not one."""
     try:
         flags = _read(f"{proc}/{pid}/fdinfo/{fd}").split("flags:", 1)[1].split()[0]
         st = os.stat(f"{proc}/{pid}/fd/{fd}")  # the magic link: the open file itself
-    except (OSError, IndexError):
-        return False
-    return stat.S_ISREG(st.st_mode) and int(flags, 8) & os.O_ACCMODE in (os.O_WRONLY, os.O_RDWR)
+        writes = int(flags, 8) & os.O_ACCMODE in (os.O_WRONLY, os.O_RDWR)
+    except (OSError, IndexError, ValueError):
+        return None
+    return (st.st_dev, st.st_ino) if stat.S_ISREG(st.st_mode) and writes else None
 
 
 def _hex_address(text: str) -> str:
@@ -260,8 +267,8 @@ def inspect_gateway(pid: int, proc: str = "/proc", timeout_s: float = 2.0, probe
     )
 
 
-def find_gateways(proc: str = "/proc", timeout_s: float = 2.0, probe: bool = True) -> list[GatewayProcess]:
-    """Every live ``smg::router`` process visible in ``proc``, each inspected (zombies skipped)."""
+def gateway_pids(proc: str = "/proc") -> list[int]:
+    """The pids of every live ``smg::router`` process visible in ``proc`` (zombies skipped), in order."""
     out = []
     for entry in os.listdir(proc):
         if not (entry.isascii() and entry.isdigit()):
@@ -275,8 +282,19 @@ def find_gateways(proc: str = "/proc", timeout_s: float = 2.0, probe: bool = Tru
             continue
         if state[:1] in ("Z", "X"):
             continue  # exited, waiting for its parent: no gateway any more
-        out.append(inspect_gateway(pid, proc, timeout_s, probe))
-    return sorted(out, key=lambda g: g.pid)
+        out.append(pid)
+    return sorted(out)
+
+
+def find_gateways(proc: str = "/proc", timeout_s: float = 2.0, probe: bool = True,
+                  pids: Iterable[int] | None = None) -> list[GatewayProcess]:  # fmt: skip
+    """Every live ``smg::router`` process visible in ``proc`` (only those of ``pids`` when given), each
+    inspected (zombies skipped). Anyone can title a process so: the ones not asked for are not looked
+    at, and the rest are inspected side by side, so that each one's ports cost their own timeout only."""
+    want = None if pids is None else set(pids)
+    chosen = [pid for pid in gateway_pids(proc) if want is None or pid in want]
+    with ThreadPoolExecutor(max_workers=max(1, min(8, len(chosen)))) as pool:
+        return list(pool.map(lambda pid: inspect_gateway(pid, proc, timeout_s, probe), chosen))
 
 
 class GatewayChoiceError(SmgshmError):
