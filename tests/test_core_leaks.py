@@ -43,14 +43,15 @@ def test_the_scan_parses_names_as_parse_name_does(tmp_path: Path) -> None:
 
 
 def test_start_times_are_psutils_even_with_a_parenthesis_in_the_name(children: Children, tmp_path: Path) -> None:
-    # leaks reads /proc/P/stat itself (psutil's import cost a tenth of gc's start-up); the same figure.
+    # leaks reads /proc/P/stat itself (psutil's import cost a tenth of gc's start-up); the same figure,
+    # on the boot clock (psutil adds /proc/stat's btime to it).
     odd = tmp_path / "a) 1 2 (b"  # its comm holds ")" and spaces: field 2 is not split on them
     odd.symlink_to(sys.executable)
     child = children.spawn([str(odd), "-c", "import time; print('up', flush=True); time.sleep(60)"])
     assert child.stdout is not None
     assert child.stdout.readline() == "up\n"
     for pid in (os.getpid(), child.pid):
-        assert _start_time(pid) == pytest.approx(psutil.Process(pid).create_time(), abs=0.02), pid
+        assert _start_time(pid) == pytest.approx(psutil.Process(pid).create_time() - psutil.boot_time(), abs=0.02), pid
     assert psutil.Process(child.pid).name().startswith("a) 1 2 (b")
     assert _start_time(dead_pid(children)) is None, "no process has it"
 

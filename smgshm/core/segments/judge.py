@@ -2,7 +2,8 @@
 
 Liveness is judged like omnigent#7495 does it, not like SMG's own sweep: a producer pid
 is alive only if a process with that pid exists *and* started before the segment was
-written (a younger one means the pid was reused); and a pid verdict is trusted only when
+written (a younger one means the pid was reused: ``reuse_bounds``, which also says when a
+step of the wall clock leaves it undecided); and a pid verdict is trusted only when
 no other pid namespace can reach this filesystem (core/host/pidtrust.py), since there a live
 producer's pid means nothing to us. Holders are found by inode (core/host/holders.py).
 The listing that feeds it is segments/scan.py's.
@@ -11,6 +12,7 @@ The listing that feeds it is segments/scan.py's.
 from __future__ import annotations
 
 import enum
+import math
 import os
 import stat
 import time
@@ -18,6 +20,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
+from smgshm.core.host import clock
+from smgshm.core.host.clock import WallClock
 from smgshm.core.host.holders import Holder
 from smgshm.core.host.mounts import mount_points
 from smgshm.core.host.pidtrust import Trust
@@ -79,26 +83,18 @@ _TYPES = {stat.S_IFREG: "regular", stat.S_IFLNK: "symlink", stat.S_IFIFO: "fifo"
           stat.S_IFSOCK: "socket", stat.S_IFCHR: "char_device", stat.S_IFBLK: "block_device"}  # fmt: skip
 
 
-_BOOT: list[float] = []  # the boot time (epoch seconds), read once
-
-
-def _boot_time() -> float | None:
-    if not _BOOT:
-        try:
-            with open("/proc/stat", "rb") as f:
-                _BOOT.extend(float(line.split()[1]) for line in f if line.startswith(b"btime "))
-        except (OSError, ValueError, IndexError):
-            return None
-    return _BOOT[0] if _BOOT else None
+# starttime's ticks, a coarse mtime, the clocks' reads: a producer's own segment is never this much older than it
+CLOCK_SLACK_S = 1.0
 
 
 def _start_time(pid: int) -> float | None:
-    """The process start time (epoch seconds) of ``pid``, None if no process has it.
+    """When the process ``pid`` started, in seconds on the boot clock (CLOCK_BOOTTIME, which no step
+    of the wall clock moves); None if no process has it.
 
-    psutil's ``create_time`` formula, read straight from /proc (importing psutil was a tenth of
-    every gc run's start-up). A process that exists but whose start cannot be read (its stat
-    denied, as under hidepid, or unparsable) counts as started at 0: alive, so its segments are
-    kept; only a pid no process has is dead.
+    Field 22 of /proc/P/stat, read straight from /proc (importing psutil was a tenth of every gc
+    run's start-up). A process that exists but whose start cannot be read (its stat denied, as under
+    hidepid, or unparsable) counts as started before anything: alive, so its segments are kept; only
+    a pid no process has is dead.
     """
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
@@ -106,14 +102,43 @@ def _start_time(pid: int) -> float | None:
     except (FileNotFoundError, ProcessLookupError):
         return None
     except OSError:
-        return 0.0
+        return -math.inf
     # The command name (field 2, in parentheses) may hold spaces and ")": the fields after the
     # last ")" start at field 3, so field 22, starttime in clock ticks since boot, is index 19.
     fields = data.rpartition(b")")[2].split()
-    boot = _boot_time()
-    if len(fields) < 20 or not fields[19].isdigit() or boot is None:
-        return 0.0
-    return int(fields[19]) / os.sysconf("SC_CLK_TCK") + boot
+    if len(fields) < 20 or not fields[19].isdigit():
+        return -math.inf
+    return int(fields[19]) / os.sysconf("SC_CLK_TCK")
+
+
+def reuse_bounds(pid: int, wall: WallClock) -> tuple[float, float] | None:
+    """The rule for "pid ``pid`` was reused", as two bounds on a segment's time (the later of its
+    name's nanoseconds and its mtime, on the wall clock as it reads now), ``(alive_from,
+    reused_before)``: a segment written at or after ``alive_from`` may be the live process's own; one
+    written before ``reused_before`` was written before the process now holding the pid started, so
+    its producer is dead; in between the clock cannot tell (unknown: never deleted). None when no
+    process has the pid.
+
+    What it proves. The process's start is exact on the boot clock (/proc/P/stat) and is put on the
+    wall clock with the offset read at the scan (``wall.offset``); a segment's time was put there by
+    the wall clock of its own moment. The two differ by how far the wall clock was stepped since the
+    segment was written: a forward step (NTP, ``date -s``, a VM's clock set on resume) makes a live
+    producer's segment look older than its producer. So a start later than the segment by up to 1 s
+    (granularity) plus every forward step the host shows since proves nothing: the traces of
+    host/clock.py, the shm dir's birth time (on a tmpfs, made after boot) read as before boot
+    (``wall.dir_step``), and the process's /proc/P directory, made when something first looked at
+    it, read as made before the process started. A backward step only makes segments look younger.
+
+    What it does not prove. Linux keeps no history of steps (host/clock.py), so a forward step that
+    left no trace goes unseen: one smaller than the shm dir's age at the time, taken before anything
+    looked at the process (or, for a segment written more than 1 s before that look, after it).
+    """
+    started = _start_time(pid)
+    if started is None or started == -math.inf:
+        return None if started is None else (-math.inf, -math.inf)  # unreadable: every segment may be its own
+    alive_from = started + wall.offset - CLOCK_SLACK_S
+    shown = max(wall.dir_step, clock.step_shown(clock.stamp(f"/proc/{pid}"), started, wall.offset))
+    return alive_from, alive_from - shown
 
 
 _new = tuple.__new__
@@ -158,7 +183,9 @@ class Judge:
         self.dir_dev = dir_dev  # the shm dir's device: an entry on another one is a mount point
         # and one bound from this very filesystem, here or in another mount namespace (name -> which)
         self.mounted = mount_points(opts.shm_dir)
-        self.starts: dict[int, float | None] = {}  # per scan: a dir of 1M segments has a handful of pids
+        # The clocks, read once per scan; then per pid its reuse_bounds: a dir of 1M segments has a handful of pids.
+        self.wall = clock.read_wall_clock(opts.shm_dir, dir_dev)
+        self.starts: dict[int, tuple[float, float] | None] = {}
         self.said: dict[tuple[str, int, str], str] = {}  # (verdict, pid, kind) -> its reason, made once
         # By inode alone for the dir's own device (an int key, no tuple per entry); as tuples, once.
         self.held_here: dict[int, tuple[Holder, ...]] = {
@@ -180,6 +207,7 @@ class Judge:
         Python call costs as much as a third of the lstat."""
         now, dir_dev, holders, held_here, mounted = self.now, self.dir_dev, self.holders, self.held_here, self.mounted
         starts, said, fullmatch, by_group, pid_limit = self.starts, self.said, match_name, MATCH_GROUPS, PID_LIMIT
+        wall = self.wall
         judge_pid = not self.opts.assume_dead
         trusted, doubt, stale_after = self.trust.trusted, self.trust.doubt_uids, self.opts.stale_after_s
         if tally is not None:  # Tally.add, inline: a call per entry is a tenth of this loop
@@ -215,26 +243,29 @@ class Judge:
             ):  # fmt: skip
                 state, reason, alive = self._not_by_pid(name, dev, kind, ftype, held)
             else:  # a regular file on this filesystem nobody holds, with a producer pid: the pid decides
-                started = starts[pid] if pid in starts else starts.setdefault(pid, _start_time(pid))
-                if started is None:
+                bounds = starts[pid] if pid in starts else starts.setdefault(pid, reuse_bounds(pid, wall))
+                if bounds is None:
                     alive = False  # no process has that pid: whenever the segment was written
                 else:
                     # The later of the name's time and mtime: a forged or skewed name can only make gc keep more.
                     nanos = int(m[t]) if t else 0  # type: ignore[index]
                     written = mtime if not nanos or nanos / 1e9 < mtime else nanos / 1e9
-                    # A process that started after the segment was written cannot have written it (1 s
-                    # slack for clock granularity): the pid was reused.
-                    alive = started <= written + 1.0
+                    # Written before the process holding the pid started: reused; near it, the clock decides.
+                    alive = True if written >= bounds[0] else False if written < bounds[1] else None
                 if judge_pid and not trusted:
                     state, reason, alive = State.UNKNOWN, "producer liveness cannot be trusted here", alive or None
                 elif judge_pid and uid in doubt:
                     state, reason = State.UNKNOWN, f"the pid namespaces of uid {uid}'s processes cannot be read"
                     alive = alive or None
+                elif alive is None:
+                    state, reason = State.UNKNOWN, said.get(("clock", pid, ""))
+                    if reason is None:
+                        reason = self._clock_reason(pid, bounds)  # type: ignore[arg-type]
                 elif not alive:
                     # Each sentence is made once per pid: a crowded dir repeats a handful of pids.
-                    state, reason = State.LEAKED, said.get(("dead" if started is None else "reused", pid, kind))
+                    state, reason = State.LEAKED, said.get(("dead" if bounds is None else "reused", pid, kind))
                     if reason is None:
-                        reason = self._dead_reason(kind, pid, started)
+                        reason = self._dead_reason(kind, pid, bounds is None)
                 elif age >= stale_after:
                     state, reason = State.STALE, f"producer pid {pid} lives, but the segment is {age:.0f} s old"
                 else:
@@ -261,12 +292,20 @@ class Judge:
             if progress and not seen & 1023:
                 progress(seen)
 
-    def _dead_reason(self, kind: str, pid: int, started: float | None) -> str:
-        why = "no process has that pid" if started is None else "its pid now belongs to a younger process (reused)"
+    def _dead_reason(self, kind: str, pid: int, gone: bool) -> str:
+        why = "no process has that pid" if gone else "its pid now belongs to a younger process (reused)"
         note = f"; a gateway with pid {pid} will find /dev/shm unwritable and stay inline" \
             if kind == "gateway_probe" else ""  # fmt: skip
         reason = f"producer pid {pid} is dead: {why}{note}"
-        self.said["dead" if started is None else "reused", pid, kind] = reason
+        self.said["dead" if gone else "reused", pid, kind] = reason
+        return reason
+
+    def _clock_reason(self, pid: int, bounds: tuple[float, float]) -> str:
+        stepped = bounds[0] - bounds[1]
+        reason = self.said["clock", pid, ""] = (
+            f"producer pid {pid} lives or was reused: the segment's time is before its process started, but by "
+            f"less than the wall clock has been stepped forward since ({stepped:.0f} s) plus {CLOCK_SLACK_S:.0f} s"
+        )
         return reason
 
     def _not_by_pid(
@@ -325,4 +364,4 @@ class Tally:
             self.reclaimable_bytes -= n if seg.nlink <= 1 else 0
 
 
-__all__ = ["Judge", "ScanOptions", "SegmentInfo", "State", "Tally"]
+__all__ = ["CLOCK_SLACK_S", "Judge", "ScanOptions", "SegmentInfo", "State", "Tally", "reuse_bounds"]
