@@ -11,7 +11,7 @@ import click
 
 from smgshm.cli import serve_view as view
 from smgshm.cli.app import App
-from smgshm.cli.params import BYTES, DURATION, shm_dir_option
+from smgshm.cli.params import BYTES, DURATION, listen_address, shm_dir_option
 from smgshm.core.engines import DEFAULT, SERVED
 from smgshm.core.receiver.faults import FAULTS, MAX_FAULT_DELAY_S
 
@@ -26,7 +26,11 @@ PROCESS_ENTRY = False
 
 @click.command()
 @click.option(
-    "--listen", default="127.0.0.1:50051", show_default=True, help="host:port or unix:PATH; port 0 picks one."
+    "--listen",
+    default="127.0.0.1:50051",
+    show_default=True,
+    callback=listen_address,
+    help="host:port or unix:PATH; port 0 picks one.",
 )
 @click.option(
     "--engine",
@@ -123,8 +127,9 @@ def serve(
       smg launch --worker-urls grpc://127.0.0.1:50051 --model-path ~/.cache/smgshm/model-qwen2vl-tiny \\
           --multimodal-tensor-transport shm
     """
-    from smgshm.core.receiver.reader import MODEL_NAME, ReceiverConfig, is_loopback
+    from smgshm.core.receiver.reader import MODEL_NAME, ReceiverConfig
     from smgshm.core.receiver.services import start_receiver
+    from smgshm.core.transport.address import is_loopback
 
     if not 0 <= fault_delay <= MAX_FAULT_DELAY_S:
         raise click.BadParameter(f"at most {MAX_FAULT_DELAY_S:g}s", param_hint="--fault-delay")

@@ -237,12 +237,4 @@ class ReceiverState:
         return read_host_identity(self.cfg.shm_dir)
 
 
-def is_loopback(address: str) -> bool:
-    """True for unix sockets and loopback hosts; the receiver binds these by default."""
-    if address.startswith("unix:"):
-        return True
-    host = address.rsplit(":", 1)[0].strip("[]")
-    return host in ("localhost", "::1") or host.startswith("127.")
-
-
 __all__ = ["DIGEST_ALGO", "MAX_MESSAGE_BYTES", "Receipt", "ReceiverConfig", "ReceiverState", "receive"]

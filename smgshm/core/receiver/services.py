@@ -29,6 +29,7 @@ from smgshm.core.receiver.modeldir import ensure_model_dir
 from smgshm.core.receiver.reader import Receipt, ReceiverConfig, ReceiverState, receive
 from smgshm.core.receiver.receipts import MAX_PER_CALL, ReceiptRing, receipt_as
 from smgshm.core.receiver.receipts import to_proto as receipt_proto
+from smgshm.core.transport.address import grpc_host_port
 from smgshm.core.transport.protowire import parse_excised, resolve
 from smgshm.core.transport.wire import Layout
 from smgshm.rpc.v1 import diag_pb2, diag_pb2_grpc
@@ -173,14 +174,17 @@ def bind_failure(address: str) -> str:
     import errno
     import socket
 
-    host, _, port = address.rpartition(":")
-    if address.startswith("unix:") or not port.isdigit():
-        return "the address is not host:port or unix:PATH, or the socket path is not usable"
-    host = host.strip("[]")
     try:
-        family = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)[0][0]
+        hp = grpc_host_port(address, listen=True)
+    except ValueError as err:
+        return str(err)
+    if hp is None:
+        return "the address is not host:port or unix:PATH, or the socket path is not usable"
+    host, port = hp
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
         with socket.socket(family, socket.SOCK_STREAM) as sock:
-            sock.bind((host, int(port)))
+            sock.bind((host, port))
     except OSError as err:
         if err.errno == errno.EADDRINUSE:
             return "address in use (another process listens on that port)"
@@ -226,8 +230,14 @@ async def _build(cfg: ReceiverConfig, state: ReceiverState, executor: Executor, 
 
 
 def start_receiver(cfg: ReceiverConfig, address: str = "127.0.0.1:0") -> RunningReceiver:
-    """Start the receiver on ``address`` (host:port or unix:PATH) and return at once."""
+    """Start the receiver on ``address`` (host:port or unix:PATH) and return at once; TransportError
+    when it cannot listen there (a port out of range is refused, never bound modulo 65536)."""
     import torch  # noqa: F401 - import now, not inside the first request's timing
+
+    try:
+        grpc_host_port(address, listen=True)
+    except ValueError as err:
+        raise TransportError(f"cannot bind: {err}", endpoint=address) from None
 
     model = ensure_model_dir(cfg.model_dir) if cfg.model_dir is not None else None
     state = ReceiverState(cfg, ring=ReceiptRing(sink=cfg.on_receipt), model=model)
