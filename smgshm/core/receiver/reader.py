@@ -35,6 +35,11 @@ MODEL_NAME = "smgshm-reference-receiver"
 # for minutes or fill memory with receipts (SMG's own Generate carries a handful).
 MAX_TENSORS_PER_REQUEST = 1024
 MAX_NDIM = 32
+# WatchReceipts: streams open at once (one more is RESOURCE_EXHAUSTED at once), and how long one
+# lasts before it ends (the client resumes with after_seq): an idle watch costs no CPU, but
+# each holds a stream, so neither their number nor their life is left to the client.
+MAX_WATCHERS = 64
+WATCH_MAX_S = 3600.0
 _INT64_MAX = 2**63 - 1
 
 
@@ -58,6 +63,8 @@ class ReceiverConfig:
     # has no prefix check: then anyone who reaches the port can make it consume any file here.
     any_name: bool = False
     max_tensors: int = MAX_TENSORS_PER_REQUEST
+    max_watchers: int = MAX_WATCHERS
+    watch_max_s: float = WATCH_MAX_S
     # Called with every Generate receipt, from server threads (serve --log-receipts).
     on_receipt: Callable[[Any], None] | None = None
 

@@ -35,7 +35,6 @@ from smgshm.core.transport.wire import Layout
 from smgshm.rpc.v1 import diag_pb2, diag_pb2_grpc
 
 DIAG_SERVICE = "smgshm.rpc.v1.Diagnostics"
-WATCH_POLL_S = 0.1  # WatchReceipts checks the ring this often; the call's cancellation ends it
 START_TIMEOUT_S = 30.0
 
 __all__ = ["DIAG_SERVICE", "RunningReceiver", "engine_modules", "start_receiver"]
@@ -72,12 +71,33 @@ def raw_receive_handlers(servicer: Any) -> dict[str, Any]:
     }  # fmt: skip
 
 
+class _Changes:
+    """Wakes every waiting watcher when the ring gets receipts: told from any thread, awaited on the loop."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.event = asyncio.Event()
+
+    def notify(self) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: serve has stopped
+            self.loop.call_soon_threadsafe(self._fire)
+
+    def _fire(self) -> None:
+        self.event.set()
+        self.event = asyncio.Event()  # the next wait is for the next add
+
+
 class DiagnosticsServicer(diag_pb2_grpc.DiagnosticsServicer):  # type: ignore[misc]
-    """smgshm's own service: identity, and reading tensors as SMG's servicer does."""
+    """smgshm's own service: identity, and reading tensors as SMG's servicer does.
+
+    Built on the server's loop: watchers wait on it for the ring's news."""
 
     def __init__(self, state: ReceiverState, executor: Executor) -> None:
         self.state = state
         self.executor = executor
+        self.watchers = 0  # only the loop thread touches it
+        self.changes = _Changes(asyncio.get_running_loop())
+        state.ring.subscribe(self.changes.notify)
 
     async def Identity(self, request: Any, context: Any) -> Any:  # noqa: N802
         cfg, ident = self.state.cfg, self.state.identity()
@@ -129,16 +149,28 @@ class DiagnosticsServicer(diag_pb2_grpc.DiagnosticsServicer):  # type: ignore[mi
         return diag_pb2.ReceiptsResponse(receipts=[receipt_proto(r) for r in got], next_seq=nxt, dropped=dropped)
 
     async def WatchReceipts(self, request: Any, context: Any) -> AsyncIterator[Any]:  # noqa: N802
-        after = int(request.after_seq)
-        # Polling the ring from the loop holds no thread; a client that goes away (or a
-        # deadline, or stop()) cancels this coroutine.
-        while True:
-            got, _, _ = self.state.ring.after(after)
-            for r in got:
-                yield receipt_proto(r)
-                after = r.seq
-            if not got:
-                await asyncio.sleep(WATCH_POLL_S)
+        cfg = self.state.cfg
+        if self.watchers >= cfg.max_watchers:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"too many watchers (limit={cfg.max_watchers})")
+        self.watchers += 1
+        try:
+            await context.send_initial_metadata(())  # the watch is live: the client need not wait for a receipt
+            loop = asyncio.get_running_loop()
+            end = loop.time() + cfg.watch_max_s
+            after = int(request.after_seq)
+            # Waiting on the loop holds no thread and costs nothing until the ring is added to; a
+            # client that goes away (or its deadline, or stop()) cancels this coroutine.
+            while (left := end - loop.time()) > 0:
+                changed = self.changes.event  # taken before reading: an add after the read sets it
+                got, _, _ = self.state.ring.after(after)
+                for r in got:
+                    yield receipt_proto(r)
+                    after = r.seq
+                if not got:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(changed.wait(), left)
+        finally:
+            self.watchers -= 1
 
 
 @dataclass
