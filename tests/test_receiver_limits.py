@@ -4,7 +4,9 @@ counted as on the wire, memory given back after a large request, and no wedge at
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import socket
 import time
 from typing import Any
@@ -163,3 +165,52 @@ def test_a_watch_ends_by_the_servers_own_bound_and_gets_pushed_receipts() -> Non
             assert time.monotonic() - t0 < 5
     finally:
         r.stop(0)
+
+
+# --- watch --serve-metrics: each client bounded in time, their number capped ------------------
+
+
+def _threads(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/task"))
+
+
+def _stalled(port: int, n: int) -> list[socket.socket]:
+    """Clients that connect and send nothing, half a request line, or a request line with no end."""
+    out = []
+    for i in range(n):
+        s = socket.create_connection(("127.0.0.1", port), timeout=5)
+        s.sendall((b"", b"GET /metr", b"GET /metrics HTTP/1.1\r\nHost: x\r\n")[i % 3])
+        out.append(s)
+    return out
+
+
+def test_stalled_metrics_clients_neither_block_a_scrape_nor_keep_threads(children: Children, tmp_path: Any) -> None:
+    from smgshm.core.gateway.metrics import scrape
+    from smgshm.core.watch.export import CLIENT_TIMEOUT_S, MAX_CLIENTS
+    from tests.test_cli_watch import spawn_watch
+
+    w, _ = spawn_watch(children, "--shm-dir", str(tmp_path), "--interval", "0.2", "--serve-metrics", "127.0.0.1:0")
+    assert w.stdout is not None
+    url = json.loads(w.stdout.readline())["url"]
+    port = int(url.rsplit(":", 1)[1].split("/")[0])
+    assert scrape(url, 5.0).has("smgshm_watch_overflows_total")
+    base = _threads(w.pid)
+    stalled = _stalled(port, 3 * MAX_CLIENTS)  # more than it serves at once
+    try:
+        time.sleep(0.5)
+        held = _threads(w.pid)
+        assert held <= base + MAX_CLIENTS, f"{held - base} threads for {len(stalled)} stalled clients"
+        t0 = time.monotonic()
+        assert scrape(url, 5.0).has("smgshm_watch_overflows_total")  # evicts the oldest stalled one
+        assert time.monotonic() - t0 < 2, "a scrape is answered at once, stalled clients or not"
+        gone = wait_for(lambda: _threads(w.pid) <= base or None, 3 * CLIENT_TIMEOUT_S, "the stalled clients' threads")
+        print(f"\nwatch: {base} threads, {held} with {len(stalled)} stalled clients, back to {_threads(w.pid)}")
+        assert gone
+    finally:
+        for s in stalled:
+            s.close()
+    assert w.poll() is None
+    w.send_signal(signal.SIGTERM)
+    _, err = w.communicate(timeout=30)
+    assert w.returncode == 0
+    assert "Traceback" not in err
