@@ -214,3 +214,69 @@ def test_stalled_metrics_clients_neither_block_a_scrape_nor_keep_threads(childre
     _, err = w.communicate(timeout=30)
     assert w.returncode == 0
     assert "Traceback" not in err
+
+
+# --- the tensor cap counts what is on the wire: a map key given N times is N tensors ------------
+
+
+def _ld(number: int, payload: bytes) -> bytes:
+    """A length-delimited field, encoded by hand: the wire may repeat what protobuf keeps once."""
+    from smgshm.core.transport.protowire import _encode_varint
+
+    return _encode_varint(number << 3 | 2) + _encode_varint(len(payload)) + payload
+
+
+def _dup_key_holder(pb: Any, name: str, times: int) -> bytes:
+    """A message holding ``model_specific_tensors`` whose one entry (key "k", a segment handle) is
+    sent ``times`` times: protobuf's map keeps one, the wire carries ``times``."""
+    from smg_grpc_proto.generated import common_pb2
+
+    holder = pb.MultimodalItem() if hasattr(pb, "MultimodalItem") else pb.MultimodalInputs()
+    td = pb.TensorData(shape=[4], dtype="uint8", shm=common_pb2.ShmHandle(name=name, offset=0, nbytes=4, owner_id="x"))
+    holder.model_specific_tensors["k"].CopyFrom(td)
+    entry = holder.SerializeToString()  # the holder's only field: that one entry
+    dup = entry * times
+    if hasattr(pb, "MultimodalItem"):  # TokenSpeed: the entries sit in MultimodalInputs.items[0]
+        number = pb.MultimodalInputs.DESCRIPTOR.fields_by_name["items"].number
+        return _ld(number, dup)
+    return dup
+
+
+@pytest.mark.parametrize("times", [5000, 40_000])  # 40,000 is past what the excising walk follows
+@pytest.mark.parametrize("engine", ["vllm", "tokenspeed"])
+@pytest.mark.parametrize("rpc", ["Generate", "Receive"])
+def test_a_map_key_repeated_on_the_wire_counts_against_the_tensor_cap(
+    tmp_path: Any, engine: str, rpc: str, times: int
+) -> None:
+    from smgshm.core.receiver.faces import engine_modules
+    from smgshm.core.receiver.reader import MAX_TENSORS_PER_REQUEST, ReceiverConfig
+    from smgshm.core.receiver.receipts import fetch_receipts
+    from smgshm.core.receiver.services import start_receiver
+
+    seg = tmp_path / "smg-tokenspeed-1-2-3"
+    seg.write_bytes(b"abcd")
+    seg.chmod(0o600)
+    pb, _, service = engine_modules(engine)
+    mm = _dup_key_holder(pb, seg.name, times)
+    assert times > MAX_TENSORS_PER_REQUEST
+    r = start_receiver(ReceiverConfig(shm_dir=str(tmp_path), engine=engine), "127.0.0.1:0")
+    try:
+        with grpc.insecure_channel(r.address) as ch:
+            if rpc == "Generate":
+                number = pb.GenerateRequest.DESCRIPTOR.fields_by_name["mm_inputs"].number
+                raw = pb.GenerateRequest(request_id="dup").SerializeToString() + _ld(number, mm)
+                full = pb.DESCRIPTOR.services_by_name[service].full_name
+                call = ch.unary_stream(f"/{full}/Generate", lambda b: b, lambda b: b)
+                with pytest.raises(grpc.RpcError) as info:
+                    list(call(raw, timeout=30))
+            else:
+                layout = diag_pb2.LAYOUT_VLLM if engine == "vllm" else diag_pb2.LAYOUT_TOKENSPEED
+                req = diag_pb2.ReceiveRequest(request_id="dup", layout=layout, multimodal_inputs=mm)
+                with pytest.raises(grpc.RpcError) as info:
+                    diag_pb2_grpc.DiagnosticsStub(ch).Receive(req, timeout=30)
+            assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, info.value.details()
+            assert f"tensors={times}" in (info.value.details() or "")
+        assert seg.read_bytes() == b"abcd", "refused unread: the segment is kept"
+        assert fetch_receipts(r.address) == ([], 0)
+    finally:
+        r.stop(0)
