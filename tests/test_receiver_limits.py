@@ -280,3 +280,68 @@ def test_a_map_key_repeated_on_the_wire_counts_against_the_tensor_cap(
         assert fetch_receipts(r.address) == ([], 0)
     finally:
         r.stop(0)
+
+
+# --- memory: a large request's is given back, and peaks do not ratchet --------------------------
+
+MIB = 1024 * 1024
+
+
+def _status_mib(pid: int) -> dict[str, float]:
+    out = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key in ("VmHWM", "VmRSS"):
+                out[key] = int(value.split()[0]) / 1024
+    return out
+
+
+def _kept(pid: int, idle: float, slack: float) -> tuple[float] | None:
+    """(RSS over ``idle``,) once it is within ``slack`` MiB of it."""
+    over = _status_mib(pid)["VmRSS"] - idle
+    return (over,) if over <= slack else None
+
+
+def test_a_large_requests_memory_is_given_back(children: Children, tmp_path: Any) -> None:
+    from smg_grpc_proto.generated import common_pb2, vllm_engine_pb2
+
+    payload = 64 * MIB
+    slack = 16  # MiB: allocator noise and the small objects of a call; a payload is 64
+    proc, doc = start_serve(children, "--shm-dir", str(tmp_path))
+    address, pid = doc["result"]["address"], proc.pid
+    opts = [("grpc.max_send_message_length", 256 * MIB), ("grpc.max_receive_message_length", 256 * MIB)]
+    big = vllm_engine_pb2.TensorData(shape=[payload], dtype="uint8", inline=b"\x07" * payload)
+    mm = vllm_engine_pb2.MultimodalInputs(pixel_values=big)
+    generate = vllm_engine_pb2.GenerateRequest(request_id="big", mm_inputs=mm).SerializeToString()
+    receive = diag_pb2.ReceiveRequest(
+        request_id="big", layout=diag_pb2.LAYOUT_VLLM, multimodal_inputs=mm.SerializeToString()
+    ).SerializeToString()
+    del big, mm
+    seg = tmp_path / "smg-tokenspeed-1-2-3"
+    shm = vllm_engine_pb2.GenerateRequest(request_id="shm", mm_inputs=vllm_engine_pb2.MultimodalInputs(
+        pixel_values=vllm_engine_pb2.TensorData(shape=[payload], dtype="uint8", shm=common_pb2.ShmHandle(
+            name=seg.name, offset=0, nbytes=payload, owner_id="x")))).SerializeToString()  # fmt: skip
+    with grpc.insecure_channel(address, options=opts) as ch:
+        gen = ch.unary_stream("/vllm.grpc.engine.VllmEngine/Generate", lambda b: b, lambda b: b)
+        rcv = ch.unary_unary("/smgshm.rpc.v1.Diagnostics/Receive", lambda b: b, lambda b: b)
+        assert _health(ch) == 1
+        idle = _status_mib(pid)["VmRSS"]
+        peaks, kept = [], []
+        for what in ("Generate", "Receive", "shm", "Generate", "Receive", "Generate"):
+            if what == "Generate":
+                list(gen(generate, timeout=120))
+            elif what == "Receive":
+                rcv(receive, timeout=120)
+            else:
+                seg.write_bytes(b"\x07" * payload)
+                seg.chmod(0o600)
+                list(gen(shm, timeout=120))
+                assert not seg.exists()
+            peaks.append(_status_mib(pid)["VmHWM"] - idle)
+            kept.append(wait_for(lambda: _kept(pid, idle, slack), 5, f"serve's memory back after {what}")[0])
+    shown = ", ".join(f"+{p / (payload / MIB):.2f}x" for p in peaks)
+    print(f"\nserve, {payload // MIB} MiB requests: idle {idle:.0f} MiB; peak over idle {shown}; "
+          f"kept {', '.join(f'{k:+.0f}' for k in kept)} MiB")  # fmt: skip
+    assert max(peaks) <= peaks[0] + slack, "each request's peak lands on the last one's leftovers"
+    assert peaks[0] < 4 * payload / MIB  # gRPC's own receive path is about 3x (test_receiver_copies.py)

@@ -27,6 +27,7 @@ from smgshm.core.transport.tensors import DIGEST_ALGO, check_payload, digest, ex
 from smgshm.core.transport.wire import InTensor, Layout, parse_multimodal
 
 if TYPE_CHECKING:
+    from smgshm.core.receiver.memory import Trimmer
     from smgshm.core.receiver.modeldir import ModelDir
 
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024  # SMG's Python servers cap messages here
@@ -239,6 +240,7 @@ class ReceiverState:
     ring: ReceiptRing = field(default_factory=ReceiptRing)
     model: ModelDir | None = None
     stopping: threading.Event = field(default_factory=threading.Event)  # set by stop(): waits end early
+    trimmer: Trimmer | None = None  # told of each request's size as it ends (the server's loop)
 
     def identity(self) -> HostIdentity:
         return read_host_identity(self.cfg.shm_dir)

@@ -25,6 +25,7 @@ from smgshm import __version__
 from smgshm.core.engines import ENGINES, engine_named
 from smgshm.core.errors import TooManyTensorsError, TransportError, WireError
 from smgshm.core.receiver.faces import HandlerOverride, engine_modules, engine_servicer, raw_generate_handlers
+from smgshm.core.receiver.memory import Trimmer
 from smgshm.core.receiver.modeldir import ensure_model_dir
 from smgshm.core.receiver.reader import Receipt, ReceiverConfig, ReceiverState, receive
 from smgshm.core.receiver.receipts import MAX_PER_CALL, ReceiptRing, receipt_as
@@ -137,6 +138,8 @@ class DiagnosticsServicer(diag_pb2_grpc.DiagnosticsServicer):  # type: ignore[mi
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
         finally:
             self.state.active -= 1
+            if self.state.trimmer is not None:
+                self.state.trimmer.after(len(raw))
         out = diag_pb2.ReceiveResponse(
             request_id=request.request_id, receipts=[receipt_as(diag_pb2.TensorReceipt, r) for r in receipts]
         )
@@ -242,6 +245,7 @@ async def _build(cfg: ReceiverConfig, state: ReceiverState, executor: Executor, 
         add(engine, HandlerOverride(server, raw_generate_handlers(e.pb2(), engine)))
     else:
         add(engine, server)
+    state.trimmer = Trimmer(asyncio.get_running_loop(), executor)
     diag = DiagnosticsServicer(state, executor)
     diag_pb2_grpc.add_DiagnosticsServicer_to_server(diag, HandlerOverride(server, raw_receive_handlers(diag)))
     health_servicer = health_async.HealthServicer()
