@@ -16,7 +16,7 @@ import pytest
 
 from smgshm.core.errors import TransportError
 from smgshm.rpc.v1 import diag_pb2, diag_pb2_grpc
-from tests.conftest import Children, run_cli, start_serve, wait_for
+from tests.conftest import Children, run_cli, smgshm_argv, start_serve, wait_for
 from tests.test_receiver_attack import _health
 
 # --- addresses: a port is 1..65535 (0 for any where listening), never taken modulo 65536 --------
@@ -345,3 +345,74 @@ def test_a_large_requests_memory_is_given_back(children: Children, tmp_path: Any
           f"kept {', '.join(f'{k:+.0f}' for k in kept)} MiB")  # fmt: skip
     assert max(peaks) <= peaks[0] + slack, "each request's peak lands on the last one's leftovers"
     assert peaks[0] < 4 * payload / MIB  # gRPC's own receive path is about 3x (test_receiver_copies.py)
+
+
+# --- descriptors: silent connections never keep a client out for long -------------------------
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+
+def _serve_limited(children: Children, nofile: str) -> tuple[Any, str]:
+    p = children.spawn(["prlimit", f"--nofile={nofile}", *smgshm_argv("--json", "serve", "--listen", "127.0.0.1:0")])
+    assert p.stdout is not None
+    line = p.stdout.readline()
+    assert line, p.stderr.read() if p.stderr else ""
+    return p, json.loads(line)["result"]["address"]
+
+
+def _silent(port: int, n: int) -> list[socket.socket]:
+    """Connections that send nothing, or half the HTTP/2 preface, and stay."""
+    out = []
+    for i in range(n):
+        s = socket.socket()
+        s.settimeout(5)
+        s.connect(("127.0.0.1", port))
+        if i % 2:
+            s.sendall(PREFACE[: len(PREFACE) // 2])
+        out.append(s)
+    return out
+
+
+def _health_in(address: str, wait_for_ready: bool) -> float:
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    # Retries come every 0.5 s at most: the time measured is serve's, not the client's backoff.
+    opts = [("grpc.initial_reconnect_backoff_ms", 100), ("grpc.max_reconnect_backoff_ms", 500)]
+    t0 = time.monotonic()
+    with grpc.insecure_channel(address, options=opts) as ch:
+        req = health_pb2.HealthCheckRequest()
+        resp = health_pb2_grpc.HealthStub(ch).Check(req, timeout=20, wait_for_ready=wait_for_ready)
+    assert resp.status == health_pb2.HealthCheckResponse.SERVING
+    return time.monotonic() - t0
+
+
+def test_silent_connections_at_the_fd_limit_keep_health_out_only_briefly(children: Children) -> None:
+    from smgshm.core.receiver.fds import HANDSHAKE_TIMEOUT_S
+
+    proc, address = _serve_limited(children, "128")  # soft and hard: nothing to raise
+    conns = _silent(int(address.rsplit(":", 1)[1]), 300)
+    try:
+        took = _health_in(address, wait_for_ready=True)  # a client that retries, as a gateway does
+        print(f"\nserve under ulimit -n 128 with 300 silent connections: HealthCheck answered in {took:.2f} s")
+        assert took < 3 * HANDSHAKE_TIMEOUT_S  # was: never, until the silent ones went away
+        assert len(os.listdir(f"/proc/{proc.pid}/fd")) < 128
+    finally:
+        for s in conns:
+            s.close()
+    proc.terminate()
+    _, err = proc.communicate(timeout=30)
+    assert "only 128 file descriptors" in err
+    assert "near the cap of 64 connections" in err
+
+
+def test_serve_raises_its_soft_fd_limit_and_answers_at_once(children: Children) -> None:
+    proc, address = _serve_limited(children, "128:4096")
+    conns = _silent(int(address.rsplit(":", 1)[1]), 300)
+    try:
+        assert _health_in(address, wait_for_ready=False) < 2
+    finally:
+        for s in conns:
+            s.close()
+    proc.terminate()
+    _, err = proc.communicate(timeout=30)
+    assert "file descriptors" not in err, "4096 is plenty: nothing to say"

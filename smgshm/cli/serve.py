@@ -18,6 +18,7 @@ from smgshm.core.receiver.faults import FAULTS, MAX_FAULT_DELAY_S
 # In-flight calls get this long to finish after SIGTERM/SIGINT, then they are cancelled:
 # serve is gone within 2 s of the signal.
 STOP_GRACE_S = 1.0
+FD_CHECK_S = 1.0  # how often serve looks at the descriptors it has open
 # Set by the console entry point: once serve has stopped cleanly, the process leaves with
 # os._exit, skipping interpreter teardown (torch's and gRPC's take 2-3 s here, which would
 # break the promise above). Never set in-process (tests' CliRunner).
@@ -127,6 +128,7 @@ def serve(
       smg launch --worker-urls grpc://127.0.0.1:50051 --model-path ~/.cache/smgshm/model-qwen2vl-tiny \\
           --multimodal-tensor-transport shm
     """
+    from smgshm.core.receiver.fds import MAX_CONNECTIONS, FdPressure, connection_cap, raise_fd_limit
     from smgshm.core.receiver.reader import MODEL_NAME, ReceiverConfig
     from smgshm.core.receiver.services import start_receiver
     from smgshm.core.transport.address import is_loopback
@@ -151,6 +153,10 @@ def serve(
         app.warn(f"--any-name: whoever reaches {listen} can make this process read and delete any file in {shm_dir}")
     if not is_loopback(listen):
         app.warn(f"listening on {listen}: NOT loopback; any host that reaches it can send tensors to it")
+    soft, hard = raise_fd_limit()
+    if connection_cap(soft) < MAX_CONNECTIONS:
+        app.warn(f"only {soft} file descriptors (ulimit -n; hard limit {hard}): at most {connection_cap(soft)} "
+                 "connections at once")  # fmt: skip
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -170,7 +176,10 @@ def serve(
         "fault": fault,
     }
     app.emit(info, view.serve_ready)
-    stop.wait()
+    pressure = FdPressure()
+    while not stop.wait(FD_CHECK_S):
+        if said := pressure.check():
+            app.warn(said)
     app.info("smgshm serve: stopping")
     running.stop(STOP_GRACE_S)
     if PROCESS_ENTRY:

@@ -25,6 +25,7 @@ from smgshm import __version__
 from smgshm.core.engines import ENGINES, engine_named
 from smgshm.core.errors import TooManyTensorsError, TransportError, WireError
 from smgshm.core.receiver.faces import HandlerOverride, engine_modules, engine_servicer, raw_generate_handlers
+from smgshm.core.receiver.fds import HANDSHAKE_TIMEOUT_S, connection_cap
 from smgshm.core.receiver.memory import Trimmer
 from smgshm.core.receiver.modeldir import ensure_model_dir
 from smgshm.core.receiver.reader import Receipt, ReceiverConfig, ReceiverState, receive
@@ -236,6 +237,9 @@ async def _build(cfg: ReceiverConfig, state: ReceiverState, executor: Executor, 
         ("grpc.max_receive_message_length", cfg.max_message_bytes),
         ("grpc.max_send_message_length", cfg.max_message_bytes),
         ("grpc.so_reuseport", 0),  # a second server on a busy port must fail, not share it
+        # Connections never take the descriptors a read needs, and a silent one is let go (fds.py).
+        ("grpc.max_allowed_incoming_connections", connection_cap()),
+        ("grpc.server_handshake_timeout_ms", int(HANDSHAKE_TIMEOUT_S * 1000)),
     ]
     server = grpc.aio.server(options=opts)
     engine, engine_name = engine_servicer(state, executor)
