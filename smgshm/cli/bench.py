@@ -13,7 +13,7 @@ from smgshm.cli import jsonout
 from smgshm.cli.app import App
 from smgshm.cli.exitcodes import ExitCode
 from smgshm.cli.fmt import safe
-from smgshm.cli.params import BYTES, shm_dir_option
+from smgshm.cli.params import BYTES, shm_dir_option, worker_addresses
 from smgshm.cli.signals import stop_on_signals
 from smgshm.core.units import parse_size
 
@@ -34,7 +34,7 @@ def _sizes(lo: int, hi: int, factor: int, explicit: str | None) -> tuple[int, ..
 
 
 @click.command()
-@click.argument("address", required=False)
+@click.argument("address", required=False, callback=worker_addresses)
 @click.option("--min", "min_", type=BYTES, default="4KiB", show_default=True, help="Smallest size of the sweep.")
 @click.option(
     "--max",

@@ -7,7 +7,7 @@ import click
 from smgshm.cli import doctor_view as view
 from smgshm.cli.app import App
 from smgshm.cli.exitcodes import for_outcome
-from smgshm.cli.params import BYTES, DURATION, HTTP_URL, shm_dir_option
+from smgshm.cli.params import BYTES, DURATION, HTTP_URL, shm_dir_option, worker_addresses
 
 
 @click.command()
@@ -17,6 +17,7 @@ from smgshm.cli.params import BYTES, DURATION, HTTP_URL, shm_dir_option
     "workers",
     multiple=True,
     metavar="ADDRESS",
+    callback=worker_addresses,
     help="Check this worker (repeatable); without it, an embedded reference receiver.",
 )
 @click.option("--from-gateway", type=HTTP_URL, metavar="URL", help="Check every worker registered with this gateway.")

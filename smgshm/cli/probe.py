@@ -7,7 +7,7 @@ import click
 from smgshm.cli import probe_view as view
 from smgshm.cli.app import App
 from smgshm.cli.exitcodes import ExitCode
-from smgshm.cli.params import BYTES, DURATION, HTTP_URL, shm_dir_option
+from smgshm.cli.params import BYTES, DURATION, HTTP_URL, shm_dir_option, worker_addresses
 from smgshm.core.engines import DETECT_ORDER, ENGINES
 from smgshm.core.units import binary_size
 
@@ -29,7 +29,7 @@ def verdict_code(verdict: str, expect: str) -> ExitCode:
 
 
 @click.command()
-@click.argument("addresses", nargs=-1, metavar="ADDRESS...")
+@click.argument("addresses", nargs=-1, metavar="ADDRESS...", callback=worker_addresses)
 @click.option("--from-gateway", type=HTTP_URL, metavar="URL",
               help="Also probe every worker of this gateway (GET URL/workers).")
 @click.option("--api-key", envvar="SMG_API_KEY", help="The gateway's --api-key, for --from-gateway.")

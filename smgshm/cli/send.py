@@ -9,7 +9,7 @@ import click
 from smgshm.cli import send_view as view
 from smgshm.cli.app import App
 from smgshm.cli.exitcodes import ExitCode
-from smgshm.cli.params import BYTES, DURATION, shm_dir_option
+from smgshm.cli.params import BYTES, DURATION, shm_dir_option, worker_addresses
 from smgshm.cli.signals import stop_on_signals
 from smgshm.core.engines import DEFAULT, SHM_ENGINES
 from smgshm.core.units import binary_size
@@ -50,7 +50,7 @@ def _shape(text: str | None, size: int | None, dtype: str, tensors: int, concurr
 
 
 @click.command()
-@click.argument("address")
+@click.argument("address", callback=worker_addresses)
 @click.option(
     "--transport",
     type=click.Choice(["inline", "shm", "auto"]),

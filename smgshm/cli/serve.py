@@ -11,13 +11,14 @@ import click
 
 from smgshm.cli import serve_view as view
 from smgshm.cli.app import App
-from smgshm.cli.params import BYTES, DURATION, shm_dir_option
+from smgshm.cli.params import BYTES, DURATION, listen_address, shm_dir_option
 from smgshm.core.engines import DEFAULT, SERVED
 from smgshm.core.receiver.faults import FAULTS, MAX_FAULT_DELAY_S
 
 # In-flight calls get this long to finish after SIGTERM/SIGINT, then they are cancelled:
 # serve is gone within 2 s of the signal.
 STOP_GRACE_S = 1.0
+FD_CHECK_S = 1.0  # how often serve looks at the descriptors it has open
 # Set by the console entry point: once serve has stopped cleanly, the process leaves with
 # os._exit, skipping interpreter teardown (torch's and gRPC's take 2-3 s here, which would
 # break the promise above). Never set in-process (tests' CliRunner).
@@ -26,7 +27,11 @@ PROCESS_ENTRY = False
 
 @click.command()
 @click.option(
-    "--listen", default="127.0.0.1:50051", show_default=True, help="host:port or unix:PATH; port 0 picks one."
+    "--listen",
+    default="127.0.0.1:50051",
+    show_default=True,
+    callback=listen_address,
+    help="host:port or unix:PATH; port 0 picks one.",
 )
 @click.option(
     "--engine",
@@ -123,8 +128,10 @@ def serve(
       smg launch --worker-urls grpc://127.0.0.1:50051 --model-path ~/.cache/smgshm/model-qwen2vl-tiny \\
           --multimodal-tensor-transport shm
     """
-    from smgshm.core.receiver.reader import MODEL_NAME, ReceiverConfig, is_loopback
+    from smgshm.core.receiver.fds import MAX_CONNECTIONS, FdPressure, connection_cap, raise_fd_limit
+    from smgshm.core.receiver.reader import MODEL_NAME, ReceiverConfig
     from smgshm.core.receiver.services import start_receiver
+    from smgshm.core.transport.address import is_loopback
 
     if not 0 <= fault_delay <= MAX_FAULT_DELAY_S:
         raise click.BadParameter(f"at most {MAX_FAULT_DELAY_S:g}s", param_hint="--fault-delay")
@@ -146,6 +153,10 @@ def serve(
         app.warn(f"--any-name: whoever reaches {listen} can make this process read and delete any file in {shm_dir}")
     if not is_loopback(listen):
         app.warn(f"listening on {listen}: NOT loopback; any host that reaches it can send tensors to it")
+    soft, hard = raise_fd_limit()
+    if connection_cap(soft) < MAX_CONNECTIONS:
+        app.warn(f"only {soft} file descriptors (ulimit -n; hard limit {hard}): at most {connection_cap(soft)} "
+                 "connections at once")  # fmt: skip
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -165,7 +176,10 @@ def serve(
         "fault": fault,
     }
     app.emit(info, view.serve_ready)
-    stop.wait()
+    pressure = FdPressure()
+    while not stop.wait(FD_CHECK_S):
+        if said := pressure.check():
+            app.warn(said)
     app.info("smgshm serve: stopping")
     running.stop(STOP_GRACE_S)
     if PROCESS_ENTRY:

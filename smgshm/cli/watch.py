@@ -13,7 +13,7 @@ import click
 from smgshm.cli import watch_view as view
 from smgshm.cli.app import App
 from smgshm.cli.exitcodes import ExitCode
-from smgshm.cli.params import BYTES, DURATION, HTTP_URL, shm_dir_option
+from smgshm.cli.params import BYTES, DURATION, HTTP_URL, metrics_listen, shm_dir_option
 from smgshm.core.names import SMG_FAMILY_PREFIX
 
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 @click.option("--duration", type=DURATION, help="Stop after DURATION.")
 @click.option("--count", type=click.IntRange(1), help="Stop after this many intervals.")
 @click.option("--check", is_flag=True, help="Exit 3 when an orphan was seen.")
-@click.option("--serve-metrics", metavar="[HOST:]PORT",
+@click.option("--serve-metrics", metavar="[HOST:]PORT", callback=metrics_listen,
               help="Expose the figures for Prometheus at http://HOST:PORT/metrics (HOST defaults to 127.0.0.1).")
 @click.option("--prefix", default=SMG_FAMILY_PREFIX, show_default=True, help="Follow only names starting with PREFIX.")
 @click.option("--max-tracked", type=click.IntRange(1), default=100_000, show_default=True,
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 @shm_dir_option
 @click.pass_obj
 def watch(app: App, interval: float, orphan_after: float, metrics_url: str | None, shm_min_bytes: int, jsonl: bool,
-          duration: float | None, count: int | None, check: bool, serve_metrics: str | None, prefix: str,
+          duration: float | None, count: int | None, check: bool, serve_metrics: tuple[str, int] | None, prefix: str,
           max_tracked: int, assume_dead: bool, shm_dir: str) -> None:  # fmt: skip
     """Follow the shm dir live: every SMG segment from creation to unlink, per interval.
 
@@ -140,20 +140,17 @@ def _show(app: App, session: WatchSession, st: IntervalStats, jsonl: bool, live:
 
 
 @contextmanager
-def _exporter(app: App, session: WatchSession, where: str | None, jsonl: bool) -> Iterator[None]:
+def _exporter(app: App, session: WatchSession, where: tuple[str, int] | None, jsonl: bool) -> Iterator[None]:
     if where is None:
         yield
         return
-    from smgshm.core.receiver.reader import is_loopback
+    from smgshm.core.transport.address import is_loopback
     from smgshm.core.watch.export import WatchExporter
 
-    host, _, port = where.rpartition(":")
-    host = host.strip("[]") or "127.0.0.1"
-    if not port.isdigit() or int(port) > 65535:
-        raise click.BadParameter(f"{where!r} is not [HOST:]PORT", param_hint="--serve-metrics")
-    if not is_loopback(f"{host}:{port}"):
+    host, port = where
+    if not is_loopback(f"[{host}]:{port}"):
         app.warn(f"--serve-metrics on {host}: NOT loopback; any host that reaches it can read this host's SHM traffic")
-    exporter = WatchExporter(session, host, int(port))
+    exporter = WatchExporter(session, host, port)
     if jsonl:
         view.jsonl_exporter(exporter.url)
     app.info(f"watch: metrics at {exporter.url}")

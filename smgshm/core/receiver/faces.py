@@ -178,6 +178,8 @@ async def _read(state: ReceiverState, executor: Executor, layout: Layout, raw: b
         await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
     finally:
         state.active -= 1
+        if state.trimmer is not None:
+            state.trimmer.after(len(raw))
 
 
 async def generate(

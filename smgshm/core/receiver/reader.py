@@ -27,6 +27,7 @@ from smgshm.core.transport.tensors import DIGEST_ALGO, check_payload, digest, ex
 from smgshm.core.transport.wire import InTensor, Layout, parse_multimodal
 
 if TYPE_CHECKING:
+    from smgshm.core.receiver.memory import Trimmer
     from smgshm.core.receiver.modeldir import ModelDir
 
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024  # SMG's Python servers cap messages here
@@ -35,6 +36,11 @@ MODEL_NAME = "smgshm-reference-receiver"
 # for minutes or fill memory with receipts (SMG's own Generate carries a handful).
 MAX_TENSORS_PER_REQUEST = 1024
 MAX_NDIM = 32
+# WatchReceipts: streams open at once (one more is RESOURCE_EXHAUSTED at once), and how long one
+# lasts before it ends (the client resumes with after_seq): an idle watch costs no CPU, but
+# each holds a stream, so neither their number nor their life is left to the client.
+MAX_WATCHERS = 64
+WATCH_MAX_S = 3600.0
 _INT64_MAX = 2**63 - 1
 
 
@@ -58,6 +64,8 @@ class ReceiverConfig:
     # has no prefix check: then anyone who reaches the port can make it consume any file here.
     any_name: bool = False
     max_tensors: int = MAX_TENSORS_PER_REQUEST
+    max_watchers: int = MAX_WATCHERS
+    watch_max_s: float = WATCH_MAX_S
     # Called with every Generate receipt, from server threads (serve --log-receipts).
     on_receipt: Callable[[Any], None] | None = None
 
@@ -232,17 +240,10 @@ class ReceiverState:
     ring: ReceiptRing = field(default_factory=ReceiptRing)
     model: ModelDir | None = None
     stopping: threading.Event = field(default_factory=threading.Event)  # set by stop(): waits end early
+    trimmer: Trimmer | None = None  # told of each request's size as it ends (the server's loop)
 
     def identity(self) -> HostIdentity:
         return read_host_identity(self.cfg.shm_dir)
-
-
-def is_loopback(address: str) -> bool:
-    """True for unix sockets and loopback hosts; the receiver binds these by default."""
-    if address.startswith("unix:"):
-        return True
-    host = address.rsplit(":", 1)[0].strip("[]")
-    return host in ("localhost", "::1") or host.startswith("127.")
 
 
 __all__ = ["DIGEST_ALGO", "MAX_MESSAGE_BYTES", "Receipt", "ReceiverConfig", "ReceiverState", "receive"]

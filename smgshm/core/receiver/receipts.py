@@ -59,13 +59,20 @@ class GenerateReceipt:
 
 
 class ReceiptRing:
-    """A bounded, thread-safe ring of receipts with increasing ``seq`` (WatchReceipts polls it)."""
+    """A bounded, thread-safe ring of receipts with increasing ``seq``; whoever subscribes is
+    told after each ``add`` (WatchReceipts waits for that, it never polls)."""
 
     def __init__(self, size: int = RING_SIZE, sink: Callable[[GenerateReceipt], None] | None = None) -> None:
         self._ring: collections.deque[GenerateReceipt] = collections.deque(maxlen=size)
         self._lock = threading.Lock()
         self._seq = 0
         self._sink = sink
+        self._listeners: list[Callable[[], None]] = []
+
+    def subscribe(self, listener: Callable[[], None]) -> None:
+        """Call ``listener()`` after every ``add``, from the adding thread."""
+        with self._lock:
+            self._listeners.append(listener)
 
     def add(self, receipts: list[GenerateReceipt]) -> list[GenerateReceipt]:
         """Number the receipts (seq is assigned here, so the ring is always in seq order) and keep them."""
@@ -75,6 +82,9 @@ class ReceiptRing:
                 self._seq += 1
                 numbered.append(replace(r, seq=self._seq))
             self._ring.extend(numbered)
+            listeners = list(self._listeners)
+        for listener in listeners:
+            listener()
         if self._sink is not None:
             for r in numbered:
                 self._sink(r)

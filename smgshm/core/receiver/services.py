@@ -25,16 +25,18 @@ from smgshm import __version__
 from smgshm.core.engines import ENGINES, engine_named
 from smgshm.core.errors import TooManyTensorsError, TransportError, WireError
 from smgshm.core.receiver.faces import HandlerOverride, engine_modules, engine_servicer, raw_generate_handlers
+from smgshm.core.receiver.fds import HANDSHAKE_TIMEOUT_S, connection_cap
+from smgshm.core.receiver.memory import Trimmer
 from smgshm.core.receiver.modeldir import ensure_model_dir
 from smgshm.core.receiver.reader import Receipt, ReceiverConfig, ReceiverState, receive
 from smgshm.core.receiver.receipts import MAX_PER_CALL, ReceiptRing, receipt_as
 from smgshm.core.receiver.receipts import to_proto as receipt_proto
+from smgshm.core.transport.address import grpc_host_port
 from smgshm.core.transport.protowire import parse_excised, resolve
 from smgshm.core.transport.wire import Layout
 from smgshm.rpc.v1 import diag_pb2, diag_pb2_grpc
 
 DIAG_SERVICE = "smgshm.rpc.v1.Diagnostics"
-WATCH_POLL_S = 0.1  # WatchReceipts checks the ring this often; the call's cancellation ends it
 START_TIMEOUT_S = 30.0
 
 __all__ = ["DIAG_SERVICE", "RunningReceiver", "engine_modules", "start_receiver"]
@@ -71,12 +73,33 @@ def raw_receive_handlers(servicer: Any) -> dict[str, Any]:
     }  # fmt: skip
 
 
+class _Changes:
+    """Wakes every waiting watcher when the ring gets receipts: told from any thread, awaited on the loop."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.event = asyncio.Event()
+
+    def notify(self) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: serve has stopped
+            self.loop.call_soon_threadsafe(self._fire)
+
+    def _fire(self) -> None:
+        self.event.set()
+        self.event = asyncio.Event()  # the next wait is for the next add
+
+
 class DiagnosticsServicer(diag_pb2_grpc.DiagnosticsServicer):  # type: ignore[misc]
-    """smgshm's own service: identity, and reading tensors as SMG's servicer does."""
+    """smgshm's own service: identity, and reading tensors as SMG's servicer does.
+
+    Built on the server's loop: watchers wait on it for the ring's news."""
 
     def __init__(self, state: ReceiverState, executor: Executor) -> None:
         self.state = state
         self.executor = executor
+        self.watchers = 0  # only the loop thread touches it
+        self.changes = _Changes(asyncio.get_running_loop())
+        state.ring.subscribe(self.changes.notify)
 
     async def Identity(self, request: Any, context: Any) -> Any:  # noqa: N802
         cfg, ident = self.state.cfg, self.state.identity()
@@ -116,6 +139,8 @@ class DiagnosticsServicer(diag_pb2_grpc.DiagnosticsServicer):  # type: ignore[mi
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
         finally:
             self.state.active -= 1
+            if self.state.trimmer is not None:
+                self.state.trimmer.after(len(raw))
         out = diag_pb2.ReceiveResponse(
             request_id=request.request_id, receipts=[receipt_as(diag_pb2.TensorReceipt, r) for r in receipts]
         )
@@ -128,16 +153,28 @@ class DiagnosticsServicer(diag_pb2_grpc.DiagnosticsServicer):  # type: ignore[mi
         return diag_pb2.ReceiptsResponse(receipts=[receipt_proto(r) for r in got], next_seq=nxt, dropped=dropped)
 
     async def WatchReceipts(self, request: Any, context: Any) -> AsyncIterator[Any]:  # noqa: N802
-        after = int(request.after_seq)
-        # Polling the ring from the loop holds no thread; a client that goes away (or a
-        # deadline, or stop()) cancels this coroutine.
-        while True:
-            got, _, _ = self.state.ring.after(after)
-            for r in got:
-                yield receipt_proto(r)
-                after = r.seq
-            if not got:
-                await asyncio.sleep(WATCH_POLL_S)
+        cfg = self.state.cfg
+        if self.watchers >= cfg.max_watchers:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"too many watchers (limit={cfg.max_watchers})")
+        self.watchers += 1
+        try:
+            await context.send_initial_metadata(())  # the watch is live: the client need not wait for a receipt
+            loop = asyncio.get_running_loop()
+            end = loop.time() + cfg.watch_max_s
+            after = int(request.after_seq)
+            # Waiting on the loop holds no thread and costs nothing until the ring is added to; a
+            # client that goes away (or its deadline, or stop()) cancels this coroutine.
+            while (left := end - loop.time()) > 0:
+                changed = self.changes.event  # taken before reading: an add after the read sets it
+                got, _, _ = self.state.ring.after(after)
+                for r in got:
+                    yield receipt_proto(r)
+                    after = r.seq
+                if not got:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(changed.wait(), left)
+        finally:
+            self.watchers -= 1
 
 
 @dataclass
@@ -173,14 +210,17 @@ def bind_failure(address: str) -> str:
     import errno
     import socket
 
-    host, _, port = address.rpartition(":")
-    if address.startswith("unix:") or not port.isdigit():
-        return "the address is not host:port or unix:PATH, or the socket path is not usable"
-    host = host.strip("[]")
     try:
-        family = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)[0][0]
+        hp = grpc_host_port(address, listen=True)
+    except ValueError as err:
+        return str(err)
+    if hp is None:
+        return "the address is not host:port or unix:PATH, or the socket path is not usable"
+    host, port = hp
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
         with socket.socket(family, socket.SOCK_STREAM) as sock:
-            sock.bind((host, int(port)))
+            sock.bind((host, port))
     except OSError as err:
         if err.errno == errno.EADDRINUSE:
             return "address in use (another process listens on that port)"
@@ -197,6 +237,9 @@ async def _build(cfg: ReceiverConfig, state: ReceiverState, executor: Executor, 
         ("grpc.max_receive_message_length", cfg.max_message_bytes),
         ("grpc.max_send_message_length", cfg.max_message_bytes),
         ("grpc.so_reuseport", 0),  # a second server on a busy port must fail, not share it
+        # Connections never take the descriptors a read needs, and a silent one is let go (fds.py).
+        ("grpc.max_allowed_incoming_connections", connection_cap()),
+        ("grpc.server_handshake_timeout_ms", int(HANDSHAKE_TIMEOUT_S * 1000)),
     ]
     server = grpc.aio.server(options=opts)
     engine, engine_name = engine_servicer(state, executor)
@@ -206,6 +249,7 @@ async def _build(cfg: ReceiverConfig, state: ReceiverState, executor: Executor, 
         add(engine, HandlerOverride(server, raw_generate_handlers(e.pb2(), engine)))
     else:
         add(engine, server)
+    state.trimmer = Trimmer(asyncio.get_running_loop(), executor)
     diag = DiagnosticsServicer(state, executor)
     diag_pb2_grpc.add_DiagnosticsServicer_to_server(diag, HandlerOverride(server, raw_receive_handlers(diag)))
     health_servicer = health_async.HealthServicer()
@@ -226,8 +270,14 @@ async def _build(cfg: ReceiverConfig, state: ReceiverState, executor: Executor, 
 
 
 def start_receiver(cfg: ReceiverConfig, address: str = "127.0.0.1:0") -> RunningReceiver:
-    """Start the receiver on ``address`` (host:port or unix:PATH) and return at once."""
+    """Start the receiver on ``address`` (host:port or unix:PATH) and return at once; TransportError
+    when it cannot listen there (a port out of range is refused, never bound modulo 65536)."""
     import torch  # noqa: F401 - import now, not inside the first request's timing
+
+    try:
+        grpc_host_port(address, listen=True)
+    except ValueError as err:
+        raise TransportError(f"cannot bind: {err}", endpoint=address) from None
 
     model = ensure_model_dir(cfg.model_dir) if cfg.model_dir is not None else None
     state = ReceiverState(cfg, ring=ReceiptRing(sink=cfg.on_receipt), model=model)

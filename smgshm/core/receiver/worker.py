@@ -54,11 +54,12 @@ def _to_generate_receipt(r: Receipt, t: InTensor, request_id: str, engine: str, 
 
 
 def parse_and_read(layout: Layout, raw: bytes, cfg: ReceiverConfig, ring: ReceiptRing) -> tuple[Any, GenerateOutcome]:
-    """Parse a serialized GenerateRequest and read it: (request, outcome). WireError when unparseable.
+    """Parse a serialized GenerateRequest and read it: (request, outcome). WireError when unparseable,
+    TooManyTensorsError (before it is parsed) when it carries more than ``cfg.max_tensors``.
 
     Inline payloads are read in place from ``raw`` (``protowire``): the parsed request holds
     markers, never a copy of them."""
-    request, payloads = parse_excised_message(layout, engine_pb2(layout).GenerateRequest, raw)
+    request, payloads = parse_excised_message(layout, engine_pb2(layout).GenerateRequest, raw, cfg.max_tensors)
     return request, read_generate(layout, request, cfg, ring, payloads)
 
 

@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from smgshm.core.errors import TransportError
+from smgshm.core.transport.address import grpc_host_port
 
 
 def grpc_target(address: str) -> str:
@@ -19,16 +20,6 @@ def grpc_target(address: str) -> str:
     if not a.startswith("unix:"):
         a = a.split("/", 1)[0].split("@", 1)[0]
     return a
-
-
-def _split_host_port(target: str) -> tuple[str, int] | None:
-    """``h:p`` / ``[v6]:p`` -> (host, port); None for forms gRPC resolves itself (unix:, dns:///...)."""
-    if target.startswith(("unix:", "unix-abstract:", "dns:", "ipv4:", "ipv6:")):
-        return None
-    host, sep, port = target.rpartition(":")
-    if not sep or not port.isascii() or not port.isdigit():
-        return None
-    return host.strip("[]"), int(port)
 
 
 def resolve(host: str, port: int, timeout: float, target: str) -> list[Any]:
@@ -54,14 +45,18 @@ def resolve(host: str, port: int, timeout: float, target: str) -> list[Any]:
 
 
 def preflight(target: str, timeout: float) -> None:
-    """Fail at once where gRPC would retry quietly until the connect timeout: no such host, refused.
+    """Fail at once where gRPC would retry quietly until the connect timeout (no such host,
+    refused) or dial another port than the one given (a port out of range: see ``address``).
 
     gRPC's channel_ready_future sees a refused port only as TRANSIENT_FAILURE and keeps
     reconnecting with backoff, so an operator waited the whole --connect-timeout for a
     typo. One plain TCP connect first tells "cannot resolve host" and "connection refused"
     apart from a slow peer; the channel then connects as before.
     """
-    hp = _split_host_port(target)
+    try:
+        hp = grpc_host_port(target)
+    except ValueError as err:
+        raise TransportError(f"not an address to dial: {err}", endpoint=target) from None
     if hp is None:
         return
     deadline = time.monotonic() + timeout

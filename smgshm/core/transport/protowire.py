@@ -10,10 +10,15 @@ twice, a oneof arm set twice, a repeated singular message, a map key given twice
 protobuf's own, never re-implemented here. What the walk cannot follow exactly (a group,
 more than ``MAX_FIELDS`` fields, nesting deeper than ``MAX_DEPTH``, a truncated field) is
 parsed by protobuf as sent: the same message, or the same DecodeError, only with its copies.
+
+``as_on_the_wire`` reads a message as it was sent, every map a list of its entries: what a
+request carries is counted there (a map key given 5000 times is one entry to protobuf's map,
+and 5000 to whoever counts the cost of the request).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from typing import Any
 
@@ -132,6 +137,25 @@ class _Walk:
         return pieces
 
 
+def excise(
+    cls: Any, raw: bytes | memoryview, targets: frozenset[Target]
+) -> tuple[bytes, dict[bytes, memoryview] | None]:
+    """(what protobuf is to parse as a ``cls``, the target payloads by marker as views into ``raw``).
+
+    Every target field of the first holds a marker, the key of its payload in the dict; the
+    dict is None when the walk cannot follow ``raw`` exactly and the first is ``raw`` as sent.
+    """
+    buf = memoryview(raw).cast("B")
+    walk = _Walk(targets)
+    try:
+        pieces = walk.message(cls.DESCRIPTOR, buf, 0)
+    except _NotExactError:
+        return (raw if isinstance(raw, bytes) else bytes(buf)), None
+    if pieces is None:  # no target in it: nothing excised, nothing to copy either
+        return (raw if isinstance(raw, bytes) else bytes(buf)), walk.payloads
+    return b"".join(pieces), walk.payloads
+
+
 def parse_excised(
     cls: Any, raw: bytes | memoryview, targets: frozenset[Target]
 ) -> tuple[Any, dict[bytes, memoryview] | None]:
@@ -141,17 +165,46 @@ def parse_excised(
     the dict is None when protobuf parsed ``raw`` as sent (target fields hold their bytes).
     Raises protobuf's DecodeError exactly when ``cls.FromString(raw)`` would.
     """
-    buf = memoryview(raw).cast("B")
-    walk = _Walk(targets)
-    try:
-        pieces = walk.message(cls.DESCRIPTOR, buf, 0)
-    except _NotExactError:
-        msg = cls()
-        msg.ParseFromString(bytes(buf) if not isinstance(raw, bytes) else raw)
-        return msg, None
+    body, payloads = excise(cls, raw, targets)
     msg = cls()
-    msg.ParseFromString(b"".join(pieces) if pieces is not None else (raw if isinstance(raw, bytes) else bytes(buf)))
-    return msg, walk.payloads
+    msg.ParseFromString(body)
+    return msg, payloads
+
+
+@functools.cache
+def _pool_without_maps(file: Any) -> Any:
+    """A descriptor pool with ``file`` and its imports, every map entry type a plain message."""
+    from google.protobuf import descriptor_pb2, descriptor_pool
+
+    pool = descriptor_pool.DescriptorPool()
+    added: set[str] = set()
+
+    def add(fd: Any) -> None:
+        if fd.name in added:
+            return
+        for dep in fd.dependencies:
+            add(dep)
+        proto = descriptor_pb2.FileDescriptorProto()
+        fd.CopyToProto(proto)
+        todo = list(proto.message_type)
+        while todo:
+            m = todo.pop()
+            m.options.ClearField("map_entry")  # the same wire form: a repeated entry message
+            todo += m.nested_type
+        pool.Add(proto)
+        added.add(fd.name)
+
+    add(file)
+    return pool
+
+
+def as_on_the_wire(cls: Any) -> Any:
+    """``cls`` with every map field read as the list of entries sent (protobuf's map keeps one per
+    key, the last): parse with it to count what a message carries, not what protobuf keeps."""
+    from google.protobuf import message_factory
+
+    desc = cls.DESCRIPTOR
+    return message_factory.GetMessageClass(_pool_without_maps(desc.file).FindMessageTypeByName(desc.full_name))
 
 
 def resolve(marker: bytes, payloads: dict[bytes, memoryview] | None) -> bytes | memoryview:

@@ -15,7 +15,7 @@ from typing import Any
 from smgshm.core.engines import Engine, engine_named
 from smgshm.core.errors import TooManyTensorsError, WireError
 from smgshm.core.segments.io import ShmRef
-from smgshm.core.transport.protowire import inline_target, parse_excised, resolve
+from smgshm.core.transport.protowire import as_on_the_wire, excise, inline_target, resolve
 
 
 class Layout(enum.Enum):
@@ -109,25 +109,32 @@ def from_tensor_data(key: str, td: Any, payloads: dict[bytes, memoryview] | None
 
 
 def parse_excised_message(
-    layout: Layout, cls: Any, raw: bytes | memoryview
+    layout: Layout, cls: Any, raw: bytes | memoryview, max_tensors: int | None = None
 ) -> tuple[Any, dict[bytes, memoryview] | None]:
-    """Parse an engine message (``cls``) with its inline payloads left in ``raw`` (protowire);
-    WireError when protobuf cannot parse it."""
+    """Parse an engine ``GenerateRequest`` or ``MultimodalInputs`` (``cls``) with its inline
+    payloads left in ``raw`` (protowire); WireError when protobuf cannot parse it.
+
+    With ``max_tensors``, TooManyTensorsError first when it carries more TensorData than
+    that, counted as sent: a map key given twice is two tensors to count, though protobuf's
+    map keeps one (the cost of a request is in what it carries)."""
     from google.protobuf.message import DecodeError
 
     try:
-        return parse_excised(cls, raw, frozenset({inline_target(engine_pb2(layout))}))
+        body, payloads = excise(cls, raw, frozenset({inline_target(engine_pb2(layout))}))
+        if max_tensors is not None:
+            check_tensor_count(_COUNTS[cls.DESCRIPTOR.name](layout, as_on_the_wire(cls).FromString(body)), max_tensors)
+        msg = cls()
+        msg.ParseFromString(body)
     except DecodeError as err:
         name = cls.DESCRIPTOR.name
         raise WireError(f"cannot parse {layout.value} {name}", nbytes=memoryview(raw).nbytes) from err
+    return msg, payloads
 
 
 def parse_multimodal(layout: Layout, raw: bytes | memoryview, max_tensors: int | None = None) -> list[InTensor]:
     """Every TensorData in a serialized ``MultimodalInputs``, keyed by where it sits; inline
     payloads are views into ``raw``."""
-    msg, payloads = parse_excised_message(layout, engine_pb2(layout).MultimodalInputs, raw)
-    if max_tensors is not None:
-        check_tensor_count(count_multimodal(layout, msg), max_tensors)
+    msg, payloads = parse_excised_message(layout, engine_pb2(layout).MultimodalInputs, raw, max_tensors)
     return multimodal_tensors(layout, msg, payloads=payloads)
 
 
@@ -183,3 +190,6 @@ def count_generate_tensors(layout: Layout, request: Any) -> int:
     if layout.engine.extra_mm_inputs:
         n += sum(count_multimodal(layout, m) for m in request.extra_mm_inputs)
     return n
+
+
+_COUNTS = {"GenerateRequest": count_generate_tensors, "MultimodalInputs": count_multimodal}

@@ -7,6 +7,11 @@ nothing between scrapes. Counters are the run's totals; gauges are the last inte
 
 from __future__ import annotations
 
+import contextlib
+import io
+import socket
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -102,19 +107,115 @@ def _one(family: Any, shm_dir: str, value: float) -> Any:
     return family
 
 
+# Each client of the exporter holds a thread while it is served, so neither its time nor the
+# number of clients is left to the client (prometheus_client's own server waits forever).
+CLIENT_TIMEOUT_S = 5.0  # to send the request, and again to take the answer
+MAX_CLIENTS = 16  # served at once; one more evicts the oldest still sending its request
+MAX_HEAD_BYTES = 64 * 1024
+
+
+def _handler() -> type:
+    from wsgiref.simple_server import WSGIRequestHandler
+
+    class Handler(WSGIRequestHandler):
+        def setup(self) -> None:
+            super().setup()
+            # The request is read whole within CLIENT_TIMEOUT_S (a trickle of one byte a second
+            # must not reset a per-read timeout); what is not a whole head is answered by nothing.
+            self.rfile = io.BytesIO(self.server.read_head(self.connection))  # type: ignore[attr-defined]
+            self.connection.settimeout(CLIENT_TIMEOUT_S)  # sendall's whole answer, at most
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def get_stderr(self) -> Any:
+            return io.StringIO()  # a client gone mid-answer is no traceback on watch's terminal
+
+    return Handler
+
+
+def _server(family: int) -> type:
+    from socketserver import ThreadingMixIn
+    from wsgiref.simple_server import WSGIServer
+
+    class Server(ThreadingMixIn, WSGIServer):
+        address_family = family
+        daemon_threads = True
+        request_queue_size = 128  # the listen backlog (5 by default): a burst of clients is accepted, then judged
+
+        def __init__(self, *args: Any, **kw: Any) -> None:
+            self.clients_lock = threading.Lock()
+            self.clients: set[Any] = set()
+            self.reading: dict[Any, None] = {}  # clients still sending their request, oldest first
+            super().__init__(*args, **kw)
+
+        def process_request(self, request: Any, client_address: Any) -> None:
+            with self.clients_lock:
+                if len(self.clients) >= MAX_CLIENTS:
+                    oldest = next(iter(self.reading), None)
+                    if oldest is None:  # every one is being answered, each within its bound
+                        self.shutdown_request(request)
+                        return
+                    del self.reading[oldest]
+                    self.clients.discard(oldest)
+                    with contextlib.suppress(OSError):
+                        oldest.shutdown(socket.SHUT_RDWR)  # its read returns at once, its thread ends
+                self.clients.add(request)
+            super().process_request(request, client_address)
+
+        def process_request_thread(self, request: Any, client_address: Any) -> None:
+            try:
+                super().process_request_thread(request, client_address)
+            finally:
+                with self.clients_lock:
+                    self.clients.discard(request)
+
+        def handle_error(self, request: Any, client_address: Any) -> None:
+            pass  # a client's failure (a reset, a timeout) is its own
+
+        def read_head(self, sock: socket.socket) -> bytes:
+            """The request line and headers, within CLIENT_TIMEOUT_S; b"" when they do not come."""
+            deadline = time.monotonic() + CLIENT_TIMEOUT_S
+            buf = bytearray()
+            with self.clients_lock:
+                self.reading[sock] = None
+            try:
+                while b"\r\n\r\n" not in buf and b"\n\n" not in buf and len(buf) < MAX_HEAD_BYTES:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return b""
+                    sock.settimeout(left)
+                    chunk = sock.recv(4096)
+                    if not chunk:
+                        break
+                    buf += chunk
+            except OSError:  # timed out, reset, or evicted
+                return b""
+            finally:
+                with self.clients_lock:
+                    self.reading.pop(sock, None)
+            return bytes(buf)
+
+    return Server
+
+
 class WatchExporter:
     """An HTTP /metrics endpoint serving a session's figures; ``stop()`` closes it."""
 
     def __init__(self, session: WatchSession, host: str, port: int) -> None:
-        from prometheus_client import CollectorRegistry, start_http_server
+        from prometheus_client import CollectorRegistry, make_wsgi_app
 
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_Collector(session))  # type: ignore[arg-type]
         try:
-            self._server, self._thread = start_http_server(port, addr=host, registry=self.registry)
+            info = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+            self._server = _server(info[0])((info[4][0], port), _handler())
         except OSError as err:
             raise TransportError("cannot listen for --serve-metrics", endpoint=f"{host}:{port}",
                                  hint="is the port in use or the address wrong?") from err  # fmt: skip
+        self._server.set_app(make_wsgi_app(self.registry))
+        self._thread = threading.Thread(target=self._server.serve_forever, name="smgshm-metrics", daemon=True)
+        self._thread.start()
         self.host = host
         self.port = int(self._server.server_address[1])
 
