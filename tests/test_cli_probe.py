@@ -39,7 +39,7 @@ StartReceiver = Callable[..., RunningReceiver]
 # The JSON schema of `probe`, pinned: fields may be added in schema 1, never dropped or renamed.
 RESULT_KEYS = {"local", "workers"}
 LOCAL_KEYS = {"namespace_id", "writable", "writable_error", "leftover_probe_files", "shm_free_bytes",
-              "leftover_probe_files_hex"}  # fmt: skip
+              "leftover_probe_files_hex", "probe_lookalikes", "probe_lookalikes_hex"}  # fmt: skip
 WORKER_KEYS = {
     "address", "verdict", "reason", "engine", "health", "namespace_id", "comparison", "decisions",
     "facts", "smgshm_receiver", "verify", "elapsed_ms", "gateway_label",

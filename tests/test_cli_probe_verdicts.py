@@ -119,7 +119,7 @@ def test_an_unknown_host_says_cannot_resolve() -> None:
     assert "cannot resolve host" in err
 
 
-def test_a_hostile_leftover_probe_file_is_warned_escaped_and_kept_exact_in_json(receiver: Any) -> None:
+def test_a_hostile_probe_lookalike_is_warned_escaped_as_no_gateways_and_kept_exact_in_json(receiver: Any) -> None:
     import os
     import shutil
     import uuid
@@ -136,4 +136,7 @@ def test_a_hostile_leftover_probe_file_is_warned_escaped_and_kept_exact_in_json(
     assert "\x1b" not in human.stderr
     assert "\\xff\\x1b[2J\\nfix: rm -rf ~" in human.stderr
     assert not any(ln.startswith("fix:") for ln in human.stderr.splitlines())
-    assert [bytes.fromhex(h) for h in doc["result"]["local"]["leftover_probe_files_hex"]] == [raw]
+    assert "no gateway's" in human.stderr, "a name that is not SMG's probe file's is said to be no gateway's"
+    assert "will find /dev/shm unwritable" not in human.stderr
+    assert doc["result"]["local"]["leftover_probe_files"] == []
+    assert [bytes.fromhex(h) for h in doc["result"]["local"]["probe_lookalikes_hex"]] == [raw]

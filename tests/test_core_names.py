@@ -60,7 +60,7 @@ def test_payload_names_round_trip(pid: int, nanos: int, seq: int) -> None:
 def test_gateway_probe_names_round_trip(pid: int) -> None:
     name = gateway_probe_name(pid)
     assert parse_name(name) == ("gateway_probe", pid, None)
-    assert probe_file_pid(name) == str(pid)
+    assert probe_file_pid(name) == pid
 
 
 def test_names_this_process_builds_parse_as_their_kind() -> None:
@@ -158,3 +158,12 @@ def test_judges_fast_path_agrees_with_parse_name(judge: tuple[Judge, os.stat_res
     seg = j(name, st_)
     kind, pid, _ = parse_name(name)
     assert (seg.kind, seg.producer_pid) == (kind, pid)
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["smg-tokenspeed-probe-1;touch x", "smg-tokenspeed-probe-", "smg-tokenspeed-probe-1\n",
+     "smg-tokenspeed-probe-\u0661"],
+)
+def test_a_probe_lookalike_carries_no_pid(name: str) -> None:
+    assert probe_file_pid(name) is None

@@ -136,6 +136,8 @@ def probe(
     for name in report.local.leftover_probe_files:
         pid = probe_file_pid(name)
         app.warn(f"leftover {name}: a gateway with pid {pid} will find /dev/shm unwritable and stay inline")
+    for name in report.local.probe_lookalikes:
+        app.warn(f"{name} is named like a gateway's probe file but carries no pid: no gateway's, none is blocked")
     codes = [verdict_code(w.verdict, expect) for w in report.workers]
     if need is not None and report.local.shm_free_bytes < need:
         free = report.local.shm_free_bytes

@@ -91,10 +91,12 @@ def in_family(name: str) -> bool:
     return name.startswith(SMG_FAMILY_PREFIX) and "/" not in name
 
 
-def probe_file_pid(name: str) -> str:
-    """The pid a file under the gateway's probe prefix names, as it is written: whatever follows its
-    last ``-`` (a stranger's file may hold anything there; show it escaped)."""
-    return name.rsplit("-", 1)[-1]
+def probe_file_pid(name: str) -> int | None:
+    """The pid a gateway probe file's name carries; ``None`` for a name under the probe prefix that
+    does not parse as one (``smg-tokenspeed-probe-1;touch x``): the gateway creates exactly
+    ``<prefix><its pid>``, so such a file is no gateway's and blocks none."""
+    parsed = parse_name(name)
+    return parsed.pid if parsed.kind == "gateway_probe" else None
 
 
 def payload_prefix(pid: int, prefix: str = SMGSHM_PREFIX) -> str:

@@ -15,7 +15,7 @@ from smgshm.core.engines import DETECT_ORDER, Engine, engine_named
 from smgshm.core.errors import SmgshmError, TransportError
 from smgshm.core.gateway.admin import GatewayWorker
 from smgshm.core.host.namespace import NamespaceComparison, compare_namespace_ids
-from smgshm.core.names import GATEWAY_PROBE_PREFIX
+from smgshm.core.names import GATEWAY_PROBE_PREFIX, probe_file_pid
 from smgshm.core.paths import DEFAULT_SHM_DIR
 from smgshm.core.transport.channel import grpc_target, open_channel
 from smgshm.core.transport.decision import DEFAULT_SHM_MIN_BYTES, Decision, Mode, decide
@@ -84,6 +84,9 @@ class LocalChecks:
     leftover_probe_files: list[str]
     shm_free_bytes: int
     leftover_probe_files_hex: list[str] = field(default_factory=list)  # their exact bytes: names may be non-UTF-8
+    # Names under the probe prefix that are no probe file's (no pid after it): no gateway's, blocking none.
+    probe_lookalikes: list[str] = field(default_factory=list)
+    probe_lookalikes_hex: list[str] = field(default_factory=list)
 
 
 def local_checks(shm_dir: str = DEFAULT_SHM_DIR, facts: HostFacts | None = None) -> LocalChecks:
@@ -92,17 +95,21 @@ def local_checks(shm_dir: str = DEFAULT_SHM_DIR, facts: HostFacts | None = None)
 
     err = writable_error(shm_dir, facts)
     try:
-        # Every name under the probe prefix, parsed or not: a look-alike is shown (escaped) for a person to judge.
-        leftovers = sorted(n for n in os.listdir(shm_dir) if n.startswith(GATEWAY_PROBE_PREFIX))
+        # Every name under the probe prefix: those that parse are a gateway's leftover; a look-alike is
+        # shown apart (escaped) for a person to judge, never as a gateway's.
+        under = sorted(n for n in os.listdir(shm_dir) if n.startswith(GATEWAY_PROBE_PREFIX))
     except OSError:
-        leftovers = []
+        under = []
+    leftovers = [n for n in under if probe_file_pid(n) is not None]
+    lookalikes = [n for n in under if probe_file_pid(n) is None]
     try:
         st = os.statvfs(shm_dir)
         free = st.f_bavail * st.f_frsize
     except OSError:
         free = 0
     return LocalChecks(namespace_id(shm_dir, facts), err is None, err or "", leftovers, free,
-                       [os.fsencode(n).hex() for n in leftovers])  # fmt: skip
+                       [os.fsencode(n).hex() for n in leftovers], lookalikes,
+                       [os.fsencode(n).hex() for n in lookalikes])  # fmt: skip
 
 
 def _stub(channel: Any, engine: Engine) -> tuple[Any, Any]:

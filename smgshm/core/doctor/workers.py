@@ -39,6 +39,16 @@ def check_workers(addresses: list[str], facts: HostFacts, timeout: float) -> tup
                 names_hex=[os.fsencode(name).hex()],
             )
         )
+    for name in report.local.probe_lookalikes:
+        out.append(
+            Check(
+                "probe files",
+                "warn",
+                f"{name} is named like a gateway's probe file but carries no pid: no gateway's, none is blocked",
+                "nothing to do for SMG (gc lists it as other); remove it if it is yours",
+                names_hex=[os.fsencode(name).hex()],
+            )
+        )
     fixes = {
         "other_host": ("SHM needs gateway and worker on one host", Outcome.CHECK_FAILED),
         "private_tmpfs": (
