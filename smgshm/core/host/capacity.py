@@ -8,16 +8,18 @@ unlinked but still open or mapped (a segment a reader maps), or inside directori
 
 from __future__ import annotations
 
-import contextlib
 import json
+import math
 import os
 import re
 import stat
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from smgshm.core.engines import ENGINES
 from smgshm.core.errors import HostError
+from smgshm.core.host.mounts import mount_holding, read_mounts, unique_mount_id
+from smgshm.core.host.usercache import cache_dir, read_private, write_private
 from smgshm.core.names import SMG_FAMILY_PREFIX
 from smgshm.core.paths import BOOT_ID_PATH
 
@@ -156,65 +158,133 @@ def assess_capacity(usage: ShmUsage, needs: list[Need]) -> CapacityVerdict:
 
 
 # -- the largest tensors bench and e2e moved here (this boot), for doctor's capacity check ------
+#
+# Kept per user (usercache: the user's own private file) and per mount: a need belongs to the tmpfs
+# it was measured on. st_dev alone does not name one (tmpfs devices are anonymous, and a new mount
+# takes a number an unmounted one left), nor does the id the mount table shows (also taken again);
+# the unique mount id (Linux 6.8+) is never given twice in a boot. So an entry is keyed by the boot
+# id, st_dev, the mount table's id and the unique id where the kernel gives it.
+
+SEEN_FILE = "largest-tensors.json"
+SEEN_FORMAT = "smgshm largest tensors 2"  # the first format, keyed by st_dev alone, is ignored (and replaced)
+MAX_SEEN = 32  # entries kept: this boot's, the latest first
+MAX_SEEN_BYTES = 64 * 1024  # a bigger file is not read
+_MAX_SOURCE = 64
+
+
+@dataclass(frozen=True)
+class MountKey:
+    """Which mount a shm dir lies in, as far as this boot can tell it from another."""
+
+    boot_id: str
+    dev: int  # st_dev
+    mount_id: int  # the id in /proc/self/mountinfo
+    unique_id: int | None  # statx STATX_MNT_ID_UNIQUE; None where the kernel does not give it
+
+
+@dataclass(frozen=True)
+class _Seen:
+    key: MountKey
+    source: str
+    nbytes: int
+    unix_s: float
 
 
 def seen_path() -> str:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "smgshm", "largest-tensors.json")
+    return os.path.join(cache_dir(), SEEN_FILE)
 
 
 def _boot_id() -> str:
     try:
         with open(BOOT_ID_PATH, encoding="ascii") as f:
-            return f.read().strip()
-    except OSError:
+            return f.read(64).strip()
+    except (OSError, ValueError):
         return ""
 
 
-def _load_seen(path: str, boot_id: str | None = None) -> dict[str, dict[str, float]]:
-    try:
-        with open(path, "rb") as f:
-            doc = json.loads(f.read(1 << 20))
-    except (OSError, ValueError):
-        return {}
+def mount_key(shm_dir: str, boot_id: str | None = None) -> MountKey | None:
+    """The mount ``shm_dir`` lies in; None when it cannot be told (then nothing is kept or quoted)."""
     boot = _boot_id() if boot_id is None else boot_id
-    if not isinstance(doc, dict) or doc.get("boot_id") != boot or not isinstance(doc.get("seen"), dict):
-        return {}
-    return {str(k): v for k, v in doc["seen"].items() if isinstance(v, dict) and isinstance(v.get("nbytes"), int)}
-
-
-def _key(source: str, shm_dir: str) -> str | None:
     try:
-        return f"{source}@{os.stat(shm_dir).st_dev}"  # a need belongs to the tmpfs it was measured on
+        real = os.path.realpath(shm_dir)
+        dev = os.stat(real).st_dev
+        where = mount_holding(read_mounts(), real, dev)
     except OSError:
         return None
+    if not boot or where is None:
+        return None
+    return MountKey(boot, dev, where.mount_id, unique_mount_id(where.point))
+
+
+def _count(v: object) -> bool:
+    return type(v) is int and 0 <= v < 1 << 63  # a JSON true is no count
+
+
+def _entry(v: object) -> _Seen | None:
+    """One entry of the file, or None when it is not one (the file is the user's, but read as untrusted)."""
+    if not isinstance(v, dict):
+        return None
+    boot, source, when, uid = v.get("boot_id"), v.get("source"), v.get("unix_s"), v.get("unique_id")
+    fields_ok = (
+        isinstance(boot, str)
+        and 0 < len(boot) <= 64
+        and isinstance(source, str)
+        and 0 < len(source) <= _MAX_SOURCE
+        and source.isprintable()
+        and all(_count(v.get(k)) for k in ("dev", "mount_id", "nbytes"))
+        and (uid is None or _count(uid))
+        and type(when) in (int, float)
+        and math.isfinite(when)
+    )
+    if not fields_ok:
+        return None
+    return _Seen(MountKey(boot, v["dev"], v["mount_id"], uid), source, v["nbytes"], float(when))
+
+
+def _load_seen(path: str) -> list[_Seen]:
+    data = read_private(os.path.basename(path), MAX_SEEN_BYTES, os.path.dirname(path))
+    if data is None:
+        return []
+    try:
+        doc = json.loads(data, parse_constant=_no_constant)
+    except (ValueError, RecursionError):  # garbage, NaN, or nested past the decoder's own limit
+        return []
+    entries = doc.get("entries") if isinstance(doc, dict) and doc.get("format") == SEEN_FORMAT else None
+    if not isinstance(entries, list):
+        return []
+    return [e for v in entries[: MAX_SEEN * 4] if (e := _entry(v)) is not None]
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not JSON")
 
 
 def record_tensor_seen(source: str, nbytes: int, shm_dir: str, path: str | None = None) -> None:
     """Remember the largest tensor ``source`` (e.g. "smgshm e2e") moved through ``shm_dir``; never an error."""
     path = path or seen_path()
-    key = _key(source, shm_dir)
-    seen = _load_seen(path)
-    if key is None or nbytes <= int(seen.get(key, {}).get("nbytes", 0)):
+    key = mount_key(shm_dir)
+    if key is None or not _count(nbytes) or not 0 < len(source) <= _MAX_SOURCE:
         return
-    seen[key] = {"nbytes": nbytes, "unix_s": time.time()}
-    with contextlib.suppress(OSError):
-        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump({"boot_id": _boot_id(), "seen": seen}, f)
-        os.replace(tmp, path)
+    seen = [e for e in _load_seen(path) if e.key.boot_id == key.boot_id]  # another boot's mounts are gone
+    if any(e.key == key and e.source == source and e.nbytes >= nbytes for e in seen):
+        return
+    seen = [e for e in seen if not (e.key == key and e.source == source)]
+    seen.append(_Seen(key, source, nbytes, time.time()))
+    seen = sorted(seen, key=lambda e: e.unix_s, reverse=True)[:MAX_SEEN]
+    entries = [{**asdict(e.key), "source": e.source, "nbytes": e.nbytes, "unix_s": e.unix_s} for e in seen]
+    doc = {"format": SEEN_FORMAT, "entries": entries}
+    write_private(os.path.basename(path), json.dumps(doc).encode(), os.path.dirname(path))
 
 
 def recorded_needs(shm_dir: str, path: str | None = None, boot_id: str | None = None) -> list[Need]:
-    """The largest tensors bench and e2e moved through ``shm_dir`` since boot, as capacity needs.
+    """The largest tensors bench and e2e moved through the mount ``shm_dir`` lies in, this boot, as
+    capacity needs.
 
     ``boot_id``: this boot's, when the caller has read it already."""
+    key = mount_key(shm_dir, boot_id)
     out = []
-    for key, v in sorted(_load_seen(path or seen_path(), boot_id).items()):
-        source = key.rpartition("@")[0]
-        if _key(source, shm_dir) != key:
-            continue
-        when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(float(v.get("unix_s", 0))))
-        out.append(Need(f"the largest tensor {source} moved here, {when}", int(v["nbytes"])))
+    for e in sorted(_load_seen(path or seen_path()), key=lambda e: e.source):
+        if key is not None and e.key == key:
+            when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(e.unix_s))
+            out.append(Need(f"the largest tensor {e.source} moved here, {when}", e.nbytes))
     return out

@@ -15,18 +15,17 @@ A trace is a lower bound of a step, never the whole of it (``step_shown``).
 
 from __future__ import annotations
 
-import ctypes
 import os
 import struct
 import time
 from typing import NamedTuple
 
 from smgshm.core.host.mounts import mount_of, read_mounts
+from smgshm.core.host.proc import statx
 
 # Filesystems that cannot outlive a boot: whatever is stamped on them was stamped after it.
 BOOT_BOUND_FS = frozenset({"tmpfs", "ramfs"})
 _STATX_BTIME = 0x800  # linux/stat.h
-_AT_FDCWD = -100
 
 
 class WallClock(NamedTuple):
@@ -72,17 +71,11 @@ def stamp(path: str) -> float | None:
 def birth_time(path: str) -> float | None:
     """``path``'s birth time (statx STATX_BTIME) in wall-clock seconds; None where the kernel, the
     filesystem or the C library does not give it."""
-    buf = ctypes.create_string_buffer(256)  # struct statx
-    try:
-        statx = ctypes.CDLL(None, use_errno=True).statx
-    except AttributeError:
+    got = statx(path, _STATX_BTIME)
+    if got is None or not got[0] & _STATX_BTIME:  # the mask: what the kernel filled in
         return None
-    if statx(_AT_FDCWD, os.fsencode(path), 0, _STATX_BTIME, buf) != 0:
-        return None
-    (mask,) = struct.unpack_from("=I", buf.raw, 0)  # stx_mask: what the kernel filled in
-    if not mask & _STATX_BTIME:
-        return None
-    sec, nsec = struct.unpack_from("=qI", buf.raw, 80)  # stx_btime
+    buf = got[1]
+    sec, nsec = struct.unpack_from("=qI", buf, 80)  # stx_btime
     return sec + nsec / 1e9
 
 

@@ -20,10 +20,11 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from smgshm.core.host.proc import live_pids, mount_ns
+from smgshm.core.host.proc import live_pids, mount_ns, statx
 
 SELF_MOUNTINFO = "/proc/self/mountinfo"
 _ESCAPE = re.compile(rb"\\([0-3][0-7]{2})")  # one byte: \000 to \377
@@ -132,6 +133,19 @@ def mount_holding(mounts: Iterable[Mount], path: str, dev: int | None = None) ->
     return best
 
 
+_STATX_MNT_ID_UNIQUE = 0x4000  # linux/stat.h, Linux 6.8+
+
+
+def unique_mount_id(path: str) -> int | None:
+    """The unique id of the mount ``path`` lies in (statx STATX_MNT_ID_UNIQUE): unlike the ids mount
+    tables show, which the next mount takes again once one is gone, never given twice in a boot.
+    None where the kernel (before 6.8) or the C library does not give it."""
+    got = statx(path, _STATX_MNT_ID_UNIQUE)
+    if got is None or not got[0] & _STATX_MNT_ID_UNIQUE:
+        return None
+    return int.from_bytes(got[1][144:152], sys.byteorder)  # stx_mnt_id
+
+
 def namespace_tables(pids: Iterable[int], seen: set[str]) -> Iterator[tuple[str, int, list[Mount]]]:
     """(mount namespace, a pid in it, its mount table) for each mount namespace of ``pids`` not in
     ``seen`` (which gains each), every table read once. A table that cannot be read (its process
@@ -217,4 +231,5 @@ __all__ = [
     "nsfs_mounts",
     "parse_mounts",
     "read_mounts",
+    "unique_mount_id",
 ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import functools
 import os
+import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -144,6 +145,24 @@ def fs_magic(fd: int) -> int:
     return ctypes.c_long.from_buffer(buf).value
 
 
+_AT_FDCWD = -100
+
+
+def statx(path: str, mask: int) -> tuple[int, bytes] | None:
+    """statx(2) of ``path`` (following links) asking for ``mask``: the mask the kernel filled in and
+    the raw struct statx (256 bytes; linux/stat.h gives the offsets). None where the kernel, the C
+    library or ctypes does not give it, or ``path`` cannot be stat'ed."""
+    libc = _libc()
+    if libc is None or not hasattr(libc, "statx"):
+        return None
+    import ctypes
+
+    buf = ctypes.create_string_buffer(256)
+    if libc.statx(_AT_FDCWD, os.fsencode(path), 0, mask, buf) != 0:
+        return None
+    return int.from_bytes(buf.raw[:4], sys.byteorder), buf.raw
+
+
 def fd_mount_id(fd: int) -> int | None:
     """The id of the mount this process's ``fd`` is open on (its fdinfo's mnt_id): the ids mount
     tables show, one space for every mount namespace. None when fdinfo does not say (OSError when
@@ -188,6 +207,7 @@ __all__ = [
     "ns_pids",
     "readlink_or",
     "same_fd_table",
+    "statx",
     "thread_lives",
     "thread_views",
     "uid_of",

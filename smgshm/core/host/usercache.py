@@ -1,0 +1,110 @@
+"""Files smgshm keeps in the user's own cache dir: private to that user, and read as untrusted.
+
+The dir is ``$XDG_CACHE_HOME/smgshm`` (``~/.cache/smgshm`` when that is unset or not absolute, as the
+XDG spec says), made 0700; files in it are written whole (a 0600 temp file renamed over), never
+through a link. A file is read only when it is a regular file of this user's, writable by no one
+else, in a dir that is the same, and no bigger than asked: anything else reads as absent. Nothing
+here raises: a cache is an aid, and a command never fails for want of it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import stat
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
+
+
+def cache_dir() -> str:
+    base = os.environ.get("XDG_CACHE_HOME") or ""
+    if not os.path.isabs(base):
+        base = os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "smgshm")
+
+
+def _private(st: os.stat_result) -> bool:
+    return st.st_uid == os.geteuid() and not st.st_mode & _OTHERS_WRITE
+
+
+def _open_dir(path: str, create: bool) -> int | None:
+    """An fd on the dir ``path`` when it is this user's and no one else may write in it (not through
+    a link); None otherwise. ``create``: make it (0700) if missing, and take others' write bits off
+    a dir of this user's (smgshm's own dir; a umask of 002 leaves them on one made by another command)."""
+    if create:
+        with contextlib.suppress(OSError):
+            os.makedirs(path, mode=0o700, exist_ok=True)
+    try:
+        fd = os.open(path, _DIR_FLAGS)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if create and st.st_uid == os.geteuid() and st.st_mode & _OTHERS_WRITE:
+            os.fchmod(fd, stat.S_IMODE(st.st_mode) & ~_OTHERS_WRITE)
+            st = os.fstat(fd)
+        if _private(st):
+            return fd
+    except OSError:
+        pass
+    os.close(fd)
+    return None
+
+
+def read_private(name: str, max_bytes: int, directory: str | None = None) -> bytes | None:
+    """The bytes of cache file ``name`` (in ``directory``, the cache dir by default); None when it is
+    absent, not this user's own private regular file, bigger than ``max_bytes`` or unreadable."""
+    dfd = _open_dir(directory or cache_dir(), create=False)
+    if dfd is None:
+        return None
+    try:
+        # O_NONBLOCK: a FIFO put in its place must not hang the read (it is refused below).
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC, dir_fd=dfd)
+    except OSError:
+        return None
+    finally:
+        os.close(dfd)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or not _private(st) or st.st_size > max_bytes:
+            return None
+        chunks, left = [], max_bytes + 1
+        while left > 0 and (chunk := os.read(fd, left)):
+            chunks.append(chunk)
+            left -= len(chunk)
+        data = b"".join(chunks)
+        return data if len(data) <= max_bytes else None
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def write_private(name: str, data: bytes, directory: str | None = None) -> bool:
+    """Put ``data`` in cache file ``name`` (0600, atomically: a reader sees the old file or the new
+    one whole); False when it could not be written."""
+    dfd = _open_dir(directory or cache_dir(), create=True)
+    if dfd is None:
+        return False
+    tmp = f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dfd)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
+        os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+        return True
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=dfd)
+        return False
+    finally:
+        os.close(dfd)
+
+
+__all__ = ["cache_dir", "read_private", "write_private"]
