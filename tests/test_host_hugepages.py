@@ -253,3 +253,37 @@ def test_what_if_as_another_user_exits_5_with_the_reason(children: Children) -> 
     _, err = p.communicate(timeout=60)
     assert p.returncode == 5, err
     assert "huge-page what-if skipped: needs root" in err
+
+
+@pytest.mark.parametrize(
+    "content", [b"[" * 100_000 + b"]" * 100_000, b"{not json", b'{"boot_id": NaN}', b"\xff\xfe", b"[]"]
+)
+def test_a_hostile_what_if_cache_reads_as_absent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 content: bytes) -> None:
+    """The cache is the user's own file, read as untrusted: garbage or JSON nested past Python's
+    recursion limit is no what-if (doctor quotes nothing), never an exception (exit 70)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    d = tmp_path / "smgshm"
+    d.mkdir(mode=0o700)
+    (d / "what-if-huge-pages.json").write_bytes(content)
+    assert load_last_what_if() is None
+
+
+def test_a_what_if_cache_writable_by_others_or_linked_is_not_read(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from smgshm.core.host.pagesize import save_last_what_if
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    with open("/proc/sys/kernel/random/boot_id") as f:
+        boot = f.read().strip()
+    save_last_what_if({"boot_id": boot, "x": 1})
+    cached = tmp_path / "smgshm" / "what-if-huge-pages.json"
+    assert load_last_what_if() == {"boot_id": boot, "x": 1}, "the control: the user's own file is read"
+    cached.chmod(0o666)
+    assert load_last_what_if() is None
+    cached.chmod(0o600)
+    other = tmp_path / "elsewhere.json"
+    other.write_bytes(cached.read_bytes())
+    cached.unlink()
+    cached.symlink_to(other)
+    assert load_last_what_if() is None

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from smgshm.core.host import usercache
 from smgshm.core.host.identity import HostIdentity, read_host_identity
 from smgshm.core.paths import BOOT_ID_PATH, DEFAULT_SHM_DIR
 
@@ -89,36 +90,34 @@ def remount_argv(shm_dir: str = DEFAULT_SHM_DIR) -> list[str]:
     return ["mount", "-o", f"remount,huge={RECOMMENDED}", shm_dir]
 
 
+_CACHE_NAME = "what-if-huge-pages.json"
+
+
 def cache_path() -> str:
-    """Where the last what-if of this user is kept, for doctor to quote."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "smgshm", "what-if-huge-pages.json")
+    """Where the last what-if of this user is kept, for doctor to quote (host/usercache.py's rules)."""
+    return os.path.join(usercache.cache_dir(), _CACHE_NAME)
 
 
-def save_last_what_if(doc: dict[str, Any], path: str | None = None) -> None:
-    """Keep a what-if's figures (atomically; a failure to cache is not an error)."""
-    path = path or cache_path()
-    with contextlib.suppress(OSError):
-        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(doc, f, allow_nan=False)
-        os.replace(tmp, path)
+def save_last_what_if(doc: dict[str, Any]) -> None:
+    """Keep a what-if's figures, private to this user (a failure to cache is not an error)."""
+    with contextlib.suppress(ValueError, TypeError):
+        usercache.write_private(_CACHE_NAME, json.dumps(doc, allow_nan=False).encode())
 
 
-def load_last_what_if(
-    path: str | None = None, max_bytes: int = 1 << 20, boot_id: str | None = None
-) -> dict[str, Any] | None:
-    """This boot's last what-if on this host, or None (absent, another boot, unreadable).
+def load_last_what_if(max_bytes: int = 1 << 20, boot_id: str | None = None) -> dict[str, Any] | None:
+    """This boot's last what-if on this host, or None (absent, another boot, unreadable, or a file
+    this user cannot trust: another's, writable by others, a link, garbage or nested past reason).
 
     ``boot_id``: this boot's, when the caller has read it already."""
+    data = usercache.read_private(_CACHE_NAME, max_bytes)
+    if data is None:
+        return None
     try:
-        with open(path or cache_path(), "rb") as f:
-            doc = json.loads(f.read(max_bytes))
+        doc = json.loads(data)
         if boot_id is None:
             with open(BOOT_ID_PATH, encoding="ascii") as f:
                 boot_id = f.read().strip()
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: JSON nested thousands deep
         return None
     if not isinstance(doc, dict) or doc.get("boot_id") != boot_id:
         return None
