@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 from smgshm.core.causes import CATALOGUE, Cause, found
+from tests.conftest import closed_port, run_cli
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 BEGIN = "<!-- causes: generated from smgshm/core/causes.py by tests/test_causes.py render_table(); do not edit -->"
@@ -53,3 +54,12 @@ def test_readme_table_matches_the_catalogue() -> None:
     assert END in text
     block = text.split(BEGIN, 1)[1].split(END, 1)[0].strip()
     assert block == render_table(), "README's table of causes drifted: paste render_table() between the markers"
+
+
+def test_probe_json_carries_the_cause_of_an_unreachable_worker() -> None:
+    addr = f"127.0.0.1:{closed_port()}"
+    doc = run_cli("--json", "probe", "--connect-timeout", "1s", addr, exit=4).json
+    [w] = doc["result"]["workers"]
+    assert w["cause_info"]["code"] == "worker_unreachable"
+    assert w["cause_info"]["message"].startswith(f"{addr}: ")
+    assert w["cause_info"]["fix"] == CATALOGUE[Cause.WORKER_UNREACHABLE].fix
