@@ -192,9 +192,57 @@ def test_gateway_log_options_are_for_the_embedded_default_only() -> None:
 def test_embedded_foreign_id_auto_falls_back(model_dir: str) -> None:
     argv = ["--json", "e2e", "-n", "1", "--model-dir", model_dir, "--mode", "auto", "--advertise-namespace-id",
             FOREIGN_ID]  # fmt: skip
-    [run] = run_cli(*argv).json["result"]["runs"]  # expected: inline (decide says so), so exit 0
-    assert run["path"] == run["expected"] == "inline"
+    # Configured auto gone inline is a failure by default (issue #22; it used to be "expected inline", exit 0).
+    [run] = run_cli(*argv, exit=3).json["result"]["runs"]
+    assert run["path"] == "inline"
+    assert run["expected"] == "shm"
+    assert run["as_expected"] is False
     assert "another namespace id" in run["cause"]
+    assert run["cause_info"]["code"] == "namespace_other_host"  # FOREIGN_ID names another boot id
+
+
+def test_configured_auto_gone_inline_fails_with_its_cause_and_fix(
+    children: Children, gateways: list[RunningGateway], tmp_path: Path, model_dir: str
+) -> None:
+    """No --expect: the gateway's log says auto, its worker advertises a foreign id: exit 3, code, fix line."""
+    addr = mm_shm_worker(children, model_dir, FOREIGN_ID)
+    gw = gateway(gateways, tmp_path, model_dir, addr, mode="auto")
+    [run] = e2e_json(gw, exit=3)["runs"]
+    assert run["mode"] == "auto"
+    assert run["path"] == "inline"
+    assert run["as_expected"] is False
+    cause = run["cause_info"]
+    assert cause["code"] == "namespace_other_host"
+    assert cause["fix"]
+    assert cause["fix_cmd"] == ["smgshm", "probe", "--from-gateway", gw.http_url]
+    res = run_cli("e2e", "--gateway", gw.http_url, "--metrics", gw.metrics_url, "-n", "1", exit=3)
+    assert res.stdout.startswith("e2e: FAILED: gateway not shm (namespace_other_host)")
+    assert "fix: SHM needs gateway and worker on one host" in res.stdout
+    assert f"smgshm probe --from-gateway {gw.http_url}" in res.stdout
+    # --expect any accepts whatever path the tensors took.
+    [run] = e2e_json(gw, "-n", "1", "--expect", "any")["runs"]
+    assert run["path"] == "inline"
+    assert run["as_expected"] is True
+
+
+def test_dead_worker_is_the_headline_and_no_latency(
+    children: Children, gateways: list[RunningGateway], tmp_path: Path, model_dir: str
+) -> None:
+    addr = mm_shm_worker(children, model_dir)
+    worker = children.procs[-1]
+    gw = gateway(gateways, tmp_path, model_dir, addr, mode="shm")
+    os.killpg(worker.pid, signal.SIGKILL)
+    worker.wait(10)
+    argv = ["e2e", "--gateway", gw.http_url, "--metrics", gw.metrics_url, "-n", "1", "--warmup", "0",
+            "--timeout", "10s"]  # fmt: skip
+    res = run_cli(*argv, exit=3)
+    host_port = addr.removeprefix("grpc://")
+    assert res.stdout.startswith("e2e: FAILED: gateway: worker "), res.stdout
+    assert f"{host_port} unreachable" in res.stdout.splitlines()[0]
+    assert "p50" not in res.stdout
+    assert "0/1 requests ok" in res.stdout
+    [run] = run_cli("--json", *argv, exit=3).json["result"]["runs"]
+    assert run["cause_info"]["code"] == "worker_unreachable"
 
 
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
@@ -239,7 +287,9 @@ def test_doctor_from_gateway_includes_the_e2e_check(
     doc = run_cli(*argv, exit=3).json
     checks = {c["name"]: c for c in doc["result"]["checks"]}
     e2e = checks[f"e2e {gw.http_url}"]
-    assert e2e["status"] == "warn"
+    # Configured auto gone inline fails (issue #22 item 2; it used to be a warning).
+    assert e2e["status"] == "fail"
+    assert e2e["summary"].startswith("expected shm: ")
     assert "another namespace id" in e2e["summary"]
     assert "metrics, shm dir" in e2e["summary"]
     assert checks[f"probe grpc://{addr}"]["status"] == "fail"  # the foreign id, named by probe too

@@ -42,7 +42,7 @@ LOCAL_KEYS = {"namespace_id", "writable", "writable_error", "leftover_probe_file
               "leftover_probe_files_hex", "probe_lookalikes", "probe_lookalikes_hex"}  # fmt: skip
 WORKER_KEYS = {
     "address", "verdict", "reason", "engine", "health", "namespace_id", "comparison", "decisions",
-    "facts", "smgshm_receiver", "verify", "elapsed_ms", "gateway_label",
+    "facts", "smgshm_receiver", "verify", "elapsed_ms", "gateway_label", "cause_info",
 }  # fmt: skip
 HEALTH_KEYS = {"engine_healthy", "engine_message", "grpc_health"}
 COMPARISON_KEYS = {"local", "peer", "sharing", "reason"}

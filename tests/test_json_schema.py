@@ -95,10 +95,11 @@ def test_watch_schema(tmp_path: Any) -> None:
 E2E_KEYS = {"embedded", "image_bytes", "image_size", "local_namespace_id", "model", "processes_left",
             "removed_at_stop", "runs"}  # fmt: skip
 E2E_RUN_KEYS = {
-    "agree", "as_expected", "cause", "dev_writable", "engine", "expected", "failure", "failure_class", "gateway_log",
-    "gateway_url", "label", "metrics", "metrics_url", "mode", "p50_ms", "path", "receipts", "requests",
+    "agree", "as_expected", "cause", "cause_info", "dev_writable", "engine", "expected", "failure", "failure_class",
+    "gateway_log", "gateway_url", "label", "metrics", "metrics_url", "mode", "p50_ms", "path", "receipts", "requests",
     "setting_source", "shm_dir", "shm_min_bytes", "shm_tensors_by_source", "worker_namespace_id", "workers",
 }  # fmt: skip
+CAUSE_KEYS = {"code", "fix", "fix_cmd", "message"}
 E2E_REQUEST_KEYS = {"completion_tokens", "elapsed_ms", "error", "ok", "status", "stream"}
 E2E_METRICS_KEYS = {"available", "nbytes", "note", "processing", "shm_write_failures", "tensors", "url"}
 E2E_SHM_DIR_KEYS = {"available", "gateway_pid", "name_pid", "note", "probe_file_left", "segments", "shm_dir"}
@@ -116,6 +117,7 @@ def check_e2e_schema(doc: dict[str, Any]) -> None:
     assert r["runs"]
     for run in r["runs"]:
         assert set(run) == E2E_RUN_KEYS
+        assert run["cause_info"] is None or set(run["cause_info"]) == CAUSE_KEYS
         assert all(set(q) == E2E_REQUEST_KEYS for q in run["requests"])
         assert set(run["metrics"]) == E2E_METRICS_KEYS
         assert set(run["shm_dir"]) == E2E_SHM_DIR_KEYS

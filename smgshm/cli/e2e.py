@@ -61,7 +61,9 @@ def _unwind_on_term() -> Iterator[None]:
 @click.option("--warmup", type=click.IntRange(0, 100), default=1, show_default=True,
               help="Requests per gateway before the measured ones (outside the evidence).")  # fmt: skip
 @click.option("--stream/--no-stream", default=None, help="Only streaming / only non-streaming (default: alternate).")
-@click.option("--expect", type=click.Choice(["shm", "inline"]), help="Exit 3 unless the tensors took this path.")
+@click.option("--expect", type=click.Choice(["shm", "inline", "any"]),
+              help="Exit 3 unless the tensors took this path; any: whatever path (default: SHM when the gateway's "
+              "setting is known to be auto or shm).")  # fmt: skip
 @click.option("--mode", "modes", multiple=True, type=click.Choice(["shm", "auto", "inline"]),
               help="Embedded: the gateway modes to run (repeatable; default all three).")  # fmt: skip
 @click.option("--advertise-namespace-id", metavar="ID",
@@ -99,6 +101,11 @@ def e2e(app: App, gateway: str | None, running: bool, gateway_pid: int | None, a
     everything, checking that no process and no segment is left. The gateways'
     logs are removed when the run passes and named in the report when it fails
     (--keep-logs or --gateway-log-dir keep them).
+
+    Without --expect, a gateway whose setting is known (its start-up log line
+    when it runs here; the embedded default's flags) to be auto or shm is
+    expected to send SHM-eligible tensors by SHM: inline is a failure with its
+    cause and fix (tensors below shm_min_bytes are inline by design).
 
     Exit 0 as expected, 3 not (or a request failed, or something leaked), 4
     gateway or metrics unreachable, not ready (HTTP 502/503/504: its worker not

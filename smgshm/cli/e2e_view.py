@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 from rich.table import Table
 from rich.text import Text
 
-from smgshm.cli.fmt import prose, safe
+from smgshm.cli.fmt import fix_line, prose, quote_cmd, safe
 from smgshm.core.stats import median
 from smgshm.core.units import binary_size
 
@@ -76,6 +76,21 @@ def _mark(run: Any) -> tuple[str, str]:
     return "FAIL", "bold red"
 
 
+def _unreachable(run: Any) -> bool:
+    return run.cause_info is not None and run.cause_info.code == "worker_unreachable"
+
+
+def _why_bad(run: Any) -> str:
+    if _unreachable(run):  # a dead worker leads: nothing else said about the run matters until it answers
+        return f"{run.label}: {run.cause_info.message}"
+    if run.path == "undetermined":
+        return f"{run.label} undetermined"
+    if run.failure_class:
+        return f"{run.label} {run.failure_class}"
+    code = f" ({run.cause_info.code})" if run.cause_info is not None else ""
+    return f"{run.label} not {run.expected}{code}"
+
+
 def headline(report: Any) -> Text:
     """The verdict line: every run as expected (or which not), and whether anything was left."""
     bad = [r for r in report.runs if _mark(r)[0] != "ok"]
@@ -83,13 +98,20 @@ def headline(report: Any) -> Text:
     if not bad:
         text = f"e2e: as expected ({where})"
     else:
-        why = [f"{r.label} {r.path if r.path == 'undetermined' else r.failure_class or 'not ' + r.expected}"
-               for r in bad]  # fmt: skip
+        why = [_why_bad(r) for r in bad]
         text = "e2e: FAILED: " + ", ".join(why)
     if report.embedded:
         left = report.removed_at_stop or report.processes_left
         text += "; something was left behind" if left else "; nothing left behind"
     return Text(text, style="bold green" if report.ok and not bad else "bold red")
+
+
+def _fix_text(cause: Any) -> Text:
+    """The fix in words, then the command that applies, shell-quoted (it names a peer's address or a dir)."""
+    out = safe(cause.fix)
+    if cause.fix_cmd:
+        out += Text(": ") + safe(quote_cmd(cause.fix_cmd))
+    return out
 
 
 def e2e_report(app: App, report: Any) -> None:
@@ -98,11 +120,18 @@ def e2e_report(app: App, report: Any) -> None:
         mark, style = _mark(run)
         label = f"mode {run.label}" if report.embedded else run.label
         head = Text(f"[{mark}] ", style=style) + Text(f"{label}: ", style="bold")
-        if not run.cause.lower().startswith(run.path):
-            head += Text(run.path + ": ", style=_STYLE.get(run.path, ""))
-        prose(app.console, head + safe(run.cause), indent=7)
+        if _unreachable(run):
+            prose(app.console, head + safe(run.cause_info.message), indent=7)
+        else:
+            if not run.cause.lower().startswith(run.path):
+                head += Text(run.path + ": ", style=_STYLE.get(run.path, ""))
+            prose(app.console, head + safe(run.cause), indent=7)
+        if run.cause_info is not None and mark != "ok":
+            fix_line(app, _fix_text(run.cause_info))
         ok = sum(1 for r in run.requests if r.ok)
-        line = f"       {ok}/{len(run.requests)} requests ok, p50 {run.p50_ms:.0f} ms"
+        line = f"       {ok}/{len(run.requests)} requests ok"
+        if ok:  # no latency of zero successful requests
+            line += f", p50 {run.p50_ms:.0f} ms"
         if run.expected:
             line += f"; expected {run.expected}"
         app.console.print(Text(line))
@@ -126,7 +155,8 @@ def e2e_report(app: App, report: Any) -> None:
         for col in ("mode", "path", "p50 ms", "requests"):
             table.add_column(col, justify="right" if col != "path" else "left", no_wrap=True)
         for run in report.runs:
-            table.add_row(run.label, run.path, f"{run.p50_ms:.0f}", str(len(run.requests)))
+            p50 = f"{run.p50_ms:.0f}" if any(r.ok for r in run.requests) else "-"
+            table.add_row(run.label, run.path, p50, str(len(run.requests)))
         app.console.print(table)
     img = f"{report.image_size}x{report.image_size} PNG ({binary_size(report.image_bytes)})"
     app.console.print(Text("image: ") + Text(img) + Text(", model ") + safe(report.model))

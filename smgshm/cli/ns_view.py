@@ -50,13 +50,8 @@ def comparison(app: App, cmp: NamespaceComparison) -> None:
 
 
 def sharing_fix(sharing: str) -> str:
-    """The fix an operator can paste, per verdict."""
-    return {
-        "other_host": "SHM needs gateway and worker on one host; keep --multimodal-tensor-transport inline "
-        "(or auto) for remote workers.",
-        "private_tmpfs": "share one tmpfs: docker --ipc=host or --ipc=container:<gateway>, a shared volume at "
-        "/dev/shm, or a Kubernetes emptyDir {medium: Memory} mounted at /dev/shm in both containers.",
-        "spelling": "advertise the id exactly as `smgshm ns` prints it (or as SMG's servicer computes it).",
-        "undetermined": "the worker must advertise shm_namespace_id (vLLM field 10, TokenSpeed scheduler_info); "
-        "SGLang, TRT-LLM and MLX never do and always get inline.",
-    }.get(sharing, "")
+    """The fix an operator can paste, per verdict: the cause catalogue's (core/causes.py)."""
+    from smgshm.core.causes import CATALOGUE, for_sharing
+
+    cause = for_sharing(sharing) if sharing in ("other_host", "private_tmpfs", "spelling", "undetermined") else None
+    return CATALOGUE[cause].fix + "." if cause is not None else ""

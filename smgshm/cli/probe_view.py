@@ -78,9 +78,7 @@ def _table(app: App, report: Any) -> None:
         prose(app.console, safe(w.address, "bold") + Text(": ") + safe(why + auto), indent=2)
     for w in report.workers:
         fix = sharing_fix(w.verdict)
-        if w.verdict == "unreachable":
-            fix = "check the address and that the worker's gRPC server is up (--connect-timeout to wait longer)"
-        if w.verdict == "uid_mismatch":
-            fix = "run the gateway and the worker as the same uid (segments are created 0600)"
+        if w.verdict in ("unreachable", "uid_mismatch") and w.cause_info is not None:
+            fix = w.cause_info.fix
         if fix:
             hint(app, f"{w.address}: {fix}")

@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from smgshm.core.causes import Cause, Found, for_sharing, found
 from smgshm.core.engines import DETECT_ORDER, Engine, engine_named
 from smgshm.core.errors import SmgshmError, TransportError
 from smgshm.core.gateway.admin import GatewayWorker
@@ -72,6 +73,7 @@ class WorkerReport:
     verify: VerifyResult | None = None
     elapsed_ms: float = 0.0
     gateway_label: str | None = None  # what the gateway recorded at registration, with --from-gateway
+    cause_info: Found | None = None  # the catalogue's cause when SHM is not usable (None: shared)
 
 
 @dataclass(frozen=True)
@@ -313,6 +315,24 @@ def probe(
         report = probe_worker(address, opts, local)
         return replace(report, gateway_label=gw.label_namespace_id) if gw is not None else report
 
+    def with_cause(report: WorkerReport) -> WorkerReport:
+        return replace(report, cause_info=cause_of(report, local, opts.shm_dir))
+
     with ThreadPoolExecutor(max_workers=min(16, max(1, len(jobs)))) as pool:
-        workers = list(pool.map(one, jobs))
+        workers = [with_cause(w) for w in pool.map(one, jobs)]
     return ProbeReport(local, workers)
+
+
+def cause_of(w: WorkerReport, local: LocalChecks, shm_dir: str = DEFAULT_SHM_DIR) -> Found | None:
+    """A worker's verdict as the catalogue's cause, with its own sentence and a command where one applies."""
+    code = for_sharing(w.verdict)
+    if code is None:
+        return None
+    cmd: list[str] | None = None
+    if code is Cause.NO_NAMESPACE_ID and not local.namespace_id:
+        code, cmd = Cause.LOCAL_ID_UNREADABLE, ["smgshm", "ns", "--shm-dir", shm_dir]
+    elif code is Cause.VERIFY_FAILED:
+        cmd = ["smgshm", "probe", "--verify", w.address]
+    elif code is Cause.ID_SPELLING:
+        cmd = ["smgshm", "ns", "--shm-dir", shm_dir]
+    return found(code, f"{w.address}: {w.reason}", cmd)

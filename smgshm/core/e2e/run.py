@@ -17,6 +17,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from smgshm.core.causes import Cause, Found, found
 from smgshm.core.e2e.evidence import (
     MetricsEvidence,
     ReceiptEvidence,
@@ -28,7 +29,7 @@ from smgshm.core.e2e.evidence import (
     receipt_baseline,
     receipts_since,
 )
-from smgshm.core.e2e.verdict import FAILURE_TEXT, Context, Verdict, judge
+from smgshm.core.e2e.verdict import FAILURE_TEXT, Context, Verdict, expectation, judge
 from smgshm.core.errors import HostError, SmgshmError
 from smgshm.core.gateway.chat import ChatOutcome, first_model, make_png, send_chat
 from smgshm.core.gateway.metrics import MM_FAMILIES, default_metrics_url, scrape
@@ -36,7 +37,6 @@ from smgshm.core.gateway.process import RunningGateway
 from smgshm.core.host.facts import HostFacts, namespace_id, writable_error
 from smgshm.core.paths import DEFAULT_SHM_DIR
 from smgshm.core.stats import median
-from smgshm.core.transport.decision import Mode, decide
 
 EMBEDDED_MODES = ("shm", "auto", "inline")
 
@@ -51,7 +51,7 @@ class E2eOptions:
     api_key: str | None = None
     model: str | None = None
     metrics_url: str | None = None
-    expect: str | None = None  # shm | inline: the CI gate
+    expect: str | None = None  # shm | inline | any: the CI gate (None: what the gateway's known setting implies)
     shm_dir: str = DEFAULT_SHM_DIR
     modes: tuple[str, ...] = EMBEDDED_MODES  # embedded only
     advertise_namespace_id: str | None = None  # embedded only: the worker's advertised id
@@ -88,6 +88,7 @@ class GatewayRun:
     gateway_log: str = ""
     dev_writable: bool | None = None  # the gateway's own /dev/shm probe at start (None: not known)
     setting_source: str = ""  # where mode, shm_min_bytes and dev_writable were read ("" not known)
+    cause_info: Found | None = None  # the catalogue's cause with its fix (None: SHM as configured)
 
     @property
     def failed_requests(self) -> int:
@@ -180,19 +181,67 @@ def _observe(targets: list[_Target], opts: E2eOptions, model: str, png: bytes, s
             d = ShmDirEvidence(False, note or "the gateway's pid is not visible from here", opts.shm_dir, t.pid)
         r = receipts_since(baselines[id(t)], 5.0)
         failed = sum(1 for o in t.outcomes if not o.ok)
+        size, free = _shm_space(opts.shm_dir) if t.pid is not None else (None, None)
         ctx = Context(t.mode, t.shm_min_bytes, t.engine, local_ns, t.worker_ns, writable, opts.requests, failed,
-                      t.dev_writable)  # fmt: skip
+                      t.dev_writable, size, free)  # fmt: skip
         v: Verdict = judge(ctx, m, d, r)
-        expected = opts.expect or t.expected
+        expected, as_expected = expectation(opts.expect, t.mode, t.expected, v)
+        cause = _cause(v, t, opts)
+        if failed:
+            # Failed requests behind a dead worker: that is the cause, whatever the counters say.
+            cause = _unreachable_worker(t.workers, opts) or cause
         runs.append(
             GatewayRun(
                 t.label, t.url, t.metrics_url, t.mode, t.shm_min_bytes, t.engine, t.worker_ns, t.workers,
                 list(t.outcomes), median([o.elapsed_ms for o in t.outcomes if o.ok], empty=0.0), m, d, r,
                 v.path, v.cause, v.agree, v.counts, v.failure_class, FAILURE_TEXT.get(v.failure_class, ""),
-                expected, (not expected or v.path == expected), t.log, t.dev_writable, t.setting_source,
+                expected, as_expected, t.log, t.dev_writable, t.setting_source, cause,
             )
         )
     return runs
+
+
+def _shm_space(shm_dir: str) -> tuple[int | None, int | None]:
+    """(size, free bytes) of the shm dir here; (None, None) when it cannot be read."""
+    try:
+        st = os.statvfs(shm_dir)
+    except OSError:
+        return None, None
+    return st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
+
+
+def _cause(v: Verdict, t: _Target, opts: E2eOptions) -> Found | None:
+    """The verdict's cause from the catalogue, with a command that applies to this gateway."""
+    if v.code is None:
+        return None
+    cmd: list[str] | None = None
+    if v.code in (Cause.OTHER_HOST, Cause.PRIVATE_TMPFS, Cause.ID_SPELLING, Cause.NO_NAMESPACE_ID):
+        cmd = ["smgshm", "probe", "--from-gateway", t.url]
+    elif v.code in (Cause.PROBE_FILE_LEFT, Cause.GATEWAY_PROBE_FAILED, Cause.SHM_FULL):
+        cmd = ["smgshm", "gc", "--shm-dir", opts.shm_dir]
+    elif v.code in (Cause.SHM_WRITES_FAILING, Cause.SHM_PERMISSION, Cause.SHM_TOO_SMALL):
+        cmd = ["smgshm", "doctor", "--shm-dir", opts.shm_dir]
+    elif v.code is Cause.LOCAL_ID_UNREADABLE:
+        cmd = ["smgshm", "ns", "--shm-dir", opts.shm_dir]
+    elif v.code is Cause.NO_EVIDENCE and not opts.metrics_url:
+        cmd = ["smgshm", "e2e", "--gateway", t.url, "--metrics", "URL"]
+    return found(v.code, v.cause, cmd)
+
+
+def _unreachable_worker(workers: list[str], opts: E2eOptions) -> Found | None:
+    """The first of the gateway's gRPC workers that does not answer a connect (bounded), as a cause."""
+    from smgshm.core.errors import TransportError
+    from smgshm.core.transport.channel import grpc_target, open_channel
+
+    for address in workers[:16]:
+        try:
+            open_channel(grpc_target(address), min(opts.timeout_s, 2.0)).close()
+        except TransportError as err:
+            return found(Cause.WORKER_UNREACHABLE, f"worker {address} unreachable: {err}",
+                         ["smgshm", "probe", address])  # fmt: skip
+        except SmgshmError:
+            continue  # not an address smgshm can dial: say nothing rather than guess
+    return None
 
 
 def run_against(gateway_url: str, opts: E2eOptions, say: Progress = lambda _s: None,
@@ -261,10 +310,10 @@ def run_embedded(opts: E2eOptions, say: Progress = lambda _s: None, facts: HostF
             gw = launch_gateway(gcfg)  # all launched from this thread, then awaited together
             gateways.append(gw)
             worker_ns = cfg.advertised_namespace_id()
-            big = decide(Mode(mode), nbytes=2**40, engine=cfg.engine, local_ns=local_ns, worker_ns=worker_ns,
-                         writable=True)  # fmt: skip
+            # inline expects inline; shm and auto expect SHM for every eligible tensor (expectation()).
+            expected = "inline" if mode == "inline" else ""
             targets.append(_Target(mode, gw.http_url, gw.metrics_url, gw.pid, mode, None, cfg.engine, worker_ns,
-                                   [rcv.address], big.path, gw.log_path))  # fmt: skip
+                                   [rcv.address], expected, gw.log_path))  # fmt: skip
         say(f"started {len(gateways)} gateways ({', '.join(opts.modes)}); waiting for them to be ready")
         for i, gw in enumerate(gateways):
             if not wait_ready(gw, 60.0, retry_bind=True):  # lost a port race: once more on new ports

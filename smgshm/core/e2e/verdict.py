@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from smgshm.core.causes import Cause, for_sharing
 from smgshm.core.e2e.evidence import MetricsEvidence, ReceiptEvidence, ShmDirEvidence
+from smgshm.core.host.namespace import compare_namespace_ids
 from smgshm.core.names import gateway_probe_name
 from smgshm.core.stats import median
 from smgshm.core.transport.decision import DEFAULT_SHM_MIN_BYTES, PROBE_FAILS, Mode, decide, parse_mode
@@ -31,6 +33,9 @@ class Context:
     failed_requests: int
     # The gateway's own probe of /dev/shm at start (its log: dev_writable); None when not known.
     gateway_writable: bool | None = None
+    # The shm dir's size and free bytes here (statvfs) when the gateway runs here; None when not known.
+    shm_size_bytes: int | None = None
+    shm_free_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -40,6 +45,7 @@ class Verdict:
     agree: bool  # every available source tells the same story
     counts: dict[str, int]  # SHM tensors per source (metrics, shm dir, receipts)
     failure_class: str = ""  # consumed_handle_retried | segment_left_behind | request_failed
+    code: Cause | None = None  # the catalogue's cause when the path is not shm (None: SHM as configured)
 
 
 def shm_counts(m: MetricsEvidence, d: ShmDirEvidence, r: ReceiptEvidence) -> dict[str, int]:
@@ -62,28 +68,31 @@ def judge(ctx: Context, m: MetricsEvidence, d: ShmDirEvidence, r: ReceiptEvidenc
     failure = _failure_class(ctx, d, r)
     if not counts:
         return Verdict("undetermined", "no evidence: no smg_mm_* metrics, no shm dir view and no receipts", False,
-                       counts, failure)  # fmt: skip
+                       counts, failure, Cause.NO_EVIDENCE)  # fmt: skip
     if len(set(counts.values())) > 1:
         said = ", ".join(f"{k} {v}" for k, v in counts.items())
-        return Verdict("undetermined", f"the sources disagree on SHM tensors: {said}", False, counts, failure)
+        return Verdict("undetermined", f"the sources disagree on SHM tensors: {said}", False, counts, failure,
+                       Cause.SOURCES_DISAGREE)  # fmt: skip
     inline_counts = _inline_counts(m, r)
     if len(set(inline_counts.values())) > 1:
         said = ", ".join(f"{k} {v}" for k, v in inline_counts.items())
-        return Verdict("undetermined", f"the sources disagree on inline tensors: {said}", False, counts, failure)
+        return Verdict("undetermined", f"the sources disagree on inline tensors: {said}", False, counts, failure,
+                       Cause.SOURCES_DISAGREE)  # fmt: skip
     n_shm = next(iter(counts.values()))
     n_inline = next(iter(inline_counts.values()), 0)
     if n_shm:
         return Verdict("shm", _shm_cause(ctx, m, d, r, n_shm, n_inline), True, counts, failure)
     if n_inline:
-        path, cause = _inline_cause(ctx, m, d, r)
-        return Verdict(path, cause, True, counts, failure)
+        path, cause, code = _inline_cause(ctx, m, d, r)
+        return Verdict(path, cause, True, counts, failure, code)
     if m.available and m.processing.get("worker"):
         return Verdict("none", "no multimodal tensors: the gateway runs --mm-processing worker (media go as refs)",
-                       True, counts, failure)  # fmt: skip
+                       True, counts, failure, Cause.WORKER_PROCESSING)  # fmt: skip
     if ctx.failed_requests == ctx.requests:
         return Verdict("none", "no multimodal tensors: every request failed before the gateway sent any", True,
-                       counts, failure)  # fmt: skip
-    return Verdict("none", "no multimodal tensors were sent (is the model a vision model?)", True, counts, failure)
+                       counts, failure, Cause.NO_MM_TENSORS)  # fmt: skip
+    return Verdict("none", "no multimodal tensors were sent (is the model a vision model?)", True, counts, failure,
+                   Cause.NO_MM_TENSORS)  # fmt: skip
 
 
 def _inline_counts(m: MetricsEvidence, r: ReceiptEvidence) -> dict[str, int]:
@@ -123,16 +132,18 @@ def _shm_cause(ctx: Context, m: MetricsEvidence, d: ShmDirEvidence, r: ReceiptEv
     return text
 
 
-def _inline_cause(ctx: Context, m: MetricsEvidence, d: ShmDirEvidence, r: ReceiptEvidence) -> tuple[str, str]:
-    if m.available and m.shm_write_failures:
-        return "inline", f"inline: SHM writes are failing (write failures +{m.shm_write_failures})"
-    if d.available and d.probe_file_left:
-        return "inline", (f"inline: the gateway's probe file is left over ({d.probe_file_left}): its writability "
-                          "probe fails, so SHM stays off")  # fmt: skip
+def _inline_cause(ctx: Context, m: MetricsEvidence, d: ShmDirEvidence,
+                  r: ReceiptEvidence) -> tuple[str, str, Cause]:  # fmt: skip
     sizes = [x.nbytes for x in r.receipts] if r.available else []
     if not sizes and m.available and m.tensors.get("inline"):
         sizes = [m.nbytes.get("inline", 0)]  # an upper bound of the largest tensor
     largest = max(sizes, default=0)
+    if m.available and m.shm_write_failures:
+        return "inline", f"inline: SHM writes are failing (write failures +{m.shm_write_failures})", \
+            _write_failure(ctx, largest)
+    if d.available and d.probe_file_left:
+        return "inline", (f"inline: the gateway's probe file is left over ({d.probe_file_left}): its writability "
+                          "probe fails, so SHM stays off"), Cause.PROBE_FILE_LEFT  # fmt: skip
     minb = _min_bytes(ctx)
     mode = parse_mode(ctx.mode)
 
@@ -147,28 +158,48 @@ def _inline_cause(ctx: Context, m: MetricsEvidence, d: ShmDirEvidence, r: Receip
         path, reason = rule(mode)
         if path == "shm":
             return "undetermined", (f"the gateway sent inline although its rule says shm ({reason}); "
-                                    "see its log")  # fmt: skip
+                                    "see its log"), Cause.INLINE_AGAINST_RULE  # fmt: skip
         if mode in (Mode.INLINE, Mode.RDMA):
-            return "inline", f"inline: mode is {mode.value}"
+            return "inline", f"inline: mode is {mode.value}", Cause.MODE_INLINE
         if not writable and ctx.gateway_writable is False and reason == PROBE_FAILS:
             pid = d.name_pid if d.available and d.name_pid is not None else "<pid>"
             return "inline", (f"inline: {reason} (dev_writable=false in its log): SHM is off for its life; a "
                               f"leftover {gateway_probe_name(pid)} (it removes the file as its probe fails) "
-                              "or a /dev/shm it cannot write")  # fmt: skip
-        return "inline", _why(reason, largest, minb)
+                              "or a /dev/shm it cannot write"), Cause.GATEWAY_PROBE_FAILED  # fmt: skip
+        text, code = _why(ctx, reason, largest, minb)
+        return "inline", text, code
     # A remote gateway: its mode cannot be read. What auto would do tells the cause apart.
     path, reason = rule(Mode.AUTO)
     if path == "inline":
-        return "inline", _why(reason, largest, minb) + " (or mode is inline)"
-    return "inline", "inline: mode is inline (the worker's id matches this host's, so auto or shm would use SHM)"
+        text, code = _why(ctx, reason, largest, minb)
+        return "inline", text + " (or mode is inline)", code
+    return "inline", "inline: mode is inline (the worker's id matches this host's, so auto or shm would use SHM)", \
+        Cause.MODE_INLINE
 
 
-def _why(reason: str, largest: int, minb: int) -> str:
+def _why(ctx: Context, reason: str, largest: int, minb: int) -> tuple[str, Cause]:
     if reason.startswith("auto:"):
-        return f"inline: the worker advertises another namespace id ({reason})"
+        sharing = compare_namespace_ids(ctx.local_ns, ctx.worker_ns).sharing.value
+        code = for_sharing(sharing) or Cause.NO_NAMESPACE_ID
+        if code is Cause.NO_NAMESPACE_ID and not ctx.local_ns:
+            code = Cause.LOCAL_ID_UNREADABLE
+        return f"inline: the worker advertises another namespace id ({reason})", code
     if "below shm_min_bytes" in reason:
-        return f"inline: every tensor is below shm_min_bytes {minb} (largest {largest} B)"
-    return f"inline: {reason}"
+        return f"inline: every tensor is below shm_min_bytes {minb} (largest {largest} B)", Cause.BELOW_SHM_MIN_BYTES
+    if reason == PROBE_FAILS:
+        return f"inline: {reason}", Cause.SHM_PERMISSION
+    return f"inline: {reason}", Cause.ENGINE_INLINE_ONLY
+
+
+def _write_failure(ctx: Context, largest: int) -> Cause:
+    """Full and too small are told apart by the shm dir's size (a full one frees up, a small one never)."""
+    if ctx.shm_size_bytes is not None and largest and ctx.shm_size_bytes < largest:
+        return Cause.SHM_TOO_SMALL
+    if ctx.shm_free_bytes is not None and largest and ctx.shm_free_bytes < largest:
+        return Cause.SHM_FULL
+    if not ctx.writable:
+        return Cause.SHM_PERMISSION
+    return Cause.SHM_WRITES_FAILING
 
 
 def _failure_class(ctx: Context, d: ShmDirEvidence, r: ReceiptEvidence) -> str:
@@ -192,3 +223,19 @@ FAILURE_TEXT = {
     "segment_left_behind": "a segment the gateway wrote is still in the shm dir after the request (a leak)",
     "request_failed": "the gateway answered with an error",
 }
+
+
+def expectation(expect: str | None, mode: str, default: str, v: Verdict) -> tuple[str, bool]:
+    """(the path expected, whether the run met it).
+
+    ``expect`` (the caller's --expect) wins; ``any`` accepts every path. Without it a known
+    ``auto``/``shm`` setting expects SHM: SHM-eligible tensors gone inline fail, with their
+    cause (tensors below shm_min_bytes and runs without tensors are inline or empty by design).
+    ``default``: what the caller expects otherwise ("" nothing)."""
+    if expect == "any":
+        return "", True
+    if expect:
+        return expect, v.path == expect
+    if parse_mode(mode) in (Mode.AUTO, Mode.SHM):
+        return "shm", v.path != "inline" or v.code is Cause.BELOW_SHM_MIN_BYTES
+    return default, not default or v.path == default

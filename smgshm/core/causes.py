@@ -1,0 +1,186 @@
+"""The one catalogue of why SHM does not happen: a stable code, a sentence, and a fix.
+
+probe, e2e, doctor and watch name a cause with a ``Cause``; its ``value`` is the code
+carried in JSON (never renamed: alerting keys on it). ``found`` builds the instance a
+report carries: the catalogue's meaning and fix, the case's own sentence, and the
+argv of a command that applies (it may name a dir or an address, so it is built per
+instance and shell-quoted only when shown). The README's table of causes is checked
+against this module by tests/test_causes.py.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+TRANSPORT_FLAG = "--multimodal-tensor-transport"
+
+
+class Cause(enum.Enum):
+    OTHER_HOST = "namespace_other_host"
+    PRIVATE_TMPFS = "namespace_private_tmpfs"
+    ID_SPELLING = "namespace_id_spelling"
+    NO_NAMESPACE_ID = "no_namespace_id"
+    LOCAL_ID_UNREADABLE = "namespace_unreadable"
+    MODE_INLINE = "mode_inline"
+    BELOW_SHM_MIN_BYTES = "below_shm_min_bytes"
+    ENGINE_INLINE_ONLY = "engine_inline_only"
+    SHM_WRITES_FAILING = "shm_writes_failing"
+    SHM_FULL = "shm_full"
+    SHM_TOO_SMALL = "shm_too_small"
+    SHM_PERMISSION = "shm_permission"
+    GATEWAY_PROBE_FAILED = "gateway_probe_failed"
+    PROBE_FILE_LEFT = "probe_file_left"
+    UID_MISMATCH = "uid_mismatch"
+    VERIFY_FAILED = "verify_failed"
+    NOT_GRPC = "not_grpc"
+    WORKER_PROCESSING = "worker_processing"
+    NO_MM_TENSORS = "no_mm_tensors"
+    ZMQ_LANE = "zmq_lane"
+    WORKER_UNREACHABLE = "worker_unreachable"
+    GATEWAY_NOT_READY = "gateway_not_ready"
+    INLINE_AGAINST_RULE = "inline_against_rule"
+    SOURCES_DISAGREE = "sources_disagree"
+    NO_EVIDENCE = "no_evidence"
+
+
+@dataclass(frozen=True)
+class Entry:
+    meaning: str  # what the code means, for the README table and a fix-less display
+    fix: str  # the concrete fix, in words
+
+
+_SHARE = ("share one tmpfs: docker --ipc=host or --ipc=container:<gateway>, a shared volume at /dev/shm, or a "
+          "Kubernetes emptyDir {medium: Memory} mounted at /dev/shm in both containers")  # fmt: skip
+
+CATALOGUE: dict[Cause, Entry] = {
+    Cause.OTHER_HOST: Entry(
+        "the worker runs on another host or VM (boot ids differ): it cannot open this host's segments",
+        f"SHM needs gateway and worker on one host; keep {TRANSPORT_FLAG} inline (or auto) for remote workers",
+    ),
+    Cause.PRIVATE_TMPFS: Entry("same host, but the worker's /dev/shm is a different tmpfs", _SHARE),
+    Cause.ID_SPELLING: Entry(
+        "the ids name the same tmpfs but are spelled differently; the gateway compares strings",
+        "advertise the id exactly as `smgshm ns` prints it (or as SMG's servicer computes it)",
+    ),
+    Cause.NO_NAMESPACE_ID: Entry(
+        "the worker advertises no (or a malformed) shm_namespace_id, so auto stays inline",
+        "the worker must advertise shm_namespace_id (vLLM field 10, TokenSpeed scheduler_info); SGLang, TRT-LLM "
+        "and MLX never do and always get inline",
+    ),
+    Cause.LOCAL_ID_UNREADABLE: Entry(
+        "this host's namespace id is unreadable (boot id or the shm dir cannot be read)",
+        "make /proc/sys/kernel/random/boot_id and the shm dir readable; `smgshm ns` shows what is read",
+    ),
+    Cause.MODE_INLINE: Entry(
+        "the gateway's transport mode is inline (or rdma): it never uses SHM",
+        f"restart the gateway with {TRANSPORT_FLAG} auto (or SMG_MM_TENSOR_TRANSPORT=auto; the flag wins)",
+    ),
+    Cause.BELOW_SHM_MIN_BYTES: Entry(
+        "every tensor is below the gateway's shm_min_bytes: inline by design",
+        "nothing to fix for small tensors; lower --multimodal-shm-min-bytes to move them to SHM",
+    ),
+    Cause.ENGINE_INLINE_ONLY: Entry(
+        "the worker's engine takes tensors inline only",
+        "serve with an engine that reads SHM (vLLM, TokenSpeed over gRPC), or set the gateway's transport inline",
+    ),
+    Cause.SHM_WRITES_FAILING: Entry(
+        "the gateway's SHM writes fail, so those tensors go inline",
+        "read the gateway's log for the write error; check the shm dir's space and permissions (smgshm doctor)",
+    ),
+    Cause.SHM_FULL: Entry(
+        "the shm dir is full: the gateway's SHM writes fail",
+        "free the shm dir: remove leaked segments (smgshm gc --delete), or enlarge it",
+    ),
+    Cause.SHM_TOO_SMALL: Entry(
+        "the shm dir is smaller than one tensor: the gateway's SHM writes fail however empty it is",
+        "enlarge the shm dir (docker --shm-size, a larger emptyDir sizeLimit); nothing leaked, gc frees nothing",
+    ),
+    Cause.SHM_PERMISSION: Entry(
+        "this host cannot create a 0600 segment in the shm dir (permission)",
+        "give the gateway's uid write access to the shm dir (mode 1777 on /dev/shm)",
+    ),
+    Cause.GATEWAY_PROBE_FAILED: Entry(
+        "the gateway's writability probe of /dev/shm failed at start (dev_writable=false): SHM is off for its life",
+        "remove a leftover probe file or make /dev/shm writable (smgshm gc), then restart the gateway",
+    ),
+    Cause.PROBE_FILE_LEFT: Entry(
+        "a leftover smg-tokenspeed-probe-<pid> file makes the gateway with that pid find /dev/shm unwritable",
+        "remove the leftover probe file (smgshm gc --delete), then restart the gateway",
+    ),
+    Cause.UID_MISMATCH: Entry(
+        "the worker runs as another uid and cannot open the 0600 segments",
+        "run the gateway and the worker as the same uid (segments are created 0600)",
+    ),
+    Cause.VERIFY_FAILED: Entry(
+        "the receiver could not read the canary segment byte-exactly",
+        "read the receiver's error; rerun smgshm probe --verify after fixing it",
+    ),
+    Cause.NOT_GRPC: Entry(
+        "a non-gRPC worker: SMG sends it tensors inline only",
+        "register the worker over gRPC (grpc://host:port) to let it take SHM",
+    ),
+    Cause.WORKER_PROCESSING: Entry(
+        "the gateway runs --mm-processing worker: media go to the worker as refs, no tensors",
+        "use --mm-processing router (or auto) if the gateway should send tensors",
+    ),
+    Cause.NO_MM_TENSORS: Entry(
+        "no multimodal tensors were sent (the model is not a vision model, or every request failed)",
+        "send an image to a vision model; read the requests' errors",
+    ),
+    Cause.ZMQ_LANE: Entry(
+        "the worker takes requests over ZMQ, which requires inline tensor payloads",
+        "serve the worker over gRPC to take SHM, or set the gateway's transport inline",
+    ),
+    Cause.WORKER_UNREACHABLE: Entry(
+        "the worker does not answer",
+        "check the address and that the worker's gRPC server is up (--connect-timeout to wait longer)",
+    ),
+    Cause.GATEWAY_NOT_READY: Entry(
+        "the gateway answers 502/503/504: its worker is not registered or not ready",
+        "wait for the worker to register (GET /workers), or check the worker's log",
+    ),
+    Cause.INLINE_AGAINST_RULE: Entry(
+        "the gateway sent inline although its rule says shm",
+        "read the gateway's log for the reason",
+    ),
+    Cause.SOURCES_DISAGREE: Entry(
+        "the sources of evidence (metrics, shm dir, receipts) tell different stories",
+        "rerun; if they still disagree, pass the gateway's own --metrics URL",
+    ),
+    Cause.NO_EVIDENCE: Entry(
+        "no evidence: no smg_mm_* metrics, no shm dir view and no receipts",
+        "pass the gateway's --metrics URL, or run smgshm where the gateway runs",
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Found:
+    """One cause as a report carries it: ``code`` for machines, ``message`` and ``fix`` for people."""
+
+    code: str
+    message: str
+    fix: str
+    fix_cmd: list[str] | None = None  # a command that applies, as argv; shell-quote when shown
+
+
+def found(cause: Cause, message: str = "", fix_cmd: Sequence[str] | None = None, fix: str = "") -> Found:
+    """The instance of ``cause``: the case's sentence (default: the catalogue's meaning) and its fix."""
+    entry = CATALOGUE[cause]
+    return Found(cause.value, message or entry.meaning, fix or entry.fix, list(fix_cmd) if fix_cmd else None)
+
+
+def for_sharing(sharing: str) -> Cause | None:
+    """The cause of a namespace verdict (``host.namespace.Sharing`` values and probe's verdicts)."""
+    return {
+        "other_host": Cause.OTHER_HOST,
+        "private_tmpfs": Cause.PRIVATE_TMPFS,
+        "spelling": Cause.ID_SPELLING,
+        "undetermined": Cause.NO_NAMESPACE_ID,
+        "unreachable": Cause.WORKER_UNREACHABLE,
+        "uid_mismatch": Cause.UID_MISMATCH,
+        "verify_failed": Cause.VERIFY_FAILED,
+        "not_grpc": Cause.NOT_GRPC,
+    }.get(sharing)
