@@ -88,19 +88,18 @@ def test_serve_worker_receipts_agree(
     assert "pixel_values" in run["cause"]
 
 
-def test_sources_that_disagree_are_undetermined(
+def test_another_gateways_metrics_are_never_judged(
     children: Children, gateways: list[RunningGateway], tmp_path: Path, model_dir: str
 ) -> None:
-    """Another gateway's metrics beside this gateway's segments: exit 6, never a guess."""
+    """Another gateway's metrics beside this gateway's segments: refused (exit 4) before any request,
+    the hint naming its own (it was judged: undetermined at best, a wrong verdict at worst)."""
     addr = mm_shm_worker(children, model_dir)
     a = gateway(gateways, tmp_path, model_dir, addr, mode="shm")
     b = gateway(gateways, tmp_path, model_dir, addr, mode="shm")
     e2e_json(b, "-n", "1")  # b has now metered tensors: its counters are exported
-    argv = ["--json", "e2e", "--gateway", a.http_url, "--metrics", b.metrics_url, "-n", "1"]
-    [run] = run_cli(*argv, exit=6).json["result"]["runs"]
-    assert run["path"] == "undetermined"
-    assert run["agree"] is False
-    assert "disagree" in run["cause"]
+    res = run_cli("e2e", "--gateway", a.http_url, "--metrics", b.metrics_url, "-n", "1", exit=4)
+    assert f"served by pid {b.pid}, not by the gateway (pid {a.pid})" in res.stderr
+    assert f"--metrics {a.metrics_url}" in res.stderr
 
 
 def test_running_tests_the_gateway_found_here(

@@ -101,7 +101,8 @@ E2E_RUN_KEYS = {
 }  # fmt: skip
 CAUSE_KEYS = {"code", "fix", "fix_cmd", "message"}
 E2E_REQUEST_KEYS = {"completion_tokens", "elapsed_ms", "error", "ok", "status", "stream"}
-E2E_METRICS_KEYS = {"available", "nbytes", "note", "processing", "shm_write_failures", "tensors", "url"}
+E2E_METRICS_KEYS = {"available", "nbytes", "note", "owner", "processing", "shm_write_failures", "tensors",
+                    "url"}  # fmt: skip
 E2E_SHM_DIR_KEYS = {"available", "gateway_pid", "name_pid", "note", "probe_file_left", "segments", "shm_dir"}
 E2E_SEGMENT_KEYS = {"end", "in_flight_ms", "name", "nbytes", "reads"}
 E2E_RECEIPTS_KEYS = {"available", "note", "partial", "receipts", "workers"}

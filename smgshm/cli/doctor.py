@@ -33,7 +33,7 @@ from smgshm.cli.params import BYTES, DURATION, HTTP_URL, shm_dir_option, worker_
 )
 @click.option("--inflight-bytes", type=BYTES, help="The in-flight budget the shm dir must hold (e.g. 2GiB).")
 @click.option("--metrics", "metrics_url", type=HTTP_URL, metavar="URL",
-              help="The --from-gateway gateway's Prometheus endpoint, for its e2e check (default host:29000).")
+              help="The --from-gateway gateway's Prometheus endpoint, for its e2e check (default: as e2e finds it).")
 @click.option("--e2e/--no-e2e", default=True, show_default=True,
               help="Real image requests through --from-gateway, or (no worker) the embedded real gateway.")  # fmt: skip
 @click.option("--gateway-pid", "gateway_pids", multiple=True, type=click.IntRange(1), metavar="PID",

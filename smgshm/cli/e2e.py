@@ -53,7 +53,8 @@ def _unwind_on_term() -> Iterator[None]:
 @click.option("--api-key", envvar="SMG_API_KEY", help="The gateway's --api-key (sent to that origin only).")
 @click.option("--model", help="The model to ask (default: the gateway's first from /v1/models).")
 @click.option("--metrics", "metrics_url", type=HTTP_URL, metavar="URL",
-              help="Its Prometheus endpoint (default: host:29000/metrics).")
+              help="Its Prometheus endpoint (default: its own, when it runs here; else host:29000/metrics, "
+              "used only once shown to be the gateway's).")  # fmt: skip
 @click.option("--image-size", type=click.IntRange(28, 4096), default=448, show_default=True, metavar="PX",
               help="Side of the generated square PNG.")  # fmt: skip
 @click.option("-n", "--requests", type=click.IntRange(1, 1000), default=3, show_default=True,
@@ -92,6 +93,12 @@ def e2e(app: App, gateway: str | None, running: bool, gateway_pid: int | None, a
     its receipts. The sources must agree, else the verdict is undetermined (exit
     6). The cause is the gateway's own rule (the one probe explains). The pixels
     are computed by the gateway, so this proves the path, not the bytes.
+
+    The metrics are the gateway's own, never a neighbour's: on this host, its
+    process's own /metrics port; otherwise --metrics (or host:29000) only once
+    its request counter has counted exactly the few requests smgshm sends to an
+    unknown route of the gateway first. Unproven, e2e sends no chat request and
+    exits 4 naming --metrics.
 
     --running tests the gateway that runs on this host, found by its process
     title smg::router with its HTTP and metrics ports (--gateway-pid when

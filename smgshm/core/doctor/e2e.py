@@ -30,9 +30,11 @@ def check_e2e(gateway: str | None, api_key: str | None, facts: HostFacts, timeou
         report = run_against(gateway, opts, facts=facts) if gateway else run_embedded(opts, facts=facts)
     except SmgshmError as err:
         return [Check("e2e", "fail", str(err), err.hint or "", err.outcome)]
-    fix_cmd = shlex.join(smgshm_cmd(shm_dir, "e2e", *(["--gateway", gateway] if gateway else [])))
     out = []
     for run in report.runs:
+        # The metrics it read (the gateway's own, found or proven): the command works when pasted.
+        args = ["--gateway", gateway, "--metrics", run.metrics_url] if gateway else []
+        fix_cmd = shlex.join(smgshm_cmd(shm_dir, "e2e", *args))
         name = f"e2e {run.label}" if report.embedded else f"e2e {gateway}"
         summary = f"{run.cause} (p50 {run.p50_ms:.0f} ms; evidence: {', '.join(run.shm_tensors_by_source) or 'none'})"
         if run.path == "undetermined":

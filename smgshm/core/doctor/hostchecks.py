@@ -73,10 +73,11 @@ def _read_log(path: str) -> TransportConfig | None:
         return None
 
 
-def _e2e_hint(http_url: str) -> str:
+def _e2e_hint(http_url: str, metrics_url: str) -> str:
+    """The e2e command for a gateway found here, naming the metrics port found with it: it works when pasted."""
     if not http_url or importlib.util.find_spec("smgshm.core.e2e.run") is None:
         return ""
-    return shlex.join(["smgshm", "e2e", "--gateway", http_url])
+    return shlex.join(["smgshm", "e2e", "--gateway", http_url, *(["--metrics", metrics_url] if metrics_url else [])])
 
 
 def gateway_findings(logs: list[str], timeout: float, pids: tuple[int, ...] | None = None) -> list[GatewayFinding]:
@@ -105,7 +106,7 @@ def gateway_findings(logs: list[str], timeout: float, pids: tuple[int, ...] | No
             except SmgshmError:
                 traffic = None
         who = f"gateway pid {g.pid}"
-        finding = judge(who, config, traffic, g.metrics_url, _e2e_hint(g.http_url), g.http_url,
+        finding = judge(who, config, traffic, g.metrics_url, _e2e_hint(g.http_url, g.metrics_url), g.http_url,
                         g.ns_pid if g.ns_pid is not None else g.pid)  # fmt: skip
         out.append(GatewayFinding(g, log_path, config, traffic, finding))
     for path in unclaimed:

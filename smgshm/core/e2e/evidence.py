@@ -41,6 +41,7 @@ class MetricsEvidence:
     nbytes: dict[str, int] = field(default_factory=dict)
     shm_write_failures: int = 0
     processing: dict[str, int] = field(default_factory=dict)  # by mode: router | worker
+    owner: str = ""  # why these counters are the tested gateway's own (e2e/owner.py)
 
     @property
     def total(self) -> int:

@@ -29,10 +29,11 @@ from smgshm.core.e2e.evidence import (
     receipt_baseline,
     receipts_since,
 )
+from smgshm.core.e2e.owner import own_metrics
 from smgshm.core.e2e.verdict import FAILURE_TEXT, Context, Verdict, expectation, judge
 from smgshm.core.errors import HostError, SmgshmError
 from smgshm.core.gateway.chat import ChatOutcome, first_model, make_png, send_chat
-from smgshm.core.gateway.metrics import MM_FAMILIES, default_metrics_url, scrape
+from smgshm.core.gateway.metrics import MM_FAMILIES, scrape
 from smgshm.core.gateway.process import RunningGateway
 from smgshm.core.host.facts import HostFacts, namespace_id, writable_error
 from smgshm.core.paths import DEFAULT_SHM_DIR
@@ -132,6 +133,7 @@ class _Target:
     outcomes: list[ChatOutcome] = field(default_factory=list)
     dev_writable: bool | None = None  # the gateway's own /dev/shm probe at start, from its log
     setting_source: str = ""  # where mode and dev_writable come from ("" not known)
+    metrics_owner: str = "the gateway smgshm started with this --prometheus-port"  # why its counters are its own
 
 
 Progress = Callable[[str], None]
@@ -173,7 +175,8 @@ def _observe(targets: list[_Target], opts: E2eOptions, model: str, png: bytes, s
     writable = writable_error(opts.shm_dir, facts) is None
     runs = []
     for t in targets:
-        m = metrics_delta(before[id(t)], scrape(t.metrics_url, 10.0, MM_FAMILIES))
+        m = dataclasses.replace(metrics_delta(before[id(t)], scrape(t.metrics_url, 10.0, MM_FAMILIES)),
+                                owner=t.metrics_owner)  # fmt: skip
         if watch is not None and t.pid is not None:
             d = watch.evidence(t.pid)
         else:
@@ -256,14 +259,29 @@ def run_against(gateway_url: str, opts: E2eOptions, say: Progress = lambda _s: N
     w0 = grpc_workers[0] if grpc_workers else None
     pid = listening_pid(gateway_url) if is_local_url(gateway_url) else None
     target = _Target(
-        "gateway", gateway_url.rstrip("/"), opts.metrics_url or default_metrics_url(gateway_url), pid, "", None,
+        "gateway", gateway_url.rstrip("/"), "", pid, "", None,
         w0.runtime_type if w0 else "", w0.label_namespace_id if w0 else "", [w.url for w in grpc_workers], "",
     )  # fmt: skip
     if pid is not None:
         _read_setting(target, pid)
+    # Before any chat request: its own counters, or a refusal (never a neighbour's on port 29000).
+    owned = own_metrics(gateway_url, pid, _own_port_finder(pid), opts.metrics_url, opts.api_key, opts.timeout_s)
+    target.metrics_url, target.metrics_owner = owned.url, owned.owner
     png = make_png(opts.image_size)
     runs = _observe([target], opts, model, png, say, facts)
     return E2eReport(False, model, opts.image_size, len(png), namespace_id(opts.shm_dir, facts), runs)
+
+
+def _own_port_finder(pid: int | None) -> Callable[[], str]:
+    """Finds the metrics port of process ``pid`` (its port answering /metrics with SMG's counters; "" none),
+    as --running and doctor do; asked only when needed, since it asks each of the process's ports."""
+
+    def find() -> str:
+        from smgshm.core.gateway.running import inspect_gateway
+
+        return inspect_gateway(pid).metrics_url if pid is not None else ""
+
+    return find
 
 
 def _read_setting(t: _Target, pid: int) -> None:
