@@ -126,7 +126,7 @@ def _worker_check(g: JudgedGateway, w: GatewayWorker, r: WorkerReport | None, sk
         return Check(name, "fail", f"worker {w.url} unreachable: {r.reason}; the gateway's requests to it fail",
                      PROBE_FIXES["unreachable"][0], Outcome.UNREACHABLE, cause="worker_unreachable")  # fmt: skip
     if r.verdict == "shared":
-        label = r.gateway_label or ""
+        label = w.label_namespace_id  # what the gateway decides by: its record, not what the worker says now
         if g.mode == "auto" and label != r.namespace_id:
             return Check(name, "fail", f"the gateway recorded shm_namespace_id {label or '(none)'!r} at registration "
                          f"but the worker advertises {r.namespace_id!r}: under auto it stays inline (labels are read "
