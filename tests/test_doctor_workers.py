@@ -94,3 +94,31 @@ def test_a_segment_stranded_by_a_live_gateway_fails_with_its_bytes_and_the_verdi
     assert out[0].startswith("doctor: 1 check(s) failed: stranded"), out[:3]
     assert any(ln.startswith("[FAIL] stranded: ") for ln in out)
     assert os.path.exists(os.path.join(shm_dir, name)), "doctor only reports; it deletes nothing"
+
+
+def _w(url: str, ns: str, *, model: str = "m", kind: str = "regular", override: str = "") -> Any:
+    from smgshm.core.gateway.admin import GatewayWorker
+
+    return GatewayWorker("id", url, "grpc", "vllm", ns, True, "ready", model, kind, override)
+
+
+HERE = "5ef74ec3-0000-4000-8000-000000000000:27"
+
+
+def test_the_lint_names_ignored_overrides_and_a_decode_worker_in_another_namespace() -> None:
+    from smgshm.core.doctor.gatewayworkers import JudgedGateway, lint
+
+    g = JudgedGateway("gateway 7", "http://127.0.0.1:1", "auto", HERE)
+    out = {c.cause: c for c in lint(g, [
+        _w("grpc://a:1", HERE, kind="prefill", override="multimodal_tensor_transport=shm"),
+        _w("grpc://b:1", FOREIGN_ID, kind="decode"),
+    ])}  # fmt: skip
+    assert out["worker_override_ignored"].status == "warn"
+    assert "SMG ignores per-worker transport settings" in out["worker_override_ignored"].summary
+    assert out["pd_decode_namespace"].status == "fail"
+    assert "grpc://b:1" in out["pd_decode_namespace"].summary
+    assert out["mixed_namespace_ids"].status == "warn"
+    # Under inline nothing goes through SHM: mixed ids and a foreign decode worker say nothing.
+    inline = lint(JudgedGateway("gateway 7", "http://127.0.0.1:1", "inline", HERE), [
+        _w("grpc://a:1", HERE, kind="prefill"), _w("grpc://b:1", FOREIGN_ID, kind="decode")])  # fmt: skip
+    assert inline == []
