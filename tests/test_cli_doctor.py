@@ -38,8 +38,8 @@ PY = sys.executable
 SHM = "/dev/shm"
 ENVELOPE = {"smgshm_version", "schema_version", "command", "ok", "result", "warnings"}
 RESULT_KEYS = {"checks", "embedded_receiver", "workers", "host"}
-CHECK_KEYS = {"name", "status", "summary", "fix", "code", "fix_cmd", "names_hex"}
-STATUSES = {"ok", "warn", "fail", "skip"}
+CHECK_KEYS = {"name", "status", "summary", "fix", "code", "fix_cmd", "names_hex", "cause"}
+STATUSES = {"ok", "warn", "fail", "skip", "info"}
 SEVERITY = [4, 5, 3, 6, 1, 0]  # the documented order: the worst code of the failing checks wins
 REAPERS = {"reaper: RemoveIPC", "reaper: tmpfiles"}
 HOST_CHECKS = ["shm usage", "capacity", "page size"]  # between leaks and the reapers (plus one per gateway)
@@ -290,7 +290,7 @@ def _assert_embedded_all_ok(doc: dict[str, Any], shm: str, shm_dir_status: str =
     ]  # fmt: skip
     for c in r["checks"]:
         allowed = (
-            {"ok", "warn"}
+            {"ok", "warn", "info"}
             if c["name"] in REAPERS | {"liveness", "page size"}
             else {"skip"}
             if c["name"] in ("e2e", "gateways")  # --no-gateways: other processes' gateways are not judged
@@ -344,8 +344,8 @@ def test_human_mode_prints_one_line_per_check(shm_dir: str) -> None:
     res = run_cli("--no-color", "doctor", "--no-gateways", "--shm-dir", shm_dir, exit=0)
     lines = res.stdout.splitlines()
     warned = [ln for ln in lines if ln.startswith("[warn]")]
-    # The last line says what the exit code says: warnings are advice, counted, never "all passed".
-    assert lines[-1] == (f"doctor: passed with {len(warned)} warning(s)" if warned else "doctor: all checks passed")
+    # The first line says what the exit code says: warnings are counted, never "all passed".
+    assert lines[0] == (f"doctor: passed with {len(warned)} warning(s)" if warned else "doctor: all checks passed")
     rows = [ln for ln in lines if ln.startswith("[") and not ln[7:].startswith("gateway")]
     names = [ln[7:].split(":", 1)[0] if not ln[7:].startswith("probe") else "probe" for ln in rows]
     assert names == [
@@ -353,13 +353,13 @@ def test_human_mode_prints_one_line_per_check(shm_dir: str) -> None:
         "reaper", "reaper",
     ]  # fmt: skip
     for ln in rows:
-        if ln.startswith(("[warn] reaper: ", "[warn] page size: ", "[skip] e2e: ")):
+        if ln.startswith(("[warn] reaper: ", "[info] page size: ", "[skip] e2e: ")):
             continue  # a reaper may warn on this machine, 4 KiB pages are advice; neither fails the run
         assert ln.startswith("[ok  ] "), ln
     assert rows[3].startswith("[ok  ] probe 127.0.0.1:")
     # Nothing else: no fix lines (nothing failed), no JSON.
     # (a fix that is longer than the terminal wraps, its continuation indented under it)
-    extra = [ln for ln in lines[:-1] if not ln.startswith(("[", "       fix: ", " " * 12))]
+    extra = [ln for ln in lines[1:] if not ln.startswith(("[", "       fix: ", " " * 12))]
     assert extra == [], extra
 
 
@@ -571,7 +571,7 @@ def test_human_mode_prints_the_fix_and_the_failure_count(children: Children, shm
     i = next(i for i, ln in enumerate(lines) if ln.startswith("[FAIL] leaks: "))
     assert lines[i + 1] == "       fix: reap them:"
     assert lines[i + 2] == "            " + quote_cmd(["smgshm", "gc", "--delete", "--shm-dir", shm_dir])
-    assert lines[-1] == "doctor: 1 check(s) failed"
+    assert lines[0] == "doctor: 1 check(s) failed: leaks", "the verdict first, naming what failed"
 
 
 @needs_init_pidns

@@ -38,22 +38,32 @@ from smgshm.cli.params import BYTES, DURATION, HTTP_URL, shm_dir_option, worker_
               help="Real image requests through --from-gateway, or (no worker) the embedded real gateway.")  # fmt: skip
 @click.option("--gateway-pid", "gateway_pids", multiple=True, type=click.IntRange(1), metavar="PID",
               help="Judge only this gateway running here (repeatable); default: every one found.")  # fmt: skip
+@click.option("--stranded-after", "stranded_after_s", type=DURATION, default="5m", show_default=True,
+              help="A live gateway's segment this old that nobody holds is stranded.")  # fmt: skip
 @click.option("--no-gateways", is_flag=True,
               help="Do not look at the gateways running here (another team's, on a shared host).")  # fmt: skip
 @shm_dir_option
 @click.pass_obj
 def doctor(app: App, workers: tuple[str, ...], from_gateway: str | None, api_key: str | None, timeout: float,
            gateway_logs: tuple[str, ...], inflight_bytes: int | None, metrics_url: str | None, e2e: bool,
-           gateway_pids: tuple[int, ...], no_gateways: bool, shm_dir: str) -> None:  # fmt: skip
+           gateway_pids: tuple[int, ...], stranded_after_s: float, no_gateways: bool,
+           shm_dir: str) -> None:  # fmt: skip
     """Check everything SMG's SHM transport needs here, and say how to fix what fails.
 
     In order: this host's namespace id and shm dir (tmpfs, size, Docker's 64 MiB
     default, free space, writable as the gateway's probe needs); each worker's
     probe, verified with a canary segment; a verified send of inline and SHM
     tensors where the worker is a smgshm receiver; a gc scan (leaks, hazards,
-    leftover probe files); the SMG gateways running here (process title
-    smg::router: pid, uid, uptime, HTTP and metrics ports) and their transport
-    from evidence (the start-up log line, metrics since start); what fills the
+    leftover probe files, and segments a live gateway stranded: SMG never
+    removes its own while it lives); the SMG gateways running here (process
+    title smg::router: pid, uid, uptime, HTTP and metrics ports) and their
+    transport from evidence (the start-up log line, metrics since start); for
+    each gateway judged (and --from-gateway's), its workers from GET /workers,
+    each probed as probe --from-gateway does (bounded, concurrent), and a lint
+    of its configuration before any request (one model on workers of mixed or
+    empty namespace ids under auto/shm: a retry can send a handle to a worker
+    that cannot open it; per-worker transport settings, which SMG ignores; a PD
+    decode worker in another namespace, which turns auto inline); what fills the
     shm dir by family and whether its free space holds the in-flight budget; the
     page-size policy (huge= and shmem_enabled) with what huge pages would gain;
     and reapers that would delete live segments (systemd-logind RemoveIPC,
@@ -62,6 +72,23 @@ def doctor(app: App, workers: tuple[str, ...], from_gateway: str | None, api_key
     image chat requests go through that gateway and the check says which path
     their tensors took and why (smgshm e2e); with no worker and smg installed,
     the same through the embedded real gateway under shm, auto and inline.
+
+    The verdict comes first, then one line per check ([info] lines are advice,
+    never counted as warnings). The probe of the embedded receiver is labelled
+    so: it says this host can read its own segments, nothing about a real
+    worker.
+
+    Page size: on 4 KiB pages doctor shows what huge=within_size would gain and
+    the remount command. huge=within_size allocates 2 MiB pages only inside each
+    file's size, so small files stay on 4 KiB pages (huge=always rounds every
+    file up to 2 MiB of memory); huge pages need free contiguous memory, else
+    the kernel falls back to 4 KiB pages; in a container only a privileged one
+    (or the host, for --ipc=host or a bind mount) can remount; Docker's
+    --shm-size mount and a Kubernetes emptyDir (medium: Memory) take no huge=
+    option, so there set shmem_enabled=force on the node (it applies to every
+    tmpfs and shared memory) or mount a huge tmpfs on the host and bind it;
+    emptyDir medium: HugePages is hugetlbfs (pre-reserved pages, no write(2)),
+    not the same thing. smgshm never remounts.
 
     Exit with the worst code of the checks: 4, 5, 3, 6, 1, then 0.
 
@@ -79,23 +106,19 @@ def doctor(app: App, workers: tuple[str, ...], from_gateway: str | None, api_key
     if no_gateways and gateway_pids:
         raise click.UsageError("--no-gateways and --gateway-pid contradict each other")
     addresses = list(workers)
+    listed = None
     if from_gateway:
         from smgshm.core.gateway.admin import list_workers
 
-        addresses += [w.url for w in list_workers(from_gateway, api_key, timeout) if w.grpc]
+        listed = list_workers(from_gateway, api_key, timeout)
+        addresses += [w.url for w in listed if w.grpc]
         if not addresses:
             raise click.UsageError(f"the gateway at {from_gateway} has no gRPC workers to check")
-    live = not app.json
-
-    def say(c: object) -> None:
-        if live and not app.quiet:
-            view.doctor_check(app, c)
-
-    report = run_doctor(addresses, shm_dir=shm_dir, timeout=timeout, on_check=say, gateway_logs=list(gateway_logs),
-                        inflight_bytes=inflight_bytes, gateway=from_gateway, api_key=api_key, e2e=e2e,
-                        metrics_url=metrics_url,
-                        gateway_pids=() if no_gateways else (gateway_pids or None))  # fmt: skip
+    with view.progress(app) as say:
+        report = run_doctor(addresses, shm_dir=shm_dir, timeout=timeout, on_check=say,
+                            gateway_logs=list(gateway_logs), inflight_bytes=inflight_bytes, gateway=from_gateway,
+                            api_key=api_key, e2e=e2e, metrics_url=metrics_url,
+                            gateway_pids=() if no_gateways else (gateway_pids or None),
+                            stranded_after_s=stranded_after_s, gateway_workers=listed)  # fmt: skip
     worst = for_outcome(outcomes.worst(c.code for c in report.failed))
-    if live:
-        view.headline(app, report)
-    click.get_current_context().exit(app.emit_rendered(report, worst))
+    click.get_current_context().exit(app.emit(report, view.report, worst))

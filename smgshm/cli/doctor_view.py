@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
@@ -11,17 +13,34 @@ from smgshm.cli.fmt import fix_line, prose, quote_cmd, safe
 if TYPE_CHECKING:
     from smgshm.cli.app import App
 
-_MARK = {"ok": ("ok  ", "green"), "warn": ("warn", "yellow"), "fail": ("FAIL", "bold red"), "skip": ("skip", "dim")}
+_MARK = {
+    "ok": ("ok  ", "green"),
+    "warn": ("warn", "yellow"),
+    "fail": ("FAIL", "bold red"),
+    "skip": ("skip", "dim"),
+    "info": ("info", "cyan"),
+}
+
+
+@contextmanager
+def progress(app: App) -> Iterator[Callable[[Any], None]]:
+    """While doctor runs: the check just finished, on a terminal's stderr only (transient: the verdict and
+    the checks follow on stdout)."""
+    if app.json or app.quiet or not app.err_console.is_terminal:
+        yield lambda c: None
+        return
+    with app.err_console.status("doctor: starting") as status:
+        yield lambda c: status.update(safe(f"doctor: {c.name} done"))
 
 
 def doctor_check(app: App, check: Any) -> None:
-    """One line per check as it finishes, then its fix on the next line."""
+    """One line per check, then its fix on the next line (and an advice's command)."""
     mark, style = _MARK.get(check.status, (check.status, ""))
     # Summaries carry strangers' strings (log paths, names): escaped, never raw control characters.
     prose(app.console, Text(f"[{mark}] ", style=style) + safe(f"{check.name}: ", "bold") + safe(check.summary), 7)
-    if check.status not in ("fail", "warn"):
+    if check.status not in ("fail", "warn", "info"):
         return
-    if check.fix:
+    if check.fix and check.status != "info":
         fix_line(app, check.fix)
     if getattr(check, "fix_cmd", None):
         # One line, never wrapped: it is meant to be pasted. quote_cmd makes that safe.
@@ -29,12 +48,21 @@ def doctor_check(app: App, check: Any) -> None:
 
 
 def headline(app: App, report: Any) -> None:
-    """The last line, in the exit code's terms: failed, passed with warnings, or passed."""
+    """The first line, in the exit code's terms: failed (naming the first failures), passed with warnings,
+    or passed."""
     warned = [c for c in report.checks if c.status == "warn"]
     if report.failed:
-        line, style = f"{len(report.failed)} check(s) failed", "bold red"
+        names = ", ".join(c.name for c in report.failed[:3]) + (", ..." if len(report.failed) > 3 else "")
+        line, style = f"{len(report.failed)} check(s) failed: {names}", "bold red"
     elif warned:
         line, style = f"passed with {len(warned)} warning(s)", "bold yellow"
     else:
         line, style = "all checks passed", "bold green"
-    app.console.print(Text(f"doctor: {line}", style=style))
+    app.console.print(safe(f"doctor: {line}", style))
+
+
+def report(app: App, report: Any) -> None:
+    """The verdict first, as every command says it, then every check in the order run (--quiet: the verdict)."""
+    headline(app, report)
+    for c in [] if app.quiet else report.checks:
+        doctor_check(app, c)

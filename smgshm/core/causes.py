@@ -43,6 +43,15 @@ class Cause(enum.Enum):
     INLINE_AGAINST_RULE = "inline_against_rule"
     SOURCES_DISAGREE = "sources_disagree"
     NO_EVIDENCE = "no_evidence"
+    # What doctor finds before any request: a gateway's own workers and configuration, its segments.
+    WORKER_SLOW = "worker_slow"
+    STALE_NAMESPACE_LABEL = "stale_namespace_label"
+    WORKERS_UNLISTED = "workers_unlisted"
+    NO_WORKERS = "no_workers"
+    MIXED_NAMESPACE_IDS = "mixed_namespace_ids"
+    WORKER_OVERRIDE_IGNORED = "worker_override_ignored"
+    PD_DECODE_NAMESPACE = "pd_decode_namespace"
+    SEGMENTS_STRANDED = "segments_stranded"
 
 
 @dataclass(frozen=True)
@@ -152,6 +161,42 @@ CATALOGUE: dict[Cause, Entry] = {
     Cause.NO_EVIDENCE: Entry(
         "no evidence: no smg_mm_* metrics, no shm dir view and no receipts",
         "pass the gateway's --metrics URL, or run smgshm where the gateway runs",
+    ),
+    Cause.WORKER_SLOW: Entry(
+        "a worker the gateway lists did not answer doctor's probe within its budget",
+        "probe it alone: smgshm probe ADDRESS",
+    ),
+    Cause.STALE_NAMESPACE_LABEL: Entry(
+        "the gateway recorded another shm_namespace_id at registration than the worker advertises now "
+        "(labels are read once): under auto it stays inline",
+        "re-register the worker (DELETE then POST /workers) or restart the gateway",
+    ),
+    Cause.WORKERS_UNLISTED: Entry(
+        "the gateway's GET /workers did not answer, so its workers could not be probed",
+        "check that the gateway's HTTP port answers GET /workers",
+    ),
+    Cause.NO_WORKERS: Entry(
+        "the gateway has no worker registered",
+        "register its workers (--worker-urls, or POST /workers)",
+    ),
+    Cause.MIXED_NAMESPACE_IDS: Entry(
+        "one model is served by workers with different or empty namespace ids under auto/shm: a retry can "
+        "send a handle to a worker that cannot open it",
+        "serve one model from workers that share the gateway's /dev/shm, or put the others under another "
+        "model name or gateway",
+    ),
+    Cause.WORKER_OVERRIDE_IGNORED: Entry(
+        "a per-worker transport setting (field or label) that SMG ignores although its docs promise it",
+        "set the gateway's own --multimodal-tensor-transport / --multimodal-shm-min-bytes instead",
+    ),
+    Cause.PD_DECODE_NAMESPACE: Entry(
+        "a PD decode worker in another namespace than the gateway: under auto every request goes inline",
+        "run the decode workers where they share the gateway's /dev/shm",
+    ),
+    Cause.SEGMENTS_STRANDED: Entry(
+        "a live gateway's segments that no worker will read: SMG never removes its own while it lives",
+        "restart the gateway (it sweeps its own at its first SHM write), or smgshm gc --delete "
+        "--include-stale after the stale age",
     ),
 }
 

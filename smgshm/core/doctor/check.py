@@ -5,13 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from smgshm.core.causes import Cause
 from smgshm.core.outcomes import Outcome
 
 
 @dataclass(frozen=True)
 class Check:
     name: str
-    status: str  # ok | warn | fail | skip
+    status: str  # ok | warn | fail | skip | info (advice, never counted as a warning)
     summary: str
     fix: str = ""
     code: Outcome = Outcome.OK  # what this check asks the run to end as (JSON: its exit code)
@@ -19,6 +20,7 @@ class Check:
     # and the exact bytes (hex) of the entry names the check is about: names may be invalid UTF-8.
     fix_cmd: list[str] = field(default_factory=list)
     names_hex: list[str] = field(default_factory=list)
+    cause: Cause | None = None  # the catalogue's cause of a failure or warning (JSON: its code, or null)
 
 
 # How a group of checks hands its results on as each finishes (doctor shows them live).

@@ -49,6 +49,9 @@ def check_e2e(gateway: str | None, api_key: str | None, facts: HostFacts, timeou
             out.append(Check(name, "warn", summary, "see the cause; smgshm probe --from-gateway shows each worker"))
         else:
             out.append(Check(name, "ok", summary))
+    kept = [f"{run.label}: {run.gateway_log}" for run in report.runs if run.gateway_log]
+    if kept:  # say where the logs it kept are, whatever the verdict
+        out.append(Check("e2e logs", "info", "gateway logs kept: " + "; ".join(kept)))
     if report.removed_at_stop or report.processes_left:
         what = f"{len(report.removed_at_stop)} segment(s), {len(report.processes_left)} process(es)"
         out.append(Check("e2e cleanup", "fail", f"left behind: {what}", "a bug in smgshm: report it",

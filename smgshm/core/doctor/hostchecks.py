@@ -9,7 +9,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from smgshm.core.doctor.check import AddChecks, Check
+from smgshm.core.doctor.gatewayworkers import JudgedGateway, check_gateway_workers
 from smgshm.core.errors import SmgshmError
+from smgshm.core.gateway.admin import GatewayWorker
 from smgshm.core.gateway.log import LogBudget, TransportConfig, read_open_log, read_transport_config
 from smgshm.core.gateway.metrics import MM_FAMILIES, MmTraffic, mm_traffic, scrape
 from smgshm.core.gateway.mode import ModeFinding, judge
@@ -25,10 +27,8 @@ from smgshm.core.host.capacity import (
 )
 from smgshm.core.host.facts import HostFacts
 from smgshm.core.host.pagesize import (
-    CAVEATS,
     ELSEWHERE,
     PagePolicy,
-    age_text,
     load_last_what_if,
     page_policy,
     remount_argv,
@@ -117,6 +117,31 @@ def gateway_findings(logs: list[str], timeout: float, pids: tuple[int, ...] | No
             out.append(GatewayFinding(None, path, None, None, unreadable))
             continue
         out.append(GatewayFinding(None, path, config, None, judge(f"log {path}", config, None)))
+    return out
+
+
+def judged_gateways(findings: list[GatewayFinding], from_gateway: str | None,
+                    from_gateway_workers: list[GatewayWorker] | None = None) -> list[JudgedGateway]:  # fmt: skip
+    """The gateways whose workers doctor probes and lints: each found here with an HTTP port, and ``from_gateway``
+    (its ``GET /workers`` already asked: ``from_gateway_workers``)."""
+    from smgshm.core.gateway.http import normalize_url
+    from smgshm.core.host.namespace import read_namespace_id
+
+    out = []
+    remote = normalize_url(from_gateway).rstrip("/") if from_gateway else ""
+    listed = tuple(from_gateway_workers) if from_gateway_workers is not None else None
+    for f in findings:
+        g = f.gateway
+        if g is None or not g.http_url or g.inspect == "gone":
+            continue
+        mode = f.log.mode if f.log is not None else f.finding.mode
+        mine = normalize_url(g.http_url).rstrip("/") == remote
+        remote = "" if mine else remote
+        own_id = read_namespace_id(proc_root=f"/proc/{g.pid}/root")  # its /dev/shm, as its mount namespace sees it
+        out.append(JudgedGateway(f"gateway {g.pid}", g.http_url, mode, own_id, probe=not mine,
+                                 workers=listed if mine else None))  # fmt: skip
+    if remote:
+        out.append(JudgedGateway(f"gateway {remote}", remote, probe=False, workers=listed))
     return out
 
 
@@ -296,22 +321,11 @@ def check_page_policy(facts: HostFacts) -> tuple[list[Check], PagePolicy | None,
         return [Check("page size", "ok", f"{shm_dir}: {p.reason}")], p, last
     if not p.shmem_enabled or p.shmem_enabled == "deny":
         return [Check("page size", "ok", f"{shm_dir}: 4 KiB pages ({p.reason}); nothing to gain by a remount")], p, last
-    if last:
-        a, b = last["smg_writer_gb_per_s"]
-        gain = (
-            f"measured here by smgshm bench --what-if huge-pages ({age_text(last['measured_unix_s'])}): "
-            f"SMG's writer {a:.2f} -> {b:.2f} GB/s ({b / a:.1f}x), its whole path "
-            f"{last['end_to_end_speedup']:.1f}x at {mib_size(last['nbytes'])}"
-        )
-    else:
-        a, b = ELSEWHERE["smg_writer_gb_per_s"]
-        gain = (
-            f"measured elsewhere (issue 17, 64 MiB segments): SMG's writer {a:.2f} -> {b:.2f} GB/s "
-            f"({b / a:.1f}x); measure here: sudo smgshm bench --what-if huge-pages"
-        )
-    summary = f"{shm_dir}: 4 KiB pages ({p.reason}); with huge={'within_size'} {gain}"
-    fix = f"as root on the host, below (smgshm never remounts). Caveats: {CAVEATS}"
-    return [Check("page size", "warn", summary, fix, fix_cmd=remount_argv(shm_dir))], p, last
+    a, b = (last or ELSEWHERE)["smg_writer_gb_per_s"]
+    where = "measured here" if last else "measured elsewhere"
+    # Advice, not a warning, in two lines at most (this and the command); what it costs is in doctor --help.
+    summary = f"4 KiB pages; huge: SMG's writer {b / a:.1f}x faster ({where})"
+    return [Check("page size", "info", summary, fix_cmd=remount_argv(shm_dir))], p, last
 
 
 def run_host_checks(
@@ -321,11 +335,16 @@ def run_host_checks(
     gateway_logs: list[str] | None = None,
     inflight_bytes: int | None = None,
     gateway_pids: tuple[int, ...] | None = None,
+    api_key: str | None = None,
+    from_gateway: str | None = None,
+    from_gateway_workers: list[GatewayWorker] | None = None,
 ) -> HostFindings:
     """doctor's host checks in order, each reported through ``add`` as it finishes.
 
     ``facts``: this host's, as the run read them once. ``gateway_pids`` limits the gateway checks
-    to those pids (``()``: none; None: every one here).
+    to those pids (``()``: none; None: every one here). Each gateway judged, and ``from_gateway``,
+    has its workers listed, probed (those of ``from_gateway`` are probed already, as doctor's
+    workers) and its configuration linted.
     """
     findings = gateway_findings(list(gateway_logs or []), timeout, gateway_pids)
     if gateway_pids == ():
@@ -336,6 +355,7 @@ def run_host_checks(
     for pid in sorted(set(gateway_pids or ()) - seen):
         add([Check(f"gateway {pid}", "fail", f"no SMG gateway (process title {GATEWAY_TITLE}) runs here with pid {pid}",
                    "list them with smgshm doctor (without --gateway-pid)", Outcome.UNREACHABLE)])  # fmt: skip
+    add(check_gateway_workers(judged_gateways(findings, from_gateway, from_gateway_workers), api_key, facts, timeout))
     usage, verdict = None, None
     try:
         usage = shm_usage(facts.shm_dir)

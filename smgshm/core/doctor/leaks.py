@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+from smgshm.core.causes import Cause
 from smgshm.core.doctor.check import Check
 from smgshm.core.errors import SmgshmError
 from smgshm.core.outcomes import Outcome
 from smgshm.core.paths import smgshm_cmd
+from smgshm.core.units import short_duration
+
+# A segment lives for one request (the worker reads and unlinks it at once, or the gateway removes it when the
+# request fails): one of a live gateway's, nobody holding it, this old, will never be read.
+STRANDED_AFTER_S = 300.0
 
 
-def check_leaks(shm_dir: str) -> list[Check]:
-    from smgshm.core.segments.judge import ScanOptions
+def check_leaks(shm_dir: str, stranded_after_s: float = STRANDED_AFTER_S) -> list[Check]:
+    from smgshm.core.segments.judge import ScanOptions, State
     from smgshm.core.segments.scan import scan_segments
 
     try:
-        r = scan_segments(ScanOptions(shm_dir))
+        r = scan_segments(ScanOptions(shm_dir, stale_after_s=stranded_after_s))
     except SmgshmError as err:
         return [Check("leaks", "fail", str(err), err.hint or "", Outcome.HOST)]
     c = r.counts
@@ -31,6 +37,26 @@ def check_leaks(shm_dir: str) -> list[Check]:
         )
     else:
         out.append(Check("leaks", "ok", f"{len(r.segments)} SMG segment(s), none leaked"))
+    stranded = [s for s in r.segments if s.state is State.STALE and s.kind == "gateway"]
+    if stranded:
+        nbytes = sum(s.frees_bytes for s in stranded)
+        pids = sorted({s.producer_pid for s in stranded if s.producer_pid is not None})
+        after, secs = short_duration(stranded_after_s), f"{int(stranded_after_s)}s"
+        out.append(
+            Check(
+                "stranded",
+                "fail",
+                f"{len(stranded)} segment(s) of live gateway pid(s) {', '.join(map(str, pids))} older than {after} "
+                f"with no reader: {nbytes} bytes held (a worker died or refused a request before reading)",
+                "no worker will read them, and SMG never removes its own while it lives (not even on SIGTERM; a "
+                "restarted gateway sweeps them at its first SHM write); free them now:",
+                Outcome.CHECK_FAILED,
+                fix_cmd=smgshm_cmd(
+                    shm_dir, "gc", "--delete", "--include-stale", "--stale-after", secs, "--min-age", secs
+                ),
+                cause=Cause.SEGMENTS_STRANDED,
+            )
+        )
     if c["hazard"]:
         out.append(
             Check(

@@ -14,9 +14,10 @@ from smgshm.core.doctor.check import Check
 from smgshm.core.doctor.e2e import check_e2e
 from smgshm.core.doctor.hostchecks import HostFindings, run_host_checks
 from smgshm.core.doctor.identity import check_identity
-from smgshm.core.doctor.leaks import check_leaks
+from smgshm.core.doctor.leaks import STRANDED_AFTER_S, check_leaks
 from smgshm.core.doctor.reapers import check_reapers
 from smgshm.core.doctor.workers import check_send, check_workers
+from smgshm.core.gateway.admin import GatewayWorker
 from smgshm.core.host.facts import read_host_facts
 from smgshm.core.paths import DEFAULT_SHM_DIR
 
@@ -46,11 +47,14 @@ def run_doctor(
     e2e: bool = True,
     metrics_url: str | None = None,
     gateway_pids: tuple[int, ...] | None = None,
+    stranded_after_s: float = STRANDED_AFTER_S,
+    gateway_workers: list[GatewayWorker] | None = None,
 ) -> DoctorReport:
     """Run every check in order; with no workers, against an embedded reference receiver.
 
     With ``e2e``: real image requests through ``gateway`` (``smgshm e2e --gateway``), or,
     with no workers and no gateway, through the embedded real gateway when smg is installed.
+    ``gateway_workers``: ``gateway``'s ``GET /workers`` as already asked (for its configuration lint).
     """
     checks: list[Check] = []
 
@@ -77,7 +81,7 @@ def run_doctor(
         embedded = start_receiver(ReceiverConfig(shm_dir=shm_dir), "127.0.0.1:0")
         workers = [embedded.address]
     try:
-        found, probed = check_workers(workers, facts, timeout)
+        found, probed = check_workers(workers, facts, timeout, embedded.address if embedded else "")
         add(found)
         # The probe asked each worker for smgshm's Identity too: a send is only tried on a smgshm receiver.
         for w, report in zip(workers, probed.workers, strict=True):
@@ -91,7 +95,8 @@ def run_doctor(
             add(check_e2e(gateway, api_key, facts, timeout, metrics_url))
         else:  # SMG's gateway always writes /dev/shm: an embedded one would say nothing about this dir
             add([Check("e2e", "skip", f"skipped: SMG's gateway writes {DEFAULT_SHM_DIR}, not {shm_dir}")])
-    add(check_leaks(shm_dir))
-    host = run_host_checks(add, facts, timeout, gateway_logs, inflight_bytes, gateway_pids)
+    add(check_leaks(shm_dir, stranded_after_s))
+    host = run_host_checks(add, facts, timeout, gateway_logs, inflight_bytes, gateway_pids, api_key, gateway,
+                           gateway_workers)
     add(check_reapers())
     return DoctorReport(checks, embedded.address if embedded else "", workers, host)

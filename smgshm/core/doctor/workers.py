@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import shlex
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from smgshm.core.causes import for_sharing
 from smgshm.core.doctor.check import Check
 from smgshm.core.errors import SmgshmError
 from smgshm.core.names import probe_file_pid
@@ -13,12 +15,15 @@ from smgshm.core.outcomes import Outcome
 from smgshm.core.paths import smgshm_cmd
 
 if TYPE_CHECKING:
-    from smgshm.core.client.probe import ProbeReport
+    from smgshm.core.client.probe import ProbeReport, WorkerReport
     from smgshm.core.host.facts import HostFacts
 
 
-def check_workers(addresses: list[str], facts: HostFacts, timeout: float) -> tuple[list[Check], ProbeReport]:
-    """Each worker's probe, verified with a canary; the report says which ones are smgshm receivers."""
+def check_workers(addresses: list[str], facts: HostFacts, timeout: float,
+                  embedded: str = "") -> tuple[list[Check], ProbeReport]:  # fmt: skip
+    """Each worker's probe, verified with a canary; the report says which ones are smgshm receivers.
+
+    ``embedded``: the address of doctor's own reference receiver, labelled as such (it is no real worker)."""
     from smgshm.core.client.probe import ProbeOptions, probe
 
     shm_dir = facts.shm_dir
@@ -49,32 +54,42 @@ def check_workers(addresses: list[str], facts: HostFacts, timeout: float) -> tup
                 names_hex=[os.fsencode(name).hex()],
             )
         )
-    fixes = {
-        "other_host": ("SHM needs gateway and worker on one host", Outcome.CHECK_FAILED),
-        "private_tmpfs": (
-            "share one tmpfs: --ipc=host, --ipc=container:<gateway>, or an emptyDir "
-            "{medium: Memory} mounted at /dev/shm in both containers",
-            Outcome.CHECK_FAILED,
-        ),
-        "uid_mismatch": ("run the gateway and the worker as the same uid (segments are 0600)", Outcome.CHECK_FAILED),
-        "verify_failed": (
-            "see the reason; the worker could not read a segment this host wrote",
-            Outcome.CHECK_FAILED,
-        ),
-        "undetermined": (
-            "the worker must advertise shm_namespace_id; SGLang/TRT-LLM/MLX always get inline",
-            Outcome.UNDETERMINED,
-        ),
-        "unreachable": ("check the address and that the worker's gRPC server is up", Outcome.UNREACHABLE),
-    }
     for w in report.workers:
-        if w.verdict == "shared":
-            how = "verified with a canary segment" if w.verify and w.verify.ok else "ids match"
-            out.append(Check(f"probe {w.address}", "ok", f"{w.engine}: /dev/shm shared ({how})"))
-        else:
-            fix, code = fixes.get(w.verdict, ("", Outcome.CHECK_FAILED))
-            out.append(Check(f"probe {w.address}", "fail", f"{w.verdict}: {w.reason}", fix, code))
+        c = probe_check(w, f"probe {w.address}")
+        if w.address == embedded:
+            c = replace(c, summary=f"embedded receiver (smgshm's, in this process; no real worker): {c.summary}")
+        out.append(c)
     return out, report
+
+
+# Each probe verdict that is not "shared": its fix and the outcome it asks for.
+PROBE_FIXES: dict[str, tuple[str, Outcome]] = {
+    "other_host": ("SHM needs gateway and worker on one host", Outcome.CHECK_FAILED),
+    "private_tmpfs": (
+        "share one tmpfs: --ipc=host, --ipc=container:<gateway>, or an emptyDir "
+        "{medium: Memory} mounted at /dev/shm in both containers",
+        Outcome.CHECK_FAILED,
+    ),
+    "uid_mismatch": ("run the gateway and the worker as the same uid (segments are 0600)", Outcome.CHECK_FAILED),
+    "verify_failed": (
+        "see the reason; the worker could not read a segment this host wrote",
+        Outcome.CHECK_FAILED,
+    ),
+    "undetermined": (
+        "the worker must advertise shm_namespace_id; SGLang/TRT-LLM/MLX always get inline",
+        Outcome.UNDETERMINED,
+    ),
+    "unreachable": ("check the address and that the worker's gRPC server is up", Outcome.UNREACHABLE),
+}
+
+
+def probe_check(w: WorkerReport, name: str) -> Check:
+    """One worker's probe as a check: shared is ok; anything else fails with its fix."""
+    if w.verdict == "shared":
+        how = "verified with a canary segment" if w.verify and w.verify.ok else "ids match"
+        return Check(name, "ok", f"{w.engine}: /dev/shm shared ({how})")
+    fix, code = PROBE_FIXES.get(w.verdict, ("", Outcome.CHECK_FAILED))
+    return Check(name, "fail", f"{w.verdict}: {w.reason}", fix, code, cause=for_sharing(w.verdict))
 
 
 def check_send(address: str, facts: HostFacts, timeout: float, label: str = "") -> list[Check]:

@@ -20,6 +20,11 @@ class GatewayWorker:
     label_namespace_id: str
     is_healthy: bool
     status: str
+    # For doctor's configuration lint: which model, which role, and the per-worker transport override
+    # (SMG ignores it although its docs promise it: smg-facts §2.3).
+    model_id: str = ""
+    worker_type: str = ""
+    transport_override: str = ""
 
     @property
     def grpc(self) -> bool:
@@ -71,6 +76,7 @@ def _worker(w: Any, i: int, url: str) -> GatewayWorker:
         raise ServerError(f"gateway's GET /workers entry {i} is not a worker with a url", endpoint=url)
     labels = w.get("labels")
     label = labels.get("shm_namespace_id") if isinstance(labels, dict) else None
+    models = w.get("models") if isinstance(w.get("models"), list) else []
     return GatewayWorker(
         id=_text(w, "id"),
         # DP-aware workers are "{base}@{rank}"; dial the base.
@@ -80,4 +86,18 @@ def _worker(w: Any, i: int, url: str) -> GatewayWorker:
         label_namespace_id=label if isinstance(label, str) else "",
         is_healthy=w.get("is_healthy") is True,
         status=_text(w, "status"),
+        model_id=_text(w, "model_id") or next((m for m in models if isinstance(m, str)), ""),
+        worker_type=_text(w, "worker_type"),
+        transport_override=_override(w),
     )
+
+
+def _override(w: dict[str, Any]) -> str:
+    """The per-worker transport fields as set (``""``: none), e.g. ``multimodal_tensor_transport=shm``."""
+    labels = w.get("labels") if isinstance(w.get("labels"), dict) else {}
+    out = []
+    for key in ("multimodal_tensor_transport", "multimodal_shm_min_bytes"):
+        v = w.get(key, labels.get(key))
+        if isinstance(v, (str, int)) and not isinstance(v, bool) and v != "":
+            out.append(f"{key}={v}")
+    return " ".join(out)

@@ -1,0 +1,187 @@
+"""doctor's checks of each gateway's own workers: ``GET /workers``, each worker probed as
+``probe --from-gateway`` does, and what the configuration says before any request (the lint)."""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor, wait
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from smgshm.core.causes import Cause, for_sharing
+from smgshm.core.doctor.check import Check
+from smgshm.core.doctor.workers import PROBE_FIXES
+from smgshm.core.errors import SmgshmError
+from smgshm.core.outcomes import Outcome
+
+if TYPE_CHECKING:
+    from smgshm.core.client.probe import LocalChecks, WorkerReport
+    from smgshm.core.gateway.admin import GatewayWorker
+    from smgshm.core.host.facts import HostFacts
+
+# Bounds that keep doctor under 20 s however many gateways and workers answer slowly or not at all.
+LIST_TIMEOUT_S = 3.0  # one GET /workers
+RPC_TIMEOUT_S = 2.0  # each connect and RPC of a worker's probe
+PROBE_BUDGET_S = 10.0  # every worker's probe together; what has not answered by then is said so
+MAX_WORKERS = 64  # probed per doctor run; the rest are named as skipped
+POOL = 32
+SHM_MODES = ("auto", "shm")
+
+
+@dataclass(frozen=True)
+class JudgedGateway:
+    """A gateway doctor judges: one found here (``gateway 4242``) or ``--from-gateway``'s."""
+
+    who: str  # the checks' name prefix: "gateway 4242" | "gateway http://10.0.0.5:30000"
+    http_url: str
+    mode: str = ""  # its transport as logged ("": not known)
+    namespace_id: str = ""  # its own shm_namespace_id when known (a gateway here sharing the shm dir)
+    probe: bool = True  # probe its workers (False: doctor probes them already, as --worker addresses)
+    workers: tuple[GatewayWorker, ...] | None = None  # its GET /workers, when already asked (--from-gateway)
+
+
+def _list(g: JudgedGateway, api_key: str | None, timeout: float) -> list[GatewayWorker] | SmgshmError:
+    from smgshm.core.gateway.admin import list_workers
+
+    if g.workers is not None:
+        return list(g.workers)
+    try:
+        return list_workers(g.http_url, api_key, min(timeout, LIST_TIMEOUT_S))
+    except SmgshmError as err:
+        return err
+
+
+def _probe_all(urls: list[str], local: LocalChecks, shm_dir: str, timeout: float) -> dict[str, WorkerReport]:
+    """Each worker probed at once, each under its own timeouts, all under PROBE_BUDGET_S."""
+    from smgshm.core.client.probe import ProbeOptions, probe_worker
+
+    t = min(timeout, RPC_TIMEOUT_S)
+    opts = ProbeOptions(connect_timeout=t, timeout=t, shm_dir=shm_dir)
+    if not urls:
+        return {}
+    pool = ThreadPoolExecutor(max_workers=min(POOL, len(urls)))
+    futures = {pool.submit(probe_worker, u, opts, local): u for u in urls}
+    done, _ = wait(futures, timeout=PROBE_BUDGET_S)
+    # Never wait for the rest: each is bounded by its own timeouts and ends on its own.
+    pool.shutdown(wait=False, cancel_futures=True)
+    return {futures[f]: f.result() for f in done}
+
+
+def check_gateway_workers(
+    gateways: list[JudgedGateway], api_key: str | None, facts: HostFacts, timeout: float
+) -> list[Check]:
+    """For every gateway judged: its workers listed, each probed (a failure names the worker,
+    the cause and the fix), then the lint of its configuration."""
+    from smgshm.core.client.probe import local_checks
+
+    if not gateways:
+        return []
+    with ThreadPoolExecutor(max_workers=min(8, len(gateways))) as pool:
+        listed = list(pool.map(lambda g: _list(g, api_key, timeout), gateways))
+    urls: list[str] = []
+    for g, workers in zip(gateways, listed, strict=True):
+        if g.probe and isinstance(workers, list):
+            urls += [w.url for w in workers if w.grpc and w.url not in urls]
+    skipped = urls[MAX_WORKERS:]
+    local = local_checks(facts.shm_dir, facts)
+    t0 = time.monotonic()
+    reports = _probe_all(urls[:MAX_WORKERS], local, facts.shm_dir, timeout)
+    waited = time.monotonic() - t0
+    out: list[Check] = []
+    for g, workers in zip(gateways, listed, strict=True):
+        if isinstance(workers, SmgshmError):
+            out.append(Check(f"{g.who} workers", "warn", f"cannot list its workers: {workers}",
+                             workers.hint or "check that its HTTP port answers GET /workers",
+                             cause=Cause.WORKERS_UNLISTED))  # fmt: skip
+            continue
+        if not workers:
+            out.append(Check(f"{g.who} workers", "warn", f"no worker registered at {g.http_url}",
+                             "register its workers (--worker-urls, or POST /workers)",
+                             cause=Cause.NO_WORKERS))  # fmt: skip
+            continue
+        if g.probe:
+            for w in workers:
+                out.append(_worker_check(g, w, reports.get(w.url), w.url in skipped, waited))
+        out += lint(g, workers)
+    return out
+
+
+def _worker_check(g: JudgedGateway, w: GatewayWorker, r: WorkerReport | None, skipped: bool, waited: float) -> Check:
+    name = f"{g.who} worker {w.url}"
+    if not w.grpc:
+        return Check(name, "skip", f"a {w.connection_mode or 'non-gRPC'} worker: SMG sends it tensors inline only")
+    if skipped:
+        return Check(name, "skip", f"not probed: doctor probes the first {MAX_WORKERS} workers",
+                     f"probe it: smgshm probe {w.url}")  # fmt: skip
+    if r is None:
+        return Check(name, "warn", f"no answer to the probe within {waited:.0f} s",
+                     f"probe it alone: smgshm probe {w.url}", cause=Cause.WORKER_SLOW)  # fmt: skip
+    inline = g.mode in ("inline", "rdma")
+    if r.verdict in ("shared", "other_host", "private_tmpfs", "undetermined") and g.namespace_id:
+        # What counts is the gateway's own namespace, not the one of the shm dir doctor was given.
+        from smgshm.core.host.namespace import compare_namespace_ids
+
+        cmp = compare_namespace_ids(g.namespace_id, r.namespace_id)
+        reason = cmp.reason.replace("this host", "the gateway").replace(" here", " at the gateway")
+        r = replace(r, verdict=cmp.sharing.value, reason=reason)
+    if r.verdict == "unreachable":
+        return Check(name, "fail", f"worker {w.url} unreachable: {r.reason}; the gateway's requests to it fail",
+                     PROBE_FIXES["unreachable"][0], Outcome.UNREACHABLE, cause=Cause.WORKER_UNREACHABLE)  # fmt: skip
+    if r.verdict == "shared":
+        label = w.label_namespace_id  # what the gateway decides by: its record, not what the worker says now
+        if g.mode == "auto" and label != r.namespace_id:
+            return Check(name, "fail", f"the gateway recorded shm_namespace_id {label or '(none)'!r} at registration "
+                         f"but the worker advertises {r.namespace_id!r}: under auto it stays inline (labels are read "
+                         "once)", "re-register the worker (DELETE then POST /workers) or restart the gateway",
+                         Outcome.CHECK_FAILED, cause=Cause.STALE_NAMESPACE_LABEL)  # fmt: skip
+        return Check(name, "ok", f"{r.engine}: /dev/shm shared with this host (ids match)")
+    fix, code = PROBE_FIXES.get(r.verdict, ("", Outcome.CHECK_FAILED))
+    summary = f"worker {w.url}: {r.verdict}: {r.reason}"
+    if inline:  # the gateway sends it nothing through SHM: a fact, not a failure
+        return Check(name, "ok", f"{summary} (the gateway is {g.mode}: no SHM is sent)")
+    if r.verdict == "undetermined" and g.mode == "shm":  # shm makes no namespace check: it may still read
+        return Check(name, "warn", summary, fix, cause=for_sharing(r.verdict))
+    return Check(name, "fail", summary, fix, code, cause=for_sharing(r.verdict))
+
+
+def lint(g: JudgedGateway, workers: list[GatewayWorker]) -> list[Check]:
+    """What the configuration says before any request: each a warning or failure with its fix."""
+    out: list[Check] = []
+    shm = g.mode in SHM_MODES or not g.mode
+    under = g.mode or "auto/shm (if so configured)"
+    for w in workers:
+        if w.transport_override:
+            out.append(Check(
+                f"{g.who} config {w.url}", "warn",
+                f"worker {w.url} sets {w.transport_override}: SMG ignores per-worker transport settings although "
+                f"its docs promise them; the gateway's setting ({g.mode or 'not known'}) applies",
+                "set the transport on the gateway (--multimodal-tensor-transport, --multimodal-shm-min-bytes)",
+                cause=Cause.WORKER_OVERRIDE_IGNORED))  # fmt: skip
+    if not shm:
+        return out
+    by_model: dict[str, list[GatewayWorker]] = {}
+    for w in workers:
+        if w.grpc:
+            by_model.setdefault(w.model_id or "(unnamed)", []).append(w)
+    for model, ws in sorted(by_model.items()):
+        ids = sorted({w.label_namespace_id for w in ws})
+        if len(ws) > 1 and (len(ids) > 1 or ids == [""]):
+            shown = ", ".join(f"{w.url} {w.label_namespace_id or '(none)'}" for w in ws)
+            out.append(Check(
+                f"{g.who} config model {model}", "warn",
+                f"model {model} is served by workers of mixed or empty namespace ids ({shown}): under {under} a "
+                "retry can send an SHM handle to a worker that cannot open it",
+                "serve one model from workers of one namespace (one host, one shared tmpfs), the others under "
+                "another model name or gateway", cause=Cause.MIXED_NAMESPACE_IDS))  # fmt: skip
+        prefill = {w.label_namespace_id for w in ws if w.worker_type == "prefill"}
+        own = g.namespace_id or (next(iter(prefill)) if len(prefill) == 1 else "")
+        for w in ws:
+            if g.mode == "auto" and w.worker_type == "decode" and own and w.label_namespace_id != own:
+                out.append(Check(
+                    f"{g.who} config {w.url}", "fail",
+                    f"PD decode worker {w.url} is in namespace {w.label_namespace_id or '(none)'}, not {own}: under "
+                    "auto every request of this pair goes inline, although decode never gets pixels",
+                    "put the decode worker on the gateway's tmpfs, or run the gateway with "
+                    "--multimodal-tensor-transport shm (no namespace check; the prefill worker reads the pixels)",
+                    Outcome.CHECK_FAILED, cause=Cause.PD_DECODE_NAMESPACE))  # fmt: skip
+    return out
