@@ -165,8 +165,9 @@ def test_an_unknown_mode_is_logged_as_inline_with_the_gateways_warning(
     gateways: list[RunningGateway], tmp_path: Path
 ) -> None:
     gw = launch(gateways, tmp_path / "gw.log", env={"SMG_MM_TENSOR_TRANSPORT": "shmm"})
-    config = read_transport_config(gw.log_path)
-    assert config is not None
+    # The gateway's background logger may write the warning a moment after it is ready (a loaded host).
+    config = wait_for(lambda: (c := read_transport_config(gw.log_path)) is not None and c.warnings and c, 30,
+                      "the gateway's start-up line and its warning in its log")  # fmt: skip
     assert config.mode == "inline"
     assert any("unknown transport value" in w for w in config.warnings), config.warnings
 
