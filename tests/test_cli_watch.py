@@ -396,3 +396,50 @@ def test_a_scrape_failing_mid_run_is_said_per_interval(tmpfs: str, children: Chi
     out, err = drain(w)
     assert w.returncode == 0, err
     assert json.loads(out.splitlines()[-1])["type"] == "summary"
+
+
+def test_metrics_showing_shm_write_failures_name_the_cause_and_the_fix(tmp_path: Any) -> None:
+    import http.server
+    import threading
+
+    scrapes = [0]
+
+    class Metrics(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            n = scrapes[0] = scrapes[0] + 1  # every scrape: 2 more tensors inline, 2 more failed SHM writes
+            body = ("# TYPE smg_mm_tensors_total counter\n"
+                    f'smg_mm_tensors_total{{runtime="vllm",path="inline"}} {2 * n}\n'
+                    "# TYPE smg_mm_tensor_bytes_total counter\n"
+                    f'smg_mm_tensor_bytes_total{{runtime="vllm",path="inline"}} {400_000 * n}\n'
+                    "# TYPE smg_mm_shm_write_failures_total counter\n"
+                    f'smg_mm_shm_write_failures_total{{runtime="vllm"}} {2 * n}\n').encode()  # fmt: skip
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_args: Any) -> None:
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Metrics)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{srv.server_address[1]}/metrics"
+        args = ("watch", "--shm-dir", str(tmp_path), "--metrics", url, "--interval", "0.2", "--count", "2")
+        doc = run_cli("--json", *args).json
+        cause = doc["result"]["gateway"]["cause_info"]
+        # The gateway is on this host, so its shm dir was read: a roomy, writable dir leaves the general cause.
+        assert cause["code"] == "shm_writes_failing"
+        assert cause["fix_cmd"] == ["smgshm", "doctor", "--shm-dir", str(tmp_path)]
+        assert "SHM write(s) failed" in cause["message"]
+        out = run_cli(*args).stdout
+        assert "  fix: read the gateway's log for the write error" in out
+        assert f"smgshm doctor --shm-dir {tmp_path}" in out
+        recs = [json.loads(ln) for ln in run_cli("watch", "--jsonl", *args[1:]).stdout.splitlines()]
+        intervals = [r for r in recs if r["type"] == "interval"]
+        assert intervals
+        assert all(r["gateway"]["cause_info"]["code"] == "shm_writes_failing" for r in intervals)
+    finally:
+        srv.shutdown()
+        srv.server_close()

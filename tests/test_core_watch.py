@@ -108,3 +108,50 @@ def test_a_step_begun_after_its_interval_still_reads_what_is_queued(tmp_path: Pa
         st = session.step()
         assert (st.created, st.cleaned, st.overflows) == (1, 1, 0)
         assert st.events_read >= 4  # IN_CREATE, IN_OPEN, IN_CLOSE_WRITE, IN_DELETE
+
+
+def test_verdicts_name_their_cause_from_the_catalogue(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from smgshm.core.causes import CATALOGUE, Cause
+
+    failed = gateway_rates(snap(), snap(inline_n=3, inline_b=600_000, fail=2), 1.0)  # type: ignore[arg-type]
+    assert failed.cause_info is not None
+    assert failed.cause_info.code == "shm_writes_failing"  # the gateway is not known to write here: no split
+    assert failed.cause_info.message == failed.verdict
+    assert failed.cause_info.fix == CATALOGUE[Cause.SHM_WRITES_FAILING].fix
+    # Writing to this host's shm dir, the dir tells which: smaller than a tensor the writes needed, then full.
+    monkeypatch.setattr("smgshm.core.host.capacity.shm_space", lambda _d: (150_000, 150_000))
+    small = gateway_rates(snap(), snap(inline_n=3, inline_b=600_000, fail=2), 1.0, shm_dir=str(tmp_path))  # type: ignore[arg-type]
+    assert small.cause_info is not None
+    assert small.cause_info.code == "shm_too_small"
+    assert small.cause_info.fix_cmd == ["smgshm", "doctor", "--shm-dir", str(tmp_path)]
+    monkeypatch.setattr("smgshm.core.host.capacity.shm_space", lambda _d: (1 << 30, 1000))
+    full = gateway_rates(snap(), snap(inline_n=3, inline_b=600_000, fail=2), 1.0, shm_dir=str(tmp_path))  # type: ignore[arg-type]
+    assert full.cause_info is not None
+    assert (full.cause_info.code, full.cause_info.fix_cmd) == ("shm_full", ["smgshm", "gc", "--shm-dir", str(tmp_path)])
+    # Large tensors inline: nothing through SHM is the mode (or a namespace); some through SHM is against the rule.
+    inline = gateway_rates(snap(), snap(inline_n=3, inline_b=4_816_896 + 32), 1.0)  # type: ignore[arg-type]
+    assert inline.cause_info is not None
+    assert inline.cause_info.code == "mode_inline"
+    assert "another namespace" in inline.cause_info.fix
+    mixed = gateway_rates(snap(), snap(inline_n=4, shm_n=1, inline_b=9_633_824, shm_b=4_816_896), 1.0)  # type: ignore[arg-type]
+    assert mixed.cause_info is not None
+    assert mixed.cause_info.code == "inline_against_rule"
+    small_inline = gateway_rates(snap(), snap(inline_n=3, inline_b=96), 1.0)  # type: ignore[arg-type]
+    assert small_inline.cause_info is None  # no verdict, no cause
+
+
+def test_orphans_name_leaked_or_stranded() -> None:
+    from smgshm.core.watch.figures import Orphan
+    from smgshm.core.watch.orphans import orphans_cause
+
+    def orphan(state: str, alive: bool | None) -> Orphan:
+        return Orphan("smg-x", "gateway", 42, alive, state, "", 1000, 60.0, 0)
+
+    leaked = orphans_cause([orphan("in_flight", True), orphan("leaked", False)], "/dev/shm")
+    assert leaked is not None
+    assert (leaked.code, leaked.fix_cmd) == ("segments_leaked", ["smgshm", "gc", "--delete", "--shm-dir", "/dev/shm"])
+    stranded = orphans_cause([orphan("stale", True), orphan("held", True)], "/dev/shm")
+    assert stranded is not None
+    assert stranded.code == "segments_stranded"
+    assert "1 orphan(s) stranded by live producer pid(s) 42 (1000 bytes)" in stranded.message
+    assert orphans_cause([orphan("held", True), orphan("unjudged", None)], "/dev/shm") is None

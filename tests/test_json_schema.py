@@ -54,12 +54,13 @@ WATCH_SUMMARY_KEYS = {
     "shm_dir", "prefix", "started_unix_s", "duration_s", "intervals", "created", "created_bytes", "listed",
     "consumed", "consumed_bytes", "cleaned", "unknown", "ends_by_kind", "flight", "in_flight", "in_flight_bytes",
     "orphans_seen", "orphans", "orphan_list", "overflows", "dir_gone", "untracked", "events_read", "gateway", "notes",
+    "cause_info",
 }  # fmt: skip
 WATCH_INTERVAL_KEYS = {
     "seq", "t_unix_s", "interval_s", "created", "created_bytes", "consumed", "consumed_bytes", "cleaned", "unknown",
     "created_per_s", "created_bytes_per_s", "consumed_per_s", "consumed_bytes_per_s", "created_by_kind", "in_flight",
     "in_flight_bytes", "flight", "orphans", "orphan_bytes", "orphan_list", "overflows", "dir_gone", "untracked",
-    "events_read", "watching", "gateway",
+    "events_read", "watching", "gateway", "cause_info",
 }  # fmt: skip
 WATCH_FLIGHT_KEYS = {"count", "p50_ms", "p90_ms", "p99_ms", "max_ms"}
 WATCH_ORPHAN_KEYS = {"name", "name_hex", "kind", "producer_pid", "producer_alive", "state", "reason", "nbytes",

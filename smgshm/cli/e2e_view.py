@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 from rich.table import Table
 from rich.text import Text
 
-from smgshm.cli.fmt import fix_line, prose, quote_cmd, safe
+from smgshm.cli.fmt import cause_fix, fix_line, prose, safe
 from smgshm.core.stats import median
 from smgshm.core.units import binary_size
 
@@ -106,14 +106,6 @@ def headline(report: Any) -> Text:
     return Text(text, style="bold green" if report.ok and not bad else "bold red")
 
 
-def _fix_text(cause: Any) -> Text:
-    """The fix in words, then the command that applies, shell-quoted (it names a peer's address or a dir)."""
-    out = safe(cause.fix)
-    if cause.fix_cmd:
-        out += Text(": ") + safe(quote_cmd(cause.fix_cmd))
-    return out
-
-
 def e2e_report(app: App, report: Any) -> None:
     app.console.print(headline(report))
     for run in report.runs:
@@ -127,7 +119,7 @@ def e2e_report(app: App, report: Any) -> None:
                 head += Text(run.path + ": ", style=_STYLE.get(run.path, ""))
             prose(app.console, head + safe(run.cause), indent=7)
         if run.cause_info is not None and mark != "ok":
-            fix_line(app, _fix_text(run.cause_info))
+            fix_line(app, cause_fix(run.cause_info))
         ok = sum(1 for r in run.requests if r.ok)
         line = f"       {ok}/{len(run.requests)} requests ok"
         if ok:  # no latency of zero successful requests

@@ -117,6 +117,15 @@ def fix_line(app: Consoles, message: str | Text, indent: int = 7) -> None:
     prose(app.console, Text(" " * indent) + Text("fix: ", style="cyan") + body, indent=indent + 5)
 
 
+def cause_fix(cause: Any) -> Text:
+    """A catalogue cause's fix in words, then the command that applies, shell-quoted (it names a peer's address
+    or a dir)."""
+    out = safe(cause.fix)
+    if cause.fix_cmd:
+        out += Text(": ") + safe(quote_cmd(cause.fix_cmd))
+    return out
+
+
 def lossless(value: str | bytes) -> str:
     """The exact bytes of a name as lowercase hex: the JSON field beside a display name.
 

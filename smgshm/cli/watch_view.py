@@ -11,7 +11,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from smgshm.cli.fmt import escape, kv_table, lossless, safe
+from smgshm.cli.fmt import cause_fix, escape, fix_line, kv_table, lossless, safe
 from smgshm.cli.jsonout import SCHEMA_VERSION, plain
 from smgshm.core.units import binary_rate, binary_size, short_duration
 
@@ -74,6 +74,8 @@ def interval_line(app: App, st: IntervalStats) -> None:
     app.console.print(line)
     if st.gateway is not None and st.gateway.verdict:
         app.console.print(Text("  " + st.gateway.verdict, style="bold yellow"))
+        if st.gateway.cause_info is not None:
+            fix_line(app, cause_fix(st.gateway.cause_info), indent=4)
 
 
 # -- a TTY: the live dashboard -------------------------------------------------------------
@@ -99,6 +101,10 @@ def dashboard(st: IntervalStats, summary: WatchSummary) -> Group:
         rows.append(("gateway", gateway_text(st.gateway)))
         if st.gateway.verdict:
             rows.append(("", Text(st.gateway.verdict, style="bold yellow")))
+        if st.gateway.cause_info is not None:
+            rows.append(("", Text("fix: ", style="cyan") + cause_fix(st.gateway.cause_info)))
+    if st.cause_info is not None:
+        rows.append(("", Text("fix: ", style="cyan") + cause_fix(st.cause_info)))
     parts: list[Any] = [kv_table(rows)]
     if st.orphan_list:
         parts.append(orphan_table(st.orphan_list[:10]))
@@ -148,6 +154,8 @@ def summary_report(app: App, s: WatchSummary) -> None:
     app.console.print(kv_table(rows))
     if s.gateway is not None and s.gateway.verdict:
         app.console.print(Text(s.gateway.verdict, style="bold yellow"))
+        if s.gateway.cause_info is not None:
+            fix_line(app, cause_fix(s.gateway.cause_info), indent=2)
     if s.orphan_list:
         if app.console.is_terminal:
             app.console.print(orphan_table(s.orphan_list))
@@ -158,6 +166,9 @@ def summary_report(app: App, s: WatchSummary) -> None:
                 app.console.print(orphan_row(o), soft_wrap=True)
         for o in s.orphan_list:
             app.console.print(safe(o.name, "bold") + Text(": ") + safe(o.reason))
+    if s.cause_info is not None:
+        app.console.print(safe(s.cause_info.message, "bold red"))
+        fix_line(app, cause_fix(s.cause_info), indent=2)
     for note in s.notes:
         app.console.print(Text("note: " + note, style="yellow"))
 

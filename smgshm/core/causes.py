@@ -52,6 +52,7 @@ class Cause(enum.Enum):
     WORKER_OVERRIDE_IGNORED = "worker_override_ignored"
     PD_DECODE_NAMESPACE = "pd_decode_namespace"
     SEGMENTS_STRANDED = "segments_stranded"
+    SEGMENTS_LEAKED = "segments_leaked"
 
 
 @dataclass(frozen=True)
@@ -198,6 +199,10 @@ CATALOGUE: dict[Cause, Entry] = {
         "restart the gateway (it sweeps its own at its first SHM write), or smgshm gc --delete "
         "--include-stale after the stale age",
     ),
+    Cause.SEGMENTS_LEAKED: Entry(
+        "segments whose producer is dead and that no process holds: nothing will read or remove them",
+        "remove them: smgshm gc --delete",
+    ),
 }
 
 
@@ -215,6 +220,20 @@ def found(cause: Cause, message: str = "", fix_cmd: Sequence[str] | None = None,
     """The instance of ``cause``: the case's sentence (default: the catalogue's meaning) and its fix."""
     entry = CATALOGUE[cause]
     return Found(cause.value, message or entry.meaning, fix or entry.fix, list(fix_cmd) if fix_cmd else None)
+
+
+def write_failure(largest: int, size_bytes: int | None, free_bytes: int | None, writable: bool | None) -> Cause:
+    """Why the gateway's SHM writes fail, as far as this host's shm dir tells (None: not known).
+
+    ``largest``: a tensor size the writes needed (0: unknown). Full and too small are told
+    apart by the dir's size: a full one frees up, a too small one never does."""
+    if size_bytes is not None and largest and size_bytes < largest:
+        return Cause.SHM_TOO_SMALL
+    if free_bytes is not None and largest and free_bytes < largest:
+        return Cause.SHM_FULL
+    if writable is False:
+        return Cause.SHM_PERMISSION
+    return Cause.SHM_WRITES_FAILING
 
 
 def for_sharing(sharing: str) -> Cause | None:

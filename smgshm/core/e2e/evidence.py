@@ -14,9 +14,7 @@ this is evidence about the path, never a claim that the bytes were verified.
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import os
-import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -130,33 +128,6 @@ def metrics_delta(before: MetricsSnapshot, after: MetricsSnapshot) -> MetricsEvi
 
 
 # -- the shm dir -----------------------------------------------------------------------------
-
-
-def is_local_url(url: str) -> bool:
-    """Does ``url``'s host name this machine (loopback or one of its own addresses)?"""
-    from smgshm.core.transport.channel import resolve
-
-    try:
-        u = parse_url(url)
-        infos = resolve(u.host, u.port, 5.0, url)  # the resolver's own wait can be 30 s
-    except SmgshmError:  # not a URL, or its host does not resolve: not this machine as far as we know
-        return False
-    mine = _own_addresses()
-    for info in infos:
-        addr = ipaddress.ip_address(str(info[4][0]).split("%", 1)[0])
-        if addr.is_loopback or str(addr) in mine:
-            return True
-    return False
-
-
-def _own_addresses() -> set[str]:
-    import psutil
-
-    out: set[str] = set()
-    with contextlib.suppress(OSError):
-        for addrs in psutil.net_if_addrs().values():
-            out.update(a.address.split("%", 1)[0] for a in addrs if a.family in (socket.AF_INET, socket.AF_INET6))
-    return out
 
 
 def listening_pid(url: str) -> int | None:

@@ -23,7 +23,6 @@ from smgshm.core.e2e.evidence import (
     ReceiptEvidence,
     SegmentWatch,
     ShmDirEvidence,
-    is_local_url,
     listening_pid,
     metrics_delta,
     receipt_baseline,
@@ -33,8 +32,10 @@ from smgshm.core.e2e.owner import own_metrics
 from smgshm.core.e2e.verdict import FAILURE_TEXT, Context, Verdict, expectation, judge
 from smgshm.core.errors import HostError, SmgshmError
 from smgshm.core.gateway.chat import ChatOutcome, first_model, make_png, send_chat
+from smgshm.core.gateway.http import is_local_url
 from smgshm.core.gateway.metrics import MM_FAMILIES, scrape
 from smgshm.core.gateway.process import RunningGateway
+from smgshm.core.host.capacity import shm_space
 from smgshm.core.host.facts import HostFacts, namespace_id, writable_error
 from smgshm.core.paths import DEFAULT_SHM_DIR
 from smgshm.core.stats import median
@@ -184,7 +185,7 @@ def _observe(targets: list[_Target], opts: E2eOptions, model: str, png: bytes, s
             d = ShmDirEvidence(False, note or "the gateway's pid is not visible from here", opts.shm_dir, t.pid)
         r = receipts_since(baselines[id(t)], 5.0)
         failed = sum(1 for o in t.outcomes if not o.ok)
-        size, free = _shm_space(opts.shm_dir) if t.pid is not None else (None, None)
+        size, free = shm_space(opts.shm_dir) if t.pid is not None else (None, None)
         ctx = Context(t.mode, t.shm_min_bytes, t.engine, local_ns, t.worker_ns, writable, opts.requests, failed,
                       t.dev_writable, size, free)  # fmt: skip
         v: Verdict = judge(ctx, m, d, r)
@@ -202,15 +203,6 @@ def _observe(targets: list[_Target], opts: E2eOptions, model: str, png: bytes, s
             )
         )
     return runs
-
-
-def _shm_space(shm_dir: str) -> tuple[int | None, int | None]:
-    """(size, free bytes) of the shm dir here; (None, None) when it cannot be read."""
-    try:
-        st = os.statvfs(shm_dir)
-    except OSError:
-        return None, None
-    return st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
 
 
 def _cause(v: Verdict, t: _Target, opts: E2eOptions) -> Found | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from smgshm.core.causes import Cause, for_sharing
+from smgshm.core.causes import Cause, for_sharing, write_failure
 from smgshm.core.e2e.evidence import MetricsEvidence, ReceiptEvidence, ShmDirEvidence
 from smgshm.core.host.namespace import compare_namespace_ids
 from smgshm.core.names import gateway_probe_name
@@ -140,7 +140,7 @@ def _inline_cause(ctx: Context, m: MetricsEvidence, d: ShmDirEvidence,
     largest = max(sizes, default=0)
     if m.available and m.shm_write_failures:
         return "inline", f"inline: SHM writes are failing (write failures +{m.shm_write_failures})", \
-            _write_failure(ctx, largest)
+            write_failure(largest, ctx.shm_size_bytes, ctx.shm_free_bytes, ctx.writable)
     if d.available and d.probe_file_left:
         return "inline", (f"inline: the gateway's probe file is left over ({d.probe_file_left}): its writability "
                           "probe fails, so SHM stays off"), Cause.PROBE_FILE_LEFT  # fmt: skip
@@ -189,17 +189,6 @@ def _why(ctx: Context, reason: str, largest: int, minb: int) -> tuple[str, Cause
     if reason == PROBE_FAILS:
         return f"inline: {reason}", Cause.SHM_PERMISSION
     return f"inline: {reason}", Cause.ENGINE_INLINE_ONLY
-
-
-def _write_failure(ctx: Context, largest: int) -> Cause:
-    """Full and too small are told apart by the shm dir's size (a full one frees up, a small one never)."""
-    if ctx.shm_size_bytes is not None and largest and ctx.shm_size_bytes < largest:
-        return Cause.SHM_TOO_SMALL
-    if ctx.shm_free_bytes is not None and largest and ctx.shm_free_bytes < largest:
-        return Cause.SHM_FULL
-    if not ctx.writable:
-        return Cause.SHM_PERMISSION
-    return Cause.SHM_WRITES_FAILING
 
 
 def _failure_class(ctx: Context, d: ShmDirEvidence, r: ReceiptEvidence) -> str:

@@ -11,8 +11,10 @@ decoded in one place (``loads_json``), with a depth and a size limit.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import io
+import ipaddress
 import json
 import socket
 import time
@@ -339,3 +341,30 @@ def _once(
         raise TransportError("endpoint unreachable", endpoint=url.url, detail=str(err)[:200]) from err
     finally:
         conn.close_all()
+
+
+def is_local_url(url: str) -> bool:
+    """Does ``url``'s host name this machine (loopback or one of its own addresses)?"""
+    from smgshm.core.transport.channel import resolve
+
+    try:
+        u = parse_url(url)
+        infos = resolve(u.host, u.port, 5.0, url)  # the resolver's own wait can be 30 s
+    except SmgshmError:  # not a URL, or its host does not resolve: not this machine as far as we know
+        return False
+    mine = _own_addresses()
+    for info in infos:
+        addr = ipaddress.ip_address(str(info[4][0]).split("%", 1)[0])
+        if addr.is_loopback or str(addr) in mine:
+            return True
+    return False
+
+
+def _own_addresses() -> set[str]:
+    import psutil
+
+    out: set[str] = set()
+    with contextlib.suppress(OSError):
+        for addrs in psutil.net_if_addrs().values():
+            out.update(a.address.split("%", 1)[0] for a in addrs if a.family in (socket.AF_INET, socket.AF_INET6))
+    return out

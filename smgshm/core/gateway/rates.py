@@ -5,12 +5,17 @@ traffic went inline" is inferred soundly from the averages: when the tensors sen
 inline average at least ``shm_min_bytes`` each, at least one of them was big enough
 for SHM (a mean cannot exceed every value). Write failures are counted by the
 gateway itself, and each one is a tensor it sent inline instead.
+
+A verdict names its cause from the catalogue (``cause_info``): write failures are split
+into full / too small / permission when the gateway writes to this host's shm dir (the
+inline average is a size some failed write needed: a lower bound of the largest).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from smgshm.core.causes import CATALOGUE, Cause, Found, found, write_failure
 from smgshm.core.gateway.metrics import MetricsSnapshot, UnusableCounterError, mm_delta
 from smgshm.core.units import whole_kib
 
@@ -33,14 +38,16 @@ class GatewayRates:
     inline_avg_bytes: float | None = None
     eligible_inline: bool = False  # SHM-eligible tensors went inline (see the module docstring)
     verdict: str = ""  # one plain sentence; "" when there is nothing to say
+    cause_info: Found | None = None  # the verdict's cause from the catalogue, with its fix (None: no verdict)
     exported: bool = False  # the gateway exports smg_mm_* at all (only once traffic flowed)
     error: str = ""  # the scrape failed: the rates are empty
 
 
 def gateway_rates(before: MetricsSnapshot, after: MetricsSnapshot, interval_s: float,
-                  shm_min_bytes: int = DEFAULT_SHM_MIN_BYTES) -> GatewayRates:  # fmt: skip
+                  shm_min_bytes: int = DEFAULT_SHM_MIN_BYTES, shm_dir: str | None = None) -> GatewayRates:  # fmt: skip
     """Rates from the delta of two scrapes ``interval_s`` apart; a NaN or infinite counter
-    in either makes them unknown (``error`` says which), never an exception."""
+    in either makes them unknown (``error`` says which), never an exception. ``shm_dir``:
+    the shm dir the gateway writes to, when it is this host's (read only on write failures)."""
     try:
         d = mm_delta(before, after)
     except UnusableCounterError as err:
@@ -52,6 +59,7 @@ def gateway_rates(before: MetricsSnapshot, after: MetricsSnapshot, interval_s: f
     avg = inline_b / inline_n if inline_n else None
     eligible = avg is not None and avg >= shm_min_bytes
     share = d.shm_byte_share if sum(nbytes.values()) else None
+    verdict = _verdict(tensors, d.shm_write_failures, avg, shm_min_bytes)
     return GatewayRates(
         url=after.url,
         interval_s=interval_s,
@@ -64,7 +72,8 @@ def gateway_rates(before: MetricsSnapshot, after: MetricsSnapshot, interval_s: f
         shm_byte_share=share,
         inline_avg_bytes=avg,
         eligible_inline=eligible or d.shm_write_failures > 0,
-        verdict=_verdict(tensors, d.shm_write_failures, avg, shm_min_bytes),
+        verdict=verdict,
+        cause_info=_cause(verdict, tensors, d.shm_write_failures, avg, shm_dir),
         exported=d.exported,
     )
 
@@ -83,6 +92,29 @@ def _verdict(tensors: dict[str, int], failures: int, inline_avg: float | None, m
         return (f"all traffic went inline although inline tensors average {avg} (>= shm_min_bytes {min_bytes}): "
                 "SHM-eligible tensors went inline (transport inline, or auto with a foreign namespace id)")  # fmt: skip
     return f"some SHM-eligible tensors went inline: inline tensors average {avg} (>= shm_min_bytes {min_bytes})"
+
+
+def _cause(verdict: str, tensors: dict[str, int], failures: int, inline_avg: float | None,
+           shm_dir: str | None) -> Found | None:  # fmt: skip
+    if not verdict:
+        return None
+    if failures:
+        cause = Cause.SHM_WRITES_FAILING
+        if shm_dir is not None:  # the inline average is a size a failed write needed
+            from smgshm.core.host.capacity import shm_space
+            from smgshm.core.host.identity import probe_writable
+
+            size, free = shm_space(shm_dir)
+            cause = write_failure(int(inline_avg or 0), size, free, probe_writable(shm_dir) is None)
+        cmd = None if shm_dir is None else ["smgshm", "gc" if cause is Cause.SHM_FULL else "doctor", "--shm-dir",
+                                            shm_dir]  # fmt: skip
+        return found(cause, verdict, cmd)
+    if tensors.get("shm"):  # SHM works for some: the eligible ones gone inline went against the gateway's rule
+        return found(Cause.INLINE_AGAINST_RULE, verdict)
+    # Nothing through SHM: the mode is inline, or auto with a worker in another namespace; the counters
+    # cannot tell which, so the fix names both.
+    return found(Cause.MODE_INLINE, verdict, fix=f"{CATALOGUE[Cause.MODE_INLINE].fix}; if it is auto already, its "
+                 "worker is in another namespace: smgshm doctor names it")  # fmt: skip
 
 
 __all__ = ["DEFAULT_SHM_MIN_BYTES", "GatewayRates", "failed_rates", "gateway_rates"]

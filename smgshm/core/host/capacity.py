@@ -87,6 +87,15 @@ def family_of(name: str) -> str:
     return OTHER[0]
 
 
+def shm_space(shm_dir: str) -> tuple[int | None, int | None]:
+    """(size, free bytes) of the shm dir here; (None, None) when it cannot be read."""
+    try:
+        st = os.statvfs(shm_dir)
+    except OSError:
+        return None, None
+    return st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
+
+
 def shm_usage(shm_dir: str, max_entries: int = MAX_ENTRIES) -> ShmUsage:
     """Counts and bytes per family of what is in ``shm_dir``; HostError when it cannot be read."""
     try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 
+from smgshm.core.causes import Found
 from smgshm.core.gateway.rates import DEFAULT_SHM_MIN_BYTES, GatewayRates
 from smgshm.core.names import SMG_FAMILY_PREFIX
 from smgshm.core.paths import DEFAULT_SHM_DIR
@@ -86,6 +87,7 @@ class IntervalStats:
     events_read: int
     watching: bool
     gateway: GatewayRates | None
+    cause_info: Found | None = None  # the orphans' cause, leaked or stranded (the gateway's: gateway.cause_info)
 
 
 @dataclass(frozen=True)
@@ -115,6 +117,7 @@ class WatchSummary:
     events_read: int
     gateway: GatewayRates | None
     notes: list[str] = field(default_factory=list)
+    cause_info: Found | None = None  # the last orphans' cause, leaked or stranded (the gateway's: gateway.cause_info)
 
 
 def flight_times(q: StreamingQuantiles) -> FlightTimes:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from smgshm.core.causes import Cause, Found, found
 from smgshm.core.errors import SmgshmError
 from smgshm.core.segments.judge import ScanOptions, SegmentInfo
 from smgshm.core.segments.scan import judge_entry
@@ -73,3 +74,22 @@ class OrphanJudge:
         if first and judged and self.on_orphan is not None:
             self.on_orphan(o)
         return o, judged
+
+
+def orphans_cause(orphans: list[Orphan], shm_dir: str) -> Found | None:
+    """The listed orphans' cause: leaked (their producer is dead) first, as gc frees them; else stranded
+    (their producer lives, nobody reads them: SMG never removes its own while it lives); None for neither."""
+    leaked = [o for o in orphans if o.state == "leaked"]
+    if leaked:
+        return found(Cause.SEGMENTS_LEAKED, f"{len(leaked)} orphan(s) leaked by a dead producer ({_bytes(leaked)})",
+                     ["smgshm", "gc", "--delete", "--shm-dir", shm_dir])  # fmt: skip
+    stranded = [o for o in orphans if o.producer_alive and o.state in ("in_flight", "stale")]
+    if stranded:
+        pids = ", ".join(str(p) for p in sorted({o.producer_pid for o in stranded if o.producer_pid is not None}))
+        return found(Cause.SEGMENTS_STRANDED, f"{len(stranded)} orphan(s) stranded by live producer pid(s) {pids} "
+                     f"({_bytes(stranded)}): no reader will take them")  # fmt: skip
+    return None
+
+
+def _bytes(orphans: list[Orphan]) -> str:
+    return f"{sum(o.nbytes or 0 for o in orphans)} bytes"

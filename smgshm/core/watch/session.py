@@ -30,7 +30,7 @@ from smgshm.core.watch.figures import (
     flight_times,
 )
 from smgshm.core.watch.follow import SegmentLife, SegmentTracker, ShmEvent, ShmWatcher
-from smgshm.core.watch.orphans import OrphanJudge
+from smgshm.core.watch.orphans import OrphanJudge, orphans_cause
 
 
 class WatchSession:
@@ -57,6 +57,7 @@ class WatchSession:
         self._first_snap: MetricsSnapshot | None = None
         self._snap: MetricsSnapshot | None = None
         self._snap_t = self._first_snap_t = 0.0
+        self._gateway_dir: str | None = None  # the shm dir the gateway writes to, when it runs here
         self.last: IntervalStats | None = None
         self.last_traffic: GatewayRates | None = None  # the gateway's rates over the last interval with tensors
         self.lock = threading.Lock()  # the exporter reads ``last`` and the totals from its own thread
@@ -81,6 +82,10 @@ class WatchSession:
                 self.watcher.close()
                 raise
             self._snap_t = self._first_snap_t = time.monotonic()
+            from smgshm.core.gateway.http import is_local_url
+
+            # A gateway here writes to this shm dir: its size and writability tell why writes fail.
+            self._gateway_dir = self.opts.shm_dir if is_local_url(self.opts.metrics_url) else None
         self._t0 = self._last_report = time.monotonic()
         self._tick = self._t0 + self.opts.interval_s
         self._consume(self.watcher.events(0))
@@ -146,7 +151,7 @@ class WatchSession:
             in_flight=len(tr), in_flight_bytes=tr.in_flight_bytes, flight=flight_times(q),
             orphans=orphans, orphan_bytes=orphan_bytes, orphan_list=listed,
             overflows=d[6], dir_gone=d[7], untracked=tr.untracked, events_read=d[8], watching=w.watching,
-            gateway=self._scrape(),
+            gateway=self._scrape(), cause_info=orphans_cause(listed, self.opts.shm_dir),
         )  # fmt: skip
         with self.lock:
             self.last = stats
@@ -166,7 +171,7 @@ class WatchSession:
             snap = scrape(url, self.opts.metrics_timeout_s, MM_FAMILIES)
         except SmgshmError as err:
             return failed_rates(url, dt, str(err))
-        rates = gateway_rates(self._snap, snap, dt, self.opts.shm_min_bytes) if self._snap else None
+        rates = gateway_rates(self._snap, snap, dt, self.opts.shm_min_bytes, self._gateway_dir) if self._snap else None
         self._snap, self._snap_t = snap, now
         return rates
 
@@ -180,7 +185,7 @@ class WatchSession:
         gw = None
         if self._first_snap is not None and self._snap is not None:
             span = max(1e-9, self._snap_t - self._first_snap_t)
-            gw = gateway_rates(self._first_snap, self._snap, span, self.opts.shm_min_bytes)
+            gw = gateway_rates(self._first_snap, self._snap, span, self.opts.shm_min_bytes, self._gateway_dir)
         notes = []
         if w.overflows:
             notes.append(f"{w.overflows} inotify queue overflow(s): the lives that spanned one ended unknown "
@@ -200,6 +205,7 @@ class WatchSession:
             orphans=last.orphans if last else 0, orphan_list=last.orphan_list if last else [],
             overflows=w.overflows, dir_gone=w.dir_gone, untracked=tr.untracked, events_read=w.events_read,
             gateway=gw, notes=notes,
+            cause_info=orphans_cause(last.orphan_list, self.opts.shm_dir) if last else None,
         )  # fmt: skip
 
     def exported(self) -> dict[str, Any]:
