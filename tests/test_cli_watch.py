@@ -165,6 +165,7 @@ def test_consumed_cleaned_and_orphans_with_their_producers(tmpfs: str, children:
     assert summary["type"] == "summary"
     assert (summary["created"], summary["consumed"], summary["cleaned"], summary["listed"]) == (9, 5, 3, 1)
     assert summary["orphans_seen"] == 2
+    assert summary["cause_info"]["code"] == "segments_leaked"  # the dead producer's orphan leads; gc frees it
     assert summary["consumed_bytes"] == 100_000 * len(known)
     assert summary["flight"]["count"] == 5
     assert summary["ends_by_kind"] == {"smgshm": {"consumed": 5, "cleaned": 3, "unknown": 0}}
