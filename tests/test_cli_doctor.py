@@ -606,6 +606,7 @@ def test_private_tmpfs_worker_fails_the_probe(children: Children, shm_dir: str) 
     assert c["status"] == "fail"
     assert c["code"] == 3
     assert c["summary"].startswith("private_tmpfs: ")
+    assert c["cause"] == "namespace_private_tmpfs"
     assert "different tmpfs" in c["summary"]
     assert "--ipc" in c["fix"]
     # It is a smgshm receiver, so the sends run: inline works, SHM cannot (the tmpfs is not shared).
@@ -625,6 +626,7 @@ def test_unreachable_worker_exits_4_quickly(shm_dir: str) -> None:
     assert c["status"] == "fail"
     assert c["code"] == 4
     assert c["summary"].startswith("unreachable: ")
+    assert c["cause"] == "worker_unreachable"
     assert "gRPC server is up" in c["fix"]
     assert send_checks(doc) == [], "no send to a worker that does not answer"
     assert doc["result"]["workers"] == [addr]

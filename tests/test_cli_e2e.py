@@ -56,6 +56,7 @@ def test_non_smgshm_worker_verdict_from_metrics_and_shm_dir(
         assert m["tensors"] == {"inline": 6}
         assert run["shm_dir"]["segments"] == []
         assert "mode is inline" in run["cause"]
+        assert run["cause_info"]["code"] == "mode_inline"
 
 
 def test_expect_shm_with_foreign_id_exits_3_naming_the_cause(
@@ -67,6 +68,7 @@ def test_expect_shm_with_foreign_id_exits_3_naming_the_cause(
     assert run["path"] == "inline"
     assert run["as_expected"] is False
     assert "another namespace id" in run["cause"]
+    assert run["cause_info"]["code"] == "namespace_other_host"
     assert run["worker_namespace_id"] == FOREIGN_ID
     res = run_cli("e2e", "--gateway", gw.http_url, "--metrics", gw.metrics_url, "-n", "1", "--expect", "shm", exit=3)
     assert "another namespace id" in res.stdout

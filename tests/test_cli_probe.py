@@ -242,6 +242,7 @@ def private_tmpfs(start: StartReceiver) -> RunningReceiver:
 def test_other_boot_id_is_other_host(other_host: RunningReceiver) -> None:
     w = _worker(_probe(other_host.address, exit=3))
     assert w["verdict"] == "other_host"
+    assert w["cause_info"]["code"] == "namespace_other_host"
     assert w["namespace_id"] == f"{OTHER_BOOT}:{_shm_dev()}"
     assert "boot ids differ" in w["reason"]
     assert w["decisions"]["auto"]["path"] == "inline"
@@ -252,6 +253,7 @@ def test_other_boot_id_is_other_host(other_host: RunningReceiver) -> None:
 def test_same_boot_other_st_dev_is_private_tmpfs(private_tmpfs: RunningReceiver) -> None:
     w = _worker(_probe(private_tmpfs.address, exit=3))
     assert w["verdict"] == "private_tmpfs"
+    assert w["cause_info"]["code"] == "namespace_private_tmpfs"
     assert f"st_dev {_shm_dev()} here, {_shm_dev() + 1} there" in w["reason"]
     assert w["decisions"]["auto"]["path"] == "inline"
 
@@ -288,6 +290,7 @@ def test_sglang_receiver_is_undetermined(start: StartReceiver) -> None:
     sg = start(engine="sglang")
     w = _worker(_probe(sg.address, exit=6))
     assert w["verdict"] == "undetermined"
+    assert w["cause_info"]["code"] == "no_namespace_id"
     assert w["engine"] == "sglang"  # the first runtime in the gateway's order answers
     assert w["namespace_id"] == ""
     assert "advertises no namespace id" in w["reason"]
@@ -326,6 +329,7 @@ def test_wrong_engine_flag_is_unreachable(start: StartReceiver) -> None:
     ts = start(engine="tokenspeed")
     w = _worker(_probe("--engine", "vllm", ts.address, exit=4))
     assert w["verdict"] == "unreachable"
+    assert w["cause_info"]["code"] == "worker_unreachable"
     assert "no SMG engine service" in w["reason"]
     assert w["engine"] == ""
     assert w["decisions"] == {}
@@ -510,6 +514,7 @@ def test_auto_decision_matches_the_gateways_string_equality(
     assert w["namespace_id"] == spelling(me)
     assert w["decisions"]["auto"]["path"] == "inline"
     assert w["verdict"] == "spelling"
+    assert w["cause_info"]["code"] == "namespace_id_spelling"
 
 
 # --------------------------------------------------------------------------- root only: real namespaces, real uids
@@ -531,6 +536,7 @@ def test_real_private_tmpfs_receiver(children: Children) -> None:
 
     w = _worker(_probe(address, exit=3))
     assert w["verdict"] == "private_tmpfs"
+    assert w["cause_info"]["code"] == "namespace_private_tmpfs"
     assert w["namespace_id"].startswith(_boot_id() + ":")
     assert w["namespace_id"] != read_namespace_id()
     assert w["decisions"]["auto"]["path"] == "inline"
@@ -584,6 +590,7 @@ def test_uid_mismatch_is_found_by_verify(children: Children) -> None:
 
     w = _worker(_probe("--verify", address, exit=3))
     assert w["verdict"] == "uid_mismatch"
+    assert w["cause_info"]["code"] == "uid_mismatch"
     assert f"uid {NOBODY}" in w["reason"]
     assert w["verify"]["ok"] is False
     assert w["verify"]["code"] == "permission"

@@ -135,6 +135,7 @@ def test_full_tmpfs_makes_real_writes_fail_and_e2e_says_so(
     [run] = doc["result"]["runs"]
     assert run["path"] == "inline"
     assert run["cause"] == "inline: SHM writes are failing (write failures +2)"
+    assert run["cause_info"]["code"] == "shm_too_small"  # 1 MiB holds no 4.8 MB tensor however empty
     assert run["agree"] is True
     assert (run["mode"], run["dev_writable"]) == ("shm", True)  # from the log it writes
     assert run["metrics"]["shm_write_failures"] == 2
@@ -184,6 +185,7 @@ def test_leftover_probe_file_turns_shm_off_and_e2e_names_it(
     [run] = doc["result"]["runs"]
     assert run["path"] == "inline"
     assert run["cause"].startswith(f"inline: the gateway's probe file is left over ({PROBE_1})")
+    assert run["cause_info"]["code"] == "probe_file_left"
     assert run["agree"] is True
     assert (run["mode"], run["dev_writable"]) == ("shm", False)
     assert run["metrics"]["shm_write_failures"] == 0  # silent: no write is even tried
@@ -217,6 +219,7 @@ def test_leftover_probe_file_the_gateway_removes_is_named_from_its_log(
         "inline: the gateway's writability probe of /dev/shm fails (dev_writable=false in its log)"
     )
     assert f"a leftover {PROBE_1} (it removes the file as its probe fails)" in run["cause"]
+    assert run["cause_info"]["code"] == "gateway_probe_failed"
     assert (run["mode"], run["dev_writable"]) == ("shm", False)
     assert run["setting_source"].startswith(f"log {gw.log_path}:")
     assert run["metrics"]["shm_write_failures"] == 0

@@ -77,6 +77,7 @@ def test_dp_rank_http_worker_and_stale_label(two_receivers: tuple[RunningReceive
     assert rows[f"grpc://{a.address}"]["gateway_label"] == me
     assert rows[f"grpc://{b.address}"]["gateway_label"] == stale
     assert rows["http://127.0.0.1:1"]["verdict"] == "not_grpc"
+    assert rows["http://127.0.0.1:1"]["cause_info"]["code"] == "not_grpc"
     assert any("stale" in w and b.address in w for w in doc["warnings"])
 
 
