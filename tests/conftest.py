@@ -279,3 +279,43 @@ def start_serve(children: Children, *args: str) -> tuple[subprocess.Popen[str], 
         raise AssertionError(f"serve exited early: {p.stderr.read() if p.stderr else ''}")
     doc = json.loads(line)
     return p, doc
+
+
+class LoopbackHttp:
+    """A plain HTTP server on 127.0.0.1 for tests that play a peer (a gateway's /workers or /metrics):
+    ``answer(path)`` gives the body of each GET (200, ``content_type``); every path asked is kept in
+    ``paths``. Stopped by ``close`` (use it as a context manager, or close it in a fixture)."""
+
+    def __init__(self, answer: Any, content_type: str = "text/plain; version=0.0.4", port: int = 0) -> None:
+        import http.server
+        import threading
+
+        self.paths: list[str] = []
+        paths = self.paths
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                paths.append(self.path)
+                body = answer(self.path)
+                self.send_response(200)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *_args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self.base = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def __enter__(self) -> LoopbackHttp:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()

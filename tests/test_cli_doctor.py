@@ -17,12 +17,10 @@ import shutil
 import socket
 import stat
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent import futures
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -31,7 +29,7 @@ import pytest
 
 from smgshm.cli.fmt import quote_cmd
 from smgshm.core.paths import smgshm_cmd
-from tests.conftest import Children, closed_port, make_file, run_cli, start_serve, tmpfs, wait_for
+from tests.conftest import Children, LoopbackHttp, closed_port, make_file, run_cli, start_serve, tmpfs, wait_for
 from tests.e2e_support import HAVE_SMG
 
 PY = sys.executable
@@ -208,34 +206,23 @@ class FakeGateway:
     """A tiny admin API: ``serve(workers)`` returns its base URL; ``paths`` records each request."""
 
     def __init__(self) -> None:
-        self.servers: list[ThreadingHTTPServer] = []
+        self.servers: list[LoopbackHttp] = []
         self.paths: list[str] = []
 
     def serve(self, workers: list[dict[str, Any]]) -> str:
-        paths = self.paths
+        body = json.dumps({"workers": workers, "total": len(workers)}).encode()
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                paths.append(self.path)
-                body = json.dumps({"workers": workers, "total": len(workers)}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+        def listing(path: str) -> bytes:
+            self.paths.append(path)  # every server's, in one list
+            return body
 
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        srv = LoopbackHttp(listing, content_type="application/json")
         self.servers.append(srv)
-        threading.Thread(target=srv.serve_forever, daemon=True).start()
-        return f"http://127.0.0.1:{srv.server_address[1]}"
+        return srv.base
 
     def close(self) -> None:
         for srv in self.servers:
-            srv.shutdown()
-            srv.server_close()
+            srv.close()
 
 
 @pytest.fixture

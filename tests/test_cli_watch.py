@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from smgshm.core.gateway.metrics import scrape
-from tests.conftest import Children, closed_port, make_file, run_cli, smgshm_argv, wait_for
+from tests.conftest import Children, LoopbackHttp, closed_port, make_file, run_cli, smgshm_argv, wait_for
 from tests.test_cli_gc import dead_pid
 from tests.test_core_shmwatch import tmpfs  # noqa: F401 - the private tmpfs fixture
 from tests.test_json_schema import WATCH_SEGMENT_KEYS
@@ -400,33 +400,19 @@ def test_a_scrape_failing_mid_run_is_said_per_interval(tmpfs: str, children: Chi
 
 
 def test_metrics_showing_shm_write_failures_name_the_cause_and_the_fix(tmp_path: Any) -> None:
-    import http.server
-    import threading
-
     scrapes = [0]
 
-    class Metrics(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            n = scrapes[0] = scrapes[0] + 1  # every scrape: 2 more tensors inline, 2 more failed SHM writes
-            body = ("# TYPE smg_mm_tensors_total counter\n"
-                    f'smg_mm_tensors_total{{runtime="vllm",path="inline"}} {2 * n}\n'
-                    "# TYPE smg_mm_tensor_bytes_total counter\n"
-                    f'smg_mm_tensor_bytes_total{{runtime="vllm",path="inline"}} {400_000 * n}\n'
-                    "# TYPE smg_mm_shm_write_failures_total counter\n"
-                    f'smg_mm_shm_write_failures_total{{runtime="vllm"}} {2 * n}\n').encode()  # fmt: skip
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    def metrics(_path: str) -> bytes:
+        n = scrapes[0] = scrapes[0] + 1  # every scrape: 2 more tensors inline, 2 more failed SHM writes
+        return ("# TYPE smg_mm_tensors_total counter\n"
+                f'smg_mm_tensors_total{{runtime="vllm",path="inline"}} {2 * n}\n'
+                "# TYPE smg_mm_tensor_bytes_total counter\n"
+                f'smg_mm_tensor_bytes_total{{runtime="vllm",path="inline"}} {400_000 * n}\n'
+                "# TYPE smg_mm_shm_write_failures_total counter\n"
+                f'smg_mm_shm_write_failures_total{{runtime="vllm"}} {2 * n}\n').encode()  # fmt: skip
 
-        def log_message(self, *_args: Any) -> None:
-            pass
-
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Metrics)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
-        url = f"http://127.0.0.1:{srv.server_address[1]}/metrics"
+    with LoopbackHttp(metrics) as srv:
+        url = f"{srv.base}/metrics"
         args = ("watch", "--shm-dir", str(tmp_path), "--metrics", url, "--interval", "0.2", "--count", "2")
         doc = run_cli("--json", *args).json
         cause = doc["result"]["gateway"]["cause_info"]
@@ -441,6 +427,3 @@ def test_metrics_showing_shm_write_failures_name_the_cause_and_the_fix(tmp_path:
         intervals = [r for r in recs if r["type"] == "interval"]
         assert intervals
         assert all(r["gateway"]["cause_info"]["code"] == "shm_writes_failing" for r in intervals)
-    finally:
-        srv.shutdown()
-        srv.server_close()

@@ -3,9 +3,7 @@ a decoy /metrics on port 29000 (SMG's default) or wherever --metrics points."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -13,7 +11,7 @@ from smgshm.core.e2e.owner import own_metrics
 from smgshm.core.errors import TransportError
 from smgshm.core.gateway.metrics import DEFAULT_METRICS_PORT, scrape
 from smgshm.core.gateway.process import GatewayConfig, RunningGateway, start_gateway
-from tests.conftest import Children, closed_port, run_cli
+from tests.conftest import Children, LoopbackHttp, closed_port, run_cli
 from tests.e2e_support import mm_shm_worker, model_dir, needs_smg
 from tests.test_json_schema import check_e2e_schema
 
@@ -27,32 +25,18 @@ class Decoy:
 
     def __init__(self, port: int) -> None:
         self.hits = 0
-        decoy = self
+        self.http = LoopbackHttp(self._page, content_type="text/plain", port=port)
+        self.url = f"{self.http.base}/metrics"
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                decoy.hits += 1
-                n = decoy.hits
-                body = (f'smg_mm_tensors_total{{runtime="vllm",path="shm"}} {n * 10}\n'
-                        f'smg_mm_tensor_bytes_total{{runtime="vllm",path="shm"}} {n * 4816896}\n'
-                        f'smg_http_requests_total{{method="GET",path="other"}} {n * 10}\n').encode()  # fmt: skip
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *_a: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/metrics"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
+    def _page(self, _path: str) -> bytes:
+        self.hits += 1
+        n = self.hits
+        return (f'smg_mm_tensors_total{{runtime="vllm",path="shm"}} {n * 10}\n'
+                f'smg_mm_tensor_bytes_total{{runtime="vllm",path="shm"}} {n * 4816896}\n'
+                f'smg_http_requests_total{{method="GET",path="other"}} {n * 10}\n').encode()  # fmt: skip
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.http.close()
 
 
 @pytest.fixture(scope="module")
