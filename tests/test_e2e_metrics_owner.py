@@ -77,6 +77,9 @@ def test_no_flag_uses_the_gateways_own_metrics_port(real: RunningGateway, decoy:
     assert run["metrics"]["url"] == real.metrics_url
     assert run["metrics"]["owner"] == f"the metrics port of gateway pid {real.pid} itself"
     assert run["metrics"]["tensors"] == {"shm": 1, "inline": 2}  # its own, not the decoy's
+    # The human output says whose counters they are, as --json does.
+    text = run_cli("e2e", "--gateway", real.http_url, "-n", "1", "--warmup", "0", "--expect", "shm").stdout
+    assert f"metrics {real.metrics_url} (the metrics port of gateway pid {real.pid} itself): " in text
     assert decoy.hits == 0
 
 

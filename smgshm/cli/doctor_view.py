@@ -37,7 +37,11 @@ def doctor_check(app: App, check: Any) -> None:
     """One line per check, then its fix on the next line (and an advice's command)."""
     mark, style = _MARK.get(check.status, (check.status, ""))
     # Summaries carry strangers' strings (log paths, names): escaped, never raw control characters.
-    prose(app.console, Text(f"[{mark}] ", style=style) + safe(f"{check.name}: ", "bold") + safe(check.summary), 7)
+    line = Text(f"[{mark}] ", style=style) + safe(f"{check.name}: ", "bold") + safe(check.summary)
+    cause = getattr(check, "cause", None)
+    if cause is not None and check.status in ("fail", "warn"):
+        line += Text(f" ({cause.value})")  # the catalogue's code, as JSON's "cause" (alert on it)
+    prose(app.console, line, 7)
     if check.status not in ("fail", "warn", "info"):
         return
     if check.fix and check.status != "info":

@@ -18,7 +18,10 @@ _STYLE = {"shm": "bold green", "inline": "bold yellow", "none": "bold", "undeter
 
 
 def _metrics_line(m: Any) -> Text:
-    head = Text("metrics ", style="bold") + safe(m.url) + Text(": ")
+    head = Text("metrics ", style="bold") + safe(m.url)
+    if getattr(m, "owner", ""):  # why these counters are the tested gateway's own
+        head += Text(" (") + safe(m.owner) + Text(")")
+    head += Text(": ")
     if not m.available:
         return head + safe(m.note or "unavailable")
     # Paths and modes are label values of the peer's /metrics: escaped like any stranger's string.

@@ -75,10 +75,13 @@ def _table(app: App, report: Any) -> None:
     for w in report.workers:
         why = w.reason + (f"; verify: {w.verify.message}" if w.verify is not None else "")
         auto = f"; under auto the gateway sends {w.decisions['auto'].path}" if w.decisions else ""
-        prose(app.console, safe(w.address, "bold") + Text(": ") + safe(why + auto), indent=2)
+        # The catalogue's code, as in JSON, where it says more than the verdict column.
+        code = f" ({w.cause_info.code})" if w.cause_info is not None and w.cause_info.code != w.verdict else ""
+        prose(app.console, safe(w.address, "bold") + Text(": ") + safe(why + auto + code), indent=2)
     for w in report.workers:
         fix = sharing_fix(w.verdict)
-        if w.verdict in ("unreachable", "uid_mismatch") and w.cause_info is not None:
+        own = w.verdict in ("unreachable", "uid_mismatch") or (w.cause_info and w.cause_info.code == "zmq_lane")
+        if w.cause_info is not None and own:
             fix = w.cause_info.fix
         if fix:
             hint(app, f"{w.address}: {fix}")

@@ -140,16 +140,16 @@ CATALOGUE: dict[Cause, Entry] = {
         "send an image to a vision model; read the requests' errors",
     ),
     Cause.ZMQ_LANE: Entry(
-        "the worker takes requests over ZMQ, which requires inline tensor payloads",
-        "serve the worker over gRPC to take SHM, or set the gateway's transport inline",
+        "the gateway reaches the worker over its direct-ZMQ lane (ipc://), which takes inline tensor payloads only",
+        "register the worker over gRPC (grpc://host:port) to let it take SHM",
     ),
     Cause.WORKER_UNREACHABLE: Entry(
         "the worker does not answer",
         "check the address and that the worker's gRPC server is up (--connect-timeout to wait longer)",
     ),
     Cause.GATEWAY_NOT_READY: Entry(
-        "the gateway answers 502/503/504: its worker is not registered or not ready",
-        "wait for the worker to register (GET /workers), or check the worker's log",
+        "the gateway answers 502/503/504 (an error, exit 4): no worker of it is registered and healthy yet",
+        "wait until GET /workers lists its workers healthy (--worker-urls or POST /workers), or read the workers' logs",
     ),
     Cause.INLINE_AGAINST_RULE: Entry(
         "the gateway sent inline although its rule says shm",
@@ -173,8 +173,8 @@ CATALOGUE: dict[Cause, Entry] = {
         "re-register the worker (DELETE then POST /workers) or restart the gateway",
     ),
     Cause.WORKERS_UNLISTED: Entry(
-        "the gateway's GET /workers did not answer, so its workers could not be probed",
-        "check that the gateway's HTTP port answers GET /workers",
+        "the gateway's GET /workers did not answer (or refused), so its workers could not be probed",
+        "check that the gateway's HTTP port answers GET /workers; pass --api-key KEY if the gateway requires one",
     ),
     Cause.NO_WORKERS: Entry(
         "the gateway has no worker registered",
@@ -234,6 +234,16 @@ def write_failure(largest: int, size_bytes: int | None, free_bytes: int | None, 
     if writable is False:
         return Cause.SHM_PERMISSION
     return Cause.SHM_WRITES_FAILING
+
+
+def for_verdict(verdict: str, local_id: str) -> Cause | None:
+    """The cause of a worker's verdict judged against ``local_id`` (this host's namespace id, or the
+    gateway's). Undetermined with no local id is that id unreadable, never the worker's missing one:
+    one fact, one cause, whichever command says it (probe, e2e, doctor)."""
+    cause = for_sharing(verdict)
+    if cause is Cause.NO_NAMESPACE_ID and not local_id:
+        return Cause.LOCAL_ID_UNREADABLE
+    return cause
 
 
 def for_sharing(sharing: str) -> Cause | None:

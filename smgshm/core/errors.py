@@ -92,6 +92,13 @@ class TransportError(SmgshmError):
     outcome = Outcome.UNREACHABLE
 
 
+class GatewayNotReadyError(TransportError):
+    """The gateway answers but does not serve yet (HTTP 502/503/504): still exit 4, under its own kind,
+    which is the cause catalogue's code (``gateway_not_ready``) so that JSON can alert on it."""
+
+    kind = "gateway_not_ready"
+
+
 class ServerError(SmgshmError):
     """The peer answered but refused the request."""
 

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from smgshm.core.causes import Cause, Found, for_sharing, found
+from smgshm.core.causes import Cause, Found, for_verdict, found
 from smgshm.core.engines import DETECT_ORDER, Engine, engine_named
 from smgshm.core.errors import SmgshmError, TransportError
 from smgshm.core.gateway.admin import GatewayWorker
@@ -309,13 +309,18 @@ def probe(
         address, gw = job
         if gw is not None and not gw.grpc:
             reason = f"a {gw.connection_mode or 'non-gRPC'} worker: SMG sends it tensors inline only"
-            return WorkerReport(
+            report = WorkerReport(
                 address, "not_grpc", reason, engine=gw.runtime_type, gateway_label=gw.label_namespace_id
             )
+            if gw.connection_mode == "zmq":  # SMG's direct-ZMQ lane refuses SHM payloads: its own cause
+                report = replace(report, cause_info=found(Cause.ZMQ_LANE, f"{address}: {reason}"))
+            return report
         report = probe_worker(address, opts, local)
         return replace(report, gateway_label=gw.label_namespace_id) if gw is not None else report
 
     def with_cause(report: WorkerReport) -> WorkerReport:
+        if report.cause_info is not None:
+            return report
         return replace(report, cause_info=cause_of(report, local, opts.shm_dir))
 
     with ThreadPoolExecutor(max_workers=min(16, max(1, len(jobs)))) as pool:
@@ -325,12 +330,12 @@ def probe(
 
 def cause_of(w: WorkerReport, local: LocalChecks, shm_dir: str = DEFAULT_SHM_DIR) -> Found | None:
     """A worker's verdict as the catalogue's cause, with its own sentence and a command where one applies."""
-    code = for_sharing(w.verdict)
+    code = for_verdict(w.verdict, local.namespace_id)
     if code is None:
         return None
     cmd: list[str] | None = None
-    if code is Cause.NO_NAMESPACE_ID and not local.namespace_id:
-        code, cmd = Cause.LOCAL_ID_UNREADABLE, ["smgshm", "ns", "--shm-dir", shm_dir]
+    if code is Cause.LOCAL_ID_UNREADABLE:
+        cmd = ["smgshm", "ns", "--shm-dir", shm_dir]
     elif code is Cause.VERIFY_FAILED:
         cmd = ["smgshm", "probe", "--verify", w.address]
     elif code is Cause.ID_SPELLING:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import shlex
 
+from smgshm.core.causes import Cause
 from smgshm.core.doctor.check import Check
-from smgshm.core.errors import SmgshmError
+from smgshm.core.errors import GatewayNotReadyError, SmgshmError
 from smgshm.core.host.facts import HostFacts
 from smgshm.core.outcomes import Outcome
 from smgshm.core.paths import smgshm_cmd
@@ -29,7 +30,8 @@ def check_e2e(gateway: str | None, api_key: str | None, facts: HostFacts, timeou
     try:
         report = run_against(gateway, opts, facts=facts) if gateway else run_embedded(opts, facts=facts)
     except SmgshmError as err:
-        return [Check("e2e", "fail", str(err), err.hint or "", err.outcome)]
+        cause = Cause.GATEWAY_NOT_READY if isinstance(err, GatewayNotReadyError) else None
+        return [Check("e2e", "fail", str(err), err.hint or "", err.outcome, cause=cause)]
     out = []
     for run in report.runs:
         # The metrics it read (the gateway's own, found or proven): the command works when pasted.

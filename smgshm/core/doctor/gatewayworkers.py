@@ -8,10 +8,10 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from smgshm.core.causes import Cause, for_sharing
+from smgshm.core.causes import CATALOGUE, Cause, for_verdict
 from smgshm.core.doctor.check import Check
 from smgshm.core.doctor.workers import PROBE_FIXES
-from smgshm.core.errors import SmgshmError
+from smgshm.core.errors import GatewayNotReadyError, SmgshmError
 from smgshm.core.outcomes import Outcome
 
 if TYPE_CHECKING:
@@ -90,9 +90,10 @@ def check_gateway_workers(
     out: list[Check] = []
     for g, workers in zip(gateways, listed, strict=True):
         if isinstance(workers, SmgshmError):
+            not_ready = isinstance(workers, GatewayNotReadyError)
             out.append(Check(f"{g.who} workers", "warn", f"cannot list its workers: {workers}",
                              workers.hint or "check that its HTTP port answers GET /workers",
-                             cause=Cause.WORKERS_UNLISTED))  # fmt: skip
+                             cause=Cause.GATEWAY_NOT_READY if not_ready else Cause.WORKERS_UNLISTED))  # fmt: skip
             continue
         if not workers:
             out.append(Check(f"{g.who} workers", "warn", f"no worker registered at {g.http_url}",
@@ -101,15 +102,20 @@ def check_gateway_workers(
             continue
         if g.probe:
             for w in workers:
-                out.append(_worker_check(g, w, reports.get(w.url), w.url in skipped, waited))
+                out.append(_worker_check(g, w, reports.get(w.url), w.url in skipped, waited, local.namespace_id))
         out += lint(g, workers)
     return out
 
 
-def _worker_check(g: JudgedGateway, w: GatewayWorker, r: WorkerReport | None, skipped: bool, waited: float) -> Check:
+def _worker_check(g: JudgedGateway, w: GatewayWorker, r: WorkerReport | None, skipped: bool, waited: float,
+                  local_id: str = "") -> Check:  # fmt: skip
     name = f"{g.who} worker {w.url}"
     if not w.grpc:
-        return Check(name, "skip", f"a {w.connection_mode or 'non-gRPC'} worker: SMG sends it tensors inline only")
+        # Configured for SHM, the gateway still sends this worker every tensor inline: said, with its cause.
+        cause = Cause.ZMQ_LANE if w.connection_mode == "zmq" else Cause.NOT_GRPC
+        return Check(name, "warn" if g.mode in SHM_MODES else "skip",
+                     f"a {w.connection_mode or 'non-gRPC'} worker: SMG sends it tensors inline only",
+                     CATALOGUE[cause].fix, cause=cause)  # fmt: skip
     if skipped:
         return Check(name, "skip", f"not probed: doctor probes the first {MAX_WORKERS} workers",
                      f"probe it: smgshm probe {w.url}")  # fmt: skip
@@ -136,12 +142,15 @@ def _worker_check(g: JudgedGateway, w: GatewayWorker, r: WorkerReport | None, sk
                          Outcome.CHECK_FAILED, cause=Cause.STALE_NAMESPACE_LABEL)  # fmt: skip
         return Check(name, "ok", f"{r.engine}: /dev/shm shared with this host (ids match)")
     fix, code = PROBE_FIXES.get(r.verdict, ("", Outcome.CHECK_FAILED))
+    cause = for_verdict(r.verdict, g.namespace_id or local_id)  # judged against the gateway's id, else this host's
+    if cause is Cause.LOCAL_ID_UNREADABLE:
+        fix = CATALOGUE[cause].fix
     summary = f"worker {w.url}: {r.verdict}: {r.reason}"
     if inline:  # the gateway sends it nothing through SHM: a fact, not a failure
         return Check(name, "ok", f"{summary} (the gateway is {g.mode}: no SHM is sent)")
     if r.verdict == "undetermined" and g.mode == "shm":  # shm makes no namespace check: it may still read
-        return Check(name, "warn", summary, fix, cause=for_sharing(r.verdict))
-    return Check(name, "fail", summary, fix, code, cause=for_sharing(r.verdict))
+        return Check(name, "warn", summary, fix, cause=cause)
+    return Check(name, "fail", summary, fix, code, cause=cause)
 
 
 def lint(g: JudgedGateway, workers: list[GatewayWorker]) -> list[Check]:

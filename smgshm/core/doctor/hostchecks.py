@@ -5,9 +5,10 @@ from __future__ import annotations
 import importlib.util
 import os
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from smgshm.core.causes import CATALOGUE, Cause, write_failure
 from smgshm.core.doctor.check import AddChecks, Check
 from smgshm.core.doctor.gatewayworkers import JudgedGateway, check_gateway_workers
 from smgshm.core.errors import SmgshmError
@@ -34,7 +35,7 @@ from smgshm.core.host.pagesize import (
     remount_argv,
 )
 from smgshm.core.outcomes import Outcome
-from smgshm.core.paths import smgshm_cmd
+from smgshm.core.paths import DEFAULT_SHM_DIR, smgshm_cmd
 from smgshm.core.units import mib_size, short_duration
 
 
@@ -145,7 +146,7 @@ def judged_gateways(findings: list[GatewayFinding], from_gateway: str | None,
     return out
 
 
-def check_gateways(findings: list[GatewayFinding]) -> list[Check]:
+def check_gateways(findings: list[GatewayFinding], shm_dir: str = DEFAULT_SHM_DIR) -> list[Check]:
     if not findings:
         return [Check("gateways", "ok", "no SMG gateway (process title smg::router) is visible here")]
     out = []
@@ -172,6 +173,7 @@ def check_gateways(findings: list[GatewayFinding]) -> list[Check]:
                     f.finding.summary + " (no running gateway here has this log open)",
                     f.finding.fix,
                     f.finding.code,
+                    cause=_cause(f.finding),
                 )
             )
             continue
@@ -203,16 +205,36 @@ def check_gateways(findings: list[GatewayFinding]) -> list[Check]:
             out.append(Check(f"gateway {g.pid}", "skip", "exited while being inspected"))
             continue
         out.append(Check(f"gateway {g.pid}", "ok", "; ".join(parts)))
+        finding = _write_failure(f.finding, g.pid, shm_dir)
         out.append(
             Check(
                 f"gateway {g.pid} transport",
-                f.finding.status,
-                f.finding.summary,
-                f.finding.fix,
-                f.finding.code if f.finding.status == "fail" else Outcome.OK,
+                finding.status,
+                finding.summary,
+                finding.fix,
+                finding.code if finding.status == "fail" else Outcome.OK,
+                cause=_cause(finding),
             )
         )
     return out
+
+
+def _cause(finding: ModeFinding) -> Cause | None:
+    """A finding's cause, for a warning or failure only (an ok finding names none)."""
+    return finding.cause if finding.status in ("warn", "fail") else None
+
+
+def _write_failure(finding: ModeFinding, pid: int, shm_dir: str) -> ModeFinding:
+    """Write failures of a gateway that writes to ``shm_dir``: full, too small or permission, as the dir tells
+    (its mean tensor since start is a size the writes needed; the largest is no less)."""
+    if finding.cause is not Cause.SHM_WRITES_FAILING or not _shares_dir(pid, shm_dir):
+        return finding
+    from smgshm.core.host.capacity import shm_space
+    from smgshm.core.host.identity import probe_writable
+
+    size, free = shm_space(shm_dir)
+    cause = write_failure(finding.mean_tensor_bytes or 0, size, free, probe_writable(shm_dir) is None)
+    return replace(finding, cause=cause, fix=CATALOGUE[cause].fix)
 
 
 def _shares_dir(pid: int, shm_dir: str) -> bool:
@@ -278,6 +300,8 @@ def check_capacity(usage: ShmUsage, needs: list[Need]) -> tuple[list[Check], Cap
             )
         )
     else:
+        # Too small when even the empty dir could not hold it (gc frees nothing then), else full.
+        cause = write_failure(v.largest.nbytes, usage.total_bytes, v.free_bytes, None)
         # Only the operator's own budget fails the run; an inferred need that does not fit is a warning.
         out.append(
             Check(
@@ -285,9 +309,10 @@ def check_capacity(usage: ShmUsage, needs: list[Need]) -> tuple[list[Check], Cap
                 "fail" if v.explicit_unmet else "warn",
                 f"{mib_size(v.free_bytes)} free{docker} is below the largest need "
                 f"{mib_size(v.largest.nbytes)} ({v.largest.source}): SMG's writes fail and go inline",
-                _enlarge(usage, v.largest.nbytes),
+                _enlarge(usage, v.largest.nbytes, free_first=cause is not Cause.SHM_TOO_SMALL),
                 Outcome.CHECK_FAILED if v.explicit_unmet else Outcome.OK,
                 fix_cmd=_enlarge_cmd(usage, v.largest.nbytes),
+                cause=cause,
             )
         )
     return out, v
@@ -297,11 +322,11 @@ def _gib(usage: ShmUsage, need: int) -> int:
     return -(-max(usage.total_bytes, usage.used_bytes + 2 * need) // 2**30)
 
 
-def _enlarge(usage: ShmUsage, need: int) -> str:
+def _enlarge(usage: ShmUsage, need: int, free_first: bool = True) -> str:
     gib = _gib(usage, need)
+    free = f"free space ({shlex.join(smgshm_cmd(usage.shm_dir, 'gc', '--delete'))}) or " if free_first else ""
     return (
-        f"free space ({shlex.join(smgshm_cmd(usage.shm_dir, 'gc', '--delete'))}) or enlarge the tmpfs (as root, "
-        "below); containers: docker run "
+        f"{free}enlarge the tmpfs (as root, below); containers: docker run "
         f"--shm-size={gib}g, Kubernetes emptyDir medium: Memory sizeLimit: {gib}Gi"
     )
 
@@ -350,7 +375,7 @@ def run_host_checks(
     if gateway_pids == ():
         add([Check("gateways", "skip", "skipped (--no-gateways): the gateways running here were not looked at")])
     elif findings or not gateway_pids:  # a --gateway-pid not found is said below, not as "none here"
-        add(check_gateways(findings))
+        add(check_gateways(findings, facts.shm_dir))
     seen = {f.gateway.pid for f in findings if f.gateway is not None}
     for pid in sorted(set(gateway_pids or ()) - seen):
         add([Check(f"gateway {pid}", "fail", f"no SMG gateway (process title {GATEWAY_TITLE}) runs here with pid {pid}",

@@ -7,7 +7,7 @@ import shlex
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from smgshm.core.causes import for_sharing
+from smgshm.core.causes import Cause, for_sharing
 from smgshm.core.doctor.check import Check
 from smgshm.core.errors import SmgshmError
 from smgshm.core.names import probe_file_pid
@@ -42,6 +42,7 @@ def check_workers(addresses: list[str], facts: HostFacts, timeout: float,
                 Outcome.CHECK_FAILED,
                 fix_cmd=["rm", "--", os.path.join(shm_dir, name)],
                 names_hex=[os.fsencode(name).hex()],
+                cause=Cause.PROBE_FILE_LEFT,
             )
         )
     for name in report.local.probe_lookalikes:
@@ -89,7 +90,11 @@ def probe_check(w: WorkerReport, name: str) -> Check:
         how = "verified with a canary segment" if w.verify and w.verify.ok else "ids match"
         return Check(name, "ok", f"{w.engine}: /dev/shm shared ({how})")
     fix, code = PROBE_FIXES.get(w.verdict, ("", Outcome.CHECK_FAILED))
-    return Check(name, "fail", f"{w.verdict}: {w.reason}", fix, code, cause=for_sharing(w.verdict))
+    # probe's own cause when it named one (this host's id unreadable is not the worker's missing id).
+    cause = Cause(w.cause_info.code) if w.cause_info is not None else for_sharing(w.verdict)
+    if cause is Cause.LOCAL_ID_UNREADABLE and w.cause_info is not None:
+        fix = w.cause_info.fix
+    return Check(name, "fail", f"{w.verdict}: {w.reason}", fix, code, cause=cause)
 
 
 def check_send(address: str, facts: HostFacts, timeout: float, label: str = "") -> list[Check]:

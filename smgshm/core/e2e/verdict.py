@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from smgshm.core.causes import Cause, for_sharing, write_failure
+from smgshm.core.causes import Cause, for_verdict, write_failure
 from smgshm.core.e2e.evidence import MetricsEvidence, ReceiptEvidence, ShmDirEvidence
 from smgshm.core.host.namespace import compare_namespace_ids
 from smgshm.core.names import gateway_probe_name
@@ -180,9 +180,7 @@ def _inline_cause(ctx: Context, m: MetricsEvidence, d: ShmDirEvidence,
 def _why(ctx: Context, reason: str, largest: int, minb: int) -> tuple[str, Cause]:
     if reason.startswith("auto:"):
         sharing = compare_namespace_ids(ctx.local_ns, ctx.worker_ns).sharing.value
-        code = for_sharing(sharing) or Cause.NO_NAMESPACE_ID
-        if code is Cause.NO_NAMESPACE_ID and not ctx.local_ns:
-            code = Cause.LOCAL_ID_UNREADABLE
+        code = for_verdict(sharing, ctx.local_ns) or Cause.NO_NAMESPACE_ID
         return f"inline: the worker advertises another namespace id ({reason})", code
     if "below shm_min_bytes" in reason:
         return f"inline: every tensor is below shm_min_bytes {minb} (largest {largest} B)", Cause.BELOW_SHM_MIN_BYTES

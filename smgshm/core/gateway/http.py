@@ -22,7 +22,8 @@ import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any
 
-from smgshm.core.errors import ServerError, SmgshmError, TransportError
+from smgshm.core.causes import CATALOGUE, Cause
+from smgshm.core.errors import GatewayNotReadyError, ServerError, SmgshmError, TransportError
 
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 MAX_JSON_DEPTH = 64  # SMG's documents nest a handful of levels; deeper is not SMG's, and recursion is finite
@@ -215,10 +216,10 @@ NOT_READY_STATUSES = (502, 503, 504)
 def check_ready(resp: HttpResponse, what: str) -> None:
     """TransportError when ``resp`` says the service is not ready (HTTP 502/503/504)."""
     if resp.status in NOT_READY_STATUSES:
-        raise TransportError(
+        raise GatewayNotReadyError(
             f"gateway not ready: {what} answered HTTP {resp.status}",
             endpoint=resp.url,
-            hint="its worker may not be registered yet: retry in a few seconds",
+            hint=CATALOGUE[Cause.GATEWAY_NOT_READY].fix,
         )
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, field
 
+from smgshm.core.causes import CATALOGUE, Cause
 from smgshm.core.gateway.log import TransportConfig
 from smgshm.core.gateway.metrics import MmTraffic
 from smgshm.core.names import gateway_probe_name
@@ -39,6 +40,7 @@ class ModeFinding:
     evidence: list[Evidence] = field(default_factory=list)
     mode: str = ""  # as logged, when a log was read
     mean_tensor_bytes: int | None = None  # over every path since start
+    cause: Cause | None = None  # the catalogue's cause of a warning or failure (None: none, or not knowable here)
 
 
 def fix_text(mode: str = "auto") -> str:
@@ -83,8 +85,9 @@ def judge(
     mode = config.mode if config else ""
     certain = f"; for certainty: {e2e_hint}" if e2e_hint else ""
 
-    def found(verdict: str, status: str, summary: str, fix: str = "", code: Outcome = Outcome.OK) -> ModeFinding:
-        return ModeFinding(verdict, status, f"{who}: {summary}", fix, code, ev, mode, mean)
+    def found(verdict: str, status: str, summary: str, fix: str = "", code: Outcome = Outcome.OK,
+              cause: Cause | None = None) -> ModeFinding:  # fmt: skip
+        return ModeFinding(verdict, status, f"{who}: {summary}", fix, code, ev, mode, mean, cause)
 
     # The setting itself first: the log is the only source that states it.
     if config is not None and mode in ("shm", "auto") and config.dev_writable is False:
@@ -97,14 +100,17 @@ def judge(
             "it as its probe fails, unless it is another uid's) or a /dev/shm it cannot write: smgshm gc, then "
             "restart the gateway",
             Outcome.HOST,
+            Cause.GATEWAY_PROBE_FAILED,
         )
     if t is not None and t.shm_write_failures:
         return found(
             "failing",
             "fail",
             f"{t.shm_write_failures:,} SHM write failure(s) since start (metrics): those tensors went inline",
-            "free or enlarge the shm dir (smgshm gc --delete; docker --shm-size)",
+            # Full, too small or permission: doctor tells them apart when the gateway writes to its shm dir.
+            CATALOGUE[Cause.SHM_WRITES_FAILING].fix,
             Outcome.CHECK_FAILED,
+            Cause.SHM_WRITES_FAILING,
         )
     shm_n = t.tensors.get("shm", 0) if t else 0
     inline_n = t.tensors.get("inline", 0) if t else 0
@@ -124,6 +130,7 @@ def judge(
             "configured inline (log): SHM is off"
             + (f"; {inline_n:,} tensors went inline since start" if inline_n else ""),
             fix_text(),
+            cause=Cause.MODE_INLINE,
         )
     if mode == "rdma":
         return found("inline", "ok", "configured rdma (log): tensors go by RDMA or inline, never SHM")
@@ -153,6 +160,7 @@ def judge(
                 f"multimodal tensors went inline since start ({inline_n:,} tensors, mean "
                 f"{decimal_mb(inline_mean)}): SHM is off (the default is inline) or failing",
                 fix_text(),
+                cause=Cause.MODE_INLINE,
             )
         return found(
             "unknown",
@@ -161,6 +169,7 @@ def judge(
             f"shm_min_bytes {threshold:,}, so they say nothing about the setting"
             + (f" (mode={mode}, log)" if mode else "")
             + certain,
+            cause=Cause.BELOW_SHM_MIN_BYTES,
         )
     if mode in ("shm", "auto"):
         return found("no_traffic", "ok", f"configured {mode} (log); no multimodal tensor since start yet")
