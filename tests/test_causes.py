@@ -14,10 +14,11 @@ import pytest
 
 from smgshm.core.causes import CATALOGUE, Cause, found
 from smgshm.core.gateway.process import RunningGateway
-from tests.conftest import Children, closed_port, run_cli, start_serve
+from tests.conftest import Children, closed_port, run_cli, start_serve, wait_for
 from tests.e2e_support import gateway, gateways, mm_shm_worker, model_dir, needs_smg
+from tests.test_cli_doctor import shm_dir
 
-__all__ = ["gateways", "model_dir"]  # fixtures
+__all__ = ["gateways", "model_dir", "shm_dir"]  # fixtures
 needs_unshare = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
                                    reason="needs root and unshare(1)")  # fmt: skip
 
@@ -106,17 +107,16 @@ PRODUCED_BY: dict[Cause, str] = {
     Cause.NOT_GRPC: "test_probe_from_gateway.py::test_dp_rank_http_worker_and_stale_label",
     Cause.WORKER_PROCESSING: NOT_YET + "needs a real gateway under --mm-processing worker",
     Cause.NO_MM_TENSORS: "test_causes.py::test_no_mm_tensors_when_every_request_fails_at_a_real_gateway",
-    Cause.ZMQ_LANE: NOT_PRODUCIBLE + "no code path emits it (probe, e2e and doctor never name a ZMQ lane)",
+    Cause.ZMQ_LANE: "test_causes.py::test_zmq_lane_for_a_worker_the_real_gateway_reaches_over_ipc",
     Cause.WORKER_UNREACHABLE: "test_cli_e2e.py::test_dead_worker_is_the_headline_and_no_latency",
-    Cause.GATEWAY_NOT_READY: NOT_PRODUCIBLE + "no code path emits it: a gateway answering 503 is an exit-4 error "
-    '("gateway not ready: ..."), not a cause',
+    Cause.GATEWAY_NOT_READY: "test_causes.py::test_gateway_not_ready_and_no_workers_at_a_real_gateway_with_none",
     Cause.INLINE_AGAINST_RULE: NOT_YET + "needs a gateway that sends inline while its own rule says shm",
     Cause.SOURCES_DISAGREE: NOT_YET + "needs sources of evidence that disagree for real",
     Cause.NO_EVIDENCE: NOT_YET + "needs e2e with no metrics, no shm dir view and no receipts",
     Cause.WORKER_SLOW: NOT_YET + "needs a worker whose probe outlasts doctor's whole probe budget",
     Cause.STALE_NAMESPACE_LABEL: NOT_YET + "needs a worker re-started with another id behind a live gateway",
-    Cause.WORKERS_UNLISTED: NOT_YET + "needs a gateway found here whose GET /workers fails",
-    Cause.NO_WORKERS: NOT_YET + "needs a real gateway with no worker registered",
+    Cause.WORKERS_UNLISTED: "test_causes.py::test_workers_unlisted_when_the_real_gateway_wants_an_api_key",
+    Cause.NO_WORKERS: "test_causes.py::test_gateway_not_ready_and_no_workers_at_a_real_gateway_with_none",
     Cause.MIXED_NAMESPACE_IDS: (
         "test_doctor_workers.py::test_a_foreign_and_a_dead_worker_fail_naming_them_and_the_mixed_ids_warn"
     ),
@@ -133,8 +133,7 @@ PRODUCED_BY: dict[Cause, str] = {
 }
 # The causes allowed a marker instead of a test: shrink this as tests land, never grow it without a reason.
 ALLOWED_GAPS: dict[Cause, str] = {
-    Cause.ZMQ_LANE: NOT_PRODUCIBLE,
-    Cause.GATEWAY_NOT_READY: NOT_PRODUCIBLE,
+    **{c: NOT_PRODUCIBLE for c, where in PRODUCED_BY.items() if where.startswith(NOT_PRODUCIBLE)},
     **{c: NOT_YET for c, where in PRODUCED_BY.items() if where.startswith(NOT_YET)},
 }
 
@@ -234,3 +233,110 @@ def test_no_mm_tensors_when_every_request_fails_at_a_real_gateway(
     run = _e2e_run(gw, "--model", "no-such-model", exit=3)
     assert run["path"] == "none"
     assert run["cause_info"]["code"] == "no_mm_tensors"
+
+
+# --------------------------------------------------------------------------- a real gateway's own state
+
+
+def _launched(gateways: list[RunningGateway], tmp_path: Path, **kw: Any) -> RunningGateway:
+    """A real gateway that will never be "ready" (no worker healthy): started, its transport line
+    awaited, stopped at teardown like every other."""
+    from smgshm.core.gateway.process import GatewayConfig, launch_gateway
+
+    gw = launch_gateway(GatewayConfig(log_path=str(tmp_path / f"gateway-{len(gateways)}.log"), **kw))
+    gateways.append(gw)
+    wait_for(gw.transport_setting, what="the gateway's transport line")
+    return gw
+
+
+def _listed(gw: RunningGateway) -> list[dict[str, Any]]:
+    from smgshm.core.errors import SmgshmError
+
+    try:
+        return gw.workers()
+    except SmgshmError:  # its HTTP port listens a moment after its transport line
+        return []
+
+
+def _doctor(*args: str, exit: int) -> tuple[dict[str, dict[str, Any]], str]:
+    """doctor's checks by name (--json) and its human output, from two runs."""
+    doc = run_cli("--json", "doctor", *args, exit=exit).json
+    text = run_cli("doctor", *args, exit=exit).stdout
+    return {c["name"]: c for c in doc["result"]["checks"]}, text
+
+
+@needs_smg
+@pytest.mark.timeout(180)
+def test_gateway_not_ready_and_no_workers_at_a_real_gateway_with_none(
+    gateways: list[RunningGateway], tmp_path: Path, shm_dir: str
+) -> None:
+    """SMG with no worker answers /workers (empty) but 503 on /v1/models: e2e stays an error (exit 4)
+    whose JSON kind is the cause's code; doctor names both causes, each with its fix."""
+    gw = _launched(gateways, tmp_path, transport="auto")
+    fix = CATALOGUE[Cause.GATEWAY_NOT_READY].fix
+    res = run_cli("--json", "e2e", "--gateway", gw.http_url, "--metrics", gw.metrics_url, "-n", "1", exit=4)
+    err = res.json["error"]
+    assert err["kind"] == "gateway_not_ready" == Cause.GATEWAY_NOT_READY.value
+    assert err["message"].startswith("gateway not ready: GET /v1/models answered HTTP 503")
+    assert err["hint"] == fix
+    res = run_cli("e2e", "--gateway", gw.http_url, "--metrics", gw.metrics_url, "-n", "1", exit=4)
+    assert "gateway not ready: GET /v1/models answered HTTP 503" in res.stderr
+    assert fix in res.stderr
+    c, text = _doctor("--from-gateway", gw.http_url, "--metrics", gw.metrics_url, "--gateway-pid", str(gw.pid),
+                      "--shm-dir", shm_dir, exit=4)  # fmt: skip
+    assert (c["e2e"]["status"], c["e2e"]["cause"], c["e2e"]["code"]) == ("fail", "gateway_not_ready", 4)
+    assert c["e2e"]["fix"] == fix
+    none = c[f"gateway {gw.pid} workers"]
+    assert (none["status"], none["cause"]) == ("warn", "no_workers")
+    assert none["fix"] == CATALOGUE[Cause.NO_WORKERS].fix
+    assert "(gateway_not_ready)" in text
+    assert "(no_workers)" in text
+    assert f"fix: {fix}" in text
+    assert f"fix: {CATALOGUE[Cause.NO_WORKERS].fix}" in text
+
+
+@needs_smg
+@pytest.mark.timeout(180)
+def test_zmq_lane_for_a_worker_the_real_gateway_reaches_over_ipc(
+    gateways: list[RunningGateway], tmp_path: Path, model_dir: str, shm_dir: str
+) -> None:
+    """SMG registers an ipc:// worker on its direct-ZMQ lane (connection_mode zmq), which refuses SHM
+    handles: probe --from-gateway and doctor name zmq_lane, not a namespace cause."""
+    url = f"ipc://{tmp_path}/engine"
+    gw = _launched(gateways, tmp_path, worker_urls=(url,), model_path=model_dir, transport="auto")
+    wait_for(lambda: [w for w in _listed(gw) if w.get("connection_mode") == "zmq"], what="the zmq worker listed")
+    fix = CATALOGUE[Cause.ZMQ_LANE].fix
+    doc = run_cli("--json", "probe", "--from-gateway", gw.http_url).json
+    [w] = [w for w in doc["result"]["workers"] if w["address"] == url]
+    assert w["verdict"] == "not_grpc"
+    assert w["cause_info"]["code"] == "zmq_lane"
+    assert w["cause_info"]["fix"] == fix
+    res = run_cli("probe", "--from-gateway", gw.http_url)
+    assert "(zmq_lane)" in res.stdout
+    assert f"{url}: {fix}" in res.stderr  # probe's fixes are hints, on stderr
+    c, text = _doctor("--no-e2e", "--gateway-pid", str(gw.pid), "--shm-dir", shm_dir, exit=0)
+    check = c[f"gateway {gw.pid} worker {url}"]
+    assert (check["status"], check["cause"], check["fix"]) == ("warn", "zmq_lane", fix)  # configured auto
+    assert "(zmq_lane)" in text
+    assert f"fix: {fix}" in text
+
+
+@needs_smg
+@pytest.mark.timeout(180)
+def test_workers_unlisted_when_the_real_gateway_wants_an_api_key(
+    children: Children, gateways: list[RunningGateway], tmp_path: Path, model_dir: str, shm_dir: str
+) -> None:
+    """A gateway started with --api-key refuses GET /workers without it (401): doctor cannot probe its
+    workers and says so, naming the flag; with the key, it lists and probes them."""
+    here = mm_shm_worker(children, model_dir)
+    gw = _launched(gateways, tmp_path, worker_urls=(here,), model_path=model_dir, transport="auto",
+                   extra_args=("--api-key", "sekret"))  # fmt: skip
+    c, text = _doctor("--no-e2e", "--gateway-pid", str(gw.pid), "--shm-dir", shm_dir, exit=0)
+    check = c[f"gateway {gw.pid} workers"]
+    assert (check["status"], check["cause"]) == ("warn", "workers_unlisted")
+    assert "401" in check["summary"]
+    assert "--api-key" in check["fix"]
+    assert "(workers_unlisted)" in text
+    c, _ = _doctor("--no-e2e", "--gateway-pid", str(gw.pid), "--shm-dir", shm_dir, "--api-key", "sekret", exit=0)
+    assert f"gateway {gw.pid} workers" not in c
+    assert c[f"gateway {gw.pid} worker grpc://{here}"]["status"] == "ok"

@@ -688,10 +688,12 @@ def test_from_gateway_probes_the_registered_worker(children: Children, gateway: 
     assert [s["status"] for s in send_checks(doc)] == ["ok", "ok"]
 
 
-def test_from_gateway_with_no_grpc_workers_is_a_usage_error(gateway: FakeGateway) -> None:
+def test_from_gateway_with_no_grpc_workers_is_judged_not_refused(gateway: FakeGateway, shm_dir: str) -> None:
+    """No gRPC worker is the gateway's state, not a usage error: doctor checks this host with its embedded
+    receiver (tests/test_causes.py runs it against a real gateway with none: no_workers, gateway_not_ready)."""
     url = gateway.serve([gw_worker("http://127.0.0.1:1", mode="http")])
-    res = run_cli("doctor", "--no-gateways", "--from-gateway", url, exit=2)
-    assert "no gRPC workers" in res.stderr
+    doc = doctor("--no-gateways", "--from-gateway", url, "--shm-dir", shm_dir, "--no-e2e", exit=0)
+    assert doc["result"]["workers"] == [doc["result"]["embedded_receiver"]] != [""]
 
 
 def test_from_gateway_unreachable_exits_4() -> None:

@@ -111,9 +111,9 @@ def doctor(app: App, workers: tuple[str, ...], from_gateway: str | None, api_key
         from smgshm.core.gateway.admin import list_workers
 
         listed = list_workers(from_gateway, api_key, timeout)
+        # None listed is the gateway's state, not a usage error: its checks say so (no_workers), and its
+        # e2e check meets a gateway not ready (gateway_not_ready).
         addresses += [w.url for w in listed if w.grpc]
-        if not addresses:
-            raise click.UsageError(f"the gateway at {from_gateway} has no gRPC workers to check")
     with view.progress(app) as say:
         report = run_doctor(addresses, shm_dir=shm_dir, timeout=timeout, on_check=say,
                             gateway_logs=list(gateway_logs), inflight_bytes=inflight_bytes, gateway=from_gateway,
