@@ -94,10 +94,14 @@ PRODUCED_BY: dict[Cause, str] = {
     Cause.BELOW_SHM_MIN_BYTES: "test_causes.py::test_below_shm_min_bytes_at_a_real_gateway_with_a_high_minimum",
     Cause.ENGINE_INLINE_ONLY: NOT_YET + "smgshm serve --engine sglang answers probe's RPCs but not SGLang's Generate "
     "(the real gateway's request fails 501), so no tensor reaches an SGLang worker here",
-    Cause.SHM_WRITES_FAILING: NOT_YET + "needs writes that fail with neither too little space nor a permission",
-    Cause.SHM_FULL: NOT_YET + "needs a real gateway on a tmpfs filled past one tensor's free space",
+    Cause.SHM_WRITES_FAILING: (
+        "test_e2e_causes.py::test_writes_refused_by_permission_are_shm_permission_where_e2e_cannot_write_either"
+    ),
+    Cause.SHM_FULL: "test_e2e_causes.py::test_a_full_tmpfs_is_shm_full_and_gc_is_the_fix",
     Cause.SHM_TOO_SMALL: "test_e2e_causes.py::test_full_tmpfs_makes_real_writes_fail_and_e2e_says_so",
-    Cause.SHM_PERMISSION: NOT_YET + "needs an e2e that cannot write the shm dir beside a gateway whose log is unread",
+    Cause.SHM_PERMISSION: (
+        "test_e2e_causes.py::test_writes_refused_by_permission_are_shm_permission_where_e2e_cannot_write_either"
+    ),
     Cause.GATEWAY_PROBE_FAILED: (
         "test_e2e_causes.py::test_leftover_probe_file_the_gateway_removes_is_named_from_its_log"
     ),
@@ -111,7 +115,7 @@ PRODUCED_BY: dict[Cause, str] = {
     Cause.WORKER_UNREACHABLE: "test_cli_e2e.py::test_dead_worker_is_the_headline_and_no_latency",
     Cause.GATEWAY_NOT_READY: "test_causes.py::test_gateway_not_ready_and_no_workers_at_a_real_gateway_with_none",
     Cause.INLINE_AGAINST_RULE: NOT_YET + "needs a gateway that sends inline while its own rule says shm",
-    Cause.SOURCES_DISAGREE: NOT_YET + "needs sources of evidence that disagree for real",
+    Cause.SOURCES_DISAGREE: "test_causes.py::test_sources_disagree_when_another_gateway_feeds_the_same_worker",
     Cause.NO_EVIDENCE: NOT_YET + "needs e2e with no metrics, no shm dir view and no receipts",
     Cause.WORKER_SLOW: NOT_YET + "needs a worker whose probe outlasts doctor's whole probe budget",
     Cause.STALE_NAMESPACE_LABEL: NOT_YET + "needs a worker re-started with another id behind a live gateway",
@@ -340,3 +344,47 @@ def test_workers_unlisted_when_the_real_gateway_wants_an_api_key(
     c, _ = _doctor("--no-e2e", "--gateway-pid", str(gw.pid), "--shm-dir", shm_dir, "--api-key", "sekret", exit=0)
     assert f"gateway {gw.pid} workers" not in c
     assert c[f"gateway {gw.pid} worker grpc://{here}"]["status"] == "ok"
+
+
+@needs_smg
+@pytest.mark.timeout(180)
+def test_sources_disagree_when_another_gateway_feeds_the_same_worker(
+    children: Children, gateways: list[RunningGateway], tmp_path: Path, model_dir: str
+) -> None:
+    """A worker shared by two real gateways, the other one busy meanwhile: the worker's receipts count the
+    other gateway's SHM tensors too, the tested gateway's metrics and segments only its own. e2e does not
+    guess which source is right: undetermined, with the cause and its fix."""
+    import threading
+
+    from smgshm.core.gateway.chat import first_model, make_png, send_chat
+
+    _, ready = start_serve(children, "--model-dir", model_dir)
+    addr = ready["result"]["address"]
+    gw = gateway(gateways, tmp_path, model_dir, addr, mode="shm")
+    other = gateway(gateways, tmp_path, model_dir, addr, mode="shm")
+    model, png = first_model(other.http_url), make_png(448)
+    stop = threading.Event()
+    sent: list[int] = []
+
+    def busy() -> None:
+        while not stop.is_set():
+            sent.append(send_chat(other.http_url, model, png, stream=False, timeout_s=30.0).status)
+
+    feeder = threading.Thread(target=busy, daemon=True)
+    feeder.start()
+    try:
+        wait_for(lambda: 200 in sent, what="the other gateway's traffic")
+        args = ("e2e", "--gateway", gw.http_url, "--metrics", gw.metrics_url, "-n", "2", "--warmup", "0")
+        [run] = run_cli("--json", *args, exit=6).json["result"]["runs"]
+        text = run_cli(*args, exit=6).stdout
+    finally:
+        stop.set()
+        feeder.join(60)
+    assert run["path"] == "undetermined"
+    assert run["agree"] is False
+    by = run["shm_tensors_by_source"]
+    assert by["metrics"] == by["shm dir"] == 2 < by["receipts"]
+    info = run["cause_info"]
+    assert (info["code"], info["fix"]) == ("sources_disagree", CATALOGUE[Cause.SOURCES_DISAGREE].fix)
+    assert "undetermined (sources_disagree)" in text
+    assert f"fix: {CATALOGUE[Cause.SOURCES_DISAGREE].fix}" in text

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from smgshm.core.causes import CATALOGUE, Cause
 from smgshm.core.gateway.metrics import mm_traffic, scrape
 from smgshm.core.gateway.process import GatewayConfig, RunningGateway, start_gateway
 from smgshm.core.host.proc import innermost_pid, ns_pids
@@ -99,8 +100,10 @@ def gateway_in(ns: PrivateShm, gateways: list[RunningGateway], tmp_path: Path, m
     return gw
 
 
-def e2e_in(ns: PrivateShm, gw: RunningGateway, *args: str, exit: int) -> subprocess.CompletedProcess[str]:
-    argv = ns.enter(*smgshm_argv("e2e", "--gateway", gw.http_url, "--metrics", gw.metrics_url, *args))
+def e2e_in(ns: PrivateShm, gw: RunningGateway, *args: str, exit: int,
+           as_uid: str | None = None) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    uid = ["setpriv", "--reuid", as_uid, "--regid", as_uid, "--clear-groups"] if as_uid is not None else []
+    argv = ns.enter(*uid, *smgshm_argv("e2e", "--gateway", gw.http_url, "--metrics", gw.metrics_url, *args))
     res = subprocess.run(argv, capture_output=True, text=True, timeout=180, env={**os.environ, "COLUMNS": "400"})
     assert res.returncode == exit, f"exit {res.returncode} != {exit}\nstdout:\n{res.stdout}\nstderr:\n{res.stderr}"
     return res
@@ -227,6 +230,67 @@ def test_leftover_probe_file_the_gateway_removes_is_named_from_its_log(
     text = e2e_in(ns, gw, "-n", "1", "--expect", "shm", exit=3).stdout
     assert "dev_writable=false in its log" in text
     assert "setting mode shm, shm_min_bytes 65536, dev_writable false (log " in text
+
+
+@pytest.mark.parametrize("private_shm", ["16m"], indirect=True)
+def test_a_full_tmpfs_is_shm_full_and_gc_is_the_fix(
+    private_shm: PrivateShm, children: Children, gateways: list[RunningGateway], tmp_path: Path, model_dir: str
+) -> None:
+    """16 MiB, 12 MiB of it taken by a file: the 4.8 MB writes fail (ENOSPC) although the empty dir would
+    hold them, so the cause is a full dir (free it), not a too small one (enlarge it)."""
+    ns = private_shm
+    with open(os.path.join(ns.shm, "filler"), "wb") as f:
+        f.write(bytes(12 << 20))
+    gw = gateway_in(ns, gateways, tmp_path, model_dir, serve_in(ns, children, model_dir))
+    assert wait_for(gw.transport_setting, what="the gateway's transport line").dev_writable is True
+    doc = json.loads(e2e_in(ns, gw, "--json", "-n", "1", "--warmup", "0", "--expect", "shm", exit=3).stdout)
+    check_e2e_schema(doc)
+    [run] = doc["result"]["runs"]
+    assert run["path"] == "inline"
+    assert run["metrics"]["shm_write_failures"] == 1
+    info = run["cause_info"]
+    assert (info["code"], info["fix"]) == ("shm_full", CATALOGUE[Cause.SHM_FULL].fix)
+    assert info["fix_cmd"] == ["smgshm", "gc", "--shm-dir", "/dev/shm"]
+    text = e2e_in(ns, gw, "-n", "1", "--warmup", "0", "--expect", "shm", exit=3).stdout
+    assert "not shm (shm_full)" in text
+    assert f"fix: {CATALOGUE[Cause.SHM_FULL].fix}: smgshm gc --shm-dir /dev/shm" in text
+
+
+@pytest.mark.parametrize("private_shm", ["16m"], indirect=True)
+def test_writes_refused_by_permission_are_shm_permission_where_e2e_cannot_write_either(
+    private_shm: PrivateShm, children: Children, gateways: list[RunningGateway], tmp_path: Path, model_dir: str
+) -> None:
+    """The gateway (uid nobody) passed its probe at start; then its /dev/shm turned root's 0755, so every
+    write fails (EACCES) with plenty of space. e2e as root can write there itself: it cannot tell why, and
+    says writes fail (read the gateway's log); e2e as the gateway's uid cannot either: a permission."""
+    ns = private_shm
+    model = os.path.join(ns.shm, "model")  # readable by the gateway's uid (the tests' temp dir is not)
+    shutil.copytree(model_dir, model)
+    os.chmod(model, 0o755)  # noqa: S103 - the gateway runs as nobody and must read it
+    for name in os.listdir(model):
+        os.chmod(os.path.join(model, name), 0o644)
+    gw = gateway_in(ns, gateways, tmp_path, "/dev/shm/model", serve_in(ns, children, "/dev/shm/model"),
+                    as_uid=NOBODY)  # fmt: skip
+    assert wait_for(gw.transport_setting, what="the gateway's transport line").dev_writable is True
+    os.chmod(ns.shm, 0o755)  # noqa: S103 - root's, no longer writable by others: nobody creates nothing
+    args = ("--json", "-n", "1", "--warmup", "0", "--expect", "shm")
+    [run] = json.loads(e2e_in(ns, gw, *args, exit=3).stdout)["result"]["runs"]
+    assert (run["path"], run["metrics"]["shm_write_failures"]) == ("inline", 1)
+    info = run["cause_info"]
+    assert (info["code"], info["fix"]) == ("shm_writes_failing", CATALOGUE[Cause.SHM_WRITES_FAILING].fix)
+    assert info["fix_cmd"] == ["smgshm", "doctor", "--shm-dir", "/dev/shm"]
+    doc = json.loads(e2e_in(ns, gw, *args, exit=3, as_uid=NOBODY).stdout)
+    check_e2e_schema(doc)
+    [run] = doc["result"]["runs"]
+    assert (run["path"], run["metrics"]["shm_write_failures"]) == ("inline", 1)
+    info = run["cause_info"]
+    assert (info["code"], info["fix"]) == ("shm_permission", CATALOGUE[Cause.SHM_PERMISSION].fix)
+    text = e2e_in(ns, gw, "-n", "1", "--warmup", "0", "--expect", "shm", exit=3, as_uid=NOBODY).stdout
+    assert "not shm (shm_permission)" in text
+    assert f"fix: {CATALOGUE[Cause.SHM_PERMISSION].fix}" in text
+    text = e2e_in(ns, gw, "-n", "1", "--warmup", "0", "--expect", "shm", exit=3).stdout
+    assert "not shm (shm_writes_failing)" in text
+    assert f"fix: {CATALOGUE[Cause.SHM_WRITES_FAILING].fix}" in text
 
 
 def test_innermost_pid_is_the_pid_in_its_own_namespace(children: Children) -> None:

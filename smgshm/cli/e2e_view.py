@@ -86,11 +86,11 @@ def _unreachable(run: Any) -> bool:
 def _why_bad(run: Any) -> str:
     if _unreachable(run):  # a dead worker leads: nothing else said about the run matters until it answers
         return f"{run.label}: {run.cause_info.message}"
+    code = f" ({run.cause_info.code})" if run.cause_info is not None else ""
     if run.path == "undetermined":
-        return f"{run.label} undetermined"
+        return f"{run.label} undetermined{code}"
     if run.failure_class:
         return f"{run.label} {run.failure_class}"
-    code = f" ({run.cause_info.code})" if run.cause_info is not None else ""
     return f"{run.label} not {run.expected}{code}"
 
 

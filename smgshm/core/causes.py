@@ -156,8 +156,10 @@ CATALOGUE: dict[Cause, Entry] = {
         "read the gateway's log for the reason",
     ),
     Cause.SOURCES_DISAGREE: Entry(
-        "the sources of evidence (metrics, shm dir, receipts) tell different stories",
-        "rerun; if they still disagree, pass the gateway's own --metrics URL",
+        "the sources of evidence (metrics, shm dir, receipts) tell different stories (a worker shared with "
+        "another gateway keeps receipts of its tensors too)",
+        "rerun while the worker serves only this gateway; if they still disagree, pass the gateway's own "
+        "--metrics URL",
     ),
     Cause.NO_EVIDENCE: Entry(
         "no evidence: no smg_mm_* metrics, no shm dir view and no receipts",
