@@ -1,7 +1,10 @@
 """A vLLM worker that is not smgshm: it reads tensors only through SMG's own reader.
 
 ``python -m tests.mm_shm_worker MODEL_DIR [NAMESPACE_ID]`` prints its address and serves
-until killed. Generate reads ``pixel_values`` and every model-specific tensor with
+until killed. With ``MM_SHM_WORKER_PORTS=N`` it listens on N ports (one line, addresses
+space-separated: N workers of one process); with ``MM_SHM_WORKER_SLOW_FILE=PATH``, once that
+file exists, every RPC (an unknown one too) answers after ``MM_SHM_WORKER_DELAY`` seconds.
+Generate reads ``pixel_values`` and every model-specific tensor with
 ``smg_grpc_servicer.mm_shm.tensor_payload_bytes`` (SMG's servicer code: it unlinks
 after reading), then answers as smg-facts §5.2 says. It has no Diagnostics service, so
 e2e has no receipts from it: metrics and the shm dir are the only evidence.
@@ -9,6 +12,7 @@ e2e has no receipts from it: metrics and the shm dir are the only evidence.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from concurrent import futures
@@ -66,13 +70,40 @@ def main() -> None:
                                              completion_tokens=1, matched_token_id=md.eos_token_id)
             )
 
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4),
+    slow_file = os.environ.get("MM_SHM_WORKER_SLOW_FILE", "")
+    delay = float(os.environ.get("MM_SHM_WORKER_DELAY", "1.5"))
+
+    class Slow(grpc.ServerInterceptor):  # type: ignore[misc]
+        """Each RPC answers late, in its handler thread (an unknown one too, then UNIMPLEMENTED)."""
+
+        def intercept_service(self, continuation: Any, details: Any) -> Any:
+            handler = continuation(details)
+            if not slow_file or not os.path.exists(slow_file):
+                return handler
+            if handler is None:
+
+                def unknown(request: Any, context: Any) -> Any:
+                    time.sleep(delay)
+                    context.abort(grpc.StatusCode.UNIMPLEMENTED, "unknown method")
+
+                return grpc.unary_unary_rpc_method_handler(unknown)
+            if handler.unary_unary is None:
+                return handler
+
+            def late(request: Any, context: Any) -> Any:
+                time.sleep(delay)
+                return handler.unary_unary(request, context)
+
+            return handler._replace(unary_unary=late)
+
+    ports = int(os.environ.get("MM_SHM_WORKER_PORTS", "1"))
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=max(4, 4 * ports)), interceptors=[Slow()],
                          options=[("grpc.max_receive_message_length", 256 * 1024 * 1024)])  # fmt: skip
     pb_grpc.add_VllmEngineServicer_to_server(Worker(), server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    assert port, "cannot bind"
+    bound = [server.add_insecure_port("127.0.0.1:0") for _ in range(ports)]
+    assert all(bound), "cannot bind"
     server.start()
-    print(f"127.0.0.1:{port}", flush=True)
+    print(" ".join(f"127.0.0.1:{port}" for port in bound), flush=True)
     server.wait_for_termination()
 
 

@@ -117,8 +117,8 @@ PRODUCED_BY: dict[Cause, str] = {
     Cause.INLINE_AGAINST_RULE: NOT_YET + "needs a gateway that sends inline while its own rule says shm",
     Cause.SOURCES_DISAGREE: "test_causes.py::test_sources_disagree_when_another_gateway_feeds_the_same_worker",
     Cause.NO_EVIDENCE: NOT_YET + "needs e2e with no metrics, no shm dir view and no receipts",
-    Cause.WORKER_SLOW: NOT_YET + "needs a worker whose probe outlasts doctor's whole probe budget",
-    Cause.STALE_NAMESPACE_LABEL: NOT_YET + "needs a worker re-started with another id behind a live gateway",
+    Cause.WORKER_SLOW: "test_causes.py::test_worker_slow_when_a_gateways_workers_outlast_doctors_probe_budget",
+    Cause.STALE_NAMESPACE_LABEL: "test_causes.py::test_stale_namespace_label_of_a_worker_restarted_with_another_id",
     Cause.WORKERS_UNLISTED: "test_causes.py::test_workers_unlisted_when_the_real_gateway_wants_an_api_key",
     Cause.NO_WORKERS: "test_causes.py::test_gateway_not_ready_and_no_workers_at_a_real_gateway_with_none",
     Cause.MIXED_NAMESPACE_IDS: (
@@ -388,3 +388,60 @@ def test_sources_disagree_when_another_gateway_feeds_the_same_worker(
     assert (info["code"], info["fix"]) == ("sources_disagree", CATALOGUE[Cause.SOURCES_DISAGREE].fix)
     assert "undetermined (sources_disagree)" in text
     assert f"fix: {CATALOGUE[Cause.SOURCES_DISAGREE].fix}" in text
+
+
+@needs_smg
+@pytest.mark.timeout(240)
+def test_worker_slow_when_a_gateways_workers_outlast_doctors_probe_budget(
+    children: Children, gateways: list[RunningGateway], tmp_path: Path, model_dir: str, shm_dir: str
+) -> None:
+    """40 workers (one process, 40 ports) that turn slow once registered: every RPC answers after 1.5 s,
+    within each RPC's own 2 s bound, so each probe takes seconds. doctor probes 32 at once and waits at
+    most 10 s for them all: the workers not answered by then are said so (worker_slow), never waited for."""
+    from smgshm.core.doctor.gatewayworkers import POOL, PROBE_BUDGET_S
+
+    slow = tmp_path / "slow"
+    env = {**os.environ, "MM_SHM_WORKER_PORTS": "40", "MM_SHM_WORKER_SLOW_FILE": str(slow)}
+    p = children.spawn([sys.executable, "-m", "tests.mm_shm_worker", model_dir], env=env)
+    assert p.stdout is not None
+    addrs = p.stdout.readline().split()
+    assert len(addrs) == 40 > POOL
+    gw = gateway(gateways, tmp_path, model_dir, *addrs, mode="auto")
+    slow.touch()
+    c, text = _doctor("--no-e2e", "--gateway-pid", str(gw.pid), "--shm-dir", shm_dir, exit=0)
+    status = {a: c[f"gateway {gw.pid} worker grpc://{a}"] for a in addrs}
+    late = [a for a, check in status.items() if check["cause"] == "worker_slow"]
+    assert len(late) >= 40 - POOL, [check["summary"] for check in status.values()]
+    for a in late:
+        check = status[a]
+        assert check["status"] == "warn"
+        assert check["summary"].startswith(f"no answer to the probe within {PROBE_BUDGET_S:.0f} s")
+        assert check["fix"] == f"probe it alone: smgshm probe grpc://{a}"
+    assert all(check["status"] == "ok" for a, check in status.items() if a not in late)
+    assert "(worker_slow)" in text
+
+
+@needs_smg
+@pytest.mark.timeout(180)
+def test_stale_namespace_label_of_a_worker_restarted_with_another_id(
+    children: Children, gateways: list[RunningGateway], tmp_path: Path, model_dir: str, shm_dir: str
+) -> None:
+    """The gateway reads a worker's id once, at registration. The worker first advertised a foreign id,
+    then came back on the same port with this host's: the gateway still decides by the old label."""
+    from tests.e2e_support import FOREIGN_ID
+
+    first, ready = start_serve(children, "--advertise-namespace-id", FOREIGN_ID)
+    addr = ready["result"]["address"]
+    gw = gateway(gateways, tmp_path, model_dir, addr, mode="auto")
+    [w] = gw.workers()
+    assert w["labels"]["shm_namespace_id"] == FOREIGN_ID
+    first.kill()
+    first.wait(10)
+    start_serve(children, "--listen", addr)  # the same port, this host's id
+    c, text = _doctor("--no-e2e", "--gateway-pid", str(gw.pid), "--shm-dir", shm_dir, exit=3)
+    check = c[f"gateway {gw.pid} worker grpc://{addr}"]
+    assert (check["status"], check["cause"], check["code"]) == ("fail", "stale_namespace_label", 3)
+    assert FOREIGN_ID in check["summary"]
+    assert check["fix"] == CATALOGUE[Cause.STALE_NAMESPACE_LABEL].fix
+    assert "(stale_namespace_label)" in text
+    assert f"fix: {CATALOGUE[Cause.STALE_NAMESPACE_LABEL].fix}" in text
