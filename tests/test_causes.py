@@ -88,12 +88,11 @@ PRODUCED_BY: dict[Cause, str] = {
     Cause.OTHER_HOST: "test_cli_e2e.py::test_configured_auto_gone_inline_fails_with_its_cause_and_fix",
     Cause.PRIVATE_TMPFS: "test_cli_probe.py::test_real_private_tmpfs_receiver",
     Cause.ID_SPELLING: "test_cli_probe.py::test_auto_decision_matches_the_gateways_string_equality",
-    Cause.NO_NAMESPACE_ID: "test_cli_probe.py::test_sglang_receiver_is_undetermined",
+    Cause.NO_NAMESPACE_ID: "test_causes.py::test_no_namespace_id_from_a_vllm_worker_that_advertises_none",
     Cause.LOCAL_ID_UNREADABLE: "test_causes.py::test_namespace_unreadable_when_this_hosts_boot_id_is_empty",
     Cause.MODE_INLINE: "test_cli_e2e.py::test_non_smgshm_worker_verdict_from_metrics_and_shm_dir",
     Cause.BELOW_SHM_MIN_BYTES: "test_causes.py::test_below_shm_min_bytes_at_a_real_gateway_with_a_high_minimum",
-    Cause.ENGINE_INLINE_ONLY: NOT_YET + "smgshm serve --engine sglang answers probe's RPCs but not SGLang's Generate "
-    "(the real gateway's request fails 501), so no tensor reaches an SGLang worker here",
+    Cause.ENGINE_INLINE_ONLY: "test_causes.py::test_engine_inline_only_for_an_sglang_worker_of_the_real_gateway",
     Cause.SHM_WRITES_FAILING: (
         "test_e2e_causes.py::test_writes_refused_by_permission_are_shm_permission_where_e2e_cannot_write_either"
     ),
@@ -445,3 +444,42 @@ def test_stale_namespace_label_of_a_worker_restarted_with_another_id(
     assert check["fix"] == CATALOGUE[Cause.STALE_NAMESPACE_LABEL].fix
     assert "(stale_namespace_label)" in text
     assert f"fix: {CATALOGUE[Cause.STALE_NAMESPACE_LABEL].fix}" in text
+
+
+def test_no_namespace_id_from_a_vllm_worker_that_advertises_none(children: Children) -> None:
+    """A vLLM worker (it could take SHM) with an empty shm_namespace_id: auto stays inline for want of the id.
+    An SGLang worker is undetermined too, but for its engine (test_cli_probe: engine_inline_only)."""
+    _, ready = start_serve(children, "--advertise-namespace-id", "")
+    addr = ready["result"]["address"]
+    [w] = run_cli("--json", "probe", addr, exit=6).json["result"]["workers"]
+    assert (w["verdict"], w["engine"], w["namespace_id"]) == ("undetermined", "vllm", "")
+    info = w["cause_info"]
+    assert (info["code"], info["fix"]) == ("no_namespace_id", CATALOGUE[Cause.NO_NAMESPACE_ID].fix)
+    res = run_cli("probe", addr, exit=6)
+    assert "(no_namespace_id)" in res.stdout
+
+
+@needs_smg
+@pytest.mark.timeout(180)
+def test_engine_inline_only_for_an_sglang_worker_of_the_real_gateway(
+    children: Children, gateways: list[RunningGateway], tmp_path: Path, model_dir: str, shm_dir: str
+) -> None:
+    """The gateway registers a worker that answers as SGLang (runtime_type sglang): its TensorData has no
+    shm arm, so it gets every tensor inline whatever the ids say. probe --from-gateway and doctor name the
+    engine, not a missing id."""
+    _, ready = start_serve(children, "--engine", "sglang")
+    addr = ready["result"]["address"]
+    gw = gateway(gateways, tmp_path, model_dir, addr, mode="auto")
+    assert [w["runtime_type"] for w in gw.workers()] == ["sglang"]
+    fix = CATALOGUE[Cause.ENGINE_INLINE_ONLY].fix
+    [w] = run_cli("--json", "probe", "--from-gateway", gw.http_url, exit=6).json["result"]["workers"]
+    assert (w["verdict"], w["engine"]) == ("undetermined", "sglang")
+    assert (w["cause_info"]["code"], w["cause_info"]["fix"]) == ("engine_inline_only", fix)
+    res = run_cli("probe", "--from-gateway", gw.http_url, exit=6)
+    assert "(engine_inline_only)" in res.stdout
+    assert fix in res.stderr
+    c, text = _doctor("--no-e2e", "--gateway-pid", str(gw.pid), "--shm-dir", shm_dir, exit=6)
+    check = c[f"gateway {gw.pid} worker grpc://{addr}"]
+    assert (check["status"], check["cause"], check["fix"]) == ("fail", "engine_inline_only", fix)
+    assert "(engine_inline_only)" in text
+    assert f"fix: {fix}" in text

@@ -290,7 +290,7 @@ def test_sglang_receiver_is_undetermined(start: StartReceiver) -> None:
     sg = start(engine="sglang")
     w = _worker(_probe(sg.address, exit=6))
     assert w["verdict"] == "undetermined"
-    assert w["cause_info"]["code"] == "no_namespace_id"
+    assert w["cause_info"]["code"] == "engine_inline_only"  # no id would change that (test_causes: no_namespace_id)
     assert w["engine"] == "sglang"  # the first runtime in the gateway's order answers
     assert w["namespace_id"] == ""
     assert "advertises no namespace id" in w["reason"]

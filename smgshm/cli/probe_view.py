@@ -80,7 +80,9 @@ def _table(app: App, report: Any) -> None:
         prose(app.console, safe(w.address, "bold") + Text(": ") + safe(why + auto + code), indent=2)
     for w in report.workers:
         fix = sharing_fix(w.verdict)
-        own = w.verdict in ("unreachable", "uid_mismatch") or (w.cause_info and w.cause_info.code == "zmq_lane")
+        own = w.verdict in ("unreachable", "uid_mismatch") or (
+            w.cause_info and w.cause_info.code in ("zmq_lane", "engine_inline_only", "namespace_unreadable")
+        )
         if w.cause_info is not None and own:
             fix = w.cause_info.fix
         if fix:

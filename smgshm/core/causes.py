@@ -14,6 +14,8 @@ import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from smgshm.core.engines import ENGINES
+
 TRANSPORT_FLAG = "--multimodal-tensor-transport"
 
 
@@ -158,8 +160,7 @@ CATALOGUE: dict[Cause, Entry] = {
     Cause.SOURCES_DISAGREE: Entry(
         "the sources of evidence (metrics, shm dir, receipts) tell different stories (a worker shared with "
         "another gateway keeps receipts of its tensors too)",
-        "rerun while the worker serves only this gateway; if they still disagree, pass the gateway's own "
-        "--metrics URL",
+        "rerun while the worker serves only this gateway; if they still disagree, pass the gateway's own --metrics URL",
     ),
     Cause.NO_EVIDENCE: Entry(
         "no evidence: no smg_mm_* metrics, no shm dir view and no receipts",
@@ -238,11 +239,14 @@ def write_failure(largest: int, size_bytes: int | None, free_bytes: int | None, 
     return Cause.SHM_WRITES_FAILING
 
 
-def for_verdict(verdict: str, local_id: str) -> Cause | None:
+def for_verdict(verdict: str, local_id: str, engine: str = "") -> Cause | None:
     """The cause of a worker's verdict judged against ``local_id`` (this host's namespace id, or the
-    gateway's). Undetermined with no local id is that id unreadable, never the worker's missing one:
-    one fact, one cause, whichever command says it (probe, e2e, doctor)."""
+    gateway's): one fact, one cause, whichever command says it (probe, e2e, doctor). Undetermined is
+    the worker's engine when it takes tensors inline only (SGLang, TRT-LLM, MLX: no id would change
+    that), else this host's id unreadable when there is none, else the worker's missing id."""
     cause = for_sharing(verdict)
+    if cause is Cause.NO_NAMESPACE_ID and engine in {e.name for e in ENGINES if not e.shm}:
+        return Cause.ENGINE_INLINE_ONLY
     if cause is Cause.NO_NAMESPACE_ID and not local_id:
         return Cause.LOCAL_ID_UNREADABLE
     return cause

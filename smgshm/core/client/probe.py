@@ -330,7 +330,7 @@ def probe(
 
 def cause_of(w: WorkerReport, local: LocalChecks, shm_dir: str = DEFAULT_SHM_DIR) -> Found | None:
     """A worker's verdict as the catalogue's cause, with its own sentence and a command where one applies."""
-    code = for_verdict(w.verdict, local.namespace_id)
+    code = for_verdict(w.verdict, local.namespace_id, w.engine)
     if code is None:
         return None
     cmd: list[str] | None = None

@@ -142,8 +142,9 @@ def _worker_check(g: JudgedGateway, w: GatewayWorker, r: WorkerReport | None, sk
                          Outcome.CHECK_FAILED, cause=Cause.STALE_NAMESPACE_LABEL)  # fmt: skip
         return Check(name, "ok", f"{r.engine}: /dev/shm shared with this host (ids match)")
     fix, code = PROBE_FIXES.get(r.verdict, ("", Outcome.CHECK_FAILED))
-    cause = for_verdict(r.verdict, g.namespace_id or local_id)  # judged against the gateway's id, else this host's
-    if cause is Cause.LOCAL_ID_UNREADABLE:
+    # Judged against the gateway's id, else this host's.
+    cause = for_verdict(r.verdict, g.namespace_id or local_id, r.engine or w.runtime_type)
+    if cause in (Cause.LOCAL_ID_UNREADABLE, Cause.ENGINE_INLINE_ONLY):
         fix = CATALOGUE[cause].fix
     summary = f"worker {w.url}: {r.verdict}: {r.reason}"
     if inline:  # the gateway sends it nothing through SHM: a fact, not a failure

@@ -92,7 +92,7 @@ def probe_check(w: WorkerReport, name: str) -> Check:
     fix, code = PROBE_FIXES.get(w.verdict, ("", Outcome.CHECK_FAILED))
     # probe's own cause when it named one (this host's id unreadable is not the worker's missing id).
     cause = Cause(w.cause_info.code) if w.cause_info is not None else for_sharing(w.verdict)
-    if cause is Cause.LOCAL_ID_UNREADABLE and w.cause_info is not None:
+    if cause in (Cause.LOCAL_ID_UNREADABLE, Cause.ENGINE_INLINE_ONLY) and w.cause_info is not None:
         fix = w.cause_info.fix
     return Check(name, "fail", f"{w.verdict}: {w.reason}", fix, code, cause=cause)
 
