@@ -543,6 +543,7 @@ def test_leftover_gateway_probe_file_fails_probe_files(children: Children, shm_d
     pf = c["probe files"]
     assert pf["status"] == "fail"
     assert pf["code"] == 3
+    assert pf["cause"] == "probe_file_left"
     assert name in pf["summary"]
     assert f"a gateway with pid {pid} will stay inline" in pf["summary"]
     assert shlex.join(["smgshm", "gc", "--delete", "--min-age", "0", "--shm-dir", shm_dir]) in pf["fix"]

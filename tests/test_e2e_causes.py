@@ -254,6 +254,15 @@ def test_a_full_tmpfs_is_shm_full_and_gc_is_the_fix(
     text = e2e_in(ns, gw, "-n", "1", "--warmup", "0", "--expect", "shm", exit=3).stdout
     assert "not shm (shm_full)" in text
     assert f"fix: {CATALOGUE[Cause.SHM_FULL].fix}: smgshm gc --shm-dir /dev/shm" in text
+    # doctor where the gateway writes: its write failures are a full dir too (by the largest tensor e2e saw).
+    pid = router_pid(gw)
+    argv = ns.enter(*smgshm_argv("--json", "doctor", "--no-e2e", "--gateway-pid", str(pid)))
+    res = subprocess.run(argv, capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "400"})
+    checks = {c["name"]: c for c in json.loads(res.stdout)["result"]["checks"]}
+    t = checks[f"gateway {pid} transport"]
+    assert (t["status"], t["cause"], t["fix"]) == ("fail", "shm_full", CATALOGUE[Cause.SHM_FULL].fix), t
+    assert checks["capacity"]["cause"] == "shm_full"
+    assert res.returncode == 3, res.stdout
 
 
 @pytest.mark.parametrize("private_shm", ["16m"], indirect=True)

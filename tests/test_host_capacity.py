@@ -110,10 +110,22 @@ def test_doctor_capacity_fails_when_the_inflight_budget_does_not_fit(shm: str) -
     assert "64.0 MiB (--inflight-bytes)" in c["summary"]
     assert c["fix_cmd"] == ["mount", "-o", "remount,size=1G", shm]
     assert "--shm-size=1g" in c["fix"]
+    # 32 MiB could not hold 64 MiB however empty: too small, and freeing space is no fix.
+    assert c["cause"] == "shm_too_small"
+    assert "gc --delete" not in c["fix"]
     usage = checks(doc)["shm usage"]
     assert "psm 1 (8.0 MiB)" in usage["summary"]
     assert doc["result"]["host"]["capacity"]["largest"] == {"source": "--inflight-bytes", "nbytes": 64 * MIB}
     assert doc["result"]["host"]["capacity"]["fits"] is False
+
+
+def test_doctor_capacity_of_a_dir_that_would_hold_the_budget_empty_is_shm_full(shm: str) -> None:
+    write(shm, "psm_0badf00d", 24 * MIB)
+    text = run_cli("doctor", "--no-gateways", "--shm-dir", shm, "--inflight-bytes", "16MiB", exit=3).stdout
+    assert "(shm_full)" in text
+    c = checks(_doctor("--shm-dir", shm, "--inflight-bytes", "16MiB", exit=3))["capacity"]
+    assert (c["status"], c["cause"]) == ("fail", "shm_full")
+    assert "gc --delete" in c["fix"]  # here freeing space is a fix
 
 
 def test_doctor_capacity_passes_when_it_fits_and_says_so_without_a_budget(shm: str) -> None:

@@ -20,6 +20,7 @@ import pytest
 from click.testing import CliRunner
 
 from smgshm.cli.exitcodes import for_outcome
+from smgshm.core.causes import Cause
 from smgshm.core.gateway.log import TransportConfig, parse_transport_line, read_transport_config
 from smgshm.core.gateway.metrics import mm_traffic, parse_metrics
 from smgshm.core.gateway.mode import judge
@@ -155,8 +156,10 @@ def test_mode_set_by_environment_is_read_from_the_log(
         assert t["status"] == "warn"
         assert "configured inline (log): SHM is off" in t["summary"]
         assert "--multimodal-tensor-transport auto" in t["fix"]
+        assert t["cause"] == "mode_inline"
     else:
         assert t["status"] == "ok"
+        assert t["cause"] is None
         assert f"configured {mode} (log)" in t["summary"]
 
 
@@ -347,6 +350,6 @@ def test_probe_failed_fix_names_the_probe_file_by_the_pid_in_its_namespace() -> 
     """dev_writable=false: the fix names smg-tokenspeed-probe-<its pid in its own pid namespace>."""
     config = TransportConfig("/var/log/smg.log", 3, "shm", 65536, False, "")
     f = judge("gateway pid 4242", config, None, name_pid=1)
-    assert (f.verdict, for_outcome(f.code)) == ("probe_failed", 5)
+    assert (f.verdict, for_outcome(f.code), f.cause) == ("probe_failed", 5, Cause.GATEWAY_PROBE_FAILED)
     assert f.fix.startswith("a leftover smg-tokenspeed-probe-1 (the gateway removes it as its probe fails")
     assert "smg-tokenspeed-probe-<pid>" in judge("gateway pid 4242", config, None).fix

@@ -146,7 +146,9 @@ def judged_gateways(findings: list[GatewayFinding], from_gateway: str | None,
     return out
 
 
-def check_gateways(findings: list[GatewayFinding], shm_dir: str = DEFAULT_SHM_DIR) -> list[Check]:
+def check_gateways(findings: list[GatewayFinding], shm_dir: str = DEFAULT_SHM_DIR, largest: int = 0) -> list[Check]:
+    """One check per gateway and one of its transport. ``largest``: the largest tensor known to have been
+    written to ``shm_dir`` (0: none known), which tells a full dir from a too small one."""
     if not findings:
         return [Check("gateways", "ok", "no SMG gateway (process title smg::router) is visible here")]
     out = []
@@ -205,7 +207,7 @@ def check_gateways(findings: list[GatewayFinding], shm_dir: str = DEFAULT_SHM_DI
             out.append(Check(f"gateway {g.pid}", "skip", "exited while being inspected"))
             continue
         out.append(Check(f"gateway {g.pid}", "ok", "; ".join(parts)))
-        finding = _write_failure(f.finding, g.pid, shm_dir)
+        finding = _write_failure(f.finding, g.pid, shm_dir, largest)
         out.append(
             Check(
                 f"gateway {g.pid} transport",
@@ -224,16 +226,17 @@ def _cause(finding: ModeFinding) -> Cause | None:
     return finding.cause if finding.status in ("warn", "fail") else None
 
 
-def _write_failure(finding: ModeFinding, pid: int, shm_dir: str) -> ModeFinding:
+def _write_failure(finding: ModeFinding, pid: int, shm_dir: str, largest: int = 0) -> ModeFinding:
     """Write failures of a gateway that writes to ``shm_dir``: full, too small or permission, as the dir tells
-    (its mean tensor since start is a size the writes needed; the largest is no less)."""
+    (the largest tensor known here, else its mean since start: the largest is no less)."""
     if finding.cause is not Cause.SHM_WRITES_FAILING or not _shares_dir(pid, shm_dir):
         return finding
     from smgshm.core.host.capacity import shm_space
     from smgshm.core.host.identity import probe_writable
 
     size, free = shm_space(shm_dir)
-    cause = write_failure(finding.mean_tensor_bytes or 0, size, free, probe_writable(shm_dir) is None)
+    need = max(largest, finding.mean_tensor_bytes or 0)
+    cause = write_failure(need, size, free, probe_writable(shm_dir) is None)
     return replace(finding, cause=cause, fix=CATALOGUE[cause].fix)
 
 
@@ -372,10 +375,13 @@ def run_host_checks(
     workers) and its configuration linted.
     """
     findings = gateway_findings(list(gateway_logs or []), timeout, gateway_pids)
+    needs = capacity_needs(inflight_bytes, findings, facts)
+    # A tensor size, not the in-flight budget (a sum of many): what a single write needed.
+    largest = max((n.nbytes for n in needs if n.source != INFLIGHT_SOURCE), default=0)
     if gateway_pids == ():
         add([Check("gateways", "skip", "skipped (--no-gateways): the gateways running here were not looked at")])
     elif findings or not gateway_pids:  # a --gateway-pid not found is said below, not as "none here"
-        add(check_gateways(findings, facts.shm_dir))
+        add(check_gateways(findings, facts.shm_dir, largest))
     seen = {f.gateway.pid for f in findings if f.gateway is not None}
     for pid in sorted(set(gateway_pids or ()) - seen):
         add([Check(f"gateway {pid}", "fail", f"no SMG gateway (process title {GATEWAY_TITLE}) runs here with pid {pid}",
@@ -387,7 +393,7 @@ def run_host_checks(
     except SmgshmError as err:
         add([Check("shm usage", "fail", str(err), err.hint or "", Outcome.HOST)])
     if usage is not None:
-        checks, verdict = check_capacity(usage, capacity_needs(inflight_bytes, findings, facts))
+        checks, verdict = check_capacity(usage, needs)
         add(checks)
     checks, policy, last = check_page_policy(facts)
     add(checks)
