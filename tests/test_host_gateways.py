@@ -82,7 +82,7 @@ def test_doctor_finds_a_gateway_with_its_ports_and_reads_the_flag_from_its_log(
         "uptime_s", "ports", "http_url", "metrics_url", "logs", "inspect", "note",
     }  # fmt: skip
     assert set(entry["finding"]) == {"verdict", "status", "summary", "fix", "code", "evidence", "mode",
-                                     "mean_tensor_bytes"}  # fmt: skip
+                                     "mean_tensor_bytes", "cause"}  # fmt: skip
     assert g["uid"] == os.getuid()
     assert g["inspect"] == "ok"
     assert g["same_pid_namespace"] is True
