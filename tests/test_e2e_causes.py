@@ -25,7 +25,7 @@ from smgshm.core.causes import CATALOGUE, Cause
 from smgshm.core.gateway.metrics import mm_traffic, scrape
 from smgshm.core.gateway.process import GatewayConfig, RunningGateway, start_gateway
 from smgshm.core.host.proc import innermost_pid, ns_pids
-from tests.conftest import Children, smgshm_argv, wait_for
+from tests.conftest import Children, run_cli, smgshm_argv, wait_for
 from tests.e2e_support import gateways, model_dir, needs_smg
 from tests.test_json_schema import check_e2e_schema
 
@@ -300,6 +300,28 @@ def test_writes_refused_by_permission_are_shm_permission_where_e2e_cannot_write_
     text = e2e_in(ns, gw, "-n", "1", "--warmup", "0", "--expect", "shm", exit=3).stdout
     assert "not shm (shm_writes_failing)" in text
     assert f"fix: {CATALOGUE[Cause.SHM_WRITES_FAILING].fix}" in text
+
+
+@pytest.mark.parametrize("private_shm", ["16m"], indirect=True)
+def test_e2e_from_the_host_does_not_judge_a_containers_tmpfs_by_its_own(
+    private_shm: PrivateShm, children: Children, gateways: list[RunningGateway], tmp_path: Path, model_dir: str
+) -> None:
+    """A gateway in its own mount namespace (a container's /dev/shm) tested by e2e from the host: the host's
+    shm dir sees none of its segments. That is no evidence against SHM (no "sources disagree"): the shm dir
+    view is unavailable, naming the dir to watch, and with that dir it sees them."""
+    ns = private_shm
+    gw = gateway_in(ns, gateways, tmp_path, model_dir, serve_in(ns, children, model_dir))
+    theirs = f"/proc/{router_pid(gw)}/root/dev/shm"
+    args = ("--json", "e2e", "--gateway", gw.http_url, "--metrics", gw.metrics_url, "-n", "1", "--warmup", "0",
+            "--expect", "shm")  # fmt: skip
+    [run] = run_cli(*args).json["result"]["runs"]
+    assert (run["path"], run["agree"], run["cause_info"]) == ("shm", True, None)
+    assert run["shm_tensors_by_source"] == {"metrics": 1, "receipts": 1}
+    assert run["shm_dir"]["available"] is False
+    assert run["shm_dir"]["note"].endswith(f"watch it with --shm-dir {theirs}")
+    [run] = run_cli(*args, "--shm-dir", theirs).json["result"]["runs"]
+    assert (run["path"], run["agree"]) == ("shm", True)
+    assert run["shm_tensors_by_source"] == {"metrics": 1, "shm dir": 1, "receipts": 1}
 
 
 def test_innermost_pid_is_the_pid_in_its_own_namespace(children: Children) -> None:

@@ -37,6 +37,7 @@ from smgshm.core.gateway.metrics import MM_FAMILIES, scrape
 from smgshm.core.gateway.process import RunningGateway
 from smgshm.core.host.capacity import shm_space
 from smgshm.core.host.facts import HostFacts, namespace_id, writable_error
+from smgshm.core.host.namespace import read_namespace_id
 from smgshm.core.paths import DEFAULT_SHM_DIR
 from smgshm.core.stats import median
 
@@ -178,19 +179,29 @@ def _observe(targets: list[_Target], opts: E2eOptions, model: str, png: bytes, s
     for t in targets:
         m = dataclasses.replace(metrics_delta(before[id(t)], scrape(t.metrics_url, 10.0, MM_FAMILIES)),
                                 owner=t.metrics_owner)  # fmt: skip
-        if watch is not None and t.pid is not None:
+        # A gateway in another mount namespace (a container) writes its own tmpfs: this shm dir saw none
+        # of it, and its space, id and writability are the gateway's, read through /proc.
+        elsewhere = _gateway_tmpfs_elsewhere(t.pid, opts.shm_dir)
+        if elsewhere:
+            d = ShmDirEvidence(False, f"the gateway writes another tmpfs than {opts.shm_dir}: watch it with "
+                               f"--shm-dir {elsewhere}", opts.shm_dir, t.pid)  # fmt: skip
+        elif watch is not None and t.pid is not None:
             d = watch.evidence(t.pid)
         else:
             note = watch_note or ("the gateway is not on this host" if t.pid is None else "")
             d = ShmDirEvidence(False, note or "the gateway's pid is not visible from here", opts.shm_dir, t.pid)
         r = receipts_since(baselines[id(t)], 5.0)
         failed = sum(1 for o in t.outcomes if not o.ok)
-        size, free = shm_space(opts.shm_dir) if t.pid is not None else (None, None)
-        ctx = Context(t.mode, t.shm_min_bytes, t.engine, local_ns, t.worker_ns, writable, opts.requests, failed,
+        size, free = shm_space(elsewhere or opts.shm_dir) if t.pid is not None else (None, None)
+        ns, can_write = local_ns, writable
+        if elsewhere:
+            ns = read_namespace_id(proc_root=f"/proc/{t.pid}/root")
+            can_write = writable_error(elsewhere) is None
+        ctx = Context(t.mode, t.shm_min_bytes, t.engine, ns, t.worker_ns, can_write, opts.requests, failed,
                       t.dev_writable, size, free)  # fmt: skip
         v: Verdict = judge(ctx, m, d, r)
         expected, as_expected = expectation(opts.expect, t.mode, t.expected, v)
-        cause = _cause(v, t, opts)
+        cause = _cause(v, t, opts, elsewhere or opts.shm_dir)
         if failed:
             # Failed requests behind a dead worker: that is the cause, whatever the counters say.
             cause = _unreachable_worker(t.workers, opts) or cause
@@ -205,7 +216,19 @@ def _observe(targets: list[_Target], opts: E2eOptions, model: str, png: bytes, s
     return runs
 
 
-def _cause(v: Verdict, t: _Target, opts: E2eOptions) -> Found | None:
+def _gateway_tmpfs_elsewhere(pid: int | None, shm_dir: str) -> str:
+    """The gateway's own /dev/shm, seen through /proc, when it is another tmpfs than ``shm_dir``; "" when it is
+    the same one, or when that cannot be told (then nothing changes)."""
+    if pid is None:
+        return ""
+    theirs = f"/proc/{pid}/root{DEFAULT_SHM_DIR}"
+    try:
+        return theirs if os.stat(theirs).st_dev != os.stat(shm_dir).st_dev else ""
+    except OSError:
+        return ""
+
+
+def _cause(v: Verdict, t: _Target, opts: E2eOptions, shm_dir: str) -> Found | None:
     """The verdict's cause from the catalogue, with a command that applies to this gateway."""
     if v.code is None:
         return None
@@ -213,11 +236,11 @@ def _cause(v: Verdict, t: _Target, opts: E2eOptions) -> Found | None:
     if v.code in (Cause.OTHER_HOST, Cause.PRIVATE_TMPFS, Cause.ID_SPELLING, Cause.NO_NAMESPACE_ID):
         cmd = ["smgshm", "probe", "--from-gateway", t.url]
     elif v.code in (Cause.PROBE_FILE_LEFT, Cause.GATEWAY_PROBE_FAILED, Cause.SHM_FULL):
-        cmd = ["smgshm", "gc", "--shm-dir", opts.shm_dir]
+        cmd = ["smgshm", "gc", "--shm-dir", shm_dir]
     elif v.code in (Cause.SHM_WRITES_FAILING, Cause.SHM_PERMISSION, Cause.SHM_TOO_SMALL):
-        cmd = ["smgshm", "doctor", "--shm-dir", opts.shm_dir]
+        cmd = ["smgshm", "doctor", "--shm-dir", shm_dir]
     elif v.code is Cause.LOCAL_ID_UNREADABLE:
-        cmd = ["smgshm", "ns", "--shm-dir", opts.shm_dir]
+        cmd = ["smgshm", "ns", "--shm-dir", shm_dir]
     elif v.code is Cause.NO_EVIDENCE and not opts.metrics_url:
         cmd = ["smgshm", "e2e", "--gateway", t.url, "--metrics", "URL"]
     return found(v.code, v.cause, cmd)
