@@ -128,14 +128,14 @@ def test_verdicts_name_their_cause_from_the_catalogue(tmp_path: Path, monkeypatc
     full = gateway_rates(snap(), snap(inline_n=3, inline_b=600_000, fail=2), 1.0, shm_dir=str(tmp_path))  # type: ignore[arg-type]
     assert full.cause_info is not None
     assert (full.cause_info.code, full.cause_info.fix_cmd) == ("shm_full", ["smgshm", "gc", "--shm-dir", str(tmp_path)])
-    # Large tensors inline: nothing through SHM is the mode (or a namespace); some through SHM is against the rule.
+    # Large tensors inline: nothing through SHM is the mode (or a namespace); some through SHM, some workers'.
     inline = gateway_rates(snap(), snap(inline_n=3, inline_b=4_816_896 + 32), 1.0)  # type: ignore[arg-type]
     assert inline.cause_info is not None
     assert inline.cause_info.code == "mode_inline"
     assert "another namespace" in inline.cause_info.fix
     mixed = gateway_rates(snap(), snap(inline_n=4, shm_n=1, inline_b=9_633_824, shm_b=4_816_896), 1.0)  # type: ignore[arg-type]
     assert mixed.cause_info is not None
-    assert mixed.cause_info.code == "inline_against_rule"
+    assert mixed.cause_info.code == "some_workers_inline"
     small_inline = gateway_rates(snap(), snap(inline_n=3, inline_b=96), 1.0)  # type: ignore[arg-type]
     assert small_inline.cause_info is None  # no verdict, no cause
 

@@ -43,6 +43,7 @@ class Cause(enum.Enum):
     WORKER_UNREACHABLE = "worker_unreachable"
     GATEWAY_NOT_READY = "gateway_not_ready"
     INLINE_AGAINST_RULE = "inline_against_rule"
+    SOME_WORKERS_INLINE = "some_workers_inline"
     SOURCES_DISAGREE = "sources_disagree"
     NO_EVIDENCE = "no_evidence"
     # What doctor finds before any request: a gateway's own workers and configuration, its segments.
@@ -157,6 +158,11 @@ CATALOGUE: dict[Cause, Entry] = {
         "the gateway sent inline although its rule says shm",
         "read the gateway's log for the reason",
     ),
+    Cause.SOME_WORKERS_INLINE: Entry(
+        "SHM-eligible tensors went inline while others went by SHM: some of the gateway's workers do not take "
+        "SHM (another namespace, an inline-only engine or lane); its counters cannot tell which",
+        "smgshm doctor names each worker's cause (or smgshm probe --from-gateway URL)",
+    ),
     Cause.SOURCES_DISAGREE: Entry(
         "the sources of evidence (metrics, shm dir, receipts) tell different stories (a worker shared with "
         "another gateway keeps receipts of its tensors too)",
@@ -164,7 +170,7 @@ CATALOGUE: dict[Cause, Entry] = {
     ),
     Cause.NO_EVIDENCE: Entry(
         "no evidence: no smg_mm_* metrics, no shm dir view and no receipts",
-        "pass the gateway's --metrics URL, or run smgshm where the gateway runs",
+        "run smgshm where the gateway runs, as root or as its uid (its segments are then seen), with its --metrics URL",
     ),
     Cause.WORKER_SLOW: Entry(
         "a worker the gateway lists did not answer doctor's probe within its budget",

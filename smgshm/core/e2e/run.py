@@ -188,7 +188,9 @@ def _observe(targets: list[_Target], opts: E2eOptions, model: str, png: bytes, s
         elif watch is not None and t.pid is not None:
             d = watch.evidence(t.pid)
         else:
-            note = watch_note or ("the gateway is not on this host" if t.pid is None else "")
+            # A local address whose listener cannot be seen is another user's process, not another host's.
+            remote = t.pid is None and not is_local_url(t.url)
+            note = watch_note or ("the gateway is not on this host" if remote else "")
             d = ShmDirEvidence(False, note or "the gateway's pid is not visible from here", opts.shm_dir, t.pid)
         r = receipts_since(baselines[id(t)], 5.0)
         failed = sum(1 for o in t.outcomes if not o.ok)

@@ -109,8 +109,8 @@ def _cause(verdict: str, tensors: dict[str, int], failures: int, inline_avg: flo
         cmd = None if shm_dir is None else ["smgshm", "gc" if cause is Cause.SHM_FULL else "doctor", "--shm-dir",
                                             shm_dir]  # fmt: skip
         return found(cause, verdict, cmd)
-    if tensors.get("shm"):  # SHM works for some: the eligible ones gone inline went against the gateway's rule
-        return found(Cause.INLINE_AGAINST_RULE, verdict)
+    if tensors.get("shm"):  # SHM works for some: others went to workers the rule sends inline (which: per worker)
+        return found(Cause.SOME_WORKERS_INLINE, verdict)
     # Nothing through SHM: the mode is inline, or auto with a worker in another namespace; the counters
     # cannot tell which, so the fix names both.
     return found(Cause.MODE_INLINE, verdict, fix=f"{CATALOGUE[Cause.MODE_INLINE].fix}; if it is auto already, its "
