@@ -632,6 +632,7 @@ def test_sglang_faced_receiver_is_undetermined_but_still_sent_to(children: Child
     assert c["code"] == 6
     assert c["summary"].startswith("undetermined: ")
     assert "SGLang" in c["fix"]
+    assert c["cause"] == "engine_inline_only"  # its engine, not its missing id
     # The gateway sends SGLang inline only, but this worker is still smgshm's receiver (it
     # serves Diagnostics), so doctor does run both sends, and they pass.
     sends = {s["name"]: s for s in send_checks(doc)}

@@ -95,8 +95,9 @@ CATALOGUE: dict[Cause, Entry] = {
         "nothing to fix for small tensors; lower --multimodal-shm-min-bytes to move them to SHM",
     ),
     Cause.ENGINE_INLINE_ONLY: Entry(
-        "the worker's engine takes tensors inline only",
-        "serve with an engine that reads SHM (vLLM, TokenSpeed over gRPC), or set the gateway's transport inline",
+        "the worker's engine takes tensors inline only: no namespace id changes that",
+        "SGLang, TRT-LLM and MLX take tensors inline only: serve the model with vLLM or TokenSpeed over gRPC to use "
+        "SHM, or set the gateway's transport inline",
     ),
     Cause.SHM_WRITES_FAILING: Entry(
         "the gateway's SHM writes fail, so those tensors go inline",
