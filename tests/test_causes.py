@@ -259,16 +259,20 @@ def _launched(gateways: list[RunningGateway], tmp_path: Path, **kw: Any) -> Runn
     gw = launch_gateway(GatewayConfig(log_path=str(tmp_path / f"gateway-{len(gateways)}.log"), **kw))
     gateways.append(gw)
     wait_for(gw.transport_setting, what="the gateway's transport line")
+    wait_for(lambda: _listed(gw) is not None, what="its HTTP port")  # it listens a moment after that line
     return gw
 
 
-def _listed(gw: RunningGateway) -> list[dict[str, Any]]:
-    from smgshm.core.errors import SmgshmError
+def _listed(gw: RunningGateway) -> list[dict[str, Any]] | None:
+    """Its GET /workers; None while it does not answer (401 with --api-key is an answer)."""
+    from smgshm.core.errors import ServerError, SmgshmError
 
     try:
         return gw.workers()
-    except SmgshmError:  # its HTTP port listens a moment after its transport line
+    except ServerError:
         return []
+    except SmgshmError:
+        return None
 
 
 def _doctor(*args: str, exit: int) -> tuple[dict[str, dict[str, Any]], str]:
@@ -317,7 +321,7 @@ def test_zmq_lane_for_a_worker_the_real_gateway_reaches_over_ipc(
     handles: probe --from-gateway and doctor name zmq_lane, not a namespace cause."""
     url = f"ipc://{tmp_path}/engine"
     gw = _launched(gateways, tmp_path, worker_urls=(url,), model_path=model_dir, transport="auto")
-    wait_for(lambda: [w for w in _listed(gw) if w.get("connection_mode") == "zmq"], what="the zmq worker listed")
+    wait_for(lambda: [w for w in _listed(gw) or [] if w.get("connection_mode") == "zmq"], what="the zmq worker")
     fix = CATALOGUE[Cause.ZMQ_LANE].fix
     doc = run_cli("--json", "probe", "--from-gateway", gw.http_url).json
     [w] = [w for w in doc["result"]["workers"] if w["address"] == url]
