@@ -215,6 +215,34 @@ def test_namespace_unreadable_when_this_hosts_boot_id_is_empty(children: Childre
     assert w["verdict"] == "undetermined"
     assert w["cause_info"]["code"] == "namespace_unreadable"
     assert w["cause_info"]["fix_cmd"][:2] == ["smgshm", "ns"]
+    # doctor, for the same fact, names the same cause: this host's id, and the worker judged against it.
+    script = (f'mount --bind {fake} /proc/sys/kernel/random/boot_id && exec "$0" -m smgshm --json doctor --no-gateways '
+              '--no-e2e --worker "$1"')  # fmt: skip
+    doc = _spawn_json(children, ["unshare", "--mount", "--propagation", "private", "sh", "-c", script,
+                                 sys.executable, addr])  # fmt: skip
+    c = {check["name"]: check for check in doc["result"]["checks"]}
+    assert (c["namespace id"]["cause"], c[f"probe {addr}"]["cause"]) == ("namespace_unreadable",) * 2
+    assert c["namespace id"]["fix"] == c[f"probe {addr}"]["fix"] == CATALOGUE[Cause.LOCAL_ID_UNREADABLE].fix
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv(1)")
+def test_shm_permission_for_doctor_as_a_user_who_cannot_write_the_shm_dir() -> None:
+    """A shm dir only root may write (0755): doctor as nobody cannot create the 0600 segment SMG's gateway
+    would, and names the permission (not a full dir)."""
+    import tempfile
+
+    d = tempfile.mkdtemp(prefix="smgshm-causes-", dir="/tmp")
+    try:
+        os.chmod(d, 0o755)  # noqa: S103 - readable by nobody, writable by root only: the point of the test
+        argv = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", sys.executable, "-m", "smgshm",
+                "--json", "doctor", "--no-gateways", "--no-e2e", "--shm-dir", d]  # fmt: skip
+        res = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        assert res.returncode == 5, res.stdout + res.stderr
+        w = {c["name"]: c for c in json.loads(res.stdout)["result"]["checks"]}["writable"]
+        assert (w["status"], w["cause"]) == ("fail", "shm_permission")
+        assert "uid" in w["fix"]
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def _e2e_run(gw: RunningGateway, *args: str, exit: int) -> dict[str, Any]:

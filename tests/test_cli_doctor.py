@@ -420,6 +420,7 @@ def test_full_tmpfs_fails_writable_and_send_shm_with_exit_5(full_tmpfs: str) -> 
     c = checks(doc)
     assert c["writable"]["status"] == "fail"
     assert c["writable"]["code"] == 5
+    assert c["writable"]["cause"] == "shm_full"
     assert "No space left on device" in c["writable"]["summary"]
     assert c["send inline"]["status"] == "ok"
     assert c["send shm"]["status"] == "fail"
@@ -484,6 +485,8 @@ def test_unreadable_boot_id_fails_namespace_id(tmp_path: Path, children: Childre
     addr = doc["result"]["embedded_receiver"]
     assert c[f"probe {addr}"]["status"] == "fail"
     assert c[f"probe {addr}"]["code"] == 6
+    # One fact, one cause, as probe names it (test_causes.py): this host's id, not the worker's.
+    assert c["namespace id"]["cause"] == c[f"probe {addr}"]["cause"] == "namespace_unreadable"
     assert code == 6 == worst([x["code"] for x in doc["result"]["checks"] if x["status"] == "fail"])
     assert os.listdir(shm_dir) == []
 

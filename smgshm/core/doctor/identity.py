@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from smgshm.core.causes import CATALOGUE, Cause
 from smgshm.core.doctor.check import Check
 from smgshm.core.host.facts import HostFacts
 from smgshm.core.outcomes import Outcome
@@ -24,7 +25,7 @@ def check_identity(facts: HostFacts) -> list[Check]:
     if ident.namespace_id and parse_namespace_id(ident.namespace_id) is None:
         out.append(Check("namespace id", "fail", f"{ident.namespace_id!r} is malformed: the gateway stays inline",
                          "check /proc/sys/kernel/random/boot_id (a UUID) and the shm dir",
-                         Outcome.UNDETERMINED))  # fmt: skip
+                         Outcome.UNDETERMINED, cause=Cause.LOCAL_ID_UNREADABLE))  # fmt: skip
     elif ident.namespace_id:
         out.append(Check("namespace id", "ok", f"{ident.namespace_id} (boot_id:st_dev of {shm_dir})"))
     else:
@@ -33,8 +34,9 @@ def check_identity(facts: HostFacts) -> list[Check]:
                 "namespace id",
                 "fail",
                 "unreadable: under auto the gateway stays inline",
-                "make /proc/sys/kernel/random/boot_id and the shm dir readable",
+                CATALOGUE[Cause.LOCAL_ID_UNREADABLE].fix,
                 Outcome.UNDETERMINED,
+                cause=Cause.LOCAL_ID_UNREADABLE,  # as probe and e2e name it (one fact, one cause)
             )
         )
     size = f"{whole_mib(ident.shm_total_bytes)}, {whole_mib(ident.shm_free_bytes)} free"
@@ -70,7 +72,8 @@ def check_identity(facts: HostFacts) -> list[Check]:
             else "run as a uid that may write the shm dir; SMG's gateway would stay inline"
         )
         out.append(Check("writable", "fail", f"cannot create a 0600 segment: {probe_err}", fix, Outcome.HOST,
-                         fix_cmd=smgshm_cmd(shm_dir, "gc", "--delete") if full else []))  # fmt: skip
+                         fix_cmd=smgshm_cmd(shm_dir, "gc", "--delete") if full else [],
+                         cause=Cause.SHM_FULL if full else Cause.SHM_PERMISSION))  # fmt: skip
     else:
         out.append(Check("writable", "ok", "a 0600 segment can be created and removed, as the gateway's probe does"))
     return out
