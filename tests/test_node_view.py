@@ -45,6 +45,17 @@ if sys.argv[1] == "dead":
     os.waitpid(child, 0)
     with open("/dev/shm/sem.mp-other", "wb") as f:
         f.write(b"x" * 4096)
+elif sys.argv[1].startswith("hold="):  # a child alive with that pid here (forks until one has it)
+    want = int(sys.argv[1][5:])
+    for _ in range(200):
+        child = os.fork()
+        if child == 0:
+            if os.getpid() == want:
+                sys.stdin.read()
+            os._exit(0)
+        if child == want:
+            break
+        os.waitpid(child, 0)
 else:
     segment()
     fd = os.open("/dev/shm/torch_hidden", os.O_RDWR | os.O_CREAT, 0o600)
@@ -182,3 +193,23 @@ def test_a_symlink_in_the_kubelet_dir_is_not_followed_out_of_the_root(node: dict
 def test_node_refuses_options_it_does_not_combine_with() -> None:
     run_cli("gc", "--node", "--assume-dead", exit=2)
     run_cli("gc", "--node", "--watch", "1s", exit=2)
+
+
+def test_namespaces_sharing_a_tmpfs_must_agree(node: dict[str, Any], tmp_path: Path) -> None:
+    """A second container of pod A (its own pid namespace, the same tmpfs) in which the dead
+    producer's pid is alive: which namespace wrote the name cannot be told, so it is unknown and kept."""
+    root = node["root"]
+    first = _blocks(run_cli("--json", "gc", "--node", "--node-root", root).json)[POD_A[2]]
+    pid = first["segments"][0]["producer_pid"]
+    reg = Children()
+    try:
+        _start_pod(reg, _dshm(Path(root), POD_A[2]), f"hold={pid}")
+        doc = run_cli("--json", "gc", "--node", "--node-root", root, "--delete", "--min-age", "0", "--yes").json
+    finally:
+        reg.reap()
+    a = _blocks(doc)[POD_A[2]]
+    assert len(a["pid_namespaces"]) == 2
+    (seg,) = a["segments"]
+    assert seg["state"] == "unknown"
+    assert "which one wrote the name cannot be told" in seg["reason"]
+    assert a["deleted"] == []
