@@ -21,7 +21,7 @@ from smgshm.core.node.judge import PodJudge, tmpfs_trust
 from smgshm.core.node.layout import NodeRoot, Place
 from smgshm.core.node.pods import PodName, pod_names
 from smgshm.core.node.volumes import Hidden, PidSpace, ShmUser, hidden_bytes, pid_spaces, pidns_of_self, shm_users
-from smgshm.core.segments.judge import Judge, ScanOptions
+from smgshm.core.segments.judge import Judge, ScanOptions, SegmentInfo
 from smgshm.core.segments.scan import Scan
 
 MAX_FAMILIES = 32  # other families kept by name; the rest are counted together
@@ -126,7 +126,7 @@ class TmpfsScan(Scan):
             except OSError:
                 continue  # gone since the listing
 
-    def __iter__(self) -> Iterator:  # type: ignore[type-arg]
+    def __iter__(self) -> Iterator[SegmentInfo]:
         try:
             yield from self.judge.each(self._entries(), self.tally, self.progress)
         finally:
