@@ -6,7 +6,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -48,10 +48,15 @@ if TYPE_CHECKING:
               "STATE KIND ALLOCATED_BYTES AGE_S PID NAME (the name escaped, spaces included: one field), "
               "nothing else.")  # fmt: skip
 @shm_dir_option
+@click.option("--node", is_flag=True, help="Every pod's /dev/shm on this node (kubelet emptyDirs, runtime sandbox "
+              "shm, the host's), a block per tmpfs, each judged in its own pod's pid namespaces.")  # fmt: skip
+@click.option("--node-root", default="/", show_default=True, type=click.Path(file_okay=False),
+              help="With --node: where the host's / is mounted (a DaemonSet's hostPath, e.g. /host).")  # fmt: skip
 @click.pass_obj
 def gc(app: App, delete: bool, include_stale: bool, min_age: float, stale_after: float, assume_dead: bool,
        all_users: bool, yes: bool, check: bool, prometheus_file: str | None, watch: float | None,
-       watch_count: int | None, all_rows: bool, raw: bool, shm_dir: str) -> None:  # fmt: skip
+       watch_count: int | None, all_rows: bool, raw: bool, shm_dir: str, node: bool,
+       node_root: str) -> None:  # fmt: skip
     """List every smg-* entry of the shm dir and say whether it leaked; reap leaks safely.
 
     Each entry gets its kind (gateway payload, gateway probe, smgshm, other),
@@ -80,12 +85,18 @@ def gc(app: App, delete: bool, include_stale: bool, min_age: float, stale_after:
       smgshm gc --raw | awk '$1 == "leaked"'
       smgshm gc --check --json
       smgshm gc --delete --yes
+      smgshm gc --node --node-root /host --delete --yes
       # cron, every 10 minutes:
       #   */10 * * * * root smgshm -q gc --delete --check --prometheus /var/lib/node_exporter/smgshm.prom
     """
     from smgshm.core.segments.judge import ScanOptions
 
     opts = ScanOptions(shm_dir, stale_after, assume_dead)
+    if node:
+        _node(app, opts, node_root, delete=delete, include_stale=include_stale, min_age=min_age,
+              all_users=all_users, yes=yes, check=check, all_rows=all_rows, raw=raw,
+              others=(watch is not None, prometheus_file, assume_dead))  # fmt: skip
+        return
     if watch is not None:
         if delete or check or prometheus_file:
             raise click.UsageError("--watch only lists: it does not combine with --delete, --check or --prometheus")
@@ -144,6 +155,22 @@ def run(app: App, opts: ScanOptions, *, delete: bool, include_stale: bool, min_a
     listing.finish(scan, done.before, done.after, done.deleted, code == ExitCode.OK, done.done_rows,
                    (done.used_bytes, done.free_bytes))  # fmt: skip
     return code
+
+
+def _node(app: App, opts: ScanOptions, root: str, *, delete: bool, include_stale: bool, min_age: float,
+          all_users: bool, yes: bool, check: bool, all_rows: bool, raw: bool,
+          others: tuple[Any, ...]) -> None:  # fmt: skip
+    """gc --node: the node view (cli/node_view.py) under gc's own reap rule."""
+    from smgshm.cli import node_view
+    from smgshm.core.segments import reaping
+
+    if any(others):
+        raise click.UsageError("--node does not combine with --watch, --prometheus or --assume-dead")
+    if raw and app.json:
+        raise click.UsageError("--raw and --json are two outputs: pick one")
+    rule = reaping.ReapRule.of(include_stale=include_stale, min_age_s=min_age, all_users=all_users) if delete else None
+    code = node_view.run(app, root, opts, rule, yes=yes, check=check, all_rows=all_rows, raw=raw)
+    click.get_current_context().exit(code)
 
 
 @contextmanager

@@ -207,7 +207,6 @@ class Judge:
         Python call costs as much as a third of the lstat."""
         now, dir_dev, holders, held_here, mounted = self.now, self.dir_dev, self.holders, self.held_here, self.mounted
         starts, said, fullmatch, by_group, pid_limit = self.starts, self.said, match_name, MATCH_GROUPS, PID_LIMIT
-        wall = self.wall
         judge_pid = not self.opts.assume_dead
         trusted, doubt, stale_after = self.trust.trusted, self.trust.doubt_uids, self.opts.stale_after_s
         if tally is not None:  # Tally.add, inline: a call per entry is a tenth of this loop
@@ -243,7 +242,7 @@ class Judge:
             ):  # fmt: skip
                 state, reason, alive = self._not_by_pid(name, dev, kind, ftype, held)
             else:  # a regular file on this filesystem nobody holds, with a producer pid: the pid decides
-                bounds = starts[pid] if pid in starts else starts.setdefault(pid, reuse_bounds(pid, wall))
+                bounds = starts[pid] if pid in starts else starts.setdefault(pid, self.bounds(pid))
                 if bounds is None:
                     alive = False  # no process has that pid: whenever the segment was written
                 else:
@@ -291,6 +290,11 @@ class Judge:
             seen += 1
             if progress and not seen & 1023:
                 progress(seen)
+
+    def bounds(self, pid: int) -> tuple[float, float] | None:
+        """``reuse_bounds`` of the producer pid a name carries, asked once per pid: here the pid is one
+        of this pid namespace; a judge of another namespace's names (core/node) translates it first."""
+        return reuse_bounds(pid, self.wall)
 
     def _dead_reason(self, kind: str, pid: int, gone: bool) -> str:
         why = "no process has that pid" if gone else "its pid now belongs to a younger process (reused)"

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 
 from smgshm.core.errors import HostError
 from smgshm.core.host.holders import holder_index
-from smgshm.core.host.pidtrust import judge_trust
+from smgshm.core.host.pidtrust import Trust, judge_trust
 from smgshm.core.segments.judge import Judge, ScanOptions, SegmentInfo, Tally
 
 
@@ -80,9 +80,13 @@ class Scan:
         self.dev = st.st_dev
         self.shm_total_bytes = vfs.f_blocks * vfs.f_frsize
         self.shm_free_bytes = vfs.f_bavail * vfs.f_frsize
-        self.trust = judge_trust(opts.shm_dir)
-        self.judge = Judge(opts, self.trust, holder_index(self.dev), self.dev)
+        self.trust, self.judge = self.make_judge()
         self.tally = Tally()
+
+    def make_judge(self) -> tuple[Trust, Judge]:
+        """Whether pids can be trusted here and the judge of each entry (core/node judges by a pod's pid namespace)."""
+        trust = judge_trust(self.opts.shm_dir)
+        return trust, Judge(self.opts, trust, holder_index(self.dev), self.dev)
 
     def usage_now(self) -> tuple[int, int]:
         """(used, free) bytes of the shm dir's filesystem read again now (after a --delete, say);
