@@ -634,12 +634,12 @@ def test_prometheus_textfile(children: Children, tmp_path: Path, tmp_dir: str) -
     doc = gc(tmp_dir, "--prometheus", prom)
     r = doc["result"]
     m = _metrics(prom)
-    assert m["smgshm_segments"]["leaked"] == r["counts"]["leaked"] == 2
-    assert m["smgshm_segments"]["hazard"] == 1
-    assert set(m["smgshm_segments"]) == STATES
-    assert set(m["smgshm_segment_bytes"]) == STATES
-    assert m["smgshm_segment_bytes"]["leaked"] == r["bytes_by_state"]["leaked"] >= 2 * 8192
-    assert m["smgshm_shm_free_bytes"][""] > 0
+    assert m["smgshm_gc_segments"]["leaked"] == r["counts"]["leaked"] == 2
+    assert m["smgshm_gc_segments"]["hazard"] == 1
+    assert set(m["smgshm_gc_segments"]) == STATES
+    assert set(m["smgshm_gc_segment_bytes"]) == STATES
+    assert m["smgshm_gc_segment_bytes"]["leaked"] == r["bytes_by_state"]["leaked"] >= 2 * 8192
+    assert m["smgshm_gc_shm_free_bytes"][""] > 0
     assert set(m["_shm_dir"]) == {tmp_dir}
 
 
@@ -650,7 +650,7 @@ def test_prometheus_after_delete_counts_what_is_left(children: Children, tmp_pat
     doc = gc(tmp_dir, "--delete", "--min-age", "0", "--yes", "--check", "--prometheus", prom)
     assert all(d["deleted"] for d in doc["result"]["deleted"])
     assert os.listdir(tmp_dir) == []
-    assert _metrics(prom)["smgshm_segments"]["leaked"] == 0
+    assert _metrics(prom)["smgshm_gc_segments"]["leaked"] == 0
 
 
 def test_watch_json_and_human(children: Children, tmp_dir: str) -> None:
@@ -839,5 +839,5 @@ def test_after_delete_the_usage_shown_is_read_again(children: Children, tmp_path
                     str(prom)).json["result"]  # fmt: skip
         assert r["shm_used_bytes"] - r["remaining_shm_used_bytes"] >= 2 << 20, "the scan's figure is before"
         assert r["remaining_shm_free_bytes"] == os.statvfs(d).f_bavail * vfs.f_frsize
-        line = next(ln for ln in prom.read_text().splitlines() if ln.startswith("smgshm_shm_free_bytes{"))
+        line = next(ln for ln in prom.read_text().splitlines() if ln.startswith("smgshm_gc_shm_free_bytes{"))
         assert float(line.rsplit(" ", 1)[1]) == r["remaining_shm_free_bytes"]

@@ -309,7 +309,7 @@ def test_the_prometheus_file_is_written_and_rewritten_readable(children: Childre
     prom = tmp_path / "gc.prom"
     for _ in range(2):  # created, then replaced over the regular file
         run_cli("-q", "gc", "--shm-dir", str(d), *ALWAYS, "--prometheus", str(prom))
-        assert 'smgshm_segments{shm_dir=' in prom.read_text()
+        assert 'smgshm_gc_segments{shm_dir=' in prom.read_text()
         assert stat.S_IMODE(prom.stat().st_mode) == 0o644
     assert sorted(os.listdir(tmp_path)) == ["gc.prom", "shm"], "no temp file left beside it"
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from collections.abc import Iterator
@@ -17,6 +18,8 @@ from smgshm.cli.params import DURATION, shm_dir_option
 
 if TYPE_CHECKING:
     from smgshm.core.segments.judge import ScanOptions
+    from smgshm.core.segments.reaping import ReapReport
+    from smgshm.core.segments.scan import Scan
 
 
 @click.command()
@@ -38,7 +41,8 @@ if TYPE_CHECKING:
     "--prometheus",
     "prometheus_file",
     type=click.Path(dir_okay=False),
-    help="Write counts and bytes per state in node_exporter textfile format.",
+    help="Write what the run found, reclaimed and kept, when it ran and whether it succeeded, in node_exporter's "
+    "textfile format (written beside FILE, then renamed over it).",
 )
 @click.option("--watch", type=DURATION, help="Re-scan every DURATION and show growth per state.")
 @click.option("--watch-count", type=click.IntRange(1), help="With --watch: stop after this many scans.")
@@ -112,12 +116,42 @@ def gc(app: App, delete: bool, include_stale: bool, min_age: float, stale_after:
 def run(app: App, opts: ScanOptions, *, delete: bool, include_stale: bool, min_age: float, all_users: bool,
         yes: bool, check: bool, prometheus_file: str | None, all_rows: bool, raw: bool) -> ExitCode:  # fmt: skip
     """Scan (streamed into the chosen listing), choose, show, ask, reap, then finish the listing."""
-    from smgshm.core.errors import HostError
-    from smgshm.core.segments import reaping, textfile
-    from smgshm.core.segments.scan import Scan
+    from smgshm.core.errors import HostError, SmgshmError
+    from smgshm.core.segments import textfile
 
     if prometheus_file:
         textfile.check_writable(prometheus_file)  # exit 5 before anything is scanned or deleted
+    started = time.time()
+    try:
+        listing, scan, done = _scan_and_reap(app, opts, delete=delete, include_stale=include_stale,
+                                             min_age=min_age, all_users=all_users, yes=yes, all_rows=all_rows,
+                                             raw=raw, check=check)  # fmt: skip
+    except SmgshmError:
+        if prometheus_file:  # the run failed: said with its time, no figures (the error follows, as without it)
+            with contextlib.suppress(HostError):
+                record = textfile.RunRecord("gc", view.display(opts.shm_dir), started, time.time(), None)
+                textfile.write_textfile(prometheus_file, record)
+        raise
+    code = ExitCode.CHECK_FAILED if check and done.leaked_or_hazard > 0 else ExitCode.OK
+    if prometheus_file:
+        try:  # what is there now, after any --delete, and what the run did
+            textfile.write_textfile(prometheus_file, textfile.RunRecord("gc", view.display(opts.shm_dir), started,
+                                                                        time.time(), done))  # fmt: skip
+        except HostError as err:  # checked up front; still possible (a full disk): one document, exit 5
+            app.warn(str(err))
+            code = ExitCode.HOST
+    # --all marks the deleted rows: never "deleted X", then "leaked X"
+    listing.finish(scan, done.before, done.after, done.deleted, code == ExitCode.OK, done.done_rows,
+                   (done.used_bytes, done.free_bytes))  # fmt: skip
+    return code
+
+
+def _scan_and_reap(app: App, opts: ScanOptions, *, delete: bool, include_stale: bool, min_age: float,
+                   all_users: bool, yes: bool, all_rows: bool, raw: bool, check: bool
+                   ) -> tuple[view.JsonListing | view.RawListing | view.HumanListing, Scan, ReapReport]:  # fmt: skip
+    from smgshm.core.segments import reaping
+    from smgshm.core.segments.scan import Scan
+
     for stream in (sys.stdout, sys.stderr):  # any locale: what it cannot encode comes out escaped
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")
@@ -143,18 +177,7 @@ def run(app: App, opts: ScanOptions, *, delete: bool, include_stale: bool, min_a
     ticks = iter(range(1, len(chosen) + 1))
     done = reaping.reap_choice(scan, choice, lambda _d: progress(next(ticks), len(chosen), "deleted"))
     progress.stop()
-    code = ExitCode.CHECK_FAILED if check and done.leaked_or_hazard > 0 else ExitCode.OK
-    if prometheus_file:
-        try:  # what is there now, after any --delete
-            textfile.write_gc_textfile(prometheus_file, view.display(opts.shm_dir), done.after.counts,
-                                       done.after.bytes_by_state, done.free_bytes)  # fmt: skip
-        except HostError as err:  # checked up front; still possible (a full disk): one document, exit 5
-            app.warn(str(err))
-            code = ExitCode.HOST
-    # --all marks the deleted rows: never "deleted X", then "leaked X"
-    listing.finish(scan, done.before, done.after, done.deleted, code == ExitCode.OK, done.done_rows,
-                   (done.used_bytes, done.free_bytes))  # fmt: skip
-    return code
+    return listing, scan, done
 
 
 def _node(app: App, opts: ScanOptions, root: str, *, delete: bool, include_stale: bool, min_age: float,

@@ -28,6 +28,7 @@ class Deletion:
     reason: str
     ino: int = 0
     freed_bytes: int = 0  # 0 when another link keeps the data, or nothing was unlinked
+    kept: str = ""  # why it was left, as a class (reaping.KEPT_REASONS: a metric's label); "" when deleted
 
 
 @dataclass(frozen=True)
