@@ -1,7 +1,8 @@
-"""gc's node_exporter textfile: checked writable before anything is done, written atomically.
+"""The node_exporter textfile of a job that reclaims segments: checked writable first, written atomically.
 
-What a run reclaimed and kept, when it ran and whether it succeeded (``RunRecord``: gc writes
-one; preflight is meant to write its own with ``job="preflight"``, the same function).
+What a run reclaimed and kept, when it ran and whether it succeeded (``RunRecord``): gc writes
+one (``gc --prometheus``); preflight is meant to write its own through the same functions, with
+``job="preflight"`` (its metrics then start ``smgshm_preflight_``, so the two files never collide).
 A cron line runs ``gc --delete --prometheus FILE``: a FILE that cannot be written must stop
 the run (exit 5, the local environment) *before* anything is deleted, not fail after it. The
 check is the real thing, not os.access (which passes for root, even in /proc): a file is
