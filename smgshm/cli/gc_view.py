@@ -144,7 +144,7 @@ HEADER = f"{'STATE':<10}{'KIND':<14}{'SIZE':>10} {'AGE':>6} {'PID':>14}  NAME\n"
 
 def raw_row(s: SegmentInfo) -> str:
     """STATE KIND ALLOCATED_BYTES AGE_S PID NAME: one entry, single spaces, no header, nothing humanised."""
-    name, kind, _, _, alloc, age, _, pid, _, _, st, _, _, _, _ = s
+    name, kind, _, _, alloc, age, _, pid, _, _, st, _, _, _, _, _ = s
     if not (name.isascii() and name.isprintable() and "\\" not in name):  # display(), inline: once per row
         name = escape(name)
     if " " in name:
