@@ -31,7 +31,8 @@ if TYPE_CHECKING:
     type=DURATION,
     default="1h",
     show_default=True,
-    help="A live producer's segment older than this is stale.",
+    help="A live producer's segment gc scans have seen for this long is stale (boot clock: the wall clock can be "
+    "stepped).",
 )
 @click.option("--assume-dead", is_flag=True, help="Judge by this pid namespace's pids even where that is unsafe.")
 @click.option("--all-users", is_flag=True, help="As root, also delete other users' segments.")
@@ -69,7 +70,13 @@ def gc(app: App, delete: bool, include_stale: bool, min_age: float, stale_after:
     holds it open or mapped (by inode, whatever name it was opened by), and a
     state: in_flight, held, leaked, stale, hazard (a symlink, FIFO, directory
     or mount point named like a segment) or unknown (liveness cannot be trusted: a process in
-    another pid namespace can reach this filesystem, at whatever path).
+    another pid namespace can reach this filesystem, at whatever path; or only the wall clock,
+    which can be stepped, says the pid was reused or the segment is stale).
+
+    Nothing is deleted on the wall clock alone: each scan records when it first saw each
+    segment on the boot clock (kept in /run/smgshm for root, the user's cache dir for others).
+    A pid whose process started after a scan first saw the segment is proven reused (leaked);
+    a segment first seen --stale-after ago is proven stale.
 
     The default view summarises (counts and bytes per state and kind, then the
     entries that matter most); --all lists every entry; --raw prints one plain

@@ -60,8 +60,8 @@ def segment_docs(segs: list[SegmentInfo]) -> list[dict[str, Any]]:
         "name_hex": name.encode("utf-8", "surrogateescape").hex(), "kind": kind, "file_type": ftype,
         "nbytes": nbytes, "allocated_bytes": alloc, "age_s": age, "uid": uid, "producer_pid": pid,
         "producer_alive": alive, "holders": _holder_docs(held) if held else [], "state": state._value_,
-        "reason": reason, "ino": ino, "nlink": nlink,
-    } for name, kind, ftype, nbytes, alloc, age, uid, pid, alive, held, state, reason, ino, nlink, _ in segs
+        "reason": reason, "ino": ino, "nlink": nlink, "seen_s": seen_s,
+    } for name, kind, ftype, nbytes, alloc, age, uid, pid, alive, held, state, reason, ino, nlink, _, seen_s in segs
     ]  # fmt: skip
 
 
@@ -125,7 +125,7 @@ _HEADS: dict[tuple[str, str, int, str, int | None, bool | None], str] = {}
 
 
 def _row(s: SegmentInfo, state: str | None = None) -> str:
-    name, kind, _, _, alloc, age_s, _, pid, alive, _, st, _, _, _, _ = s
+    name, kind, _, _, alloc, age_s, _, pid, alive, _, st, _, _, _, _, _ = s
     age = _AGES.get(int(age_s)) or _age(age_s)
     # Everything before the name, made once per (state, kind, size, shown age, pid): a crowded
     # dir repeats a handful of them (this runs once per row of --all).
@@ -144,7 +144,7 @@ HEADER = f"{'STATE':<10}{'KIND':<14}{'SIZE':>10} {'AGE':>6} {'PID':>14}  NAME\n"
 
 def raw_row(s: SegmentInfo) -> str:
     """STATE KIND ALLOCATED_BYTES AGE_S PID NAME: one entry, single spaces, no header, nothing humanised."""
-    name, kind, _, _, alloc, age, _, pid, _, _, st, _, _, _, _ = s
+    name, kind, _, _, alloc, age, _, pid, _, _, st, _, _, _, _, _ = s
     if not (name.isascii() and name.isprintable() and "\\" not in name):  # display(), inline: once per row
         name = escape(name)
     if " " in name:

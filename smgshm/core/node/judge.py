@@ -18,9 +18,10 @@ from collections.abc import Sequence
 from smgshm.core.host.holders import Holder
 from smgshm.core.host.pidtrust import INIT_PID_NS, Trust
 from smgshm.core.node.volumes import PidSpace, ShmUser
-from smgshm.core.segments.judge import Judge, ScanOptions, reuse_bounds
+from smgshm.core.segments.judge import Bounds, Judge, ScanOptions, reuse_bounds
+from smgshm.core.segments.sightings import Sightings
 
-_NEVER = (math.inf, -math.inf)  # reuse_bounds' shape for "cannot be told": neither alive nor dead
+_NEVER = Bounds(math.inf, -math.inf, -1)  # reuse_bounds' shape for "cannot be told": neither alive nor dead
 
 
 def tmpfs_trust(users: Sequence[ShmUser], spaces: Sequence[PidSpace], mine: str, doubt: frozenset[int]) -> Trust:
@@ -47,16 +48,16 @@ class PodJudge(Judge):
 
     def __init__(
         self, opts: ScanOptions, trust: Trust, holders: dict[tuple[int, int], list[Holder]], dir_dev: int,
-        spaces: Sequence[PidSpace],
+        spaces: Sequence[PidSpace], sightings: Sightings | None = None,
     ) -> None:  # fmt: skip
-        super().__init__(opts, trust, holders, dir_dev)
+        super().__init__(opts, trust, holders, dir_dev, sightings)
         self.spaces = list(spaces)
         self.split: dict[int, str] = {}  # pid -> why its namespaces cannot agree, for the verdict's sentence
 
-    def bounds(self, pid: int) -> tuple[float, float] | None:
+    def bounds(self, pid: int) -> Bounds | None:
         """The start-time bounds of ``pid`` agreed by every namespace (see the module): alive from the
         latest start among them (never, when one has no such pid), dead before the earliest."""
-        found: list[tuple[float, float]] = []
+        found: list[Bounds] = []
         absent: list[str] = []
         for space in self.spaces:
             if pid in space.unsure:
@@ -74,19 +75,22 @@ class PodJudge(Judge):
         if absent:
             self.split[pid] = (f"pid {pid} is a process in some pid namespace(s) that use this tmpfs and in none of "
                                f"{', '.join(absent)}: which one wrote the name cannot be told")  # fmt: skip
-            return math.inf, min(b[1] for b in found)
-        return max(b[0] for b in found), min(b[1] for b in found)
+            return Bounds(math.inf, min(b.reused_before for b in found), min(b.started_ns for b in found))
+        # reuse is proven only if every namespace's process with that pid started after the sighting
+        return Bounds(
+            max(b.alive_from for b in found), min(b.reused_before for b in found), min(b.started_ns for b in found)
+        )
 
-    def _clock_reason(self, pid: int, bounds: tuple[float, float]) -> str:
+    def _clock_reason(self, pid: int, bounds: Bounds, written: float) -> str:
         if pid in self.split:
             reason = self.said["clock", pid, ""] = f"producer pid {pid} lives or not: {self.split[pid]}"
             return reason
-        return super()._clock_reason(pid, bounds)
+        return super()._clock_reason(pid, bounds, written)
 
-    def _dead_reason(self, kind: str, pid: int, gone: bool) -> str:
-        key = ("dead" if gone else "reused", pid, kind)
+    def _dead_reason(self, kind: str, pid: int) -> str:
+        key = ("dead", pid, kind)
         where = "its pod's pid namespace" if len(self.spaces) == 1 else "any pid namespace that uses this tmpfs"
-        reason = self.said[key] = super()._dead_reason(kind, pid, gone).replace(
+        reason = self.said[key] = super()._dead_reason(kind, pid).replace(
             "no process has that pid", f"no process has that pid in {where}", 1
         )  # fmt: skip
         return reason

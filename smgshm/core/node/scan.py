@@ -113,7 +113,7 @@ class TmpfsScan(Scan):
             self.close()
             raise HostError("the tmpfs changed since the node was looked at", path=place.path)
         trust = self.tmpfs.trust
-        return trust, PodJudge(self.opts, trust, holder_index(self.dev), self.dev, self.tmpfs.spaces)
+        return trust, PodJudge(self.opts, trust, holder_index(self.dev), self.dev, self.tmpfs.spaces, self.sightings)
 
     def _entries(self) -> Iterator[os.DirEntry[str]]:
         others, prefix = self.others, SMG_FAMILY_PREFIX

@@ -54,10 +54,17 @@ def _renameat2(dfd: int, src: str, dst: str) -> None:
 
 
 def keep_reason(seg: SegmentInfo, *, uid: int, all_users: bool, min_age_s: float) -> tuple[str, str] | None:
-    """Why a chosen segment is kept before anything is tried, (class, sentence); None: it may be deleted."""
+    """Why a chosen segment is kept before anything is tried, (class, sentence); None: it may be deleted.
+
+    --min-age reads the wall-clock age (mtime) of a leaked segment, whose producer is proven dead: a
+    step of the clock only reaps it a little sooner or later, which is harmless. A stale one's
+    producer lives, so its age is the boot clock's, how long smgshm has seen it (segments/sightings.py)."""
     if not in_family(seg.name):
         return NOT_SMG_NAME, "not an SMG name"
-    if seg.age_s < min_age_s:
+    if seg.state is State.STALE and seg.seen_s is not None:
+        if seg.seen_s < min_age_s:
+            return TOO_YOUNG, f"seen for less than --min-age ({seg.seen_s:.0f} s < {min_age_s:.0f} s, boot clock)"
+    elif seg.age_s < min_age_s:
         return TOO_YOUNG, f"younger than --min-age ({seg.age_s:.0f} s < {min_age_s:.0f} s)"
     if seg.uid != uid and not (uid == 0 and all_users):
         return OTHER_USER, f"owned by uid {seg.uid} (root with --all-users may delete other users' segments)"
