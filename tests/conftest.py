@@ -29,6 +29,9 @@ SHM = "/dev/shm"
 SESSION_TMP = tempfile.mkdtemp(prefix="smgshm-tests-")
 os.environ["TMPDIR"] = SESSION_TMP
 tempfile.tempdir = SESSION_TMP
+# and what smgshm carries between runs (gc's sightings, /run/smgshm for root) goes there too: the
+# suite's many throwaway shm dirs would leave a store each behind in the real one.
+os.environ["SMGSHM_STATE_DIR"] = os.path.join(SESSION_TMP, "state")
 
 
 # Tests stop children with SIGINT (Ctrl-C's signal). A run started as a background job of a

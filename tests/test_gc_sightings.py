@@ -290,8 +290,17 @@ def test_sightings_of_gone_segments_are_pruned_and_the_store_stays_private(tmpfs
 
 
 def test_the_store_of_root_is_under_run_and_of_others_in_their_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SMGSHM_STATE_DIR", raising=False)  # the suite's own (conftest): off here
     monkeypatch.setattr(os, "geteuid", lambda: 0)
     assert sightings_mod.store_dir() == "/run/smgshm"
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     monkeypatch.setenv("XDG_CACHE_HOME", "/home/u/.cache")
     assert sightings_mod.store_dir() == "/home/u/.cache/smgshm"
+
+
+def test_an_absolute_state_dir_from_the_environment_wins(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SMGSHM_STATE_DIR", "/var/lib/smgshm")
+    assert sightings_mod.store_dir() == "/var/lib/smgshm"
+    monkeypatch.setenv("SMGSHM_STATE_DIR", "relative/dir")  # not absolute: ignored
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    assert sightings_mod.store_dir() == "/run/smgshm"

@@ -22,7 +22,7 @@ process started proves the reuse. Columns of fixed-size integers, so that a stor
 sightings loads in milliseconds (benchmarks/gc_scan.py: gc's speed is the README's).
 
 Where: root's under /run/smgshm (a tmpfs: it dies with the boot), made 0700; another user's in
-their own cache dir. Either is read through host/usercache.py as hostile input: only a regular
+their own cache dir; $SMGSHM_STATE_DIR, when absolute, instead of either. Either is read through host/usercache.py as hostile input: only a regular
 file of this user's, writable by no one else, in a dir of the same, bounded in size, wholly well
 formed, with no sighting in the future; anything else reads as no sightings, which proves nothing
 and so deletes nothing the wall clock alone would have. Writing can fail (read-only /run, a full
@@ -55,8 +55,15 @@ _SWEEP_MAX = 256  # entries of the store dir looked at per write
 _STATX_INO, _STATX_BTIME = 0x100, 0x800  # linux/stat.h
 
 
+STATE_DIR_ENV = "SMGSHM_STATE_DIR"  # an absolute dir instead (a DaemonSet's volume, a test session's own)
+
+
 def store_dir() -> str:
-    """Where this user's sightings live: /run/smgshm for root, the user's cache dir for others."""
+    """Where this user's sightings live: $SMGSHM_STATE_DIR when absolute; else /run/smgshm for root,
+    the user's cache dir for others. The same private-file rules hold wherever it is."""
+    chosen = os.environ.get(STATE_DIR_ENV, "")
+    if os.path.isabs(chosen):
+        return chosen
     return ROOT_STORE_DIR if os.geteuid() == 0 else usercache.cache_dir()
 
 
