@@ -22,10 +22,11 @@ process started proves the reuse. Columns of fixed-size integers, so that a stor
 sightings loads in milliseconds (benchmarks/gc_scan.py: gc's speed is the README's).
 
 Where: root's under /run/smgshm (a tmpfs: it dies with the boot), made 0700; another user's in
-their own cache dir; $SMGSHM_STATE_DIR, when absolute, instead of either. Either is read through host/usercache.py as hostile input: only a regular
-file of this user's, writable by no one else, in a dir of the same, bounded in size, wholly well
-formed, with no sighting in the future; anything else reads as no sightings, which proves nothing
-and so deletes nothing the wall clock alone would have. Writing can fail (read-only /run, a full
+their own cache dir; $SMGSHM_STATE_DIR, when absolute, instead of either. Any of them is read
+through host/usercache.py as hostile input: only a regular file of this user's, writable by no one
+else, in a dir of the same, bounded in size, wholly well formed, with no sighting in the future;
+anything else reads as no sightings, which proves nothing and so deletes nothing the wall clock
+alone would have. Writing can fail (read-only /run, a full
 disk): the judgement is then the no-sightings one. Nothing here raises.
 """
 
