@@ -273,3 +273,17 @@ def test_the_npd_plugin_monitor_config_runs_smgshm_as_it_parses() -> None:
         cmd = cli.commands[name]  # type: ignore[attr-defined]
         with cmd.make_context(name, list(args)) as ctx:  # parses and type-checks every option; runs nothing
             assert ctx.params["npd"] is True
+
+
+def test_textfile_says_what_the_wrapper_reclaimed(dshm: str, tmp_path: Path) -> None:
+    _crash_old_gateway(dshm)
+    prom = tmp_path / "preflight.prom"
+    pod(smgshm_argv("-q", "preflight", "--pod-private", "--textfile", str(prom), "--", "true"), dshm)
+    assert pod.last.returncode == 0  # type: ignore[attr-defined]
+    text = prom.read_text()
+    # (the shm dir as the pod sees it)
+    assert 'smgshm_preflight_reclaimed_segments{shm_dir="/dev/shm",state="leaked"} 2.0' in text
+    assert 'smgshm_preflight_last_run_success{shm_dir="/dev/shm"} 1.0' in text
+    if shutil.which("promtool"):
+        check = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
+        assert check.returncode == 0, check.stdout + check.stderr

@@ -7,6 +7,7 @@ import os
 import shutil
 import signal
 import sys
+import time
 
 import click
 
@@ -31,14 +32,16 @@ from smgshm.cli.params import BYTES, DURATION, shm_dir_option
 @click.option("--timeout", type=DURATION, default="10s", show_default=True,
               help="Give up (exit 3, preflight_timeout) when the checks take longer.")  # fmt: skip
 @click.option("--start-anyway", is_flag=True, help="Wrapper: exec the gateway even when a check fails.")
+@click.option("--textfile", "textfile_path", type=click.Path(dir_okay=False), help="Write what the run reclaimed "
+              "and kept, and whether it succeeded, in node_exporter textfile format (smgshm_preflight_*).")  # fmt: skip
 @click.option("--npd", is_flag=True, help="node-problem-detector plugin: one line of at most 80 characters, "
               "exit 0 OK, 1 problem, 2 unknown.")  # fmt: skip
 @shm_dir_option
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @click.pass_obj
 def preflight(app: App, init_container: bool, pod_private: bool, inflight_bytes: int, tensor_bytes: tuple[int, ...],
-              min_age: float, timeout: float, start_anyway: bool, npd: bool, shm_dir: str,
-              command: tuple[str, ...]) -> None:  # fmt: skip
+              min_age: float, timeout: float, start_anyway: bool, textfile_path: str | None, npd: bool,
+              shm_dir: str, command: tuple[str, ...]) -> None:  # fmt: skip
     """Reclaim the segments of SMG's previous incarnation, then check that its gateway may start.
 
     A memory emptyDir at /dev/shm outlives container restarts, and SMG's gateway never
@@ -74,6 +77,7 @@ def preflight(app: App, init_container: bool, pod_private: bool, inflight_bytes:
       smgshm preflight --pod-private --inflight-bytes 1GiB -- smg launch --port 30000
       smgshm preflight --init-container --inflight-bytes 1GiB
       smgshm preflight --npd --inflight-bytes 1GiB
+      smgshm preflight --textfile /var/lib/node_exporter/smgshm-preflight.prom -- smg launch
     """
     from smgshm.core.node.preflight import PreflightRequest, run_preflight
 
@@ -90,7 +94,15 @@ def preflight(app: App, init_container: bool, pod_private: bool, inflight_bytes:
         raise click.UsageError(f"the command to exec is not found: {command[0]}")
     mode = "wrapper" if command else "init_container" if init_container else "standalone"
     req = PreflightRequest(shm_dir, mode, pod_private, inflight_bytes, tensor_bytes, min_age, timeout)
+    if textfile_path:
+        from smgshm.core.segments import textfile
+
+        textfile.check_writable(textfile_path, "--textfile")  # exit 5 before anything is reclaimed
+    started = time.time()
     report = run_preflight(req)
+    if textfile_path:
+        record = textfile.RunRecord("preflight", view.display(shm_dir), started, time.time(), report._done)
+        textfile.write_textfile(textfile_path, record, "--textfile")  # a failure (exit 5) stops the gateway too
     if npd:
         click.get_current_context().exit(view.npd(report))
     code = ExitCode.OK if report.may_start else ExitCode.CHECK_FAILED

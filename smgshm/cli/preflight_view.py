@@ -8,6 +8,8 @@ from rich.text import Text
 
 from smgshm.cli.fmt import cause_fix, escape, fix_line, lossless, prose, safe
 from smgshm.cli.gc_view import display
+
+__all__ = ["display", "doc", "headline", "human", "npd"]
 from smgshm.cli.jsonout import plain
 from smgshm.cli.npd import NpdStatus, npd_emit
 from smgshm.core.units import binary_size

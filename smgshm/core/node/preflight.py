@@ -34,7 +34,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from smgshm.core.causes import Cause, Found, found
 from smgshm.core.host.holders import Holder, holder_index
@@ -43,10 +43,13 @@ from smgshm.core.host.pidtrust import INIT_PID_NS, Trust, first_user, judge_trus
 from smgshm.core.host.proc import comm, live_pids
 from smgshm.core.names import gateway_probe_name
 from smgshm.core.paths import smgshm_cmd
-from smgshm.core.segments.judge import Judge, ScanOptions, SegmentInfo, State
+from smgshm.core.segments.judge import Bounds, Judge, ScanOptions, SegmentInfo, State
 from smgshm.core.segments.reaping import Choice, ReapReport, keep_reason, reap_choice
 from smgshm.core.segments.scan import Deletion, Scan
 from smgshm.core.units import binary_size
+
+if TYPE_CHECKING:
+    from smgshm.core.segments.sightings import Sightings
 
 Mode = Literal["wrapper", "init_container", "standalone"]
 Verdict = Literal["ok", "unknown", "fail"]
@@ -114,6 +117,7 @@ class PreflightReport:
     kept: list[Entry] = field(default_factory=list)  # the first LISTED, unknown ones first
     notes: list[str] = field(default_factory=list)
     elapsed_ms: float = 0.0
+    _done: ReapReport | None = field(default=None, repr=False)  # for the textfile (segments/textfile.py); not JSON
 
 
 class _TimedOutError(Exception):
@@ -197,22 +201,22 @@ class _Judge(Judge):
     or every pid (the init container's)."""
 
     def __init__(self, opts: ScanOptions, trust: Trust, holders: dict[tuple[int, int], list[Holder]], dev: int,
-                 dead_pid: int | None, all_dead: bool) -> None:  # fmt: skip
-        super().__init__(opts, trust, holders, dev)
+                 sightings: Sightings | None, dead_pid: int | None, all_dead: bool) -> None:  # fmt: skip
+        super().__init__(opts, trust, holders, dev, sightings)
         self.dead_pid, self.all_dead = dead_pid, all_dead
 
-    def bounds(self, pid: int) -> tuple[float, float] | None:
+    def bounds(self, pid: int) -> Bounds | None:
         return None if self.all_dead or pid == self.dead_pid else super().bounds(pid)
 
-    def _dead_reason(self, kind: str, pid: int, gone: bool) -> str:
+    def _dead_reason(self, kind: str, pid: int) -> str:
         if self.all_dead:
             reason = "no SMG process of this pod runs before its init container ends: a previous incarnation's"
         elif pid == self.dead_pid:
             reason = (f"pid {pid} is preflight's and the gateway's it execs: an earlier process of this pid "
                       "namespace that held it wrote this, and is dead")  # fmt: skip
         else:
-            return super()._dead_reason(kind, pid, gone)
-        self.said["dead" if gone else "reused", pid, kind] = reason
+            return super()._dead_reason(kind, pid)
+        self.said["dead", pid, kind] = reason
         return reason
 
 
@@ -223,7 +227,9 @@ class _Scan(Scan):
 
     def make_judge(self) -> tuple[Trust, Judge]:
         trust = self._given
-        return trust, _Judge(self.opts, trust, holder_index(self.dev), self.dev, self._dead_pid, self._all_dead)
+        judge = _Judge(self.opts, trust, holder_index(self.dev), self.dev, self.sightings, self._dead_pid,
+                       self._all_dead)  # fmt: skip
+        return trust, judge
 
 
 def _entry(seg: SegmentInfo, reason: str | None = None, freed: int = 0) -> Entry:
@@ -255,11 +261,12 @@ class _Run:
         scan = _Scan(ScanOptions(req.shm_dir), trust, dead_pid, req.mode == "init_container" and proof.holds)
         segs = list(scan)
         self.check()
-        chosen, kept = self._choose(segs, dead_pid)
-        done = self._reap(scan, chosen)
+        chosen, refused, kept = self._choose(segs, dead_pid)
+        done = report._done = self._reap(scan, chosen, refused)
         gone = {d.ino for d in done.deleted if d.deleted}
+        by_ino = {s.ino: s for s in segs}
         for d in done.deleted:
-            seg = next(s for s in chosen if s.ino == d.ino)
+            seg = by_ino[d.ino]
             if d.deleted:
                 report.reclaimed_count += 1
                 report.reclaimed_bytes += d.freed_bytes
@@ -271,10 +278,14 @@ class _Run:
         self._gate(report, ident, done)
         return report
 
-    def _choose(self, segs: list[SegmentInfo], dead_pid: int | None) -> tuple[list[SegmentInfo], list[Entry]]:
-        """The leaked to reclaim; the rest kept, with why. A proof needs no age; gc's rules take --min-age."""
+    def _choose(
+        self, segs: list[SegmentInfo], dead_pid: int | None
+    ) -> tuple[list[SegmentInfo], list[Deletion], list[Entry]]:
+        """The leaked to reclaim, the leaked refused before trying (gc's Deletion, with its ``kept`` class),
+        and the rest, kept with why. A proof needs no age; gc's rules take --min-age."""
         uid = os.getuid()
         chosen: list[SegmentInfo] = []
+        refused: list[Deletion] = []
         kept: list[Entry] = []
         for seg in segs:
             if seg.state is not State.LEAKED or seg.file_type != "regular":
@@ -283,19 +294,20 @@ class _Run:
             proven = self.req.mode == "init_container" or seg.producer_pid == dead_pid
             why = keep_reason(seg, uid=uid, all_users=True, min_age_s=0.0 if proven else self.req.min_age_s)
             if why:
-                kept.append(_entry(seg, f"{seg.reason}; kept: {why}"))
+                refused.append(Deletion(seg.name, seg.allocated_bytes, False, f"{seg.reason}; kept: {why[1]}",
+                                        seg.ino, kept=why[0]))  # fmt: skip
             else:
                 chosen.append(seg)
-        return chosen, kept
+        return chosen, refused, kept
 
-    def _reap(self, scan: Scan, chosen: list[SegmentInfo]) -> ReapReport:
+    def _reap(self, scan: Scan, chosen: list[SegmentInfo], refused: list[Deletion]) -> ReapReport:
         def between(_d: Deletion) -> None:
             # Called after each batch's entries are settled (none is left aside): a safe place to stop.
             if time.monotonic() >= self.deadline or self.cancel.is_set():
                 raise _TimedOutError
 
         self.check()
-        choice = Choice(chosen, [], {seg.ino: row for row, seg in enumerate(chosen)})
+        choice = Choice(chosen, refused, {seg.ino: row for row, seg in enumerate(chosen)})
         return reap_choice(scan, choice, between)
 
     def _kept(self, report: PreflightReport, kept: list[Entry], gone: set[int]) -> None:
