@@ -94,7 +94,7 @@ PRODUCED_BY: dict[Cause, str] = {
     Cause.ENGINE_INLINE_ONLY: NOT_YET + "smgshm serve --engine sglang answers probe's RPCs but not SGLang's Generate "
     "(the real gateway's request fails 501), so no tensor reaches an SGLang worker here",
     Cause.SHM_WRITES_FAILING: NOT_YET + "needs writes that fail with neither too little space nor a permission",
-    Cause.SHM_FULL: NOT_YET + "needs a real gateway on a tmpfs filled past one tensor's free space",
+    Cause.SHM_FULL: "test_preflight.py::test_capacity_too_small_full_and_enough",
     Cause.SHM_TOO_SMALL: "test_e2e_causes.py::test_full_tmpfs_makes_real_writes_fail_and_e2e_says_so",
     Cause.SHM_PERMISSION: NOT_YET + "needs an e2e that cannot write the shm dir beside a gateway whose log is unread",
     Cause.GATEWAY_PROBE_FAILED: (
@@ -130,6 +130,7 @@ PRODUCED_BY: dict[Cause, str] = {
         "test_doctor_workers.py::test_a_segment_stranded_by_a_live_gateway_fails_with_its_bytes_and_the_verdict_comes_first"
     ),
     Cause.SEGMENTS_LEAKED: "test_cli_watch.py::test_consumed_cleaned_and_orphans_with_their_producers",
+    Cause.PREFLIGHT_TIMEOUT: "test_preflight.py::test_timeout_fails_with_its_cause",
 }
 # The causes allowed a marker instead of a test: shrink this as tests land, never grow it without a reason.
 ALLOWED_GAPS: dict[Cause, str] = {

@@ -45,7 +45,7 @@ class CliError(click.ClickException):
 _COMMANDS = {
     "doctor": "smgshm.cli.doctor", "probe": "smgshm.cli.probe", "send": "smgshm.cli.send", "gc": "smgshm.cli.gc",
     "watch": "smgshm.cli.watch", "bench": "smgshm.cli.bench", "serve": "smgshm.cli.serve", "e2e": "smgshm.cli.e2e",
-    "ns": "smgshm.cli.ns", "completion": "smgshm.cli.completion",
+    "ns": "smgshm.cli.ns", "completion": "smgshm.cli.completion", "preflight": "smgshm.cli.preflight",
 }  # fmt: skip
 
 
@@ -92,11 +92,17 @@ class RootGroup(click.Group):
             return super().invoke(ctx)
         except SmgshmError as err:
             app = ctx.obj if isinstance(ctx.obj, App) else None
+            if app is not None and app.npd:
+                _npd_unknown(f"error: {err.kind}: {err}")
             if app is not None and app.json:
                 jsonout.write_error(app, err.kind, str(err), err.hint)
             raise CliError(err, app) from err
         except click.UsageError as err:
             app = ctx.obj if isinstance(ctx.obj, App) else None
+            if app is not None and app.npd:  # NPD's Unknown is 2, as a usage error's: the one line is added
+                from smgshm.cli.npd import NpdStatus, npd_emit
+
+                npd_emit(NpdStatus.UNKNOWN, f"usage error: {err.format_message()}")
             if app is not None and app.json:
                 jsonout.write_error(app, "usage", err.format_message(), None)
             raise
@@ -108,11 +114,20 @@ class RootGroup(click.Group):
             app = ctx.obj if isinstance(ctx.obj, App) else None
             if (app is not None and app.traceback) or os.environ.get("SMGSHM_DEBUG") == "1":
                 raise
+            if app is not None and app.npd:
+                _npd_unknown(f"internal error: {type(err).__name__}: {err}")
             if app is not None and app.json:
                 jsonout.write_error(app, "internal", f"{type(err).__name__}: {err}", "rerun with --traceback")
             click.echo(f"Error: internal error: {type(err).__name__}: {err}", err=True)
             click.echo("hint: this is a bug in smgshm; rerun with --traceback and report it", err=True)
             raise click.exceptions.Exit(ExitCode.INTERNAL) from err
+
+
+def _npd_unknown(message: str) -> None:
+    """In node-problem-detector mode a failure of smgshm's own is NPD's Unknown (2), said in one line."""
+    from smgshm.cli.npd import NpdStatus, npd_emit
+
+    raise click.exceptions.Exit(npd_emit(NpdStatus.UNKNOWN, message))
 
 
 @click.group(cls=RootGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})

@@ -19,6 +19,7 @@ class App:
     quiet: bool = False
     no_color: bool = False
     traceback: bool = False
+    npd: bool = False  # node-problem-detector plugin mode (cli/npd.py): every ending is one line, exit 0/1/2
     command: str = ""
     warnings: list[str] = field(default_factory=list)
     console: Console = field(init=False)

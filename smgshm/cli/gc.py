@@ -45,6 +45,8 @@ if TYPE_CHECKING:
     help="Write what the run found, reclaimed and kept, when it ran and whether it succeeded, in node_exporter's "
     "textfile format (written beside FILE, then renamed over it).",
 )
+@click.option("--npd", is_flag=True, help="With --check: a node-problem-detector plugin's output, one line "
+              "of at most 80 characters; exit 0 OK, 1 leaked or hazardous, 2 unknown or error.")  # fmt: skip
 @click.option("--watch", type=DURATION, help="Re-scan every DURATION and show growth per state.")
 @click.option("--watch-count", type=click.IntRange(1), help="With --watch: stop after this many scans.")
 @click.option("--all", "all_rows", is_flag=True, help="List every entry (the default summarises: counts, bytes, "
@@ -61,7 +63,7 @@ if TYPE_CHECKING:
 def gc(app: App, delete: bool, include_stale: bool, min_age: float, stale_after: float, assume_dead: bool,
        all_users: bool, yes: bool, check: bool, prometheus_file: str | None, watch: float | None,
        watch_count: int | None, all_rows: bool, raw: bool, shm_dir: str, node: bool,
-       node_root: str) -> None:  # fmt: skip
+       node_root: str, npd: bool) -> None:  # fmt: skip
     """List every smg-* entry of the shm dir and say whether it leaked; reap leaks safely.
 
     Each entry gets its kind (gateway payload, gateway probe, smgshm, other),
@@ -97,16 +99,22 @@ def gc(app: App, delete: bool, include_stale: bool, min_age: float, stale_after:
       smgshm gc --check --json
       smgshm gc --delete --yes
       smgshm gc --node --node-root /host --delete --yes
+      smgshm gc --check --npd        # a node-problem-detector custom plugin
       # cron, every 10 minutes:
       #   */10 * * * * root smgshm -q gc --delete --check --prometheus /var/lib/node_exporter/smgshm.prom
     """
     from smgshm.core.segments.judge import ScanOptions
 
     opts = ScanOptions(shm_dir, stale_after, assume_dead)
+    app.npd = npd
+    if npd:
+        if not check or watch is not None or raw or app.json or prometheus_file:
+            raise click.UsageError("--npd needs --check and takes no --watch, --raw, --json or --prometheus")
+        app.quiet, yes = True, True  # one line on stdout; a plugin is never asked anything
     if node:
         _node(app, opts, node_root, delete=delete, include_stale=include_stale, min_age=min_age,
               all_users=all_users, yes=yes, check=check, all_rows=all_rows, raw=raw,
-              others=(watch is not None, prometheus_file, assume_dead))  # fmt: skip
+              others=(watch is not None, prometheus_file, assume_dead), npd=npd)  # fmt: skip
         return
     if watch is not None:
         if delete or check or prometheus_file:
@@ -115,6 +123,9 @@ def gc(app: App, delete: bool, include_stale: bool, min_age: float, stale_after:
         return
     if raw and app.json:
         raise click.UsageError("--raw and --json are two outputs: pick one")
+    if npd:
+        click.get_current_context().exit(_npd(opts, delete=delete, include_stale=include_stale, min_age=min_age,
+                                              all_users=all_users))  # fmt: skip
     code = run(app, opts, delete=delete, include_stale=include_stale, min_age=min_age, all_users=all_users,
                yes=yes, check=check, prometheus_file=prometheus_file, all_rows=all_rows, raw=raw)  # fmt: skip
     click.get_current_context().exit(code)
@@ -187,9 +198,21 @@ def _scan_and_reap(app: App, opts: ScanOptions, *, delete: bool, include_stale: 
     return listing, scan, done
 
 
+def _npd(opts: ScanOptions, *, delete: bool, include_stale: bool, min_age: float, all_users: bool) -> int:
+    """gc --check --npd: scan (and reap, with --delete) as gc does, then NPD's one line (cli/npd.py)."""
+    from smgshm.core.segments import reaping
+    from smgshm.core.segments.scan import Scan
+
+    scan = Scan(opts)
+    rule = reaping.ReapRule.of(include_stale=include_stale, min_age_s=min_age, all_users=all_users) if delete else None
+    done = reaping.reap_choice(scan, reaping.choose(scan, rule, lambda _s, _r: None))
+    note = "" if scan.trust.trusted or opts.assume_dead else scan.trust.note
+    return view.npd(done.after, sum(d.deleted for d in done.deleted), note)
+
+
 def _node(app: App, opts: ScanOptions, root: str, *, delete: bool, include_stale: bool, min_age: float,
           all_users: bool, yes: bool, check: bool, all_rows: bool, raw: bool,
-          others: tuple[Any, ...]) -> None:  # fmt: skip
+          others: tuple[Any, ...], npd: bool = False) -> None:  # fmt: skip
     """gc --node: the node view (cli/node_view.py) under gc's own reap rule."""
     from smgshm.cli import node_view
     from smgshm.core.segments import reaping
@@ -199,7 +222,7 @@ def _node(app: App, opts: ScanOptions, root: str, *, delete: bool, include_stale
     if raw and app.json:
         raise click.UsageError("--raw and --json are two outputs: pick one")
     rule = reaping.ReapRule.of(include_stale=include_stale, min_age_s=min_age, all_users=all_users) if delete else None
-    code = node_view.run(app, root, opts, rule, yes=yes, check=check, all_rows=all_rows, raw=raw)
+    code = node_view.run(app, root, opts, rule, yes=yes, check=check, all_rows=all_rows, raw=raw, npd=npd)
     click.get_current_context().exit(code)
 
 

@@ -390,3 +390,20 @@ __all__ = [
     "HEADER", "HumanListing", "JsonListing", "Progress", "RawListing", "deletion_doc", "display", "gc_watch_line",
     "headline", "raw_row", "segment_doc", "segment_docs", "will_delete",
 ]  # fmt: skip
+
+
+def npd(after: Tally, deleted: int, untrusted: str, where: str = "") -> int:
+    """gc --check --npd's line and status (cli/npd.py): leaked or hazardous entries are a problem (1), entries
+    that cannot be judged (``untrusted``: why liveness is not trusted) Unknown (2), else OK (0)."""
+    from smgshm.cli.npd import NpdStatus, npd_emit
+
+    c, b = after.counts, after.bytes_by_state
+    gone = f", deleted {deleted}" if deleted else ""
+    at = f" ({where})" if where else ""
+    if c["leaked"] or c["hazard"]:
+        return npd_emit(NpdStatus.PROBLEM, f"gc: {c['leaked']} leaked ({_size(b['leaked'])}), {c['hazard']} hazard"
+                        f"{gone}{at}")  # fmt: skip
+    if c["unknown"]:
+        why = untrusted or "liveness undecided"
+        return npd_emit(NpdStatus.UNKNOWN, f"gc: {c['unknown']} unknown{gone}{at}: {why}")
+    return npd_emit(NpdStatus.OK, f"gc: ok, {sum(c.values())} SMG segment(s), none leaked{gone}{at}")

@@ -38,7 +38,7 @@ class Block:
 
 
 def run(app: App, root: str, opts: ScanOptions, rule: ReapRule | None, *, yes: bool, check: bool,
-        all_rows: bool, raw: bool) -> ExitCode:  # fmt: skip
+        all_rows: bool, raw: bool, npd: bool = False) -> int:  # fmt: skip
     """Look at the node, list and judge each tmpfs, ask once, reap per tmpfs, then show it all."""
     import click
 
@@ -65,6 +65,18 @@ def run(app: App, root: str, opts: ScanOptions, rule: ReapRule | None, *, yes: b
         b.done = reaping.reap_choice(b.scan, b.choice)  # type: ignore[arg-type]
     bad = sum(b.done.leaked_or_hazard for b in blocks)  # type: ignore[union-attr]
     code = ExitCode.CHECK_FAILED if check and bad else ExitCode.OK
+    if npd:  # NPD's one line over every tmpfs (gc_view.npd's rules)
+        from smgshm.core.segments.judge import Tally
+
+        after = Tally()
+        for b in blocks:
+            for k, n in b.done.after.counts.items():  # type: ignore[union-attr]
+                after.counts[k] += n
+                after.bytes_by_state[k] += b.done.after.bytes_by_state[k]  # type: ignore[union-attr]
+        gone = sum(d.deleted for b in blocks for d in b.done.deleted)  # type: ignore[union-attr]
+        untrusted = [b for b in blocks if not b.scan.tmpfs.trust.trusted]
+        note = f"{len(untrusted)} of {len(blocks)} tmpfs not judged by pid" if untrusted else ""
+        return gc_view.npd(after, gone, note, where=f"node, {len(blocks)} tmpfs")
     if app.json:
         app.emit_rendered({"node_root": gc_view.display(node.root), "pods_known": node.pods_known,
                            "tmpfs": [_doc(b) for b in blocks], **_totals(blocks)}, code)  # fmt: skip
