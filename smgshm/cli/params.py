@@ -1,4 +1,4 @@
-"""Shared option types: byte sizes (``64MiB``), durations (``250ms``) and http(s) URLs."""
+"""Shared option types: byte sizes (``64MiB``), durations (``250ms``), http(s) URLs; renamed options."""
 
 from __future__ import annotations
 
@@ -51,6 +51,19 @@ class HttpUrlType(click.ParamType):
         except UrlError as err:
             self.fail(str(err), param, ctx)
         return str(value)
+
+
+class RenamedOption(click.Option):
+    """An option that still parses its former long names (``former=("--count",)``), shown nowhere:
+    not in help, man pages or completion, so nothing teaches them; scripts written before go on working."""
+
+    def __init__(self, *args: Any, former: tuple[str, ...] = (), **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.former = former
+
+    def add_to_parser(self, parser: Any, ctx: click.Context) -> None:
+        super().add_to_parser(parser, ctx)
+        parser.add_option(obj=self, opts=self.former, dest=self.name, action="store", nargs=self.nargs)
 
 
 BYTES = BytesType()
