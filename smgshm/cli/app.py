@@ -60,6 +60,16 @@ class App:
         if not self.json and not self.quiet:
             self.err_console.print(Text(message), style="dim")
 
+    def confirm(self, question: str) -> bool:
+        """Ask on stderr and read one line from stdin: yes for y or yes, anything else is no. No, an
+        empty answer and end of input (Ctrl-D, a closed stdin) decline, which is no error; Ctrl-C
+        stays an interruption (exit 130). click.confirm made a "no" "Aborted!" and exit 1."""
+        self.err_console.print(Text(f"{question} [y/N]: "), end="")
+        answer = sys.stdin.readline()
+        if not answer:
+            self.err_console.print()  # the prompt's line ends: what follows starts on its own
+        return answer.strip().lower() in ("y", "yes")
+
     def emit(self, result: Any, human: Any, code: ExitCode = ExitCode.OK) -> ExitCode:
         """Write the result: one JSON document, or the human renderer's output."""
         if not self.json:
