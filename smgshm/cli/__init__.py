@@ -155,13 +155,16 @@ def cli(ctx: click.Context, json_: bool, no_color: bool, quiet: bool, traceback:
     \b
     Examples:
       smgshm doctor                     # every check, with the fix for each failure
+      smgshm e2e                        # SMG's real gateway, shm/auto/inline: which path?
       smgshm serve                      # the reference receiver, on 127.0.0.1:50051
       smgshm ns                         # this host's shm_namespace_id
       smgshm ns compare ID_A ID_B       # do two ids share /dev/shm?
       smgshm probe 127.0.0.1:50051      # does this worker share /dev/shm with me?
       smgshm send 127.0.0.1:50051       # verified tensors through /dev/shm
+      smgshm bench                      # inline vs SHM by size: the shm_min_bytes to set
       smgshm gc                         # what leaked?
       smgshm watch                      # SHM traffic live: in flight, consumed, orphans
+      smgshm completion bash            # the shell completion script
     """
     # gRPC's C core logs its own copy of errors we already report in one line (e.g. a busy
     # port); grpc is imported lazily, so this takes effect. An operator's setting wins.
