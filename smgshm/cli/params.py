@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import click
@@ -116,3 +117,15 @@ def metrics_listen(ctx: click.Context, param: click.Parameter, value: str | None
     except ValueError as err:
         raise click.BadParameter(f"{value!r} is not [HOST:]PORT: {err}") from None
     return host or "127.0.0.1", port
+
+
+def require_gateways(pids: Iterable[int]) -> None:
+    """``--gateway-pid`` names SMG gateways running here: a pid of no process, or of another
+    program, is a usage error (exit 2) naming it, not an unreachable endpoint (4)."""
+    from smgshm.cli.fmt import escape
+    from smgshm.core.gateway.running import not_a_gateway
+
+    for pid in pids:
+        why = not_a_gateway(pid)
+        if why is not None:
+            raise click.BadParameter(escape(why), param_hint="--gateway-pid")
