@@ -64,9 +64,12 @@ def test_watch_jsonl_stream(children: Children, tmp_path: Path) -> None:
 
 def test_bench_jsonl_stops_and_cleans_up(children: Children) -> None:
     """A run with its own receiver and segments: the reader leaves after the first size; bench stops at
-    the next write, its receiver ended and no segment of it left (the autouse guard checks /dev/shm)."""
-    argv = ["bench", "--jsonl", "--sizes", "4KiB,8KiB,16KiB,32KiB,64KiB", "--warmup", "0", "-n", "1"]
-    line, code, err = first_line_then_close(children, argv)
+    a write, its receiver ended and no segment of it left (the autouse guard checks /dev/shm). 300
+    sizes of about 440 bytes of JSON each are more than a pipe holds: the end is never reached."""
+    sizes = ",".join(str(4096 + 64 * i) for i in range(300))
+    line, code, err = first_line_then_close(
+        children, ["bench", "--jsonl", "--sizes", sizes, "--warmup", "0", "-n", "1"]
+    )
     assert json.loads(line)["nbytes"] == 4096
     assert code == CLOSED_PIPE, err
     assert "Traceback" not in err
