@@ -853,3 +853,85 @@ def test_after_delete_the_usage_shown_is_read_again(children: Children, tmp_path
         assert r["remaining_shm_free_bytes"] == os.statvfs(d).f_bavail * vfs.f_frsize
         line = next(ln for ln in prom.read_text().splitlines() if ln.startswith("smgshm_gc_shm_free_bytes{"))
         assert float(line.rsplit(" ", 1)[1]) == r["remaining_shm_free_bytes"]
+
+
+# ---------------------------------------------------------------------------------------------
+# the question --delete asks on a terminal: a real pty for stdin, the answer typed into it
+
+
+def _asked(children: Children, d: str, *extra: str) -> tuple[subprocess.Popen[str], int, str]:
+    """``gc --delete`` with a pty for stdin, returned once it has asked (the pty's master end, and
+    what stderr said up to the question)."""
+    import pty
+    import select
+
+    master, slave = pty.openpty()
+    try:
+        p = children.spawn([PY, "-m", "smgshm", "gc", "--shm-dir", d, *JUDGE, "--delete", "--min-age", "0", *extra],
+                           stdin=slave, env={**os.environ, "COLUMNS": "200"})  # fmt: skip
+    finally:
+        os.close(slave)
+    assert p.stderr is not None
+    said, deadline = b"", time.monotonic() + 60
+    while b"[y/N]: " not in said:
+        assert time.monotonic() < deadline, f"gc never asked: {said!r}"
+        if select.select([p.stderr], [], [], 1.0)[0]:
+            chunk = os.read(p.stderr.fileno(), 4096)
+            assert chunk, f"gc ended without asking (exit {p.wait(timeout=10)}): {said!r}"
+            said += chunk
+    return p, master, said.decode()
+
+
+@pytest.mark.parametrize(("answer", "what"), [(b"n\n", "no"), (b"\n", "empty"), (b"\x04", "end of input")])
+def test_declining_deletes_nothing_and_is_no_error(children: Children, tmp_dir: str, answer: bytes,
+                                                   what: str) -> None:  # fmt: skip
+    path = make_file(tmp_dir, seg_name(dead_pid(children)))
+    p, master, said = _asked(children, tmp_dir)
+    try:
+        assert "delete these 1 segment(s)?" in said
+        os.write(master, answer)  # \x04 is the terminal's end of file (Ctrl-D at the start of a line)
+        out, err = p.communicate(timeout=60)
+    finally:
+        os.close(master)
+    assert p.returncode == 0, f"{what}: {err}"
+    assert "nothing deleted" in err
+    headline = out.splitlines()[0]  # the leak is still there, and said so
+    assert headline.startswith("1 SMG segment(s)"), out
+    assert headline.endswith(": 1 leaked"), out
+    assert "Aborted" not in err
+    assert "Traceback" not in err
+    assert os.path.exists(path)
+
+
+def test_declining_with_check_still_fails_the_check(children: Children, tmp_dir: str) -> None:
+    """--check judges what is left: a declined delete leaves the leak, so exit 3 (not 1, not 0)."""
+    path = make_file(tmp_dir, seg_name(dead_pid(children)))
+    p, master, _ = _asked(children, tmp_dir, "--check")
+    try:
+        os.write(master, b"no\n")
+        _, err = p.communicate(timeout=60)
+    finally:
+        os.close(master)
+    assert p.returncode == 3, err
+    assert os.path.exists(path)
+
+
+def test_yes_deletes_and_ctrl_c_at_the_question_is_an_interruption(children: Children, tmp_dir: str) -> None:
+    path = make_file(tmp_dir, seg_name(dead_pid(children)))
+    p, master, _ = _asked(children, tmp_dir)
+    try:
+        p.send_signal(signal.SIGINT)  # Ctrl-C while it waits for the answer
+        _, err = p.communicate(timeout=60)
+    finally:
+        os.close(master)
+    assert p.returncode == 130, err
+    assert "Traceback" not in err
+    assert os.path.exists(path)
+    p, master, _ = _asked(children, tmp_dir)
+    try:
+        os.write(master, b"y\n")
+        _, err = p.communicate(timeout=60)
+    finally:
+        os.close(master)
+    assert p.returncode == 0, err
+    assert not os.path.lexists(path)

@@ -205,6 +205,25 @@ def test_log_receipts_writes_one_json_line_per_tensor(children: Children, stack:
     assert len(bytes.fromhex(pv["digest"])) == 16
 
 
+def test_log_receipts_to_stdout_whose_reader_left_ends_serve_with_141(
+    children: Children, stack: ExitStack, tmp_path: Path
+) -> None:
+    """``serve --log-receipts - | head -1``: the receipt written after the reader left ends serve with
+    exit 141 (as every command), the request it served answered, not failed."""
+    md = ensure_model_dir(str(tmp_path / "model"))
+    p, ready = start_serve(children, "--model-dir", md.path, "--log-receipts", "-")
+    assert p.stdout is not None
+    assert p.stderr is not None
+    p.stdout.close()  # the ready line was read: the reader leaves, as head -1 does
+    cfg = GatewayConfig(worker_urls=(ready["result"]["address"],), model_path=md.path, transport="shm",
+                        log_path=str(tmp_path / "gateway.log"))  # fmt: skip
+    gw = stack.enter_context(start_gateway(cfg, ready_timeout_s=60))
+    status, _ = chat(gw, md.served_model_name, png(448), stream=False)
+    assert status == 200
+    assert p.wait(timeout=60) == 141
+    assert "Traceback" not in p.stderr.read()
+
+
 # --- faults on demand (serve --fault): the gateway's failure classes of smg-facts §5.3 ---------
 
 

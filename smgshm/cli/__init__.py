@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import click
 from rich.text import Text
 
 from smgshm import __version__
-from smgshm.cli import jsonout
+from smgshm.cli import jsonout, signals
 from smgshm.cli.app import App
 from smgshm.cli.exitcodes import ExitCode, for_outcome
 from smgshm.core.errors import SmgshmError
@@ -38,6 +40,18 @@ class CliError(click.ClickException):
         console.print(Text("Error: ", style="bold red") + safe(str(self.err)), soft_wrap=True)
         if self.err.hint:
             console.print(Text("hint: ", style="cyan") + safe(self.err.hint), soft_wrap=True)
+
+
+@contextmanager
+def _closed_stdout_exits() -> Iterator[None]:
+    """stdout's reader gone (``smgshm gc --all | head -1``): exit 141 without a word, after the run's
+    own clean-up (its finally blocks ran as the error rose). Any other broken pipe goes on as a fault."""
+    try:
+        yield
+    except BrokenPipeError:
+        if not signals.stdout_closed():
+            raise
+        raise click.exceptions.Exit(ExitCode.CLOSED_PIPE) from None
 
 
 # Each command's module, imported when that command is first looked up: `smgshm gc` then does
@@ -87,9 +101,15 @@ class RootGroup(click.Group):
             raise TypeError("Command has no name.")
         self._commands[name] = cmd
 
+    def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
+                     **extra: Any) -> click.Context:  # fmt: skip
+        with _closed_stdout_exits():  # the root's --help and --version, said while parsing
+            return super().make_context(info_name, args, parent, **extra)
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            return super().invoke(ctx)
+            with _closed_stdout_exits():
+                return super().invoke(ctx)
         except SmgshmError as err:
             app = ctx.obj if isinstance(ctx.obj, App) else None
             if app is not None and app.npd:
@@ -150,13 +170,16 @@ def cli(ctx: click.Context, json_: bool, no_color: bool, quiet: bool, traceback:
     \b
     Examples:
       smgshm doctor                     # every check, with the fix for each failure
+      smgshm e2e                        # SMG's real gateway, shm/auto/inline: which path?
       smgshm serve                      # the reference receiver, on 127.0.0.1:50051
       smgshm ns                         # this host's shm_namespace_id
       smgshm ns compare ID_A ID_B       # do two ids share /dev/shm?
       smgshm probe 127.0.0.1:50051      # does this worker share /dev/shm with me?
       smgshm send 127.0.0.1:50051       # verified tensors through /dev/shm
+      smgshm bench                      # inline vs SHM by size: the shm_min_bytes to set
       smgshm gc                         # what leaked?
       smgshm watch                      # SHM traffic live: in flight, consumed, orphans
+      smgshm completion bash            # the shell completion script
     """
     # gRPC's C core logs its own copy of errors we already report in one line (e.g. a busy
     # port); grpc is imported lazily, so this takes effect. An operator's setting wins.
@@ -202,14 +225,17 @@ def main() -> None:
     from smgshm.cli import serve
 
     serve.PROCESS_ENTRY = True  # this process is smgshm itself (not a CliRunner in a test)
+    signals.standard_streams()
     try:
-        cli.main(prog_name="smgshm")
+        with _closed_stdout_exits():
+            try:
+                cli.main(prog_name="smgshm")
+            finally:  # here, not at interpreter exit, where a closed stdout is exit 120 and a traceback
+                sys.stdout.flush()
     except KeyboardInterrupt:
         sys.exit(ExitCode.INTERRUPTED)
-    except BrokenPipeError:
-        # `smgshm ... | head`: the reader left; exit quietly as other CLIs do.
-        sys.stderr.close()
-        sys.exit(ExitCode.FAILED)
+    except click.exceptions.Exit as end:  # only _closed_stdout_exits raises it out here
+        sys.exit(end.exit_code)
 
 
 __all__ = ["App", "CliError", "cli", "main"]

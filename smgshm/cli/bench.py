@@ -13,7 +13,7 @@ from smgshm.cli import jsonout
 from smgshm.cli.app import App
 from smgshm.cli.exitcodes import ExitCode
 from smgshm.cli.fmt import safe
-from smgshm.cli.params import BYTES, shm_dir_option, worker_addresses
+from smgshm.cli.params import BYTES, RenamedOption, shm_dir_option, worker_addresses
 from smgshm.cli.signals import stop_on_signals
 from smgshm.core.units import parse_size
 
@@ -46,8 +46,19 @@ def _sizes(lo: int, hi: int, factor: int, explicit: str | None) -> tuple[int, ..
 )
 @click.option("--factor", type=click.IntRange(2), default=4, show_default=True)
 @click.option("--sizes", help="Instead of the sweep: a comma list, e.g. 1MiB,16MiB,64MiB.")
-@click.option("-w", "--warmup", type=click.IntRange(0), default=2, show_default=True)
-@click.option("-n", "--iterations", type=click.IntRange(1), default=10, show_default=True)
+@click.option("--warmup", type=click.IntRange(0), default=2, show_default=True,
+              help="Unmeasured requests per size and transport first.")  # fmt: skip
+@click.option(
+    "-n",
+    "--requests",
+    "iterations",
+    cls=RenamedOption,
+    former=("--iterations",),
+    type=click.IntRange(1),
+    default=10,
+    show_default=True,
+    help="Measured requests per size and transport (--what-if: rounds per size); formerly --iterations.",
+)
 @click.option("--verify/--no-verify", default=True, show_default=True, help="Digest-check every payload.")
 @click.option(
     "--reader",

@@ -7,7 +7,7 @@ import click
 from smgshm.cli import doctor_view as view
 from smgshm.cli.app import App
 from smgshm.cli.exitcodes import for_outcome
-from smgshm.cli.params import BYTES, DURATION, HTTP_URL, shm_dir_option, worker_addresses
+from smgshm.cli.params import BYTES, DURATION, HTTP_URL, require_gateways, shm_dir_option, worker_addresses
 
 
 @click.command()
@@ -105,6 +105,7 @@ def doctor(app: App, workers: tuple[str, ...], from_gateway: str | None, api_key
 
     if no_gateways and gateway_pids:
         raise click.UsageError("--no-gateways and --gateway-pid contradict each other")
+    require_gateways(gateway_pids)
     addresses = list(workers)
     listed = None
     if from_gateway:

@@ -13,7 +13,7 @@ import click
 from smgshm.cli import e2e_view as view
 from smgshm.cli.app import App
 from smgshm.cli.exitcodes import ExitCode
-from smgshm.cli.params import DURATION, HTTP_URL, shm_dir_option
+from smgshm.cli.params import DURATION, HTTP_URL, require_gateways, shm_dir_option
 
 
 class _TerminatedError(BaseException):
@@ -135,6 +135,8 @@ def e2e(app: App, gateway: str | None, running: bool, gateway_pid: int | None, a
         running = True
     if running and gateway:
         raise click.UsageError("--running finds the gateway itself; it takes no --gateway")
+    if gateway_pid is not None:
+        require_gateways((gateway_pid,))
     if running:
         gateway, found_metrics = _running_gateway(app, gateway_pid)
         metrics_url = metrics_url or found_metrics

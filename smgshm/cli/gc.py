@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import click
+from rich.text import Text
 
 from smgshm.cli import gc_view as view
 from smgshm.cli.app import App
@@ -86,7 +87,8 @@ def gc(app: App, delete: bool, include_stale: bool, min_age: float, stale_after:
 
     --delete unlinks only leaked (and with --include-stale, stale) regular
     files older than --min-age, owned by this uid. It shows what it will delete,
-    asks on a TTY unless --yes, sets each aside under a private name, checks that
+    asks on a TTY unless --yes (an answer other than y, or none, deletes nothing
+    and is no error: exit 0), sets each aside under a private name, checks that
     it is the very inode judged (still regular, held by nobody) and only then
     unlinks it; anything else is put back. It never touches anything held, in
     flight, non-regular or outside SMG's names.
@@ -190,8 +192,10 @@ def _scan_and_reap(app: App, opts: ScanOptions, *, delete: bool, include_stale: 
         ask = not yes and sys.stdin.isatty() and not app.json
         if ask or not (app.json or app.quiet):  # a question always comes with what it is about
             view.will_delete(app, chosen, all_rows)
-        if ask:
-            click.confirm(f"delete these {len(chosen)} segment(s)?", abort=True, err=True)
+        if ask and not app.confirm(f"delete these {len(chosen)} segment(s)?"):
+            app.err_console.print(Text("nothing deleted: the answer was not yes"))
+            choice = reaping.Choice([], choice.refused, {})  # a declined delete is a listing: exit 0 (3 with --check)
+            chosen = choice.chosen
     ticks = iter(range(1, len(chosen) + 1))
     done = reaping.reap_choice(scan, choice, lambda _d: progress(next(ticks), len(chosen), "deleted"))
     progress.stop()

@@ -1,7 +1,8 @@
-"""Shared option types: byte sizes (``64MiB``), durations (``250ms``) and http(s) URLs."""
+"""Shared option types: byte sizes (``64MiB``), durations (``250ms``), http(s) URLs; renamed options."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import click
@@ -51,6 +52,19 @@ class HttpUrlType(click.ParamType):
         except UrlError as err:
             self.fail(str(err), param, ctx)
         return str(value)
+
+
+class RenamedOption(click.Option):
+    """An option that still parses its former long names (``former=("--count",)``), shown nowhere:
+    not in help, man pages or completion, so nothing teaches them; scripts written before go on working."""
+
+    def __init__(self, *args: Any, former: tuple[str, ...] = (), **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.former = former
+
+    def add_to_parser(self, parser: Any, ctx: click.Context) -> None:
+        super().add_to_parser(parser, ctx)
+        parser.add_option(obj=self, opts=self.former, dest=self.name, action="store", nargs=self.nargs)
 
 
 BYTES = BytesType()
@@ -103,3 +117,15 @@ def metrics_listen(ctx: click.Context, param: click.Parameter, value: str | None
     except ValueError as err:
         raise click.BadParameter(f"{value!r} is not [HOST:]PORT: {err}") from None
     return host or "127.0.0.1", port
+
+
+def require_gateways(pids: Iterable[int]) -> None:
+    """``--gateway-pid`` names SMG gateways running here: a pid of no process, or of another
+    program, is a usage error (exit 2) naming it, not an unreachable endpoint (4)."""
+    from smgshm.cli.fmt import escape
+    from smgshm.core.gateway.running import not_a_gateway
+
+    for pid in pids:
+        why = not_a_gateway(pid)
+        if why is not None:
+            raise click.BadParameter(escape(why), param_hint="--gateway-pid")

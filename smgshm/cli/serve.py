@@ -11,6 +11,7 @@ import click
 
 from smgshm.cli import serve_view as view
 from smgshm.cli.app import App
+from smgshm.cli.exitcodes import ExitCode
 from smgshm.cli.params import BYTES, DURATION, listen_address, shm_dir_option
 from smgshm.core.engines import DEFAULT, SERVED
 from smgshm.core.receiver.faults import FAULTS, MAX_FAULT_DELAY_S
@@ -135,6 +136,12 @@ def serve(
 
     if not 0 <= fault_delay <= MAX_FAULT_DELAY_S:
         raise click.BadParameter(f"at most {MAX_FAULT_DELAY_S:g}s", param_hint="--fault-delay")
+    stop, stdout_gone = threading.Event(), threading.Event()
+
+    def receipts_reader_left() -> None:
+        stdout_gone.set()
+        stop.set()
+
     cfg = ReceiverConfig(
         shm_dir=shm_dir,
         unlink_after_read=not keep_segments,
@@ -144,7 +151,7 @@ def serve(
         max_message_bytes=max_message_bytes,
         workers=workers,
         model_dir=model_dir,
-        on_receipt=view.receipt_logger(log_receipts) if log_receipts else None,
+        on_receipt=view.receipt_logger(log_receipts, receipts_reader_left) if log_receipts else None,
         fault=fault,
         fault_delay_s=fault_delay,
         any_name=any_name,
@@ -157,7 +164,6 @@ def serve(
     if connection_cap(soft) < MAX_CONNECTIONS:
         app.warn(f"only {soft} file descriptors (ulimit -n; hard limit {hard}): at most {connection_cap(soft)} "
                  "connections at once")  # fmt: skip
-    stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     running = start_receiver(cfg, listen)
@@ -182,7 +188,9 @@ def serve(
             app.warn(said)
     app.info("smgshm serve: stopping")
     running.stop(STOP_GRACE_S)
+    code = ExitCode.CLOSED_PIPE if stdout_gone.is_set() else ExitCode.OK  # the receipts' reader left
     if PROCESS_ENTRY:
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(0)
+        os._exit(code)
+    click.get_current_context().exit(code)
