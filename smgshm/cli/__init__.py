@@ -179,6 +179,7 @@ def cli(ctx: click.Context, json_: bool, no_color: bool, quiet: bool, traceback:
       smgshm bench                      # inline vs SHM by size: the shm_min_bytes to set
       smgshm gc                         # what leaked?
       smgshm watch                      # SHM traffic live: in flight, consumed, orphans
+      smgshm preflight -- smg launch    # reclaim a restarted pid 1's leftovers, then start SMG
       smgshm completion bash            # the shell completion script
     """
     # gRPC's C core logs its own copy of errors we already report in one line (e.g. a busy
