@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 import threading
 from collections.abc import Callable
@@ -11,6 +10,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from rich.text import Text
 
 from smgshm.cli.fmt import escape
+from smgshm.cli.jsonout import dumps
 from smgshm.core.errors import HostError
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ def receipt_logger(target: str) -> Callable[[GenerateReceipt], None]:
     lock = threading.Lock()
 
     def write(r: GenerateReceipt) -> None:
-        line = json.dumps(r.to_json(), allow_nan=False, separators=(",", ":"))
+        line = dumps(r.to_json())
         with lock:
             out.write(line + "\n")
             out.flush()
