@@ -53,7 +53,8 @@ def validate(doc: Any, name: str) -> None:
 
 
 def validate_document(doc: Any) -> None:
-    assert isinstance(doc, dict) and isinstance(doc.get("command"), str), f"not an smgshm document: {doc!r:.200}"
+    assert isinstance(doc, dict), f"not an smgshm document: {doc!r:.200}"
+    assert isinstance(doc.get("command"), str), f"not an smgshm document: {doc!r:.200}"
     validate(doc, schema_file(doc["command"]))
 
 
@@ -67,12 +68,9 @@ def check_output(args: tuple[str, ...], stdout: str) -> None:
     """What an invocation wrote, if it is JSON: the one document of --json, or each line of --jsonl."""
     if "-h" in args or "--help" in args or not stdout.strip():
         return
-    if "--jsonl" in args:
-        command = _command(args)
-        if command in STREAMS:
-            for line in stdout.splitlines():
-                if line.strip():
-                    validate(json.loads(line), STREAMS[command])
-        return
-    if "--json" in args:
+    if "--json" in args:  # with --jsonl too: a usage error, written as the one document
         validate_document(json.loads(stdout))
+    elif "--jsonl" in args and (command := _command(args)) in STREAMS:
+        for line in stdout.splitlines():
+            if line.strip():
+                validate(json.loads(line), STREAMS[command])
