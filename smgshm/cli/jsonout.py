@@ -8,7 +8,8 @@ One encoding for every document and every ``--jsonl`` record: compact (no spaces
 and ``:``), one line ending in a newline, ASCII only (anything else as ``\\u`` escapes, so a
 stranger's bidi override never reaches a terminal that cats it, and any locale can carry it), keys
 in the order the result defines them. A person reads it through ``jq .``; a script gets one line
-per document. Results carry None, never NaN, for "unknown" (orjson would write NaN as null).
+per document. Results say "unknown" with None; a NaN that slipped through would come out as null
+(orjson's way), which the schemas reject where a number is required, so the tests catch it.
 """
 
 from __future__ import annotations
