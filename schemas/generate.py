@@ -467,6 +467,7 @@ def build() -> dict[str, dict[str, Any]]:
     from smgshm.core.e2e.sweep import SweepReport
     from smgshm.core.host.identity import HostIdentity
     from smgshm.core.host.namespace import NamespaceComparison
+    from smgshm.core.receiver.receipts import GenerateReceipt
     from smgshm.core.watch.figures import IntervalStats, Orphan, WatchSummary
     from smgshm.core.watch.life import SegmentLife
 
@@ -501,7 +502,11 @@ def build() -> dict[str, dict[str, Any]]:
         ),
         "watch": ("smgshm watch --json", "The summary of a watch (--duration or --count).", "watch", [WatchSummary]),
     }
-    streams = {"bench-jsonl": [SizeResult], "watch-jsonl": [SegmentLife, Orphan, IntervalStats, WatchSummary]}
+    streams = {
+        "bench-jsonl": [SizeResult],
+        "watch-jsonl": [SegmentLife, Orphan, IntervalStats, WatchSummary],
+        "serve-receipts": [GenerateReceipt],
+    }
     reach: dict[type, set[str]] = {}
     for file, roots in [*((f, s[3]) for f, s in specs.items()), *streams.items()]:
         for t in _reach_all(roots):
@@ -538,6 +543,13 @@ def build() -> dict[str, dict[str, Any]]:
         "smgshm bench --jsonl: one line",
         "One record per size, as it finishes.",
         b.of(SizeResult, "bench-jsonl.schema.json"),
+    )
+    r = "serve-receipts.schema.json"
+    out[r] = _stream(
+        r,
+        "smgshm serve --log-receipts: one line",
+        "One receipt per tensor a Generate request carried, as the worker read it.",
+        b.of(GenerateReceipt, r),
     )
     w = "watch-jsonl.schema.json"
     event = _obj(

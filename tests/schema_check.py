@@ -17,6 +17,7 @@ from typing import Any
 SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
 # Which schema a --jsonl stream's records follow, by the command that writes it.
 STREAMS = {"watch": "watch-jsonl.schema.json", "bench": "bench-jsonl.schema.json"}
+RECEIPTS = "serve-receipts.schema.json"  # serve --log-receipts: one receipt per line
 
 
 def schema_file(command: str) -> str:

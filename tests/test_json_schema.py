@@ -17,7 +17,7 @@ import pytest
 
 from tests.conftest import Children, run_cli, smgshm_argv, start_serve, tmpfs, wait_for
 from tests.e2e_support import model_dir
-from tests.schema_check import SCHEMAS, STREAMS, schema_file, validate, validate_document
+from tests.schema_check import RECEIPTS, SCHEMAS, STREAMS, schema_file, validate, validate_document
 
 __all__ = ["model_dir"]  # a fixture
 
@@ -102,6 +102,7 @@ def test_watch_schema(tmp_path: Any) -> None:
     assert set(recs[-1]) == WATCH_SUMMARY_KEYS | {"type", "schema_version"}
     os.unlink(name)
     # Segment records are pinned in tests/test_cli_watch.py, where real lives end.
+
 
 E2E_KEYS = {"embedded", "image_bytes", "image_size", "local_namespace_id", "model", "processes_left",
             "removed_at_stop", "runs"}  # fmt: skip
@@ -221,7 +222,11 @@ def test_every_command_has_a_schema_and_every_schema_is_valid_2020_12() -> None:
     from jsonschema import Draft202012Validator
 
     schemas = _schemas()
-    expected = {schema_file(c) for c in COMMANDS} | set(STREAMS.values()) | {"common.schema.json", "error.schema.json"}
+    expected = (
+        {schema_file(c) for c in COMMANDS}
+        | set(STREAMS.values())
+        | {"common.schema.json", "error.schema.json", RECEIPTS}
+    )
     assert set(schemas) == expected
     for name, schema in schemas.items():
         Draft202012Validator.check_schema(schema)  # against the 2020-12 metaschema
@@ -321,8 +326,11 @@ def _one_line(stdout: str) -> dict[str, Any]:
 def test_one_encoding_for_every_document(tmp_path: Path) -> None:
     (tmp_path / "smg-smgshm-4194305-1-1").write_bytes(b"x")
     (tmp_path / "smg-smgshm-4194305-1-\u00e9").write_bytes(b"x")  # non-ASCII: \u escaped like the rest
-    for args in (("ns",), ("gc", "--shm-dir", str(tmp_path)), ("watch", "--shm-dir", str(tmp_path), "--count", "1",
-                                                                "--interval", "0.1")):
+    for args in (
+        ("ns",),
+        ("gc", "--shm-dir", str(tmp_path)),
+        ("watch", "--shm-dir", str(tmp_path), "--count", "1", "--interval", "0.1"),
+    ):
         _one_line(run_cli("--json", *args).stdout)
     _one_line(run_cli("--json", "ns", "--shm-dir", "/nonexistent-smgshm", exit=5).stdout)
     out = run_cli("watch", "--jsonl", "--shm-dir", str(tmp_path), "--count", "1", "--interval", "0.1").stdout
