@@ -353,6 +353,8 @@ def test_probe_and_send_against_a_real_serve(children: Children) -> None:
 
 
 def test_gc_listing_delete_check_and_watch_on_a_tmpfs(tmp_path: Path) -> None:
+    # --assume-dead: another job's pid namespace on the machine would make liveness untrusted
+    # (every state unknown); the producer pid is above any pid_max, dead in every namespace.
     with tmpfs(tmp_path / "shm", "4m") as d:
         old = time.time() - 3600  # older than --min-age, by its name and by its mtime
         for i in range(3):
@@ -360,12 +362,12 @@ def test_gc_listing_delete_check_and_watch_on_a_tmpfs(tmp_path: Path) -> None:
             with open(name, "wb") as f:
                 f.write(b"x" * 5000)
             os.utime(name, (old, old))
-        validate_document(run_cli("--json", "gc", "--shm-dir", d).json)
-        doc = run_cli("--json", "gc", "--check", "--shm-dir", d, exit=3).json
+        validate_document(run_cli("--json", "gc", "--shm-dir", d, "--assume-dead").json)
+        doc = run_cli("--json", "gc", "--check", "--shm-dir", d, "--assume-dead", exit=3).json
         validate_document(doc)
         assert doc["ok"] is False
         assert doc["result"]["counts"]["leaked"] == 3
-        doc = run_cli("--json", "gc", "--delete", "--yes", "--shm-dir", d).json
+        doc = run_cli("--json", "gc", "--delete", "--yes", "--shm-dir", d, "--assume-dead").json
         validate_document(doc)
         assert [x["deleted"] for x in doc["result"]["deleted"]] == [True] * 3
         assert all(isinstance(x["freed_bytes"], int) for x in doc["result"]["deleted"])
