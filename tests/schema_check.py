@@ -47,10 +47,19 @@ def validator(name: str) -> Any:
 
 def validate(doc: Any, name: str) -> None:
     """Raise AssertionError naming every place ``doc`` breaks schema ``name``."""
-    errors = sorted(validator(name).iter_errors(doc), key=lambda e: list(e.absolute_path))
+    errors = list(validator(name).iter_errors(doc))
     if errors:
-        lines = [f"  at /{'/'.join(map(str, e.absolute_path))}: {e.message[:300]}" for e in errors[:20]]
+        # oneOf (a document or an error document; a result of several shapes) hides the cause
+        # under its branches: the leaves deepest in the document say what is wrong.
+        leaves = [leaf for e in errors for leaf in _leaves(e)]
+        depth = max(len(e.absolute_path) for e in leaves)
+        lines = [f"  at /{'/'.join(map(str, e.absolute_path))}: {e.message[:300]}"
+                 for e in leaves if len(e.absolute_path) == depth][:20]  # fmt: skip
         raise AssertionError(f"document does not match schemas/{name}:\n" + "\n".join(lines))
+
+
+def _leaves(err: Any) -> list[Any]:
+    return [leaf for c in err.context for leaf in _leaves(c)] if err.context else [err]
 
 
 def validate_document(doc: Any) -> None:
