@@ -431,3 +431,19 @@ def test_created_ns_round_trips_exactly(tmp_path: Path, children: Children) -> N
     assert type(seg["created_ns"]) is int
     assert seg["created_ns"] == nanos
     assert str(nanos) in line  # the very digits, whatever parser reads them
+
+
+def test_the_readmes_validation_snippet_works(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The README's Python lines validate a real gc document, run from the repo root as written."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("### JSON documents and their schemas") :]
+    code = section[section.index("```python\n") + len("```python\n") :]
+    code = code[: code.index("```")]
+    doc = run_cli("--json", "gc").json
+    monkeypatch.chdir(ROOT)
+    exec(code, {"doc": doc})  # noqa: S102 - the README's own lines, to prove they work
+    bad = {**doc, "result": {**doc["result"], "shm_total_bytes": "many"}}
+    from jsonschema import ValidationError
+
+    with pytest.raises(ValidationError, match="is not valid under any of the given schemas"):  # oneOf: doc | error
+        exec(code, {"doc": bad})  # noqa: S102
