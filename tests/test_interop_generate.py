@@ -27,6 +27,7 @@ from smgshm.core.receiver.modeldir import ensure_model_dir
 from smgshm.core.receiver.receipts import GenerateReceipt, fetch_receipts
 from smgshm.core.transport.tensors import ITEMSIZE
 from tests.conftest import SHM, Children, start_serve, wait_for
+from tests.schema_check import RECEIPTS, validate
 from tests.test_interop_gateway import HAVE_SMG
 
 pytestmark = [
@@ -197,6 +198,8 @@ def test_log_receipts_writes_one_json_line_per_tensor(children: Children, stack:
     lines = wait_for(three_lines, 30, "three receipt lines")
     docs = [json.loads(line) for line in lines]
     assert len(docs) == 3
+    for d in docs:
+        validate(d, RECEIPTS)  # schemas/serve-receipts.schema.json
     assert [d["seq"] for d in docs] == [1, 2, 3]
     pv = next(d for d in docs if d["key"] == "pixel_values")
     assert pv["payload_kind"] == "shm"

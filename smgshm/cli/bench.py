@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import sys
-
 import click
 from rich.text import Text
 
@@ -140,11 +137,8 @@ def bench(app: App, address: str | None, min_: int, max_: int, factor: int, size
     progress, on_size = view.bench_progress(app)
 
     def emit_line(r: object) -> None:
-        from smgshm.cli.jsonout import plain
-
         if jsonl:
-            sys.stdout.write(json.dumps(plain(r), allow_nan=False) + "\n")
-            sys.stdout.flush()
+            jsonout.write_line(jsonout.plain(r))
         on_size(r)
 
     try:

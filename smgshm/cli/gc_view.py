@@ -20,6 +20,8 @@ from typing import IO, TYPE_CHECKING, Any
 from rich.text import Text
 
 from smgshm.cli.fmt import escape, lossless, quote_cmd, safe
+from smgshm.cli.jsonout import dumpb as _dumpb
+from smgshm.cli.jsonout import write_bytes
 from smgshm.core.units import binary_size, short_duration
 
 if TYPE_CHECKING:
@@ -38,18 +40,6 @@ _FLUSH = 4096
 def display(name: str) -> str:
     """``fmt.escape`` with the common case (a printable ASCII name) answered without a per-char walk."""
     return name if name.isascii() and name.isprintable() and "\\" not in name else escape(name)
-
-
-try:  # orjson is ~10x the standard encoder; a 1M-entry listing spends most of its time here otherwise
-    import orjson
-
-    def _dumpb(obj: Any) -> bytes:
-        return orjson.dumps(obj)
-except ImportError:  # pragma: no cover - orjson is a dependency; keep working without it
-    import json
-
-    def _dumpb(obj: Any) -> bytes:
-        return json.dumps(obj, allow_nan=False).encode()
 
 
 def segment_docs(segs: list[SegmentInfo]) -> list[dict[str, Any]]:
@@ -169,14 +159,7 @@ class JsonListing:
         self._write(_dumpb(head)[:-1] + b',"result":' + _dumpb(result)[:-1] + b',"segments":[')
 
     def _write(self, data: bytes) -> None:
-        # JSON is UTF-8 whatever the locale: bytes straight to the binary stream.
-        self.stream.flush()
-        buf = getattr(self.stream, "buffer", None)
-        if buf is None:  # pragma: no cover - a text-only stream (some embedders)
-            self.stream.write(data.decode())
-        else:
-            buf.write(data)
-            buf.flush()
+        write_bytes(data, self.stream)
 
     def _drain(self) -> None:
         if self.pending:

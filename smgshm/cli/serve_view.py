@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 import threading
 from collections.abc import Callable
@@ -11,6 +10,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from rich.text import Text
 
 from smgshm.cli.fmt import escape
+from smgshm.cli.jsonout import dumps
 from smgshm.core.errors import HostError
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ def receipt_logger(target: str, on_stdout_gone: Callable[[], None]) -> Callable[
     gone = threading.Event()
 
     def write(r: GenerateReceipt) -> None:
-        line = json.dumps(r.to_json(), allow_nan=False, separators=(",", ":"))
+        line = dumps(r.to_json())
         with lock:
             if gone.is_set():
                 return
