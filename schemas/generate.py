@@ -187,6 +187,8 @@ EXTRA_FIELDS: dict[str, dict[str, dict[str, Any]]] = {
     "Orphan": {"name_hex": {**HEX, "description": "the name's exact bytes, lowercase hex"}},
     "SegmentLife": {"name_hex": {**HEX, "description": "the name's exact bytes, lowercase hex"}},
     "SegmentInfo": {"name_hex": {**HEX, "description": "the name's exact bytes, lowercase hex"}},
+    "Entry": {"name_hex": {**HEX, "description": "the name's exact bytes, lowercase hex"}},
+    "PreflightReport": {"headline": {"type": "string", "description": "the first line of the human output"}},
 }
 
 
@@ -517,6 +519,7 @@ def build() -> dict[str, dict[str, Any]]:
     from smgshm.core.e2e.sweep import SweepReport
     from smgshm.core.host.identity import HostIdentity
     from smgshm.core.host.namespace import NamespaceComparison
+    from smgshm.core.node.preflight import PreflightReport
     from smgshm.core.receiver.receipts import GenerateReceipt
     from smgshm.core.watch.figures import IntervalStats, Orphan, WatchSummary
     from smgshm.core.watch.life import SegmentLife
@@ -551,6 +554,12 @@ def build() -> dict[str, dict[str, Any]]:
             [E2eReport, SweepReport],
         ),
         "watch": ("smgshm watch --json", "The summary of a watch (--duration or --count).", "watch", [WatchSummary]),
+        "preflight": (
+            "smgshm preflight --json",
+            "Whether SMG's gateway may start here: what was reclaimed, by which proof, and each cause.",
+            "preflight",
+            [PreflightReport],
+        ),
     }
     streams = {
         "bench-jsonl": [SizeResult],

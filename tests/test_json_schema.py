@@ -192,7 +192,14 @@ def test_e2e_sizes_schema() -> None:
 # -- the schemas themselves ---------------------------------------------------------------------
 
 ROOT = Path(__file__).resolve().parent.parent
-COMMANDS = ["ns", "ns compare", "probe", "send", "serve", "gc", "bench", "doctor", "e2e", "watch"]
+COMMANDS = ["ns", "ns compare", "probe", "send", "serve", "gc", "bench", "doctor", "e2e", "watch", "preflight"]
+NO_JSON = {"completion"}  # it prints a shell script, never a document
+
+
+def test_every_command_a_person_can_run_is_in_commands() -> None:
+    from tests.test_examples import _leaves
+
+    assert _leaves() - NO_JSON == set(COMMANDS)
 
 
 def _generator() -> Any:
@@ -377,10 +384,10 @@ def test_gc_listing_delete_check_and_watch_on_a_tmpfs(tmp_path: Path) -> None:
 
 
 def test_bench_json_jsonl_and_what_if() -> None:
-    doc = run_cli("--json", "bench", "--sizes", "64KiB", "-n", "1", "-w", "0").json
+    doc = run_cli("--json", "bench", "--sizes", "64KiB", "-n", "1", "--warmup", "0").json
     validate_document(doc)
     assert doc["result"]["sizes"][0]["nbytes"] == 65536
-    out = run_cli("bench", "--jsonl", "--sizes", "4KiB,64KiB", "-n", "1", "-w", "0").stdout
+    out = run_cli("bench", "--jsonl", "--sizes", "4KiB,64KiB", "-n", "1", "--warmup", "0").stdout
     recs = [json.loads(ln) for ln in out.splitlines()]
     for rec in recs:
         validate(rec, STREAMS["bench"])
