@@ -108,9 +108,10 @@ def serve(
 
     It answers as a vLLM worker (or TokenSpeed/SGLang with --engine) for the RPCs
     SMG's gateway calls at registration, advertising this host's shm_namespace_id;
-    serves grpc.health.v1 and reflection; and serves smgshm's Diagnostics service,
-    which reads every tensor exactly as SMG's servicer does (refusing symlinks,
-    FIFOs and short segments without hanging) and returns a receipt per tensor.
+    serves grpc.health.v1 and reflection (v1 and v1alpha); and serves smgshm's
+    Diagnostics service, which reads every tensor exactly as SMG's servicer does
+    (refusing symlinks, FIFOs and short segments without hanging) and returns a
+    receipt per tensor.
     It binds loopback unless told otherwise and stops cleanly on SIGTERM/SIGINT.
 
     As a stand-in worker behind the real gateway (vLLM or TokenSpeed), it answers
