@@ -17,7 +17,7 @@ import pytest
 from tests.conftest import run_cli
 
 SMGSHM = Path(sys.executable).parent / "smgshm"
-MAN_DIR = Path(__file__).resolve().parent.parent / "man"
+MAN_DIR = Path(__file__).resolve().parent.parent / "smgshm" / "man" / "man1"
 SHM = "/dev/shm"
 SHELLS = ["bash", "zsh", "fish"]
 COMMANDS = {"bench", "completion", "doctor", "gc", "ns", "probe", "send", "serve", "watch"}

@@ -6,6 +6,7 @@ import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import click
@@ -150,12 +151,26 @@ def _npd_unknown(message: str) -> None:
     raise click.exceptions.Exit(npd_emit(NpdStatus.UNKNOWN, message))
 
 
+# The generated pages ship inside the package (editable and wheel installs alike), as man1/ under this.
+MAN_PATH = Path(__file__).resolve().parent.parent / "man"
+
+
+def _print_man_path(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        click.echo(str(MAN_PATH))
+        ctx.exit()
+
+
 @click.group(cls=RootGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option("--json", "json_", is_flag=True, help="Write one JSON document to stdout (schema_version 1).")
 @click.option("--no-color", is_flag=True, help="No colour (also when NO_COLOR is set or output is not a TTY).")
 @click.option("-q", "--quiet", is_flag=True, help="Only the result and errors; no progress or hints.")
 @click.option("--traceback", is_flag=True, help="Show the Python traceback of an internal error.")
 @click.version_option(__version__, "-V", "--version", prog_name="smgshm")
+@click.option(
+    "--man-path", is_flag=True, expose_value=False, is_eager=True, callback=_print_man_path,
+    help='Print the directory of the man pages and exit: man -M "$(smgshm --man-path)" smgshm-gc.',
+)  # fmt: skip
 @click.pass_context
 def cli(ctx: click.Context, json_: bool, no_color: bool, quiet: bool, traceback: bool) -> None:
     """Diagnose and administer SMG's same-host /dev/shm tensor transport.
