@@ -218,17 +218,26 @@ def _late_flag(name: str) -> Any:
     return callback
 
 
+class _LateFlag(click.Option):
+    """A root flag's copy on a subcommand: offered by shell completion (with the root's help),
+    left out of the subcommand's --help and man page, where the root's own is documented."""
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        return None
+
+
 def accept_root_flags(cmd: click.Command) -> None:
-    """Give ``cmd`` (and its subcommands) hidden copies of the root flags.
+    """Give ``cmd`` (and its subcommands) copies of the root flags.
 
     Click parses options per command, so ``smgshm gc --check --json`` was a usage error.
     Copies are added only where the command has no option of that spelling itself.
     """
     taken = {opt for p in cmd.params for opt in (*p.opts, *p.secondary_opts)}
+    helps = {opt: p.help for p in cli.params if isinstance(p, click.Option) for opt in p.opts}
     for name, spellings in _LATE_FLAGS:
         free = [s for s in spellings if s not in taken]
         if free:
-            flag = click.Option(free, is_flag=True, hidden=True, expose_value=False, is_eager=True)
+            flag = _LateFlag(free, is_flag=True, expose_value=False, is_eager=True, help=helps.get(spellings[-1]))
             flag.callback = _late_flag(name)
             cmd.params.append(flag)
     if isinstance(cmd, click.Group):
