@@ -222,3 +222,29 @@ def test_a_wheel_install_carries_the_pages(tmp_path: Path) -> None:
     env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     where = subprocess.run(["man", "-w", "smgshm-gc"], env=env, capture_output=True, text=True, timeout=60)
     assert where.stdout.strip() == str(venv / "share" / "man" / "man1" / "smgshm-gc.1"), where.stderr
+
+
+def _help_commands(cmd: click.Command) -> list[str]:
+    """The example commands of a help text (comments and `#   ` snippets left out), continuations joined."""
+    _, sep, block = (cmd.help or "").partition("Examples:")
+    rows = [ln.strip() for ln in block.splitlines() if ln.strip() and not ln.strip().startswith("#")] if sep else []
+    out: list[str] = []
+    for row in rows:
+        if out and out[-1].endswith("\\"):
+            out[-1] = out[-1][:-1].rstrip() + " " + row
+        else:
+            out.append(row)
+    return [" ".join(c.partition("  #")[0].split()) for c in out]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_man_examples_are_the_help_examples_whole(page: Path) -> None:
+    """Each example command of --help is in the page as code, once its continuation lines are joined."""
+    section = page.read_text().partition(".SH EXAMPLES\n")[2].split("\n.SH ", 1)[0]
+    unescape = {"\\-": "-", "\\(aq": "'", "\\(ga": "`", "\\(ti": "~", "\\(ha": "^", "\\e": "\\", "\\&": ""}
+    for esc, plain in unescape.items():
+        section = section.replace(esc, plain)
+    blocks = re.findall(r"^\.nf\n(.*?)\n\.fi$", section, re.M | re.S)
+    commands = [" ".join(b.replace(" \\\n    ", " ").split()) for b in blocks]
+    wanted = _help_commands(_page_command(page))
+    assert [c for c in commands if c in wanted] == wanted  # snippets (a crontab line) aside
