@@ -438,3 +438,15 @@ def test_fish_descriptions_keep_their_commas(tmp_path: Path) -> None:
     assert got["bench"].startswith("Time inline against SHM across sizes, find"), got
     got = dict(fish_complete("smgshm gc --al", tmp_path))
     assert "counts, bytes, and the entries" in got["--all"], got
+
+
+def test_every_pid_option_completes_pids() -> None:
+    """Any option taking a pid (its name ends in pid) offers this process among the live pids."""
+    me = str(os.getpid())
+    seen = set()
+    for path, cmd, opt in _options():
+        if (opt.name or "").rstrip("s").endswith("pid"):
+            items = opt.shell_complete(click.Context(cmd), me)
+            assert me in [i.value for i in items], f"{path} {opt.opts[-1]}"
+            seen.add(f"{path} {opt.opts[-1]}")
+    assert {"doctor --gateway-pid", "e2e --gateway-pid", "ns --pid"} <= seen, seen
