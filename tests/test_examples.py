@@ -57,11 +57,15 @@ def _help_examples() -> list[str]:
 
 def _man_examples() -> list[str]:
     out = []
-    for page in sorted((ROOT / "man").glob("*.1")):
+    unescape = {"\\-": "-", "\\(aq": "'", "\\(ga": "`", "\\(ti": "~", "\\(ha": "^", "\\e": "\\", "\\&": ""}
+    for page in sorted((ROOT / "smgshm" / "man" / "man1").glob("*.1")):
         _, sep, rest = page.read_text().partition(".SH EXAMPLES\n")
         if sep:
-            section = rest.split("\n.SH ", 1)[0]
-            out += [ln.replace("\\-", "-") for ln in section.splitlines() if ln.startswith("smgshm")]
+            text = rest.split("\n.SH ", 1)[0]
+            for esc, plain in unescape.items():
+                text = text.replace(esc, plain)
+            text = text.replace(" \\\n    ", " ")  # a long example goes on over continuation lines
+            out += [ln for ln in text.splitlines() if ln.startswith("smgshm")]
     return out
 
 

@@ -6,6 +6,7 @@ import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import click
@@ -150,12 +151,26 @@ def _npd_unknown(message: str) -> None:
     raise click.exceptions.Exit(npd_emit(NpdStatus.UNKNOWN, message))
 
 
+# The generated pages ship inside the package (editable and wheel installs alike), as man1/ under this.
+MAN_PATH = Path(__file__).resolve().parent.parent / "man"
+
+
+def _print_man_path(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        click.echo(str(MAN_PATH))
+        ctx.exit()
+
+
 @click.group(cls=RootGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option("--json", "json_", is_flag=True, help="Write one JSON document to stdout (schema_version 1).")
 @click.option("--no-color", is_flag=True, help="No colour (also when NO_COLOR is set or output is not a TTY).")
 @click.option("-q", "--quiet", is_flag=True, help="Only the result and errors; no progress or hints.")
 @click.option("--traceback", is_flag=True, help="Show the Python traceback of an internal error.")
 @click.version_option(__version__, "-V", "--version", prog_name="smgshm")
+@click.option(
+    "--man-path", is_flag=True, expose_value=False, is_eager=True, callback=_print_man_path,
+    help='Print the directory of the man pages and exit: man -M "$(smgshm --man-path)" smgshm-gc.',
+)  # fmt: skip
 @click.pass_context
 def cli(ctx: click.Context, json_: bool, no_color: bool, quiet: bool, traceback: bool) -> None:
     """Diagnose and administer SMG's same-host /dev/shm tensor transport.
@@ -203,17 +218,26 @@ def _late_flag(name: str) -> Any:
     return callback
 
 
+class _LateFlag(click.Option):
+    """A root flag's copy on a subcommand: offered by shell completion (with the root's help),
+    left out of the subcommand's --help and man page, where the root's own is documented."""
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        return None
+
+
 def accept_root_flags(cmd: click.Command) -> None:
-    """Give ``cmd`` (and its subcommands) hidden copies of the root flags.
+    """Give ``cmd`` (and its subcommands) copies of the root flags.
 
     Click parses options per command, so ``smgshm gc --check --json`` was a usage error.
     Copies are added only where the command has no option of that spelling itself.
     """
     taken = {opt for p in cmd.params for opt in (*p.opts, *p.secondary_opts)}
+    helps = {opt: p.help for p in cli.params if isinstance(p, click.Option) for opt in p.opts}
     for name, spellings in _LATE_FLAGS:
         free = [s for s in spellings if s not in taken]
         if free:
-            flag = click.Option(free, is_flag=True, hidden=True, expose_value=False, is_eager=True)
+            flag = _LateFlag(free, is_flag=True, expose_value=False, is_eager=True, help=helps.get(spellings[-1]))
             flag.callback = _late_flag(name)
             cmd.params.append(flag)
     if isinstance(cmd, click.Group):

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from smgshm.core.units import parse_duration, parse_size
+
+if TYPE_CHECKING:
+    from click.shell_completion import CompletionItem
 
 
 class BytesType(click.ParamType):
@@ -71,11 +74,49 @@ BYTES = BytesType()
 DURATION = DurationType()
 HTTP_URL = HttpUrlType()
 
+# --- shell completion of values (smgshm completion SHELL) ---------------------------------------
+# A path option that is not a click.Path (whose checks would change its errors) still completes
+# paths: the "dir"/"file" items hand the work to the shell's own path completion.
+
+MAX_PID_COMPLETIONS = 5000  # a host's pids are read one /proc file each: bounded
+
+
+def complete_dirs(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+    from click.shell_completion import CompletionItem
+
+    return [CompletionItem(incomplete, type="dir")]
+
+
+def complete_files(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+    from click.shell_completion import CompletionItem
+
+    return [CompletionItem(incomplete, type="file")]
+
+
+def complete_pids(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+    """This pid namespace's live pids starting with ``incomplete``, each described by its process
+    name (escaped: a process names itself); a pid gone since the scan is left out."""
+    from click.shell_completion import CompletionItem
+
+    from smgshm.cli.fmt import escape
+    from smgshm.core.host.proc import comm, live_pids
+
+    out: list[CompletionItem] = []
+    for pid in sorted(p for p in live_pids() if str(p).startswith(incomplete)):
+        name = comm(pid)
+        if name:
+            out.append(CompletionItem(str(pid), help=escape(name)))
+        if len(out) >= MAX_PID_COMPLETIONS:
+            break
+    return out
+
+
 shm_dir_option = click.option(
     "--shm-dir",
     default="/dev/shm",  # noqa: S108 - SMG's own directory, not a scratch path
     show_default=True,
     envvar="SMGSHM_SHM_DIR",
+    shell_complete=complete_dirs,
     help="The shm directory (a container's is /proc/<pid>/root/dev/shm).",
 )
 

@@ -12,7 +12,7 @@ import click
 from smgshm.cli import serve_view as view
 from smgshm.cli.app import App
 from smgshm.cli.exitcodes import ExitCode
-from smgshm.cli.params import BYTES, DURATION, listen_address, shm_dir_option
+from smgshm.cli.params import BYTES, DURATION, complete_dirs, complete_files, listen_address, shm_dir_option
 from smgshm.core.engines import DEFAULT, SERVED
 from smgshm.core.receiver.faults import FAULTS, MAX_FAULT_DELAY_S
 
@@ -57,12 +57,14 @@ PROCESS_ENTRY = False
 @click.option(
     "--model-dir",
     metavar="DIR",
+    shell_complete=complete_dirs,
     help="Serve this weight-less Qwen2-VL model directory (written when missing; pass the same DIR to "
     "`smg launch --model-path`), so a real gateway sends real image tensors in Generate.",
 )
 @click.option(
     "--log-receipts",
     metavar="FILE|-",
+    shell_complete=complete_files,
     help="Append one JSON line per Generate tensor receipt to FILE (- for stdout).",
 )
 @click.option(
@@ -108,9 +110,10 @@ def serve(
 
     It answers as a vLLM worker (or TokenSpeed/SGLang with --engine) for the RPCs
     SMG's gateway calls at registration, advertising this host's shm_namespace_id;
-    serves grpc.health.v1 and reflection; and serves smgshm's Diagnostics service,
-    which reads every tensor exactly as SMG's servicer does (refusing symlinks,
-    FIFOs and short segments without hanging) and returns a receipt per tensor.
+    serves grpc.health.v1 and reflection (v1 and v1alpha); and serves smgshm's
+    Diagnostics service, which reads every tensor exactly as SMG's servicer does
+    (refusing symlinks, FIFOs and short segments without hanging) and returns a
+    receipt per tensor.
     It binds loopback unless told otherwise and stops cleanly on SIGTERM/SIGINT.
 
     As a stand-in worker behind the real gateway (vLLM or TokenSpeed), it answers
