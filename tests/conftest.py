@@ -29,6 +29,9 @@ SHM = "/dev/shm"
 SESSION_TMP = tempfile.mkdtemp(prefix="smgshm-tests-")
 os.environ["TMPDIR"] = SESSION_TMP
 tempfile.tempdir = SESSION_TMP
+# and what smgshm carries between runs (gc's sightings, /run/smgshm for root) goes there too: the
+# suite's many throwaway shm dirs would leave a store each behind in the real one.
+os.environ["SMGSHM_STATE_DIR"] = os.path.join(SESSION_TMP, "state")
 
 
 # Tests stop children with SIGINT (Ctrl-C's signal). A run started as a background job of a
@@ -262,6 +265,9 @@ def run_cli(*args: str, exit: int = 0, env: dict[str, str] | None = None) -> Cli
     res = CliRunner().invoke(cli, list(args), env=env, catch_exceptions=False)
     out = CliResult(res.exit_code, res.stdout, res.stderr)
     assert res.exit_code == exit, f"exit {res.exit_code} != {exit}\nstdout:\n{res.stdout}\nstderr:\n{res.stderr}"
+    from tests.schema_check import check_output
+
+    check_output(args, res.stdout)  # every --json document and --jsonl record matches schemas/
     return out
 
 
@@ -278,6 +284,9 @@ def start_serve(children: Children, *args: str) -> tuple[subprocess.Popen[str], 
     if not line:
         raise AssertionError(f"serve exited early: {p.stderr.read() if p.stderr else ''}")
     doc = json.loads(line)
+    from tests.schema_check import validate_document
+
+    validate_document(doc)
     return p, doc
 
 

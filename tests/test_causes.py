@@ -143,6 +143,7 @@ PRODUCED_BY: dict[Cause, str] = {
         "test_doctor_workers.py::test_a_segment_stranded_by_a_live_gateway_fails_with_its_bytes_and_the_verdict_comes_first"
     ),
     Cause.SEGMENTS_LEAKED: "test_cli_watch.py::test_consumed_cleaned_and_orphans_with_their_producers",
+    Cause.PREFLIGHT_TIMEOUT: "test_preflight.py::test_timeout_fails_with_its_cause",
 }
 # The causes allowed a marker instead of a test: shrink this as tests land, never grow it without a reason.
 ALLOWED_GAPS: dict[Cause, str] = {

@@ -42,7 +42,7 @@ def test_recommendation_is_a_power_of_two_between_loss_and_win() -> None:
 
 def test_bench_embedded_json_schema_and_no_leftovers() -> None:
     before = own_smg_entries()  # the machine is shared: judge only what this test's processes made
-    doc = run_cli("--json", "bench", "--sizes", "4KiB,256KiB", "-w", "0", "-n", "2").json
+    doc = run_cli("--json", "bench", "--sizes", "4KiB,256KiB", "--warmup", "0", "-n", "2").json
     assert own_smg_entries() <= before
     r = doc["result"]
     assert set(r) == {"address", "reader", "host", "sizes", "crossover_bytes", "recommended_shm_min_bytes",
@@ -61,7 +61,7 @@ def test_bench_embedded_json_schema_and_no_leftovers() -> None:
 
 
 def test_bench_jsonl_and_copy_reader() -> None:
-    out = run_cli("bench", "--sizes", "4KiB,8KiB", "-w", "0", "-n", "1", "--jsonl", "--reader", "copy").stdout
+    out = run_cli("bench", "--sizes", "4KiB,8KiB", "--warmup", "0", "-n", "1", "--jsonl", "--reader", "copy").stdout
     lines = [ln for ln in out.splitlines() if ln.strip()]
     assert len(lines) == 2
     import json
@@ -70,7 +70,7 @@ def test_bench_jsonl_and_copy_reader() -> None:
 
 
 def test_bench_gate_exits_3() -> None:
-    res = run_cli("--json", "bench", "--sizes", "4KiB", "-w", "0", "-n", "1", "--min-shm-speedup", "1000", exit=3)
+    res = run_cli("--json", "bench", "--sizes", "4KiB", "--warmup", "0", "-n", "1", "--min-shm-speedup", "1000", exit=3)
     assert any("below --min-shm-speedup" in w for w in res.json["warnings"])
 
 
@@ -80,7 +80,7 @@ def test_bench_unreachable_and_usage() -> None:
 
 
 def test_a_size_over_the_message_limit_is_shm_only_and_the_gate_uses_the_largest_shared_size() -> None:
-    argv = ["--json", "bench", "--sizes", "1MiB,256MiB", "-w", "0", "-n", "1"]
+    argv = ["--json", "bench", "--sizes", "1MiB,256MiB", "--warmup", "0", "-n", "1"]
     doc = run_cli(*argv, "--min-shm-speedup", "0.001").json
     small, big = doc["result"]["sizes"]
     assert big["nbytes"] == 256 * 1024 * 1024
@@ -102,7 +102,7 @@ def test_the_default_sweep_is_the_issues_4kib_to_256mib() -> None:
 
 
 def test_human_report_fits_a_pipe_without_cut_cells() -> None:
-    out = run_cli("bench", "--sizes", "4KiB,256MiB", "-w", "0", "-n", "1").stdout
+    out = run_cli("bench", "--sizes", "4KiB,256MiB", "--warmup", "0", "-n", "1").stdout
     assert "w/rpc/r ms" in out
     assert "GB/s by size" in out
     assert "256.0 MiB        n/a" in out
@@ -110,7 +110,7 @@ def test_human_report_fits_a_pipe_without_cut_cells() -> None:
 
 
 def test_a_failed_gate_is_the_first_line_as_a_failure_not_a_warning() -> None:
-    res = run_cli("bench", "--sizes", "4KiB", "-w", "0", "-n", "1", "--min-gbps", "1000000", exit=3)
+    res = run_cli("bench", "--sizes", "4KiB", "--warmup", "0", "-n", "1", "--min-gbps", "1000000", exit=3)
     first = res.stdout.splitlines()[0]
     assert first.startswith("FAILED: SHM ")
     assert "below --min-gbps 1000000" in first

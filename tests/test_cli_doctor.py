@@ -786,3 +786,34 @@ def test_every_suggested_command_names_the_shm_dir_examined(children: Children, 
     assert not os.path.exists(leaked)
     # The default dir is not named: the command stays as short as it was.
     assert smgshm_cmd("/dev/shm", "gc", "--delete") == ["smgshm", "gc", "--delete"]
+
+
+# Names itself (comm, as PR_SET_NAME sets it: what ps shows) and waits.
+NAMED = """
+import ctypes, signal, sys
+ctypes.CDLL(None).prctl(15, sys.argv[1].encode(), 0, 0, 0)
+print("ready", flush=True)
+signal.pause()
+"""
+
+
+@pytest.mark.parametrize("command", ["doctor", "e2e"])
+def test_a_gateway_pid_that_is_no_gateway_is_a_usage_error(children: Children, command: str) -> None:
+    """--gateway-pid of no process, or of a process that is not an SMG gateway, is exit 2 with one
+    error line naming the pid (it was 4, "unreachable"); the process's own name comes out escaped."""
+    gone = children.spawn([sys.executable, "-c", ""])
+    gone.wait(timeout=30)
+    assert not psutil.pid_exists(gone.pid)
+    res = run_cli(command, "--gateway-pid", str(gone.pid), exit=2)
+    [line] = [ln for ln in res.stderr.splitlines() if ln.startswith("Error: ")]
+    assert line.endswith(f"--gateway-pid: no process has pid {gone.pid} (in this pid namespace)"), line
+    other = children.spawn([sys.executable, "-c", NAMED, "evil\x1b[2J"])
+    assert other.stdout is not None
+    assert other.stdout.readline().strip() == "ready"
+    res = run_cli(command, "--gateway-pid", str(other.pid), exit=2)
+    [line] = [ln for ln in res.stderr.splitlines() if ln.startswith("Error: ")]
+    assert f"pid {other.pid} (evil\\x1b[2J) is not an SMG gateway (process title smg::router)" in line, line
+    assert "\x1b" not in res.stderr
+    doc = run_cli("--json", command, "--gateway-pid", str(gone.pid), exit=2).json
+    assert doc["error"]["kind"] == "usage"
+    assert str(gone.pid) in doc["error"]["message"]

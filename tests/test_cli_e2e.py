@@ -128,9 +128,11 @@ def test_running_tests_the_gateway_found_here(
     assert "smgshm e2e --running" in res.stderr
 
 
-def test_running_without_a_gateway_pid_here_exits_4() -> None:
-    res = run_cli("--json", "e2e", "--gateway-pid", str(2**22 + 7), exit=4)  # above pid_max's default
-    assert res.json["error"]["kind"] == "transport"
+def test_a_gateway_pid_of_no_process_is_a_usage_error() -> None:
+    """No such process is a mistyped argument (exit 2), not an unreachable gateway (4); more in
+    test_cli_doctor.py::test_a_gateway_pid_that_is_no_gateway_is_a_usage_error."""
+    res = run_cli("--json", "e2e", "--gateway-pid", str(2**22 + 7), exit=2)  # above pid_max's default
+    assert res.json["error"]["kind"] == "usage"
     assert run_cli("e2e", "--running", "--gateway", "http://127.0.0.1:1", exit=2).stderr
 
 

@@ -270,7 +270,7 @@ def test_exporter_serves_the_figures(tmpfs: str, children: Children) -> None:  #
     assert snap.value("smgshm_watch_segments_ended_total", end="consumed") == 4
     assert snap.value("smgshm_watch_segments_ended_total", end="cleaned") == 2
     assert snap.value("smgshm_watch_segments_created_total", kind="smgshm") == 6
-    assert snap.value("smgshm_watch_bytes_ended_total", end="consumed") in (100_000, 200_000, 300_000, 400_000)
+    assert snap.value("smgshm_watch_ended_bytes_total", end="consumed") in (100_000, 200_000, 300_000, 400_000)
     assert snap.value("smgshm_watch_time_in_flight_seconds_count") == 4
     assert snap.value("smgshm_watch_overflows_total") == 0
     assert snap.has("smgshm_watch_in_flight_segments")

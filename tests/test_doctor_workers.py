@@ -80,6 +80,8 @@ def test_a_segment_stranded_by_a_live_gateway_fails_with_its_bytes_and_the_verdi
     name = f"smg-tokenspeed-{gw.pid}-{time.time_ns()}-0"
     with open(os.path.join(shm_dir, name), "wb") as f:
         f.write(b"x" * 65536)
+    # A scan sees it (stale is proven on the boot clock, from the first sighting: never on its mtime).
+    run_cli("--json", "gc", "--shm-dir", shm_dir)
     time.sleep(1.5)
     args = ("--gateway-pid", str(gw.pid), "--shm-dir", shm_dir, "--stranded-after", "1s")
     doc = trusted(shm_dir, lambda: doctor(*args, exit=3))

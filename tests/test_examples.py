@@ -57,11 +57,15 @@ def _help_examples() -> list[str]:
 
 def _man_examples() -> list[str]:
     out = []
-    for page in sorted((ROOT / "man").glob("*.1")):
+    unescape = {"\\-": "-", "\\(aq": "'", "\\(ga": "`", "\\(ti": "~", "\\(ha": "^", "\\e": "\\", "\\&": ""}
+    for page in sorted((ROOT / "smgshm" / "man" / "man1").glob("*.1")):
         _, sep, rest = page.read_text().partition(".SH EXAMPLES\n")
         if sep:
-            section = rest.split("\n.SH ", 1)[0]
-            out += [ln.replace("\\-", "-") for ln in section.splitlines() if ln.startswith("smgshm")]
+            text = rest.split("\n.SH ", 1)[0]
+            for esc, plain in unescape.items():
+                text = text.replace(esc, plain)
+            text = text.replace(" \\\n    ", " ")  # a long example goes on over continuation lines
+            out += [ln for ln in text.splitlines() if ln.startswith("smgshm")]
     return out
 
 
@@ -136,3 +140,52 @@ def test_root_options_after_the_subcommand_take_effect() -> None:
     assert doc["command"] == "ns compare"
     assert doc["result"]["sharing"] == "undetermined"
     assert run_cli("ns", "compare", "A", "B", "-q", exit=6).stderr == ""
+
+
+def _root_examples() -> list[list[str]]:
+    from smgshm.cli import cli
+
+    block = (cli.help or "").partition("Examples:")[2]
+    lines = [ln.strip() for ln in block.splitlines() if ln.strip().startswith("smgshm")]
+    out = [_words(ln) for ln in lines]
+    assert all(w is not None for w in out), lines
+    return [w for w in out if w is not None]
+
+
+def _leaves() -> set[str]:
+    """Every command a person can run: each subcommand, and a group that runs alone (``ns``)."""
+    from smgshm.cli import cli
+
+    out: set[str] = set()
+
+    def walk(cmd: click.Command, path: str) -> None:
+        if not isinstance(cmd, click.Group) or cmd.invoke_without_command:
+            out.add(path)
+        if isinstance(cmd, click.Group):
+            for name, sub in cmd.commands.items():
+                walk(sub, f"{path} {name}".strip())
+
+    for name, cmd in cli.commands.items():  # type: ignore[attr-defined]
+        walk(cmd, name)
+    return out
+
+
+def test_root_help_shows_every_command_once() -> None:
+    """The root --help's examples: each parses, and together they name every command exactly once."""
+    shown = [parse(argv).command_path.removeprefix("smgshm ") for argv in _root_examples()]
+    assert sorted(shown) == sorted(_leaves()), shown
+
+
+# The root examples cheap and safe to run here (read-only, no server, no wait): run for real.
+CHEAP = {"ns": 0, "gc": 0, "completion bash": 0, "ns compare ID_A ID_B": 6}
+
+
+@pytest.mark.parametrize("argv", _root_examples(), ids=" ".join)
+def test_cheap_root_examples_run(argv: list[str]) -> None:
+    line = " ".join(argv)
+    if line not in CHEAP:
+        pytest.skip("needs a worker, a gateway or a long run: parsed above")
+    from tests.conftest import run_cli
+
+    res = run_cli(*argv, exit=CHEAP[line])
+    assert res.stdout.strip()

@@ -101,6 +101,14 @@ def test_6_undetermined() -> None:
     run_cli("ns", "compare", "", f"{LOCAL_BOOT}:27", exit=6)
 
 
+def test_141_stdout_closed_by_its_reader() -> None:
+    """A real pipe whose reader left before the first write (more in tests/test_closed_pipe.py)."""
+    from tests.test_closed_pipe import run_closed_first
+
+    res = run_closed_first(["ns"])
+    assert (res.returncode, res.stderr) == (ExitCode.CLOSED_PIPE, "")
+
+
 def test_unknown_command_is_usage() -> None:
     res = CliRunner().invoke(cli, ["nosuchcommand"])
     assert res.exit_code == 2

@@ -5,6 +5,11 @@ This machine's clock is never set. A step is simulated where gc reads it, host/c
 stepped): everything on the host was stamped with the offset as it is, and gc reads it ``s`` seconds
 larger (the clock stepped forward by ``s`` since) or smaller (backward). Each judgement passes
 ``assume_dead`` (see test_core_leaks.py): the trust decision has its own tests.
+
+The rule since: the wall clock never decides a deletion. A step of any size, traced or not, leaves
+a live producer's segment unknown (kept); reuse is proven on the boot clock alone, by a sighting
+that precedes the process's start (test_gc_sightings.py runs that for real in a pid namespace; here
+with the step simulated in the gc that proves it).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from smgshm.core.segments.reaping import ReapRule, choose, reap_choice
 from smgshm.core.segments.scan import Scan
 from tests.conftest import Children, make_file
 from tests.test_cli_gc import PY, SHM, SLEEPER, WRITER, seg_name, tmpfs_dir, unique  # noqa: F401 - a fixture
+from tests.test_gc_sightings import needs_pidns, run_scenario
 
 HOUR_NS = 3600 * 10**9
 
@@ -45,9 +51,9 @@ def judged(d: str) -> dict[str, SegmentInfo]:
 
 
 def delete_leaked(d: str) -> dict[str, bool]:
-    """gc --delete --min-age 0s, in-process: name -> deleted."""
+    """gc --delete --include-stale --min-age 0s, in-process: name -> deleted."""
     scan = Scan(ScanOptions(shm_dir=d, assume_dead=True))
-    choice = choose(scan, ReapRule(frozenset({State.LEAKED}), 0.0), lambda seg, row: None)
+    choice = choose(scan, ReapRule(frozenset({State.LEAKED, State.STALE}), 0.0), lambda seg, row: None)
     return {x.name: x.deleted for x in reap_choice(scan, choice).deleted}
 
 
@@ -61,22 +67,34 @@ def live_producer(children: Children, d: str) -> tuple[int, str]:
     return p.pid, name
 
 
-def test_a_forward_step_never_makes_a_live_producers_segment_reused(
-    children: Children, scratch: str, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("step", [2, 600, 10**7])
+@pytest.mark.parametrize("traced", [True, False])
+def test_a_forward_step_never_makes_a_live_producers_segment_reapable(
+    children: Children, scratch: str, monkeypatch: pytest.MonkeyPatch, step: int, traced: bool
 ) -> None:
     pid, name = live_producer(children, scratch)
     assert judged(scratch)[name].state is State.IN_FLIGHT
 
-    # Ten minutes forward: the segment's time is now 600 s before its producer's start (far past the
-    # 1 s slack), and the producer's /proc entry reads as made 600 s before the producer started.
-    stepped(monkeypatch, 600)
+    # Forward: the segment's time is now ``step`` s before its producer's start. Traced, the
+    # producer's /proc entry reads as made that long before the producer started; untraced, as
+    # nothing shows a step at all (Linux keeps no history): only the boot clock can tell.
+    if not traced:
+        monkeypatch.setattr(clock, "stamp", lambda path: None)
+        monkeypatch.setattr(clock, "birth_time", lambda path: None)
+    stepped(monkeypatch, step)
     seg = judged(scratch)[name]
     assert seg.state is State.UNKNOWN, seg.reason
     assert seg.producer_alive is None
-    assert f"producer pid {pid} lives or was reused" in seg.reason
-    assert re.search(r"stepped forward since \((599|600) s\) plus 1 s", seg.reason), seg.reason
+    assert "never deleted on the wall clock" in seg.reason
+    if traced and step == 600:
+        assert f"producer pid {pid} lives or was reused" in seg.reason
+        assert re.search(r"stepped forward since \((599|600) s\) plus 1 s", seg.reason), seg.reason
+    elif not traced:
+        assert f"pid {pid} is held by a process that started after this segment's time by the wall clock: " \
+            "reused unless the clock was stepped" in seg.reason  # fmt: skip
     assert delete_leaked(scratch) == {}
     assert os.path.exists(os.path.join(scratch, name))
+    assert judged(scratch)[name].state is State.UNKNOWN, "nor at the next scan: a sighting never predates its producer"
 
 
 def test_a_step_the_shm_dir_shows_keeps_a_producer_nothing_looked_at(
@@ -96,33 +114,47 @@ def test_a_step_the_shm_dir_shows_keeps_a_producer_nothing_looked_at(
     assert os.path.exists(os.path.join(scratch, name))
 
 
-def test_a_backward_step_keeps_the_live_and_still_finds_the_reused(
+def test_a_backward_step_keeps_the_live_and_the_wall_clock_alone_reaps_nothing(
     children: Children, scratch: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _, name = live_producer(children, scratch)
-    fresh = children.spawn([PY, "-c", SLEEPER])  # a pid an hour-old segment names: reused
+    fresh = children.spawn([PY, "-c", SLEEPER])  # a pid an hour-old segment names: reused, by the wall clock
     old = seg_name(fresh.pid, time.time_ns() - HOUR_NS)
     make_file(scratch, old, age_s=3600)
 
     stepped(monkeypatch, -600)  # segments look younger: never a reason to delete
     segs = judged(scratch)
     assert segs[name].state is State.IN_FLIGHT
-    assert segs[old].state is State.LEAKED, segs[old].reason
-    assert "reused" in segs[old].reason
-    assert delete_leaked(scratch) == {old: True}
+    assert segs[old].state is State.UNKNOWN, segs[old].reason
+    assert "reused unless the clock was stepped" in segs[old].reason
+    assert delete_leaked(scratch) == {}
     assert os.path.exists(os.path.join(scratch, name))
+    assert os.path.exists(os.path.join(scratch, old))
 
 
-def test_a_segment_as_old_as_the_margin_is_kept_and_one_beyond_is_leaked(
+@needs_pidns
+@pytest.mark.parametrize("step", [-600, 0, 600])
+def test_reuse_is_proven_and_reaped_by_a_sighting_before_the_start_whatever_the_wall_clock_did(
+    children: Children, tmp_path: Path, step: float
+) -> None:
+    got = run_scenario(children, tmp_path, "sighted-first", how="core", step=step)
+    assert got["delete"]["state"] == "leaked", got["delete"]
+    assert "after smgshm first saw this segment (reused)" in got["delete"]["reason"]
+    assert got["delete"]["deleted"] is True
+    assert got["holder_alive"] is True
+
+
+def test_a_segment_as_old_as_the_margin_is_kept_and_one_beyond_is_kept_too(
     children: Children, scratch: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The margin's edges: 1 s plus the step shown (300 s here, as the shm dir's birth time would show it)."""
+    """The margin's edges: 1 s plus the step shown (300 s here, as the shm dir's birth time would show it).
+    Beyond it the wall clock says reused, which is no proof either: unknown, kept."""
     fresh = children.spawn([PY, "-c", SLEEPER])
     wall = clock.WallClock(clock.boot_offset(), 300.0)
     monkeypatch.setattr(clock, "read_wall_clock", lambda shm_dir, dev: wall)
     bounds = reuse_bounds(fresh.pid, wall)
     assert bounds is not None
-    alive_from, reused_before = bounds
+    alive_from, reused_before, _ = bounds
     assert alive_from - reused_before >= 300.0
     started = alive_from + CLOCK_SLACK_S
     at = {
@@ -136,8 +168,10 @@ def test_a_segment_as_old_as_the_margin_is_kept_and_one_beyond_is_leaked(
     segs = judged(scratch)
     assert segs[at["slack"]].state is State.IN_FLIGHT
     assert segs[at["margin"]].state is State.UNKNOWN
-    assert segs[at["beyond"]].state is State.LEAKED
-    assert delete_leaked(scratch) == {at["beyond"]: True}
+    assert segs[at["beyond"]].state is State.UNKNOWN
+    assert "reused unless the clock was stepped" in segs[at["beyond"]].reason
+    assert "lives or was reused" in segs[at["margin"]].reason
+    assert delete_leaked(scratch) == {}
 
 
 def test_btime_is_todays_offset_so_only_traces_show_a_step(tmp_path: Path) -> None:

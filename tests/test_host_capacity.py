@@ -148,7 +148,7 @@ def test_docker_default_size_is_named_in_capacity(tmp_path: Path) -> None:
 
 
 def test_the_largest_tensor_bench_moved_is_a_capacity_need(shm: str) -> None:
-    run_cli("--json", "bench", "--sizes", "256KiB,2MiB", "-n", "1", "-w", "0", "--shm-dir", shm)
+    run_cli("--json", "bench", "--sizes", "256KiB,2MiB", "-n", "1", "--warmup", "0", "--shm-dir", shm)
     assert recorded_needs("/dev/shm") == [], "a need belongs to the tmpfs it was measured on"
     record_tensor_seen("smgshm bench", 4096, shm)  # a smaller one later never lowers the figure
     assert [n.nbytes for n in recorded_needs(shm)] == [2 * MIB]

@@ -26,7 +26,7 @@ from smgshm.core.gateway.metrics import mm_traffic, parse_metrics
 from smgshm.core.gateway.mode import judge
 from smgshm.core.gateway.process import GatewayConfig, RunningGateway, start_gateway
 from smgshm.core.gateway.running import find_gateways
-from tests.conftest import Children, wait_for
+from tests.conftest import Children, run_cli, wait_for
 
 HAVE_SMG = (Path(sys.executable).parent / "smg").exists() or shutil.which("smg") is not None
 needs_smg = pytest.mark.skipif(not HAVE_SMG, reason="SMG gateway (smg) not installed")
@@ -122,10 +122,10 @@ def test_gateway_pid_and_no_gateways_choose_what_doctor_judges(gateways: list[Ru
     doc = doctor_doc("--shm-dir", str(tmp_path), "--no-e2e", "--no-gateways")
     assert doc["result"]["host"]["gateways"] == []
     assert {c["name"]: c["status"] for c in doc["result"]["checks"]}["gateways"] == "skip"
-    b.stop()  # a pid that is not (or no longer) a gateway: a failed check, exit 4
-    doc = doctor_doc("--shm-dir", str(tmp_path), "--no-e2e", "--gateway-pid", str(b.pid))
-    assert doc["result"]["host"]["gateways"] == []
-    assert {c["name"]: c["code"] for c in doc["result"]["checks"]}[f"gateway {b.pid}"] == 4
+    b.stop()  # a pid that is no longer a gateway: a mistyped argument (exit 2 naming it), not "unreachable"
+    doc = run_cli("--json", "doctor", "--shm-dir", str(tmp_path), "--no-e2e", "--gateway-pid", str(b.pid), exit=2).json
+    assert doc["error"]["kind"] == "usage"
+    assert f"no process has pid {b.pid}" in doc["error"]["message"]
 
 
 @needs_smg

@@ -27,6 +27,7 @@ from smgshm.core.receiver.modeldir import ensure_model_dir
 from smgshm.core.receiver.receipts import GenerateReceipt, fetch_receipts
 from smgshm.core.transport.tensors import ITEMSIZE
 from tests.conftest import SHM, Children, start_serve, wait_for
+from tests.schema_check import RECEIPTS, validate
 from tests.test_interop_gateway import HAVE_SMG
 
 pytestmark = [
@@ -197,12 +198,33 @@ def test_log_receipts_writes_one_json_line_per_tensor(children: Children, stack:
     lines = wait_for(three_lines, 30, "three receipt lines")
     docs = [json.loads(line) for line in lines]
     assert len(docs) == 3
+    for d in docs:
+        validate(d, RECEIPTS)  # schemas/serve-receipts.schema.json
     assert [d["seq"] for d in docs] == [1, 2, 3]
     pv = next(d for d in docs if d["key"] == "pixel_values")
     assert pv["payload_kind"] == "shm"
     assert pv["unlinked"] is True
     assert pv["shape"] == list(PIXELS_448)
     assert len(bytes.fromhex(pv["digest"])) == 16
+
+
+def test_log_receipts_to_stdout_whose_reader_left_ends_serve_with_141(
+    children: Children, stack: ExitStack, tmp_path: Path
+) -> None:
+    """``serve --log-receipts - | head -1``: the receipt written after the reader left ends serve with
+    exit 141 (as every command), the request it served answered, not failed."""
+    md = ensure_model_dir(str(tmp_path / "model"))
+    p, ready = start_serve(children, "--model-dir", md.path, "--log-receipts", "-")
+    assert p.stdout is not None
+    assert p.stderr is not None
+    p.stdout.close()  # the ready line was read: the reader leaves, as head -1 does
+    cfg = GatewayConfig(worker_urls=(ready["result"]["address"],), model_path=md.path, transport="shm",
+                        log_path=str(tmp_path / "gateway.log"))  # fmt: skip
+    gw = stack.enter_context(start_gateway(cfg, ready_timeout_s=60))
+    status, _ = chat(gw, md.served_model_name, png(448), stream=False)
+    assert status == 200
+    assert p.wait(timeout=60) == 141
+    assert "Traceback" not in p.stderr.read()
 
 
 # --- faults on demand (serve --fault): the gateway's failure classes of smg-facts §5.3 ---------

@@ -121,8 +121,7 @@ def test_inline_transport_is_said_plainly(children: Children, stack: ExitStack, 
     # The exporter says it too, for a fleet's alert: eligible tensors went inline, no byte via SHM.
     exported = scrape(w.of("exporter")[0]["url"])
     assert exported.value("smgshm_watch_gateway_eligible_inline") == 1.0
-    assert exported.value("smgshm_watch_gateway_shm_byte_share") == 0.0
-    assert exported.value("smgshm_watch_gateway_tensor_bytes_per_second", path="inline") > 0
+    assert exported.value("smgshm_watch_gateway_shm_byte_ratio") == 0.0
     summary = w.stop()
     gwr = next(i["gateway"] for i in w.of("interval") if i["gateway"] and i["gateway"]["tensors"].get("inline"))
     assert gwr["tensors"] == {"inline": 3}

@@ -191,7 +191,7 @@ def test_probe_verify_canary_against_a_liar_fails(liar: Callable[[Forge], str], 
 
 @pytest.mark.parametrize("forgery", SINGLE)
 def test_bench_against_a_liar_exits_3(liar: Callable[[Forge], str], forgery: str) -> None:
-    res = run_cli("--json", "bench", liar(FORGERIES[forgery]), "--sizes", "4KiB", "-n", "1", "-w", "0", exit=3)
+    res = run_cli("--json", "bench", liar(FORGERIES[forgery]), "--sizes", "4KiB", "-n", "1", "--warmup", "0", exit=3)
     assert res.json["error"]["kind"] == "verification_failed"
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 from dataclasses import dataclass, field
@@ -13,12 +14,20 @@ from rich.text import Text
 from smgshm.cli.exitcodes import ExitCode
 
 
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        # rich's own answer is exit 1 (our "operation failed") with stdout sent to /dev/null even when
+        # stderr was the closed stream: the root group decides instead, once for every command.
+        raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
+
+
 @dataclass
 class App:
     json: bool = False
     quiet: bool = False
     no_color: bool = False
     traceback: bool = False
+    npd: bool = False  # node-problem-detector plugin mode (cli/npd.py): every ending is one line, exit 0/1/2
     command: str = ""
     warnings: list[str] = field(default_factory=list)
     console: Console = field(init=False)
@@ -30,8 +39,8 @@ class App:
     def _consoles(self) -> None:
         plain = self.no_color or bool(os.environ.get("NO_COLOR"))
         # Each stream decides its own colour from its own isatty (rich does that per file).
-        self.console = Console(file=sys.stdout, no_color=plain, highlight=False, soft_wrap=True)
-        self.err_console = Console(file=sys.stderr, no_color=plain, highlight=False, soft_wrap=True)
+        self.console = _Console(file=sys.stdout, no_color=plain, highlight=False, soft_wrap=True)
+        self.err_console = _Console(file=sys.stderr, no_color=plain, highlight=False, soft_wrap=True)
 
     def set_flag(self, name: str) -> None:
         """A root flag given after the subcommand (``smgshm gc --check --json``): same effect as before it."""
@@ -51,6 +60,16 @@ class App:
         """Progress or status on stderr; silent under --quiet and --json."""
         if not self.json and not self.quiet:
             self.err_console.print(Text(message), style="dim")
+
+    def confirm(self, question: str) -> bool:
+        """Ask on stderr and read one line from stdin: yes for y or yes, anything else is no. No, an
+        empty answer and end of input (Ctrl-D, a closed stdin) decline, which is no error; Ctrl-C
+        stays an interruption (exit 130). click.confirm made a "no" "Aborted!" and exit 1."""
+        self.err_console.print(Text(f"{question} [y/N]: "), end="")
+        answer = sys.stdin.readline()
+        if not answer:
+            self.err_console.print()  # the prompt's line ends: what follows starts on its own
+        return answer.strip().lower() in ("y", "yes")
 
     def emit(self, result: Any, human: Any, code: ExitCode = ExitCode.OK) -> ExitCode:
         """Write the result: one JSON document, or the human renderer's output."""

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import sys
-
 import click
 from rich.text import Text
 
@@ -13,7 +10,7 @@ from smgshm.cli import jsonout
 from smgshm.cli.app import App
 from smgshm.cli.exitcodes import ExitCode
 from smgshm.cli.fmt import safe
-from smgshm.cli.params import BYTES, shm_dir_option, worker_addresses
+from smgshm.cli.params import BYTES, RenamedOption, shm_dir_option, worker_addresses
 from smgshm.cli.signals import stop_on_signals
 from smgshm.core.units import parse_size
 
@@ -46,8 +43,19 @@ def _sizes(lo: int, hi: int, factor: int, explicit: str | None) -> tuple[int, ..
 )
 @click.option("--factor", type=click.IntRange(2), default=4, show_default=True)
 @click.option("--sizes", help="Instead of the sweep: a comma list, e.g. 1MiB,16MiB,64MiB.")
-@click.option("-w", "--warmup", type=click.IntRange(0), default=2, show_default=True)
-@click.option("-n", "--iterations", type=click.IntRange(1), default=10, show_default=True)
+@click.option("--warmup", type=click.IntRange(0), default=2, show_default=True,
+              help="Unmeasured requests per size and transport first.")  # fmt: skip
+@click.option(
+    "-n",
+    "--requests",
+    "iterations",
+    cls=RenamedOption,
+    former=("--iterations",),
+    type=click.IntRange(1),
+    default=10,
+    show_default=True,
+    help="Measured requests per size and transport (--what-if: rounds per size); formerly --iterations.",
+)
 @click.option("--verify/--no-verify", default=True, show_default=True, help="Digest-check every payload.")
 @click.option(
     "--reader",
@@ -129,11 +137,8 @@ def bench(app: App, address: str | None, min_: int, max_: int, factor: int, size
     progress, on_size = view.bench_progress(app)
 
     def emit_line(r: object) -> None:
-        from smgshm.cli.jsonout import plain
-
         if jsonl:
-            sys.stdout.write(json.dumps(plain(r), allow_nan=False) + "\n")
-            sys.stdout.flush()
+            jsonout.write_line(jsonout.plain(r))
         on_size(r)
 
     try:

@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 import click
-from click.shell_completion import get_completion_class
+from click.shell_completion import FishComplete, get_completion_class
+
+
+class _FishComplete(FishComplete):
+    """click's fish script split each "type,value<TAB>description" line at every comma, so a
+    description (or a path) was cut at its first comma: split once."""
+
+    source_template = FishComplete.source_template.replace('(string split "," $completion)',
+                                                           '(string split -m 1 "," $completion)')  # fmt: skip
 
 
 @click.command()
@@ -18,7 +26,7 @@ def completion(ctx: click.Context, shell: str) -> None:
       smgshm completion zsh > "${fpath[1]}/_smgshm"
       smgshm completion fish > ~/.config/fish/completions/smgshm.fish
     """
-    cls = get_completion_class(shell)
+    cls = _FishComplete if shell == "fish" else get_completion_class(shell)
     if cls is None:  # the Choice above only admits shells click supports
         raise click.UsageError(f"no completion for {shell}")
     root = ctx.find_root().command

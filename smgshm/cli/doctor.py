@@ -7,7 +7,15 @@ import click
 from smgshm.cli import doctor_view as view
 from smgshm.cli.app import App
 from smgshm.cli.exitcodes import for_outcome
-from smgshm.cli.params import BYTES, DURATION, HTTP_URL, shm_dir_option, worker_addresses
+from smgshm.cli.params import (
+    BYTES,
+    DURATION,
+    HTTP_URL,
+    complete_pids,
+    require_gateways,
+    shm_dir_option,
+    worker_addresses,
+)
 
 
 @click.command()
@@ -37,6 +45,7 @@ from smgshm.cli.params import BYTES, DURATION, HTTP_URL, shm_dir_option, worker_
 @click.option("--e2e/--no-e2e", default=True, show_default=True,
               help="Real image requests through --from-gateway, or (no worker) the embedded real gateway.")  # fmt: skip
 @click.option("--gateway-pid", "gateway_pids", multiple=True, type=click.IntRange(1), metavar="PID",
+              shell_complete=complete_pids,
               help="Judge only this gateway running here (repeatable); default: every one found.")  # fmt: skip
 @click.option("--stranded-after", "stranded_after_s", type=DURATION, default="5m", show_default=True,
               help="A live gateway's segment this old that nobody holds is stranded.")  # fmt: skip
@@ -105,6 +114,7 @@ def doctor(app: App, workers: tuple[str, ...], from_gateway: str | None, api_key
 
     if no_gateways and gateway_pids:
         raise click.UsageError("--no-gateways and --gateway-pid contradict each other")
+    require_gateways(gateway_pids)
     addresses = list(workers)
     listed = None
     if from_gateway:

@@ -13,7 +13,7 @@ import click
 from smgshm.cli import e2e_view as view
 from smgshm.cli.app import App
 from smgshm.cli.exitcodes import ExitCode
-from smgshm.cli.params import DURATION, HTTP_URL, shm_dir_option
+from smgshm.cli.params import DURATION, HTTP_URL, complete_pids, require_gateways, shm_dir_option
 
 
 class _TerminatedError(BaseException):
@@ -48,7 +48,7 @@ def _unwind_on_term() -> Iterator[None]:
 @click.option("--gateway", type=HTTP_URL, metavar="URL", help="A running gateway; without it, the embedded default.")
 @click.option("--running", is_flag=True,
               help="The gateway running on this host, found by its process title (as doctor finds it).")
-@click.option("--gateway-pid", type=click.IntRange(1), metavar="PID",
+@click.option("--gateway-pid", type=click.IntRange(1), metavar="PID", shell_complete=complete_pids,
               help="With --running: the gateway with this pid, when several run here.")  # fmt: skip
 @click.option("--api-key", envvar="SMG_API_KEY", help="The gateway's --api-key (sent to that origin only).")
 @click.option("--model", help="The model to ask (default: the gateway's first from /v1/models).")
@@ -135,6 +135,8 @@ def e2e(app: App, gateway: str | None, running: bool, gateway_pid: int | None, a
         running = True
     if running and gateway:
         raise click.UsageError("--running finds the gateway itself; it takes no --gateway")
+    if gateway_pid is not None:
+        require_gateways((gateway_pid,))
     if running:
         gateway, found_metrics = _running_gateway(app, gateway_pid)
         metrics_url = metrics_url or found_metrics

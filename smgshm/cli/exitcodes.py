@@ -8,7 +8,7 @@ from smgshm.core.outcomes import Outcome
 
 
 class ExitCode(enum.IntEnum):
-    OK = 0  # success, or the check passed
+    OK = 0  # success, or the check passed, or the user declined a prompt (nothing done: not a failure)
     FAILED = 1  # the operation failed: bad handle, bad segment, request refused
     USAGE = 2  # bad arguments or conflicting flags (click)
     CHECK_FAILED = 3  # a verdict: SHM unusable, byte mismatch or leftover, leaks found
@@ -18,11 +18,12 @@ class ExitCode(enum.IntEnum):
     INTERNAL = 70  # a bug in smgshm (sysexits EX_SOFTWARE)
     HANGUP = 129  # SIGHUP: a long run (send) stopped cleanly and reported what it did
     INTERRUPTED = 130  # Ctrl-C (SIGINT)
+    CLOSED_PIPE = 141  # stdout's reader left (`| head`): 128 + SIGPIPE, as a shell reports `cat | head`
     TERMINATED = 143  # SIGTERM: as SIGHUP (``timeout``, systemd, kubectl delete)
 
 
 DESCRIPTIONS: dict[ExitCode, str] = {
-    ExitCode.OK: "success; the check passed",
+    ExitCode.OK: "success; the check passed; or a prompt answered no (nothing was changed)",
     ExitCode.FAILED: "the operation failed (bad handle, truncated or foreign segment, request refused)",
     ExitCode.USAGE: "usage error, including conflicting flags",
     ExitCode.CHECK_FAILED: "check failed: SHM unusable, byte mismatch or leftover segment, leaks found",
@@ -32,6 +33,7 @@ DESCRIPTIONS: dict[ExitCode, str] = {
     ExitCode.INTERNAL: "internal error (a bug); rerun with --traceback",
     ExitCode.HANGUP: "stopped by SIGHUP (send: after unlinking its segments and printing a partial report)",
     ExitCode.INTERRUPTED: "interrupted (Ctrl-C); send stops within a second and prints a partial report",
+    ExitCode.CLOSED_PIPE: "stdout closed by its reader (| head): the rest of the output dropped quietly",
     ExitCode.TERMINATED: "stopped by SIGTERM (send: after unlinking its segments and printing a partial report)",
 }
 

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
+from rich.text import Text
 
 from smgshm.cli import gc_view as view
 from smgshm.cli.app import App
@@ -17,6 +19,8 @@ from smgshm.cli.params import DURATION, shm_dir_option
 
 if TYPE_CHECKING:
     from smgshm.core.segments.judge import ScanOptions
+    from smgshm.core.segments.reaping import ReapReport
+    from smgshm.core.segments.scan import Scan
 
 
 @click.command()
@@ -28,7 +32,8 @@ if TYPE_CHECKING:
     type=DURATION,
     default="1h",
     show_default=True,
-    help="A live producer's segment older than this is stale.",
+    help="A live producer's segment gc scans have seen for this long is stale (boot clock: the wall clock can be "
+    "stepped).",
 )
 @click.option("--assume-dead", is_flag=True, help="Judge by this pid namespace's pids even where that is unsafe.")
 @click.option("--all-users", is_flag=True, help="As root, also delete other users' segments.")
@@ -38,8 +43,11 @@ if TYPE_CHECKING:
     "--prometheus",
     "prometheus_file",
     type=click.Path(dir_okay=False),
-    help="Write counts and bytes per state in node_exporter textfile format.",
+    help="Write what the run found, reclaimed and kept, when it ran and whether it succeeded, in node_exporter's "
+    "textfile format (written beside FILE, then renamed over it).",
 )
+@click.option("--npd", is_flag=True, help="With --check: a node-problem-detector plugin's output, one line "
+              "of at most 80 characters; exit 0 OK, 1 leaked or hazardous, 2 unknown or error.")  # fmt: skip
 @click.option("--watch", type=DURATION, help="Re-scan every DURATION and show growth per state.")
 @click.option("--watch-count", type=click.IntRange(1), help="With --watch: stop after this many scans.")
 @click.option("--all", "all_rows", is_flag=True, help="List every entry (the default summarises: counts, bytes, "
@@ -48,10 +56,15 @@ if TYPE_CHECKING:
               "STATE KIND ALLOCATED_BYTES AGE_S PID NAME (the name escaped, spaces included: one field), "
               "nothing else.")  # fmt: skip
 @shm_dir_option
+@click.option("--node", is_flag=True, help="Every pod's /dev/shm on this node (kubelet emptyDirs, runtime sandbox "
+              "shm, the host's), a block per tmpfs, each judged in its own pod's pid namespaces.")  # fmt: skip
+@click.option("--node-root", default="/", show_default=True, type=click.Path(file_okay=False),
+              help="With --node: where the host's / is mounted (a DaemonSet's hostPath, e.g. /host).")  # fmt: skip
 @click.pass_obj
 def gc(app: App, delete: bool, include_stale: bool, min_age: float, stale_after: float, assume_dead: bool,
        all_users: bool, yes: bool, check: bool, prometheus_file: str | None, watch: float | None,
-       watch_count: int | None, all_rows: bool, raw: bool, shm_dir: str) -> None:  # fmt: skip
+       watch_count: int | None, all_rows: bool, raw: bool, shm_dir: str, node: bool,
+       node_root: str, npd: bool) -> None:  # fmt: skip
     """List every smg-* entry of the shm dir and say whether it leaked; reap leaks safely.
 
     Each entry gets its kind (gateway payload, gateway probe, smgshm, other),
@@ -60,7 +73,13 @@ def gc(app: App, delete: bool, include_stale: bool, min_age: float, stale_after:
     holds it open or mapped (by inode, whatever name it was opened by), and a
     state: in_flight, held, leaked, stale, hazard (a symlink, FIFO, directory
     or mount point named like a segment) or unknown (liveness cannot be trusted: a process in
-    another pid namespace can reach this filesystem, at whatever path).
+    another pid namespace can reach this filesystem, at whatever path; or only the wall clock,
+    which can be stepped, says the pid was reused or the segment is stale).
+
+    Nothing is deleted on the wall clock alone: each scan records when it first saw each
+    segment on the boot clock (kept in /run/smgshm for root, the user's cache dir for others).
+    A pid whose process started after a scan first saw the segment is proven reused (leaked);
+    a segment first seen --stale-after ago is proven stale.
 
     The default view summarises (counts and bytes per state and kind, then the
     entries that matter most); --all lists every entry; --raw prints one plain
@@ -68,7 +87,8 @@ def gc(app: App, delete: bool, include_stale: bool, min_age: float, stale_after:
 
     --delete unlinks only leaked (and with --include-stale, stale) regular
     files older than --min-age, owned by this uid. It shows what it will delete,
-    asks on a TTY unless --yes, sets each aside under a private name, checks that
+    asks on a TTY unless --yes (an answer other than y, or none, deletes nothing
+    and is no error: exit 0), sets each aside under a private name, checks that
     it is the very inode judged (still regular, held by nobody) and only then
     unlinks it; anything else is put back. It never touches anything held, in
     flight, non-regular or outside SMG's names.
@@ -80,12 +100,24 @@ def gc(app: App, delete: bool, include_stale: bool, min_age: float, stale_after:
       smgshm gc --raw | awk '$1 == "leaked"'
       smgshm gc --check --json
       smgshm gc --delete --yes
+      smgshm gc --node --node-root /host --delete --yes
+      smgshm gc --check --npd        # a node-problem-detector custom plugin
       # cron, every 10 minutes:
       #   */10 * * * * root smgshm -q gc --delete --check --prometheus /var/lib/node_exporter/smgshm.prom
     """
     from smgshm.core.segments.judge import ScanOptions
 
     opts = ScanOptions(shm_dir, stale_after, assume_dead)
+    app.npd = npd
+    if npd:
+        if not check or watch is not None or raw or app.json or prometheus_file:
+            raise click.UsageError("--npd needs --check and takes no --watch, --raw, --json or --prometheus")
+        app.quiet, yes = True, True  # one line on stdout; a plugin is never asked anything
+    if node:
+        _node(app, opts, node_root, delete=delete, include_stale=include_stale, min_age=min_age,
+              all_users=all_users, yes=yes, check=check, all_rows=all_rows, raw=raw,
+              others=(watch is not None, prometheus_file, assume_dead), npd=npd)  # fmt: skip
+        return
     if watch is not None:
         if delete or check or prometheus_file:
             raise click.UsageError("--watch only lists: it does not combine with --delete, --check or --prometheus")
@@ -93,6 +125,9 @@ def gc(app: App, delete: bool, include_stale: bool, min_age: float, stale_after:
         return
     if raw and app.json:
         raise click.UsageError("--raw and --json are two outputs: pick one")
+    if npd:
+        click.get_current_context().exit(_npd(opts, delete=delete, include_stale=include_stale, min_age=min_age,
+                                              all_users=all_users))  # fmt: skip
     code = run(app, opts, delete=delete, include_stale=include_stale, min_age=min_age, all_users=all_users,
                yes=yes, check=check, prometheus_file=prometheus_file, all_rows=all_rows, raw=raw)  # fmt: skip
     click.get_current_context().exit(code)
@@ -101,12 +136,42 @@ def gc(app: App, delete: bool, include_stale: bool, min_age: float, stale_after:
 def run(app: App, opts: ScanOptions, *, delete: bool, include_stale: bool, min_age: float, all_users: bool,
         yes: bool, check: bool, prometheus_file: str | None, all_rows: bool, raw: bool) -> ExitCode:  # fmt: skip
     """Scan (streamed into the chosen listing), choose, show, ask, reap, then finish the listing."""
-    from smgshm.core.errors import HostError
-    from smgshm.core.segments import reaping, textfile
-    from smgshm.core.segments.scan import Scan
+    from smgshm.core.errors import HostError, SmgshmError
+    from smgshm.core.segments import textfile
 
     if prometheus_file:
         textfile.check_writable(prometheus_file)  # exit 5 before anything is scanned or deleted
+    started = time.time()
+    try:
+        listing, scan, done = _scan_and_reap(app, opts, delete=delete, include_stale=include_stale,
+                                             min_age=min_age, all_users=all_users, yes=yes, all_rows=all_rows,
+                                             raw=raw, check=check)  # fmt: skip
+    except SmgshmError:
+        if prometheus_file:  # the run failed: said with its time, no figures (the error follows, as without it)
+            with contextlib.suppress(HostError):
+                record = textfile.RunRecord("gc", view.display(opts.shm_dir), started, time.time(), None)
+                textfile.write_textfile(prometheus_file, record)
+        raise
+    code = ExitCode.CHECK_FAILED if check and done.leaked_or_hazard > 0 else ExitCode.OK
+    if prometheus_file:
+        try:  # what is there now, after any --delete, and what the run did
+            textfile.write_textfile(prometheus_file, textfile.RunRecord("gc", view.display(opts.shm_dir), started,
+                                                                        time.time(), done))  # fmt: skip
+        except HostError as err:  # checked up front; still possible (a full disk): one document, exit 5
+            app.warn(str(err))
+            code = ExitCode.HOST
+    # --all marks the deleted rows: never "deleted X", then "leaked X"
+    listing.finish(scan, done.before, done.after, done.deleted, code == ExitCode.OK, done.done_rows,
+                   (done.used_bytes, done.free_bytes))  # fmt: skip
+    return code
+
+
+def _scan_and_reap(app: App, opts: ScanOptions, *, delete: bool, include_stale: bool, min_age: float,
+                   all_users: bool, yes: bool, all_rows: bool, raw: bool, check: bool
+                   ) -> tuple[view.JsonListing | view.RawListing | view.HumanListing, Scan, ReapReport]:  # fmt: skip
+    from smgshm.core.segments import reaping
+    from smgshm.core.segments.scan import Scan
+
     for stream in (sys.stdout, sys.stderr):  # any locale: what it cannot encode comes out escaped
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")
@@ -127,23 +192,42 @@ def run(app: App, opts: ScanOptions, *, delete: bool, include_stale: bool, min_a
         ask = not yes and sys.stdin.isatty() and not app.json
         if ask or not (app.json or app.quiet):  # a question always comes with what it is about
             view.will_delete(app, chosen, all_rows)
-        if ask:
-            click.confirm(f"delete these {len(chosen)} segment(s)?", abort=True, err=True)
+        if ask and not app.confirm(f"delete these {len(chosen)} segment(s)?"):
+            app.err_console.print(Text("nothing deleted: the answer was not yes"))
+            choice = reaping.Choice([], choice.refused, {})  # a declined delete is a listing: exit 0 (3 with --check)
+            chosen = choice.chosen
     ticks = iter(range(1, len(chosen) + 1))
     done = reaping.reap_choice(scan, choice, lambda _d: progress(next(ticks), len(chosen), "deleted"))
     progress.stop()
-    code = ExitCode.CHECK_FAILED if check and done.leaked_or_hazard > 0 else ExitCode.OK
-    if prometheus_file:
-        try:  # what is there now, after any --delete
-            textfile.write_gc_textfile(prometheus_file, view.display(opts.shm_dir), done.after.counts,
-                                       done.after.bytes_by_state, done.free_bytes)  # fmt: skip
-        except HostError as err:  # checked up front; still possible (a full disk): one document, exit 5
-            app.warn(str(err))
-            code = ExitCode.HOST
-    # --all marks the deleted rows: never "deleted X", then "leaked X"
-    listing.finish(scan, done.before, done.after, done.deleted, code == ExitCode.OK, done.done_rows,
-                   (done.used_bytes, done.free_bytes))  # fmt: skip
-    return code
+    return listing, scan, done
+
+
+def _npd(opts: ScanOptions, *, delete: bool, include_stale: bool, min_age: float, all_users: bool) -> int:
+    """gc --check --npd: scan (and reap, with --delete) as gc does, then NPD's one line (cli/npd.py)."""
+    from smgshm.core.segments import reaping
+    from smgshm.core.segments.scan import Scan
+
+    scan = Scan(opts)
+    rule = reaping.ReapRule.of(include_stale=include_stale, min_age_s=min_age, all_users=all_users) if delete else None
+    done = reaping.reap_choice(scan, reaping.choose(scan, rule, lambda _s, _r: None))
+    note = "" if scan.trust.trusted or opts.assume_dead else scan.trust.note
+    return view.npd(done.after, sum(d.deleted for d in done.deleted), note)
+
+
+def _node(app: App, opts: ScanOptions, root: str, *, delete: bool, include_stale: bool, min_age: float,
+          all_users: bool, yes: bool, check: bool, all_rows: bool, raw: bool,
+          others: tuple[Any, ...], npd: bool = False) -> None:  # fmt: skip
+    """gc --node: the node view (cli/node_view.py) under gc's own reap rule."""
+    from smgshm.cli import node_view
+    from smgshm.core.segments import reaping
+
+    if any(others):
+        raise click.UsageError("--node does not combine with --watch, --prometheus or --assume-dead")
+    if raw and app.json:
+        raise click.UsageError("--raw and --json are two outputs: pick one")
+    rule = reaping.ReapRule.of(include_stale=include_stale, min_age_s=min_age, all_users=all_users) if delete else None
+    code = node_view.run(app, root, opts, rule, yes=yes, check=check, all_rows=all_rows, raw=raw, npd=npd)
+    click.get_current_context().exit(code)
 
 
 @contextmanager

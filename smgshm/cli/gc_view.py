@@ -20,6 +20,8 @@ from typing import IO, TYPE_CHECKING, Any
 from rich.text import Text
 
 from smgshm.cli.fmt import escape, lossless, quote_cmd, safe
+from smgshm.cli.jsonout import dumpb as _dumpb
+from smgshm.cli.jsonout import write_bytes
 from smgshm.core.units import binary_size, short_duration
 
 if TYPE_CHECKING:
@@ -40,18 +42,6 @@ def display(name: str) -> str:
     return name if name.isascii() and name.isprintable() and "\\" not in name else escape(name)
 
 
-try:  # orjson is ~10x the standard encoder; a 1M-entry listing spends most of its time here otherwise
-    import orjson
-
-    def _dumpb(obj: Any) -> bytes:
-        return orjson.dumps(obj)
-except ImportError:  # pragma: no cover - orjson is a dependency; keep working without it
-    import json
-
-    def _dumpb(obj: Any) -> bytes:
-        return json.dumps(obj, allow_nan=False).encode()
-
-
 def segment_docs(segs: list[SegmentInfo]) -> list[dict[str, Any]]:
     """The JSON objects of a batch of entries: one comprehension, no call per entry (a listing may
     have a million), display() and fmt.lossless inlined."""
@@ -60,8 +50,8 @@ def segment_docs(segs: list[SegmentInfo]) -> list[dict[str, Any]]:
         "name_hex": name.encode("utf-8", "surrogateescape").hex(), "kind": kind, "file_type": ftype,
         "nbytes": nbytes, "allocated_bytes": alloc, "age_s": age, "uid": uid, "producer_pid": pid,
         "producer_alive": alive, "holders": _holder_docs(held) if held else [], "state": state._value_,
-        "reason": reason, "ino": ino, "nlink": nlink,
-    } for name, kind, ftype, nbytes, alloc, age, uid, pid, alive, held, state, reason, ino, nlink, _ in segs
+        "reason": reason, "ino": ino, "nlink": nlink, "seen_s": seen_s,
+    } for name, kind, ftype, nbytes, alloc, age, uid, pid, alive, held, state, reason, ino, nlink, _, seen_s in segs
     ]  # fmt: skip
 
 
@@ -125,7 +115,7 @@ _HEADS: dict[tuple[str, str, int, str, int | None, bool | None], str] = {}
 
 
 def _row(s: SegmentInfo, state: str | None = None) -> str:
-    name, kind, _, _, alloc, age_s, _, pid, alive, _, st, _, _, _, _ = s
+    name, kind, _, _, alloc, age_s, _, pid, alive, _, st, _, _, _, _, _ = s
     age = _AGES.get(int(age_s)) or _age(age_s)
     # Everything before the name, made once per (state, kind, size, shown age, pid): a crowded
     # dir repeats a handful of them (this runs once per row of --all).
@@ -144,7 +134,7 @@ HEADER = f"{'STATE':<10}{'KIND':<14}{'SIZE':>10} {'AGE':>6} {'PID':>14}  NAME\n"
 
 def raw_row(s: SegmentInfo) -> str:
     """STATE KIND ALLOCATED_BYTES AGE_S PID NAME: one entry, single spaces, no header, nothing humanised."""
-    name, kind, _, _, alloc, age, _, pid, _, _, st, _, _, _, _ = s
+    name, kind, _, _, alloc, age, _, pid, _, _, st, _, _, _, _, _ = s
     if not (name.isascii() and name.isprintable() and "\\" not in name):  # display(), inline: once per row
         name = escape(name)
     if " " in name:
@@ -169,14 +159,7 @@ class JsonListing:
         self._write(_dumpb(head)[:-1] + b',"result":' + _dumpb(result)[:-1] + b',"segments":[')
 
     def _write(self, data: bytes) -> None:
-        # JSON is UTF-8 whatever the locale: bytes straight to the binary stream.
-        self.stream.flush()
-        buf = getattr(self.stream, "buffer", None)
-        if buf is None:  # pragma: no cover - a text-only stream (some embedders)
-            self.stream.write(data.decode())
-        else:
-            buf.write(data)
-            buf.flush()
+        write_bytes(data, self.stream)
 
     def _drain(self) -> None:
         if self.pending:
@@ -390,3 +373,20 @@ __all__ = [
     "HEADER", "HumanListing", "JsonListing", "Progress", "RawListing", "deletion_doc", "display", "gc_watch_line",
     "headline", "raw_row", "segment_doc", "segment_docs", "will_delete",
 ]  # fmt: skip
+
+
+def npd(after: Tally, deleted: int, untrusted: str, where: str = "") -> int:
+    """gc --check --npd's line and status (cli/npd.py): leaked or hazardous entries are a problem (1), entries
+    that cannot be judged (``untrusted``: why liveness is not trusted) Unknown (2), else OK (0)."""
+    from smgshm.cli.npd import NpdStatus, npd_emit
+
+    c, b = after.counts, after.bytes_by_state
+    gone = f", deleted {deleted}" if deleted else ""
+    at = f" ({where})" if where else ""
+    if c["leaked"] or c["hazard"]:
+        return npd_emit(NpdStatus.PROBLEM, f"gc: {c['leaked']} leaked ({_size(b['leaked'])}), {c['hazard']} hazard"
+                        f"{gone}{at}")  # fmt: skip
+    if c["unknown"]:
+        why = untrusted or "liveness undecided"
+        return npd_emit(NpdStatus.UNKNOWN, f"gc: {c['unknown']} unknown{gone}{at}: {why}")
+    return npd_emit(NpdStatus.OK, f"gc: ok, {sum(c.values())} SMG segment(s), none leaked{gone}{at}")

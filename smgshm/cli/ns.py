@@ -9,11 +9,12 @@ import click
 from smgshm.cli import ns_view as view
 from smgshm.cli.app import App
 from smgshm.cli.exitcodes import ExitCode
-from smgshm.cli.params import shm_dir_option
+from smgshm.cli.params import complete_pids, shm_dir_option
 
 
 @click.group(invoke_without_command=True)
-@click.option("--pid", type=int, help="Report the identity as process PID sees it (/proc/PID/root).")
+@click.option("--pid", type=int, shell_complete=complete_pids,
+              help="Report the identity as process PID sees it (/proc/PID/root).")  # fmt: skip
 @shm_dir_option
 @click.pass_context
 def ns(ctx: click.Context, pid: int | None, shm_dir: str) -> None:

@@ -1,12 +1,16 @@
-"""Shared option types: byte sizes (``64MiB``), durations (``250ms``) and http(s) URLs."""
+"""Shared option types: byte sizes (``64MiB``), durations (``250ms``), http(s) URLs; renamed options."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from smgshm.core.units import parse_duration, parse_size
+
+if TYPE_CHECKING:
+    from click.shell_completion import CompletionItem
 
 
 class BytesType(click.ParamType):
@@ -53,15 +57,66 @@ class HttpUrlType(click.ParamType):
         return str(value)
 
 
+class RenamedOption(click.Option):
+    """An option that still parses its former long names (``former=("--count",)``), shown nowhere:
+    not in help, man pages or completion, so nothing teaches them; scripts written before go on working."""
+
+    def __init__(self, *args: Any, former: tuple[str, ...] = (), **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.former = former
+
+    def add_to_parser(self, parser: Any, ctx: click.Context) -> None:
+        super().add_to_parser(parser, ctx)
+        parser.add_option(obj=self, opts=self.former, dest=self.name, action="store", nargs=self.nargs)
+
+
 BYTES = BytesType()
 DURATION = DurationType()
 HTTP_URL = HttpUrlType()
+
+# --- shell completion of values (smgshm completion SHELL) ---------------------------------------
+# A path option that is not a click.Path (whose checks would change its errors) still completes
+# paths: the "dir"/"file" items hand the work to the shell's own path completion.
+
+MAX_PID_COMPLETIONS = 5000  # a host's pids are read one /proc file each: bounded
+
+
+def complete_dirs(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+    from click.shell_completion import CompletionItem
+
+    return [CompletionItem(incomplete, type="dir")]
+
+
+def complete_files(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+    from click.shell_completion import CompletionItem
+
+    return [CompletionItem(incomplete, type="file")]
+
+
+def complete_pids(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+    """This pid namespace's live pids starting with ``incomplete``, each described by its process
+    name (escaped: a process names itself); a pid gone since the scan is left out."""
+    from click.shell_completion import CompletionItem
+
+    from smgshm.cli.fmt import escape
+    from smgshm.core.host.proc import comm, live_pids
+
+    out: list[CompletionItem] = []
+    for pid in sorted(p for p in live_pids() if str(p).startswith(incomplete)):
+        name = comm(pid)
+        if name:
+            out.append(CompletionItem(str(pid), help=escape(name)))
+        if len(out) >= MAX_PID_COMPLETIONS:
+            break
+    return out
+
 
 shm_dir_option = click.option(
     "--shm-dir",
     default="/dev/shm",  # noqa: S108 - SMG's own directory, not a scratch path
     show_default=True,
     envvar="SMGSHM_SHM_DIR",
+    shell_complete=complete_dirs,
     help="The shm directory (a container's is /proc/<pid>/root/dev/shm).",
 )
 
@@ -103,3 +158,15 @@ def metrics_listen(ctx: click.Context, param: click.Parameter, value: str | None
     except ValueError as err:
         raise click.BadParameter(f"{value!r} is not [HOST:]PORT: {err}") from None
     return host or "127.0.0.1", port
+
+
+def require_gateways(pids: Iterable[int]) -> None:
+    """``--gateway-pid`` names SMG gateways running here: a pid of no process, or of another
+    program, is a usage error (exit 2) naming it, not an unreachable endpoint (4)."""
+    from smgshm.cli.fmt import escape
+    from smgshm.core.gateway.running import not_a_gateway
+
+    for pid in pids:
+        why = not_a_gateway(pid)
+        if why is not None:
+            raise click.BadParameter(escape(why), param_hint="--gateway-pid")

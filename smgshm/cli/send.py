@@ -9,7 +9,7 @@ import click
 from smgshm.cli import send_view as view
 from smgshm.cli.app import App
 from smgshm.cli.exitcodes import ExitCode
-from smgshm.cli.params import BYTES, DURATION, shm_dir_option, worker_addresses
+from smgshm.cli.params import BYTES, DURATION, RenamedOption, shm_dir_option, worker_addresses
 from smgshm.cli.signals import stop_on_signals
 from smgshm.core.engines import DEFAULT, SHM_ENGINES
 from smgshm.core.units import binary_size
@@ -80,8 +80,9 @@ def _shape(text: str | None, size: int | None, dtype: str, tensors: int, concurr
     show_default=True,
     help="Tensors per request: pixel values plus model-specific ones.",
 )
-@click.option("-n", "--count", type=click.IntRange(1), default=1, show_default=True, help="Requests.")
-@click.option("--duration", type=DURATION, help="A soak: keep sending for this long instead of --count requests.")
+@click.option("-n", "--requests", "count", cls=RenamedOption, former=("--count",), type=click.IntRange(1), default=1,
+              show_default=True, help="Requests (formerly --count).")  # fmt: skip
+@click.option("--duration", type=DURATION, help="A soak: keep sending for this long instead of -n requests.")
 @click.option("-c", "--concurrency", type=click.IntRange(1, 64), default=1, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True, help="Tensors are reproducible from the seed.")
 @click.option("--shm-min-bytes", type=BYTES, default="64KiB", show_default=True)

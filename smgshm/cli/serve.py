@@ -11,7 +11,8 @@ import click
 
 from smgshm.cli import serve_view as view
 from smgshm.cli.app import App
-from smgshm.cli.params import BYTES, DURATION, listen_address, shm_dir_option
+from smgshm.cli.exitcodes import ExitCode
+from smgshm.cli.params import BYTES, DURATION, complete_dirs, complete_files, listen_address, shm_dir_option
 from smgshm.core.engines import DEFAULT, SERVED
 from smgshm.core.receiver.faults import FAULTS, MAX_FAULT_DELAY_S
 
@@ -56,12 +57,14 @@ PROCESS_ENTRY = False
 @click.option(
     "--model-dir",
     metavar="DIR",
+    shell_complete=complete_dirs,
     help="Serve this weight-less Qwen2-VL model directory (written when missing; pass the same DIR to "
     "`smg launch --model-path`), so a real gateway sends real image tensors in Generate.",
 )
 @click.option(
     "--log-receipts",
     metavar="FILE|-",
+    shell_complete=complete_files,
     help="Append one JSON line per Generate tensor receipt to FILE (- for stdout).",
 )
 @click.option(
@@ -107,9 +110,10 @@ def serve(
 
     It answers as a vLLM worker (or TokenSpeed/SGLang with --engine) for the RPCs
     SMG's gateway calls at registration, advertising this host's shm_namespace_id;
-    serves grpc.health.v1 and reflection; and serves smgshm's Diagnostics service,
-    which reads every tensor exactly as SMG's servicer does (refusing symlinks,
-    FIFOs and short segments without hanging) and returns a receipt per tensor.
+    serves grpc.health.v1 and reflection (v1 and v1alpha); and serves smgshm's
+    Diagnostics service, which reads every tensor exactly as SMG's servicer does
+    (refusing symlinks, FIFOs and short segments without hanging) and returns a
+    receipt per tensor.
     It binds loopback unless told otherwise and stops cleanly on SIGTERM/SIGINT.
 
     As a stand-in worker behind the real gateway (vLLM or TokenSpeed), it answers
@@ -135,6 +139,12 @@ def serve(
 
     if not 0 <= fault_delay <= MAX_FAULT_DELAY_S:
         raise click.BadParameter(f"at most {MAX_FAULT_DELAY_S:g}s", param_hint="--fault-delay")
+    stop, stdout_gone = threading.Event(), threading.Event()
+
+    def receipts_reader_left() -> None:
+        stdout_gone.set()
+        stop.set()
+
     cfg = ReceiverConfig(
         shm_dir=shm_dir,
         unlink_after_read=not keep_segments,
@@ -144,7 +154,7 @@ def serve(
         max_message_bytes=max_message_bytes,
         workers=workers,
         model_dir=model_dir,
-        on_receipt=view.receipt_logger(log_receipts) if log_receipts else None,
+        on_receipt=view.receipt_logger(log_receipts, receipts_reader_left) if log_receipts else None,
         fault=fault,
         fault_delay_s=fault_delay,
         any_name=any_name,
@@ -157,7 +167,6 @@ def serve(
     if connection_cap(soft) < MAX_CONNECTIONS:
         app.warn(f"only {soft} file descriptors (ulimit -n; hard limit {hard}): at most {connection_cap(soft)} "
                  "connections at once")  # fmt: skip
-    stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     running = start_receiver(cfg, listen)
@@ -182,7 +191,9 @@ def serve(
             app.warn(said)
     app.info("smgshm serve: stopping")
     running.stop(STOP_GRACE_S)
+    code = ExitCode.CLOSED_PIPE if stdout_gone.is_set() else ExitCode.OK  # the receipts' reader left
     if PROCESS_ENTRY:
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(0)
+        os._exit(code)
+    click.get_current_context().exit(code)

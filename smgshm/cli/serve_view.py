@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 import threading
 from collections.abc import Callable
@@ -11,6 +10,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from rich.text import Text
 
 from smgshm.cli.fmt import escape
+from smgshm.cli.jsonout import dumps
 from smgshm.core.errors import HostError
 
 if TYPE_CHECKING:
@@ -28,18 +28,33 @@ def serve_ready(app: App, info: dict[str, Any]) -> None:
         app.console.print(Text(f"  model {info['served_model_name']} from {escape(info['model_dir'])}"))
 
 
-def receipt_logger(target: str) -> Callable[[GenerateReceipt], None]:
-    """A thread-safe writer of one JSON line per receipt to ``target`` (a path, or - for stdout)."""
+def receipt_logger(target: str, on_stdout_gone: Callable[[], None]) -> Callable[[GenerateReceipt], None]:
+    """A thread-safe writer of one JSON line per receipt to ``target`` (a path, or - for stdout).
+
+    Written from the RPC threads: when stdout's reader has gone (``--log-receipts - | head``) the
+    lines are dropped from then on and ``on_stdout_gone`` is called once, for serve to stop and exit
+    141 as every command does; the request being served is not failed for it."""
+    from smgshm.cli.signals import stdout_closed
+
     try:
         out: TextIO = sys.stdout if target == "-" else open(target, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as serve
     except OSError as err:
         raise HostError(f"cannot open the receipts log: {err.strerror}", path=target) from err
     lock = threading.Lock()
+    gone = threading.Event()
 
     def write(r: GenerateReceipt) -> None:
-        line = json.dumps(r.to_json(), allow_nan=False, separators=(",", ":"))
+        line = dumps(r.to_json())
         with lock:
-            out.write(line + "\n")
-            out.flush()
+            if gone.is_set():
+                return
+            try:
+                out.write(line + "\n")
+                out.flush()
+            except BrokenPipeError:
+                if out is not sys.stdout or not stdout_closed():
+                    raise
+                gone.set()
+                on_stdout_gone()
 
     return write

@@ -1,4 +1,5 @@
-"""Stopping a long run cleanly on SIGINT, SIGTERM and SIGHUP: the run ends, its report is printed.
+"""Stopping a long run cleanly on SIGINT, SIGTERM and SIGHUP (the run ends, its report is printed),
+and ending quietly when the reader of stdout or stderr has gone (``| head``).
 
 Python's default Ctrl-C raises KeyboardInterrupt wherever the main thread is, while the
 worker threads go on sending; SIGTERM (``timeout``, systemd, kubectl) and SIGHUP kill the
@@ -8,13 +9,16 @@ core polls; the command then reports what it did and exits 128 + the signal's nu
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import FrameType
-from typing import Any
+from typing import Any, TextIO
 
 from smgshm.cli.exitcodes import ExitCode
 
@@ -61,3 +65,88 @@ def stop_on_signals() -> Iterator[Stop]:
     finally:
         for sig, prev in old.items():
             signal.signal(sig, prev)
+
+
+# -- a closed stdout or stderr -------------------------------------------------------------------
+# `smgshm gc --all | head -1`: the reader leaves and the next write fails with EPIPE (Python ignores
+# SIGPIPE, so the process is not killed). Left alone, rich exits 1 (the documented "operation
+# failed") and Python prints a traceback at exit. The rule, for every command:
+#   - stdout's reader gone: the run unwinds (its finally blocks clean up, as for Ctrl-C) and exits
+#     141, what a shell reports for `cat | head` (128 + SIGPIPE), without a word;
+#   - stderr's reader gone: progress, warnings and errors are dropped from then on, and the run
+#     goes on to its own exit code (stdout and the code still carry the result).
+
+
+def _broken(fd: int) -> bool:
+    """Whether ``fd`` is a pipe or socket whose reader has gone (poll: POLLERR/POLLHUP, never blocks)."""
+    import select
+
+    poll = select.poll()
+    poll.register(fd, select.POLLOUT)
+    return any(ev & (select.POLLERR | select.POLLHUP) and not ev & select.POLLNVAL for _, ev in poll.poll(0))
+
+
+def _to_devnull(fd: int) -> None:
+    """Point ``fd`` at /dev/null: whatever is still buffered for it, and any later write, goes nowhere."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, fd)
+    finally:
+        os.close(null)
+
+
+def stdout_closed() -> bool:
+    """After an EPIPE: was it stdout's? Then stdout (and stderr, if it is gone too) now lead to
+    /dev/null. False when the broken pipe was another's (a socket, a child's pipe): a fault to report."""
+    if not _broken(1):
+        return False
+    for fd in (1, 2):
+        if fd == 1 or _broken(fd):
+            _to_devnull(fd)
+    return True
+
+
+class QuietStderr:
+    """``sys.stderr`` that, once its reader has gone, drops what is written instead of raising:
+    a closed stderr never changes a run's outcome. Everything else is the wrapped stream's."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._gone()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._gone()
+
+    def _gone(self) -> None:
+        _to_devnull(self._stream.fileno())
+        with contextlib.suppress(OSError):  # what was buffered now goes to /dev/null
+            self._stream.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def standard_streams() -> None:
+    """Before a real run: fds 0, 1 and 2 open (a closed one reads or writes /dev/null, so no file
+    smgshm opens later can become fd 2 and receive stray error output), and stderr quiet when closed."""
+    while True:
+        fd = os.open(os.devnull, os.O_RDWR)
+        if fd > 2:
+            os.close(fd)
+            break
+    if sys.stdin is None:
+        sys.stdin = open(os.devnull)  # noqa: SIM115 - the process's stdin, open until exit
+    if sys.stdout is None:
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - as stdin
+    if sys.stderr is None:
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - as stdin
+    sys.stderr = QuietStderr(sys.stderr)  # type: ignore[assignment]

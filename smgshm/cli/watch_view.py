@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import sys
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -12,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from smgshm.cli.fmt import cause_fix, escape, fix_line, kv_table, lossless, safe
-from smgshm.cli.jsonout import SCHEMA_VERSION, plain
+from smgshm.cli.jsonout import SCHEMA_VERSION, plain, write_line
 from smgshm.core.units import binary_rate, binary_size, short_duration
 
 if TYPE_CHECKING:
@@ -177,8 +175,7 @@ def summary_report(app: App, s: WatchSummary) -> None:
 
 
 def _line(record: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(record, allow_nan=False) + "\n")
-    sys.stdout.flush()
+    write_line(record)
 
 
 def name_fields(name: str) -> dict[str, str]:

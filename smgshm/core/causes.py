@@ -56,6 +56,7 @@ class Cause(enum.Enum):
     PD_DECODE_NAMESPACE = "pd_decode_namespace"
     SEGMENTS_STRANDED = "segments_stranded"
     SEGMENTS_LEAKED = "segments_leaked"
+    PREFLIGHT_TIMEOUT = "preflight_timeout"
 
 
 @dataclass(frozen=True)
@@ -212,6 +213,11 @@ CATALOGUE: dict[Cause, Entry] = {
     Cause.SEGMENTS_LEAKED: Entry(
         "segments whose producer is dead and that no process holds: nothing will read or remove them",
         "remove them: smgshm gc --delete",
+    ),
+    Cause.PREFLIGHT_TIMEOUT: Entry(
+        "preflight did not finish its checks within --timeout: nothing is known, so the gateway must not start",
+        "rerun with a longer --timeout; look for a process stuck in D state (its /proc reads block) or a crowded "
+        "shm dir (smgshm gc)",
     ),
 }
 

@@ -35,7 +35,7 @@ class GatewayRates:
     shm_write_failures: int = 0
     shm_write_failures_per_s: float = 0.0
     shm_byte_share: float | None = None  # of all tensor bytes, the share through SHM; None without traffic
-    inline_avg_bytes: float | None = None
+    inline_avg_bytes: int | None = None  # mean size of the tensors sent inline, rounded down; None: none went
     eligible_inline: bool = False  # SHM-eligible tensors went inline (see the module docstring)
     verdict: str = ""  # one plain sentence; "" when there is nothing to say
     cause_info: Found | None = None  # the verdict's cause from the catalogue, with its fix (None: no verdict)
@@ -56,7 +56,8 @@ def gateway_rates(before: MetricsSnapshot, after: MetricsSnapshot, interval_s: f
     tensors = {k: v for k, v in d.tensors.items() if v}
     nbytes = {k: v for k, v in d.nbytes.items() if v}
     inline_n, inline_b = tensors.get("inline", 0), nbytes.get("inline", 0)
-    avg = inline_b / inline_n if inline_n else None
+    # Rounded down: bytes are integers in JSON, and floor(avg) >= an integer threshold iff avg >= it.
+    avg = inline_b // inline_n if inline_n else None
     eligible = avg is not None and avg >= shm_min_bytes
     share = d.shm_byte_share if sum(nbytes.values()) else None
     verdict = _verdict(tensors, d.shm_write_failures, avg, shm_min_bytes)

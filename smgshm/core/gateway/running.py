@@ -286,6 +286,29 @@ def gateway_pids(proc: str = "/proc") -> list[int]:
     return sorted(out)
 
 
+def not_a_gateway(pid: int, proc: str = "/proc") -> str | None:
+    """Why ``pid`` names no SMG gateway here, in a sentence that names it; None when it is one.
+
+    For an argument a person typed (``--gateway-pid``): the caller makes it a usage error. The
+    process's name is a stranger's string (anyone may title a process): the caller escapes it.
+    """
+    if not os.path.isdir(f"{proc}/{pid}"):
+        return f"no process has pid {pid} (in this pid namespace)"
+    if not _is_gateway(proc, pid):
+        try:
+            comm = _read(f"{proc}/{pid}/comm").strip()
+        except OSError:
+            return f"no process has pid {pid} (in this pid namespace)"  # it ended just now
+        return f"pid {pid} ({comm}) is not an SMG gateway (process title {GATEWAY_TITLE})"
+    try:
+        state = _status(proc, pid).get("State", "")
+    except OSError:
+        state = "X"
+    if state[:1] in ("Z", "X"):
+        return f"SMG gateway pid {pid} has exited"
+    return None
+
+
 def find_gateways(proc: str = "/proc", timeout_s: float = 2.0, probe: bool = True,
                   pids: Iterable[int] | None = None) -> list[GatewayProcess]:  # fmt: skip
     """Every live ``smg::router`` process visible in ``proc`` (only those of ``pids`` when given), each

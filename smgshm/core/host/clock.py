@@ -11,6 +11,10 @@ was stepped since a given moment cannot be read. What a forward step does leave 
 made at a moment known to come after boot time ``b`` reads, with today's offset, as if made before
 ``b``, by as much as the clock was stepped forward since, less however long after ``b`` it was made.
 A trace is a lower bound of a step, never the whole of it (``step_shown``).
+
+The boot clock itself (``boot_clock_ns``) cannot be stepped: it is what gc proves with (a sighting
+of a segment, segments/sightings.py, against a process's start), and ``boot_clock_id`` says which
+boot clock a stored time was read on.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from typing import NamedTuple
 
 from smgshm.core.host.mounts import mount_of, read_mounts
 from smgshm.core.host.proc import statx
+from smgshm.core.paths import BOOT_ID_PATH
 
 # Filesystems that cannot outlive a boot: whatever is stamped on them was stamped after it.
 BOOT_BOUND_FS = frozenset({"tmpfs", "ramfs"})
@@ -45,6 +50,25 @@ def boot_offset() -> float:
         b1 = time.clock_gettime_ns(time.CLOCK_BOOTTIME)
         reads.append((b1 - b0, real - (b0 + b1) // 2))
     return min(reads)[1] / 1e9
+
+
+def boot_clock_ns() -> int:
+    """CLOCK_BOOTTIME now, in ns: the clock /proc/P/stat's starttime counts on, which nothing steps."""
+    return time.clock_gettime_ns(time.CLOCK_BOOTTIME)
+
+
+def boot_clock_id() -> str | None:
+    """Which boot clock ``boot_clock_ns`` reads: this boot's id and this process's time namespace (whose
+    offsets shift it); None when either cannot be read. Times read under another id mean nothing here."""
+    try:
+        with open(BOOT_ID_PATH, "rb") as f:
+            boot = f.read(64).strip()
+        timens = os.readlink("/proc/self/ns/time")
+    except OSError:
+        return None
+    if not boot or not all(c in b"0123456789abcdef-" for c in boot):
+        return None
+    return f"{boot.decode()}/{timens.removeprefix('time:').strip('[]')}"
 
 
 def step_shown(stamp: float | None, after_boot_s: float, offset: float) -> float:
@@ -100,5 +124,5 @@ def read_wall_clock(shm_dir: str, dev: int | None) -> WallClock:
     return WallClock(offset, dir_step_shown(shm_dir, dev, offset))
 
 
-__all__ = ["BOOT_BOUND_FS", "WallClock", "birth_time", "boot_offset", "dir_step_shown", "read_wall_clock",
-           "stamp", "step_shown"]  # fmt: skip
+__all__ = ["BOOT_BOUND_FS", "WallClock", "birth_time", "boot_clock_id", "boot_clock_ns", "boot_offset",
+           "dir_step_shown", "read_wall_clock", "stamp", "step_shown"]  # fmt: skip

@@ -389,6 +389,48 @@ def judge_trust(shm_dir: str, pids: Iterable[int] | None = None) -> Trust:
             "gc runs in a container's pid namespace: a producer in another namespace sharing this "
             "filesystem would look dead (pass --assume-dead if this namespace is the only writer)"
         ))  # fmt: skip
+    return _walk_trust(shm_dir, dev, mine, pids)
+
+
+def judge_visible_trust(shm_dir: str, pids: Iterable[int] | None = None) -> Trust:
+    """``judge_trust``'s walk over the processes this one can see, from any pid namespace: in a
+    container's it sees its own namespace and those nested in it, never a sibling's (another
+    container's). Trusted then means only "no process this one can see, in another pid namespace,
+    reaches the filesystem"; whoever calls it must know (or be told) that nothing unseen does."""
+    shm_dir = os.path.abspath(shm_dir)
+    try:
+        mine = os.readlink("/proc/self/ns/pid")
+        dev = os.stat(shm_dir).st_dev
+    except OSError as err:
+        return Trust(False, f"cannot read this process's pid namespace or shm dir: {err.strerror}")
+    return _walk_trust(shm_dir, dev, mine, pids)
+
+
+def first_user(shm_dir: str, pids: Iterable[int]) -> tuple[int, str] | None:
+    """The first of ``pids`` that reaches the filesystem of ``shm_dir`` in any way ``_Walk.reaches``
+    knows (a mount, a cwd or root, an open fd, a mapped file), whatever its pid namespace, as (pid,
+    how); a process whose /proc entries cannot be read counts as one (doubt is no proof of absence).
+    None: none of them does."""
+    try:
+        dev = os.stat(shm_dir).st_dev
+        walk = _Walk(dev, os.readlink("/proc/self/ns/pid"))
+    except OSError as err:
+        return 0, f"this process's pid namespace or the shm dir cannot be read: {err.strerror}"
+    for pid in pids:
+        try:
+            via = walk.reaches(pid)
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        except OSError as err:
+            return pid, f"its /proc entries cannot be read ({err.strerror})"
+        if via is not None:
+            return pid, f"mounts it at {via[1]}" if via[0] == "mount" else f"reaches it through {via[1]}"
+    return None
+
+
+def _walk_trust(shm_dir: str, dev: int, mine: str, pids: Iterable[int] | None) -> Trust:
+    """The walk of ``judge_trust`` over ``pids`` (default: every process visible), relative to the pid
+    namespace ``mine``."""
     m = re.match(r"/proc/(\d+)/root(/|$)", shm_dir)
     if m:  # another process's view of its shm dir: its names carry that process's pids
         try:
@@ -444,4 +486,4 @@ def judge_trust(shm_dir: str, pids: Iterable[int] | None = None) -> Trust:
     return Trust(True, note, frozenset(doubt))
 
 
-__all__ = ["INIT_PID_NS", "Trust", "judge_trust"]
+__all__ = ["INIT_PID_NS", "Trust", "first_user", "judge_trust", "judge_visible_trust"]

@@ -1,7 +1,7 @@
 """smgshm's Diagnostics servicer and the grpc.aio server that hosts every service of ``serve``.
 
 The server answers as a vLLM, TokenSpeed or SGLang worker (``engines``), serves
-``grpc.health.v1``, reflection and smgshm's own Diagnostics service. It runs on an
+``grpc.health.v1``, reflection (v1 and v1alpha) and smgshm's own Diagnostics service. It runs on an
 asyncio loop in a thread of its own, so ``start_receiver`` returns at once and works
 from plain (non-async) callers; blocking reads run in a bounded reader pool. A client
 whose request never arrives holds no thread, so it cannot starve others nor the
@@ -31,6 +31,7 @@ from smgshm.core.receiver.modeldir import ensure_model_dir
 from smgshm.core.receiver.reader import Receipt, ReceiverConfig, ReceiverState, receive
 from smgshm.core.receiver.receipts import MAX_PER_CALL, ReceiptRing, receipt_as
 from smgshm.core.receiver.receipts import to_proto as receipt_proto
+from smgshm.core.receiver.reflection import enable_reflection
 from smgshm.core.transport.address import grpc_host_port
 from smgshm.core.transport.protowire import parse_excised, resolve
 from smgshm.core.transport.wire import Layout
@@ -231,7 +232,6 @@ def bind_failure(address: str) -> str:
 async def _build(cfg: ReceiverConfig, state: ReceiverState, executor: Executor, address: str) -> tuple[Any, int, str]:
     from grpc_health.v1 import _async as health_async
     from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-    from grpc_reflection.v1alpha import reflection
 
     opts = [
         ("grpc.max_receive_message_length", cfg.max_message_bytes),
@@ -256,9 +256,7 @@ async def _build(cfg: ReceiverConfig, state: ReceiverState, executor: Executor, 
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     for name in ("", engine_name, DIAG_SERVICE):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    reflection.enable_server_reflection(
-        [engine_name, DIAG_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME], server
-    )
+    enable_reflection([engine_name, DIAG_SERVICE, health.SERVICE_NAME], server)
     try:
         port = server.add_insecure_port(address)
     except RuntimeError as err:

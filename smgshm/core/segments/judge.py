@@ -2,11 +2,17 @@
 
 Liveness is judged like omnigent#7495 does it, not like SMG's own sweep: a producer pid
 is alive only if a process with that pid exists *and* started before the segment was
-written (a younger one means the pid was reused: ``reuse_bounds``, which also says when a
-step of the wall clock leaves it undecided); and a pid verdict is trusted only when
+written (a younger one means the pid was reused); and a pid verdict is trusted only when
 no other pid namespace can reach this filesystem (core/host/pidtrust.py), since there a live
 producer's pid means nothing to us. Holders are found by inode (core/host/holders.py).
 The listing that feeds it is segments/scan.py's.
+
+The rule for a producer pid that a process holds, which is the one place the clocks matter:
+a verdict gc deletes on (leaked, stale) is never drawn from the wall clock, which can be
+stepped. Pid reuse is proven only when that process started, on the boot clock, after smgshm
+first saw the segment (segments/sightings.py); staleness only when smgshm first saw the segment
+at least --stale-after ago. Where the wall clock alone says reused or stale (``reuse_bounds``), the
+entry is unknown, with a reason that says so, and kept: a step can fake either.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from smgshm.core.names import (
     unmatched_kind,
 )
 from smgshm.core.paths import DEFAULT_SHM_DIR
+from smgshm.core.segments.sightings import Sightings
 
 
 class State(enum.Enum):
@@ -65,6 +72,9 @@ class SegmentInfo(NamedTuple):
     ino: int = 0
     nlink: int = 1  # > 1: unlinking this name frees nothing while the other links remain
     dev: int = 0
+    # How long smgshm has seen it, on the boot clock (0.0: first seen now); None where no producer
+    # process is there to need it. What proves stale, and what --min-age reads for a stale one.
+    seen_s: float | None = None
 
     @property
     def frees_bytes(self) -> int:
@@ -111,13 +121,22 @@ def _start_time(pid: int) -> float | None:
     return int(fields[19]) / os.sysconf("SC_CLK_TCK")
 
 
-def reuse_bounds(pid: int, wall: WallClock) -> tuple[float, float] | None:
-    """The rule for "pid ``pid`` was reused", as two bounds on a segment's time (the later of its
-    name's nanoseconds and its mtime, on the wall clock as it reads now), ``(alive_from,
-    reused_before)``: a segment written at or after ``alive_from`` may be the live process's own; one
-    written before ``reused_before`` was written before the process now holding the pid started, so
-    its producer is dead; in between the clock cannot tell (unknown: never deleted). None when no
-    process has the pid.
+class Bounds(NamedTuple):
+    """``reuse_bounds``' answer for one pid a process holds."""
+
+    alive_from: float  # wall clock: a segment written at or after it may be the process's own
+    reused_before: float  # wall clock: one written before it predates the process, unless the clock was stepped
+    started_ns: int  # the process's start on the boot clock, rounded down; -1: unreadable (it may be any age)
+
+
+def reuse_bounds(pid: int, wall: WallClock) -> Bounds | None:
+    """What the wall clock says of "pid ``pid`` was reused", as two bounds on a segment's time (the
+    later of its name's nanoseconds and its mtime, on the wall clock as it reads now): a segment
+    written at or after ``alive_from`` may be the live process's own; one written before
+    ``reused_before`` reads as written before the process now holding the pid started; in between
+    even that reading is undecided. None when no process has the pid. ``started_ns``, the start on
+    the boot clock, is what the judge proves reuse with, against a sighting: the wall clock's
+    verdicts are never enough to delete on (see the module's docstring).
 
     What it proves. The process's start is exact on the boot clock (/proc/P/stat) and is put on the
     wall clock with the offset read at the scan (``wall.offset``); a segment's time was put there by
@@ -131,14 +150,15 @@ def reuse_bounds(pid: int, wall: WallClock) -> tuple[float, float] | None:
 
     What it does not prove. Linux keeps no history of steps (host/clock.py), so a forward step that
     left no trace goes unseen: one smaller than the shm dir's age at the time, taken before anything
-    looked at the process (or, for a segment written more than 1 s before that look, after it).
+    looked at the process (or, for a segment written more than 1 s before that look, after it). So
+    "written before reused_before" means "reused, unless the clock was stepped": a reason, never a proof.
     """
     started = _start_time(pid)
     if started is None or started == -math.inf:
-        return None if started is None else (-math.inf, -math.inf)  # unreadable: every segment may be its own
+        return None if started is None else Bounds(-math.inf, -math.inf, -1)  # unreadable: any segment may be its own
     alive_from = started + wall.offset - CLOCK_SLACK_S
     shown = max(wall.dir_step, clock.step_shown(clock.stamp(f"/proc/{pid}"), started, wall.offset))
-    return alive_from, alive_from - shown
+    return Bounds(alive_from, alive_from - shown, int(started * 1e9) - 1000)  # 1 µs: float rounding, downward
 
 
 _new = tuple.__new__
@@ -177,9 +197,12 @@ class Judge:
     """
 
     def __init__(
-        self, opts: ScanOptions, trust: Trust, holders: dict[tuple[int, int], list[Holder]], dir_dev: int | None = None
-    ) -> None:
+        self, opts: ScanOptions, trust: Trust, holders: dict[tuple[int, int], list[Holder]], dir_dev: int | None = None,
+        sightings: Sightings | None = None,
+    ) -> None:  # fmt: skip
         self.opts, self.trust, self.holders = opts, trust, holders
+        # What earlier scans saw (read once; a scan saves what it adds): the proofs of reuse and staleness.
+        self.sightings = sightings if sightings is not None else Sightings(opts.shm_dir, dir_dev)
         self.dir_dev = dir_dev  # the shm dir's device: an entry on another one is a mount point
         # and one bound from this very filesystem, here or in another mount namespace (name -> which)
         self.mounted = mount_points(opts.shm_dir)
@@ -192,6 +215,7 @@ class Judge:
             ino: tuple(hs) for (d, ino), hs in holders.items() if d == dir_dev
         }  # fmt: skip
         self.now = time.time()
+        self.boot_now = clock.boot_clock_ns()  # the sightings' clock, read once: their ages are at least this old
 
     def __call__(self, name: str, st: os.stat_result) -> SegmentInfo:
         """The judgement of one entry already lstat'ed: ``each``'s own code, for one."""
@@ -207,7 +231,9 @@ class Judge:
         Python call costs as much as a third of the lstat."""
         now, dir_dev, holders, held_here, mounted = self.now, self.dir_dev, self.holders, self.held_here, self.mounted
         starts, said, fullmatch, by_group, pid_limit = self.starts, self.said, match_name, MATCH_GROUPS, PID_LIMIT
-        wall = self.wall
+        boot_now, sights = self.boot_now, self.sightings
+        index, s_uids, s_ctimes, keep, new = sights.index, sights.uids, sights.ctimes, sights.keep, sights.new
+        keep_append, new_append = keep.append, new.append
         judge_pid = not self.opts.assume_dead
         trusted, doubt, stale_after = self.trust.trusted, self.trust.doubt_uids, self.opts.stale_after_s
         if tally is not None:  # Tally.add, inline: a call per entry is a tenth of this loop
@@ -234,6 +260,15 @@ class Judge:
             dev, ino, nlink, mtime, mode, uid = st.st_dev, st.st_ino, st.st_nlink, st.st_mtime, st.st_mode, st.st_uid
             ftype = "regular" if mode & _IFMT == _IFREG else _TYPES.get(mode & _IFMT, "other")
             age = now - mtime
+            # Its sighting (a row of the store): every regular entry with a pid is recorded, the leaked too.
+            row, seen_s = None, None
+            if pid is not None and ftype == "regular" and dev == dir_dev:
+                row = index.get(ino) if index else None
+                if row is not None and s_ctimes[row] == st.st_ctime_ns and s_uids[row] == uid:
+                    keep_append(row)
+                else:  # first seen now, or the inode is another entry's now (another owner, a rename, a write)
+                    row = None
+                    new_append((ino, uid, st.st_ctime_ns, name))
             if dev == dir_dev:
                 held = held_here.get(ino, ()) if held_here else ()
             else:
@@ -243,31 +278,50 @@ class Judge:
             ):  # fmt: skip
                 state, reason, alive = self._not_by_pid(name, dev, kind, ftype, held)
             else:  # a regular file on this filesystem nobody holds, with a producer pid: the pid decides
-                bounds = starts[pid] if pid in starts else starts.setdefault(pid, reuse_bounds(pid, wall))
+                bounds = starts[pid] if pid in starts else starts.setdefault(pid, self.bounds(pid))
+                proven = False  # reuse proven on the boot clock
                 if bounds is None:
                     alive = False  # no process has that pid: whenever the segment was written
                 else:
                     # The later of the name's time and mtime: a forged or skewed name can only make gc keep more.
                     nanos = int(m[t]) if t else 0  # type: ignore[index]
                     written = mtime if not nanos or nanos / 1e9 < mtime else nanos / 1e9
-                    # Written before the process holding the pid started: reused; near it, the clock decides.
+                    # By the wall clock: written before the process holding the pid started, or near it.
                     alive = True if written >= bounds[0] else False if written < bounds[1] else None
+                    sight = None if row is None else sights.first_seen(row, name)  # boot clock, ns
+                    if row is not None and sight is None:  # the same inode and ctime, another name: another entry
+                        keep.pop()
+                        new_append((ino, uid, st.st_ctime_ns, name))
+                    seen_s = 0.0 if sight is None else (boot_now - sight) / 1e9
+                    # The producer existed before its segment: a process that started after smgshm saw it is not it.
+                    proven = sight is not None and bounds[2] > sight
+                    if proven:
+                        alive = False
+                    elif alive is False:
+                        alive = None  # reused by the wall clock only: a step can fake it
                 if judge_pid and not trusted:
                     state, reason, alive = State.UNKNOWN, "producer liveness cannot be trusted here", alive or None
                 elif judge_pid and uid in doubt:
                     state, reason = State.UNKNOWN, f"the pid namespaces of uid {uid}'s processes cannot be read"
                     alive = alive or None
                 elif alive is None:
-                    state, reason = State.UNKNOWN, said.get(("clock", pid, ""))
-                    if reason is None:
-                        reason = self._clock_reason(pid, bounds)  # type: ignore[arg-type]
+                    state, reason = State.UNKNOWN, self._clock_reason(pid, bounds, written)  # type: ignore[arg-type]
                 elif not alive:
-                    # Each sentence is made once per pid: a crowded dir repeats a handful of pids.
-                    state, reason = State.LEAKED, said.get(("dead" if bounds is None else "reused", pid, kind))
-                    if reason is None:
-                        reason = self._dead_reason(kind, pid, bounds is None)
+                    if proven:
+                        state, reason = State.LEAKED, self._reused_reason(kind, pid, bounds, sight)  # type: ignore[arg-type]
+                    else:  # Each sentence is made once per pid: a crowded dir repeats a handful of pids.
+                        state, reason = State.LEAKED, said.get(("dead", pid, kind))
+                        if reason is None:
+                            reason = self._dead_reason(kind, pid)
+                elif seen_s is not None and seen_s >= stale_after:
+                    state = State.STALE
+                    reason = f"producer pid {pid} lives, but smgshm has seen the segment for {seen_s:.0f} s"
                 elif age >= stale_after:
-                    state, reason = State.STALE, f"producer pid {pid} lives, but the segment is {age:.0f} s old"
+                    state, reason = State.UNKNOWN, (
+                        f"producer pid {pid} lives; the segment is {age:.0f} s old by the wall clock, which can be "
+                        f"stepped, but smgshm first saw it only {seen_s:.0f} s ago: stale, and reapable, once seen "
+                        f"for {stale_after:.0f} s"
+                    )  # fmt: skip
                 else:
                     state, reason = State.IN_FLIGHT, said.get(("young", pid, ""))
                     if reason is None:
@@ -277,7 +331,7 @@ class Judge:
             # tuple.__new__: the NamedTuple's own __new__ is a Python function, a third of the cost again.
             nbytes = st.st_blocks * 512
             seg = _new(SegmentInfo, (name, kind, ftype, st.st_size, nbytes, age if age > 0.0 else 0.0,
-                                     uid, pid, alive, held, state, reason, ino, nlink, dev))  # fmt: skip
+                                     uid, pid, alive, held, state, reason, ino, nlink, dev, seen_s))  # fmt: skip
             if tally is not None:
                 sv = state._value_
                 t_counts[sv] += 1
@@ -292,20 +346,46 @@ class Judge:
             if progress and not seen & 1023:
                 progress(seen)
 
-    def _dead_reason(self, kind: str, pid: int, gone: bool) -> str:
-        why = "no process has that pid" if gone else "its pid now belongs to a younger process (reused)"
-        note = f"; a gateway with pid {pid} will find /dev/shm unwritable and stay inline" \
-            if kind == "gateway_probe" else ""  # fmt: skip
-        reason = f"producer pid {pid} is dead: {why}{note}"
-        self.said["dead" if gone else "reused", pid, kind] = reason
+    def bounds(self, pid: int) -> Bounds | None:
+        """``reuse_bounds`` of the producer pid a name carries, asked once per pid: here the pid is one
+        of this pid namespace; a judge of another namespace's names (core/node) translates it first."""
+        return reuse_bounds(pid, self.wall)
+
+    @staticmethod
+    def _probe_note(kind: str, pid: int) -> str:
+        if kind != "gateway_probe":
+            return ""
+        return f"; a gateway with pid {pid} will find /dev/shm unwritable and stay inline"
+
+    def _dead_reason(self, kind: str, pid: int) -> str:
+        reason = f"producer pid {pid} is dead: no process has that pid{self._probe_note(kind, pid)}"
+        self.said["dead", pid, kind] = reason
         return reason
 
-    def _clock_reason(self, pid: int, bounds: tuple[float, float]) -> str:
-        stepped = bounds[0] - bounds[1]
-        reason = self.said["clock", pid, ""] = (
-            f"producer pid {pid} lives or was reused: the segment's time is before its process started, but by "
-            f"less than the wall clock has been stepped forward since ({stepped:.0f} s) plus {CLOCK_SLACK_S:.0f} s"
-        )
+    def _reused_reason(self, kind: str, pid: int, bounds: Bounds, sight: int) -> str:
+        after = (bounds.started_ns - sight) / 1e9
+        return (f"producer pid {pid} is dead: its pid now belongs to a process that started {after:.0f} s (boot "
+                f"clock) after smgshm first saw this segment (reused){self._probe_note(kind, pid)}")  # fmt: skip
+
+    def _clock_reason(self, pid: int, bounds: Bounds, written: float) -> str:
+        """Why a segment the wall clock alone calls older than its pid's process is kept. One sentence
+        per pid and band: the wall clock's margin (steps shown) or beyond it."""
+        beyond = written < bounds.reused_before
+        reason = self.said.get(("clock" if beyond else "band", pid, ""))
+        if reason is not None:
+            return reason
+        if beyond:
+            why = (f"pid {pid} is held by a process that started after this segment's time by the wall clock: "
+                   "reused unless the clock was stepped")  # fmt: skip
+        else:
+            stepped = bounds.alive_from - bounds.reused_before
+            why = (f"producer pid {pid} lives or was reused: the segment's time is before its process started, but "
+                   f"by less than the wall clock has been stepped forward since ({stepped:.0f} s) plus "
+                   f"{CLOCK_SLACK_S:.0f} s")  # fmt: skip
+        reason = self.said["clock" if beyond else "band", pid, ""] = (
+            f"{why}; kept, as smgshm first saw the segment only after that process started: never deleted on the "
+            "wall clock; reaped once no process has the pid, or one that started after a scan saw the segment"
+        )  # fmt: skip
         return reason
 
     def _not_by_pid(
@@ -364,4 +444,4 @@ class Tally:
             self.reclaimable_bytes -= n if seg.nlink <= 1 else 0
 
 
-__all__ = ["CLOCK_SLACK_S", "Judge", "ScanOptions", "SegmentInfo", "State", "Tally", "reuse_bounds"]
+__all__ = ["CLOCK_SLACK_S", "Bounds", "Judge", "ScanOptions", "SegmentInfo", "State", "Tally", "reuse_bounds"]

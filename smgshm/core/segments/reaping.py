@@ -36,6 +36,14 @@ from smgshm.core.segments.scan import Deletion, Scan
 RENAME_NOREPLACE = 1  # linux/fs.h
 BATCH = 1024  # entries set aside per holder walk: bounds both the walk count and the aside window
 
+# Why a chosen entry was left, as a class (Deletion.kept): the rule's three, then what the checks
+# after the rename found. Only SET_ASIDE_FAILED is a failure to do what was asked; the others are
+# gc keeping its promise (the textfile's ``last_run_success`` says so).
+TOO_YOUNG, OTHER_USER, NOT_SMG_NAME = "too_young", "other_user", "not_smg_name"
+ALREADY_GONE, SET_ASIDE_FAILED = "already_gone", "set_aside_failed"
+REPLACED, OPENED, MOUNTED = "replaced_since_scan", "opened_since_scan", "mounted_since_scan"
+KEPT_REASONS = (TOO_YOUNG, OTHER_USER, NOT_SMG_NAME, ALREADY_GONE, SET_ASIDE_FAILED, REPLACED, OPENED, MOUNTED)
+
 
 def _renameat2(dfd: int, src: str, dst: str) -> None:
     libc = ctypes.CDLL(None, use_errno=True)
@@ -45,14 +53,21 @@ def _renameat2(dfd: int, src: str, dst: str) -> None:
         raise OSError(code, os.strerror(code), src)
 
 
-def keep_reason(seg: SegmentInfo, *, uid: int, all_users: bool, min_age_s: float) -> str | None:
-    """Why a chosen segment is kept before anything is tried; None: it may be deleted."""
+def keep_reason(seg: SegmentInfo, *, uid: int, all_users: bool, min_age_s: float) -> tuple[str, str] | None:
+    """Why a chosen segment is kept before anything is tried, (class, sentence); None: it may be deleted.
+
+    --min-age reads the wall-clock age (mtime) of a leaked segment, whose producer is proven dead: a
+    step of the clock only reaps it a little sooner or later, which is harmless. A stale one's
+    producer lives, so its age is the boot clock's, how long smgshm has seen it (segments/sightings.py)."""
     if not in_family(seg.name):
-        return "not an SMG name"
-    if seg.age_s < min_age_s:
-        return f"younger than --min-age ({seg.age_s:.0f} s < {min_age_s:.0f} s)"
+        return NOT_SMG_NAME, "not an SMG name"
+    if seg.state is State.STALE and seg.seen_s is not None:
+        if seg.seen_s < min_age_s:
+            return TOO_YOUNG, f"seen for less than --min-age ({seg.seen_s:.0f} s < {min_age_s:.0f} s, boot clock)"
+    elif seg.age_s < min_age_s:
+        return TOO_YOUNG, f"younger than --min-age ({seg.age_s:.0f} s < {min_age_s:.0f} s)"
     if seg.uid != uid and not (uid == 0 and all_users):
-        return f"owned by uid {seg.uid} (root with --all-users may delete other users' segments)"
+        return OTHER_USER, f"owned by uid {seg.uid} (root with --all-users may delete other users' segments)"
     return None
 
 
@@ -91,7 +106,8 @@ def reap(
                         aside.pop()
                         gone = err.errno == errno.ENOENT
                         why = "already gone" if gone else f"cannot set it aside atomically: {err.strerror}"
-                        results.append(Deletion(seg.name, seg.allocated_bytes, False, why, seg.ino))
+                        kept = ALREADY_GONE if gone else SET_ASIDE_FAILED
+                        results.append(Deletion(seg.name, seg.allocated_bytes, False, why, seg.ino, kept=kept))
                 # After the rename a holder's fd link shows the private name; with every file single-link
                 # the walk may pick fds by those names (a hard link needs the full walk).
                 single = all(_links(dfd, p) == 1 for _, p in aside)  # now, not at the scan: a link may be new
@@ -130,15 +146,16 @@ def _finish(
     fd = os.open(private, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
     try:
         st = os.fstat(fd)
+        kept = REPLACED
         if not stat.S_ISREG(st.st_mode):
             problem = "replaced since the scan by something that is not a regular file"
         elif (st.st_dev, st.st_ino) != (dev, seg.ino):
             problem = "replaced since the scan by another file (another inode)"
         elif (st.st_dev, st.st_ino) in held:
-            problem = "opened or mapped since the scan"
+            problem, kept = "opened or mapped since the scan", OPENED
         elif private in mounted:
             where = f" in another mount namespace ({mounted[private]})" if mounted[private] else ""
-            problem = f"mounted on since the scan{where}"
+            problem, kept = f"mounted on since the scan{where}", MOUNTED
         else:
             problem = ""
         if problem:
@@ -146,13 +163,13 @@ def _finish(
                 _renameat2(dfd, private, seg.name)
             except OSError as err:
                 problem += f"; left as {private}: putting it back failed ({err.strerror})"
-            return Deletion(seg.name, seg.allocated_bytes, False, problem, seg.ino)
+            return Deletion(seg.name, seg.allocated_bytes, False, problem, seg.ino, kept=kept)
         os.unlink(private, dir_fd=dfd)
         after = os.fstat(fd).st_nlink
         if after != st.st_nlink - 1:  # only a swap of the private name itself can do this
             why = (f"an entry swapped in under the private name {private} after the check was unlinked instead; "
                    "the judged inode is still there")
-            return Deletion(seg.name, seg.allocated_bytes, False, why, seg.ino)
+            return Deletion(seg.name, seg.allocated_bytes, False, why, seg.ino, kept=REPLACED)
         if after == 0:
             return Deletion(seg.name, seg.allocated_bytes, True, seg.reason, seg.ino, st.st_blocks * 512)
         why = f"{seg.reason}; freed nothing: {after} other link(s) keep its data"
@@ -204,7 +221,7 @@ def choose(
         if want(seg):
             why = keep_reason(seg, uid=rule.uid, all_users=rule.all_users, min_age_s=rule.min_age_s)
             if why:
-                refused.append(Deletion(seg.name, seg.allocated_bytes, False, why, seg.ino))
+                refused.append(Deletion(seg.name, seg.allocated_bytes, False, why[1], seg.ino, kept=why[0]))
             else:
                 chosen.append(seg)
                 rows[seg.ino] = row
@@ -247,4 +264,5 @@ def reap_choice(scan: Scan, choice: Choice, on_action: Callable[[Deletion], None
     return ReapReport(deleted, before, after, used, free, done_rows)
 
 
-__all__ = ["BATCH", "Choice", "ReapReport", "ReapRule", "choose", "keep_reason", "reap", "reap_choice", "reapable"]
+__all__ = ["BATCH", "KEPT_REASONS", "Choice", "ReapReport", "ReapRule", "choose", "keep_reason", "reap", "reap_choice",
+           "reapable"]

@@ -1,7 +1,8 @@
 """One streaming pass over the shm dir: the listing gc, doctor and watch read, and its report.
 
-``Scan`` opens the dir, decides trust and indexes holders once, then judges one entry at a time
-(``judge.Judge``) and keeps only tallies, so memory does not grow with the dir.
+``Scan`` opens the dir, decides trust, indexes holders and reads the sightings once, then judges one
+entry at a time (``judge.Judge``) and keeps only tallies, so memory does not grow with the dir. A
+whole listing ends by storing what it saw (segments/sightings.py), the next scan's proofs.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ from dataclasses import dataclass, field, replace
 
 from smgshm.core.errors import HostError
 from smgshm.core.host.holders import holder_index
-from smgshm.core.host.pidtrust import judge_trust
+from smgshm.core.host.pidtrust import Trust, judge_trust
 from smgshm.core.segments.judge import Judge, ScanOptions, SegmentInfo, Tally
+from smgshm.core.segments.sightings import Sightings
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,7 @@ class Deletion:
     reason: str
     ino: int = 0
     freed_bytes: int = 0  # 0 when another link keeps the data, or nothing was unlinked
+    kept: str = ""  # why it was left, as a class (reaping.KEPT_REASONS: a metric's label); "" when deleted
 
 
 @dataclass(frozen=True)
@@ -80,9 +83,14 @@ class Scan:
         self.dev = st.st_dev
         self.shm_total_bytes = vfs.f_blocks * vfs.f_frsize
         self.shm_free_bytes = vfs.f_bavail * vfs.f_frsize
-        self.trust = judge_trust(opts.shm_dir)
-        self.judge = Judge(opts, self.trust, holder_index(self.dev), self.dev)
+        self.sightings = Sightings(opts.shm_dir, self.dev)
+        self.trust, self.judge = self.make_judge()
         self.tally = Tally()
+
+    def make_judge(self) -> tuple[Trust, Judge]:
+        """Whether pids can be trusted here and the judge of each entry (core/node judges by a pod's pid namespace)."""
+        trust = judge_trust(self.opts.shm_dir)
+        return trust, Judge(self.opts, trust, holder_index(self.dev), self.dev, self.sightings)
 
     def usage_now(self) -> tuple[int, int]:
         """(used, free) bytes of the shm dir's filesystem read again now (after a --delete, say);
@@ -114,6 +122,8 @@ class Scan:
             yield from self.judge.each(self._dir, self.tally, self.progress)
         finally:
             self.close()
+        # Only a whole listing may drop the sightings of what it did not see: a partial one keeps the store.
+        self.sightings.save()
 
     def report(self, segments: list[SegmentInfo]) -> GcReport:
         t = self.tally
@@ -153,7 +163,6 @@ def judge_entry(shm_dir: str, name: str, opts: ScanOptions | None = None) -> Seg
         raise _host_error(err, shm_dir) from err
     one = [name] if st.st_nlink == 1 else None  # a single link: holders can be picked by name first
     return Judge(opts, judge_trust(shm_dir), holder_index(st.st_dev, names=one), dir_dev)(name, st)
-
 
 
 __all__ = ["Deletion", "GcReport", "Scan", "judge_entry", "scan_segments"]

@@ -2,13 +2,17 @@
 
 A collector, not live Counter objects: the figures are copied from the session under
 its lock at scrape time, so following 10,000 segments a second costs the exporter
-nothing between scrapes. Counters are the run's totals; gauges are the last interval.
+nothing between scrapes. Counters are the run's totals, every label value there at 0 from
+the first scrape (``rate()`` and ``increase()`` need the 0 to see the first burst); gauges
+are the last interval. Rates are left to ``rate()``: no gauge repeats one of a counter here.
+``METRICS`` is the exposition's catalogue; README's metrics table is checked against it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import math
 import socket
 import threading
 import time
@@ -16,10 +20,45 @@ from collections.abc import Iterator
 from typing import Any
 
 from smgshm.core.errors import TransportError
+from smgshm.core.names import KINDS
 from smgshm.core.watch.figures import FLIGHT_BUCKETS_S
+from smgshm.core.watch.life import ENDS
 from smgshm.core.watch.session import WatchSession
 
 PREFIX = "smgshm_watch_"
+# When a family is in the exposition.
+ALWAYS, AFTER_INTERVAL, AFTER_TRAFFIC = "always", "after the first interval", "with --metrics, after gateway traffic"
+# The interval's quantiles of time in flight; 1 is its maximum.
+QUANTILES = ("0.5", "0.9", "0.99", "1")
+
+# name (as exposed) -> (type, labels besides shm_dir, when it is there, help)
+METRICS: dict[str, tuple[str, tuple[str, ...], str, str]] = {
+    "segments_created_total": ("counter", ("kind",), ALWAYS, "Segments whose creation watch saw, by producer kind"),
+    "created_bytes_total": ("counter", ("kind",), ALWAYS,
+                            "Bytes of the created segments whose size was known, by producer kind"),
+    "segments_ended_total": ("counter", ("kind", "end"), ALWAYS,
+                             "Segments unlinked, by producer kind and how they ended"),
+    "ended_bytes_total": ("counter", ("kind", "end"), ALWAYS,
+                          "Bytes of the unlinked segments whose size was known, by producer kind and how they ended"),
+    "time_in_flight_seconds": ("histogram", ("le",), ALWAYS, "Creation to unlink of the segments a reader consumed"),
+    "interval_time_in_flight_seconds": ("summary", ("quantile",), ALWAYS,
+                                        "Creation to unlink of the segments a reader consumed: quantiles over the "
+                                        "last interval (1 is its maximum, NaN when none ended), count and sum over "
+                                        "the run"),
+    "overflows_total": ("counter", (), ALWAYS, "inotify queue overflows (each followed by a rescan)"),
+    "dir_gone_total": ("counter", (), ALWAYS, "Times the shm dir was deleted, moved, unmounted or mounted over"),
+    "untracked_total": ("counter", (), ALWAYS, "Segments not followed because too many were in flight"),
+    "orphans_seen_total": ("counter", (), ALWAYS, "Segments that stayed in flight past --orphan-after"),
+    "in_flight_segments": ("gauge", (), AFTER_INTERVAL, "Segments in flight at the end of the last interval"),
+    "in_flight_bytes": ("gauge", (), AFTER_INTERVAL, "Known bytes in flight at the end of the last interval"),
+    "orphan_segments": ("gauge", (), AFTER_INTERVAL, "Segments in flight past --orphan-after (last interval)"),
+    "orphan_bytes": ("gauge", (), AFTER_INTERVAL, "Known bytes of the segments in flight past --orphan-after"),
+    "gateway_shm_byte_ratio": ("gauge", (), AFTER_TRAFFIC,
+                                "Ratio of the gateway's tensor bytes that went through SHM (last interval with "
+                                "tensors)"),
+    "gateway_eligible_inline": ("gauge", (), AFTER_TRAFFIC,
+                                "1 when SHM-eligible tensors went inline (last interval with tensors), else 0"),
+}  # fmt: skip
 
 
 class _Collector:
@@ -27,79 +66,64 @@ class _Collector:
         self.session = session
 
     def collect(self) -> Iterator[Any]:
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
         fig = self.session.exported()
         shm_dir = self.session.opts.shm_dir
 
-        def counter(name: str, doc: str, labels: tuple[str, ...] = ()) -> Any:
-            return CounterMetricFamily(PREFIX + name, doc, labels=("shm_dir", *labels))
+        def family(name: str) -> Any:
+            kind, labels, _, doc = METRICS[name]
+            labels = ("shm_dir", *(x for x in labels if x not in ("le", "quantile")))
+            if kind == "counter":  # prometheus_client adds the _total back
+                return CounterMetricFamily(PREFIX + name.removesuffix("_total"), doc, labels=labels)
+            if kind == "histogram":
+                return HistogramMetricFamily(PREFIX + name, doc, labels=labels)
+            if kind == "summary":
+                return Metric(PREFIX + name, doc, "summary")
+            return GaugeMetricFamily(PREFIX + name, doc, labels=labels)
 
-        def gauge(name: str, doc: str, labels: tuple[str, ...] = ()) -> Any:
-            return GaugeMetricFamily(PREFIX + name, doc, labels=("shm_dir", *labels))
-
-        created = counter("segments_created", "Segments whose creation watch saw, by producer kind", ("kind",))
-        for kind, n in sorted(fig["created_by_kind"].items()):
-            created.add_metric([shm_dir, kind], n)
-        yield created
-        yield _one(counter("bytes_created", "Bytes of the created segments whose size was known"), shm_dir,
-                   fig["created_bytes"])  # fmt: skip
-        ended = counter("segments_ended", "Segments unlinked, by producer kind and how they ended", ("kind", "end"))
-        for (kind, end), n in sorted(fig["ends"].items()):
-            ended.add_metric([shm_dir, kind, end], n)
-        yield ended
-        ended_bytes = counter("bytes_ended", "Bytes of unlinked segments (known sizes), by how they ended", ("end",))
-        for end, n in sorted(fig["end_bytes"].items()):
-            ended_bytes.add_metric([shm_dir, end], n)
-        yield ended_bytes
-        doc = "Creation to unlink of the segments a reader consumed"
-        hist = HistogramMetricFamily(PREFIX + "time_in_flight_seconds", doc, labels=("shm_dir",))
+        by_kind = (("segments_created_total", fig["created_by_kind"]), ("created_bytes_total",
+                   fig["created_bytes_by_kind"]))  # fmt: skip
+        for name, values in by_kind:
+            fam = family(name)
+            for kind in KINDS:
+                fam.add_metric([shm_dir, kind], values.get(kind, 0))
+            yield fam
+        for name, values in (("segments_ended_total", fig["ends"]), ("ended_bytes_total", fig["end_bytes"])):
+            fam = family(name)
+            for kind in KINDS:
+                for end in ENDS:
+                    fam.add_metric([shm_dir, kind, end], values.get((kind, end), 0))
+            yield fam
+        hist = family("time_in_flight_seconds")
         cum, buckets = 0, []
         for bound, n in zip((*FLIGHT_BUCKETS_S, float("inf")), fig["buckets"], strict=True):
             cum += n
             buckets.append(("+Inf" if bound == float("inf") else repr(bound), cum))
         hist.add_metric([shm_dir], buckets, fig["flight_sum_s"])
         yield hist
-        for name, doc, key in (
-            ("overflows", "inotify queue overflows (each followed by a rescan)", "overflows"),
-            ("dir_gone", "Times the shm dir was deleted, moved, unmounted or mounted over", "dir_gone"),
-            ("untracked", "Segments not followed because too many were in flight", "untracked"),
-            ("orphans_seen", "Segments that stayed in flight past --orphan-after", "orphans_seen"),
-        ):
-            yield _one(counter(name, doc), shm_dir, fig[key])
+        # A summary, as Prometheus has it for quantiles the client computes over a window of its
+        # own: the window is the interval; count and sum are the run's, as the histogram's.
         last = fig["last"]
+        summary = family("interval_time_in_flight_seconds")
+        f = last.flight if last is not None else None
+        for q, ms in zip(QUANTILES, (f.p50_ms, f.p90_ms, f.p99_ms, f.max_ms) if f else (None,) * 4, strict=True):
+            summary.add_sample(summary.name, {"shm_dir": shm_dir, "quantile": q}, math.nan if ms is None else ms / 1e3)
+        summary.add_sample(summary.name + "_count", {"shm_dir": shm_dir}, cum)
+        summary.add_sample(summary.name + "_sum", {"shm_dir": shm_dir}, fig["flight_sum_s"])
+        yield summary
+        for name in ("overflows_total", "dir_gone_total", "untracked_total", "orphans_seen_total"):
+            yield _one(family(name), shm_dir, fig[name.removesuffix("_total")])
         if last is None:
             return
-        for name, doc, value in (
-            ("in_flight_segments", "Segments in flight at the end of the last interval", last.in_flight),
-            ("in_flight_bytes", "Known bytes in flight at the end of the last interval", last.in_flight_bytes),
-            ("orphans", "Segments in flight past --orphan-after", last.orphans),
-            ("orphan_bytes", "Known bytes of those", last.orphan_bytes),
-            ("created_per_second", "Segments created per second over the last interval", last.created_per_s),
-            ("consumed_per_second", "Segments consumed per second over the last interval", last.consumed_per_s),
-            ("consumed_bytes_per_second", "Bytes consumed per second over the last interval",
-             last.consumed_bytes_per_s),
-        ):  # fmt: skip
-            yield _one(gauge(name, doc), shm_dir, value)
-        q = gauge("interval_time_in_flight_seconds", "Time in flight over the last interval", ("quantile",))
-        for label, v in (("0.5", last.flight.p50_ms), ("0.9", last.flight.p90_ms), ("0.99", last.flight.p99_ms),
-                         ("1", last.flight.max_ms)):  # fmt: skip
-            if v is not None:
-                q.add_metric([shm_dir, label], v / 1e3)
-        yield q
+        for name, value in (("in_flight_segments", last.in_flight), ("in_flight_bytes", last.in_flight_bytes),
+                            ("orphan_segments", last.orphans), ("orphan_bytes", last.orphan_bytes)):  # fmt: skip
+            yield _one(family(name), shm_dir, value)
         gw = fig["last_traffic"]  # the last interval that carried tensors: idle ones keep the verdict
         if gw is not None:
-            share = gauge("gateway_shm_byte_share", "Share of the gateway's tensor bytes through SHM (last traffic)")
             if gw.shm_byte_share is not None:
-                share.add_metric([shm_dir], gw.shm_byte_share)
-            yield share
-            yield _one(gauge("gateway_eligible_inline", "1 when SHM-eligible tensors went inline (last traffic)"),
-                       shm_dir, 1.0 if gw.eligible_inline else 0.0)  # fmt: skip
-            rates = gauge("gateway_tensor_bytes_per_second", "The gateway's tensor bytes per second by path (last "
-                          "traffic)", ("path",))  # fmt: skip
-            for path, v in sorted(gw.bytes_per_s.items()):
-                rates.add_metric([shm_dir, path], v)
-            yield rates
+                yield _one(family("gateway_shm_byte_ratio"), shm_dir, gw.shm_byte_share)
+            yield _one(family("gateway_eligible_inline"), shm_dir, 1.0 if gw.eligible_inline else 0.0)
 
 
 def _one(family: Any, shm_dir: str, value: float) -> Any:
@@ -230,4 +254,4 @@ class WatchExporter:
         self._thread.join(timeout=5)
 
 
-__all__ = ["WatchExporter"]
+__all__ = ["AFTER_INTERVAL", "AFTER_TRAFFIC", "ALWAYS", "METRICS", "PREFIX", "QUANTILES", "WatchExporter"]

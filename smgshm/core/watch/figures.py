@@ -134,7 +134,7 @@ class Totals:
 
     def __init__(self) -> None:
         self.ends: dict[tuple[str, str], int] = {}  # (kind, end) -> lives
-        self.end_bytes: dict[str, int] = {}  # end -> bytes (known sizes)
+        self.end_bytes: dict[tuple[str, str], int] = {}  # (kind, end) -> bytes (known sizes)
         self.flight = StreamingQuantiles()
         self.buckets = [0] * (len(FLIGHT_BUCKETS_S) + 1)
         self.flight_sum_s = 0.0
@@ -145,7 +145,7 @@ class Totals:
             key = (life.kind, end)
             self.ends[key] = self.ends.get(key, 0) + 1
             if life.nbytes:
-                self.end_bytes[end] = self.end_bytes.get(end, 0) + life.nbytes
+                self.end_bytes[key] = self.end_bytes.get(key, 0) + life.nbytes
             if end == CONSUMED and life.observed:
                 self.flight.add(life.in_flight_ns)
                 interval_q.add(life.in_flight_ns)
@@ -155,6 +155,9 @@ class Totals:
 
     def count(self, end: str) -> int:
         return sum(n for (_, e), n in self.ends.items() if e == end)
+
+    def bytes_ended(self, end: str) -> int:
+        return sum(n for (_, e), n in self.end_bytes.items() if e == end)
 
 
 __all__ = ["FLIGHT_BUCKETS_S", "FlightTimes", "IntervalStats", "Orphan", "Totals", "WatchOptions", "WatchSummary",

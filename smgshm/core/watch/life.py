@@ -40,6 +40,7 @@ from smgshm.core.watch.events import (
 )
 
 CONSUMED, CLEANED, UNKNOWN = "consumed", "cleaned", "unknown"
+ENDS = (CONSUMED, CLEANED, UNKNOWN)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +103,7 @@ class SegmentTracker:
         self.created_by_kind: dict[str, int] = {}  # the same, per producer kind (parse_name)
         self.listed = 0  # lives found by a listing (at start, after an overflow or a re-watch)
         self.created_bytes = 0  # sizes of seen creations, once known (at close-after-write)
+        self.created_bytes_by_kind: dict[str, int] = {}  # the same, per producer kind
         self.in_flight_bytes = 0  # known sizes of the lives in flight
         self._live: dict[str, _Live] = {}
         self._listed: set[str] | None = None  # names seen by the listing in progress
@@ -161,6 +163,7 @@ class SegmentTracker:
                 if lv is not None and e.nbytes is not None:
                     if lv.nbytes is None and lv.observed:
                         self.created_bytes += e.nbytes
+                        self.created_bytes_by_kind[lv.kind] = self.created_bytes_by_kind.get(lv.kind, 0) + e.nbytes
                     self._resize(lv, e.nbytes)
             elif kind == REMOVED:
                 lv = self._pop(e.name)
@@ -251,4 +254,4 @@ class SegmentTracker:
         return lv.life(e.t_ns, e.t_ns, CONSUMED if lv.reads or lv.ro_closes else CLEANED, "")
 
 
-__all__ = ["CLEANED", "CONSUMED", "UNKNOWN", "SegmentLife", "SegmentTracker"]
+__all__ = ["CLEANED", "CONSUMED", "ENDS", "UNKNOWN", "SegmentLife", "SegmentTracker"]

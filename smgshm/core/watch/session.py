@@ -132,7 +132,7 @@ class WatchSession:
     def _report(self, q: StreamingQuantiles) -> IntervalStats:
         t, tr, w = self.totals, self.tracker, self.watcher
         consumed, cleaned, unknown = t.count("consumed"), t.count("cleaned"), t.count("unknown")
-        cur = (tr.created, tr.created_bytes, consumed, t.end_bytes.get("consumed", 0), cleaned, unknown,
+        cur = (tr.created, tr.created_bytes, consumed, t.bytes_ended("consumed"), cleaned, unknown,
                w.overflows, w.dir_gone, w.events_read)  # fmt: skip
         d = [a - b for a, b in zip(cur, self._prev, strict=True)]
         self._prev = cur
@@ -199,7 +199,7 @@ class WatchSession:
             shm_dir=self.opts.shm_dir, prefix=self.opts.prefix, started_unix_s=self.started_unix_s,
             duration_s=round(time.monotonic() - self._t0, 3), intervals=self._seq,
             created=tr.created, created_bytes=tr.created_bytes, listed=tr.listed,
-            consumed=t.count("consumed"), consumed_bytes=t.end_bytes.get("consumed", 0),
+            consumed=t.count("consumed"), consumed_bytes=t.bytes_ended("consumed"),
             cleaned=t.count("cleaned"), unknown=t.count("unknown"), ends_by_kind=ends, flight=flight_times(t.flight),
             in_flight=len(tr), in_flight_bytes=tr.in_flight_bytes, orphans_seen=self.orphan_judge.seen,
             orphans=last.orphans if last else 0, orphan_list=last.orphan_list if last else [],
@@ -218,7 +218,7 @@ class WatchSession:
                 "flight_sum_s": self.totals.flight_sum_s,
                 "created": self.tracker.created,
                 "created_by_kind": dict(self.tracker.created_by_kind),
-                "created_bytes": self.tracker.created_bytes,
+                "created_bytes_by_kind": dict(self.tracker.created_bytes_by_kind),
                 "overflows": self.watcher.overflows,
                 "dir_gone": self.watcher.dir_gone,
                 "untracked": self.tracker.untracked,

@@ -1,0 +1,219 @@
+"""``smgshm gc --node``: every pod's /dev/shm on this node, a block per tmpfs, judged in its pod's pid namespaces.
+
+The listing, the choice of what to reap and the reaping are gc's (segments/reaping.py), run per
+tmpfs; only the judge differs (core/node). Pod names, volume names and paths come from the node's
+filesystem, so they are shown escaped like segment names.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from rich.text import Text
+
+from smgshm.cli import gc_view
+from smgshm.cli.exitcodes import ExitCode
+from smgshm.cli.fmt import escape, lossless, quote_cmd, safe
+from smgshm.core.units import binary_size
+
+if TYPE_CHECKING:
+    from smgshm.cli.app import App
+    from smgshm.core.node.scan import Tmpfs, TmpfsScan
+    from smgshm.core.segments.judge import ScanOptions, SegmentInfo
+    from smgshm.core.segments.reaping import Choice, ReapReport, ReapRule
+
+_KIND = {"empty_dir": "emptyDir", "sandbox_shm": "sandbox shm", "host": "host /dev/shm"}
+
+
+@dataclass
+class Block:
+    """One tmpfs's scan, what the rule chose there, and (after reaping) what was done."""
+
+    scan: TmpfsScan
+    segments: list[SegmentInfo] = field(default_factory=list)
+    choice: Choice | None = None
+    done: ReapReport | None = None
+
+
+def run(app: App, root: str, opts: ScanOptions, rule: ReapRule | None, *, yes: bool, check: bool,
+        all_rows: bool, raw: bool, npd: bool = False) -> int:  # fmt: skip
+    """Look at the node, list and judge each tmpfs, ask once, reap per tmpfs, then show it all."""
+    import click
+
+    from smgshm.core.node.scan import TmpfsScan, look
+    from smgshm.core.segments import reaping
+
+    for stream in (sys.stdout, sys.stderr):  # any locale: what it cannot encode comes out escaped
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
+    node = look(root)
+    blocks: list[Block] = []
+    for tmpfs in node.tmpfs:
+        block = Block(TmpfsScan(tmpfs, opts))
+        block.choice = reaping.choose(block.scan, rule, lambda seg, _row, b=block: b.segments.append(seg))
+        blocks.append(block)
+    chosen = [seg for b in blocks for seg in b.choice.chosen]  # type: ignore[union-attr]
+    if chosen:
+        ask = not yes and sys.stdin.isatty() and not app.json
+        if ask or not (app.json or app.quiet):
+            gc_view.will_delete(app, chosen, all_rows)
+        if ask:
+            click.confirm(f"delete these {len(chosen)} segment(s)?", abort=True, err=True)
+    for b in blocks:
+        b.done = reaping.reap_choice(b.scan, b.choice)  # type: ignore[arg-type]
+    bad = sum(b.done.leaked_or_hazard for b in blocks)  # type: ignore[union-attr]
+    code = ExitCode.CHECK_FAILED if check and bad else ExitCode.OK
+    if npd:  # NPD's one line over every tmpfs (gc_view.npd's rules)
+        from smgshm.core.segments.judge import Tally
+
+        after = Tally()
+        for b in blocks:
+            for k, n in b.done.after.counts.items():  # type: ignore[union-attr]
+                after.counts[k] += n
+                after.bytes_by_state[k] += b.done.after.bytes_by_state[k]  # type: ignore[union-attr]
+        gone = sum(d.deleted for b in blocks for d in b.done.deleted)  # type: ignore[union-attr]
+        untrusted = [b for b in blocks if not b.scan.tmpfs.trust.trusted]
+        note = f"{len(untrusted)} of {len(blocks)} tmpfs not judged by pid" if untrusted else ""
+        return gc_view.npd(after, gone, note, where=f"node, {len(blocks)} tmpfs")
+    if app.json:
+        app.emit_rendered({"node_root": gc_view.display(node.root), "pods_known": node.pods_known,
+                           "tmpfs": [_doc(b) for b in blocks], **_totals(blocks)}, code)  # fmt: skip
+    elif raw:
+        out = gc_view.Out()
+        for b in blocks:
+            head = f"{_field(_pod(b.scan.tmpfs))} {_field(_volume(b.scan.tmpfs))} "
+            for seg in b.segments:
+                out.write(head + gc_view.raw_row(seg))
+        out.flush()
+    else:
+        _human(app, node.root, blocks, check, code == ExitCode.OK, all_rows)
+    return code
+
+
+def _pod(t: Tmpfs) -> str:
+    if t.pod is not None:
+        return f"{t.pod.namespace}/{t.pod.name}"
+    return t.pod_uid or "-"
+
+
+def _volume(t: Tmpfs) -> str:
+    p = t.place
+    return p.kind if p.volume is None else f"{p.kind}:{p.volume}"
+
+
+def _field(text: str) -> str:
+    """One awk field: escaped, spaces too."""
+    return escape(text).replace(" ", "\\x20")
+
+
+def _totals(blocks: list[Block]) -> dict[str, Any]:
+    counts: dict[str, int] = {}
+    remaining: dict[str, int] = {}
+    for b in blocks:
+        for k, n in b.done.before.counts.items():  # type: ignore[union-attr]
+            counts[k] = counts.get(k, 0) + n
+        for k, n in b.done.after.counts.items():  # type: ignore[union-attr]
+            remaining[k] = remaining.get(k, 0) + n
+    return {"counts": counts, "remaining_counts": remaining}
+
+
+def _doc(b: Block) -> dict[str, Any]:
+    t, scan, done = b.scan.tmpfs, b.scan, b.done
+    if done is None:  # reaped (or not) before anything is shown
+        raise RuntimeError("a block shown before it was reaped")
+    pod = t.pod
+    return {
+        "kind": t.place.kind, "path": gc_view.display(t.place.path), "path_hex": lossless(t.place.path),
+        "volume": None if t.place.volume is None else gc_view.display(t.place.volume),
+        "pod_uid": None if t.pod_uid is None else gc_view.display(t.pod_uid),
+        "namespace": None if pod is None else gc_view.display(pod.namespace),
+        "pod": None if pod is None else gc_view.display(pod.name),
+        "shm_total_bytes": scan.shm_total_bytes, "shm_used_bytes": scan.shm_total_bytes - scan.shm_free_bytes,
+        "shm_free_bytes": scan.shm_free_bytes, "hidden_bytes": t.hidden.nbytes, "hidden_files": t.hidden.files,
+        "hidden_complete": t.hidden.complete, "processes": len(t.users),
+        "pid_namespaces": [s.ns for s in t.spaces], "liveness_trusted": t.trust.trusted,
+        "liveness_note": t.trust.note, "counts": done.before.counts, "bytes_by_state": done.before.bytes_by_state,
+        "counts_by_kind": done.before.counts_by_kind, "bytes_by_kind": done.before.bytes_by_kind,
+        "reclaimable_bytes": done.before.reclaimable_bytes,
+        "other_families": [{"family": gc_view.display(f), "count": n, "nbytes": scan.others.nbytes[f]}
+                           for f, n in sorted(scan.others.counts.items())],
+        "segments": gc_view.segment_docs(b.segments), "deleted": [gc_view.deletion_doc(d) for d in done.deleted],
+        "remaining_counts": done.after.counts, "remaining_bytes_by_state": done.after.bytes_by_state,
+        "remaining_shm_used_bytes": done.used_bytes, "remaining_shm_free_bytes": done.free_bytes,
+        "scan_ms": float(scan.scan_ms),
+    }  # fmt: skip
+
+
+def headline(root: str, blocks: list[Block], check: bool, ok: bool) -> str:
+    """The first line; it agrees with the exit code."""
+    after = _totals(blocks)["remaining_counts"]
+    states = ", ".join(f"{n} {k}" for k, n in after.items() if n) or "none"
+    gone = sum(d.deleted for b in blocks for d in b.done.deleted)  # type: ignore[union-attr]
+    text = f"node {gc_view.display(root)}: {len(blocks)} tmpfs, {sum(after.values())} SMG segment(s): {states}"
+    if gone:
+        text = f"deleted {gone}; " + text
+    if check:
+        text = ("check passed: " if ok else "check failed: ") + text
+    return text
+
+
+def _human(app: App, root: str, blocks: list[Block], check: bool, ok: bool, all_rows: bool) -> None:
+    after = _totals(blocks)["remaining_counts"]
+    style = "bold red" if not ok or after.get("leaked") or after.get("hazard") else "bold green"
+    app.console.print(Text(headline(root, blocks, check, ok), style=style))
+    out = gc_view.Out()
+    for b in blocks:
+        app.console.file.flush()
+        out.write("\n" + "".join(_block_lines(b, all_rows)))
+        out.flush()
+    leaked = sum(b.done.after.counts["leaked"] for b in blocks)  # type: ignore[union-attr]
+    if leaked and not any(b.done.deleted for b in blocks) and not app.quiet:  # type: ignore[union-attr]
+        argv = ["smgshm", "gc", "--node", "--node-root", root, "--delete"]
+        app.err_console.print(Text("hint: ", style="cyan") + safe("reap them with: " + quote_cmd(argv)))
+
+
+def _block_lines(b: Block, all_rows: bool) -> list[str]:
+    t, scan, done = b.scan.tmpfs, b.scan, b.done
+    if done is None:
+        raise RuntimeError("a block shown before it was reaped")
+    who = "pod -" if t.pod_uid is None else f"pod {escape(_pod(t))} (uid {escape(t.pod_uid)})"
+    what = _KIND[t.place.kind] + ("" if t.place.volume is None else f" {escape(t.place.volume)}")
+    hidden = f"hidden {binary_size(t.hidden.nbytes)}"
+    if t.hidden.files:
+        hidden += f" ({t.hidden.files} unlinked file(s) still mapped)"
+    if not t.hidden.complete:
+        hidden += " (at least: a process's maps was too long to read whole)"
+    lines = [
+        f"{who}, {what}: {escape(t.place.path)}\n",
+        f"  size {binary_size(scan.shm_total_bytes)}, used {binary_size(done.used_bytes)}, {hidden}\n",
+        f"  liveness: {escape(t.trust.note)}\n",
+    ]
+    states = ", ".join(f"{k} {n} ({binary_size(done.after.bytes_by_state[k])})"
+                       for k, n in done.after.counts.items() if n)  # fmt: skip
+    freed = [d for d in done.deleted if d.deleted]
+    if freed:
+        states += f"{', ' if states else ''}deleted {len(freed)} ({binary_size(sum(d.freed_bytes for d in freed))})"
+    lines.append(f"  SMG segments: {states or 'none'}\n")
+    fams = ", ".join(f"{escape(f)} {n} ({binary_size(scan.others.nbytes[f])})"
+                     for f, n in sorted(scan.others.counts.items()))  # fmt: skip
+    lines.append(f"  other families: {fams or 'none'}\n")
+    rows = b.segments if all_rows or len(b.segments) <= gc_view.NOTABLE else \
+        [s for s in b.segments if s.state.value != "in_flight"][: gc_view.NOTABLE]  # fmt: skip
+    if rows:
+        gone = {d.ino for d in freed}
+        lines.append("  " + gc_view.HEADER)
+        for seg in rows:
+            was = "deleted" if seg.ino in gone and seg.state.value in ("leaked", "stale") else None
+            lines.append("  " + gc_view._row(seg, was))  # gc's own row: one format for both views
+            lines.append(f"  {'':10}why: {escape(seg.reason)}\n")
+        if len(rows) < len(b.segments):
+            lines.append(f"  ... {len(b.segments) - len(rows)} more (--all lists every entry)\n")
+    for d in done.deleted:
+        if not d.deleted:
+            lines.append(f"  kept {gc_view.display(d.name)}: {escape(d.reason)}\n")
+    return lines
+
+
+__all__ = ["headline", "run"]

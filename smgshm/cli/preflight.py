@@ -1,0 +1,129 @@
+"""``smgshm preflight``: before SMG's gateway starts, reclaim its previous incarnation's segments and
+check that it may start; as a wrapper, then become the gateway (exec: same pid)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import sys
+import time
+
+import click
+
+from smgshm.cli import preflight_view as view
+from smgshm.cli.app import App
+from smgshm.cli.exitcodes import ExitCode
+from smgshm.cli.params import BYTES, DURATION, shm_dir_option
+
+
+@click.command(context_settings={"allow_interspersed_args": False})
+@click.option("--init-container", is_flag=True, help="Run as the pod's init container: no SMG process of the pod "
+              "runs yet, so every SMG name in its tmpfs is a previous incarnation's (refused when another process "
+              "uses the tmpfs).")  # fmt: skip
+@click.option("--pod-private", is_flag=True, help="Wrapper in a container: every process that writes SMG names in "
+              "this tmpfs is in this pid namespace (the operator's word; needed to reclaim by pid there).")  # fmt: skip
+@click.option("--inflight-bytes", type=BYTES, default=0, help="Free space the gateway needs after reclaiming "
+              "(e.g. its --multimodal-max-inflight-bytes).")  # fmt: skip
+@click.option("--tensor-bytes", type=BYTES, multiple=True, help="A tensor size the gateway writes (repeatable): "
+              "the largest must fit too.")  # fmt: skip
+@click.option("--min-age", type=DURATION, default="10m", show_default=True,
+              help="Names judged by gc's rules (not by a proof) are reclaimed only when older.")  # fmt: skip
+@click.option("--timeout", type=DURATION, default="10s", show_default=True,
+              help="Give up (exit 3, preflight_timeout) when the checks take longer.")  # fmt: skip
+@click.option("--start-anyway", is_flag=True, help="Wrapper: exec the gateway even when a check fails.")
+@click.option("--textfile", "textfile_path", type=click.Path(dir_okay=False), help="Write what the run reclaimed "
+              "and kept, and whether it succeeded, in node_exporter textfile format (smgshm_preflight_*).")  # fmt: skip
+@click.option("--npd", is_flag=True, help="node-problem-detector plugin: one line of at most 80 characters, "
+              "exit 0 OK, 1 problem, 2 unknown.")  # fmt: skip
+@shm_dir_option
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+@click.pass_obj
+def preflight(app: App, init_container: bool, pod_private: bool, inflight_bytes: int, tensor_bytes: tuple[int, ...],
+              min_age: float, timeout: float, start_anyway: bool, textfile_path: str | None, npd: bool,
+              shm_dir: str, command: tuple[str, ...]) -> None:  # fmt: skip
+    """Reclaim the segments of SMG's previous incarnation, then check that its gateway may start.
+
+    A memory emptyDir at /dev/shm outlives container restarts, and SMG's gateway never
+    sweeps names carrying its own pid: restarted as pid 1, it leaves every
+    smg-tokenspeed-1-* of its last life, and a leftover smg-tokenspeed-probe-1 turns
+    its SHM off. preflight reclaims by proof, not by age:
+
+    \b
+    - wrapper (`preflight [opts] -- smg launch ...`): preflight is pid P, writes
+      nothing, and execs the gateway, which keeps P. So every name carrying P was
+      written by an earlier, dead process holding P in this pid namespace. That holds
+      only if every process writing SMG names in the tmpfs is in this pid namespace:
+      in a container say so with --pod-private; preflight still reclaims nothing by
+      pid when a process it can see in another pid namespace reaches the tmpfs, or
+      the container shares the host's IPC namespace (--ipc=host, hostIPC).
+    - --init-container: run before any app container of the pod, so every SMG name
+      in the pod's tmpfs is a previous incarnation's; refused when any process but
+      preflight and its parents uses the tmpfs.
+    - neither: gc's rules only.
+
+    Other pids are judged by gc's rules. Only SMG names, regular files held by
+    nobody, are unlinked, by gc's set-aside-verify-unlink steps. Then: the namespace
+    id must be readable, the gateway's probe file (wrapper) absent, the dir writable,
+    and its free space must hold --inflight-bytes and the largest --tensor-bytes.
+
+    Exit 0: the gateway may start (verdict ok, or unknown: something could not be
+    judged and is listed); 3: it must not (the cause and its fix are printed), and a
+    wrapper does not exec it unless --start-anyway; 5: the shm dir cannot be read;
+    2: usage. Idempotent; bounded by --timeout.
+
+    \b
+    Examples:
+      smgshm preflight --pod-private --inflight-bytes 1GiB -- smg launch --port 30000
+      smgshm preflight --init-container --inflight-bytes 1GiB
+      smgshm preflight --npd --inflight-bytes 1GiB
+      smgshm preflight --textfile /var/lib/node_exporter/smgshm-preflight.prom -- smg launch
+    """
+    from smgshm.core.node.preflight import PreflightRequest, run_preflight
+
+    app.npd = npd
+    if npd:
+        app.quiet = True
+        if command or app.json:
+            raise click.UsageError("--npd is a check: it takes no command and no --json")
+    if init_container and (command or pod_private):
+        raise click.UsageError("--init-container runs no command and needs no --pod-private")
+    if start_anyway and not command:
+        raise click.UsageError("--start-anyway needs a command to start (after --)")
+    if command and shutil.which(command[0]) is None:  # checked before anything is reclaimed
+        raise click.UsageError(f"the command to exec is not found: {command[0]}")
+    mode = "wrapper" if command else "init_container" if init_container else "standalone"
+    req = PreflightRequest(shm_dir, mode, pod_private, inflight_bytes, tensor_bytes, min_age, timeout)
+    if textfile_path:
+        from smgshm.core.segments import textfile
+
+        textfile.check_writable(textfile_path, "--textfile")  # exit 5 before anything is reclaimed
+    started = time.time()
+    report = run_preflight(req)
+    if textfile_path:
+        record = textfile.RunRecord("preflight", view.display(shm_dir), started, time.time(), report._done)
+        textfile.write_textfile(textfile_path, record, "--textfile")  # a failure (exit 5) stops the gateway too
+    if npd:
+        click.get_current_context().exit(view.npd(report))
+    code = ExitCode.OK if report.may_start else ExitCode.CHECK_FAILED
+    app.emit(view.doc(report), lambda a, _r: view.human(a, report), code)
+    if command and (report.may_start or start_anyway):
+        if not report.may_start:
+            app.warn("starting the gateway anyway (--start-anyway)")
+        _exec(command)
+    click.get_current_context().exit(code)
+
+
+def _exec(command: tuple[str, ...]) -> None:
+    """Become the command: same pid (in a container the gateway stays pid 1), signals as a fresh process has them."""
+    from smgshm.core.errors import HostError
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Python ignores SIGPIPE and SIGXFSZ, and an ignored signal stays ignored across exec.
+    for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT):
+        signal.signal(sig, signal.SIG_DFL)
+    try:
+        os.execvp(command[0], command)  # noqa: S606 - the operator's own command line, as given, no shell
+    except OSError as err:
+        raise HostError(f"cannot exec the command: {err.strerror}", path=command[0]) from err

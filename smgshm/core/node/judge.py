@@ -1,0 +1,99 @@
+"""Judge a tmpfs's SMG names in the pid namespaces of the processes that use it as /dev/shm.
+
+The rules are gc's (segments/judge.py): a producer lives when a process with its pid exists and
+started before the segment was written. Only the lookup changes: the pid in a name is looked up
+among the pids of each pid namespace that uses the tmpfs (volumes.py), and the start time read
+is that of the process which has it there. Where several namespaces use one tmpfs (a pod's
+containers each have their own unless they share one), the name may come from any of them, so
+each must agree: dead in all of them is leaked; alive in all, by the start-time rule, is alive;
+anything else is unknown and never reaped. A tmpfs no process uses as /dev/shm, or seen from a pid
+namespace other than the host's initial one, has no namespace to judge in: unknown.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from smgshm.core.host.holders import Holder
+from smgshm.core.host.pidtrust import INIT_PID_NS, Trust
+from smgshm.core.node.volumes import PidSpace, ShmUser
+from smgshm.core.segments.judge import Bounds, Judge, ScanOptions, reuse_bounds
+from smgshm.core.segments.sightings import Sightings
+
+_NEVER = Bounds(math.inf, -math.inf, -1)  # reuse_bounds' shape for "cannot be told": neither alive nor dead
+
+
+def tmpfs_trust(users: Sequence[ShmUser], spaces: Sequence[PidSpace], mine: str, doubt: frozenset[int]) -> Trust:
+    """Whether a tmpfs's names can be judged by pid at all, and in which namespaces (the note says)."""
+    if mine != INIT_PID_NS:
+        return Trust(False, (
+            "smgshm runs outside the host's pid namespace, so pods' processes are not all visible "
+            "(a DaemonSet needs hostPID: true)"
+        ))  # fmt: skip
+    if not users:
+        return Trust(False, (
+            "no process uses this tmpfs as its /dev/shm now: the pid namespace its names were written in "
+            "cannot be told (a restarting container's segments wait for its next start)"
+        ))  # fmt: skip
+    named = ", ".join(s.ns for s in spaces)
+    note = f"judged in the pid namespace(s) of the {len(users)} process(es) that use it as /dev/shm: {named}"
+    if doubt:
+        note += f"; the /dev/shm of uid(s) {', '.join(map(str, sorted(doubt)))}'s processes could not be read"
+    return Trust(True, note, doubt)
+
+
+class PodJudge(Judge):
+    """gc's judge, with each name's pid looked up in the pid namespaces that use the tmpfs."""
+
+    def __init__(
+        self, opts: ScanOptions, trust: Trust, holders: dict[tuple[int, int], list[Holder]], dir_dev: int,
+        spaces: Sequence[PidSpace], sightings: Sightings | None = None,
+    ) -> None:  # fmt: skip
+        super().__init__(opts, trust, holders, dir_dev, sightings)
+        self.spaces = list(spaces)
+        self.split: dict[int, str] = {}  # pid -> why its namespaces cannot agree, for the verdict's sentence
+
+    def bounds(self, pid: int) -> Bounds | None:
+        """The start-time bounds of ``pid`` agreed by every namespace (see the module): alive from the
+        latest start among them (never, when one has no such pid), dead before the earliest."""
+        found: list[Bounds] = []
+        absent: list[str] = []
+        for space in self.spaces:
+            if pid in space.unsure:
+                self.split[pid] = f"a process of a pid namespace nested in {space.ns} has pid {pid} there, " \
+                    "and which namespace it is in cannot be told"  # fmt: skip
+                return _NEVER
+            host = space.host_pid.get(pid)
+            b = reuse_bounds(host, self.wall) if host is not None else None
+            if b is None:
+                absent.append(space.ns)
+            else:
+                found.append(b)
+        if not found:
+            return None  # no process has that pid in any namespace that writes here
+        if absent:
+            self.split[pid] = (f"pid {pid} is a process in some pid namespace(s) that use this tmpfs and in none of "
+                               f"{', '.join(absent)}: which one wrote the name cannot be told")  # fmt: skip
+            return Bounds(math.inf, min(b.reused_before for b in found), min(b.started_ns for b in found))
+        # reuse is proven only if every namespace's process with that pid started after the sighting
+        return Bounds(
+            max(b.alive_from for b in found), min(b.reused_before for b in found), min(b.started_ns for b in found)
+        )
+
+    def _clock_reason(self, pid: int, bounds: Bounds, written: float) -> str:
+        if pid in self.split:
+            reason = self.said["clock", pid, ""] = f"producer pid {pid} lives or not: {self.split[pid]}"
+            return reason
+        return super()._clock_reason(pid, bounds, written)
+
+    def _dead_reason(self, kind: str, pid: int) -> str:
+        key = ("dead", pid, kind)
+        where = "its pod's pid namespace" if len(self.spaces) == 1 else "any pid namespace that uses this tmpfs"
+        reason = self.said[key] = super()._dead_reason(kind, pid).replace(
+            "no process has that pid", f"no process has that pid in {where}", 1
+        )  # fmt: skip
+        return reason
+
+
+__all__ = ["PodJudge", "tmpfs_trust"]

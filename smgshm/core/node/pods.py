@@ -1,0 +1,62 @@
+"""Which pod a tmpfs or a process belongs to, without the API server.
+
+The kubelet names each pod's log dir ``var/log/pods/<namespace>_<pod-name>_<pod-uid>/`` (a namespace
+and a pod name are DNS names: no "_" in them), so a pod uid maps to its namespace and name from
+the node's filesystem alone. A process carries its pod's uid in its cgroup path: the systemd
+driver's ``kubepods-besteffort-pod<uid, "-" as "_">.slice``, the cgroupfs driver's
+``/kubepods/besteffort/pod<uid>/<container>``. Both are read as hostile: bounded, parsed strictly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from typing import NamedTuple
+
+from smgshm.core.node.layout import POD_LOGS, list_dirs, open_dir
+
+MAX_CGROUP_BYTES = 64 * 1024  # a process's cgroup file: one line per hierarchy (a dozen on cgroup v1)
+# A pod uid: a UUID (the API server's), or 32 hex digits (a static pod's: a hash of its manifest).
+_UID = r"[0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12}|[0-9a-f]{32}"
+_CGROUP_POD = re.compile(rb"(?:^|[/-])pod(" + _UID.encode() + rb")(?:\.slice)?(?:/|$)", re.MULTILINE)
+
+
+class PodName(NamedTuple):
+    namespace: str
+    name: str
+
+
+def pod_names(root_fd: int, limit: int = 4096) -> dict[str, PodName]:
+    """Pod uid -> (namespace, name), from the kubelet's pod log dirs under the node root open at
+    ``root_fd``; {} where there are none. A dir name that is not three non-empty fields is skipped."""
+    try:
+        fd = open_dir(root_fd, POD_LOGS)
+    except OSError:
+        return {}
+    out: dict[str, PodName] = {}
+    try:
+        for entry in list_dirs(fd, limit):
+            parts = entry.split("_")
+            if len(parts) == 3 and all(parts):
+                out.setdefault(parts[2], PodName(parts[0], parts[1]))
+    finally:
+        os.close(fd)
+    return out
+
+
+def pod_uid_in(cgroup: bytes) -> str | None:
+    """The pod uid a /proc/P/cgroup text names (the same on every line of a pod's process), in the
+    API's form (dashes); None when it names none, or names more than one (then it cannot be told)."""
+    found = {m.group(1).replace(b"_", b"-").decode() for m in _CGROUP_POD.finditer(cgroup)}
+    return found.pop() if len(found) == 1 else None
+
+
+def pod_uid_of(pid: int) -> str | None:
+    """The pod uid of process ``pid`` from its cgroup path; None when gone, unreadable or no pod's."""
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/cgroup", "rb") as f:
+        return pod_uid_in(f.read(MAX_CGROUP_BYTES))
+    return None
+
+
+__all__ = ["PodName", "pod_names", "pod_uid_in", "pod_uid_of"]

@@ -1,0 +1,430 @@
+"""``smgshm preflight``: before SMG's gateway starts, reclaim what provably belongs to a previous
+incarnation, then check that the gateway may start (its namespace id, its probe, the space it needs).
+
+Why. A memory emptyDir outlives container restarts, and SMG's gateway never sweeps a name that
+carries its own pid (smg-facts §3.3): a gateway restarted as pid 1 leaves every ``smg-tokenspeed-1-*``
+of its previous life in place, and a leftover ``smg-tokenspeed-probe-1`` silently turns its SHM off.
+
+What proves a name dead, without a clock (each proof is named in the report's ``proof``):
+
+- **wrapper** (``preflight -- smg launch ...``): preflight is pid P, has written nothing, and
+  replaces itself with the gateway (exec keeps P). So a name carrying P was written by an earlier
+  process that held P *in this pid namespace*, and that process is dead. It holds only if every
+  process that writes SMG names in this tmpfs is in this pid namespace. In the host's initial pid
+  namespace gc's own walk (host/pidtrust.py) sees every other one; in a container's it cannot see
+  its siblings, so the operator must say ``--pod-private``, and even then nothing is reclaimed by
+  pid when a process preflight can see, in another pid namespace, reaches the tmpfs, or when this
+  container shares the host's IPC namespace (``--ipc=host``, ``hostIPC``: its /dev/shm is the
+  host's). Names of other pids are judged by gc's rules (segments/judge.py) under the same trust.
+- **init container** (``preflight --init-container``): Kubernetes runs it before any app
+  container of the pod, so no SMG process of this pod runs and every SMG name in the pod's tmpfs
+  is a previous incarnation's. Refused (nothing reclaimed) when a process other than preflight and
+  its parents reaches the tmpfs, or the IPC namespace is the host's.
+- **standalone** (neither): gc's rules only, nothing by preflight's own pid.
+
+What it may touch: only entries whose names parse as SMG's (segments/judge.py), regular files, held
+by nobody, unlinked by gc's set-aside-verify-unlink steps (segments/reaping.py); nothing else.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from smgshm.core.causes import Cause, Found, found
+from smgshm.core.host.holders import Holder, holder_index
+from smgshm.core.host.identity import HostIdentity, probe_writable, read_host_identity
+from smgshm.core.host.pidtrust import INIT_PID_NS, Trust, first_user, judge_trust, judge_visible_trust
+from smgshm.core.host.proc import comm, live_pids
+from smgshm.core.names import gateway_probe_name
+from smgshm.core.paths import smgshm_cmd
+from smgshm.core.segments.judge import Bounds, Judge, ScanOptions, SegmentInfo, State
+from smgshm.core.segments.reaping import Choice, ReapReport, keep_reason, reap_choice
+from smgshm.core.segments.scan import Deletion, Scan
+from smgshm.core.units import binary_size
+
+if TYPE_CHECKING:
+    from smgshm.core.segments.sightings import Sightings
+
+Mode = Literal["wrapper", "init_container", "standalone"]
+Verdict = Literal["ok", "unknown", "fail"]
+INIT_IPC_NS = "ipc:[4026531839]"  # PROC_IPC_INIT_INO: the host's IPC namespace (--ipc=host, hostIPC)
+LISTED = 100  # names listed per group in a report; the counts cover the rest
+
+
+@dataclass(frozen=True)
+class PreflightRequest:
+    shm_dir: str
+    mode: Mode
+    pod_private: bool = False
+    inflight_bytes: int = 0
+    tensor_bytes: tuple[int, ...] = ()
+    min_age_s: float = 600.0  # for names judged by gc's rules only; a proof needs no age
+    timeout_s: float = 10.0
+
+
+@dataclass(frozen=True)
+class Proof:
+    """The proof a run relies on (``pid``: the wrapper's, ``init_container``, ``none``) and whether it holds here."""
+
+    rule: str
+    holds: bool
+    note: str
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A name reclaimed (``freed_bytes``) or kept (``state``, ``reason``: why not)."""
+
+    name: str
+    kind: str
+    state: str
+    nbytes: int
+    producer_pid: int | None
+    reason: str
+    freed_bytes: int = 0
+
+
+@dataclass
+class PreflightReport:
+    verdict: Verdict  # ok: may start; unknown: may start, but something could not be judged; fail: must not
+    may_start: bool
+    mode: Mode
+    shm_dir: str
+    pid: int  # preflight's, and in wrapper mode the gateway's
+    pid_namespace: str
+    ipc_namespace: str
+    proof: Proof
+    causes: list[Found] = field(default_factory=list)
+    namespace_id: str = ""
+    fstype: str = ""
+    writable: bool | None = None
+    write_error: str | None = None
+    probe_file: str | None = None  # wrapper: the gateway's probe name, checked absent after reclaiming
+    shm_total_bytes: int = 0
+    shm_free_bytes: int = 0  # after reclaiming
+    need_bytes: int = 0  # max(--inflight-bytes, largest --tensor-bytes), whole pages
+    reclaimed_count: int = 0
+    reclaimed_bytes: int = 0
+    reclaimed: list[Entry] = field(default_factory=list)  # the first LISTED
+    kept_counts: dict[str, int] = field(default_factory=dict)  # by state
+    kept_bytes: int = 0
+    kept: list[Entry] = field(default_factory=list)  # the first LISTED, unknown ones first
+    notes: list[str] = field(default_factory=list)
+    elapsed_ms: float = 0.0
+    _done: ReapReport | None = field(default=None, repr=False)  # for the textfile (segments/textfile.py); not JSON
+
+
+class _TimedOutError(Exception):
+    """The deadline passed between two steps: nothing more is done."""
+
+
+def _ns(kind: str) -> str:
+    try:
+        return os.readlink(f"/proc/self/ns/{kind}")
+    except OSError:
+        return ""
+
+
+def _parents() -> set[int]:
+    """This process and its parent chain, as far as /proc shows it (ppid 0: outside this pid namespace)."""
+    chain, pid = set(), os.getpid()
+    while pid > 0 and pid not in chain:
+        chain.add(pid)
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                pid = int(f.read().rpartition(b")")[2].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+    return chain
+
+
+def decide_proof(req: PreflightRequest) -> tuple[Proof, Trust]:
+    """Which proof this run may use, and the trust the pid judgement runs under (see the module)."""
+    shm_dir, mine, ipc = req.shm_dir, _ns("pid"), _ns("ipc")
+    host_ipc = mine != INIT_PID_NS and ipc == INIT_IPC_NS
+    shared = ("this container shares the host's IPC namespace (--ipc=host, hostIPC): its /dev/shm is the host's, "
+              "written by processes of other pid namespaces")  # fmt: skip
+    if req.mode == "init_container":
+        if host_ipc:
+            return Proof("init_container", False, shared), Trust(False, shared)
+        user = first_user(shm_dir, (p for p in live_pids() if p not in _parents()))
+        if user is not None:
+            pid, how = user
+            why = f"pid {pid} ({comm(pid) or '?'}) {how}: an SMG process of this pod may be running, so the " \
+                "init-container proof does not hold"  # fmt: skip
+            return Proof("init_container", False, why), Trust(False, why)
+        why = ("init container: no process but preflight and its parents uses this tmpfs, and Kubernetes starts no "
+               "app container before it ends: every SMG name here is a previous incarnation's")  # fmt: skip
+        return Proof("init_container", True, why), Trust(True, why)
+    rule = "pid" if req.mode == "wrapper" else "none"
+    if mine == INIT_PID_NS:
+        trust = judge_trust(shm_dir)  # the host's pid namespace: the walk sees every other one
+    elif not req.pod_private:
+        trust = Trust(False, (
+            "preflight runs in a container's pid namespace and cannot see the other containers' that may write "
+            "SMG names in this tmpfs: pass --pod-private if every such process is in this pid namespace"
+        ))  # fmt: skip
+    elif host_ipc:
+        trust = Trust(False, f"{shared}; --pod-private cannot hold")
+    else:
+        seen = judge_visible_trust(shm_dir)
+        trust = seen if not seen.trusted else Trust(True, (
+            "--pod-private: every process that writes SMG names here is in this pid namespace (the operator's "
+            "word), and no process preflight can see in another pid namespace reaches the tmpfs"
+        ), seen.doubt_uids)  # fmt: skip
+    if rule == "none":
+        return Proof("none", trust.trusted, _no_flag(trust.note)), trust
+    pid = os.getpid()
+    if trust.trusted:
+        why = (
+            f"preflight is pid {pid}, has written nothing and execs the gateway, which keeps pid {pid}: every "
+            f"name carrying pid {pid} was written by an earlier, dead process of this pid namespace ({trust.note})"
+        )
+    else:
+        why = f"names carrying pid {pid} are not judged by it: {_no_flag(trust.note)}"
+    return Proof("pid", trust.trusted, why), trust
+
+
+def _no_flag(note: str) -> str:
+    """gc's trust note without its advice to pass gc's --assume-dead, which preflight has not."""
+    return note.replace("pass --assume-dead to judge by this namespace's pids anyway", "nothing is judged by pid")
+
+
+class _Judge(Judge):
+    """gc's judge, with the proof's pids dead whatever the clock says: ``dead_pid`` (the wrapper's P),
+    or every pid (the init container's)."""
+
+    def __init__(self, opts: ScanOptions, trust: Trust, holders: dict[tuple[int, int], list[Holder]], dev: int,
+                 sightings: Sightings | None, dead_pid: int | None, all_dead: bool) -> None:  # fmt: skip
+        super().__init__(opts, trust, holders, dev, sightings)
+        self.dead_pid, self.all_dead = dead_pid, all_dead
+
+    def bounds(self, pid: int) -> Bounds | None:
+        return None if self.all_dead or pid == self.dead_pid else super().bounds(pid)
+
+    def _dead_reason(self, kind: str, pid: int) -> str:
+        if self.all_dead:
+            reason = "no SMG process of this pod runs before its init container ends: a previous incarnation's"
+        elif pid == self.dead_pid:
+            reason = (f"pid {pid} is preflight's and the gateway's it execs: an earlier process of this pid "
+                      "namespace that held it wrote this, and is dead")  # fmt: skip
+        else:
+            return super()._dead_reason(kind, pid)
+        self.said["dead", pid, kind] = reason
+        return reason
+
+
+class _Scan(Scan):
+    def __init__(self, opts: ScanOptions, trust: Trust, dead_pid: int | None, all_dead: bool) -> None:
+        self._given, self._dead_pid, self._all_dead = trust, dead_pid, all_dead
+        super().__init__(opts)
+
+    def make_judge(self) -> tuple[Trust, Judge]:
+        trust = self._given
+        judge = _Judge(self.opts, trust, holder_index(self.dev), self.dev, self.sightings, self._dead_pid,
+                       self._all_dead)  # fmt: skip
+        return trust, judge
+
+
+def _entry(seg: SegmentInfo, reason: str | None = None, freed: int = 0) -> Entry:
+    return Entry(seg.name, seg.kind, seg.state.value, seg.allocated_bytes, seg.producer_pid, reason or seg.reason,
+                 freed)  # fmt: skip
+
+
+class _Run:
+    """One preflight, step by step; ``check`` between steps stops it once the deadline has passed."""
+
+    def __init__(self, req: PreflightRequest, deadline: float, cancel: threading.Event) -> None:
+        self.req, self.deadline, self.cancel = req, deadline, cancel
+        self.pid = os.getpid()
+
+    def check(self) -> None:
+        if self.cancel.is_set() or time.monotonic() >= self.deadline:
+            raise _TimedOutError
+
+    def __call__(self) -> PreflightReport:
+        req = self.req
+        self.check()
+        ident = read_host_identity(req.shm_dir)  # HostError (exit 5) when the dir cannot be read at all
+        self.check()
+        proof, trust = decide_proof(req)
+        self.check()
+        report = PreflightReport("ok", True, req.mode, req.shm_dir, self.pid, _ns("pid"), _ns("ipc"), proof,
+                                 namespace_id=ident.namespace_id, fstype=ident.fstype)  # fmt: skip
+        dead_pid = self.pid if req.mode == "wrapper" and proof.holds else None
+        scan = _Scan(ScanOptions(req.shm_dir), trust, dead_pid, req.mode == "init_container" and proof.holds)
+        segs = list(scan)
+        self.check()
+        chosen, refused, kept = self._choose(segs, dead_pid)
+        done = report._done = self._reap(scan, chosen, refused)
+        gone = {d.ino for d in done.deleted if d.deleted}
+        by_ino = {s.ino: s for s in segs}
+        for d in done.deleted:
+            seg = by_ino[d.ino]
+            if d.deleted:
+                report.reclaimed_count += 1
+                report.reclaimed_bytes += d.freed_bytes
+                if len(report.reclaimed) < LISTED:
+                    report.reclaimed.append(_entry(seg, freed=d.freed_bytes))
+            else:
+                kept.append(_entry(seg, d.reason))
+        self._kept(report, kept, gone)
+        self._gate(report, ident, done)
+        return report
+
+    def _choose(
+        self, segs: list[SegmentInfo], dead_pid: int | None
+    ) -> tuple[list[SegmentInfo], list[Deletion], list[Entry]]:
+        """The leaked to reclaim, the leaked refused before trying (gc's Deletion, with its ``kept`` class),
+        and the rest, kept with why. A proof needs no age; gc's rules take --min-age."""
+        uid = os.getuid()
+        chosen: list[SegmentInfo] = []
+        refused: list[Deletion] = []
+        kept: list[Entry] = []
+        for seg in segs:
+            if seg.state is not State.LEAKED or seg.file_type != "regular":
+                kept.append(_entry(seg))
+                continue
+            proven = self.req.mode == "init_container" or seg.producer_pid == dead_pid
+            why = keep_reason(seg, uid=uid, all_users=True, min_age_s=0.0 if proven else self.req.min_age_s)
+            if why:
+                refused.append(Deletion(seg.name, seg.allocated_bytes, False, f"{seg.reason}; kept: {why[1]}",
+                                        seg.ino, kept=why[0]))  # fmt: skip
+            else:
+                chosen.append(seg)
+        return chosen, refused, kept
+
+    def _reap(self, scan: Scan, chosen: list[SegmentInfo], refused: list[Deletion]) -> ReapReport:
+        def between(_d: Deletion) -> None:
+            # Called after each batch's entries are settled (none is left aside): a safe place to stop.
+            if time.monotonic() >= self.deadline or self.cancel.is_set():
+                raise _TimedOutError
+
+        self.check()
+        choice = Choice(chosen, refused, {seg.ino: row for row, seg in enumerate(chosen)})
+        return reap_choice(scan, choice, between)
+
+    def _kept(self, report: PreflightReport, kept: list[Entry], gone: set[int]) -> None:
+        kept.sort(key=lambda e: (e.state != "unknown", e.name))
+        for e in kept:
+            report.kept_counts[e.state] = report.kept_counts.get(e.state, 0) + 1
+            report.kept_bytes += e.nbytes
+        report.kept = kept[:LISTED]
+
+    def _gate(self, report: PreflightReport, ident: HostIdentity, done: ReapReport) -> None:
+        """What decides whether the gateway may start, after reclaiming."""
+        req, page = self.req, os.sysconf("SC_PAGE_SIZE")
+        total, free = ident.shm_total_bytes, done.free_bytes
+        report.shm_total_bytes, report.shm_free_bytes = total, free
+        if ident.fstype and ident.fstype != "tmpfs":
+            report.notes.append(f"the shm dir is {ident.fstype}, not tmpfs: segments are written to that filesystem")
+        if not ident.namespace_id:
+            report.causes.append(found(Cause.LOCAL_ID_UNREADABLE, (
+                "the boot id or the shm dir's st_dev cannot be read: the gateway's shm_namespace_id is empty, so "
+                "auto stays inline"
+            )))  # fmt: skip
+        if req.mode == "wrapper":
+            report.probe_file = gateway_probe_name(self.pid)
+            if _exists(os.path.join(req.shm_dir, report.probe_file)):
+                why = next((e.reason for e in report.kept if e.name == report.probe_file), "it could not be removed")
+                report.causes.append(found(Cause.PROBE_FILE_LEFT, (
+                    f"{report.probe_file} is still there ({why}): the gateway preflight starts keeps pid {self.pid}, "
+                    "its writability probe will fail (EEXIST) and SHM stays off for its life"
+                ), fix=(
+                    f"if every process that writes SMG names in this tmpfs is in this pid namespace, pass "
+                    f"--pod-private; else remove {report.probe_file} by hand once no gateway with pid {self.pid} "
+                    "runs, then start the gateway"
+                )))  # fmt: skip
+        err = probe_writable(req.shm_dir)
+        report.writable, report.write_error = err is None, err
+        if err is not None:
+            cause = Cause.SHM_TOO_SMALL if total < page else Cause.SHM_FULL if free < page else Cause.SHM_PERMISSION
+            report.causes.append(found(cause, f"the gateway's writability probe would fail: {err}"))
+        largest = max(req.tensor_bytes, default=0)
+        need = max(req.inflight_bytes, largest)
+        report.need_bytes = need = math.ceil(need / page) * page
+        what = f"--inflight-bytes {binary_size(req.inflight_bytes)}" if req.inflight_bytes >= largest else \
+            f"the largest --tensor-bytes {binary_size(largest)}"  # fmt: skip
+        if need and total < need:
+            report.causes.append(found(Cause.SHM_TOO_SMALL, (
+                f"the shm dir is {binary_size(total)}, smaller than {what}: the gateway's SHM writes would fail "
+                "however empty it is"
+            ), fix=(
+                f"give the pod a /dev/shm of at least {binary_size(need)}: an emptyDir {{medium: Memory, sizeLimit}} "
+                "at /dev/shm (and container memory limits that cover it), or docker/podman --shm-size"
+            )))  # fmt: skip
+        elif need and free < need:
+            held = f"; still there: {binary_size(report.kept_bytes)} of SMG names preflight could not reclaim" \
+                if report.kept_bytes else ""  # fmt: skip
+            report.causes.append(found(Cause.SHM_FULL, (
+                f"after reclaiming, {binary_size(free)} of the shm dir's {binary_size(total)} is free, less than "
+                f"{what}{held}"
+            ), smgshm_cmd(req.shm_dir, "gc")))  # fmt: skip
+        if report.causes:
+            report.verdict, report.may_start = "fail", False
+        elif report.kept_counts.get("unknown"):  # a proof that does not hold where nothing needs it: ok
+            report.verdict = "unknown"
+
+
+def _exists(path: str) -> bool:
+    try:
+        os.lstat(path)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True  # cannot tell: the gateway's create may fail too
+    return True
+
+
+def _timed_out(req: PreflightRequest, started: float) -> PreflightReport:
+    report = PreflightReport("fail", False, req.mode, req.shm_dir, os.getpid(), _ns("pid"), _ns("ipc"),
+                             Proof("none", False, "not decided: the deadline passed first"))  # fmt: skip
+    report.causes.append(found(Cause.PREFLIGHT_TIMEOUT, (
+        f"preflight did not finish within --timeout {req.timeout_s:g} s: what it reclaimed by then is not "
+        "reported, and nothing was checked"
+    )))  # fmt: skip
+    report.elapsed_ms = (time.monotonic() - started) * 1e3
+    return report
+
+
+def run_preflight(req: PreflightRequest, clock: Callable[[], float] = time.monotonic) -> PreflightReport:
+    """Run preflight within ``req.timeout_s``: a report whose ``may_start`` says whether the gateway may start.
+
+    The steps run in a thread, so that a read of /proc that blocks (a process stuck in D state holds
+    its maps) cannot hold the gateway back past the deadline: then the report fails with
+    ``preflight_timeout``, and the thread stops at its next step (between two reclaim batches at
+    the latest: nothing is left set aside by a stop there). SmgshmError is raised as is.
+    """
+    started = clock()
+    deadline = started + req.timeout_s
+    cancel = threading.Event()
+    out: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            out["report"] = _Run(req, deadline, cancel)()
+        except _TimedOutError:
+            out["timeout"] = True
+        except BaseException as err:  # handed to the caller's thread, raised there
+            out["error"] = err
+
+    worker = threading.Thread(target=work, name="smgshm-preflight", daemon=True)
+    worker.start()
+    worker.join(max(0.0, deadline - clock()))
+    if worker.is_alive() or "timeout" in out:
+        cancel.set()
+        return _timed_out(req, started)
+    if "error" in out:
+        raise out["error"]  # a SmgshmError keeps its outcome; anything else is a bug (exit 70)
+    report: PreflightReport = out["report"]
+    report.elapsed_ms = (clock() - started) * 1e3
+    return report
+
+
+__all__ = ["INIT_IPC_NS", "Entry", "PreflightReport", "PreflightRequest", "Proof", "decide_proof", "run_preflight"]

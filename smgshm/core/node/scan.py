@@ -1,0 +1,136 @@
+"""One look at a node: every tmpfs where a pod's /dev/shm lives, each tied to its pod and the pid
+namespaces that use it, then each listed and judged as gc lists and judges a shm dir (segments/scan.py).
+
+``look`` reads what is shared by every tmpfs once (the places, the pod names, each process's
+/dev/shm, the pid namespaces, the hidden bytes); ``TmpfsScan`` is gc's ``Scan`` of one tmpfs with
+the pod judge in place of the host's, so gc's listing, reaping and tallies apply unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field, replace
+
+from smgshm.core.errors import HostError
+from smgshm.core.host.holders import holder_index
+from smgshm.core.host.pidtrust import Trust
+from smgshm.core.host.proc import fd_mount_id, live_pids
+from smgshm.core.names import SMG_FAMILY_PREFIX
+from smgshm.core.node.judge import PodJudge, tmpfs_trust
+from smgshm.core.node.layout import NodeRoot, Place
+from smgshm.core.node.pods import PodName, pod_names
+from smgshm.core.node.volumes import Hidden, PidSpace, ShmUser, hidden_bytes, pid_spaces, pidns_of_self, shm_users
+from smgshm.core.segments.judge import Judge, ScanOptions, SegmentInfo
+from smgshm.core.segments.scan import Scan
+
+MAX_FAMILIES = 32  # other families kept by name; the rest are counted together
+OTHER = "(other)"
+
+
+@dataclass(frozen=True)
+class Tmpfs:
+    """One tmpfs of the node, with what ties it to a pod."""
+
+    place: Place
+    pod_uid: str | None  # the kubelet path's, else the one its processes' cgroups agree on
+    pod: PodName | None
+    users: tuple[ShmUser, ...]  # processes whose /dev/shm it is
+    spaces: tuple[PidSpace, ...]  # their pid namespaces
+    trust: Trust
+    hidden: Hidden
+
+
+@dataclass(frozen=True)
+class NodeLook:
+    root: str
+    tmpfs: list[Tmpfs]
+    pods_known: int  # pod log dirs read
+
+
+def look(root: str, pids: Iterable[int] | None = None) -> NodeLook:
+    """Find and tie every tmpfs under the node ``root`` (HostError when the root cannot be opened)."""
+    everyone = live_pids() if pids is None else list(pids)
+    with NodeRoot(root) as node:
+        places, names = list(node.places()), pod_names(node.fd)
+    seen: set[int] = set()
+    places = [p for p in places if not (p.dev in seen or seen.add(p.dev))]  # one tmpfs, one block
+    users = shm_users(everyone)
+    depth = {u.pidns: u.depth for p in places for u in users.by_dev.get(p.dev, ())}
+    spaces = pid_spaces(depth, everyone)
+    hidden = hidden_bytes([p.dev for p in places], everyone)
+    mine = pidns_of_self()
+    out: list[Tmpfs] = []
+    for p in places:
+        mine_users = tuple(users.by_dev.get(p.dev, ()))
+        used = tuple(spaces[ns] for ns in sorted({u.pidns for u in mine_users}))
+        uid = p.pod_uid
+        if uid is None:  # a sandbox's: the pod its processes' cgroups agree on
+            found = {u.pod_uid for u in mine_users}
+            uid = found.pop() if len(found) == 1 else None
+        trust = tmpfs_trust(mine_users, used, mine, users.doubt_uids(p.pod_uid, (s.ns for s in used)))
+        out.append(Tmpfs(p, uid, names.get(uid) if uid else None, mine_users, used, trust, hidden[p.dev]))
+    return NodeLook(os.path.realpath(root), out, len(names))
+
+
+@dataclass
+class Others:
+    """Entries outside SMG's names, by family (the leading letters of a name: ``sem``, ``nccl``, ``torch``)."""
+
+    counts: dict[str, int] = field(default_factory=dict)
+    nbytes: dict[str, int] = field(default_factory=dict)
+
+    def add(self, name: str, nbytes: int) -> None:
+        fam = _family(name)
+        if fam not in self.counts and len(self.counts) >= MAX_FAMILIES:
+            fam = OTHER
+        self.counts[fam] = self.counts.get(fam, 0) + 1
+        self.nbytes[fam] = self.nbytes.get(fam, 0) + nbytes
+
+
+def _family(name: str) -> str:
+    n = 0
+    while n < len(name) and n < 32 and name[n].isascii() and name[n].isalpha():
+        n += 1
+    return name[:n].lower() or OTHER
+
+
+class TmpfsScan(Scan):
+    """gc's scan of one tmpfs, judged by its pod's pid namespaces; other families counted as it lists."""
+
+    def __init__(self, tmpfs: Tmpfs, opts: ScanOptions, progress: Callable[[int], None] | None = None) -> None:
+        self.tmpfs = tmpfs
+        self.others = Others()
+        super().__init__(replace(opts, shm_dir=tmpfs.place.path), progress)
+
+    def make_judge(self) -> tuple[Trust, Judge]:
+        place = self.tmpfs.place
+        try:
+            same = self.dev == place.dev and fd_mount_id(self._fd) == place.mount_id
+        except OSError:
+            same = False
+        if not same:  # the path was opened again by name: it must still be the very mount looked at
+            self.close()
+            raise HostError("the tmpfs changed since the node was looked at", path=place.path)
+        trust = self.tmpfs.trust
+        return trust, PodJudge(self.opts, trust, holder_index(self.dev), self.dev, self.tmpfs.spaces, self.sightings)
+
+    def _entries(self) -> Iterator[os.DirEntry[str]]:
+        others, prefix = self.others, SMG_FAMILY_PREFIX
+        for entry in self._dir:
+            if entry.name.startswith(prefix):
+                yield entry
+                continue
+            try:
+                others.add(entry.name, entry.stat(follow_symlinks=False).st_blocks * 512)
+            except OSError:
+                continue  # gone since the listing
+
+    def __iter__(self) -> Iterator[SegmentInfo]:
+        try:
+            yield from self.judge.each(self._entries(), self.tally, self.progress)
+        finally:
+            self.close()
+
+
+__all__ = ["OTHER", "NodeLook", "Others", "Tmpfs", "TmpfsScan", "look"]

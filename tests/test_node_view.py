@@ -1,0 +1,215 @@
+"""gc --node on a node laid out under a private root: two pods' memory emptyDirs as real tmpfs mounts
+where the kubelet puts them, their pod log dirs, and each pod's processes in their own mount and pid
+namespaces (unshare), with the pod's tmpfs bound at their /dev/shm. Each pod's segment names a pid
+of ITS namespace (1 or 2), which on the host is some unrelated process: only a judgement in the
+pod's own namespace is right."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import Children, run_cli, tmpfs, wait_for
+
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("unshare") is None, reason="needs root and unshare(1) for mounts and namespaces"
+)
+
+POD_A = ("team-a", "engine-0", "aaaaaaaa-0000-4000-8000-00000000000a")  # its producer died
+POD_B = ("team-b", "gateway-0", "bbbbbbbb-0000-4000-8000-00000000000b")  # its producer lives
+HIDDEN = 1 << 20
+
+# Runs as pid 1 of the pod's pid namespace, with the pod's tmpfs at /dev/shm. "dead": a child (a small
+# pid there) writes its segment and exits. "live": pid 1 writes its own segment, then maps a file on the
+# tmpfs and unlinks it (hidden bytes). Then it says ready and waits for stdin to close.
+POD_MAIN = r"""
+import mmap, os, sys, time
+def segment():
+    name = f"/dev/shm/smg-tokenspeed-{os.getpid()}-{time.time_ns()}-0"
+    with open(name, "wb") as f:
+        f.write(b"\x5a" * 8192)
+    return name
+if sys.argv[1] == "dead":
+    child = os.fork()
+    if child == 0:
+        segment()
+        os._exit(0)
+    os.waitpid(child, 0)
+    with open("/dev/shm/sem.mp-other", "wb") as f:
+        f.write(b"x" * 4096)
+elif sys.argv[1].startswith("hold="):  # a child alive with that pid here (forks until one has it)
+    want = int(sys.argv[1][5:])
+    for _ in range(200):
+        child = os.fork()
+        if child == 0:
+            if os.getpid() == want:
+                sys.stdin.read()
+            os._exit(0)
+        if child == want:
+            break
+        os.waitpid(child, 0)
+else:
+    segment()
+    fd = os.open("/dev/shm/torch_hidden", os.O_RDWR | os.O_CREAT, 0o600)
+    os.ftruncate(fd, HIDDEN)
+    m = mmap.mmap(fd, HIDDEN)
+    m[:] = b"\x01" * HIDDEN
+    os.close(fd)
+    os.unlink("/dev/shm/torch_hidden")
+print(os.getpid(), flush=True)
+sys.stdin.read()
+""".replace("HIDDEN", str(HIDDEN))
+
+
+def _dshm(root: Path, uid: str) -> Path:
+    return root / "var/lib/kubelet/pods" / uid / "volumes/kubernetes.io~empty-dir/dshm"
+
+
+def _start_pod(children: Children, dshm: Path, mode: str) -> subprocess.Popen[str]:
+    """The pod's pid 1 in new pid and mount namespaces, its /dev/shm the pod's tmpfs. The mount
+    namespace is made inside the new pid namespace (a second unshare, as its pid 1), so the first
+    unshare, left in the host's pid namespace as a runtime's shim is, keeps the host's mounts: had
+    it the pod's /dev/shm, the host's namespace would use the tmpfs too, and the view would rightly
+    call every pid that both namespaces have unknown."""
+    script = 'mount --bind "$0" /dev/shm && mount -t proc proc /proc && exec "$1" -c "$2" "$3"'
+    argv = ["unshare", "--pid", "--fork", "unshare", "--mount", "--propagation", "private",
+            "sh", "-c", script, str(dshm), sys.executable, POD_MAIN, mode]  # fmt: skip
+    p = children.spawn(argv, stdin=subprocess.PIPE)
+    assert p.stdout is not None
+    line = p.stdout.readline()  # its pid inside: 1
+    assert line.strip() == "1", (line, p.stderr.read() if p.poll() is not None else "")  # type: ignore[union-attr]
+    return p
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Iterator[dict[str, Any]]:
+    """Two pods under a private node root; every mount, process and dir gone at the end."""
+    root = tmp_path / "node"
+    reg = Children()
+    with contextlib.ExitStack() as stack:
+        for ns, name, uid in (POD_A, POD_B):
+            stack.enter_context(tmpfs(_dshm(root, uid), "16m"))
+            (root / "var/log/pods" / f"{ns}_{name}_{uid}").mkdir(parents=True)
+        stack.callback(reg.reap)  # before the unmounts: no process keeps a tmpfs busy
+        a = _start_pod(reg, _dshm(root, POD_A[2]), "dead")
+        b = _start_pod(reg, _dshm(root, POD_B[2]), "live")
+        yield {"root": str(root), "a": a, "b": b}
+    shutil.rmtree(root)
+
+
+def _blocks(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {t["pod_uid"]: t for t in doc["result"]["tmpfs"] if t["pod_uid"]}
+
+
+def test_each_pod_is_named_and_judged_in_its_own_pid_namespace(node: dict[str, Any]) -> None:
+    root = node["root"]
+    doc = run_cli("--json", "gc", "--node", "--node-root", root).json
+    blocks = _blocks(doc)
+    a, b = blocks[POD_A[2]], blocks[POD_B[2]]
+    assert (a["namespace"], a["pod"], a["kind"], a["volume"]) == ("team-a", "engine-0", "empty_dir", "dshm")
+    assert (b["namespace"], b["pod"]) == ("team-b", "gateway-0")
+    assert a["shm_total_bytes"] == 16 << 20
+    assert a["liveness_trusted"]
+    assert len(a["pid_namespaces"]) == 1
+    assert a["pid_namespaces"] != b["pid_namespaces"]
+    # Pod A: its producer was a child of A's pid 1 and is gone there; that pid lives here.
+    (seg_a,) = a["segments"]
+    # (after sh's two mounts: a small pid, which the host's kernel threads hold here)
+    assert seg_a["producer_pid"] < 10
+    assert os.path.exists(f"/proc/{seg_a['producer_pid']}")
+    assert seg_a["state"] == "leaked"
+    assert seg_a["producer_alive"] is False
+    assert "in its pod's pid namespace" in seg_a["reason"]
+    assert a["other_families"] == [{"family": "sem", "count": 1, "nbytes": 4096}]
+    # Pod B: pid 1 of B's namespace wrote it and lives: in flight, whatever pid 1 is here.
+    (seg_b,) = b["segments"]
+    assert seg_b["producer_pid"] == 1
+    assert seg_b["state"] == "in_flight"
+    assert seg_b["producer_alive"] is True
+    assert b["hidden_bytes"] == HIDDEN
+    assert b["hidden_files"] == 1
+    assert a["hidden_bytes"] == 0
+    assert doc["result"]["counts"]["leaked"] == 1
+
+    # The host's view of A's tmpfs, forced to judge by the host's pids, gets it wrong: pid 2 lives here.
+    host = run_cli("--json", "gc", "--shm-dir", a["path"], "--assume-dead").json
+    assert host["result"]["segments"][0]["state"] != "leaked"
+
+    text = run_cli("gc", "--node", "--node-root", root).stdout
+    assert "pod team-a/engine-0 (uid aaaaaaaa-0000-4000-8000-00000000000a), emptyDir dshm" in text
+    assert "pod team-b/gateway-0" in text
+    assert "hidden 1.0 MiB (1 unlinked file(s) still mapped)" in text
+    raw = run_cli("gc", "--node", "--node-root", root, "--raw").stdout.splitlines()
+    assert sorted(line.split()[:3] for line in raw) == [
+        ["team-a/engine-0", "empty_dir:dshm", "leaked"], ["team-b/gateway-0", "empty_dir:dshm", "in_flight"]
+    ]  # fmt: skip
+    run_cli("gc", "--node", "--node-root", root, "--check", exit=3)
+
+
+def test_delete_reaps_the_dead_producers_segment_and_keeps_the_live_one(node: dict[str, Any]) -> None:
+    root = node["root"]
+    doc = run_cli("--json", "gc", "--node", "--node-root", root, "--delete", "--min-age", "0", "--yes").json
+    a, b = _blocks(doc)[POD_A[2]], _blocks(doc)[POD_B[2]]
+    assert [d["deleted"] for d in a["deleted"]] == [True]
+    assert a["remaining_counts"]["leaked"] == 0
+    assert b["deleted"] == []
+    assert b["remaining_counts"]["in_flight"] == 1
+    left_a = sorted(os.listdir(_dshm(Path(root), POD_A[2])))
+    left_b = [n for n in os.listdir(_dshm(Path(root), POD_B[2])) if n.startswith("smg-")]
+    assert left_a == ["sem.mp-other"]
+    assert len(left_b) == 1
+    run_cli("gc", "--node", "--node-root", root, "--check")
+
+
+def test_a_tmpfs_no_process_uses_is_unknown_and_never_reaped(node: dict[str, Any]) -> None:
+    root = node["root"]
+    node["a"].stdin.close()  # pod A's container exits: no process uses its tmpfs any more
+    wait_for(lambda: node["a"].poll() is not None, what="pod A's pid 1 to exit")
+    doc = run_cli("--json", "gc", "--node", "--node-root", root, "--delete", "--min-age", "0", "--yes").json
+    a = _blocks(doc)[POD_A[2]]
+    assert not a["liveness_trusted"]
+    assert "no process uses this tmpfs" in a["liveness_note"]
+    assert a["segments"][0]["state"] == "unknown"
+    assert a["deleted"] == []
+
+
+def test_a_symlink_in_the_kubelet_dir_is_not_followed_out_of_the_root(node: dict[str, Any], tmp_path: Path) -> None:
+    pods = Path(node["root"]) / "var/lib/kubelet/pods"
+    (pods / "cccccccc-0000-4000-8000-00000000000c").symlink_to("/")  # would reach /volumes/... on the host
+    os.makedirs(pods / "dddddddd-0000-4000-8000-00000000000d/volumes")
+    (pods / "dddddddd-0000-4000-8000-00000000000d/volumes/kubernetes.io~empty-dir").symlink_to("/dev")
+    doc = run_cli("--json", "gc", "--node", "--node-root", node["root"]).json
+    assert sorted(t["pod_uid"] for t in doc["result"]["tmpfs"]) == [POD_A[2], POD_B[2]]
+
+
+def test_node_refuses_options_it_does_not_combine_with() -> None:
+    run_cli("gc", "--node", "--assume-dead", exit=2)
+    run_cli("gc", "--node", "--watch", "1s", exit=2)
+
+
+def test_namespaces_sharing_a_tmpfs_must_agree(node: dict[str, Any], tmp_path: Path) -> None:
+    """A second container of pod A (its own pid namespace, the same tmpfs) in which the dead
+    producer's pid is alive: which namespace wrote the name cannot be told, so it is unknown and kept."""
+    root = node["root"]
+    first = _blocks(run_cli("--json", "gc", "--node", "--node-root", root).json)[POD_A[2]]
+    pid = first["segments"][0]["producer_pid"]
+    reg = Children()
+    try:
+        _start_pod(reg, _dshm(Path(root), POD_A[2]), f"hold={pid}")
+        doc = run_cli("--json", "gc", "--node", "--node-root", root, "--delete", "--min-age", "0", "--yes").json
+    finally:
+        reg.reap()
+    a = _blocks(doc)[POD_A[2]]
+    assert len(a["pid_namespaces"]) == 2
+    (seg,) = a["segments"]
+    assert seg["state"] == "unknown"
+    assert "which one wrote the name cannot be told" in seg["reason"]
+    assert a["deleted"] == []
