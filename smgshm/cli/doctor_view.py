@@ -58,7 +58,7 @@ def headline(app: App, report: Any) -> None:
         line, style = f"passed with {len(warned)} warning(s)", "bold yellow"
     else:
         line, style = "all checks passed", "bold green"
-    app.console.print(safe(f"doctor: {line}", style))
+    prose(app.console, safe(f"doctor: {line}", style), 2)
 
 
 def report(app: App, report: Any) -> None:

@@ -81,6 +81,40 @@ def _quote_word(word: str) -> str:
     return "$'" + "".join(out) + "'"
 
 
+def width(console: Console) -> int:
+    """The columns human output may use: the terminal's, or 80 when piped (rich reads COLUMNS, else 80)."""
+    return max(40, console.width)
+
+
+def _lines(plain: str, cols: int, indent: int) -> list[tuple[int, int, int]]:
+    """Where a text breaks into lines of at most ``cols``: (start, end, indent) spans of ``plain``.
+
+    Breaks only between words, so a number or a name is never split; a word longer than a
+    line keeps a line of its own. The first line keeps what leads it (an indent); later
+    lines start at their first word, after ``indent`` spaces. No line ends in a space.
+    """
+    out: list[tuple[int, int, int]] = []
+    start = end = -1
+    used = 0
+    for m in re.finditer(r"\S+", plain):
+        if start < 0:  # the first word keeps whatever leads it
+            start, end, used = 0, m.end(), m.end()
+        elif used + (m.end() - end) > cols:
+            out.append((start, end, 0 if not out else indent))
+            start, end, used = m.start(), m.end(), indent + m.end() - m.start()
+        else:  # the spaces between words are kept as they are ("[ok  ]")
+            used += m.end() - end
+            end = m.end()
+    if start >= 0:
+        out.append((start, end, 0 if not out else indent))
+    return out
+
+
+def fill(text: str, cols: int, indent: int = 0) -> str:
+    """``prose`` for plain strings written without rich (gc's streamed rows): lines joined, no final newline."""
+    return "\n".join(" " * ind + text[a:b] for a, b, ind in _lines(text, cols, indent))
+
+
 def prose(console: Console, text: Text | str, indent: int = 0) -> None:
     """Print a sentence wrapped at the terminal's width (80 when piped), continuation lines indented.
 
@@ -89,20 +123,31 @@ def prose(console: Console, text: Text | str, indent: int = 0) -> None:
     a URL) keeps its own line. A ``str`` is taken as already safe text, not markup.
     """
     text = Text(text) if isinstance(text, str) else text
-    width = max(40, console.width)
-    line: Text | None = None
-    prev_end = 0
-    for m in re.finditer(r"\S+", text.plain):
-        if line is None:  # the first word keeps whatever leads it (an indent)
-            line = text[: m.end()]
-        elif line.cell_len + (m.end() - prev_end) > width:
-            console.print(line, soft_wrap=True, end="\n")
-            line = Text(" " * indent) + text[m.start() : m.end()]
-        else:  # the spaces between words are kept as they are ("[ok  ]")
-            line = line + text[prev_end : m.end()]
-        prev_end = m.end()
-    if line is not None:
-        console.print(line, soft_wrap=True, end="\n")
+    for a, b, ind in _lines(text.plain, width(console), indent):
+        console.print(Text(" " * ind) + text[a:b], soft_wrap=True, end="\n")
+
+
+def fit_table(console: Console, table: Table, indent: int = 2) -> None:
+    """Print a table if it fits the width without cutting a cell; else each row as a record.
+
+    A record is the row's first cell on its own line, then ``header value`` pairs wrapped as
+    prose: a long name or a wide figure is never folded or cut with an ellipsis.
+    """
+    from rich.measure import Measurement
+
+    cols = width(console)
+    if Measurement.get(console, console.options.update(width=cols), table).minimum <= cols:
+        console.print(table, width=cols)
+        return
+    if table.title:
+        console.print(Text(str(table.title)), soft_wrap=True)
+    heads = [str(c.header) for c in table.columns]
+    cells = [list(c.cells) for c in table.columns]
+    for i in range(table.row_count):
+        row = [c[i] if isinstance(c[i], Text) else Text(str(c[i])) for c in cells]
+        prose(console, row[0].copy(), indent)
+        pairs = Text("; ").join(Text(f"{h} ") + v for h, v in zip(heads[1:], row[1:], strict=True))
+        prose(console, Text(" " * indent) + pairs, indent + 2)
 
 
 def hint(app: Consoles, message: str) -> None:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from rich.text import Text
 
 from smgshm.cli.fmt import hint, kv_table, prose, safe
-from smgshm.core.units import binary_size
+from smgshm.core.units import human_size
 
 if TYPE_CHECKING:
     from smgshm.cli.app import App
@@ -25,8 +25,8 @@ def identity(app: App, ident: HostIdentity) -> None:
                 ("shm dir", f"{ident.shm_dir} (st_dev {ident.shm_dev}, {ident.fstype or '?'})"),
                 (
                     "size",
-                    f"{binary_size(ident.shm_total_bytes)}, {binary_size(used)} used, "
-                    f"{binary_size(ident.shm_free_bytes)} free",
+                    f"{human_size(ident.shm_total_bytes)}, {human_size(used)} used, "
+                    f"{human_size(ident.shm_free_bytes)} free",
                 ),
                 ("mount options", ident.mount_options or "?"),
                 ("pid", f"{ident.pid} ({ident.pid_namespace or 'pid namespace unknown'})"),

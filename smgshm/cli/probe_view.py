@@ -48,7 +48,7 @@ def probe_report(code: ExitCode, expect: str, local_failures: list[str]) -> Call
 
     def render(app: App, report: Any) -> None:
         head, style = _headline(report, code, expect, local_failures)
-        app.console.print(safe(head, f"bold {style}"))
+        prose(app.console, safe(head, f"bold {style}"), 2)
         if app.quiet:
             return  # -q: the verdict line only
         _table(app, report)

@@ -13,7 +13,7 @@ from rich.text import Text
 
 from smgshm.cli.fmt import cause_fix, escape, fix_line, kv_table, lossless, safe
 from smgshm.cli.jsonout import SCHEMA_VERSION, plain
-from smgshm.core.units import binary_rate, binary_size, short_duration
+from smgshm.core.units import human_duration, human_rate, human_size
 
 if TYPE_CHECKING:
     from smgshm.cli.app import App
@@ -44,7 +44,7 @@ def gateway_text(gw: GatewayRates | None) -> Text:
         return Text("scrape failed: ") + safe(gw.error)  # the peer's words may be in it
     paths = sorted(set(gw.tensors_per_s) | set(gw.bytes_per_s))
     # A path is a label value of the peer's /metrics: its text, escaped like any stranger's.
-    parts = [safe(p) + Text(f" {gw.tensors_per_s.get(p, 0):.1f}/s {binary_rate(gw.bytes_per_s.get(p, 0))}")
+    parts = [safe(p) + Text(f" {gw.tensors_per_s.get(p, 0):.1f}/s {human_rate(gw.bytes_per_s.get(p, 0))}")
              for p in paths]  # fmt: skip
     text = Text(", ").join(parts) if parts else Text("no tensors")
     if gw.shm_byte_share is not None:
@@ -59,9 +59,9 @@ def gateway_text(gw: GatewayRates | None) -> Text:
 
 def interval_line(app: App, st: IntervalStats) -> None:
     stamp = time.strftime("%H:%M:%S", time.localtime(st.t_unix_s))
-    text = (f"{stamp} created {st.created_per_s:.1f}/s {binary_rate(st.created_bytes_per_s)}, "
-            f"consumed {st.consumed_per_s:.1f}/s {binary_rate(st.consumed_bytes_per_s)}, "
-            f"in flight {st.in_flight} ({binary_size(st.in_flight_bytes)}), time in flight {flight_text(st.flight)}, "
+    text = (f"{stamp} created {st.created_per_s:.1f}/s {human_rate(st.created_bytes_per_s)}, "
+            f"consumed {st.consumed_per_s:.1f}/s {human_rate(st.consumed_bytes_per_s)}, "
+            f"in flight {st.in_flight} ({human_size(st.in_flight_bytes)}), time in flight {flight_text(st.flight)}, "
             f"orphans {st.orphans}")  # fmt: skip
     line = Text(text, style="red" if st.orphans else "")
     if st.overflows:
@@ -82,17 +82,17 @@ def interval_line(app: App, st: IntervalStats) -> None:
 
 
 def dashboard(st: IntervalStats, summary: WatchSummary) -> Group:
-    where = safe(f"{summary.shm_dir} ({summary.prefix}*), {short_duration(summary.duration_s)}")
+    where = safe(f"{summary.shm_dir} ({summary.prefix}*), {human_duration(summary.duration_s)}")
     run = (f"{summary.created} created, {summary.consumed} consumed, {summary.cleaned} cleaned, "
            f"{summary.unknown} unknown; time in flight {flight_text(summary.flight)}")  # fmt: skip
     rows: list[tuple[str, Any]] = [
         ("watching", where + Text("" if st.watching else ", shm dir gone: waiting for it")),
-        ("created", f"{st.created_per_s:.1f}/s  {binary_rate(st.created_bytes_per_s)}"),
-        ("consumed", f"{st.consumed_per_s:.1f}/s  {binary_rate(st.consumed_bytes_per_s)}"),
-        ("in flight", f"{st.in_flight}  {binary_size(st.in_flight_bytes)}"),
+        ("created", f"{st.created_per_s:.1f}/s  {human_rate(st.created_bytes_per_s)}"),
+        ("consumed", f"{st.consumed_per_s:.1f}/s  {human_rate(st.consumed_bytes_per_s)}"),
+        ("in flight", f"{st.in_flight}  {human_size(st.in_flight_bytes)}"),
         ("time in flight", flight_text(st.flight)),
         ("run", run),
-        ("orphans", f"{st.orphans} now ({binary_size(st.orphan_bytes)}), {summary.orphans_seen} seen"),
+        ("orphans", f"{st.orphans} now ({human_size(st.orphan_bytes)}), {summary.orphans_seen} seen"),
     ]
     if summary.overflows or summary.dir_gone or summary.untracked:
         rows.append(("lost", f"{summary.overflows} overflow(s), {summary.dir_gone} dir gone, "
@@ -116,8 +116,8 @@ ORPHAN_HEADER = f"{'KIND':<14}{'SIZE':>10} {'AGE':>6} {'PRODUCER':>18} {'GC STAT
 
 def orphan_row(o: Orphan) -> Text:
     """One orphan on one line for a pipe: fixed columns, then the name whole and escaped."""
-    size = "-" if o.nbytes is None else binary_size(o.nbytes)
-    head = f"{o.kind:<14}{size:>10} {short_duration(o.age_s):>6} {_pid(o):>18} "
+    size = "-" if o.nbytes is None else human_size(o.nbytes)
+    head = f"{o.kind:<14}{size:>10} {human_duration(o.age_s):>6} {_pid(o):>18} "
     return Text(head) + Text(f"{o.state:<12}", style=_STATE_STYLE.get(o.state, "")) + Text(" ") + safe(o.name)
 
 
@@ -127,8 +127,8 @@ def orphan_table(orphans: list[Orphan]) -> Table:
     for col in ("kind", "size", "age", "producer", "gc state"):
         table.add_column(col, no_wrap=True)
     for o in orphans:
-        size = "-" if o.nbytes is None else binary_size(o.nbytes)
-        table.add_row(safe(o.name), o.kind, size, short_duration(o.age_s), _pid(o),
+        size = "-" if o.nbytes is None else human_size(o.nbytes)
+        table.add_row(safe(o.name), o.kind, size, human_duration(o.age_s), _pid(o),
                       Text(o.state, style=_STATE_STYLE.get(o.state, "")))  # fmt: skip
     return table
 
@@ -138,14 +138,14 @@ def orphan_table(orphans: list[Orphan]) -> Table:
 
 def summary_report(app: App, s: WatchSummary) -> None:
     style = "bold red" if s.orphans_seen else "bold green"
-    head = (f"watched {escape(s.shm_dir)} for {short_duration(s.duration_s)}: {s.created} segment(s) created, "
+    head = (f"watched {escape(s.shm_dir)} for {human_duration(s.duration_s)}: {s.created} segment(s) created, "
             f"{s.consumed} consumed, {s.cleaned} cleaned by their producer, {s.unknown} ended unknown; "
             f"{s.orphans_seen} orphan(s) seen")  # fmt: skip
     app.console.print(Text(head, style=style))
     rows: list[tuple[str, Any]] = [
-        ("bytes", f"{binary_size(s.created_bytes)} created, {binary_size(s.consumed_bytes)} consumed (known sizes)"),
+        ("bytes", f"{human_size(s.created_bytes)} created, {human_size(s.consumed_bytes)} consumed (known sizes)"),
         ("time in flight", flight_text(s.flight) + f" ({s.flight.count} consumed)"),
-        ("in flight now", f"{s.in_flight} ({binary_size(s.in_flight_bytes)}), {s.listed} found by listings"),
+        ("in flight now", f"{s.in_flight} ({human_size(s.in_flight_bytes)}), {s.listed} found by listings"),
     ]
     for kind, ends in s.ends_by_kind.items():
         rows.append((f"  {kind}", ", ".join(f"{n} {e}" for e, n in ends.items())))

@@ -16,7 +16,7 @@ from smgshm.core.host.namespace import compare_namespace_ids
 from smgshm.core.names import gateway_probe_name
 from smgshm.core.stats import median
 from smgshm.core.transport.decision import DEFAULT_SHM_MIN_BYTES, PROBE_FAILS, Mode, decide, parse_mode
-from smgshm.core.units import decimal_size
+from smgshm.core.units import human_size
 
 
 @dataclass(frozen=True)
@@ -117,7 +117,7 @@ def _shm_cause(ctx: Context, m: MetricsEvidence, d: ShmDirEvidence, r: ReceiptEv
     nbytes = m.nbytes.get("shm", 0) if m.available else sum(x.nbytes for x in shm_receipts)
     if not nbytes and d.available:
         nbytes = sum(s.nbytes or 0 for s in d.segments)
-    text = f"SHM: {what} {decimal_size(nbytes / per)} via shm"
+    text = f"SHM: {what} {human_size(nbytes / per)} via shm"
     if ctx.requests > 1:
         text += f" in each of {ctx.requests} requests"
     consumed = [s.in_flight_ms for s in d.segments if s.end == "consumed"] if d.available else []
