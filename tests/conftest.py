@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import re
@@ -322,3 +323,107 @@ class LoopbackHttp:
 
     def __exit__(self, *_exc: object) -> None:
         self.close()
+
+
+# -- a real terminal ------------------------------------------------------------------------
+
+_CSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[()][0-9A-Za-z]")
+
+
+@dataclass
+class PtyResult:
+    exit_code: int
+    stdout: str  # as the terminal got it, escape sequences removed; "\r\n" made "\n"
+    stderr: str
+    raw_stdout: bytes
+
+
+def _pty(cols: int, rows: int) -> tuple[int, int]:
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+    return master, slave
+
+
+def run_pty(argv: list[str], cols: int = 80, timeout: float = 120.0, env: dict[str, str] | None = None,
+            on_start: Any = None) -> PtyResult:  # fmt: skip
+    """Run a command with stdin and stdout on one real pty of ``cols`` columns and stderr on another
+    (so each stream is a terminal, as at a person's shell, and each is read apart).
+
+    No COLUMNS/LINES in the environment: the width comes from the terminal itself (TIOCSWINSZ).
+    ``on_start(proc)`` runs once the child started (to signal it, say). Killed (its group) on timeout.
+    """
+    import select
+
+    out_m, out_s = _pty(cols, 50)
+    err_m, err_s = _pty(cols, 50)
+    child_env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "NO_COLOR")}
+    child_env.update({"TERM": "xterm-256color", **(env or {})})
+    p = subprocess.Popen(argv, stdin=out_s, stdout=out_s, stderr=err_s, env=child_env, start_new_session=True)
+    os.close(out_s)
+    os.close(err_s)
+    bufs: dict[int, bytearray] = {out_m: bytearray(), err_m: bytearray()}
+    deadline = time.monotonic() + timeout
+    try:
+        if on_start is not None:
+            on_start(p)
+        open_fds = [out_m, err_m]
+        while open_fds:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"{argv} did not finish in {timeout}s; output so far:\n{bufs[out_m].decode()}")
+            ready, _, _ = select.select(open_fds, [], [], min(left, 0.5))
+            for fd in ready:
+                try:
+                    data = os.read(fd, 65536)
+                except OSError:  # EIO: the child side closed
+                    data = b""
+                if data:
+                    bufs[fd] += data
+                else:
+                    open_fds.remove(fd)
+            if not ready and p.poll() is not None:
+                # Exited; a grandchild may still hold the pty open: read what is there, then stop.
+                for fd in list(open_fds):
+                    while select.select([fd], [], [], 0.2)[0]:
+                        try:
+                            data = os.read(fd, 65536)
+                        except OSError:
+                            break
+                        if not data:
+                            break
+                        bufs[fd] += data
+                break
+        code = p.wait(timeout=max(1.0, deadline - time.monotonic()))
+    finally:
+        if p.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+        os.close(out_m)
+        os.close(err_m)
+
+    def text(b: bytes) -> str:
+        return _CSI.sub("", b.decode("utf-8", "replace")).replace("\r\n", "\n")
+
+    return PtyResult(code, text(bufs[out_m]), text(bufs[err_m]), bytes(bufs[out_m]))
+
+
+def assert_fits(text: str, cols: int = 80, what: str = "output") -> None:
+    """Every line at most ``cols`` wide, none ending in a space, no number cut across two lines.
+
+    A line redrawn in place (``\\r``, a progress bar) is judged by each of its redraws."""
+    lines = [seg for line in text.split("\n") for seg in line.split("\r")]
+    for ln in lines:
+        assert len(ln) <= cols, f"{what}: {len(ln)} columns > {cols}:\n{ln!r}\n--- all:\n{text}"
+        assert ln == ln.rstrip(), f"{what}: trailing space:\n{ln!r}\n--- all:\n{text}"
+    rows = text.split("\n")
+    for a, b in itertools.pairwise(rows):
+        # A wrap the program did starts its next line indented or at a word; a number cut in two
+        # leaves a digit at the end of one line and the rest at column 0 of the next.
+        cut = a[-1:].isdigit() and b[:1].isdigit() and len(a) >= cols - 1
+        assert not cut, f"{what}: a number cut across lines:\n{a!r}\n{b!r}"

@@ -137,7 +137,7 @@ def fit_table(console: Console, table: Table, indent: int = 2) -> None:
 
     cols = width(console)
     if Measurement.get(console, console.options.update(width=cols), table).minimum <= cols:
-        console.print(table, width=cols)
+        print_trimmed(console, table)
         return
     if table.title:
         console.print(Text(str(table.title)), soft_wrap=True)
@@ -148,6 +148,20 @@ def fit_table(console: Console, table: Table, indent: int = 2) -> None:
         prose(console, row[0].copy(), indent)
         pairs = Text("; ").join(Text(f"{h} ") + v for h, v in zip(heads[1:], row[1:], strict=True))
         prose(console, Text(" " * indent) + pairs, indent + 2)
+
+
+def print_trimmed(console: Console, renderable: Any) -> None:
+    """Print a rich renderable (a table) at ``width`` with no trailing spaces: rich pads every cell to its
+    column, and a line that ends in blanks is noise in a diff, a log or a copy."""
+    from rich.segment import Segment, Segments
+
+    for line in console.render_lines(renderable, console.options.update(width=width(console)), pad=False):
+        while line and not line[-1].text.rstrip():
+            line.pop()  # a segment of blanks only (a padded cell)
+        if line:
+            last = line[-1]
+            line[-1] = Segment(last.text.rstrip(), last.style, last.control)
+        console.print(Segments([*line, Segment.line()]), end="", soft_wrap=True)
 
 
 def hint(app: Consoles, message: str) -> None:

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from rich.text import Text
 
-from smgshm.cli.fmt import hint, kv_table, prose, safe
+from smgshm.cli.fmt import fit_table, hint, kv_table, prose, safe
 from smgshm.core.units import human_size
 
 if TYPE_CHECKING:
@@ -16,9 +16,10 @@ if TYPE_CHECKING:
 
 def identity(app: App, ident: HostIdentity) -> None:
     verdict = ident.namespace_id or "(unreadable: auto will stay inline)"
-    app.console.print(Text("shm_namespace_id: ", style="bold") + safe(verdict))
+    prose(app.console, Text("shm_namespace_id: ", style="bold") + safe(verdict), 2)
     used = ident.shm_total_bytes - ident.shm_free_bytes
-    app.console.print(
+    fit_table(
+        app.console,
         kv_table(
             [
                 ("boot_id", ident.boot_id),
@@ -43,7 +44,7 @@ def comparison(app: App, cmp: NamespaceComparison) -> None:
     if cmp.sharing.value == "undetermined":
         head, style = "undetermined", "yellow"
     prose(app.console, Text(f"/dev/shm {head}: ", style=f"bold {style}") + safe(cmp.reason), 2)  # noqa: S108 - prose
-    app.console.print(kv_table([("a", cmp.peer or "(empty)"), ("b", cmp.local or "(empty)")]))
+    fit_table(app.console, kv_table([("a", cmp.peer or "(empty)"), ("b", cmp.local or "(empty)")]))
     fix = sharing_fix(cmp.sharing.value)
     if fix:
         hint(app, fix)
