@@ -150,18 +150,29 @@ def fit_table(console: Console, table: Table, indent: int = 2) -> None:
         prose(console, Text(" " * indent) + pairs, indent + 2)
 
 
-def print_trimmed(console: Console, renderable: Any) -> None:
-    """Print a rich renderable (a table) at ``width`` with no trailing spaces: rich pads every cell to its
-    column, and a line that ends in blanks is noise in a diff, a log or a copy."""
-    from rich.segment import Segment, Segments
+class Trimmed:
+    """A rich renderable (a table) drawn with no trailing spaces: rich pads every cell to its column,
+    and a line that ends in blanks is noise in a diff, a log or a copy (and on a live display)."""
 
-    for line in console.render_lines(renderable, console.options.update(width=width(console)), pad=False):
-        while line and not line[-1].text.rstrip():
-            line.pop()  # a segment of blanks only (a padded cell)
-        if line:
-            last = line[-1]
-            line[-1] = Segment(last.text.rstrip(), last.style, last.control)
-        console.print(Segments([*line, Segment.line()]), end="", soft_wrap=True)
+    def __init__(self, renderable: Any) -> None:
+        self.renderable = renderable
+
+    def __rich_console__(self, console: Console, options: Any) -> Any:
+        from rich.segment import Segment
+
+        for line in console.render_lines(self.renderable, options, pad=False):
+            while line and not line[-1].text.rstrip():
+                line.pop()  # a segment of blanks only (a padded cell)
+            if line:
+                last = line[-1]
+                line[-1] = Segment(last.text.rstrip(), last.style, last.control)
+            yield from line
+            yield Segment.line()
+
+
+def print_trimmed(console: Console, renderable: Any) -> None:
+    """Print a renderable at ``width``, with no trailing spaces (``Trimmed``)."""
+    console.print(Trimmed(renderable), width=width(console), soft_wrap=True)
 
 
 def hint(app: Consoles, message: str) -> None:
@@ -198,8 +209,8 @@ def kv_table(rows: list[tuple[str, Any]]) -> Table:
     from rich.table import Table  # here: gc's start-up (every run) never draws a table
 
     table = Table(show_header=False, box=None, pad_edge=False)
-    table.add_column(style="bold")
-    table.add_column()
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column(overflow="fold")  # wrapped at spaces; a path longer than the line folds, never cut
     for k, v in rows:
         # Values are read from the host or a peer: escaped; a Text was built escaped already (once is enough).
         table.add_row(k, v if isinstance(v, Text) else safe(str(v)))

@@ -11,7 +11,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from smgshm.cli.fmt import cause_fix, escape, fit_table, fix_line, kv_table, lossless, prose, safe, width
+from smgshm.cli.fmt import Trimmed, cause_fix, escape, fit_table, fix_line, kv_table, lossless, prose, safe, width
 from smgshm.cli.jsonout import SCHEMA_VERSION, plain
 from smgshm.core.units import human_duration, human_ms, human_rate, human_size
 
@@ -115,7 +115,7 @@ def dashboard(st: IntervalStats, summary: WatchSummary) -> Group:
             rows.append(("", Text("fix: ", style="cyan") + cause_fix(st.gateway.cause_info)))
     if st.cause_info is not None:
         rows.append(("", Text("fix: ", style="cyan") + cause_fix(st.cause_info)))
-    parts: list[Any] = [kv_table(rows)]
+    parts: list[Any] = [Trimmed(kv_table(rows))]
     if st.orphan_list:
         parts.append(orphan_table(st.orphan_list[:10]))
     return Group(*parts)
