@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Children, PtyResult, assert_fits, make_file, run_pty, smgshm_argv
+from tests.conftest import Children, PtyResult, assert_fits, make_file, run_cli, run_pty, smgshm_argv
 from tests.e2e_support import model_dir, needs_smg
 
 __all__ = ["model_dir"]  # a fixture
@@ -101,9 +101,19 @@ def test_doctor(tmp_path: Path) -> None:
 
 @needs_smg
 def test_e2e_embedded(model_dir: str) -> None:
-    out = pty("e2e", "--mode", "shm", "-n", "4", "--model-dir", model_dir)
+    res = run_pty(smgshm_argv("e2e", "--mode", "shm", "-n", "4", "--model-dir", model_dir))
+    out = fits(res)
     assert out.startswith("e2e: as expected")
     assert "MB" not in out.replace("MiB", ""), "binary units only"
+    assert "e2e requests" in res.stderr, "a progress bar on a terminal"
+    assert "request 1/" not in res.stderr
+
+
+@needs_smg
+def test_e2e_piped_progress_is_a_few_lines_not_one_per_request(model_dir: str) -> None:
+    err = run_cli("e2e", "--mode", "shm", "-n", "12", "--model-dir", model_dir).stderr
+    said = re.findall(r"^requests: (\d+)/12 answered, 0 failed$", err, re.M)
+    assert said == ["1", "3", "6", "9", "12"], err
 
 
 def test_watch_on_a_terminal(tmp_path: Path) -> None:

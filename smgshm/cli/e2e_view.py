@@ -21,8 +21,8 @@ _STYLE = {"shm": "bold green", "inline": "bold yellow", "none": "bold", "undeter
 
 @contextmanager
 def request_progress(app: App) -> Iterator[Callable[[str, int, int, Any], None]]:
-    """Requests as they are answered: a bar on a terminal's stderr; piped, a line at each quarter (never one
-    per request); nothing under --json or --quiet."""
+    """Requests as they are answered: a bar on a terminal's stderr; piped, a line at the first answer and at
+    each quarter (never one per request); nothing under --json or --quiet."""
     if app.json or app.quiet:
         yield lambda *_: None
         return
@@ -41,8 +41,8 @@ def request_progress(app: App) -> Iterator[Callable[[str, int, int, Any], None]]
     def on_request(_label: str, done: int, total: int, out: Any) -> None:
         nonlocal failed
         failed += 0 if out.ok else 1
-        quarter = 4 * done // total
-        if quarter > 0 and quarter not in said:
+        quarter = 4 * done // total  # the first answer (traffic flows), then each quarter: five lines at most
+        if quarter not in said and (quarter > 0 or done == 1):
             said.add(quarter)
             app.info(f"requests: {done}/{total} answered, {failed} failed")
 

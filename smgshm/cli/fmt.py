@@ -86,17 +86,21 @@ def width(console: Console) -> int:
     return max(40, console.width)
 
 
+# A word, or a figure with its unit ("13.8 MiB);", "7.29 ms", "2 min"): a line never ends between the two.
+_WORD = re.compile(r"[^\s\d]*\d[\d.,]*\s(?:B|KiB|MiB|GiB|TiB|ms|s|min|h|d)(?:/s)?(?!\w)\S*|\S+")
+
+
 def _lines(plain: str, cols: int, indent: int) -> list[tuple[int, int, int]]:
     """Where a text breaks into lines of at most ``cols``: (start, end, indent) spans of ``plain``.
 
-    Breaks only between words, so a number or a name is never split; a word longer than a
-    line keeps a line of its own. The first line keeps what leads it (an indent); later
-    lines start at their first word, after ``indent`` spaces. No line ends in a space.
+    Breaks only between words (a figure and its unit are one), so a number or a name is never split;
+    a word longer than a line keeps a line of its own. The first line keeps what leads it (an indent);
+    later lines start at their first word, after ``indent`` spaces. No line ends in a space.
     """
     out: list[tuple[int, int, int]] = []
     start = end = -1
     used = 0
-    for m in re.finditer(r"\S+", plain):
+    for m in _WORD.finditer(plain):
         if start < 0:  # the first word keeps whatever leads it
             start, end, used = 0, m.end(), m.end()
         elif used + (m.end() - end) > cols:

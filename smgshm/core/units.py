@@ -47,11 +47,6 @@ def human_rate(bytes_per_s: float | None) -> str:
     return UNKNOWN if bytes_per_s is None else f"{human_size(bytes_per_s)}/s"
 
 
-def human_rate_of(nbytes: float, seconds: float) -> str:
-    """``human_rate`` of ``nbytes`` moved in ``seconds``; '?' when no time passed."""
-    return human_rate(nbytes / seconds if seconds > 0 else None)
-
-
 def human_gb_per_s(gb_per_s: float | None) -> str:
     """A figure the library keeps in GB/s (1e9 bytes, the JSON's ``*_gb_per_s``) said as ``human_rate``."""
     return human_rate(None if gb_per_s is None else gb_per_s * 1e9)
@@ -124,7 +119,6 @@ __all__ = [
     "human_gb_per_s",
     "human_ms",
     "human_rate",
-    "human_rate_of",
     "human_size",
     "parse_duration",
     "parse_size",
