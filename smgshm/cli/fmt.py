@@ -179,6 +179,24 @@ def print_trimmed(console: Console, renderable: Any) -> None:
     console.print(Trimmed(renderable), width=width(console), soft_wrap=True)
 
 
+def command(console: Console, argv: Sequence[str], indent: int) -> None:
+    """A command to paste, on lines of its own: words quoted as ``quote_cmd`` does, and where it is wider
+    than the terminal, continued with `` \\`` at the end of a line (a shell reads it as one line)."""
+    words = [_quote_word(w) for w in argv]
+    cols = width(console)
+    lines: list[str] = []
+    line = " " * indent + (words[0] if words else "")
+    for w in words[1:]:
+        if len(line) + 1 + len(w) + 2 > cols:  # room for " \\"
+            lines.append(line + " \\")
+            line = " " * (indent + 2) + w
+        else:
+            line += " " + w
+    lines.append(line)
+    for ln in lines:
+        console.print(Text(ln), soft_wrap=True)
+
+
 def hint(app: Consoles, message: str) -> None:
     """A ``hint:`` line on stderr, unless --quiet; the message is shown escaped and wrapped."""
     if not app.quiet:

@@ -19,7 +19,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from rich.text import Text
 
-from smgshm.cli.fmt import escape, fill, hint, lossless, prose, quote_cmd, width
+from smgshm.cli.fmt import command, escape, fill, hint, lossless, prose, width
 from smgshm.core.units import human_duration, human_size
 
 if TYPE_CHECKING:
@@ -310,7 +310,8 @@ class HumanListing:
         if after.counts["leaked"] and not deleted and not app.quiet:
             argv = ["smgshm", "gc", "--shm-dir", scan.opts.shm_dir, "--delete"]
             argv += ["--assume-dead"] if scan.opts.assume_dead else []
-            hint(app, "reap them with: " + quote_cmd(argv))
+            hint(app, "reap them with:")
+            command(app.err_console, argv, 6)
 
 
 def headline(scan: Scan, before: Tally, after: Tally, deleted: list[Deletion], check: bool, ok: bool) -> str:
