@@ -425,7 +425,7 @@ def assert_fits(text: str, cols: int = 80, what: str = "output") -> None:
     for line in text.split("\n"):
         for seg in line.split("\r"):
             # Only a single token longer than the line may pass it (a long path): never two words.
-            fits = len(seg) <= cols or len(seg.split()) == 1
+            fits = len(seg) <= cols or len(seg.removesuffix(" \\").split()) == 1
             assert fits, f"{what}: {len(seg)} columns > {cols}:\n{seg!r}\n--- all:\n{text}"
         # A line drawn over (a live bar, padded by rich to its width) is judged by its width alone.
         assert "\r" in line or line == line.rstrip(), f"{what}: trailing space:\n{line!r}\n--- all:\n{text}"

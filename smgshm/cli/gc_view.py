@@ -148,7 +148,9 @@ def fit_row(line: str, cols: int) -> str:
     own (indented two), never cut or folded inside."""
     if len(line) <= cols + 1:
         return line
-    return line[:HEAD_WIDTH].rstrip() + "\n  " + line[HEAD_WIDTH:]
+    # The name starts after the columns' two spaces (a pid wider than its column pushes it right).
+    at = line.find("  ", HEAD_WIDTH - 2) + 2
+    return line[:at].rstrip() + "\n  " + line[at:]
 
 
 def why_line(reason: str, cols: int) -> str:
