@@ -375,7 +375,8 @@ def run_pty(argv: list[str], cols: int = 80, timeout: float = 120.0, env: dict[s
         while open_fds:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise AssertionError(f"{argv} did not finish in {timeout}s; output so far:\n{bufs[out_m].decode()}")
+                raise AssertionError(f"{argv} did not finish in {timeout}s; output so far:\n{bufs[out_m].decode()}\n"
+                                     f"--- stderr:\n{bufs[err_m].decode()}")
             ready, _, _ = select.select(open_fds, [], [], min(left, 0.5))
             for fd in ready:
                 try:

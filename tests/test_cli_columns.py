@@ -80,7 +80,7 @@ def test_gc_summary_and_all_with_real_smg_names(children: Children, tmp_path: Pa
 
 
 def test_bench_tiny_sizes() -> None:
-    out = pty("bench", "--sizes", "4KiB,64KiB", "-w", "0", "-n", "2")
+    out = pty("bench", "--sizes", "4KiB,64KiB", "--warmup", "0", "-n", "2")
     assert "set --multimodal-shm-min-bytes" in out or "never beat inline" in out
 
 
@@ -124,3 +124,13 @@ def test_watch_on_a_terminal(tmp_path: Path) -> None:
 def test_serve_start_banner() -> None:
     out = pty("serve", "--listen", "127.0.0.1:0", stop_on="smgshm serve: ready", timeout=30)
     assert out.startswith("smgshm serve: ready on 127.0.0.1:")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a small tmpfs of its own (root)")
+def test_preflight(tmp_path: Path) -> None:
+    from tests.conftest import tmpfs
+
+    with tmpfs(tmp_path / "small", "4m") as d:
+        out = pty("preflight", "--shm-dir", d, "--inflight-bytes", "8MiB", code=3)
+    assert out.startswith("preflight failed (shm_too_small)")
+    assert "8.0 MiB" in out

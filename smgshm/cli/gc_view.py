@@ -407,8 +407,22 @@ class Progress:
             self.bar = None
 
 __all__ = [
-    "HEADER", "HEAD_WIDTH", "HumanListing", "JsonListing", "Progress", "RawListing", "deletion_doc", "display",
-    "fit_row", "gc_watch_line", "headline", "raw_row", "segment_doc", "segment_docs", "will_delete",
+    "HEADER",
+    "HEAD_WIDTH",
+    "HumanListing",
+    "JsonListing",
+    "Progress",
+    "RawListing",
+    "deletion_doc",
+    "display",
+    "fit_row",
+    "gc_watch_line",
+    "headline",
+    "raw_row",
+    "segment_doc",
+    "segment_docs",
+    "why_line",
+    "will_delete",
 ]  # fmt: skip
 
 
