@@ -137,10 +137,8 @@ def fit_table(console: Console, table: Table, indent: int = 2) -> None:
     A record is the row's first cell on its own line, then ``header value`` pairs wrapped as
     prose: a long name or a wide figure is never folded or cut with an ellipsis.
     """
-    from rich.measure import Measurement
-
     cols = width(console)
-    if Measurement.get(console, console.options.update(width=cols), table).minimum <= cols:
+    if _fits(table, cols):
         print_trimmed(console, table)
         return
     if table.title:
@@ -150,8 +148,16 @@ def fit_table(console: Console, table: Table, indent: int = 2) -> None:
     for i in range(table.row_count):
         row = [c[i] if isinstance(c[i], Text) else Text(str(c[i])) for c in cells]
         prose(console, row[0].copy(), indent)
-        pairs = Text("; ").join(Text(f"{h} ") + v for h, v in zip(heads[1:], row[1:], strict=True))
-        prose(console, Text(" " * indent) + pairs, indent + 2)
+        # "header value" pairs packed into lines: a pair is never split (a long one keeps a line of its own).
+        line = Text()
+        for h, v in zip(heads[1:], row[1:], strict=True):
+            pair = Text(f"{h} ") + v if h else v
+            if line.plain and line.cell_len + 2 + pair.cell_len > cols:
+                console.print(line, soft_wrap=True)
+                line = Text()
+            line = line + Text("; ") + pair if line.plain else Text(" " * indent) + pair
+        if line.plain:
+            console.print(line, soft_wrap=True)
 
 
 class Trimmed:
@@ -172,6 +178,24 @@ class Trimmed:
                 line[-1] = Segment(last.text.rstrip(), last.style, last.control)
             yield from line
             yield Segment.line()
+
+
+def _fits(table: Table, cols: int) -> bool:
+    """Whether rich draws ``table`` in ``cols`` with every word of every cell whole: rich's own measure
+    lets a no_wrap cell be cut with an ellipsis, so the table is drawn once, plain, and its words checked."""
+    import io
+
+    from rich.console import Console as Plain
+
+    out = io.StringIO()
+    Plain(width=cols, file=out, color_system=None, highlight=False).print(table)
+    drawn = set(out.getvalue().split())
+    for column in table.columns:
+        for cell in [column.header, *column.cells]:
+            text = cell.plain if isinstance(cell, Text) else str(cell)
+            if any(word not in drawn for word in text.split()):
+                return False
+    return True
 
 
 def print_trimmed(console: Console, renderable: Any) -> None:
