@@ -29,6 +29,7 @@ class Consoles(Protocol):
     console: Console
     err_console: Console
 
+
 _NAMED = {"\n": "\\n", "\t": "\\t", "\r": "\\r", "\\": "\\\\", "\x1b": "\\x1b"}
 
 
@@ -261,4 +262,3 @@ def kv_table(rows: list[tuple[str, Any]]) -> Table:
         # Values are read from the host or a peer: escaped; a Text was built escaped already (once is enough).
         table.add_row(k, v if isinstance(v, Text) else safe(str(v)))
     return table
-
