@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 
-from smgshm.cli.fmt import fix_line, prose, quote_cmd, safe
+from smgshm.cli.fmt import command, fix_line, prose, safe
 
 if TYPE_CHECKING:
     from smgshm.cli.app import App
@@ -43,8 +43,8 @@ def doctor_check(app: App, check: Any) -> None:
     if check.fix and check.status != "info":
         fix_line(app, check.fix)
     if getattr(check, "fix_cmd", None):
-        # One line, never wrapped: it is meant to be pasted. quote_cmd makes that safe.
-        app.console.print(Text("            ") + Text(quote_cmd(check.fix_cmd)), soft_wrap=True)
+        # Meant to be pasted: quoted, and continued with a backslash where it is wider than the terminal.
+        command(app.console, check.fix_cmd, 12)
 
 
 def headline(app: App, report: Any) -> None:
@@ -58,7 +58,7 @@ def headline(app: App, report: Any) -> None:
         line, style = f"passed with {len(warned)} warning(s)", "bold yellow"
     else:
         line, style = "all checks passed", "bold green"
-    app.console.print(safe(f"doctor: {line}", style))
+    prose(app.console, safe(f"doctor: {line}", style), 2)
 
 
 def report(app: App, report: Any) -> None:

@@ -35,7 +35,7 @@ from smgshm.core.host.pagesize import (
 )
 from smgshm.core.outcomes import Outcome
 from smgshm.core.paths import smgshm_cmd
-from smgshm.core.units import mib_size, short_duration
+from smgshm.core.units import human_duration, human_size
 
 
 @dataclass(frozen=True)
@@ -177,7 +177,7 @@ def check_gateways(findings: list[GatewayFinding]) -> list[Check]:
             continue
         parts = [f"uid {g.uid}" if g.uid is not None else "uid ?"]
         if g.uptime_s is not None:
-            parts.append(f"up {short_duration(g.uptime_s)}")
+            parts.append(f"up {human_duration(g.uptime_s)}")
         if g.http_url:
             parts.append(f"HTTP {g.http_url}")
         if g.metrics_url:
@@ -238,9 +238,9 @@ def capacity_needs(inflight_bytes: int | None, findings: list[GatewayFinding], f
 
 def check_capacity(usage: ShmUsage, needs: list[Need]) -> tuple[list[Check], CapacityVerdict]:
     v = assess_capacity(usage, needs)
-    fams = ", ".join(f"{f.family} {f.count:,} ({mib_size(f.nbytes)})" for f in usage.families) or "empty"
+    fams = ", ".join(f"{f.family} {f.count:,} ({human_size(f.nbytes)})" for f in usage.families) or "empty"
     hidden = (
-        f"; {mib_size(usage.unattributed_bytes)} held by no name (unlinked files still open or mapped, or "
+        f"; {human_size(usage.unattributed_bytes)} held by no name (unlinked files still open or mapped, or "
         "inside directories)"
         if usage.unattributed_bytes >= 2**20
         else ""
@@ -250,7 +250,7 @@ def check_capacity(usage: ShmUsage, needs: list[Need]) -> tuple[list[Check], Cap
         Check(
             "shm usage",
             "ok",
-            f"{usage.shm_dir}: {mib_size(usage.used_bytes)} used of {mib_size(usage.total_bytes)}; "
+            f"{usage.shm_dir}: {human_size(usage.used_bytes)} used of {human_size(usage.total_bytes)}; "
             f"by family: {fams}{hidden}{cut}",
         )
     ]
@@ -260,7 +260,7 @@ def check_capacity(usage: ShmUsage, needs: list[Need]) -> tuple[list[Check], Cap
             Check(
                 "capacity",
                 "ok",
-                f"{mib_size(v.free_bytes)} free{docker}; no in-flight budget known",
+                f"{human_size(v.free_bytes)} free{docker}; no in-flight budget known",
                 "pass --inflight-bytes (the gateway's --multimodal-max-inflight-bytes)",
             )
         )
@@ -271,8 +271,8 @@ def check_capacity(usage: ShmUsage, needs: list[Need]) -> tuple[list[Check], Cap
             Check(
                 "capacity",
                 status,
-                f"{mib_size(v.free_bytes)} free{docker} holds the largest need "
-                f"{times:,.1f} times: {mib_size(v.largest.nbytes)} ({v.largest.source})",
+                f"{human_size(v.free_bytes)} free{docker} holds the largest need "
+                f"{times:,.1f} times: {human_size(v.largest.nbytes)} ({v.largest.source})",
                 _enlarge(usage, v.largest.nbytes) if v.docker_default else "",
                 fix_cmd=_enlarge_cmd(usage, v.largest.nbytes) if v.docker_default else [],
             )
@@ -283,8 +283,8 @@ def check_capacity(usage: ShmUsage, needs: list[Need]) -> tuple[list[Check], Cap
             Check(
                 "capacity",
                 "fail" if v.explicit_unmet else "warn",
-                f"{mib_size(v.free_bytes)} free{docker} is below the largest need "
-                f"{mib_size(v.largest.nbytes)} ({v.largest.source}): SMG's writes fail and go inline",
+                f"{human_size(v.free_bytes)} free{docker} is below the largest need "
+                f"{human_size(v.largest.nbytes)} ({v.largest.source}): SMG's writes fail and go inline",
                 _enlarge(usage, v.largest.nbytes),
                 Outcome.CHECK_FAILED if v.explicit_unmet else Outcome.OK,
                 fix_cmd=_enlarge_cmd(usage, v.largest.nbytes),

@@ -6,7 +6,7 @@ from smgshm.core.doctor.check import Check
 from smgshm.core.host.facts import HostFacts
 from smgshm.core.outcomes import Outcome
 from smgshm.core.paths import smgshm_cmd
-from smgshm.core.units import whole_mib
+from smgshm.core.units import human_size
 
 DOCKER_DEFAULT_SHM = 64 * 1024 * 1024
 
@@ -37,7 +37,7 @@ def check_identity(facts: HostFacts) -> list[Check]:
                 Outcome.UNDETERMINED,
             )
         )
-    size = f"{whole_mib(ident.shm_total_bytes)}, {whole_mib(ident.shm_free_bytes)} free"
+    size = f"{human_size(ident.shm_total_bytes)}, {human_size(ident.shm_free_bytes)} free"
     if ident.fstype and ident.fstype != "tmpfs":
         out.append(
             Check(

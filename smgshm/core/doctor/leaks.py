@@ -7,7 +7,7 @@ from smgshm.core.doctor.check import Check
 from smgshm.core.errors import SmgshmError
 from smgshm.core.outcomes import Outcome
 from smgshm.core.paths import smgshm_cmd
-from smgshm.core.units import short_duration
+from smgshm.core.units import human_duration, human_size
 
 # A segment lives for one request (the worker reads and unlinks it at once, or the gateway removes it when the
 # request fails): one of a live gateway's, nobody holding it, this old, will never be read.
@@ -29,7 +29,7 @@ def check_leaks(shm_dir: str, stranded_after_s: float = STRANDED_AFTER_S) -> lis
             Check(
                 "leaks",
                 "fail",
-                f"{c['leaked']} leaked segment(s), {r.reclaimable_bytes} bytes reclaimable",
+                f"{c['leaked']} leaked segment(s), {human_size(r.reclaimable_bytes)} reclaimable",
                 "reap them:",
                 Outcome.CHECK_FAILED,
                 fix_cmd=smgshm_cmd(shm_dir, "gc", "--delete"),
@@ -41,13 +41,13 @@ def check_leaks(shm_dir: str, stranded_after_s: float = STRANDED_AFTER_S) -> lis
     if stranded:
         nbytes = sum(s.frees_bytes for s in stranded)
         pids = sorted({s.producer_pid for s in stranded if s.producer_pid is not None})
-        after, secs = short_duration(stranded_after_s), f"{int(stranded_after_s)}s"
+        after, secs = human_duration(stranded_after_s), f"{int(stranded_after_s)}s"
         out.append(
             Check(
                 "stranded",
                 "fail",
                 f"{len(stranded)} segment(s) of live gateway pid(s) {', '.join(map(str, pids))} older than {after} "
-                f"with no reader: {nbytes} bytes held (a worker died or refused a request before reading)",
+                f"with no reader: {human_size(nbytes)} held (a worker died or refused a request before reading)",
                 "no worker will read them, and SMG never removes its own while it lives (not even on SIGTERM; a "
                 "restarted gateway sweeps them at its first SHM write); free them now:",
                 Outcome.CHECK_FAILED,

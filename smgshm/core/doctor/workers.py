@@ -13,6 +13,7 @@ from smgshm.core.errors import SmgshmError
 from smgshm.core.names import probe_file_pid
 from smgshm.core.outcomes import Outcome
 from smgshm.core.paths import smgshm_cmd
+from smgshm.core.units import human_ms
 
 if TYPE_CHECKING:
     from smgshm.core.client.probe import ProbeReport, WorkerReport
@@ -121,7 +122,7 @@ def check_send(address: str, facts: HostFacts, timeout: float, label: str = "") 
                     f"send {mode.value}{label}",
                     "ok",
                     f"{p.requests} requests, {p.tensors} tensors byte-exact via "
-                    f"{p.path}, nothing left behind (p50 {p.p50_ms:.1f} ms)",
+                    f"{p.path}, nothing left behind (p50 {human_ms(p.p50_ms)})",
                 )
             )
         else:
