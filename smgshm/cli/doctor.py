@@ -104,6 +104,17 @@ def doctor(app: App, workers: tuple[str, ...], from_gateway: str | None, api_key
     emptyDir medium: HugePages is hugetlbfs (pre-reserved pages, no write(2)),
     not the same thing. smgshm never remounts.
 
+    --node (with --node-root, as gc --node): the host checks on every pod's
+    /dev/shm of a Kubernetes node instead, a block per tmpfs (its pod, its
+    figures, each check that is not plain ok, with its cause and fix): the
+    namespace id, usage and capacity (the container runtime's 64 MiB default is
+    a warning where an SMG gateway writes: shm_too_small; --inflight-bytes is
+    the need of each tmpfs SMG writes), leaked and hidden bytes as shares of
+    its size, writability judged from its figures (nothing is written),
+    leftover probe files, and leaks judged in the pod's own pid namespaces
+    (fix: gc --node --delete). A tmpfs whose names cannot be judged by pid (no
+    process uses it, namespaces that disagree) is unknown: never a failure.
+
     Exit with the worst code of the checks: 4, 5, 3, 6, 1, then 0.
 
     \b
@@ -113,6 +124,7 @@ def doctor(app: App, workers: tuple[str, ...], from_gateway: str | None, api_key
       smgshm doctor --from-gateway http://127.0.0.1:30000 --json
       smgshm doctor --gateway-log /var/log/smg/gateway.log --inflight-bytes 2GiB
       smgshm doctor --gateway-pid 4242
+      smgshm doctor --node --node-root /host --inflight-bytes 2GiB
     """
     from smgshm.core import outcomes
 

@@ -60,13 +60,17 @@ def _block(app: App, c: TmpfsCheckup) -> None:
     states = ", ".join(f"{k} {n}" for k, n in c.counts.items() if n) or "none"
     figures = (
         f"size {binary_size(c.shm_total_bytes)}, used {binary_size(c.shm_used_bytes)}, free "
-        f"{binary_size(c.shm_free_bytes)}; leaked {binary_size(c.leaked_bytes)} ({c.share(c.leaked_bytes):.1%}), "
-        f"hidden {binary_size(h.nbytes)} ({c.share(h.nbytes):.1%}); SMG names: {states}"
+        f"{binary_size(c.shm_free_bytes)}; leaked {binary_size(c.leaked_bytes)} ({_pct(c.share(c.leaked_bytes))}), "
+        f"hidden {binary_size(h.nbytes)} ({_pct(c.share(h.nbytes))}); SMG names: {states}"
     )
     prose(app.console, Text("       " + figures), 7)
     for check in c.checks:
         if check.status in _SHOWN:
             doctor_check(app, check, show_cause=True)
+
+
+def _pct(share: float) -> str:
+    return "<0.1%" if 0 < share < 0.001 else f"{share:.1%}"
 
 
 def doc(r: NodeCheckup) -> dict[str, Any]:

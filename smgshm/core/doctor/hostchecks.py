@@ -263,16 +263,16 @@ def check_capacity(
         )
     ]
     docker = " (Docker's 64 MiB default)" if v.docker_default else ""
+    # A container runtime's default /dev/shm where an SMG gateway writes: a few images' tensors fill it.
     trap = v.docker_default and bool(writers)
-    if trap:  # a container runtime's default /dev/shm with a gateway writing there: one image batch fills it
-        docker = f" (the container runtime's 64 MiB default, and {', '.join(writers)} writes SMG segments here)"
+    written = f"; {', '.join(writers)} writes here" if trap else ""
     if v.largest is None and trap:
         out.append(
             Check(
                 "capacity",
                 "warn",
-                f"{mib_size(v.free_bytes)} free{docker}: no in-flight budget is known, and 64 MiB holds a few "
-                "images' tensors at most: SMG's writes then fail and go inline",
+                f"{mib_size(v.free_bytes)} free of the container runtime's 64 MiB default{written}: 64 MiB holds "
+                "a few images' tensors at most, and SMG's writes then fail and go inline",
                 _enlarge(usage, DOCKER_DEFAULT_SHM, free_first=False),
                 fix_cmd=_enlarge_cmd(usage, DOCKER_DEFAULT_SHM),
                 cause=Cause.SHM_TOO_SMALL,
@@ -295,7 +295,7 @@ def check_capacity(
                 "capacity",
                 status,
                 f"{mib_size(v.free_bytes)} free{docker} holds the largest need "
-                f"{times:,.1f} times: {mib_size(v.largest.nbytes)} ({v.largest.source})",
+                f"{times:,.1f} times: {mib_size(v.largest.nbytes)} ({v.largest.source}){written}",
                 _enlarge(usage, v.largest.nbytes, free_first=not trap) if v.docker_default else "",
                 fix_cmd=_enlarge_cmd(usage, v.largest.nbytes) if v.docker_default else [],
                 cause=Cause.SHM_TOO_SMALL if trap else None,
