@@ -19,6 +19,7 @@ _MARK = {
     "fail": ("FAIL", "bold red"),
     "skip": ("skip", "dim"),
     "info": ("info", "cyan"),
+    "unknown": ("????", "yellow"),  # cannot be judged (doctor --node): never a failure, never a warning
 }
 
 
@@ -33,11 +34,19 @@ def progress(app: App) -> Iterator[Callable[[Any], None]]:
         yield lambda c: status.update(safe(f"doctor: {c.name} done"))
 
 
-def doctor_check(app: App, check: Any) -> None:
-    """One line per check, then its fix on the next line (and an advice's command)."""
-    mark, style = _MARK.get(check.status, (check.status, ""))
+def mark(status: str) -> Text:
+    """A status as doctor marks it: ``[FAIL]``, ``[warn]``, ``[ok  ]``..."""
+    text, style = _MARK.get(status, (status, ""))
+    return Text(f"[{text}]", style=style)
+
+
+def doctor_check(app: App, check: Any, show_cause: bool = False) -> None:
+    """One line per check, then its fix on the next line (and an advice's command). ``show_cause``: the
+    catalogue's cause code after the check's name."""
+    cause = f" ({check.cause.value})" if show_cause and getattr(check, "cause", None) is not None else ""
     # Summaries carry strangers' strings (log paths, names): escaped, never raw control characters.
-    prose(app.console, Text(f"[{mark}] ", style=style) + safe(f"{check.name}: ", "bold") + safe(check.summary), 7)
+    head = mark(check.status) + Text(" ") + safe(f"{check.name}{cause}: ", "bold") + safe(check.summary)
+    prose(app.console, head, 7)
     if check.status not in ("fail", "warn", "info"):
         return
     if check.fix and check.status != "info":

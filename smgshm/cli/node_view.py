@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from smgshm.core.segments.judge import ScanOptions, SegmentInfo
     from smgshm.core.segments.reaping import Choice, ReapReport, ReapRule
 
-_KIND = {"empty_dir": "emptyDir", "sandbox_shm": "sandbox shm", "host": "host /dev/shm"}
+KIND = {"empty_dir": "emptyDir", "sandbox_shm": "sandbox shm", "host": "host /dev/shm"}
 
 
 @dataclass
@@ -180,7 +180,7 @@ def _block_lines(b: Block, all_rows: bool, cols: int = 80) -> list[str]:
     if done is None:
         raise RuntimeError("a block shown before it was reaped")
     who = "pod -" if t.pod_uid is None else f"pod {escape(_pod(t))} (uid {escape(t.pod_uid)})"
-    what = _KIND[t.place.kind] + ("" if t.place.volume is None else f" {escape(t.place.volume)}")
+    what = KIND[t.place.kind] + ("" if t.place.volume is None else f" {escape(t.place.volume)}")
     hidden = f"hidden {human_size(t.hidden.nbytes)}"
     if t.hidden.files:
         hidden += f" ({t.hidden.files} unlinked file(s) still mapped)"

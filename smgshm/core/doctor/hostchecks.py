@@ -5,9 +5,11 @@ from __future__ import annotations
 import importlib.util
 import os
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from smgshm.core.causes import Cause, write_failure
 from smgshm.core.doctor.check import AddChecks, Check
 from smgshm.core.doctor.gatewayworkers import JudgedGateway, check_gateway_workers
 from smgshm.core.errors import SmgshmError
@@ -17,6 +19,7 @@ from smgshm.core.gateway.metrics import MM_FAMILIES, MmTraffic, mm_traffic, scra
 from smgshm.core.gateway.mode import ModeFinding, judge
 from smgshm.core.gateway.running import GATEWAY_TITLE, GatewayProcess, find_gateways
 from smgshm.core.host.capacity import (
+    DOCKER_DEFAULT_SHM,
     INFLIGHT_SOURCE,
     CapacityVerdict,
     Need,
@@ -236,7 +239,12 @@ def capacity_needs(inflight_bytes: int | None, findings: list[GatewayFinding], f
     return needs
 
 
-def check_capacity(usage: ShmUsage, needs: list[Need]) -> tuple[list[Check], CapacityVerdict]:
+def check_capacity(
+    usage: ShmUsage, needs: list[Need], writers: Sequence[str] = ()
+) -> tuple[list[Check], CapacityVerdict]:
+    """The shm dir's usage by family, then whether its free space holds the largest need. ``writers``: the SMG
+    gateways known to write here (as a sentence names them): at the runtime's 64 MiB default that is a trap
+    (shm_too_small) even when no need is known."""
     v = assess_capacity(usage, needs)
     fams = ", ".join(f"{f.family} {f.count:,} ({human_size(f.nbytes)})" for f in usage.families) or "empty"
     hidden = (
@@ -255,7 +263,22 @@ def check_capacity(usage: ShmUsage, needs: list[Need]) -> tuple[list[Check], Cap
         )
     ]
     docker = " (Docker's 64 MiB default)" if v.docker_default else ""
-    if v.largest is None:
+    # A container runtime's default /dev/shm where an SMG gateway writes: a few images' tensors fill it.
+    trap = v.docker_default and bool(writers)
+    written = f"; {', '.join(writers)} writes here" if trap else ""
+    if v.largest is None and trap:
+        out.append(
+            Check(
+                "capacity",
+                "warn",
+                f"{human_size(v.free_bytes)} free of the container runtime's 64 MiB default{written}: 64 MiB holds "
+                "a few images' tensors at most, and SMG's writes then fail and go inline",
+                _enlarge(usage, DOCKER_DEFAULT_SHM, free_first=False),
+                fix_cmd=_enlarge_cmd(usage, DOCKER_DEFAULT_SHM),
+                cause=Cause.SHM_TOO_SMALL,
+            )
+        )
+    elif v.largest is None:
         out.append(
             Check(
                 "capacity",
@@ -272,12 +295,15 @@ def check_capacity(usage: ShmUsage, needs: list[Need]) -> tuple[list[Check], Cap
                 "capacity",
                 status,
                 f"{human_size(v.free_bytes)} free{docker} holds the largest need "
-                f"{times:,.1f} times: {human_size(v.largest.nbytes)} ({v.largest.source})",
-                _enlarge(usage, v.largest.nbytes) if v.docker_default else "",
+                f"{times:,.1f} times: {human_size(v.largest.nbytes)} ({v.largest.source}){written}",
+                _enlarge(usage, v.largest.nbytes, free_first=not trap) if v.docker_default else "",
                 fix_cmd=_enlarge_cmd(usage, v.largest.nbytes) if v.docker_default else [],
+                cause=Cause.SHM_TOO_SMALL if trap else None,
             )
         )
     else:
+        # Too small when even the empty dir could not hold it (gc frees nothing then), else full.
+        cause = write_failure(v.largest.nbytes, usage.total_bytes, v.free_bytes, None)
         # Only the operator's own budget fails the run; an inferred need that does not fit is a warning.
         out.append(
             Check(
@@ -285,9 +311,10 @@ def check_capacity(usage: ShmUsage, needs: list[Need]) -> tuple[list[Check], Cap
                 "fail" if v.explicit_unmet else "warn",
                 f"{human_size(v.free_bytes)} free{docker} is below the largest need "
                 f"{human_size(v.largest.nbytes)} ({v.largest.source}): SMG's writes fail and go inline",
-                _enlarge(usage, v.largest.nbytes),
+                _enlarge(usage, v.largest.nbytes, free_first=cause is not Cause.SHM_TOO_SMALL),
                 Outcome.CHECK_FAILED if v.explicit_unmet else Outcome.OK,
                 fix_cmd=_enlarge_cmd(usage, v.largest.nbytes),
+                cause=cause,
             )
         )
     return out, v
@@ -297,11 +324,11 @@ def _gib(usage: ShmUsage, need: int) -> int:
     return -(-max(usage.total_bytes, usage.used_bytes + 2 * need) // 2**30)
 
 
-def _enlarge(usage: ShmUsage, need: int) -> str:
+def _enlarge(usage: ShmUsage, need: int, free_first: bool = True) -> str:
     gib = _gib(usage, need)
+    free = f"free space ({shlex.join(smgshm_cmd(usage.shm_dir, 'gc', '--delete'))}) or " if free_first else ""
     return (
-        f"free space ({shlex.join(smgshm_cmd(usage.shm_dir, 'gc', '--delete'))}) or enlarge the tmpfs (as root, "
-        "below); containers: docker run "
+        f"{free}enlarge the tmpfs (as root, below); containers: docker run "
         f"--shm-size={gib}g, Kubernetes emptyDir medium: Memory sizeLimit: {gib}Gi"
     )
 
