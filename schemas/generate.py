@@ -151,7 +151,7 @@ FIELD_OVERRIDES: dict[tuple[str, str], dict[str, Any]] = {
     ("Orphan", "state"): {"enum": [s.value for s in State] + ["gone", "unjudged"]},
     ("SegmentLife", "end"): {"enum": [*_ENDS, None]},
     ("SegmentSeen", "end"): {"enum": [*_ENDS, "left_behind"]},
-    ("Check", "status"): {"enum": ["ok", "warn", "fail", "skip", "info"]},
+    ("Check", "status"): {"enum": ["ok", "warn", "fail", "skip", "info", "unknown"]},
     ("GatewayProcess", "inspect"): {"enum": ["ok", "partial", "permission_denied", "gone"]},
     # gc's entries (a NamedTuple for speed; gc_view.segment_docs writes its fields as they are)
     ("SegmentInfo", "name"): {"type": "string", "description": _DISPLAY},
@@ -465,6 +465,47 @@ def gc_defs(b: Builder) -> dict[str, Any]:
     }
 
 
+def doctor_node_defs(b: Builder) -> dict[str, Any]:
+    """doctor --node's result, as cli/doctor_node_view.py writes it: a block per tmpfs with doctor's checks."""
+    gc = gc_defs(b)["node_tmpfs"]["properties"]
+    tied = ("kind", "path", "path_hex", "volume", "pod_uid", "namespace", "pod", "hidden_bytes", "hidden_files",
+            "hidden_complete", "processes", "pid_namespaces", "shm_total_bytes", "shm_used_bytes", "shm_free_bytes",
+            "liveness_trusted", "liveness_note")  # fmt: skip
+    verdict = {"enum": ["fail", "warn", "unknown", "ok"], "description": "the worst of its checks (unknown: "
+               "its names could not be judged by pid; never a failure)"}  # fmt: skip
+    tmpfs = _obj(
+        {
+            **{k: gc[k] for k in tied},
+            "verdict": verdict,
+            "namespace_id": _s("string", "the shm_namespace_id a gateway writing there advertises"),
+            "leaked_bytes": _s("integer", "what gc --node --delete would free (leaked, single link)"),
+            "leaked_ratio": _s("number", "leaked_bytes as a share of shm_total_bytes"),
+            "hidden_ratio": _s("number", "hidden_bytes as a share of shm_total_bytes"),
+            "gateways": {
+                "type": "array",
+                "items": _obj(
+                    {"pid": _s("integer", "here"), "ns_pid": _s(["integer", "null"], "in its own pid namespace")}
+                ),
+                "description": "SMG gateways (process title smg::router) whose /dev/shm it is",
+            },
+            "counts": {"$ref": f"{COMMON}#/$defs/state_counts"},
+            "checks": {"type": "array", "items": {"$ref": "#/$defs/Check"}},
+        },
+        "One tmpfs, tied to its pod: doctor's host checks on it.",
+    )
+    node = _obj(
+        {
+            "node_root": _s("string", "where the node's / is mounted (--node-root)"),
+            "pods_known": _s("integer", "pod log dirs read"),
+            "verdict": verdict,
+            "verdicts": _obj({v: _s("integer") for v in ("fail", "warn", "unknown", "ok")}, "tmpfs per verdict"),
+            "tmpfs": {"type": "array", "items": {"$ref": "#/$defs/node_doctor_tmpfs"}},
+        },
+        "doctor --node: the host checks on every pod's /dev/shm on this node, a block per tmpfs",
+    )
+    return {"node_doctor": node, "node_doctor_tmpfs": tmpfs}
+
+
 def serve_defs() -> dict[str, Any]:
     return {
         "ready": _obj(
@@ -580,6 +621,11 @@ def build() -> dict[str, dict[str, Any]]:
         out[name] = _top(
             name, title, description, _document(command, results[0] if len(results) == 1 else {"oneOf": results})
         )
+    # doctor --node's result is written by its view: beside doctor's own report.
+    doc = out["doctor.schema.json"]["$defs"]["document"]
+    doc["properties"]["result"] = {"oneOf": [doc["properties"]["result"], {"$ref": "#/$defs/node_doctor"}]}
+    out["doctor.schema.json"]["description"] = "Every check SMG's SHM transport needs here; or (--node) per pod tmpfs."
+    b.defs.setdefault("doctor.schema.json", {}).update(doctor_node_defs(b))
     # gc and serve: their results are written by their views, not by plain() of a dataclass.
     gc = gc_defs(b)
     out["gc.schema.json"] = _top(

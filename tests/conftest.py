@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import re
@@ -328,3 +329,116 @@ class LoopbackHttp:
 
     def __exit__(self, *_exc: object) -> None:
         self.close()
+
+
+# -- a real terminal ------------------------------------------------------------------------
+
+_CSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[()][0-9A-Za-z]")
+
+
+@dataclass
+class PtyResult:
+    exit_code: int
+    stdout: str  # as the terminal got it, escape sequences removed; "\r\n" made "\n"
+    stderr: str
+    raw_stdout: bytes
+
+
+def _pty(cols: int, rows: int) -> tuple[int, int]:
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+    return master, slave
+
+
+def run_pty(argv: list[str], cols: int = 80, timeout: float = 120.0, env: dict[str, str] | None = None,
+            stop_on: str | None = None) -> PtyResult:  # fmt: skip
+    """Run a command with stdin and stdout on one real pty of ``cols`` columns and stderr on another
+    (so each stream is a terminal, as at a person's shell, and each is read apart).
+
+    No COLUMNS/LINES in the environment: the width comes from the terminal itself (TIOCSWINSZ).
+    ``stop_on``: once stdout shows this text, the child gets SIGINT (Ctrl-C) and is read to its end (a
+    server's banner). Killed (its group) on timeout.
+    """
+    import select
+
+    out_m, out_s = _pty(cols, 50)
+    err_m, err_s = _pty(cols, 50)
+    child_env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "NO_COLOR")}
+    child_env.update({"TERM": "xterm-256color", **(env or {})})
+    p = subprocess.Popen(argv, stdin=out_s, stdout=out_s, stderr=err_s, env=child_env, start_new_session=True)
+    os.close(out_s)
+    os.close(err_s)
+    bufs: dict[int, bytearray] = {out_m: bytearray(), err_m: bytearray()}
+    deadline = time.monotonic() + timeout
+    try:
+        open_fds = [out_m, err_m]
+        stopped = stop_on is None
+        while open_fds:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"{argv} did not finish in {timeout}s; output so far:\n{bufs[out_m].decode()}\n"
+                                     f"--- stderr:\n{bufs[err_m].decode()}")
+            ready, _, _ = select.select(open_fds, [], [], min(left, 0.5))
+            for fd in ready:
+                try:
+                    data = os.read(fd, 65536)
+                except OSError:  # EIO: the child side closed
+                    data = b""
+                if data:
+                    bufs[fd] += data
+                else:
+                    open_fds.remove(fd)
+            if not stopped and stop_on is not None and stop_on.encode() in bufs[out_m]:
+                stopped = True
+                os.killpg(p.pid, signal.SIGINT)
+            if not ready and p.poll() is not None:
+                # Exited; a grandchild may still hold the pty open: read what is there, then stop.
+                for fd in list(open_fds):
+                    while select.select([fd], [], [], 0.2)[0]:
+                        try:
+                            data = os.read(fd, 65536)
+                        except OSError:
+                            break
+                        if not data:
+                            break
+                        bufs[fd] += data
+                break
+        code = p.wait(timeout=max(1.0, deadline - time.monotonic()))
+    finally:
+        if p.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+        os.close(out_m)
+        os.close(err_m)
+
+    def text(b: bytes) -> str:
+        # Colours go; a cursor move or an erase (a progress bar redrawn) becomes a "\r": what follows
+        # it is drawn over the line, and is judged as a line of its own.
+        plain = b.decode("utf-8", "replace").replace("\r\n", "\n")
+        return _CSI.sub(lambda m: "" if m.group().endswith("m") else "\r", plain)
+
+    return PtyResult(code, text(bufs[out_m]), text(bufs[err_m]), bytes(bufs[out_m]))
+
+
+def assert_fits(text: str, cols: int = 80, what: str = "output") -> None:
+    """Every line at most ``cols`` wide (unless it is one token longer than that), none ending in a space,
+    no number cut across two lines. A line redrawn in place (a progress bar) is judged by each redraw."""
+    for line in text.split("\n"):
+        for seg in line.split("\r"):
+            # Only a single token longer than the line may pass it (a long path): never two words.
+            fits = len(seg) <= cols or len(seg.removesuffix(" \\").split()) == 1
+            assert fits, f"{what}: {len(seg)} columns > {cols}:\n{seg!r}\n--- all:\n{text}"
+        # A line drawn over (a live bar, padded by rich to its width) is judged by its width alone.
+        assert "\r" in line or line == line.rstrip(), f"{what}: trailing space:\n{line!r}\n--- all:\n{text}"
+    rows = text.split("\n")
+    for a, b in itertools.pairwise(rows):
+        # A wrap the program did starts its next line indented or at a word; a number cut in two
+        # leaves a digit at the end of one line and the rest at column 0 of the next.
+        cut = a[-1:].isdigit() and b[:1].isdigit() and len(a) >= cols - 1
+        assert not cut, f"{what}: a number cut across lines:\n{a!r}\n{b!r}"

@@ -29,14 +29,22 @@ def test_crossover(rows: list[tuple[int, float | None, float]], want: int | None
     assert crossover([_size(*r) for r in rows]) == want
 
 
-def test_recommendation_is_a_power_of_two_between_loss_and_win() -> None:
-    rows = [_size(65536, 0.8, 0.9), _size(1 << 20, 3.0, 1.0)]
-    x, rec, why = recommend(rows)
-    assert x == 1 << 20
+@pytest.mark.parametrize(
+    ("rows", "want"),
+    [
+        ([(65536, 0.8, 0.9), (131072, 1.0, 1.1), (262144, 2.0, 1.5), (1 << 20, 3.0, 1.0)], 262144),
+        ([(65536, 0.8, 0.9), (1 << 20, 3.0, 1.0)], 1 << 20),  # nothing measured between: not a guess below
+        ([(300_000, 2.0, 1.0), (1 << 20, 3.0, 1.0)], 300_000),  # SHM won everywhere: the smallest measured
+    ],
+)
+def test_recommendation_is_at_or_above_the_measured_crossover(
+    rows: list[tuple[int, float, float]], want: int
+) -> None:
+    x, rec, why = recommend([_size(*r) for r in rows])
+    assert x == want
     assert rec is not None
-    assert 65536 <= rec <= 1 << 20
-    assert rec & (rec - 1) == 0
-    assert str(rec) in why
+    assert rec >= x, "a threshold below the crossover sends sizes by SHM that SHM was measured to lose"
+    assert f"--multimodal-shm-min-bytes {rec} " in why
     assert recommend([_size(4096, 0.5, 0.9)])[1] is None
 
 
@@ -89,7 +97,7 @@ def test_a_size_over_the_message_limit_is_shm_only_and_the_gate_uses_the_largest
     assert small["inline"] is not None
     assert small["speedup"] > 0
     res = run_cli(*argv, "--min-shm-speedup", "1000", exit=3)
-    assert any("at 1048576 B is below --min-shm-speedup" in w for w in res.json["warnings"])
+    assert any("at 1.0 MiB (1048576 B) is below --min-shm-speedup" in w for w in res.json["warnings"])
 
 
 def test_the_default_sweep_is_the_issues_4kib_to_256mib() -> None:
@@ -104,8 +112,8 @@ def test_the_default_sweep_is_the_issues_4kib_to_256mib() -> None:
 def test_human_report_fits_a_pipe_without_cut_cells() -> None:
     out = run_cli("bench", "--sizes", "4KiB,256MiB", "--warmup", "0", "-n", "1").stdout
     assert "w/rpc/r ms" in out
-    assert "GB/s by size" in out
-    assert "256.0 MiB        n/a" in out
+    assert "rate by size" in out
+    assert "256.0 MiB      n/a" in out
     assert "…" not in out  # rich shortens cells that do not fit 80 columns
 
 

@@ -70,10 +70,14 @@ def test_a_real_leftover_beside_hostile_names_fails_with_an_exact_rm(hostile_dir
         os.unlink(os.path.join(hostile_dir, real))
     out = res.stdout.decode("utf-8", "replace")
     assert res.returncode == 3, res.stderr
-    cmds = [ln.strip() for ln in out.splitlines() if ln.strip().startswith("rm -- ")]
-    assert len(cmds) == 1, out
-    printed = subprocess.run(["bash", "-c", "printf %s " + cmds[0].removeprefix("rm -- ")], capture_output=True,
-                             cwd=tmp_path, timeout=10)  # fmt: skip
+    lines = [ln.strip() for ln in out.splitlines()]
+    starts = [i for i, ln in enumerate(lines) if ln.startswith("rm -- ")]
+    assert len(starts) == 1, out
+    cmd = lines[starts[0] : starts[0] + 1]
+    while cmd[-1].endswith("\\"):  # wider than the terminal: continued, as a shell reads it when pasted
+        cmd.append(lines[starts[0] + len(cmd)])
+    printed = subprocess.run(["bash", "-c", "printf %s " + "\n".join(cmd).removeprefix("rm -- ")],
+                             capture_output=True, cwd=tmp_path, timeout=10)  # fmt: skip
     assert printed.stdout == os.fsencode(os.path.join(hostile_dir, real))
 
 

@@ -834,7 +834,7 @@ def test_a_segment_name_mounted_on_only_in_another_mount_namespace_is_a_hazard(
 def test_after_delete_the_usage_shown_is_read_again(children: Children, tmp_path: Path) -> None:
     """The footer's used/free (and JSON's remaining_shm_*, the textfile's free bytes) are the
     filesystem after the delete, not the statvfs the scan took before it."""
-    from smgshm.core.units import binary_size
+    from smgshm.core.units import human_size
     from tests.conftest import tmpfs
 
     with tmpfs(tmp_path / "shm", "8m") as d:
@@ -843,8 +843,8 @@ def test_after_delete_the_usage_shown_is_read_again(children: Children, tmp_path
         res = run_cli("--no-color", "gc", "--shm-dir", d, "--assume-dead", "--delete", "--yes")
         vfs = os.statvfs(d)
         used, free = (vfs.f_blocks - vfs.f_bavail) * vfs.f_frsize, vfs.f_bavail * vfs.f_frsize
-        assert f"{d}: {binary_size(used)} used of {binary_size(vfs.f_blocks * vfs.f_frsize)}, " \
-            f"{binary_size(free)} free" in res.stdout, res.stdout  # fmt: skip
+        assert f"{d}: {human_size(used)} used of {human_size(vfs.f_blocks * vfs.f_frsize)}, " \
+            f"{human_size(free)} free" in " ".join(res.stdout.split()), res.stdout  # fmt: skip
         make_file(d, seg_name(dead_pid(children), seq=3), size=2 << 20, age_s=3600)
         prom = tmp_path / "gc.prom"
         r = run_cli("--json", "gc", "--shm-dir", d, "--assume-dead", "--delete", "--yes", "--prometheus",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from smgshm.cli import fmt
@@ -68,3 +70,52 @@ def test_probe_and_its_hints_fit_80_columns(receiver: object) -> None:
     lines = res.stdout.splitlines() + [ln for ln in res.stderr.splitlines() if not ln.startswith("warning: ")]
     assert len(lines) > 6
     assert max(len(ln) for ln in lines) <= 80, "\n".join(ln for ln in lines if len(ln) > 80)
+
+
+def test_a_command_wider_than_the_terminal_continues_with_a_backslash_and_pastes_whole(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import subprocess
+
+    from rich.console import Console
+
+    from smgshm.cli.fmt import command
+
+    argv = ["smgshm", "gc", "--shm-dir", "/tmp/a dir with spaces; $(rm -rf x)/" + "d" * 20, "--delete",
+            "--include-stale", "--stale-after", "600s", "--min-age", "600s", "it's"]  # fmt: skip
+    command(Console(width=80, file=sys.stdout), argv, 12)
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert len(lines) > 1
+    assert all(len(ln) <= 80 and ln == ln.rstrip() for ln in lines), out
+    assert all(ln.endswith(" \\") for ln in lines[:-1])
+    # What a shell reads from the pasted lines is the very argv.
+    said = subprocess.run(["bash", "-c", 'printf "%s\\n" ' + out.replace("smgshm", "", 1)],
+                          capture_output=True, text=True, check=True).stdout.splitlines()  # fmt: skip
+    assert said == argv[1:]
+
+
+def test_a_table_too_wide_becomes_records_never_cut_cells(capsys: pytest.CaptureFixture[str]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from smgshm.cli.fmt import fit_table
+
+    def table() -> Table:
+        t = Table(box=None, pad_edge=False)
+        for col in ("size", "inline", "shm", "rate"):
+            t.add_column(col, justify="right", no_wrap=True)
+        t.add_row("256.0 MiB", "687.65 ms", "55.34 ms", "1.2 GiB/s")
+        t.add_row("4.0 KiB", "0.80 ms", "1.06 ms", "3.7 MiB/s")
+        return t
+
+    fit_table(Console(width=80, file=sys.stdout), table())
+    wide = capsys.readouterr().out.splitlines()
+    assert wide[1].split() == ["256.0", "MiB", "687.65", "ms", "55.34", "ms", "1.2", "GiB/s"], "a table where it fits"
+    assert all(ln == ln.rstrip() for ln in wide), "no padded cell at a line's end"
+    fit_table(Console(width=40, file=sys.stdout), table())
+    narrow = capsys.readouterr().out.splitlines()
+    assert narrow[:3] == ["256.0 MiB", "  inline 687.65 ms; shm 55.34 ms", "  rate 1.2 GiB/s"], narrow
+    assert all(len(ln) <= 40 and ln == ln.rstrip() for ln in narrow), narrow
+    assert "…" not in "".join(narrow)
+    assert " ".join(" ".join(narrow).split()).count("1.2 GiB/s") == 1, "every cell, whole"

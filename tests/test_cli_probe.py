@@ -10,6 +10,7 @@ import contextlib
 import dataclasses
 import os
 import random
+import re
 import shutil
 import site
 import subprocess
@@ -108,15 +109,12 @@ def _ready_address(p: subprocess.Popen[str], timeout: float = 30.0) -> str | Non
 
 
 def _table_rows(text: str) -> list[list[str]]:
-    """The cells of each rich table body row (box-drawing characters as separators)."""
+    """The cells of each table body row: columns apart by two spaces or more (the table has no box)."""
     rows = []
     for line in text.splitlines():
-        if "│" not in line and "|" not in line:
-            continue
-        cells = [c.strip() for c in line.replace("|", "│").split("│")]
-        cells = [c for c in cells if c]
-        if cells:
-            rows.append(cells)
+        cells = [c for c in re.split(r"\s{2,}|│|\|", line.strip()) if c.strip()]
+        if len(cells) >= 3:  # a row of the table, not a sentence
+            rows.append([c.strip() for c in cells])
     return rows
 
 

@@ -97,7 +97,8 @@ def test_json_ready_document_keys(children: Children) -> None:
 
 
 def test_human_ready_line(children: Children) -> None:
-    proc = children.spawn(smgshm_argv("serve", "--listen", "127.0.0.1:0"))
+    # A wide pipe: the banner on one line (it wraps at 80 columns: tests/test_cli_columns.py).
+    proc = children.spawn(smgshm_argv("serve", "--listen", "127.0.0.1:0"), env={**os.environ, "COLUMNS": "400"})
     assert proc.stdout is not None
     line = proc.stdout.readline()
     assert "ready on 127.0.0.1:" in line, line

@@ -34,7 +34,7 @@ def test_shm_when_metrics_and_segments_agree() -> None:
     v = judge(ctx("shm"), metrics(shm=1, inline=2), segs("consumed"), NO_RECEIPTS)
     assert (v.path, v.agree) == ("shm", True)
     assert v.counts == {"metrics": 1, "shm dir": 1}
-    assert v.cause.startswith("SHM: 1 tensor(s) 4.8 MB via shm, consumed in 3 ms")
+    assert v.cause.startswith("SHM: 1 tensor(s) 4.6 MiB via shm, consumed in 3.00 ms")
     assert "below shm_min_bytes 65536" in v.cause
 
 

@@ -1,8 +1,4 @@
-"""core/units.py: every size, duration and rate style pinned at its boundaries, and the parsers.
-
-The styles differ on purpose until issue #23 unifies them; these tests pin what each prints
-today, quirks included (1 MiB - 1 is '1024.0 KiB'), so that no caller's output moves by accident.
-"""
+"""core/units.py: the one style of sizes, rates and durations pinned at its boundaries, and the parsers."""
 
 from __future__ import annotations
 
@@ -10,17 +6,14 @@ import pytest
 
 from smgshm.core.units import (
     MAX_DURATION_S,
-    binary_rate,
-    binary_size,
-    decimal_mb,
-    decimal_size,
     gb_per_s,
-    mib_size,
+    human_duration,
+    human_gb_per_s,
+    human_ms,
+    human_rate,
+    human_size,
     parse_duration,
     parse_size,
-    short_duration,
-    whole_kib,
-    whole_mib,
 )
 
 KIB, MIB, GIB, TIB = 1024, 1024**2, 1024**3, 1024**4
@@ -34,92 +27,68 @@ KIB, MIB, GIB, TIB = 1024, 1024**2, 1024**3, 1024**4
         (1023, "1023 B"),
         (1024, "1.0 KiB"),
         (1536, "1.5 KiB"),
-        (MIB - 1, "1024.0 KiB"),  # rounds up inside the unit: the next unit starts at 1024 exactly
+        (MIB - 1, "1.0 MiB"),  # decided on the rounded figure: never '1024.0 KiB'
+        (MIB - 52, "1023.9 KiB"),
         (MIB, "1.0 MiB"),
+        (4_710_000, "4.5 MiB"),
         (52 * MIB + 51 * KIB, "52.0 MiB"),
-        (GIB - 1, "1024.0 MiB"),
+        (24105 * MIB, "23.5 GiB"),  # never '24105 MiB': the same rule however large
+        (GIB - 1, "1.0 GiB"),
         (GIB, "1.0 GiB"),
         (TIB, "1.0 TiB"),
         (2**60, "1048576.0 TiB"),  # TiB is the last unit, however large
         (-1, "-1 B"),  # a difference of two sizes can be negative: the unit follows its magnitude
         (-1536, "-1.5 KiB"),
         (-MIB, "-1.0 MiB"),
+        (1536.9, "1.5 KiB"),  # a mean is a float
+        (None, "?"),  # not known yet: never a '0 B' that reads as measured
     ],
 )
-def test_binary_size(n: int, text: str) -> None:
-    assert binary_size(n) == text
-
-
-@pytest.mark.parametrize(
-    ("n", "text"),
-    [
-        (0, "0.0 MiB"),
-        (1023, "0.0 MiB"),
-        (MIB - 1, "1.0 MiB"),
-        (MIB, "1.0 MiB"),
-        (GIB - 1, "1,024.0 MiB"),  # thousands separated, one decimal
-        (GIB, "1.0 GiB"),
-        (TIB, "1,024.0 GiB"),  # GiB is the last unit
-        (1234.56 * GIB, "1,234.6 GiB"),
-    ],
-)
-def test_mib_size(n: float, text: str) -> None:
-    assert mib_size(n) == text
-
-
-def test_whole_units() -> None:
-    assert whole_mib(0) == "0 MiB"
-    assert whole_mib(24105 * MIB) == "24105 MiB"  # no separator, never GiB
-    assert whole_mib(MIB - 1) == "1 MiB"
-    assert whole_kib(1023) == "1 KiB"
-    assert whole_kib(1536) == "2 KiB"  # half to even
-    assert whole_kib(2560) == "2 KiB"
-    assert whole_kib(MIB) == "1024 KiB"
-
-
-@pytest.mark.parametrize(
-    ("n", "mb", "size"),
-    [
-        (0, "0.0 MB", "0.0 kB"),
-        (1023, "0.0 MB", "1.0 kB"),
-        (99_999, "0.1 MB", "100.0 kB"),  # decimal_size switches at 1e5 bytes, not at 1 MB
-        (100_000, "0.1 MB", "0.1 MB"),
-        (4_800_000, "4.8 MB", "4.8 MB"),
-        (MIB, "1.0 MB", "1.0 MB"),
-        (TIB, "1099511.6 MB", "1099511.6 MB"),
-    ],
-)
-def test_decimal_sizes(n: float, mb: str, size: str) -> None:
-    assert decimal_mb(n) == mb
-    assert decimal_size(n) == size
+def test_human_size(n: float | None, text: str) -> None:
+    assert human_size(n) == text
 
 
 @pytest.mark.parametrize(
     ("seconds", "text"),
     [
-        (0, "0s"),
-        (0.5, "0s"),  # half to even
-        (1.5, "2s"),
-        (59.4, "59s"),
-        (59.6, "60s"),  # below a minute it stays in seconds, rounded
-        (60, "1.0m"),
-        (89.9, "1.5m"),
-        (3599, "60.0m"),
-        (3600, "1.0h"),
-        (86399, "24.0h"),
-        (86400, "1.0d"),
-        (10**7, "115.7d"),
-        (-5, "-5s"),  # a clock step can make an age negative
+        (0, "0 s"),
+        (0.00003, "0.03 ms"),
+        (0.0012, "1.20 ms"),
+        (0.0099999, "10.0 ms"),  # decided on the rounded figure
+        (0.0125, "12.5 ms"),
+        (0.9999, "999.9 ms"),
+        (0.99996, "1.0 s"),
+        (1.0, "1.0 s"),
+        (3.44, "3.4 s"),
+        (9.96, "10 s"),
+        (42, "42 s"),
+        (59.6, "1 min"),
+        (125, "2 min 5 s"),
+        (3599.6, "1 h"),
+        (11040, "3 h 4 min"),
+        (5 * 86400 + 3 * 3600 + 5, "5 d 3 h"),
+        (-5, "-5.0 s"),  # a clock step can make an age negative
+        (None, "?"),
+        (float("nan"), "?"),
     ],
 )
-def test_short_duration(seconds: float, text: str) -> None:
-    assert short_duration(seconds) == text
+def test_human_duration(seconds: float | None, text: str) -> None:
+    assert human_duration(seconds) == text
 
 
-def test_rates() -> None:
-    assert binary_rate(1536.9) == "1.5 KiB/s"  # whole bytes per second
-    assert binary_rate(0.5) == "0 B/s"
-    assert binary_rate(MIB) == "1.0 MiB/s"
+def test_every_duration_fits_an_age_column_of_eleven() -> None:
+    for s in range(0, 400 * 86400, 997):
+        assert len(human_duration(s)) <= 11, s
+
+
+def test_rates_and_milliseconds() -> None:
+    assert human_rate(1536.9) == "1.5 KiB/s"
+    assert human_rate(0.5) == "0 B/s"
+    assert human_rate(MIB) == "1.0 MiB/s"
+    assert human_rate(None) == "?"
+    assert human_gb_per_s(2.5) == "2.3 GiB/s"  # GB = 1e9 bytes in, binary out
+    assert human_ms(250) == "250.0 ms"
+    assert human_ms(None) == "?"
     assert gb_per_s(10**9, 10**9) == 1.0  # bytes per ns is GB/s
     assert gb_per_s(64 * MIB, 20_000_000) == 64 * MIB / 20_000_000
     assert gb_per_s(5, 0) == 0.0

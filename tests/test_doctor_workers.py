@@ -88,7 +88,7 @@ def test_a_segment_stranded_by_a_live_gateway_fails_with_its_bytes_and_the_verdi
     s = checks(doc)["stranded"]
     assert s["status"] == "fail", s
     assert s["cause"] == "segments_stranded"
-    assert "65536 bytes held" in s["summary"]
+    assert "64.0 KiB held" in s["summary"]
     assert str(gw.pid) in s["summary"]
     assert s["fix_cmd"][:4] == ["smgshm", "gc", "--delete", "--include-stale"]
     assert checks(doc)["leaks"]["status"] == "ok", "a live gateway's segment is not leaked: stranded"

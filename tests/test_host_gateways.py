@@ -321,7 +321,7 @@ def test_inference_from_metrics_alone() -> None:
     f = judge("gateway pid 4242", None, inline, "http://127.0.0.1:29000/metrics")
     assert f.verdict == "off_or_failing"
     assert f.summary == (
-        "gateway pid 4242: multimodal tensors went inline since start (3,120 tensors, mean 4.6 MB): "
+        "gateway pid 4242: multimodal tensors went inline since start (3,120 tensors, mean 4.4 MiB): "
         "SHM is off (the default is inline) or failing"
     )
     assert "--multimodal-tensor-transport auto" in f.fix

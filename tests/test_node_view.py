@@ -6,103 +6,25 @@ pod's own namespace is right."""
 
 from __future__ import annotations
 
-import contextlib
 import os
-import shutil
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import Children, run_cli, tmpfs, wait_for
+from tests.conftest import Children, run_cli, wait_for
+from tests.node_support import HIDDEN, POD_A, POD_B, dshm, laid_out, needs_root_and_unshare, start_pod
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or shutil.which("unshare") is None, reason="needs root and unshare(1) for mounts and namespaces"
-)
-
-POD_A = ("team-a", "engine-0", "aaaaaaaa-0000-4000-8000-00000000000a")  # its producer died
-POD_B = ("team-b", "gateway-0", "bbbbbbbb-0000-4000-8000-00000000000b")  # its producer lives
-HIDDEN = 1 << 20
-
-# Runs as pid 1 of the pod's pid namespace, with the pod's tmpfs at /dev/shm. "dead": a child (a small
-# pid there) writes its segment and exits. "live": pid 1 writes its own segment, then maps a file on the
-# tmpfs and unlinks it (hidden bytes). Then it says ready and waits for stdin to close.
-POD_MAIN = r"""
-import mmap, os, sys, time
-def segment():
-    name = f"/dev/shm/smg-tokenspeed-{os.getpid()}-{time.time_ns()}-0"
-    with open(name, "wb") as f:
-        f.write(b"\x5a" * 8192)
-    return name
-if sys.argv[1] == "dead":
-    child = os.fork()
-    if child == 0:
-        segment()
-        os._exit(0)
-    os.waitpid(child, 0)
-    with open("/dev/shm/sem.mp-other", "wb") as f:
-        f.write(b"x" * 4096)
-elif sys.argv[1].startswith("hold="):  # a child alive with that pid here (forks until one has it)
-    want = int(sys.argv[1][5:])
-    for _ in range(200):
-        child = os.fork()
-        if child == 0:
-            if os.getpid() == want:
-                sys.stdin.read()
-            os._exit(0)
-        if child == want:
-            break
-        os.waitpid(child, 0)
-else:
-    segment()
-    fd = os.open("/dev/shm/torch_hidden", os.O_RDWR | os.O_CREAT, 0o600)
-    os.ftruncate(fd, HIDDEN)
-    m = mmap.mmap(fd, HIDDEN)
-    m[:] = b"\x01" * HIDDEN
-    os.close(fd)
-    os.unlink("/dev/shm/torch_hidden")
-print(os.getpid(), flush=True)
-sys.stdin.read()
-""".replace("HIDDEN", str(HIDDEN))
-
-
-def _dshm(root: Path, uid: str) -> Path:
-    return root / "var/lib/kubelet/pods" / uid / "volumes/kubernetes.io~empty-dir/dshm"
-
-
-def _start_pod(children: Children, dshm: Path, mode: str) -> subprocess.Popen[str]:
-    """The pod's pid 1 in new pid and mount namespaces, its /dev/shm the pod's tmpfs. The mount
-    namespace is made inside the new pid namespace (a second unshare, as its pid 1), so the first
-    unshare, left in the host's pid namespace as a runtime's shim is, keeps the host's mounts: had
-    it the pod's /dev/shm, the host's namespace would use the tmpfs too, and the view would rightly
-    call every pid that both namespaces have unknown."""
-    script = 'mount --bind "$0" /dev/shm && mount -t proc proc /proc && exec "$1" -c "$2" "$3"'
-    argv = ["unshare", "--pid", "--fork", "unshare", "--mount", "--propagation", "private",
-            "sh", "-c", script, str(dshm), sys.executable, POD_MAIN, mode]  # fmt: skip
-    p = children.spawn(argv, stdin=subprocess.PIPE)
-    assert p.stdout is not None
-    line = p.stdout.readline()  # its pid inside: 1
-    assert line.strip() == "1", (line, p.stderr.read() if p.poll() is not None else "")  # type: ignore[union-attr]
-    return p
+pytestmark = needs_root_and_unshare
 
 
 @pytest.fixture
 def node(tmp_path: Path) -> Iterator[dict[str, Any]]:
     """Two pods under a private node root; every mount, process and dir gone at the end."""
     root = tmp_path / "node"
-    reg = Children()
-    with contextlib.ExitStack() as stack:
-        for ns, name, uid in (POD_A, POD_B):
-            stack.enter_context(tmpfs(_dshm(root, uid), "16m"))
-            (root / "var/log/pods" / f"{ns}_{name}_{uid}").mkdir(parents=True)
-        stack.callback(reg.reap)  # before the unmounts: no process keeps a tmpfs busy
-        a = _start_pod(reg, _dshm(root, POD_A[2]), "dead")
-        b = _start_pod(reg, _dshm(root, POD_B[2]), "live")
-        yield {"root": str(root), "a": a, "b": b}
-    shutil.rmtree(root)
+    with laid_out(root, [(POD_A, "16m", "dead"), (POD_B, "16m", "live")]) as pods:
+        yield {"root": str(root), "a": pods[POD_A[2]], "b": pods[POD_B[2]]}
 
 
 def _blocks(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -162,8 +84,8 @@ def test_delete_reaps_the_dead_producers_segment_and_keeps_the_live_one(node: di
     assert a["remaining_counts"]["leaked"] == 0
     assert b["deleted"] == []
     assert b["remaining_counts"]["in_flight"] == 1
-    left_a = sorted(os.listdir(_dshm(Path(root), POD_A[2])))
-    left_b = [n for n in os.listdir(_dshm(Path(root), POD_B[2])) if n.startswith("smg-")]
+    left_a = sorted(os.listdir(dshm(Path(root), POD_A[2])))
+    left_b = [n for n in os.listdir(dshm(Path(root), POD_B[2])) if n.startswith("smg-")]
     assert left_a == ["sem.mp-other"]
     assert len(left_b) == 1
     run_cli("gc", "--node", "--node-root", root, "--check")
@@ -203,7 +125,7 @@ def test_namespaces_sharing_a_tmpfs_must_agree(node: dict[str, Any], tmp_path: P
     pid = first["segments"][0]["producer_pid"]
     reg = Children()
     try:
-        _start_pod(reg, _dshm(Path(root), POD_A[2]), f"hold={pid}")
+        start_pod(reg, dshm(Path(root), POD_A[2]), f"hold={pid}")
         doc = run_cli("--json", "gc", "--node", "--node-root", root, "--delete", "--min-age", "0", "--yes").json
     finally:
         reg.reap()

@@ -59,7 +59,9 @@ class App:
     def info(self, message: str) -> None:
         """Progress or status on stderr; silent under --quiet and --json."""
         if not self.json and not self.quiet:
-            self.err_console.print(Text(message), style="dim")
+            from smgshm.cli.fmt import prose  # wrapped at the terminal's width, as every human line is
+
+            prose(self.err_console, Text(message, style="dim"), 2)
 
     def confirm(self, question: str) -> bool:
         """Ask on stderr and read one line from stdin: yes for y or yes, anything else is no. No, an

@@ -12,7 +12,7 @@ from smgshm.cli.exitcodes import ExitCode
 from smgshm.cli.fmt import safe
 from smgshm.cli.params import BYTES, RenamedOption, shm_dir_option, worker_addresses
 from smgshm.cli.signals import stop_on_signals
-from smgshm.core.units import parse_size
+from smgshm.core.units import human_gb_per_s, human_size, parse_size
 
 
 def _sizes(lo: int, hi: int, factor: int, explicit: str | None) -> tuple[int, ...]:
@@ -156,10 +156,12 @@ def bench(app: App, address: str | None, min_: int, max_: int, factor: int, size
     last = max(report.sizes, key=lambda s: s.nbytes)
     both = max((s for s in report.sizes if s.speedup is not None), key=lambda s: s.nbytes, default=None)
     if min_shm_speedup is not None and (both is None or both.speedup < min_shm_speedup):  # type: ignore[operator]
-        at = f"{both.speedup:.2f}x at {both.nbytes} B" if both else "not measurable (inline ran at no size)"
+        at = (f"{both.speedup:.2f}x at {human_size(both.nbytes)} ({both.nbytes} B)" if both
+              else "not measurable (inline ran at no size)")  # fmt: skip
         failed_gates.append(f"SHM speedup {at} is below --min-shm-speedup {min_shm_speedup}")
     if min_gbps is not None and last.shm.gb_per_s < min_gbps:
-        failed_gates.append(f"SHM {last.shm.gb_per_s:.2f} GB/s at {last.nbytes} B is below --min-gbps {min_gbps}")
+        failed_gates.append(f"SHM {last.shm.gb_per_s:.2f} GB/s ({human_gb_per_s(last.shm.gb_per_s)}) at "
+                            f"{human_size(last.nbytes)} ({last.nbytes} B) is below --min-gbps {min_gbps} (GB = 1e9 B)")
     if failed_gates:
         code = ExitCode.CHECK_FAILED
         # JSON keeps them in "warnings" as before (schema 1); a person sees a failure, first.

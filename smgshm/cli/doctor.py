@@ -52,11 +52,16 @@ from smgshm.cli.params import (
 @click.option("--no-gateways", is_flag=True,
               help="Do not look at the gateways running here (another team's, on a shared host).")  # fmt: skip
 @shm_dir_option
+@click.option("--node", is_flag=True, help="The host checks on every pod's /dev/shm on this node (kubelet "
+              "emptyDirs, runtime sandbox shm, the host's), a block per tmpfs, judged in its own pod's pid "
+              "namespaces.")  # fmt: skip
+@click.option("--node-root", default="/", show_default=True, type=click.Path(file_okay=False),
+              help="With --node: where the host's / is mounted (a DaemonSet's hostPath, e.g. /host).")  # fmt: skip
 @click.pass_obj
 def doctor(app: App, workers: tuple[str, ...], from_gateway: str | None, api_key: str | None, timeout: float,
            gateway_logs: tuple[str, ...], inflight_bytes: int | None, metrics_url: str | None, e2e: bool,
            gateway_pids: tuple[int, ...], stranded_after_s: float, no_gateways: bool,
-           shm_dir: str) -> None:  # fmt: skip
+           shm_dir: str, node: bool, node_root: str) -> None:  # fmt: skip
     """Check everything SMG's SHM transport needs here, and say how to fix what fails.
 
     In order: this host's namespace id and shm dir (tmpfs, size, Docker's 64 MiB
@@ -99,6 +104,17 @@ def doctor(app: App, workers: tuple[str, ...], from_gateway: str | None, api_key
     emptyDir medium: HugePages is hugetlbfs (pre-reserved pages, no write(2)),
     not the same thing. smgshm never remounts.
 
+    --node (with --node-root, as gc --node): the host checks on every pod's
+    /dev/shm of a Kubernetes node instead, a block per tmpfs (its pod, its
+    figures, each check that is not plain ok, with its cause and fix): the
+    namespace id, usage and capacity (the container runtime's 64 MiB default is
+    a warning where an SMG gateway writes: shm_too_small; --inflight-bytes is
+    the need of each tmpfs SMG writes), leaked and hidden bytes as shares of
+    its size, writability judged from its figures (nothing is written),
+    leftover probe files, and leaks judged in the pod's own pid namespaces
+    (fix: gc --node --delete). A tmpfs whose names cannot be judged by pid (no
+    process uses it, namespaces that disagree) is unknown: never a failure.
+
     Exit with the worst code of the checks: 4, 5, 3, 6, 1, then 0.
 
     \b
@@ -108,8 +124,12 @@ def doctor(app: App, workers: tuple[str, ...], from_gateway: str | None, api_key
       smgshm doctor --from-gateway http://127.0.0.1:30000 --json
       smgshm doctor --gateway-log /var/log/smg/gateway.log --inflight-bytes 2GiB
       smgshm doctor --gateway-pid 4242
+      smgshm doctor --node --node-root /host --inflight-bytes 2GiB
     """
     from smgshm.core import outcomes
+
+    if node:
+        _node(app, node_root, inflight_bytes, stranded_after_s, no_gateways)
     from smgshm.core.doctor.run import run_doctor
 
     if no_gateways and gateway_pids:
@@ -132,3 +152,27 @@ def doctor(app: App, workers: tuple[str, ...], from_gateway: str | None, api_key
                             stranded_after_s=stranded_after_s, gateway_workers=listed)  # fmt: skip
     worst = for_outcome(outcomes.worst(c.code for c in report.failed))
     click.get_current_context().exit(app.emit(report, view.report, worst))
+
+
+# Options that choose what doctor checks on this host: --node checks the node's pod tmpfs instead.
+_HOST_ONLY = ("workers", "from_gateway", "gateway_logs", "metrics_url", "e2e", "gateway_pids", "shm_dir", "api_key")
+
+
+def _node(app: App, root: str, inflight_bytes: int | None, stranded_after_s: float, no_gateways: bool) -> None:
+    """doctor --node: doctor's host checks on every pod tmpfs of the node (core/node/doctor.py)."""
+    from smgshm.cli import doctor_node_view as node_view
+    from smgshm.core import outcomes
+    from smgshm.core.node.doctor import run_node_doctor
+
+    ctx = click.get_current_context()
+    typed = click.core.ParameterSource.COMMANDLINE
+    given = [p.opts[-1] for p in ctx.command.params
+             if p.name in _HOST_ONLY and ctx.get_parameter_source(p.name) == typed]  # fmt: skip
+    if given:
+        raise click.UsageError(f"--node checks the node's pod tmpfs: it does not combine with {', '.join(given)}")
+    report = run_node_doctor(root, inflight_bytes, stranded_after_s, gateways=not no_gateways)
+    worst = for_outcome(outcomes.worst(c.code for c in report.failed))
+    if app.json:
+        ctx.exit(app.emit_rendered(node_view.doc(report), worst))
+    node_view.report(app, report)
+    ctx.exit(worst)

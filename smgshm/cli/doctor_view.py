@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 
-from smgshm.cli.fmt import fix_line, prose, quote_cmd, safe
+from smgshm.cli.fmt import command, fix_line, prose, safe
 
 if TYPE_CHECKING:
     from smgshm.cli.app import App
@@ -19,6 +19,7 @@ _MARK = {
     "fail": ("FAIL", "bold red"),
     "skip": ("skip", "dim"),
     "info": ("info", "cyan"),
+    "unknown": ("????", "yellow"),  # cannot be judged (doctor --node): never a failure, never a warning
 }
 
 
@@ -33,22 +34,28 @@ def progress(app: App) -> Iterator[Callable[[Any], None]]:
         yield lambda c: status.update(safe(f"doctor: {c.name} done"))
 
 
-def doctor_check(app: App, check: Any) -> None:
-    """One line per check, then its fix on the next line (and an advice's command)."""
-    mark, style = _MARK.get(check.status, (check.status, ""))
+def mark(status: str) -> Text:
+    """A status as doctor marks it: ``[FAIL]``, ``[warn]``, ``[ok  ]``..."""
+    text, style = _MARK.get(status, (status, ""))
+    return Text(f"[{text}]", style=style)
+
+
+def doctor_check(app: App, check: Any, show_cause: bool = False) -> None:
+    """One line per check, then its fix on the next line (and an advice's command). The catalogue's cause
+    code follows the check's name for a failure or warning (as JSON's "cause": alert on it); ``show_cause``:
+    for every status."""
+    shown = show_cause or check.status in ("fail", "warn")
+    cause = f" ({check.cause.value})" if shown and getattr(check, "cause", None) is not None else ""
     # Summaries carry strangers' strings (log paths, names): escaped, never raw control characters.
-    line = Text(f"[{mark}] ", style=style) + safe(f"{check.name}: ", "bold") + safe(check.summary)
-    cause = getattr(check, "cause", None)
-    if cause is not None and check.status in ("fail", "warn"):
-        line += Text(f" ({cause.value})")  # the catalogue's code, as JSON's "cause" (alert on it)
-    prose(app.console, line, 7)
+    head = mark(check.status) + Text(" ") + safe(f"{check.name}{cause}: ", "bold") + safe(check.summary)
+    prose(app.console, head, 7)
     if check.status not in ("fail", "warn", "info"):
         return
     if check.fix and check.status != "info":
         fix_line(app, check.fix)
     if getattr(check, "fix_cmd", None):
-        # One line, never wrapped: it is meant to be pasted. quote_cmd makes that safe.
-        app.console.print(Text("            ") + Text(quote_cmd(check.fix_cmd)), soft_wrap=True)
+        # Meant to be pasted: quoted, and continued with a backslash where it is wider than the terminal.
+        command(app.console, check.fix_cmd, 12)
 
 
 def headline(app: App, report: Any) -> None:
@@ -62,7 +69,7 @@ def headline(app: App, report: Any) -> None:
         line, style = f"passed with {len(warned)} warning(s)", "bold yellow"
     else:
         line, style = "all checks passed", "bold green"
-    app.console.print(safe(f"doctor: {line}", style))
+    prose(app.console, safe(f"doctor: {line}", style), 2)
 
 
 def report(app: App, report: Any) -> None:

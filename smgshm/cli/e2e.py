@@ -177,8 +177,9 @@ def e2e(app: App, gateway: str | None, running: bool, gateway_pid: int | None, a
         keep_logs=keep_logs, log_dir=gateway_log_dir,
     )  # fmt: skip
     try:
-        with _unwind_on_term():
-            report = run_against(gateway, opts, app.info) if gateway else run_embedded(opts, app.info)
+        with _unwind_on_term(), view.request_progress(app) as on_request:
+            report = (run_against(gateway, opts, app.info, on_request=on_request) if gateway
+                      else run_embedded(opts, app.info, on_request=on_request))  # fmt: skip
     except _TerminatedError as t:
         raise click.exceptions.Exit(128 + t.signum) from None
     from smgshm.core.host.capacity import record_tensor_seen

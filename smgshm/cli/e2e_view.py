@@ -2,19 +2,51 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 from rich.text import Text
 
-from smgshm.cli.fmt import cause_fix, fix_line, prose, safe
+from smgshm.cli.fmt import cause_fix, fit_table, fix_line, prose, safe
 from smgshm.core.stats import median
-from smgshm.core.units import binary_size
+from smgshm.core.units import human_gb_per_s, human_ms, human_size
 
 if TYPE_CHECKING:
     from smgshm.cli.app import App
 
 _STYLE = {"shm": "bold green", "inline": "bold yellow", "none": "bold", "undetermined": "bold red"}
+
+
+@contextmanager
+def request_progress(app: App) -> Iterator[Callable[[str, int, int, Any], None]]:
+    """Requests as they are answered: a bar on a terminal's stderr; piped, a line at the first answer and at
+    each quarter (never one per request); nothing under --json or --quiet."""
+    if app.json or app.quiet:
+        yield lambda *_: None
+        return
+    if app.err_console.is_terminal:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        bar = Progress(TextColumn("e2e requests"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                       console=app.err_console, transient=True)  # fmt: skip
+        task = bar.add_task("e2e", total=None)
+        with bar:
+            yield lambda _label, done, total, _out: bar.update(task, completed=done, total=total)
+        return
+    failed = 0
+    said: set[int] = set()
+
+    def on_request(_label: str, done: int, total: int, out: Any) -> None:
+        nonlocal failed
+        failed += 0 if out.ok else 1
+        quarter = 4 * done // total  # the first answer (traffic flows), then each quarter: five lines at most
+        if quarter not in said and (quarter > 0 or done == 1):
+            said.add(quarter)
+            app.info(f"requests: {done}/{total} answered, {failed} failed")
+
+    yield on_request
 
 
 def _metrics_line(m: Any) -> Text:
@@ -25,7 +57,7 @@ def _metrics_line(m: Any) -> Text:
     if not m.available:
         return head + safe(m.note or "unavailable")
     # Paths and modes are label values of the peer's /metrics: escaped like any stranger's string.
-    parts = [safe(p) + Text(f" {n} ({binary_size(m.nbytes.get(p, 0))})") for p, n in sorted(m.tensors.items())]
+    parts = [safe(p) + Text(f" {n} ({human_size(m.nbytes.get(p, 0))})") for p, n in sorted(m.tensors.items())]
     out = head + (Text(", ").join(parts) if parts else Text("no tensors"))
     out += Text(f"; shm write failures +{m.shm_write_failures}")
     if m.processing:
@@ -47,7 +79,7 @@ def _shm_dir_line(d: Any) -> Text:
         body += " (" + ", ".join(f"{k} {v}" for k, v in sorted(ends.items())) + ")"
     consumed = [s.in_flight_ms for s in d.segments if s.end == "consumed"]
     if consumed:
-        body += f", consumed in {median(consumed, method='higher'):.1f} ms (median)"
+        body += f", consumed in {human_ms(median(consumed, method='higher'))} (median)"
     out = head + Text(body)
     if d.probe_file_left:
         out += Text("; probe file left over: ") + safe(d.probe_file_left)
@@ -110,7 +142,7 @@ def headline(report: Any) -> Text:
 
 
 def e2e_report(app: App, report: Any) -> None:
-    app.console.print(headline(report))
+    prose(app.console, headline(report), 2)
     for run in report.runs:
         mark, style = _mark(run)
         label = f"mode {run.label}" if report.embedded else run.label
@@ -126,49 +158,47 @@ def e2e_report(app: App, report: Any) -> None:
         ok = sum(1 for r in run.requests if r.ok)
         line = f"       {ok}/{len(run.requests)} requests ok"
         if ok:  # no latency of zero successful requests
-            line += f", p50 {run.p50_ms:.0f} ms"
+            line += f", p50 {human_ms(run.p50_ms)}"
         if run.expected:
             line += f"; expected {run.expected}"
-        app.console.print(Text(line))
+        prose(app.console, Text(line), 9)
         for r in run.requests:
             if not r.ok:
-                app.console.print(Text(f"       HTTP {r.status}: ") + safe(r.error))
+                prose(app.console, Text(f"       HTTP {r.status}: ") + safe(r.error), 9)
                 break
         if run.failure:
             prose(app.console, Text("       failure: ", style="bold red") + safe(run.failure), indent=9)
         for line_ in (_metrics_line(run.metrics), _shm_dir_line(run.shm_dir), _receipts_line(run.receipts)):
-            app.console.print(Text("       ") + line_)
+            prose(app.console, Text("       ") + line_, 9)
         if run.setting_source and not report.embedded:
             said = f"mode {run.mode}, shm_min_bytes {run.shm_min_bytes}, dev_writable "
             said += "unknown" if run.dev_writable is None else str(run.dev_writable).lower()
             # The mode is the log's word: escaped with the rest.
-            app.console.print(Text("       setting ", style="bold") + safe(f"{said} ({run.setting_source})"))
+            prose(app.console, Text("       setting ", style="bold") + safe(f"{said} ({run.setting_source})"), 9)
         if run.gateway_log:
-            app.console.print(Text("       gateway log: ") + safe(run.gateway_log))
+            prose(app.console, Text("       gateway log: ") + safe(run.gateway_log), 9)
     if len(report.runs) > 1:
         table = Table(box=None, pad_edge=False)
-        for col in ("mode", "path", "p50 ms", "requests"):
+        for col in ("mode", "path", "p50", "requests"):
             table.add_column(col, justify="right" if col != "path" else "left", no_wrap=True)
         for run in report.runs:
-            p50 = f"{run.p50_ms:.0f}" if any(r.ok for r in run.requests) else "-"
+            p50 = human_ms(run.p50_ms) if any(r.ok for r in run.requests) else "-"
             table.add_row(run.label, run.path, p50, str(len(run.requests)))
-        app.console.print(table)
-    img = f"{report.image_size}x{report.image_size} PNG ({binary_size(report.image_bytes)})"
-    app.console.print(Text("image: ") + Text(img) + Text(", model ") + safe(report.model))
+        fit_table(app.console, table)
+    img = f"{report.image_size}x{report.image_size} PNG ({human_size(report.image_bytes)})"
+    prose(app.console, Text("image: ") + Text(img) + Text(", model ") + safe(report.model), 2)
     if report.embedded:
         if report.removed_at_stop or report.processes_left:
-            app.console.print(
-                Text(f"left behind: {len(report.removed_at_stop)} segment(s) (removed at stop), "
-                     f"{len(report.processes_left)} process(es)", style="bold red")
-            )  # fmt: skip
+            prose(app.console, Text(f"left behind: {len(report.removed_at_stop)} segment(s) (removed at stop), "
+                                    f"{len(report.processes_left)} process(es)", style="bold red"), 2)  # fmt: skip
         else:
-            app.console.print(Text("nothing left behind: every gateway and receiver stopped, no segment remains"))
+            prose(app.console, Text("nothing left behind: every gateway and receiver stopped, no segment remains"), 2)
 
 
 def sweep_report(app: App, report: Any) -> None:
     """One row per image size: latencies side by side, the gateway's write, the worker's read, the floor."""
-    app.console.print(Text("What SHM is worth through the real gateway (medians; inline and shm in alternation)",
-                           style="bold"))  # fmt: skip
+    prose(app.console, Text("What SHM is worth through the real gateway (medians; inline and shm in alternation)",
+                            style="bold"), 2)  # fmt: skip
     table = Table(box=None, pad_edge=False)
     for col in ("px", "pixels", "inline ms", "shm ms", "x", "write ms", "read ms", "floor ms", "prep ms"):
         table.add_column(col, justify="right", no_wrap=True)
@@ -177,13 +207,14 @@ def sweep_report(app: App, report: Any) -> None:
         return "n/a" if v is None else f"{v:.1f}" if v < 100 else f"{v:.0f}"
 
     for r in report.rows:
-        table.add_row(str(r.image_px), binary_size(r.pixel_nbytes), ms(r.inline_p50_ms), ms(r.shm_p50_ms),
+        table.add_row(str(r.image_px), human_size(r.pixel_nbytes), ms(r.inline_p50_ms), ms(r.shm_p50_ms),
                       f"{r.speedup:.2f}x" if r.speedup else "-", ms(r.shm_write_ms), ms(r.worker_read_ms),
                       ms(r.floor_ms), ms(r.preprocess_ms))  # fmt: skip
-    app.console.print(table)
+    fit_table(app.console, table)
     legend = (
         f"x = inline/shm; write = the gateway's mm_shm_write; read = the worker's; floor = the pixels at this "
-        f"host's fresh-page rate ({report.fresh_page_gb_per_s:.2f} GB/s; memcpy {report.memcpy_gb_per_s:.1f} GB/s); "
+        f"host's fresh-page rate ({human_gb_per_s(report.fresh_page_gb_per_s)}; memcpy "
+        f"{human_gb_per_s(report.memcpy_gb_per_s)}); "
         "prep = the gateway's image preprocessing"
     )
     prose(app.console, Text(legend))

@@ -19,10 +19,10 @@ from typing import IO, TYPE_CHECKING, Any
 
 from rich.text import Text
 
-from smgshm.cli.fmt import escape, lossless, quote_cmd, safe
+from smgshm.cli.fmt import command, escape, fill, hint, lossless, prose, width
 from smgshm.cli.jsonout import dumpb as _dumpb
 from smgshm.cli.jsonout import write_bytes
-from smgshm.core.units import binary_size, short_duration
+from smgshm.core.units import human_duration, human_size
 
 if TYPE_CHECKING:
     from smgshm.cli.app import App
@@ -98,16 +98,16 @@ def _size(n: int) -> str:
     if n not in _SIZES:
         if len(_SIZES) > 65536:
             _SIZES.clear()  # bounded: sizes repeat, but a stranger can make them all differ
-        _SIZES[n] = binary_size(n)
+        _SIZES[n] = human_size(n)
     return _SIZES[n]
 
 
 def _age(s: float) -> str:
-    k = int(s)  # short_duration shows whole seconds at best
+    k = int(s)  # whole seconds: an age this coarse is all a listing needs
     if k not in _AGES:
         if len(_AGES) > 65536:
             _AGES.clear()
-        _AGES[k] = short_duration(k)
+        _AGES[k] = human_duration(k)
     return _AGES[k]
 
 
@@ -125,11 +125,26 @@ def _row(s: SegmentInfo, state: str | None = None) -> str:
         if len(_HEADS) > 65536:
             _HEADS.clear()  # bounded: a stranger can make every size differ
         shown = "-" if pid is None else f"{pid}{' (dead)' if alive is False else ''}"
-        head = _HEADS[key] = f"{key[0]:<10}{kind:<14}{_size(alloc):>10} {age:>6} {shown:>14}  "
+        head = _HEADS[key] = f"{key[0]:<10}{kind:<14}{_size(alloc):>10} {age:>11} {shown:>14}  "
     return head + (name if name.isascii() and name.isprintable() and "\\" not in name else escape(name)) + "\n"
 
 
-HEADER = f"{'STATE':<10}{'KIND':<14}{'SIZE':>10} {'AGE':>6} {'PID':>14}  NAME\n"
+HEADER = f"{'STATE':<10}{'KIND':<14}{'SIZE':>10} {'AGE':>11} {'PID':>14}  NAME\n"
+HEAD_WIDTH = len(HEADER) - len("NAME\n")  # every row's name starts here
+
+
+def fit_row(line: str, cols: int) -> str:
+    """A row (with its newline) as it fits ``cols``: whole, or its columns then the name on a line of its
+    own (indented two), never cut or folded inside."""
+    if len(line) <= cols + 1:
+        return line
+    # The name starts after the columns' two spaces (a pid wider than its column pushes it right).
+    at = line.find("  ", HEAD_WIDTH - 2) + 2
+    return line[:at].rstrip() + "\n  " + line[at:]
+
+
+def why_line(reason: str, cols: int) -> str:
+    return fill(f"{'':10}why: {escape(reason)}", cols, 15) + "\n"
 
 
 def raw_row(s: SegmentInfo) -> str:
@@ -239,47 +254,49 @@ class HumanListing:
         gone = [d for d in deleted if d.deleted]
         done_inos = {d.ino for d in gone}
         style = "bold red" if not ok or after.counts["leaked"] or after.counts["hazard"] else "bold green"
-        app.console.print(Text(headline(scan, before, after, deleted, self.check, ok), style=style))
+        cols = width(app.console)
+        prose(app.console, Text(headline(scan, before, after, deleted, self.check, ok), style=style), 2)
         for title, table in (("state", after.counts), ("kind", after.counts_by_kind)):
             sizes = after.bytes_by_state if title == "state" else after.bytes_by_kind
-            cells = [f"{k} {n} ({binary_size(sizes[k])})" for k, n in table.items() if n]
+            cells = [f"{k} {n} ({human_size(sizes[k])})" for k, n in table.items() if n]
             if gone and title == "state":
-                cells.append(f"deleted {len(gone)} ({binary_size(sum(d.freed_bytes for d in gone))} freed)")
-            app.console.print(Text(f"by {title}: " + (", ".join(cells) or "none")))
+                cells.append(f"deleted {len(gone)} ({human_size(sum(d.freed_bytes for d in gone))} freed)")
+            prose(app.console, Text(f"by {title}: " + (", ".join(cells) or "none")), 4)
+        top = [(seg, row) for _, seg, row in sorted(self.notable, reverse=True)]
         if self.spool is not None:
+            # One listing: every row once, the reason under each entry that matters most.
+            why = {row: seg.reason for seg, row in top}
             self.spool.write("".join(self.spool_buf))
             self.spool.seek(0)
             out.write(HEADER)
-            if done_rows:
-                for i, line in enumerate(self.spool):  # the scan's story, with what --delete did to it
-                    out.write(f"{'deleted':<10}{line[10:]}" if i in done_rows else line)
-            else:
-                while chunk := self.spool.read(1 << 16):
-                    out.write(chunk)
+            for i, line in enumerate(self.spool):  # the scan's story, with what --delete did to it
+                out.write(fit_row(f"{'deleted':<10}{line[10:]}" if i in done_rows else line, cols))
+                if i in why:
+                    out.write(why_line(why[i], cols))
             out.flush()
             self.spool.close()
-        top = [(seg, row) for _, seg, row in sorted(self.notable, reverse=True)]
-        if top:
+        elif top:
             shown = "every entry is listed above" if self.spool is not None else "--all lists every entry"
             more = f"{len(top)} of {before.total - before.counts['in_flight']}"
             app.console.print(Text(f"entries that matter most ({more}; {shown}):"))
             out.write(HEADER)
             for seg, _ in top:
                 was = "deleted" if seg.ino in done_inos and seg.state.value in ("leaked", "stale") else None
-                out.write(_row(seg, was))
-                out.write(f"{'':10}why: {escape(seg.reason)}\n")
+                out.write(fit_row(_row(seg, was), cols))
+                out.write(why_line(seg.reason, cols))
             out.flush()
         _deletions(app, deleted, all_rows=self.spool is not None)
         used, free = usage  # read again after any delete
-        app.console.print(Text(
-            f"{display(scan.opts.shm_dir)}: {binary_size(used)} used of {binary_size(scan.shm_total_bytes)}, "
-            f"{binary_size(free)} free; "
-            f"reclaimable now {binary_size(after.reclaimable_bytes)}"
-        ))  # fmt: skip
+        prose(app.console, Text(
+            f"{display(scan.opts.shm_dir)}: {human_size(used)} used of {human_size(scan.shm_total_bytes)}, "
+            f"{human_size(free)} free; "
+            f"reclaimable now {human_size(after.reclaimable_bytes)}"
+        ), 2)  # fmt: skip
         if after.counts["leaked"] and not deleted and not app.quiet:
             argv = ["smgshm", "gc", "--shm-dir", scan.opts.shm_dir, "--delete"]
             argv += ["--assume-dead"] if scan.opts.assume_dead else []
-            app.err_console.print(Text("hint: ", style="cyan") + safe("reap them with: " + quote_cmd(argv)))
+            hint(app, "reap them with:")
+            command(app.err_console, argv, 6)
 
 
 def headline(scan: Scan, before: Tally, after: Tally, deleted: list[Deletion], check: bool, ok: bool) -> str:
@@ -288,7 +305,7 @@ def headline(scan: Scan, before: Tally, after: Tally, deleted: list[Deletion], c
     states = ", ".join(f"{n} {k}" for k, n in after.counts.items() if n) or "none"
     gone = [d for d in deleted if d.deleted]
     if deleted:
-        freed = binary_size(sum(d.freed_bytes for d in gone))
+        freed = human_size(sum(d.freed_bytes for d in gone))
         kept = len(deleted) - len(gone)
         text = (f"deleted {len(gone)}, freed {freed}{f', kept {kept}' if kept else ''}; "
                 f"{after.total} SMG segment(s) left in {where}: {states}")  # fmt: skip
@@ -305,14 +322,16 @@ def headline(scan: Scan, before: Tally, after: Tally, deleted: list[Deletion], c
 def _deletions(app: App, deleted: list[Deletion], all_rows: bool) -> None:
     if not deleted:
         return
-    out = Out()
-    shown = deleted if all_rows else deleted[:NOTABLE]
+    out, cols = Out(), width(app.console)
+    # --all marked the deleted rows in its listing already: here only what was kept, and why.
+    shown = [d for d in deleted if not d.deleted] if all_rows else deleted[:NOTABLE]
     for d in shown:
         if d.deleted:
-            out.write(f"deleted {display(d.name)}: freed {binary_size(d.freed_bytes)} ({escape(d.reason)})\n")
+            out.write(fill(f"deleted {display(d.name)}: freed {human_size(d.freed_bytes)} ({escape(d.reason)})",
+                           cols, 2) + "\n")  # fmt: skip
         else:
-            out.write(f"kept {display(d.name)}: {escape(d.reason)}\n")
-    if len(shown) < len(deleted):
+            out.write(fill(f"kept {display(d.name)}: {escape(d.reason)}", cols, 2) + "\n")
+    if not all_rows and len(shown) < len(deleted):
         out.write(f"... and {len(deleted) - len(shown)} more (--all lists them, --json has them all)\n")
     out.flush()
 
@@ -320,11 +339,12 @@ def _deletions(app: App, deleted: list[Deletion], all_rows: bool) -> None:
 def will_delete(app: App, chosen: list[SegmentInfo], all_rows: bool) -> None:
     """Before anything is deleted, on stderr: which entries, and what they hold."""
     total = sum(s.frees_bytes for s in chosen)
-    app.err_console.print(Text(f"will delete {len(chosen)} segment(s), {binary_size(total)}:"))
+    app.err_console.print(Text(f"will delete {len(chosen)} segment(s), {human_size(total)}:"))
     shown = chosen if all_rows else chosen[:NOTABLE]
-    err = Out(sys.stderr)
+    err, cols = Out(sys.stderr), width(app.err_console)
     for s in shown:
-        err.write(f"  {display(s.name)}  {binary_size(s.allocated_bytes)}, {s.state.value}: {escape(s.reason)}\n")
+        line = f"  {display(s.name)}  {human_size(s.allocated_bytes)}, {s.state.value}: {escape(s.reason)}"
+        err.write(fill(line, cols, 4) + "\n")
     if len(shown) < len(chosen):
         err.write(f"  ... and {len(chosen) - len(shown)} more (--all lists them)\n")
     err.flush()
@@ -335,7 +355,7 @@ def gc_watch_line(app: App, total: int, counts: dict[str, int], growth: dict[str
         return
     parts = [f"{k} {n}" + (f" ({growth[k]:+d})" if growth and growth.get(k) else "") for k, n in counts.items()]
     stamp = time.strftime("%H:%M:%S")
-    app.console.print(Text(f"{stamp} {total} segments: " + ", ".join(parts)))
+    prose(app.console, Text(f"{stamp} {total} segments: " + ", ".join(parts)), 9)
 
 
 class Progress:
@@ -370,8 +390,22 @@ class Progress:
             self.bar = None
 
 __all__ = [
-    "HEADER", "HumanListing", "JsonListing", "Progress", "RawListing", "deletion_doc", "display", "gc_watch_line",
-    "headline", "raw_row", "segment_doc", "segment_docs", "will_delete",
+    "HEADER",
+    "HEAD_WIDTH",
+    "HumanListing",
+    "JsonListing",
+    "Progress",
+    "RawListing",
+    "deletion_doc",
+    "display",
+    "fit_row",
+    "gc_watch_line",
+    "headline",
+    "raw_row",
+    "segment_doc",
+    "segment_docs",
+    "why_line",
+    "will_delete",
 ]  # fmt: skip
 
 

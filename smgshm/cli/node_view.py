@@ -15,8 +15,8 @@ from rich.text import Text
 
 from smgshm.cli import gc_view
 from smgshm.cli.exitcodes import ExitCode
-from smgshm.cli.fmt import escape, lossless, quote_cmd, safe
-from smgshm.core.units import binary_size
+from smgshm.cli.fmt import command, escape, fill, hint, lossless, prose, width
+from smgshm.core.units import human_size
 
 if TYPE_CHECKING:
     from smgshm.cli.app import App
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from smgshm.core.segments.judge import ScanOptions, SegmentInfo
     from smgshm.core.segments.reaping import Choice, ReapReport, ReapRule
 
-_KIND = {"empty_dir": "emptyDir", "sandbox_shm": "sandbox shm", "host": "host /dev/shm"}
+KIND = {"empty_dir": "emptyDir", "sandbox_shm": "sandbox shm", "host": "host /dev/shm"}
 
 
 @dataclass
@@ -162,43 +162,44 @@ def headline(root: str, blocks: list[Block], check: bool, ok: bool) -> str:
 def _human(app: App, root: str, blocks: list[Block], check: bool, ok: bool, all_rows: bool) -> None:
     after = _totals(blocks)["remaining_counts"]
     style = "bold red" if not ok or after.get("leaked") or after.get("hazard") else "bold green"
-    app.console.print(Text(headline(root, blocks, check, ok), style=style))
-    out = gc_view.Out()
+    prose(app.console, Text(headline(root, blocks, check, ok), style=style), 2)
+    out, cols = gc_view.Out(), width(app.console)
     for b in blocks:
         app.console.file.flush()
-        out.write("\n" + "".join(_block_lines(b, all_rows)))
+        out.write("\n" + "".join(_block_lines(b, all_rows, cols)))
         out.flush()
     leaked = sum(b.done.after.counts["leaked"] for b in blocks)  # type: ignore[union-attr]
     if leaked and not any(b.done.deleted for b in blocks) and not app.quiet:  # type: ignore[union-attr]
         argv = ["smgshm", "gc", "--node", "--node-root", root, "--delete"]
-        app.err_console.print(Text("hint: ", style="cyan") + safe("reap them with: " + quote_cmd(argv)))
+        hint(app, "reap them with:")
+        command(app.err_console, argv, 6)
 
 
-def _block_lines(b: Block, all_rows: bool) -> list[str]:
+def _block_lines(b: Block, all_rows: bool, cols: int = 80) -> list[str]:
     t, scan, done = b.scan.tmpfs, b.scan, b.done
     if done is None:
         raise RuntimeError("a block shown before it was reaped")
     who = "pod -" if t.pod_uid is None else f"pod {escape(_pod(t))} (uid {escape(t.pod_uid)})"
-    what = _KIND[t.place.kind] + ("" if t.place.volume is None else f" {escape(t.place.volume)}")
-    hidden = f"hidden {binary_size(t.hidden.nbytes)}"
+    what = KIND[t.place.kind] + ("" if t.place.volume is None else f" {escape(t.place.volume)}")
+    hidden = f"hidden {human_size(t.hidden.nbytes)}"
     if t.hidden.files:
         hidden += f" ({t.hidden.files} unlinked file(s) still mapped)"
     if not t.hidden.complete:
         hidden += " (at least: a process's maps was too long to read whole)"
-    lines = [
-        f"{who}, {what}: {escape(t.place.path)}\n",
-        f"  size {binary_size(scan.shm_total_bytes)}, used {binary_size(done.used_bytes)}, {hidden}\n",
-        f"  liveness: {escape(t.trust.note)}\n",
-    ]
-    states = ", ".join(f"{k} {n} ({binary_size(done.after.bytes_by_state[k])})"
+    lines = [fill(ln, cols, 4) + "\n" for ln in (
+        f"{who}, {what}: {escape(t.place.path)}",
+        f"  size {human_size(scan.shm_total_bytes)}, used {human_size(done.used_bytes)}, {hidden}",
+        f"  liveness: {escape(t.trust.note)}",
+    )]  # fmt: skip
+    states = ", ".join(f"{k} {n} ({human_size(done.after.bytes_by_state[k])})"
                        for k, n in done.after.counts.items() if n)  # fmt: skip
     freed = [d for d in done.deleted if d.deleted]
     if freed:
-        states += f"{', ' if states else ''}deleted {len(freed)} ({binary_size(sum(d.freed_bytes for d in freed))})"
-    lines.append(f"  SMG segments: {states or 'none'}\n")
-    fams = ", ".join(f"{escape(f)} {n} ({binary_size(scan.others.nbytes[f])})"
+        states += f"{', ' if states else ''}deleted {len(freed)} ({human_size(sum(d.freed_bytes for d in freed))})"
+    lines.append(fill(f"  SMG segments: {states or 'none'}", cols, 4) + "\n")
+    fams = ", ".join(f"{escape(f)} {n} ({human_size(scan.others.nbytes[f])})"
                      for f, n in sorted(scan.others.counts.items()))  # fmt: skip
-    lines.append(f"  other families: {fams or 'none'}\n")
+    lines.append(fill(f"  other families: {fams or 'none'}", cols, 4) + "\n")
     rows = b.segments if all_rows or len(b.segments) <= gc_view.NOTABLE else \
         [s for s in b.segments if s.state.value != "in_flight"][: gc_view.NOTABLE]  # fmt: skip
     if rows:
@@ -206,13 +207,14 @@ def _block_lines(b: Block, all_rows: bool) -> list[str]:
         lines.append("  " + gc_view.HEADER)
         for seg in rows:
             was = "deleted" if seg.ino in gone and seg.state.value in ("leaked", "stale") else None
-            lines.append("  " + gc_view._row(seg, was))  # gc's own row: one format for both views
-            lines.append(f"  {'':10}why: {escape(seg.reason)}\n")
+            # gc's own row (one format for both views), indented: the name on its own line when it does not fit.
+            for text in (gc_view.fit_row(gc_view._row(seg, was), cols - 2), gc_view.why_line(seg.reason, cols - 2)):
+                lines.extend("  " + ln + "\n" for ln in text.splitlines())
         if len(rows) < len(b.segments):
             lines.append(f"  ... {len(b.segments) - len(rows)} more (--all lists every entry)\n")
     for d in done.deleted:
         if not d.deleted:
-            lines.append(f"  kept {gc_view.display(d.name)}: {escape(d.reason)}\n")
+            lines.append(fill(f"  kept {gc_view.display(d.name)}: {escape(d.reason)}", cols, 4) + "\n")
     return lines
 
 

@@ -6,8 +6,8 @@ from typing import TYPE_CHECKING
 
 from rich.text import Text
 
-from smgshm.cli.fmt import hint, kv_table, prose, safe
-from smgshm.core.units import binary_size
+from smgshm.cli.fmt import fit_table, hint, kv_table, prose, safe
+from smgshm.core.units import human_size
 
 if TYPE_CHECKING:
     from smgshm.cli.app import App
@@ -16,17 +16,18 @@ if TYPE_CHECKING:
 
 def identity(app: App, ident: HostIdentity) -> None:
     verdict = ident.namespace_id or "(unreadable: auto will stay inline)"
-    app.console.print(Text("shm_namespace_id: ", style="bold") + safe(verdict))
+    prose(app.console, Text("shm_namespace_id: ", style="bold") + safe(verdict), 2)
     used = ident.shm_total_bytes - ident.shm_free_bytes
-    app.console.print(
+    fit_table(
+        app.console,
         kv_table(
             [
                 ("boot_id", ident.boot_id),
                 ("shm dir", f"{ident.shm_dir} (st_dev {ident.shm_dev}, {ident.fstype or '?'})"),
                 (
                     "size",
-                    f"{binary_size(ident.shm_total_bytes)}, {binary_size(used)} used, "
-                    f"{binary_size(ident.shm_free_bytes)} free",
+                    f"{human_size(ident.shm_total_bytes)}, {human_size(used)} used, "
+                    f"{human_size(ident.shm_free_bytes)} free",
                 ),
                 ("mount options", ident.mount_options or "?"),
                 ("pid", f"{ident.pid} ({ident.pid_namespace or 'pid namespace unknown'})"),
@@ -43,7 +44,7 @@ def comparison(app: App, cmp: NamespaceComparison) -> None:
     if cmp.sharing.value == "undetermined":
         head, style = "undetermined", "yellow"
     prose(app.console, Text(f"/dev/shm {head}: ", style=f"bold {style}") + safe(cmp.reason), 2)  # noqa: S108 - prose
-    app.console.print(kv_table([("a", cmp.peer or "(empty)"), ("b", cmp.local or "(empty)")]))
+    fit_table(app.console, kv_table([("a", cmp.peer or "(empty)"), ("b", cmp.local or "(empty)")]))
     fix = sharing_fix(cmp.sharing.value)
     if fix:
         hint(app, fix)

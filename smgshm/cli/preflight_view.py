@@ -12,7 +12,7 @@ from smgshm.cli.gc_view import display
 __all__ = ["display", "doc", "headline", "human", "npd"]
 from smgshm.cli.jsonout import plain
 from smgshm.cli.npd import NpdStatus, npd_emit
-from smgshm.core.units import binary_size
+from smgshm.core.units import human_size
 
 if TYPE_CHECKING:
     from smgshm.cli.app import App
@@ -24,11 +24,11 @@ _MODE = {"wrapper": "wrapper", "init_container": "init container", "standalone":
 
 def headline(r: PreflightReport) -> str:
     """The first line; it agrees with the exit code (and in wrapper mode says what happens next)."""
-    freed = f"reclaimed {r.reclaimed_count} ({binary_size(r.reclaimed_bytes)})"
+    freed = f"reclaimed {r.reclaimed_count} ({human_size(r.reclaimed_bytes)})"
     if r.verdict == "fail":
         codes = ", ".join(c.code for c in r.causes)
         return f"preflight failed ({codes}): the gateway must not start; {freed}"
-    space = f"{binary_size(r.shm_free_bytes)} of {binary_size(r.shm_total_bytes)} free"
+    space = f"{human_size(r.shm_free_bytes)} of {human_size(r.shm_total_bytes)} free"
     if r.verdict == "unknown":
         n = r.kept_counts.get("unknown", 0)
         return f"preflight unknown: the gateway may start; {freed}, {n} SMG name(s) could not be judged (kept); {space}"
@@ -56,7 +56,7 @@ def _entries(app: App, title: str, entries: list[Entry], total: int) -> None:
         return
     app.console.print(Text(f"{title}:", style="bold"))
     for e in entries:
-        size = binary_size(e.freed_bytes if title == "reclaimed" else e.nbytes)
+        size = human_size(e.freed_bytes if title == "reclaimed" else e.nbytes)
         prose(app.console, Text(f"  {e.state:<9} {size:>10}  ") + safe(e.name) + Text(": ") + safe(e.reason),
               indent=4)  # fmt: skip
     if total > len(entries):
@@ -64,7 +64,7 @@ def _entries(app: App, title: str, entries: list[Entry], total: int) -> None:
 
 
 def human(app: App, r: PreflightReport) -> None:
-    app.console.print(Text(headline(r), style=_STYLE[r.verdict]))
+    prose(app.console, Text(headline(r), style=_STYLE[r.verdict]), 2)
     for c in r.causes:
         prose(app.console, Text(f"  {c.code}: ", style="red") + safe(c.message), indent=4)
         fix_line(app, cause_fix(c), indent=4)
@@ -72,8 +72,8 @@ def human(app: App, r: PreflightReport) -> None:
     prose(app.console, Text(f"mode: {_MODE[r.mode]}, pid {r.pid}; proof ({r.proof.rule}) {proof}: ")
           + safe(r.proof.note), indent=2)  # fmt: skip
     ns = escape(r.namespace_id) if r.namespace_id else "unreadable"
-    app.console.print(Text(f"shm dir {escape(r.shm_dir)}: {escape(r.fstype or '?')}, namespace id {ns}, "
-                           f"need {binary_size(r.need_bytes)}"))  # fmt: skip
+    prose(app.console, Text(f"shm dir {escape(r.shm_dir)}: {escape(r.fstype or '?')}, namespace id {ns}, "
+                            f"need {human_size(r.need_bytes)}"), 2)  # fmt: skip
     _entries(app, "reclaimed", r.reclaimed, r.reclaimed_count)
     _entries(app, "kept", r.kept, sum(r.kept_counts.values()))
     for note in r.notes:
@@ -89,11 +89,11 @@ def npd(r: PreflightReport) -> int:
     if r.verdict == "fail":
         status = NpdStatus.UNKNOWN if all(c.code in _UNKNOWN_CAUSES for c in r.causes) else NpdStatus.PROBLEM
         first = r.causes[0]
-        detail = f"free {binary_size(r.shm_free_bytes)} < need {binary_size(r.need_bytes)}" \
+        detail = f"free {human_size(r.shm_free_bytes)} < need {human_size(r.need_bytes)}" \
             if first.code in ("shm_too_small", "shm_full") and r.need_bytes else first.message  # fmt: skip
         return npd_emit(status, f"{first.code}: {detail}")
     if r.verdict == "unknown":
         n = r.kept_counts.get("unknown", 0)
         return npd_emit(NpdStatus.UNKNOWN, f"preflight unknown: {n} SMG name(s) not judged: {r.proof.note}")
-    return npd_emit(NpdStatus.OK, f"preflight ok: {binary_size(r.shm_free_bytes)} free, reclaimed "
+    return npd_emit(NpdStatus.OK, f"preflight ok: {human_size(r.shm_free_bytes)} free, reclaimed "
                     f"{r.reclaimed_count}")  # fmt: skip

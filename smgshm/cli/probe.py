@@ -9,7 +9,7 @@ from smgshm.cli.app import App
 from smgshm.cli.exitcodes import ExitCode
 from smgshm.cli.params import BYTES, DURATION, HTTP_URL, shm_dir_option, worker_addresses
 from smgshm.core.engines import DETECT_ORDER, ENGINES
-from smgshm.core.units import binary_size
+from smgshm.core.units import human_size
 
 _CODES = {
     "shared": ExitCode.OK,
@@ -141,7 +141,7 @@ def probe(
     codes = [verdict_code(w.verdict, expect) for w in report.workers]
     if need is not None and report.local.shm_free_bytes < need:
         free = report.local.shm_free_bytes
-        what = f"{shm_dir} has {free} bytes ({binary_size(free)}) free, less than --need {need} ({binary_size(need)})"
+        what = f"{shm_dir} has {free} bytes ({human_size(free)}) free, less than --need {need} ({human_size(need)})"
         app.warn(what)
         local_failures.append(what)
         codes.append(ExitCode.CHECK_FAILED)

@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from smgshm.cli.exitcodes import ExitCode
-from smgshm.cli.fmt import hint, prose, safe
+from smgshm.cli.fmt import fit_table, hint, prose, safe
 from smgshm.cli.ns_view import sharing_fix
 
 if TYPE_CHECKING:
@@ -48,7 +48,7 @@ def probe_report(code: ExitCode, expect: str, local_failures: list[str]) -> Call
 
     def render(app: App, report: Any) -> None:
         head, style = _headline(report, code, expect, local_failures)
-        app.console.print(safe(head, f"bold {style}"))
+        prose(app.console, safe(head, f"bold {style}"), 2)
         if app.quiet:
             return  # -q: the verdict line only
         _table(app, report)
@@ -57,7 +57,7 @@ def probe_report(code: ExitCode, expect: str, local_failures: list[str]) -> Call
 
 
 def _table(app: App, report: Any) -> None:
-    table = Table(show_lines=False)
+    table = Table(box=None, pad_edge=False, padding=(0, 2, 0, 0))
     labelled = any(w.gateway_label is not None for w in report.workers)
     for col in ("worker", "engine", "health", "verdict", "auto", *(("gw label",) if labelled else ())):
         table.add_column(col, no_wrap=True)
@@ -71,7 +71,7 @@ def _table(app: App, report: Any) -> None:
         same = bool(w.gateway_label) and w.gateway_label == w.namespace_id
         label = () if not labelled else (safe("same") if same else safe(w.gateway_label or "-"),)
         table.add_row(safe(w.address), safe(w.engine or "-"), health, w.verdict, auto, *label)
-    app.console.print(table)
+    fit_table(app.console, table)
     for w in report.workers:
         why = w.reason + (f"; verify: {w.verify.message}" if w.verify is not None else "")
         auto = f"; under auto the gateway sends {w.decisions['auto'].path}" if w.decisions else ""

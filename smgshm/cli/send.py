@@ -12,7 +12,7 @@ from smgshm.cli.exitcodes import ExitCode
 from smgshm.cli.params import BYTES, DURATION, RenamedOption, shm_dir_option, worker_addresses
 from smgshm.cli.signals import stop_on_signals
 from smgshm.core.engines import DEFAULT, SHM_ENGINES
-from smgshm.core.units import binary_size
+from smgshm.core.units import human_size
 
 
 def _shape(text: str | None, size: int | None, dtype: str, tensors: int, concurrency: int) -> tuple[int, ...]:
@@ -35,15 +35,15 @@ def _shape(text: str | None, size: int | None, dtype: str, tensors: int, concurr
     nbytes = math.prod(shape) * ITEMSIZE[dtype]
     if nbytes > MAX_TENSOR_BYTES:
         raise click.BadParameter(
-            f"{binary_size(nbytes)} per tensor is over the {binary_size(MAX_TENSOR_BYTES)} a tensor may have",
+            f"{human_size(nbytes)} per tensor is over the {human_size(MAX_TENSOR_BYTES)} a tensor may have",
             param_hint=hint,
         )
     if any(d > 2**32 - 1 for d in shape):
         raise click.BadParameter("a dimension over 2^32-1 (SMG's shape is repeated uint32)", param_hint=hint)
     if nbytes * tensors * concurrency > MAX_SENDER_BYTES:
         raise click.BadParameter(
-            f"{tensors} tensor(s) x {concurrency} in flight x {binary_size(nbytes)} is over the "
-            f"{binary_size(MAX_SENDER_BYTES)} this sender holds at once; send fewer or smaller tensors",
+            f"{tensors} tensor(s) x {concurrency} in flight x {human_size(nbytes)} is over the "
+            f"{human_size(MAX_SENDER_BYTES)} this sender holds at once; send fewer or smaller tensors",
             param_hint=hint,
         )
     return shape

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Any
 from rich.table import Table
 from rich.text import Text
 
-from smgshm.cli.fmt import hint, prose, safe
-from smgshm.core.units import binary_size
+from smgshm.cli.fmt import fit_table, hint, prose, safe
+from smgshm.core.units import human_gb_per_s, human_ms, human_size
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -55,37 +55,33 @@ def _render(app: App, report: Any, signal_name: str) -> None:
         head = f"STOPPED by {signal_name or 'the caller'}: {n} request(s) done"
         if report.cancelled:
             head += f", {report.cancelled} cancelled in flight (their segments unlinked)"
-        app.console.print(Text(head, style="bold yellow"))
+        prose(app.console, Text(head, style="bold yellow"), 2)
     elif report.ok:
         what = "verified" if report.verified else "sent (not verified: --no-verify)"
-        app.console.print(Text(f"OK: {n} request(s) {what}, no segment left behind", style="bold green"))
+        prose(app.console, Text(f"OK: {n} request(s) {what}, no segment left behind", style="bold green"), 2)
     elif report.unreachable:
-        app.console.print(
-            Text("FAILED: the receiver at ", style="bold red") + safe(report.address, "bold red")
-            + Text(" became unreachable", style="bold red")
-        )  # fmt: skip
+        prose(app.console, Text("FAILED: the receiver at ", style="bold red") + safe(report.address, "bold red")
+              + Text(" became unreachable", style="bold red"), 2)  # fmt: skip
     else:
         app.console.print(Text(f"FAILED: {len(report.problems)} problem(s) in {n} request(s)", style="bold red"))
-    table = Table()
-    cols = ("path", "req", "tensors", "bytes", "fail", "wrong", "left", "p50 ms", "p90 ms", "p99 ms", "GB/s")
-    for col in cols:
-        table.add_column(col, justify="left" if col == "path" else "right", no_wrap=True, min_width=len(col))
-    table.box = None  # the widest report still fits 80 columns
+    # One space between columns; p90 and the exact figures are in --json.
+    table = Table(box=None, pad_edge=False, padding=(0, 1, 0, 0))
+    for col in ("path", "req", "tensors", "bytes", "fail", "wrong", "left", "p50", "p99", "rate"):
+        table.add_column(col, justify="left" if col == "path" else "right", no_wrap=True)
     for p in report.paths:
         table.add_row(
             p.path,
             str(p.requests),
             str(p.tensors),
-            binary_size(p.nbytes),
+            human_size(p.nbytes),
             str(p.failures),
             str(p.mismatches),
             str(p.leftovers),
-            f"{p.p50_ms:.2f}",
-            f"{p.p90_ms:.2f}",
-            f"{p.p99_ms:.2f}",
-            f"{p.gb_per_s:.2f}",
+            human_ms(p.p50_ms),
+            human_ms(p.p99_ms),
+            human_gb_per_s(p.gb_per_s),
         )
-    app.console.print(table)
+    fit_table(app.console, table)
     for prob in report.problems[:10]:
         key = Text(" ") + safe(prob.key) if prob.key else Text("")
         prose(app.console, Text(f"request {prob.request}") + key + Text(f": {prob.kind}: ") + safe(prob.message), 2)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from rich.text import Text
 
-from smgshm.cli.fmt import escape
+from smgshm.cli.fmt import escape, prose
 from smgshm.cli.jsonout import dumps
 from smgshm.core.errors import HostError
 
@@ -23,9 +23,9 @@ def serve_ready(app: App, info: dict[str, Any]) -> None:
         f"(namespace {info['namespace_id'] or 'unreadable'}, reader {info['reader']}, "
         f"unlink after read {'on' if info['unlink_after_read'] else 'off'})"
     )
-    app.console.print(Text(line))
+    prose(app.console, Text(line), 2)
     if info.get("model_dir"):
-        app.console.print(Text(f"  model {info['served_model_name']} from {escape(info['model_dir'])}"))
+        prose(app.console, Text(f"  model {info['served_model_name']} from {escape(info['model_dir'])}"), 4)
 
 
 def receipt_logger(target: str, on_stdout_gone: Callable[[], None]) -> Callable[[GenerateReceipt], None]:

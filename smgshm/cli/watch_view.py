@@ -9,9 +9,9 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from smgshm.cli.fmt import cause_fix, escape, fix_line, kv_table, lossless, safe
+from smgshm.cli.fmt import Trimmed, cause_fix, escape, fit_table, fix_line, kv_table, lossless, prose, safe, width
 from smgshm.cli.jsonout import SCHEMA_VERSION, plain, write_line
-from smgshm.core.units import binary_rate, binary_size, short_duration
+from smgshm.core.units import human_duration, human_ms, human_rate, human_size
 
 if TYPE_CHECKING:
     from smgshm.cli.app import App
@@ -25,7 +25,17 @@ _STATE_STYLE = {"leaked": "red", "hazard": "magenta", "stale": "yellow", "held":
 def flight_text(f: FlightTimes) -> str:
     if not f.count:
         return "-"
-    return f"p50 {f.p50_ms:.1f} p90 {f.p90_ms:.1f} p99 {f.p99_ms:.1f} max {f.max_ms:.1f} ms"
+    return f"p50 {human_ms(f.p50_ms)}, p90 {human_ms(f.p90_ms)}, p99 {human_ms(f.p99_ms)}, max {human_ms(f.max_ms)}"
+
+
+def known(count: int, nbytes: int) -> str:
+    """The bytes of ``count`` segments whose sizes are counted once known: '?' while none is (a size is
+    known at close-after-write), never a '0 B' that reads as measured."""
+    return "?" if count and not nbytes else human_size(nbytes)
+
+
+def known_rate(per_s: float, bytes_per_s: float) -> str:
+    return "?" if per_s and not bytes_per_s else human_rate(bytes_per_s)
 
 
 def _pid(o: Orphan) -> str:
@@ -42,7 +52,7 @@ def gateway_text(gw: GatewayRates | None) -> Text:
         return Text("scrape failed: ") + safe(gw.error)  # the peer's words may be in it
     paths = sorted(set(gw.tensors_per_s) | set(gw.bytes_per_s))
     # A path is a label value of the peer's /metrics: its text, escaped like any stranger's.
-    parts = [safe(p) + Text(f" {gw.tensors_per_s.get(p, 0):.1f}/s {binary_rate(gw.bytes_per_s.get(p, 0))}")
+    parts = [safe(p) + Text(f" {gw.tensors_per_s.get(p, 0):.1f}/s {human_rate(gw.bytes_per_s.get(p, 0))}")
              for p in paths]  # fmt: skip
     text = Text(", ").join(parts) if parts else Text("no tensors")
     if gw.shm_byte_share is not None:
@@ -57,10 +67,10 @@ def gateway_text(gw: GatewayRates | None) -> Text:
 
 def interval_line(app: App, st: IntervalStats) -> None:
     stamp = time.strftime("%H:%M:%S", time.localtime(st.t_unix_s))
-    text = (f"{stamp} created {st.created_per_s:.1f}/s {binary_rate(st.created_bytes_per_s)}, "
-            f"consumed {st.consumed_per_s:.1f}/s {binary_rate(st.consumed_bytes_per_s)}, "
-            f"in flight {st.in_flight} ({binary_size(st.in_flight_bytes)}), time in flight {flight_text(st.flight)}, "
-            f"orphans {st.orphans}")  # fmt: skip
+    text = (f"{stamp} created {st.created_per_s:.1f}/s {known_rate(st.created_per_s, st.created_bytes_per_s)}, "
+            f"consumed {st.consumed_per_s:.1f}/s {known_rate(st.consumed_per_s, st.consumed_bytes_per_s)}, "
+            f"in flight {st.in_flight} ({known(st.in_flight, st.in_flight_bytes)}), "
+            f"time in flight {flight_text(st.flight)}, orphans {st.orphans}")  # fmt: skip
     line = Text(text, style="red" if st.orphans else "")
     if st.overflows:
         line.append(f", {st.overflows} queue overflow(s): rescanned", style="bold yellow")
@@ -69,9 +79,9 @@ def interval_line(app: App, st: IntervalStats) -> None:
     if st.gateway is not None:
         line.append(" | gateway: ")
         line.append(gateway_text(st.gateway))
-    app.console.print(line)
+    prose(app.console, line, 9)
     if st.gateway is not None and st.gateway.verdict:
-        app.console.print(Text("  " + st.gateway.verdict, style="bold yellow"))
+        prose(app.console, Text("  " + st.gateway.verdict, style="bold yellow"), 4)
         if st.gateway.cause_info is not None:
             fix_line(app, cause_fix(st.gateway.cause_info), indent=4)
 
@@ -80,17 +90,17 @@ def interval_line(app: App, st: IntervalStats) -> None:
 
 
 def dashboard(st: IntervalStats, summary: WatchSummary) -> Group:
-    where = safe(f"{summary.shm_dir} ({summary.prefix}*), {short_duration(summary.duration_s)}")
+    where = safe(f"{summary.shm_dir} ({summary.prefix}*), {human_duration(summary.duration_s)}")
     run = (f"{summary.created} created, {summary.consumed} consumed, {summary.cleaned} cleaned, "
            f"{summary.unknown} unknown; time in flight {flight_text(summary.flight)}")  # fmt: skip
     rows: list[tuple[str, Any]] = [
         ("watching", where + Text("" if st.watching else ", shm dir gone: waiting for it")),
-        ("created", f"{st.created_per_s:.1f}/s  {binary_rate(st.created_bytes_per_s)}"),
-        ("consumed", f"{st.consumed_per_s:.1f}/s  {binary_rate(st.consumed_bytes_per_s)}"),
-        ("in flight", f"{st.in_flight}  {binary_size(st.in_flight_bytes)}"),
+        ("created", f"{st.created_per_s:.1f}/s  {known_rate(st.created_per_s, st.created_bytes_per_s)}"),
+        ("consumed", f"{st.consumed_per_s:.1f}/s  {known_rate(st.consumed_per_s, st.consumed_bytes_per_s)}"),
+        ("in flight", f"{st.in_flight}  {known(st.in_flight, st.in_flight_bytes)}"),
         ("time in flight", flight_text(st.flight)),
         ("run", run),
-        ("orphans", f"{st.orphans} now ({binary_size(st.orphan_bytes)}), {summary.orphans_seen} seen"),
+        ("orphans", f"{st.orphans} now ({known(st.orphans, st.orphan_bytes)}), {summary.orphans_seen} seen"),
     ]
     if summary.overflows or summary.dir_gone or summary.untracked:
         rows.append(("lost", f"{summary.overflows} overflow(s), {summary.dir_gone} dir gone, "
@@ -103,20 +113,25 @@ def dashboard(st: IntervalStats, summary: WatchSummary) -> Group:
             rows.append(("", Text("fix: ", style="cyan") + cause_fix(st.gateway.cause_info)))
     if st.cause_info is not None:
         rows.append(("", Text("fix: ", style="cyan") + cause_fix(st.cause_info)))
-    parts: list[Any] = [kv_table(rows)]
+    parts: list[Any] = [Trimmed(kv_table(rows))]
     if st.orphan_list:
         parts.append(orphan_table(st.orphan_list[:10]))
     return Group(*parts)
 
 
-ORPHAN_HEADER = f"{'KIND':<14}{'SIZE':>10} {'AGE':>6} {'PRODUCER':>18} {'GC STATE':<12} NAME"
+ORPHAN_HEADER = f"{'KIND':<14}{'SIZE':>10} {'AGE':>11} {'PRODUCER':>18} {'GC STATE':<12} NAME"
 
 
-def orphan_row(o: Orphan) -> Text:
+def orphan_row(o: Orphan, cols: int = 10**6) -> list[Text]:
     """One orphan on one line for a pipe: fixed columns, then the name whole and escaped."""
-    size = "-" if o.nbytes is None else binary_size(o.nbytes)
-    head = f"{o.kind:<14}{size:>10} {short_duration(o.age_s):>6} {_pid(o):>18} "
-    return Text(head) + Text(f"{o.state:<12}", style=_STATE_STYLE.get(o.state, "")) + Text(" ") + safe(o.name)
+    head = f"{o.kind:<14}{human_size(o.nbytes):>10} {human_duration(o.age_s):>11} {_pid(o):>18} "
+    row = Text(head) + Text(f"{o.state:<12}", style=_STATE_STYLE.get(o.state, "")) + Text(" ") + safe(o.name)
+    if row.cell_len <= cols:
+        return [row]
+    # The name does not fit after the columns: on a line of its own, whole (gc's rows do the same).
+    cells = row[: len(head) + 12]
+    cells.rstrip()
+    return [cells, Text("  ") + safe(o.name)]
 
 
 def orphan_table(orphans: list[Orphan]) -> Table:
@@ -125,8 +140,7 @@ def orphan_table(orphans: list[Orphan]) -> Table:
     for col in ("kind", "size", "age", "producer", "gc state"):
         table.add_column(col, no_wrap=True)
     for o in orphans:
-        size = "-" if o.nbytes is None else binary_size(o.nbytes)
-        table.add_row(safe(o.name), o.kind, size, short_duration(o.age_s), _pid(o),
+        table.add_row(safe(o.name), o.kind, human_size(o.nbytes), human_duration(o.age_s), _pid(o),
                       Text(o.state, style=_STATE_STYLE.get(o.state, "")))  # fmt: skip
     return table
 
@@ -136,39 +150,41 @@ def orphan_table(orphans: list[Orphan]) -> Table:
 
 def summary_report(app: App, s: WatchSummary) -> None:
     style = "bold red" if s.orphans_seen else "bold green"
-    head = (f"watched {escape(s.shm_dir)} for {short_duration(s.duration_s)}: {s.created} segment(s) created, "
+    head = (f"watched {escape(s.shm_dir)} for {human_duration(s.duration_s)}: {s.created} segment(s) created, "
             f"{s.consumed} consumed, {s.cleaned} cleaned by their producer, {s.unknown} ended unknown; "
             f"{s.orphans_seen} orphan(s) seen")  # fmt: skip
-    app.console.print(Text(head, style=style))
+    prose(app.console, Text(head, style=style), 2)
     rows: list[tuple[str, Any]] = [
-        ("bytes", f"{binary_size(s.created_bytes)} created, {binary_size(s.consumed_bytes)} consumed (known sizes)"),
+        ("bytes", f"{known(s.created, s.created_bytes)} created, {known(s.consumed, s.consumed_bytes)} consumed "
+                  "(known sizes)"),
         ("time in flight", flight_text(s.flight) + f" ({s.flight.count} consumed)"),
-        ("in flight now", f"{s.in_flight} ({binary_size(s.in_flight_bytes)}), {s.listed} found by listings"),
+        ("in flight now", f"{s.in_flight} ({known(s.in_flight, s.in_flight_bytes)}), {s.listed} found by listings"),
     ]
     for kind, ends in s.ends_by_kind.items():
         rows.append((f"  {kind}", ", ".join(f"{n} {e}" for e, n in ends.items())))
     if s.gateway is not None:
         rows.append(("gateway", gateway_text(s.gateway)))
-    app.console.print(kv_table(rows))
+    fit_table(app.console, kv_table(rows))
     if s.gateway is not None and s.gateway.verdict:
-        app.console.print(Text(s.gateway.verdict, style="bold yellow"))
+        prose(app.console, Text(s.gateway.verdict, style="bold yellow"), 2)
         if s.gateway.cause_info is not None:
             fix_line(app, cause_fix(s.gateway.cause_info), indent=2)
     if s.orphan_list:
-        if app.console.is_terminal:
-            app.console.print(orphan_table(s.orphan_list))
-        else:  # piped: a table would fold a long name across lines; rows as gc's, the name last and whole
-            app.console.print("orphans (oldest first)", soft_wrap=True)
-            app.console.print(ORPHAN_HEADER, soft_wrap=True)
-            for o in s.orphan_list:
-                app.console.print(orphan_row(o), soft_wrap=True)
+        # Rows as gc's, the name last and whole (a table would fold a long name across lines), on a
+        # terminal as in a pipe: a name that does not fit after the columns gets a line of its own.
+        app.console.print("orphans (oldest first)", soft_wrap=True)
+        app.console.print(ORPHAN_HEADER, soft_wrap=True)
+        cols = width(app.console)
         for o in s.orphan_list:
-            app.console.print(safe(o.name, "bold") + Text(": ") + safe(o.reason))
+            for line in orphan_row(o, cols):
+                app.console.print(line, soft_wrap=True)
+        for o in s.orphan_list:
+            prose(app.console, safe(o.name, "bold") + Text(": ") + safe(o.reason), 2)
     if s.cause_info is not None:
-        app.console.print(safe(s.cause_info.message, "bold red"))
+        prose(app.console, safe(s.cause_info.message, "bold red"), 2)
         fix_line(app, cause_fix(s.cause_info), indent=2)
     for note in s.notes:
-        app.console.print(Text("note: " + note, style="yellow"))
+        prose(app.console, Text("note: " + note, style="yellow"), 6)
 
 
 # -- --jsonl ---------------------------------------------------------------------------------

@@ -1,9 +1,12 @@
-"""Numbers for people and from people: sizes, durations, rates; ``64MiB`` and ``250ms`` parsed.
+"""Numbers for people and from people: sizes, rates, durations; ``64MiB`` and ``250ms`` parsed.
 
-Every size style smgshm prints is one named function here. They differ today (binary
-``4.6 MiB`` in gc, watch and the CLI; ``4,710.2 MiB`` in doctor's host checks; whole
-``24105 MiB`` in doctor's shm dir check; decimal ``4.8 MB`` in e2e and the gateway's mode),
-and each is kept byte for byte as its callers printed it: issue #23 unifies them.
+One style each, used by every command (JSON carries the raw numbers: bytes as integers):
+- a size is binary: whole bytes below 1 KiB, then one decimal in the largest unit that keeps
+  the number below 1024 (``512 B``, ``1.5 KiB``, ``4.6 MiB``, ``23.5 GiB``, ``1.0 TiB``);
+- a rate is a size per second (``1.5 GiB/s``);
+- a duration is ``0.25 ms`` / ``12.5 ms`` below a second, ``3.4 s`` below ten, then whole
+  units in two parts at most (``42 s``, ``2 min 5 s``, ``3 h 4 min``, ``5 d 3 h``);
+- a value not known yet is ``?``, never a zero that would read as a measurement.
 """
 
 from __future__ import annotations
@@ -20,64 +23,66 @@ _SIZE_UNITS = {
 }  # fmt: skip
 _DURATION_UNITS = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0, "": 1.0}
 MAX_DURATION_S = 30 * 86400.0  # a timeout or a soak longer than this is a typo, and gRPC cannot take inf
+UNKNOWN = "?"
+_BINARY = ("KiB", "MiB", "GiB", "TiB")
 
 
-# Sizes. Issue #23 unifies these styles into one; until then each keeps its callers' output.
+def human_size(n: float | None) -> str:
+    """Bytes for people: '512 B', '1.5 KiB', '4.6 MiB', '23.5 GiB'; None (not known) is '?'."""
+    if n is None:
+        return UNKNOWN
+    if abs(n) < 1024:
+        return f"{int(n)} B"
+    value = float(n)
+    for unit in _BINARY:
+        value /= 1024
+        # Decided on the rounded figure: 1 MiB - 1 is '1.0 MiB', never '1024.0 KiB'.
+        if abs(round(value, 1)) < 1024 or unit == _BINARY[-1]:
+            return f"{value:.1f} {unit}"
+    raise AssertionError("not reached: TiB takes the rest")
 
 
-def binary_size(n: int) -> str:
-    """1536 -> '1.5 KiB', 512 -> '512 B': one decimal from KiB up to TiB (the CLI's, gc's, watch's style)."""
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(size) < 1024 or unit == "TiB":
-            return f"{int(size)} B" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{n} B"  # not reached: TiB takes the rest
+def human_rate(bytes_per_s: float | None) -> str:
+    """Bytes per second for people: ``human_size`` per second ('1.5 GiB/s'); None is '?'."""
+    return UNKNOWN if bytes_per_s is None else f"{human_size(bytes_per_s)}/s"
 
 
-def mib_size(n: float) -> str:
-    """'0.5 MiB', '4,710.2 MiB' below 1 GiB, '1.5 GiB' from there (doctor's host checks' style)."""
-    return f"{n / _MIB:,.1f} MiB" if n < _GIB else f"{n / _GIB:,.1f} GiB"
+def human_gb_per_s(gb_per_s: float | None) -> str:
+    """A figure the library keeps in GB/s (1e9 bytes, the JSON's ``*_gb_per_s``) said as ``human_rate``."""
+    return human_rate(None if gb_per_s is None else gb_per_s * 1e9)
 
 
-def whole_mib(n: float) -> str:
-    """'24105 MiB': whole MiB however large (doctor's shm dir check)."""
-    return f"{n / _MIB:.0f} MiB"
+def human_duration(seconds: float | None) -> str:
+    """Time for people: '0.25 ms', '12.5 ms', '3.4 s', '42 s', '2 min 5 s', '3 h 4 min', '5 d 3 h'; None '?'."""
+    if seconds is None or not math.isfinite(seconds):
+        return UNKNOWN
+    if seconds < 0:  # a clock step can make an age negative
+        return "-" + human_duration(-seconds)
+    if seconds == 0:  # an age of whole seconds, just made: not a measurement to two decimals
+        return "0 s"
+    ms = seconds * 1e3
+    if round(ms, 2) < 10:
+        return f"{ms:.2f} ms"
+    if round(ms, 1) < 1000:
+        return f"{ms:.1f} ms"
+    if round(seconds, 1) < 10:
+        return f"{seconds:.1f} s"
+    whole = round(seconds)
+    for big, big_name, small, small_name in ((86400, "d", 3600, "h"), (3600, "h", 60, "min"), (60, "min", 1, "s")):
+        if whole >= big:
+            a, rest = divmod(whole, big)
+            b = rest // small
+            return f"{a} {big_name}" + (f" {b} {small_name}" if b else "")
+    return f"{whole} s"
 
 
-def whole_kib(n: float) -> str:
-    """'64 KiB': whole KiB however large (the gateway's inline average)."""
-    return f"{n / _KIB:.0f} KiB"
-
-
-def decimal_mb(n: float) -> str:
-    """'4.8 MB' (1e6 bytes), however small (the gateway's mode finding)."""
-    return f"{n / 1e6:.1f} MB"
-
-
-def decimal_size(n: float) -> str:
-    """'4.8 MB' from 100 kB up, '95.0 kB' below (e2e's verdict)."""
-    return f"{n / 1e6:.1f} MB" if n >= 1e5 else f"{n / 1e3:.1f} kB"
-
-
-# Durations and rates.
-
-
-def short_duration(seconds: float) -> str:
-    """'42s', '1.5m', '2.0h', '3.1d': an age or a run's length in one short word."""
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds / size:.1f}{unit}"
-    return f"{seconds:.0f}s"
-
-
-def binary_rate(bytes_per_s: float) -> str:
-    """'1.5 MiB/s': ``binary_size`` per second (whole bytes)."""
-    return f"{binary_size(int(bytes_per_s))}/s"
+def human_ms(ms: float | None) -> str:
+    """``human_duration`` of a figure the library keeps in milliseconds (the JSON's ``*_ms``)."""
+    return human_duration(None if ms is None else ms / 1e3)
 
 
 def gb_per_s(nbytes: float, ns: float) -> float:
-    """Bytes over nanoseconds, which is GB/s (GB = 1e9 bytes); 0.0 when no time passed."""
+    """Bytes over nanoseconds, which is GB/s (GB = 1e9 bytes, the JSON's unit); 0.0 when no time passed."""
     return nbytes / ns if ns else 0.0
 
 
@@ -108,15 +113,13 @@ def parse_duration(text: str) -> float:
 
 __all__ = [
     "MAX_DURATION_S",
-    "binary_rate",
-    "binary_size",
-    "decimal_mb",
-    "decimal_size",
+    "UNKNOWN",
     "gb_per_s",
-    "mib_size",
+    "human_duration",
+    "human_gb_per_s",
+    "human_ms",
+    "human_rate",
+    "human_size",
     "parse_duration",
     "parse_size",
-    "short_duration",
-    "whole_kib",
-    "whole_mib",
 ]

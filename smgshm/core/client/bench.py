@@ -21,7 +21,7 @@ from smgshm.core.stats import median, percentiles
 from smgshm.core.transport.tensors import digest
 from smgshm.core.transport.verify import Sent, judge, receipt_key
 from smgshm.core.transport.wire import Layout, OutTensor, Request, build_multimodal
-from smgshm.core.units import gb_per_s
+from smgshm.core.units import gb_per_s, human_size
 
 MESSAGE_OVERHEAD = 64 * 1024  # headroom under the gRPC limit for the envelope around an inline payload
 
@@ -158,13 +158,11 @@ def recommend(results: list[SizeResult]) -> tuple[int | None, int | None, str]:
     x = crossover(results)
     if x is None:
         return None, None, "SHM never beat inline at the measured sizes: keep --multimodal-tensor-transport inline"
-    smaller = [r.nbytes for r in results if r.nbytes < x and r.inline is not None]
-    # Somewhere between the last size SHM lost and the first it won: take the geometric middle,
-    # rounded to a power of two, so the threshold does not sit on one noisy sample.
-    lo = max(smaller) if smaller else x
-    rec = 1 << round((lo * x) ** 0.5).bit_length() - 1 if smaller else x
+    # SMG sends a tensor by SHM when nbytes >= shm_min_bytes. Below the crossover SHM lost or was
+    # not measured, so the threshold is the crossover itself, never a size under it.
+    rec = x
     why = (
-        f"SHM's median beats inline from {x} B on (and at every larger size measured); "
+        f"SHM's median beats inline from {human_size(x)} ({x} B) on, and at every larger size measured; "
         f"set --multimodal-shm-min-bytes {rec} (SMG's default is 65536)"
     )
     return x, rec, why

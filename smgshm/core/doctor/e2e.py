@@ -10,6 +10,7 @@ from smgshm.core.errors import GatewayNotReadyError, SmgshmError
 from smgshm.core.host.facts import HostFacts
 from smgshm.core.outcomes import Outcome
 from smgshm.core.paths import smgshm_cmd
+from smgshm.core.units import human_ms
 
 
 def check_e2e(gateway: str | None, api_key: str | None, facts: HostFacts, timeout: float,
@@ -38,7 +39,8 @@ def check_e2e(gateway: str | None, api_key: str | None, facts: HostFacts, timeou
         args = ["--gateway", gateway, "--metrics", run.metrics_url] if gateway else []
         fix_cmd = shlex.join(smgshm_cmd(shm_dir, "e2e", *args))
         name = f"e2e {run.label}" if report.embedded else f"e2e {gateway}"
-        summary = f"{run.cause} (p50 {run.p50_ms:.0f} ms; evidence: {', '.join(run.shm_tensors_by_source) or 'none'})"
+        evidence = ", ".join(run.shm_tensors_by_source) or "none"
+        summary = f"{run.cause} (p50 {human_ms(run.p50_ms)}; evidence: {evidence})"
         if run.path == "undetermined":
             out.append(Check(name, "fail", summary, f"see {fix_cmd} for each source", Outcome.UNDETERMINED))
         elif run.failure_class:

@@ -13,6 +13,7 @@ from smgshm.core.doctor.check import Check
 from smgshm.core.doctor.workers import PROBE_FIXES
 from smgshm.core.errors import GatewayNotReadyError, SmgshmError
 from smgshm.core.outcomes import Outcome
+from smgshm.core.units import human_duration
 
 if TYPE_CHECKING:
     from smgshm.core.client.probe import LocalChecks, WorkerReport
@@ -120,7 +121,7 @@ def _worker_check(g: JudgedGateway, w: GatewayWorker, r: WorkerReport | None, sk
         return Check(name, "skip", f"not probed: doctor probes the first {MAX_WORKERS} workers",
                      f"probe it: smgshm probe {w.url}")  # fmt: skip
     if r is None:
-        return Check(name, "warn", f"no answer to the probe within {waited:.0f} s",
+        return Check(name, "warn", f"no answer to the probe within {human_duration(waited)}",
                      f"probe it alone: smgshm probe {w.url}", cause=Cause.WORKER_SLOW)  # fmt: skip
     inline = g.mode in ("inline", "rdma")
     if r.verdict in ("shared", "other_host", "private_tmpfs", "undetermined") and g.namespace_id:

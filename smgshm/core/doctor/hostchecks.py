@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -18,6 +19,7 @@ from smgshm.core.gateway.metrics import MM_FAMILIES, MmTraffic, mm_traffic, scra
 from smgshm.core.gateway.mode import ModeFinding, judge
 from smgshm.core.gateway.running import GATEWAY_TITLE, GatewayProcess, find_gateways
 from smgshm.core.host.capacity import (
+    DOCKER_DEFAULT_SHM,
     INFLIGHT_SOURCE,
     CapacityVerdict,
     Need,
@@ -36,7 +38,7 @@ from smgshm.core.host.pagesize import (
 )
 from smgshm.core.outcomes import Outcome
 from smgshm.core.paths import DEFAULT_SHM_DIR, smgshm_cmd
-from smgshm.core.units import mib_size, short_duration
+from smgshm.core.units import human_duration, human_size
 
 
 @dataclass(frozen=True)
@@ -181,7 +183,7 @@ def check_gateways(findings: list[GatewayFinding], shm_dir: str = DEFAULT_SHM_DI
             continue
         parts = [f"uid {g.uid}" if g.uid is not None else "uid ?"]
         if g.uptime_s is not None:
-            parts.append(f"up {short_duration(g.uptime_s)}")
+            parts.append(f"up {human_duration(g.uptime_s)}")
         if g.http_url:
             parts.append(f"HTTP {g.http_url}")
         if g.metrics_url:
@@ -261,11 +263,16 @@ def capacity_needs(inflight_bytes: int | None, findings: list[GatewayFinding], f
     return needs
 
 
-def check_capacity(usage: ShmUsage, needs: list[Need]) -> tuple[list[Check], CapacityVerdict]:
+def check_capacity(
+    usage: ShmUsage, needs: list[Need], writers: Sequence[str] = ()
+) -> tuple[list[Check], CapacityVerdict]:
+    """The shm dir's usage by family, then whether its free space holds the largest need. ``writers``: the SMG
+    gateways known to write here (as a sentence names them): at the runtime's 64 MiB default that is a trap
+    (shm_too_small) even when no need is known."""
     v = assess_capacity(usage, needs)
-    fams = ", ".join(f"{f.family} {f.count:,} ({mib_size(f.nbytes)})" for f in usage.families) or "empty"
+    fams = ", ".join(f"{f.family} {f.count:,} ({human_size(f.nbytes)})" for f in usage.families) or "empty"
     hidden = (
-        f"; {mib_size(usage.unattributed_bytes)} held by no name (unlinked files still open or mapped, or "
+        f"; {human_size(usage.unattributed_bytes)} held by no name (unlinked files still open or mapped, or "
         "inside directories)"
         if usage.unattributed_bytes >= 2**20
         else ""
@@ -275,17 +282,32 @@ def check_capacity(usage: ShmUsage, needs: list[Need]) -> tuple[list[Check], Cap
         Check(
             "shm usage",
             "ok",
-            f"{usage.shm_dir}: {mib_size(usage.used_bytes)} used of {mib_size(usage.total_bytes)}; "
+            f"{usage.shm_dir}: {human_size(usage.used_bytes)} used of {human_size(usage.total_bytes)}; "
             f"by family: {fams}{hidden}{cut}",
         )
     ]
     docker = " (Docker's 64 MiB default)" if v.docker_default else ""
-    if v.largest is None:
+    # A container runtime's default /dev/shm where an SMG gateway writes: a few images' tensors fill it.
+    trap = v.docker_default and bool(writers)
+    written = f"; {', '.join(writers)} writes here" if trap else ""
+    if v.largest is None and trap:
+        out.append(
+            Check(
+                "capacity",
+                "warn",
+                f"{human_size(v.free_bytes)} free of the container runtime's 64 MiB default{written}: 64 MiB holds "
+                "a few images' tensors at most, and SMG's writes then fail and go inline",
+                _enlarge(usage, DOCKER_DEFAULT_SHM, free_first=False),
+                fix_cmd=_enlarge_cmd(usage, DOCKER_DEFAULT_SHM),
+                cause=Cause.SHM_TOO_SMALL,
+            )
+        )
+    elif v.largest is None:
         out.append(
             Check(
                 "capacity",
                 "ok",
-                f"{mib_size(v.free_bytes)} free{docker}; no in-flight budget known",
+                f"{human_size(v.free_bytes)} free{docker}; no in-flight budget known",
                 "pass --inflight-bytes (the gateway's --multimodal-max-inflight-bytes)",
             )
         )
@@ -296,10 +318,11 @@ def check_capacity(usage: ShmUsage, needs: list[Need]) -> tuple[list[Check], Cap
             Check(
                 "capacity",
                 status,
-                f"{mib_size(v.free_bytes)} free{docker} holds the largest need "
-                f"{times:,.1f} times: {mib_size(v.largest.nbytes)} ({v.largest.source})",
-                _enlarge(usage, v.largest.nbytes) if v.docker_default else "",
+                f"{human_size(v.free_bytes)} free{docker} holds the largest need "
+                f"{times:,.1f} times: {human_size(v.largest.nbytes)} ({v.largest.source}){written}",
+                _enlarge(usage, v.largest.nbytes, free_first=not trap) if v.docker_default else "",
                 fix_cmd=_enlarge_cmd(usage, v.largest.nbytes) if v.docker_default else [],
+                cause=Cause.SHM_TOO_SMALL if trap else None,
             )
         )
     else:
@@ -310,8 +333,8 @@ def check_capacity(usage: ShmUsage, needs: list[Need]) -> tuple[list[Check], Cap
             Check(
                 "capacity",
                 "fail" if v.explicit_unmet else "warn",
-                f"{mib_size(v.free_bytes)} free{docker} is below the largest need "
-                f"{mib_size(v.largest.nbytes)} ({v.largest.source}): SMG's writes fail and go inline",
+                f"{human_size(v.free_bytes)} free{docker} is below the largest need "
+                f"{human_size(v.largest.nbytes)} ({v.largest.source}): SMG's writes fail and go inline",
                 _enlarge(usage, v.largest.nbytes, free_first=cause is not Cause.SHM_TOO_SMALL),
                 Outcome.CHECK_FAILED if v.explicit_unmet else Outcome.OK,
                 fix_cmd=_enlarge_cmd(usage, v.largest.nbytes),

@@ -5,41 +5,23 @@ from __future__ import annotations
 from smgshm.core.causes import CATALOGUE, Cause
 from smgshm.core.doctor.check import Check
 from smgshm.core.host.facts import HostFacts
+from smgshm.core.host.identity import HostIdentity
 from smgshm.core.outcomes import Outcome
 from smgshm.core.paths import smgshm_cmd
-from smgshm.core.units import whole_mib
+from smgshm.core.units import human_size
 
 DOCKER_DEFAULT_SHM = 64 * 1024 * 1024
 
 
 def check_identity(facts: HostFacts) -> list[Check]:
     """The namespace id, the shm dir (kind, size, free space) and the writability probe, as read once."""
-    from smgshm.core.host.namespace import parse_namespace_id
-
     shm_dir, ident, err = facts.shm_dir, facts.identity, facts.identity_error
     if ident is None:
         hint = err.hint if err is not None else None
         return [Check("shm dir", "fail", str(err), hint or "mount a tmpfs at /dev/shm", Outcome.HOST)]
 
-    out = []
-    if ident.namespace_id and parse_namespace_id(ident.namespace_id) is None:
-        out.append(Check("namespace id", "fail", f"{ident.namespace_id!r} is malformed: the gateway stays inline",
-                         "check /proc/sys/kernel/random/boot_id (a UUID) and the shm dir",
-                         Outcome.UNDETERMINED, cause=Cause.LOCAL_ID_UNREADABLE))  # fmt: skip
-    elif ident.namespace_id:
-        out.append(Check("namespace id", "ok", f"{ident.namespace_id} (boot_id:st_dev of {shm_dir})"))
-    else:
-        out.append(
-            Check(
-                "namespace id",
-                "fail",
-                "unreadable: under auto the gateway stays inline",
-                CATALOGUE[Cause.LOCAL_ID_UNREADABLE].fix,
-                Outcome.UNDETERMINED,
-                cause=Cause.LOCAL_ID_UNREADABLE,  # as probe and e2e name it (one fact, one cause)
-            )
-        )
-    size = f"{whole_mib(ident.shm_total_bytes)}, {whole_mib(ident.shm_free_bytes)} free"
+    out = [check_namespace_id(ident, shm_dir)]
+    size = f"{human_size(ident.shm_total_bytes)}, {human_size(ident.shm_free_bytes)} free"
     if ident.fstype and ident.fstype != "tmpfs":
         out.append(
             Check(
@@ -77,3 +59,19 @@ def check_identity(facts: HostFacts) -> list[Check]:
     else:
         out.append(Check("writable", "ok", "a 0600 segment can be created and removed, as the gateway's probe does"))
     return out
+
+
+def check_namespace_id(ident: HostIdentity, shm_dir: str) -> Check:
+    """The shm_namespace_id a gateway writing to ``shm_dir`` advertises: well formed, or why not."""
+    from smgshm.core.host.namespace import parse_namespace_id
+
+    if ident.namespace_id and parse_namespace_id(ident.namespace_id) is None:
+        return Check("namespace id", "fail", f"{ident.namespace_id!r} is malformed: the gateway stays inline",
+                     "check /proc/sys/kernel/random/boot_id (a UUID) and the shm dir",
+                     Outcome.UNDETERMINED, cause=Cause.LOCAL_ID_UNREADABLE)  # fmt: skip
+    if ident.namespace_id:
+        return Check("namespace id", "ok", f"{ident.namespace_id} (boot_id:st_dev of {shm_dir})")
+    # As probe and e2e name it: one fact, one cause.
+    return Check("namespace id", "fail", "unreadable: under auto the gateway stays inline",
+                 CATALOGUE[Cause.LOCAL_ID_UNREADABLE].fix, Outcome.UNDETERMINED,
+                 cause=Cause.LOCAL_ID_UNREADABLE)  # fmt: skip

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
 from smgshm.core.causes import Cause
 from smgshm.core.doctor.check import Check
 from smgshm.core.errors import SmgshmError
 from smgshm.core.outcomes import Outcome
 from smgshm.core.paths import smgshm_cmd
-from smgshm.core.units import short_duration
+from smgshm.core.units import human_duration, human_size
+
+if TYPE_CHECKING:
+    from smgshm.core.segments.judge import SegmentInfo
 
 # A segment lives for one request (the worker reads and unlinks it at once, or the gateway removes it when the
 # request fails): one of a live gateway's, nobody holding it, this old, will never be read.
@@ -15,45 +21,63 @@ STRANDED_AFTER_S = 300.0
 
 
 def check_leaks(shm_dir: str, stranded_after_s: float = STRANDED_AFTER_S) -> list[Check]:
-    from smgshm.core.segments.judge import ScanOptions, State
+    from smgshm.core.segments.judge import ScanOptions
     from smgshm.core.segments.scan import scan_segments
 
     try:
         r = scan_segments(ScanOptions(shm_dir, stale_after_s=stranded_after_s))
     except SmgshmError as err:
         return [Check("leaks", "fail", str(err), err.hint or "", Outcome.HOST)]
-    c = r.counts
+    out = leak_checks(r.counts, r.segments, r.reclaimable_bytes, lambda *a: smgshm_cmd(shm_dir, "gc", *a),
+                      stranded_after_s)  # fmt: skip
+    if not r.liveness_trusted:
+        out.append(Check("liveness", "warn", r.liveness_note))
+    return out
+
+
+def leak_checks(
+    counts: dict[str, int],
+    segments: Sequence[SegmentInfo],
+    reclaimable_bytes: int,
+    gc_cmd: Callable[..., list[str]],
+    stranded_after_s: float = STRANDED_AFTER_S,
+) -> list[Check]:
+    """The leaks, stranded segments and hazards of one judged listing (``counts`` by state), each failure
+    with the gc command that fixes it: ``gc_cmd(*gc_args)`` is its argv (``smgshm gc ...`` for this shm
+    dir; ``smgshm gc --node ...`` for a node's pod tmpfs)."""
+    from smgshm.core.segments.judge import State
+
+    c = counts
     out = []
     if c["leaked"]:
         out.append(
             Check(
                 "leaks",
                 "fail",
-                f"{c['leaked']} leaked segment(s), {r.reclaimable_bytes} bytes reclaimable",
+                f"{c['leaked']} leaked segment(s), {human_size(reclaimable_bytes)} reclaimable",
                 "reap them:",
                 Outcome.CHECK_FAILED,
-                fix_cmd=smgshm_cmd(shm_dir, "gc", "--delete"),
+                fix_cmd=gc_cmd("--delete"),
+                cause=Cause.SEGMENTS_LEAKED,
             )
         )
     else:
-        out.append(Check("leaks", "ok", f"{len(r.segments)} SMG segment(s), none leaked"))
-    stranded = [s for s in r.segments if s.state is State.STALE and s.kind == "gateway"]
+        out.append(Check("leaks", "ok", f"{len(segments)} SMG segment(s), none leaked"))
+    stranded = [s for s in segments if s.state is State.STALE and s.kind == "gateway"]
     if stranded:
         nbytes = sum(s.frees_bytes for s in stranded)
         pids = sorted({s.producer_pid for s in stranded if s.producer_pid is not None})
-        after, secs = short_duration(stranded_after_s), f"{int(stranded_after_s)}s"
+        after, secs = human_duration(stranded_after_s), f"{int(stranded_after_s)}s"
         out.append(
             Check(
                 "stranded",
                 "fail",
                 f"{len(stranded)} segment(s) of live gateway pid(s) {', '.join(map(str, pids))} older than {after} "
-                f"with no reader: {nbytes} bytes held (a worker died or refused a request before reading)",
+                f"with no reader: {human_size(nbytes)} held (a worker died or refused a request before reading)",
                 "no worker will read them, and SMG never removes its own while it lives (not even on SIGTERM; a "
                 "restarted gateway sweeps them at its first SHM write); free them now:",
                 Outcome.CHECK_FAILED,
-                fix_cmd=smgshm_cmd(
-                    shm_dir, "gc", "--delete", "--include-stale", "--stale-after", secs, "--min-age", secs
-                ),
+                fix_cmd=gc_cmd("--delete", "--include-stale", "--stale-after", secs, "--min-age", secs),
                 cause=Cause.SEGMENTS_STRANDED,
             )
         )
@@ -66,9 +90,7 @@ def check_leaks(shm_dir: str, stranded_after_s: float = STRANDED_AFTER_S) -> lis
                 "a FIFO hangs it)",
                 "inspect and remove them by hand; they are listed by:",
                 Outcome.CHECK_FAILED,
-                fix_cmd=smgshm_cmd(shm_dir, "gc", "--all"),
+                fix_cmd=gc_cmd("--all"),
             )
         )
-    if not r.liveness_trusted:
-        out.append(Check("liveness", "warn", r.liveness_note))
     return out

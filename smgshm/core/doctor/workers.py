@@ -13,6 +13,7 @@ from smgshm.core.errors import SmgshmError
 from smgshm.core.names import probe_file_pid
 from smgshm.core.outcomes import Outcome
 from smgshm.core.paths import smgshm_cmd
+from smgshm.core.units import human_ms
 
 if TYPE_CHECKING:
     from smgshm.core.client.probe import ProbeReport, WorkerReport
@@ -29,23 +30,37 @@ def check_workers(addresses: list[str], facts: HostFacts, timeout: float,
     shm_dir = facts.shm_dir
     opts = ProbeOptions(timeout=timeout, connect_timeout=timeout, shm_dir=shm_dir, verify=True)
     report = probe(addresses, opts, facts=facts)
+    gc_fix = smgshm_cmd(shm_dir, "gc", "--delete", "--min-age", "0")
+    out = probe_file_checks(report.local.leftover_probe_files, report.local.probe_lookalikes, shm_dir, gc_fix)
+    for w in report.workers:
+        c = probe_check(w, f"probe {w.address}")
+        if w.address == embedded:
+            c = replace(c, summary=f"embedded receiver (smgshm's, in this process; no real worker): {c.summary}")
+        out.append(c)
+    return out, report
+
+
+def probe_file_checks(leftovers: list[str], lookalikes: list[str], shm_dir: str, gc_fix: list[str],
+                      where: str = "") -> list[Check]:  # fmt: skip
+    """A failure per leftover gateway probe file of ``shm_dir`` (the next gateway with its pid finds the dir
+    unwritable and stays inline; ``where`` says in which pid namespace), a warning per look-alike. ``gc_fix``:
+    the gc command that reaps it once its pid is dead; else it is removed by hand."""
     out = []
-    for name in report.local.leftover_probe_files:
+    for name in leftovers:
         pid = probe_file_pid(name)
         out.append(
             Check(
                 "probe files",
                 "fail",
-                f"leftover {name}: a gateway with pid {pid} will stay inline",
-                f"{shlex.join(smgshm_cmd(shm_dir, 'gc', '--delete', '--min-age', '0'))}, "
-                f"or once no gateway has pid {pid}, remove it:",
+                f"leftover {name}: a gateway with pid {pid}{where} will stay inline",
+                f"{shlex.join(gc_fix)}, or once no gateway has pid {pid}{where}, remove it:",
                 Outcome.CHECK_FAILED,
                 fix_cmd=["rm", "--", os.path.join(shm_dir, name)],
                 names_hex=[os.fsencode(name).hex()],
                 cause=Cause.PROBE_FILE_LEFT,
             )
         )
-    for name in report.local.probe_lookalikes:
+    for name in lookalikes:
         out.append(
             Check(
                 "probe files",
@@ -55,12 +70,7 @@ def check_workers(addresses: list[str], facts: HostFacts, timeout: float,
                 names_hex=[os.fsencode(name).hex()],
             )
         )
-    for w in report.workers:
-        c = probe_check(w, f"probe {w.address}")
-        if w.address == embedded:
-            c = replace(c, summary=f"embedded receiver (smgshm's, in this process; no real worker): {c.summary}")
-        out.append(c)
-    return out, report
+    return out
 
 
 # Each probe verdict that is not "shared": its fix and the outcome it asks for.
@@ -126,7 +136,7 @@ def check_send(address: str, facts: HostFacts, timeout: float, label: str = "") 
                     f"send {mode.value}{label}",
                     "ok",
                     f"{p.requests} requests, {p.tensors} tensors byte-exact via "
-                    f"{p.path}, nothing left behind (p50 {p.p50_ms:.1f} ms)",
+                    f"{p.path}, nothing left behind (p50 {human_ms(p.p50_ms)})",
                 )
             )
         else:

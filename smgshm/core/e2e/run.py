@@ -40,6 +40,7 @@ from smgshm.core.host.facts import HostFacts, namespace_id, writable_error
 from smgshm.core.host.namespace import read_namespace_id
 from smgshm.core.paths import DEFAULT_SHM_DIR
 from smgshm.core.stats import median
+from smgshm.core.units import human_ms
 
 EMBEDDED_MODES = ("shm", "auto", "inline")
 
@@ -139,6 +140,9 @@ class _Target:
 
 
 Progress = Callable[[str], None]
+# Each request as it is answered: (target label, requests done, of how many, its outcome). Given, it
+# replaces the line per request that ``say`` would get (a person at a terminal wants a bar instead).
+RequestProgress = Callable[[str, int, int, ChatOutcome], None]
 
 
 def _stream_for(opts: E2eOptions, i: int) -> bool:
@@ -146,7 +150,8 @@ def _stream_for(opts: E2eOptions, i: int) -> bool:
 
 
 def _observe(targets: list[_Target], opts: E2eOptions, model: str, png: bytes, say: Progress,
-             facts: HostFacts | None = None) -> list[GatewayRun]:  # fmt: skip
+             facts: HostFacts | None = None,
+             on_request: RequestProgress | None = None) -> list[GatewayRun]:  # fmt: skip
     """Warm up, take baselines, send the requests round-robin, and collect every account."""
     for t in targets:
         for i in range(opts.warmup):
@@ -160,13 +165,19 @@ def _observe(targets: list[_Target], opts: E2eOptions, model: str, png: bytes, s
             watch = SegmentWatch(opts.shm_dir).__enter__()
         except SmgshmError as err:
             watch_note = f"cannot watch {opts.shm_dir}: {err}"
+    total, done = opts.requests * len(targets), 0
     try:
         for i in range(opts.requests):
             for t in targets:
                 out = send_chat(t.url, model, png, stream=_stream_for(opts, i), api_key=opts.api_key,
                                 timeout_s=opts.timeout_s)  # fmt: skip
                 t.outcomes.append(out)
-                say(f"{t.label}: request {i + 1}/{opts.requests}: HTTP {out.status} in {out.elapsed_ms:.0f} ms")
+                done += 1
+                if on_request is not None:
+                    on_request(t.label, done, total, out)
+                else:
+                    say(f"{t.label}: request {i + 1}/{opts.requests}: HTTP {out.status} in "
+                        f"{human_ms(out.elapsed_ms)}")  # fmt: skip
         if watch is not None:
             watch.settle()
     finally:
@@ -265,7 +276,7 @@ def _unreachable_worker(workers: list[str], opts: E2eOptions) -> Found | None:
 
 
 def run_against(gateway_url: str, opts: E2eOptions, say: Progress = lambda _s: None,
-                facts: HostFacts | None = None) -> E2eReport:  # fmt: skip
+                facts: HostFacts | None = None, on_request: RequestProgress | None = None) -> E2eReport:  # fmt: skip
     """e2e against a running gateway; TransportError when it (or its metrics) cannot be reached.
 
     ``facts``: this host's, when the caller has read them already (doctor)."""
@@ -285,7 +296,7 @@ def run_against(gateway_url: str, opts: E2eOptions, say: Progress = lambda _s: N
     owned = own_metrics(gateway_url, pid, _own_port_finder(pid), opts.metrics_url, opts.api_key, opts.timeout_s)
     target.metrics_url, target.metrics_owner = owned.url, owned.owner
     png = make_png(opts.image_size)
-    runs = _observe([target], opts, model, png, say, facts)
+    runs = _observe([target], opts, model, png, say, facts, on_request)
     return E2eReport(False, model, opts.image_size, len(png), namespace_id(opts.shm_dir, facts), runs)
 
 
@@ -313,7 +324,8 @@ def _read_setting(t: _Target, pid: int) -> None:
         t.setting_source = f"log {config.where}"
 
 
-def run_embedded(opts: E2eOptions, say: Progress = lambda _s: None, facts: HostFacts | None = None) -> E2eReport:
+def run_embedded(opts: E2eOptions, say: Progress = lambda _s: None, facts: HostFacts | None = None,
+                 on_request: RequestProgress | None = None) -> E2eReport:
     """The embedded default: a receiver and a real gateway per mode, all stopped at the end.
 
     ``facts``: this host's, when the caller has read them already (doctor)."""
@@ -363,7 +375,7 @@ def run_embedded(opts: E2eOptions, say: Progress = lambda _s: None, facts: HostF
             if setting is not None:
                 t.shm_min_bytes, t.dev_writable = setting.shm_min_bytes, setting.dev_writable
                 t.setting_source = "its start-up log line"
-        runs = _observe(targets, opts, opts.model or md.served_model_name, png, say, facts)
+        runs = _observe(targets, opts, opts.model or md.served_model_name, png, say, facts, on_request)
     removed = [n for gw in gateways for n in gw.removed_segments]
     left = [gw.pid for gw in gateways if _group_alive(gw.pid)]
     report = E2eReport(True, opts.model or md.served_model_name, opts.image_size, len(png), local_ns, runs, removed,

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from smgshm.core.paths import DEFAULT_SHM_DIR
 from smgshm.core.stats import median
+from smgshm.core.units import human_ms
 
 DEFAULT_SIZES = (224, 448, 896, 1344, 1792, 2688)
 _SHM_WRITE = re.compile(r"smg_mm_timing mm_shm_write .*?nbytes=(\d+) elapsed_ms=([0-9.]+)")
@@ -140,7 +141,7 @@ def run_sweep(sizes: tuple[int, ...] = DEFAULT_SIZES, requests: int = 5, warmup:
             i50, s50 = median(lat["inline"], empty=0.0), median(lat["shm"], empty=0.0)
             rows.append(SweepRow(px, nbytes, requests, failed, i50, s50, i50 / s50 if s50 and i50 else None, w, read,
                                  median(pre, empty=None), floor_ms, floor_ms / w if w else None))  # fmt: skip
-            say(f"{px} px: inline {i50:.0f} ms, shm {s50:.0f} ms")
+            say(f"{px} px: inline {human_ms(i50)}, shm {human_ms(s50)}")
     logs = [g.log_path for g in gateways]
     if all(r.failed == 0 for r in rows):  # a passing sweep leaves no log behind; a failing one names them
         from smgshm.core.e2e.run import remove_logs

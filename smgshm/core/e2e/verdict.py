@@ -16,7 +16,7 @@ from smgshm.core.host.namespace import compare_namespace_ids
 from smgshm.core.names import gateway_probe_name
 from smgshm.core.stats import median
 from smgshm.core.transport.decision import DEFAULT_SHM_MIN_BYTES, PROBE_FAILS, Mode, decide, parse_mode
-from smgshm.core.units import decimal_size
+from smgshm.core.units import human_ms, human_size
 
 
 @dataclass(frozen=True)
@@ -117,15 +117,15 @@ def _shm_cause(ctx: Context, m: MetricsEvidence, d: ShmDirEvidence, r: ReceiptEv
     nbytes = m.nbytes.get("shm", 0) if m.available else sum(x.nbytes for x in shm_receipts)
     if not nbytes and d.available:
         nbytes = sum(s.nbytes or 0 for s in d.segments)
-    text = f"SHM: {what} {decimal_size(nbytes / per)} via shm"
+    text = f"SHM: {what} {human_size(nbytes / per)} via shm"
     if ctx.requests > 1:
         text += f" in each of {ctx.requests} requests"
     consumed = [s.in_flight_ms for s in d.segments if s.end == "consumed"] if d.available else []
     ages = [x.age_ms for x in shm_receipts if x.age_ms > 0]
     if consumed:
-        text += f", consumed in {median(consumed):.0f} ms"
+        text += f", consumed in {human_ms(median(consumed))}"
     elif ages:
-        text += f", read {median(ages):.0f} ms after the write"
+        text += f", read {human_ms(median(ages))} after the write"
     if n_inline:
         each = " per request" if ctx.requests > 1 else ""
         text += f"; {n_inline // per or n_inline} tensor(s) inline{each} (below shm_min_bytes {_min_bytes(ctx)})"

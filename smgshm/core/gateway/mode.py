@@ -16,7 +16,7 @@ from smgshm.core.gateway.log import TransportConfig
 from smgshm.core.gateway.metrics import MmTraffic
 from smgshm.core.names import gateway_probe_name
 from smgshm.core.outcomes import Outcome
-from smgshm.core.units import decimal_mb
+from smgshm.core.units import human_size
 
 DEFAULT_SHM_MIN_BYTES = 65536  # SMG's built-in default (smg-facts §2.3)
 FIX_FLAG = ["--multimodal-tensor-transport", "auto"]
@@ -142,7 +142,7 @@ def judge(
                     "inline",
                     "warn",
                     f"configured auto (log) but all {inline_n:,} tensors since start went inline "
-                    f"(mean {decimal_mb(inline_mean)}): the worker's shm_namespace_id does not match the "
+                    f"(mean {human_size(inline_mean)}): the worker's shm_namespace_id does not match the "
                     "gateway's",
                     "compare them: " + shlex.join(["smgshm", "probe", "--from-gateway", http_url or "URL"]) + certain,
                 )
@@ -151,14 +151,14 @@ def judge(
                     "unknown",
                     "warn",
                     f"configured shm (log) yet {inline_n:,} tensors since start went inline "
-                    f"(mean {decimal_mb(inline_mean)}) and no write failed: the workers may not take SHM "
+                    f"(mean {human_size(inline_mean)}) and no write failed: the workers may not take SHM "
                     "(SGLang, TRT-LLM, MLX, ZMQ)" + certain,
                 )
             return found(
                 "off_or_failing",
                 "warn",
                 f"multimodal tensors went inline since start ({inline_n:,} tensors, mean "
-                f"{decimal_mb(inline_mean)}): SHM is off (the default is inline) or failing",
+                f"{human_size(inline_mean)}): SHM is off (the default is inline) or failing",
                 fix_text(),
                 cause=Cause.MODE_INLINE,
             )

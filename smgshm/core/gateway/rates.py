@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from smgshm.core.causes import CATALOGUE, Cause, Found, found, write_failure
 from smgshm.core.gateway.metrics import MetricsSnapshot, UnusableCounterError, mm_delta
-from smgshm.core.units import whole_kib
+from smgshm.core.units import human_size
 
 DEFAULT_SHM_MIN_BYTES = 65536  # the gateway's --multimodal-shm-min-bytes default (smg-facts §2.3)
 
@@ -88,7 +88,7 @@ def _verdict(tensors: dict[str, int], failures: int, inline_avg: float | None, m
         return f"{failures} SHM write(s) failed: the gateway sent those tensors inline"
     if inline_avg is None or inline_avg < min_bytes:
         return ""
-    avg = whole_kib(inline_avg)
+    avg = human_size(inline_avg)
     if not tensors.get("shm"):
         return (f"all traffic went inline although inline tensors average {avg} (>= shm_min_bytes {min_bytes}): "
                 "SHM-eligible tensors went inline (transport inline, or auto with a foreign namespace id)")  # fmt: skip

@@ -46,7 +46,7 @@ from smgshm.core.paths import smgshm_cmd
 from smgshm.core.segments.judge import Bounds, Judge, ScanOptions, SegmentInfo, State
 from smgshm.core.segments.reaping import Choice, ReapReport, keep_reason, reap_choice
 from smgshm.core.segments.scan import Deletion, Scan
-from smgshm.core.units import binary_size
+from smgshm.core.units import human_size
 
 if TYPE_CHECKING:
     from smgshm.core.segments.sightings import Sightings
@@ -349,21 +349,21 @@ class _Run:
         largest = max(req.tensor_bytes, default=0)
         need = max(req.inflight_bytes, largest)
         report.need_bytes = need = math.ceil(need / page) * page
-        what = f"--inflight-bytes {binary_size(req.inflight_bytes)}" if req.inflight_bytes >= largest else \
-            f"the largest --tensor-bytes {binary_size(largest)}"  # fmt: skip
+        what = f"--inflight-bytes {human_size(req.inflight_bytes)}" if req.inflight_bytes >= largest else \
+            f"the largest --tensor-bytes {human_size(largest)}"  # fmt: skip
         if need and total < need:
             report.causes.append(found(Cause.SHM_TOO_SMALL, (
-                f"the shm dir is {binary_size(total)}, smaller than {what}: the gateway's SHM writes would fail "
+                f"the shm dir is {human_size(total)}, smaller than {what}: the gateway's SHM writes would fail "
                 "however empty it is"
             ), fix=(
-                f"give the pod a /dev/shm of at least {binary_size(need)}: an emptyDir {{medium: Memory, sizeLimit}} "
+                f"give the pod a /dev/shm of at least {human_size(need)}: an emptyDir {{medium: Memory, sizeLimit}} "
                 "at /dev/shm (and container memory limits that cover it), or docker/podman --shm-size"
             )))  # fmt: skip
         elif need and free < need:
-            held = f"; still there: {binary_size(report.kept_bytes)} of SMG names preflight could not reclaim" \
+            held = f"; still there: {human_size(report.kept_bytes)} of SMG names preflight could not reclaim" \
                 if report.kept_bytes else ""  # fmt: skip
             report.causes.append(found(Cause.SHM_FULL, (
-                f"after reclaiming, {binary_size(free)} of the shm dir's {binary_size(total)} is free, less than "
+                f"after reclaiming, {human_size(free)} of the shm dir's {human_size(total)} is free, less than "
                 f"{what}{held}"
             ), smgshm_cmd(req.shm_dir, "gc")))  # fmt: skip
         if report.causes:
