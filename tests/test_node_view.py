@@ -121,8 +121,10 @@ def test_namespaces_sharing_a_tmpfs_must_agree(node: dict[str, Any], tmp_path: P
     """A second container of pod A (its own pid namespace, the same tmpfs) in which the dead
     producer's pid is alive: which namespace wrote the name cannot be told, so it is unknown and kept."""
     root = node["root"]
-    first = _blocks(run_cli("--json", "gc", "--node", "--node-root", root).json)[POD_A[2]]
-    pid = first["segments"][0]["producer_pid"]
+    # The pid from the name itself: a scan now would record a sighting, and a process started after one is
+    # proven not to be the producer (the next test).
+    (name,) = [n for n in os.listdir(dshm(Path(root), POD_A[2])) if n.startswith("smg-")]
+    pid = int(name.split("-")[2])
     reg = Children()
     try:
         start_pod(reg, dshm(Path(root), POD_A[2]), f"hold={pid}")
@@ -135,3 +137,24 @@ def test_namespaces_sharing_a_tmpfs_must_agree(node: dict[str, Any], tmp_path: P
     assert seg["state"] == "unknown"
     assert "which one wrote the name cannot be told" in seg["reason"]
     assert a["deleted"] == []
+
+
+def test_a_sighting_before_the_other_namespaces_process_started_proves_the_leak(node: dict[str, Any]) -> None:
+    """As above, but a scan saw the segment before the second container's process with that pid started:
+    that process is not the producer (a producer exists before its segment), and in pod A's first
+    namespace no process has the pid: dead in both, proven on the boot clock, so leaked and reaped."""
+    root = node["root"]
+    first = _blocks(run_cli("--json", "gc", "--node", "--node-root", root).json)[POD_A[2]]  # the sighting
+    pid = first["segments"][0]["producer_pid"]
+    reg = Children()
+    try:
+        start_pod(reg, dshm(Path(root), POD_A[2]), f"hold={pid}")
+        doc = run_cli("--json", "gc", "--node", "--node-root", root, "--delete", "--min-age", "0", "--yes").json
+    finally:
+        reg.reap()
+    a = _blocks(doc)[POD_A[2]]
+    assert len(a["pid_namespaces"]) == 2
+    (seg,) = a["segments"]
+    assert seg["state"] == "leaked"
+    assert "reused" in seg["reason"]
+    assert [d["deleted"] for d in a["deleted"]] == [True]
