@@ -8,6 +8,7 @@ filesystem, so they are shown escaped like segment names.
 from __future__ import annotations
 
 import sys
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -38,20 +39,36 @@ class Block:
 
 
 def run(app: App, root: str, opts: ScanOptions, rule: ReapRule | None, *, yes: bool, check: bool,
-        all_rows: bool, raw: bool, npd: bool = False) -> int:  # fmt: skip
+        all_rows: bool, raw: bool, npd: bool = False, prometheus_file: str | None = None) -> int:  # fmt: skip
     """Look at the node, list and judge each tmpfs, ask once, reap per tmpfs, then show it all."""
     import click
 
+    from smgshm.core.errors import SmgshmError
+    from smgshm.core.host.holders import holder_index_devs
+    from smgshm.core.host.mounts import mount_points_of
+    from smgshm.core.node import metrics
     from smgshm.core.node.scan import TmpfsScan, look
-    from smgshm.core.segments import reaping
+    from smgshm.core.segments import reaping, textfile
 
     for stream in (sys.stdout, sys.stderr):  # any locale: what it cannot encode comes out escaped
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")
-    node = look(root)
+    if prometheus_file:
+        textfile.check_writable(prometheus_file)  # exit 5 before anything is scanned or deleted
+    started = time.time()
+    try:
+        node = look(root)
+    except SmgshmError:
+        if prometheus_file:  # the run failed: its time and the error, no figures (zeros would lie)
+            health = metrics.Health(time.time(), time.time() - started, 1)
+            metrics.write_textfile(prometheus_file, [], health)
+        raise
+    # One walk of /proc and one read of every mount namespace's table, for every tmpfs at once.
+    holders = holder_index_devs(t.place.dev for t in node.tmpfs)
+    mounted = mount_points_of(t.place.path for t in node.tmpfs)
     blocks: list[Block] = []
     for tmpfs in node.tmpfs:
-        block = Block(TmpfsScan(tmpfs, opts))
+        block = Block(TmpfsScan(tmpfs, opts, holders=holders, mounted=mounted[tmpfs.place.path]))
         block.choice = reaping.choose(block.scan, rule, lambda seg, _row, b=block: b.segments.append(seg))
         blocks.append(block)
     chosen = [seg for b in blocks for seg in b.choice.chosen]  # type: ignore[union-attr]
@@ -65,6 +82,11 @@ def run(app: App, root: str, opts: ScanOptions, rule: ReapRule | None, *, yes: b
         b.done = reaping.reap_choice(b.scan, b.choice)  # type: ignore[arg-type]
     bad = sum(b.done.leaked_or_hazard for b in blocks)  # type: ignore[union-attr]
     code = ExitCode.CHECK_FAILED if check and bad else ExitCode.OK
+    if prometheus_file:  # what is there now, after any --delete: the exporter's series, one run's
+        figures = [metrics.volume_figures(b.scan.tmpfs, b.done.after, b.scan.others,  # type: ignore[union-attr]
+                                          (b.scan.shm_total_bytes, b.done.used_bytes, b.done.free_bytes))  # type: ignore[union-attr]
+                   for b in blocks]  # fmt: skip
+        metrics.write_textfile(prometheus_file, figures, metrics.Health(time.time(), time.time() - started, 0))
     if npd:  # NPD's one line over every tmpfs (gc_view.npd's rules)
         from smgshm.core.segments.judge import Tally
 
