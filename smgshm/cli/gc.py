@@ -226,8 +226,9 @@ def _node(app: App, opts: ScanOptions, root: str, *, delete: bool, include_stale
     if raw and app.json:
         raise click.UsageError("--raw and --json are two outputs: pick one")
     rule = reaping.ReapRule.of(include_stale=include_stale, min_age_s=min_age, all_users=all_users) if delete else None
-    code = node_view.run(app, root, opts, rule, yes=yes, check=check, all_rows=all_rows, raw=raw, npd=npd,
-                         prometheus_file=prometheus_file)  # fmt: skip
+    with _no_cycle_collector():  # as gc's own listing: a tenth of the time, for nothing
+        code = node_view.run(app, root, opts, rule, yes=yes, check=check, all_rows=all_rows, raw=raw, npd=npd,
+                             prometheus_file=prometheus_file)  # fmt: skip
     click.get_current_context().exit(code)
 
 

@@ -16,7 +16,7 @@ from rich.text import Text
 
 from smgshm.cli import gc_view
 from smgshm.cli.exitcodes import ExitCode
-from smgshm.cli.fmt import command, escape, fill, hint, lossless, prose, width
+from smgshm.cli.fmt import command, fill, hint, lossless, prose, width
 from smgshm.core.units import human_size
 
 if TYPE_CHECKING:
@@ -127,7 +127,7 @@ def _volume(t: Tmpfs) -> str:
 
 def _field(text: str) -> str:
     """One awk field: escaped, spaces too."""
-    return escape(text).replace(" ", "\\x20")
+    return gc_view.display(text).replace(" ", "\\x20")
 
 
 def _totals(blocks: list[Block]) -> dict[str, Any]:
@@ -201,17 +201,17 @@ def _block_lines(b: Block, all_rows: bool, cols: int = 80) -> list[str]:
     t, scan, done = b.scan.tmpfs, b.scan, b.done
     if done is None:
         raise RuntimeError("a block shown before it was reaped")
-    who = "pod -" if t.pod_uid is None else f"pod {escape(_pod(t))} (uid {escape(t.pod_uid)})"
-    what = KIND[t.place.kind] + ("" if t.place.volume is None else f" {escape(t.place.volume)}")
+    who = "pod -" if t.pod_uid is None else f"pod {gc_view.display(_pod(t))} (uid {gc_view.display(t.pod_uid)})"
+    what = KIND[t.place.kind] + ("" if t.place.volume is None else f" {gc_view.display(t.place.volume)}")
     hidden = f"hidden {human_size(t.hidden.nbytes)}"
     if t.hidden.files:
         hidden += f" ({t.hidden.files} unlinked file(s) still mapped)"
     if not t.hidden.complete:
         hidden += " (at least: a process's maps was too long to read whole)"
     lines = [fill(ln, cols, 4) + "\n" for ln in (
-        f"{who}, {what}: {escape(t.place.path)}",
+        f"{who}, {what}: {gc_view.display(t.place.path)}",
         f"  size {human_size(scan.shm_total_bytes)}, used {human_size(done.used_bytes)}, {hidden}",
-        f"  liveness: {escape(t.trust.note)}",
+        f"  liveness: {gc_view.display(t.trust.note)}",
     )]  # fmt: skip
     states = ", ".join(f"{k} {n} ({human_size(done.after.bytes_by_state[k])})"
                        for k, n in done.after.counts.items() if n)  # fmt: skip
@@ -219,7 +219,7 @@ def _block_lines(b: Block, all_rows: bool, cols: int = 80) -> list[str]:
     if freed:
         states += f"{', ' if states else ''}deleted {len(freed)} ({human_size(sum(d.freed_bytes for d in freed))})"
     lines.append(fill(f"  SMG segments: {states or 'none'}", cols, 4) + "\n")
-    fams = ", ".join(f"{escape(f)} {n} ({human_size(scan.others.nbytes[f])})"
+    fams = ", ".join(f"{gc_view.display(f)} {n} ({human_size(scan.others.nbytes[f])})"
                      for f, n in sorted(scan.others.counts.items()))  # fmt: skip
     lines.append(fill(f"  other families: {fams or 'none'}", cols, 4) + "\n")
     rows = b.segments if all_rows or len(b.segments) <= gc_view.NOTABLE else \
@@ -236,7 +236,7 @@ def _block_lines(b: Block, all_rows: bool, cols: int = 80) -> list[str]:
             lines.append(f"  ... {len(b.segments) - len(rows)} more (--all lists every entry)\n")
     for d in done.deleted:
         if not d.deleted:
-            lines.append(fill(f"  kept {gc_view.display(d.name)}: {escape(d.reason)}", cols, 4) + "\n")
+            lines.append(fill(f"  kept {gc_view.display(d.name)}: {gc_view.display(d.reason)}", cols, 4) + "\n")
     return lines
 
 

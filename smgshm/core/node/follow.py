@@ -68,7 +68,8 @@ class _Volume:
 
     tmpfs: Tmpfs
     judge: PodJudge | None = None
-    proven: dict[int, str] = field(default_factory=dict)  # inode -> leaked | stale, per the last full scan
+    # (inode, name) -> leaked | stale, per the last full scan (the name too: a tmpfs may give an inode number again)
+    proven: dict[tuple[int, str], str] = field(default_factory=dict)
     entries: int = 0  # entries at its last listing
     wd: int | None = None
     dirty: bool = False
@@ -240,12 +241,12 @@ class NodeWatch:
     def _judge_fully(self, vol: _Volume, holders: dict[tuple[int, int], list[Any]], mounted: dict[str, str]) -> None:
         scan = TmpfsScan(vol.tmpfs, self.scan_opts, holders=holders, mounted=mounted)
         vol.dirty = False
-        proven: dict[int, str] = {}
+        proven: dict[tuple[int, str], str] = {}
         n = 0
         for seg in scan:
             n += 1
             if seg.state in (State.LEAKED, State.STALE):
-                proven[seg.ino] = seg.state.value
+                proven[seg.ino, seg.name] = seg.state.value
         judge = scan.judge
         if not isinstance(judge, PodJudge):  # TmpfsScan.make_judge's, always
             raise TypeError("a tmpfs judged by another judge than the pod judge")
@@ -302,7 +303,7 @@ class NodeWatch:
             try:
                 for seg in judge.each(smg):
                     st = seg.state
-                    if st in (State.LEAKED, State.STALE) and proven.get(seg.ino) != st.value:
+                    if st in (State.LEAKED, State.STALE) and proven.get((seg.ino, seg.name)) != st.value:
                         seg = seg._replace(state=State.UNKNOWN)  # not proven by a full scan: see the module
                     tally.add(seg)
             finally:
