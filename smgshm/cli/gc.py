@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     "prometheus_file",
     type=click.Path(dir_okay=False),
     help="Write what the run found, reclaimed and kept, when it ran and whether it succeeded, in node_exporter's "
-    "textfile format (written beside FILE, then renamed over it).",
+    "textfile format (written beside FILE, then renamed over it); with --node, the exporter's series per tmpfs.",
 )
 @click.option("--npd", is_flag=True, help="With --check: a node-problem-detector plugin's output, one line "
               "of at most 80 characters; exit 0 OK, 1 leaked or hazardous, 2 unknown or error.")  # fmt: skip
