@@ -155,6 +155,14 @@ def test_a_removed_pod_leaves_the_exposition(node: dict[str, Any], children: Chi
     assert _values(text, "smgshm_node_last_scan_errors")[frozenset()] == 0
 
 
+def test_max_volumes_bounds_what_is_followed_and_says_what_is_not(node: dict[str, Any], children: Children) -> None:
+    e = Exporter(children, node["root"], "--max-volumes", "1", "--rescan-every", "60s")
+    text = e.scrape()
+    assert len(_pods_in(text)) == 1
+    assert _values(text, "smgshm_node_unfollowed_volumes")[frozenset()] == 1
+    wait_for(lambda: any("1 tmpfs not followed (--max-volumes)" in line for line in e.lines), 30, "its line")
+
+
 def test_gc_node_prometheus_writes_the_same_series_as_a_textfile(node: dict[str, Any], tmp_path: Path) -> None:
     root, prom = node["root"], tmp_path / "node.prom"
     run_cli("gc", "--node", "--node-root", root, "--prometheus", str(prom))

@@ -206,9 +206,9 @@ def node_line(app: App, nw: Any, done: Any) -> None:
             f"hidden {binary_size(sum(v.hidden_bytes for v in vols))}")  # fmt: skip
     if health.unfollowed:
         text += f", {health.unfollowed} tmpfs not followed (--max-volumes)"
-    app.console.print(Text(text, style="red" if counts.get("leaked") else ""))
+    app.console.print(Text(text, style="red" if counts.get("leaked") else ""), soft_wrap=True)  # a pipe: one line
     for err in done.errors if done is not None else ():
-        app.console.print(safe("  " + err, "yellow"))
+        app.console.print(safe("  " + err, "yellow"), soft_wrap=True)
 
 
 # -- --jsonl ---------------------------------------------------------------------------------
