@@ -14,7 +14,8 @@ pod's container: so each tmpfs is judged in a pid namespace (the host's here), a
         smgshm gc --node --node-root ROOT                                     (the summary people see)
         smgshm gc --node --node-root ROOT --raw                               (every row)
 
-    and prints each one's median wall time and its ratio to find's. Goal: gc --node at most 3x find.
+    and prints each one's median wall and CPU time (user + system: what other jobs on a shared machine
+    inflate least) and their ratios to find's. Goal: gc --node at most 3x find.
 
 (b) The exporter, ``smgshm watch --node --node-root ROOT --serve-metrics 127.0.0.1:0 -q`` on the first
     ``--volumes`` tmpfs (the rest unmounted first), scraped every 15 s as Prometheus would: its CPU
@@ -35,6 +36,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -105,10 +107,12 @@ def _uses(pid: int, d: str) -> bool:
         return False
 
 
-def timed(argv: list[str]) -> float:
-    t0 = time.perf_counter()
+def timed(argv: list[str]) -> tuple[float, float]:
+    """(wall, CPU) seconds of one run; the CPU its user and system time (what a busy machine does not inflate)."""
+    r0, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
     subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
-    return time.perf_counter() - t0
+    wall, r1 = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
 
 
 def bench_gc(root: str, dirs: list[str], runs: int) -> None:
@@ -120,14 +124,20 @@ def bench_gc(root: str, dirs: list[str], runs: int) -> None:
     for argv in forms.values():  # warm: the page cache, the bytecode, the sightings stores
         timed(argv)
     walls: dict[str, list[float]] = {k: [] for k in forms}
+    cpus: dict[str, list[float]] = {k: [] for k in forms}
     for _ in range(runs):
         for k, argv in forms.items():
-            walls[k].append(timed(argv))
-    floor = statistics.median(walls["find -printf"])
+            wall, cpu = timed(argv)
+            walls[k].append(wall)
+            cpus[k].append(cpu)
+    floor, cpu_floor = statistics.median(walls["find -printf"]), statistics.median(cpus["find -printf"])
     print(f"(a) {len(dirs)} tmpfs x {len(os.listdir(dirs[0])):,} entries, medians of {runs} alternating runs:")  # noqa: T201
-    for k, w in walls.items():
-        med = statistics.median(w)
-        print(f"    {k:<18} {med * 1e3:8.0f} ms   {med / floor:5.2f}x find")  # noqa: T201
+    for k in forms:
+        wall, cpu = statistics.median(walls[k]), statistics.median(cpus[k])
+        print(
+            f"    {k:<18} wall {wall * 1e3:6.0f} ms {wall / floor:5.2f}x find   "  # noqa: T201
+            f"CPU {cpu * 1e3:6.0f} ms {cpu / cpu_floor:5.2f}x find"
+        )
 
 
 def cpu_ticks(pid: int) -> int:

@@ -16,6 +16,7 @@ has its threads looked at (kcmp(2) says which share the leader's fd table).
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -116,11 +117,15 @@ def holder_index(
     return found
 
 
+# A maps line's device field (its 4th): one pass in C finds which devices a process maps at all.
+_MAPS_DEV = re.compile(rb"^[0-9a-f]+-[0-9a-f]+ \S+ [0-9a-f]+ ([0-9a-f]+:[0-9a-f]+) ", re.MULTILINE)
+
+
 def holder_index_devs(devs: Iterable[int], pids: Iterable[int] | None = None) -> dict[Key, list[Holder]]:
     """``holder_index`` for several devices in ONE walk of /proc (a node's tmpfs: one walk, not one
     per tmpfs, whose cost grows with the processes times the tmpfs). The same reads and rules."""
     want = set(devs)
-    tags = {f" {os.major(d):02x}:{os.minor(d):02x} ".encode(): d for d in want}
+    bare = {f"{os.major(d):02x}:{os.minor(d):02x}".encode(): d for d in want}  # as maps spells a device
     found: dict[Key, list[Holder]] = {}
     if not want:
         return found
@@ -129,10 +134,10 @@ def holder_index_devs(devs: Iterable[int], pids: Iterable[int] | None = None) ->
         for base in thread_views(pid)[0]:
             keys |= _opened_any(base, want) or set()
         hits = [(key, "fd") for key in keys]
-        data = _maps(pid)  # read once for every device
+        data = _maps(pid)  # read once for every device; parsed for those it names only
         mapped: set[Key] = set()
-        for tag, dev in tags.items():
-            mapped |= _mapped_in(data, tag, dev)
+        for field in set(_MAPS_DEV.findall(data)) & bare.keys() if data else ():
+            mapped |= _mapped_in(data, b" " + field + b" ", bare[field])
         hits += [(key, "map") for key in mapped]
         if hits:
             name = comm(pid)
