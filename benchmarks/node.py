@@ -134,10 +134,9 @@ def bench_gc(root: str, dirs: list[str], runs: int) -> None:
     print(f"(a) {len(dirs)} tmpfs x {len(os.listdir(dirs[0])):,} entries, medians of {runs} alternating runs:")  # noqa: T201
     for k in forms:
         wall, cpu = statistics.median(walls[k]), statistics.median(cpus[k])
-        print(
-            f"    {k:<18} wall {wall * 1e3:6.0f} ms {wall / floor:5.2f}x find   "  # noqa: T201
-            f"CPU {cpu * 1e3:6.0f} ms {cpu / cpu_floor:5.2f}x find"
-        )
+        ratios = f"wall {wall * 1e3:6.0f} ms {wall / floor:5.2f}x find   "
+        ratios += f"CPU {cpu * 1e3:6.0f} ms {cpu / cpu_floor:5.2f}x find"
+        print(f"    {k:<18} {ratios}")  # noqa: T201
 
 
 def cpu_ticks(pid: int) -> int:

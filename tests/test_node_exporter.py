@@ -18,7 +18,7 @@ import pytest
 
 from smgshm.core.node import metrics
 from tests.conftest import Children, run_cli, smgshm_argv, wait_for
-from tests.node_support import HIDDEN, POD_A, POD_B, dshm, needs_root_and_unshare, two_pods
+from tests.node_support import HIDDEN, POD_A, POD_B, dshm, laid_out, needs_root_and_unshare
 from tests.test_metrics_conventions import _agrees, _node_catalogue, _values, exposition_problems
 
 pytestmark = needs_root_and_unshare
@@ -28,8 +28,10 @@ DSHM = "dshm"
 
 @pytest.fixture
 def node(tmp_path: Path) -> Iterator[dict[str, Any]]:
-    with two_pods(tmp_path) as laid_out:
-        yield laid_out
+    """Two pods under a private node root (A's producer dead, B's alive with hidden bytes); all gone at the end."""
+    root = tmp_path / "node"
+    with laid_out(root, [(POD_A, "16m", "dead"), (POD_B, "16m", "live")]) as pods:
+        yield {"root": str(root), "a": pods[POD_A[2]], "b": pods[POD_B[2]]}
 
 
 class Exporter:
@@ -160,7 +162,7 @@ def test_max_volumes_bounds_what_is_followed_and_says_what_is_not(node: dict[str
     text = e.scrape()
     assert len(_pods_in(text)) == 1
     assert _values(text, "smgshm_node_unfollowed_volumes")[frozenset()] == 1
-    wait_for(lambda: any("1 tmpfs not followed (--max-volumes)" in line for line in e.lines), 30, "its line")
+    wait_for(lambda: "1 tmpfs not followed (--max-volumes)" in " ".join(" ".join(e.lines).split()), 30, "its line")
 
 
 def test_gc_node_prometheus_writes_the_same_series_as_a_textfile(node: dict[str, Any], tmp_path: Path) -> None:

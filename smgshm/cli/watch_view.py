@@ -203,12 +203,12 @@ def node_line(app: App, nw: Any, done: Any) -> None:
     what = "full scan" if done is None or done.full else f"{done.updated} updated"
     stamp = time.strftime("%H:%M:%S")
     text = (f"{stamp} {what}: {len(vols)} tmpfs, SMG segments {states}, "
-            f"hidden {binary_size(sum(v.hidden_bytes for v in vols))}")  # fmt: skip
+            f"hidden {human_size(sum(v.hidden_bytes for v in vols))}")  # fmt: skip
     if health.unfollowed:
         text += f", {health.unfollowed} tmpfs not followed (--max-volumes)"
-    app.console.print(Text(text, style="red" if counts.get("leaked") else ""), soft_wrap=True)  # a pipe: one line
+    prose(app.console, Text(text, style="red" if counts.get("leaked") else ""), 9)
     for err in done.errors if done is not None else ():
-        app.console.print(safe("  " + err, "yellow"), soft_wrap=True)
+        prose(app.console, safe("  " + err, "yellow"), 4)
 
 
 # -- --jsonl ---------------------------------------------------------------------------------
