@@ -100,7 +100,8 @@ def _parse(argv: list[str]) -> tuple[list[str], list[str]]:
 
 
 def test_the_deploy_folder_has_its_parts() -> None:
-    for name in ("Containerfile", "build-and-check.sh", "node-requirements.txt", "k8s/gateway-preflight.yaml"):
+    for name in ("Containerfile", "build-and-check.sh", "node-requirements.txt", "k8s/exporter-daemonset.yaml",
+                 "k8s/gateway-preflight.yaml", "k8s/podmonitor.yaml"):  # fmt: skip
         assert (DEPLOY / name).is_file(), name
     assert os.access(DEPLOY / "build-and-check.sh", os.X_OK)
     containerfile = (DEPLOY / "Containerfile").read_text()
@@ -131,7 +132,7 @@ def test_every_manifest_parses_as_yaml_with_kind_and_name() -> None:
             assert doc.get(key), (path.name, key)
         assert doc.get("metadata", {}).get("name"), path.name
         seen.add(doc["kind"])
-    assert {"Deployment", "ConfigMap"} <= seen
+    assert {"DaemonSet", "Deployment", "ConfigMap", "PodMonitor"} <= seen
 
 
 def _validate(version: str, path: Path) -> subprocess.CompletedProcess[str]:
@@ -162,7 +163,7 @@ def test_core_api_manifests_validate_strictly_for_1_29_and_the_newest(tmp_path: 
         for version in ("1.29.0", newest):
             got = _validate(version, one)
             assert got.returncode == 0, (path.name, doc["kind"], version, got.stdout, got.stderr)
-    assert n >= 2
+    assert n >= 5
 
 
 def test_strict_validation_rejects_what_it_should(tmp_path: Path) -> None:
@@ -180,7 +181,7 @@ def test_strict_validation_rejects_what_it_should(tmp_path: Path) -> None:
 
 def test_every_smgshm_command_in_the_manifests_parses_with_the_real_cli() -> None:
     argvs = list(_smgshm_argvs())
-    assert len(argvs) >= 3, argvs
+    assert len(argvs) >= 4, argvs
     commands = set()
     for where, argv in argvs:
         try:
@@ -190,7 +191,7 @@ def test_every_smgshm_command_in_the_manifests_parses_with_the_real_cli() -> Non
         assert path, (where, argv)
         commands.add(" ".join(path))
         run_cli(*path, "--help")
-    assert {"preflight", "gc"} <= commands
+    assert {"watch", "preflight", "gc"} <= commands
 
 
 def test_the_parser_catches_a_wrong_option() -> None:
@@ -205,6 +206,47 @@ def test_the_manifests_run_this_versions_image() -> None:
         for c in [*spec.get("initContainers", []), *spec.get("containers", [])]:
             if IMAGE.search(c["image"]):
                 assert c["image"].endswith(f"smgshm-node:{__version__}"), (where, c["image"])
+
+
+def test_the_exporter_daemonset_is_least_privilege_and_read_only() -> None:
+    (ds,) = [d for _, d in _all_docs() if d["kind"] == "DaemonSet"]
+    spec = ds["spec"]["template"]["spec"]
+    assert spec["hostPID"] is True
+    assert not spec.get("hostNetwork")
+    assert not spec.get("hostIPC")
+    (c,) = spec["containers"]
+    sc = c["securityContext"]
+    assert sc["capabilities"]["drop"] == ["ALL"]
+    assert sc["capabilities"]["add"] == ["SYS_PTRACE"]
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc.get("privileged", False) is False
+    host = {v["name"] for v in spec["volumes"] if "hostPath" in v}
+    assert all(m.get("readOnly") is True for m in c["volumeMounts"] if m["name"] in host), "it only reads the node"
+    (state,) = [m for m in c["volumeMounts"] if m["name"] not in host]  # its own sightings: an emptyDir
+    assert {e["name"]: e["value"] for e in c["env"]}["SMGSHM_STATE_DIR"] == state["mountPath"]
+    mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
+    for host_path in ("/var/lib/kubelet/pods", "/run/containerd/io.containerd.grpc.v1.cri/sandboxes"):
+        assert mounts["/host" + host_path]["mountPropagation"] == "HostToContainer"
+    assert "/host/var/log/pods" in mounts
+    vols = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
+    assert {m["name"]: m["mountPath"] for m in c["volumeMounts"] if m["name"] in host} == {
+        n: "/host" + p for n, p in vols.items()
+    }
+    argv = c["args"]
+    assert argv[argv.index("--node-root") + 1] == "/host"
+    port = c["ports"][0]["containerPort"]
+    assert argv[argv.index("--serve-metrics") + 1].endswith(f":{port}")
+    ann = ds["spec"]["template"]["metadata"]["annotations"]
+    assert ann["prometheus.io/scrape"] == "true"
+    assert ann["prometheus.io/port"] == str(port)
+    res = c["resources"]
+    assert res["requests"] == {"cpu": "10m", "memory": "80Mi"}  # the idle goal
+    assert res["limits"] == {"cpu": "100m", "memory": "160Mi"}  # the busy goal; twice the idle memory
+    # Each added capability and hostPID has its reason written beside it.
+    text = (K8S / "exporter-daemonset.yaml").read_text()
+    for word in ("# SYS_PTRACE:", "# hostPID:"):
+        assert word in text
 
 
 def test_the_gateway_example_runs_preflight_on_the_pods_memory_emptydir() -> None:
@@ -229,6 +271,17 @@ def test_the_npd_configmap_carries_the_plugin_config_unchanged() -> None:
     (cm,) = [d for _, d in _all_docs() if d["kind"] == "ConfigMap" and "npd" in d["metadata"]["name"]]
     source = DEPLOY / "npd" / "smgshm-plugin-monitor.json"
     assert json.loads(cm["data"][source.name]) == json.loads(source.read_text())
+
+
+def test_the_podmonitor_selects_the_exporter_and_its_port() -> None:
+    (pm,) = [d for _, d in _all_docs() if d["kind"] == "PodMonitor"]
+    (ds,) = [d for _, d in _all_docs() if d["kind"] == "DaemonSet"]
+    assert pm["apiVersion"] == "monitoring.coreos.com/v1"
+    assert pm["spec"]["selector"]["matchLabels"].items() <= ds["spec"]["template"]["metadata"]["labels"].items()
+    (ep,) = pm["spec"]["podMetricsEndpoints"]
+    assert ep["honorLabels"] is True  # the series' own namespace and pod labels win over the target's
+    assert ep["port"] == ds["spec"]["template"]["spec"]["containers"][0]["ports"][0]["name"]
+    assert ds["metadata"]["namespace"] in pm["spec"]["namespaceSelector"]["matchNames"]
 
 
 def _pyproject_deps() -> dict[str, str]:
@@ -287,6 +340,7 @@ def test_the_node_commands_import_only_what_the_image_installs(tmp_path: Path) -
         ("ns",), ("--json", "ns", "compare", "00000000-0000-4000-8000-000000000000:1"),
         ("gc", "--check"), ("gc", "--prometheus", str(prom)), ("--json", "gc", "--node", "--node-root", str(root)),
         ("watch", "--duration", "1s", "--json", "--serve-metrics", "127.0.0.1:0"),
+        ("watch", "--node", "--node-root", str(root), "--duration", "1s", "--serve-metrics", "127.0.0.1:0"),
         ("preflight", "--npd", "--shm-dir", str(tmp_path)),
     ]  # fmt: skip
     for argv in runs:
