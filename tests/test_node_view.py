@@ -7,13 +7,16 @@ pod's own namespace is right."""
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import Children, run_cli, wait_for
+from tests.conftest import Children, run_cli, smgshm_argv, wait_for
 from tests.node_support import HIDDEN, POD_A, POD_B, dshm, laid_out, needs_root_and_unshare, start_pod
 
 pytestmark = needs_root_and_unshare
@@ -115,6 +118,21 @@ def test_a_symlink_in_the_kubelet_dir_is_not_followed_out_of_the_root(node: dict
 def test_node_refuses_options_it_does_not_combine_with() -> None:
     run_cli("gc", "--node", "--assume-dead", exit=2)
     run_cli("gc", "--node", "--watch", "1s", exit=2)
+
+
+@pytest.mark.parametrize("command", ["gc", "doctor"])
+def test_a_node_root_whose_link_cannot_be_read_is_exit_5_not_a_bug(command: str) -> None:
+    """/proc/1/root is a link nobody may read: the root cannot be resolved, a host error (exit 5), never 70."""
+    if shutil.which("setpriv") is None:
+        pytest.skip("setpriv(1) is not installed")
+    argv = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *smgshm_argv(command, "--node",
+            "--node-root", "/proc/1/root")]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "COLUMNS": "80"}
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env, cwd="/")
+    assert r.returncode == 5, (r.returncode, r.stderr)
+    assert "internal error" not in r.stderr
+    assert "/proc/1/root" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
 
 
 def test_namespaces_sharing_a_tmpfs_must_agree(node: dict[str, Any], tmp_path: Path) -> None:
