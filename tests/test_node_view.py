@@ -115,6 +115,17 @@ def test_a_symlink_in_the_kubelet_dir_is_not_followed_out_of_the_root(node: dict
     assert sorted(t["pod_uid"] for t in doc["result"]["tmpfs"]) == [POD_A[2], POD_B[2]]
 
 
+def test_a_pod_log_dir_that_is_no_kubelet_name_never_names_a_pod(node: dict[str, Any]) -> None:
+    """Pod log dir names are hostile: one that cannot be a Kubernetes namespace and pod name never names
+    a pod (it would sort before the real one), and two that claim one uid leave it unnamed, not guessed."""
+    logs = Path(node["root"]) / "var/log/pods"
+    (logs / f"a\nb\x1b[1m_.._{POD_B[2]}").mkdir()  # sorts before team-b_gateway-0_<uid>
+    (logs / f"aaa_impostor_{POD_A[2]}").mkdir()  # a well-formed second claim on pod A's uid
+    blocks = _blocks(run_cli("--json", "gc", "--node", "--node-root", node["root"]).json)
+    assert (blocks[POD_B[2]]["namespace"], blocks[POD_B[2]]["pod"]) == ("team-b", "gateway-0")
+    assert (blocks[POD_A[2]]["namespace"], blocks[POD_A[2]]["pod"]) == (None, None)
+
+
 def test_node_refuses_options_it_does_not_combine_with() -> None:
     run_cli("gc", "--node", "--assume-dead", exit=2)
     run_cli("gc", "--node", "--watch", "1s", exit=2)
