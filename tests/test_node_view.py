@@ -164,3 +164,42 @@ def test_namespaces_sharing_a_tmpfs_must_agree(node: dict[str, Any], tmp_path: P
     assert seg["state"] == "unknown"
     assert "which one wrote the name cannot be told" in seg["reason"]
     assert a["deleted"] == []
+
+
+# A container whose /dev/shm is a symlink into its own /dev (to the pod's tmpfs, bound there): a child
+# (pid 2 there, which pod B's namespace has not) writes a segment, says "<pid> <name>", and lives on.
+LINKED = r"""
+import os, sys, time
+child = os.fork()
+if child == 0:
+    name = f"smg-tokenspeed-{os.getpid()}-{time.time_ns()}-0"
+    with open("/dev/shm/" + name, "wb") as f:
+        f.write(b"z" * 8192)
+    print(os.getpid(), name, flush=True)
+    sys.stdin.read()
+    os._exit(0)
+os.waitpid(child, 0)
+"""
+
+
+def test_a_process_whose_dev_shm_is_a_symlink_is_never_judged_dead_elsewhere(node: dict[str, Any]) -> None:
+    """A symlink in a process's root resolves against smgshm's root, not the process's: through
+    /proc/P/root its /dev/shm is nowhere (or another tmpfs). Its live producer must not be judged in
+    the other container's pid namespace, where its pid is free: doubt, never leaked."""
+    root = node["root"]
+    script = ('mount -t tmpfs tmpfs /dev && mkdir /dev/pod && mount --bind "$0" /dev/pod && '
+              'ln -s /dev/pod /dev/shm && mount -t proc proc /proc && exec "$1" -c "$2"')  # fmt: skip
+    argv = ["unshare", "--pid", "--fork", "unshare", "--mount", "--propagation", "private",
+            "sh", "-c", script, str(dshm(Path(root), POD_B[2])), sys.executable, LINKED]  # fmt: skip
+    reg = Children()
+    try:
+        p = reg.spawn(argv, stdin=subprocess.PIPE)
+        assert p.stdout is not None
+        pid, name = p.stdout.readline().split()
+        assert int(pid) != 1
+        doc = run_cli("--json", "gc", "--node", "--node-root", root, "--delete", "--min-age", "0", "--yes").json
+        assert os.path.exists(dshm(Path(root), POD_B[2]) / name), "a live producer's segment was deleted"
+    finally:
+        reg.reap()
+    (seg,) = [s for s in _blocks(doc)[POD_B[2]]["segments"] if s["name"] == name]
+    assert seg["state"] == "unknown", seg
