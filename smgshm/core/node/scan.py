@@ -54,7 +54,7 @@ def look(root: str, pids: Iterable[int] | None = None) -> NodeLook:
     """Find and tie every tmpfs under the node ``root`` (HostError when the root cannot be opened)."""
     everyone = live_pids() if pids is None else list(pids)
     with NodeRoot(root) as node:
-        places, names = list(node.places()), pod_names(node.fd)
+        places, names, where = list(node.places()), pod_names(node.fd), node.path
     seen: set[int] = set()
     places = [p for p in places if not (p.dev in seen or seen.add(p.dev))]  # one tmpfs, one block
     users = shm_users(everyone)
@@ -72,7 +72,7 @@ def look(root: str, pids: Iterable[int] | None = None) -> NodeLook:
             uid = found.pop() if len(found) == 1 else None
         trust = tmpfs_trust(mine_users, used, mine, users.doubt_uids(p.pod_uid, (s.ns for s in used)))
         out.append(Tmpfs(p, uid, names.get(uid) if uid else None, mine_users, used, trust, hidden[p.dev]))
-    return NodeLook(os.path.realpath(root), out, len(names))
+    return NodeLook(where, out, len(names))
 
 
 @dataclass
