@@ -20,7 +20,7 @@ import pytest
 from smgshm.core.segments.judge import ScanOptions, State
 from smgshm.core.segments.reaping import Choice, ReapRule, choose, reap, reap_choice
 from smgshm.core.segments.scan import Scan
-from tests.conftest import Children, make_file, proc_state, run_cli, wait_for
+from tests.conftest import Children, make_file, proc_state, run_cli, tmpfs, wait_for
 from tests.test_cli_gc import (
     HOLDER,
     dead_pid,
@@ -245,6 +245,27 @@ def test_a_swapped_in_entry_is_put_back_under_its_name(children: Children, tmp_p
     assert stat.S_ISLNK(os.lstat(os.path.join(d, name)).st_mode), "put back where it was"
     assert os.listdir(d) == [name], "no private name left behind"
     os.unlink(os.path.join(d, name))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (mount)")
+def test_reap_never_unlinks_an_inode_of_another_tmpfs_mounted_over_the_dir(children: Children, tmp_path: Path) -> None:
+    """Two fresh tmpfs number their inodes alike: the first file of each is inode 2. A tmpfs mounted over
+    the shm dir between the scan and the reap holds, under the judged name, an inode with the judged
+    number on another device, which was never judged: it must be kept."""
+    d = tmp_path / "shm"
+    name = seg_name(dead_pid(children))
+    with tmpfs(d, "1m") as under:
+        make_file(under, name)
+        judged = [s for s in Scan(ScanOptions(under, assume_dead=True)) if s.name == name]
+        assert [s.state for s in judged] == [State.LEAKED]
+        with tmpfs(d, "1m") as over:
+            make_file(over, name)  # another file, never judged
+            assert os.lstat(os.path.join(over, name)).st_ino == judged[0].ino, "the premise: alike numbers"
+            assert os.lstat(over).st_dev != judged[0].dev
+            (dl,) = reap(judged, over)
+            assert dl.deleted is False, dl
+            assert "replaced since the scan" in dl.reason
+            assert os.listdir(over) == [name], "kept under its name, nothing set aside"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -6,8 +6,8 @@ repeats a rate, ratios end in ``_ratio``, units last), so a machine without prom
 them. Judged: ``watch --serve-metrics`` at its first scrape, idle after an interval, and under
 real traffic (segments written and read in a private tmpfs, a loopback gateway ``/metrics``
 beside it); gc's textfile after a real ``--delete`` and after a failed run. README's metrics
-tables are checked against the catalogues (``export.METRICS``, ``textfile.METRICS``), and the
-expositions against both.
+tables are checked against the catalogues (``export.METRICS``, ``textfile.METRICS``, the node's
+``metrics.METRICS``), and the expositions against them (the node's in test_node_exporter.py).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from typing import Any
 import pytest
 
 from smgshm.core.names import KINDS
+from smgshm.core.node import metrics as node_metrics
 from smgshm.core.segments import textfile
 from smgshm.core.segments.judge import State, Tally
 from smgshm.core.segments.reaping import KEPT_REASONS, ReapReport
@@ -282,6 +283,10 @@ def _gc_catalogue() -> Catalogue:
     return {f"smgshm_gc_{n}": (t, ("shm_dir", *ls), w) for n, (t, ls, w, _) in textfile.METRICS.items()}
 
 
+def _node_catalogue() -> Catalogue:
+    return {node_metrics.PREFIX + n: (t, ls, w) for n, (t, ls, w, _) in node_metrics.METRICS.items()}
+
+
 def _readme_rows(prefix: str) -> Catalogue:
     rows: Catalogue = {}
     for line in (ROOT / "README.md").read_text(encoding="utf-8").splitlines():
@@ -289,11 +294,13 @@ def _readme_rows(prefix: str) -> Catalogue:
             cells = [c.strip() for c in line.strip("|").split("|")]
             name, typ, labels, when = cells[0].strip("`"), cells[1], cells[2], cells[3]
             assert name not in rows, f"README lists {name} twice"
-            rows[name] = (typ, tuple(x.strip().strip("`") for x in labels.split(",")), when)
+            names = () if labels in ("", "-") else tuple(x.strip().strip("`") for x in labels.split(","))
+            rows[name] = (typ, names, when)
     return rows
 
 
-@pytest.mark.parametrize(("prefix", "catalogue"), [("smgshm_watch_", _watch_catalogue), ("smgshm_gc_", _gc_catalogue)])
+@pytest.mark.parametrize(("prefix", "catalogue"), [("smgshm_watch_", _watch_catalogue), ("smgshm_gc_", _gc_catalogue),
+                                                   ("smgshm_node_", _node_catalogue)])  # fmt: skip
 def test_the_readme_tables_list_the_catalogue(prefix: str, catalogue: Any) -> None:
     assert _readme_rows(prefix) == catalogue()
 

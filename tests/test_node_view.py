@@ -7,13 +7,16 @@ pod's own namespace is right."""
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import Children, run_cli, wait_for
+from tests.conftest import Children, run_cli, smgshm_argv, wait_for
 from tests.node_support import HIDDEN, POD_A, POD_B, dshm, laid_out, needs_root_and_unshare, start_pod
 
 pytestmark = needs_root_and_unshare
@@ -112,17 +115,45 @@ def test_a_symlink_in_the_kubelet_dir_is_not_followed_out_of_the_root(node: dict
     assert sorted(t["pod_uid"] for t in doc["result"]["tmpfs"]) == [POD_A[2], POD_B[2]]
 
 
+def test_a_pod_log_dir_that_is_no_kubelet_name_never_names_a_pod(node: dict[str, Any]) -> None:
+    """Pod log dir names are hostile: one that cannot be a Kubernetes namespace and pod name never names
+    a pod (it would sort before the real one), and two that claim one uid leave it unnamed, not guessed."""
+    logs = Path(node["root"]) / "var/log/pods"
+    (logs / f"a\nb\x1b[1m_.._{POD_B[2]}").mkdir()  # sorts before team-b_gateway-0_<uid>
+    (logs / f"aaa_impostor_{POD_A[2]}").mkdir()  # a well-formed second claim on pod A's uid
+    blocks = _blocks(run_cli("--json", "gc", "--node", "--node-root", node["root"]).json)
+    assert (blocks[POD_B[2]]["namespace"], blocks[POD_B[2]]["pod"]) == ("team-b", "gateway-0")
+    assert (blocks[POD_A[2]]["namespace"], blocks[POD_A[2]]["pod"]) == (None, None)
+
+
 def test_node_refuses_options_it_does_not_combine_with() -> None:
     run_cli("gc", "--node", "--assume-dead", exit=2)
     run_cli("gc", "--node", "--watch", "1s", exit=2)
+
+
+@pytest.mark.parametrize("command", ["gc", "doctor"])
+def test_a_node_root_whose_link_cannot_be_read_is_exit_5_not_a_bug(command: str) -> None:
+    """/proc/1/root is a link nobody may read: the root cannot be resolved, a host error (exit 5), never 70."""
+    if shutil.which("setpriv") is None:
+        pytest.skip("setpriv(1) is not installed")
+    argv = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *smgshm_argv(command, "--node",
+            "--node-root", "/proc/1/root")]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "COLUMNS": "80"}
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env, cwd="/")
+    assert r.returncode == 5, (r.returncode, r.stderr)
+    assert "internal error" not in r.stderr
+    assert "/proc/1/root" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
 
 
 def test_namespaces_sharing_a_tmpfs_must_agree(node: dict[str, Any], tmp_path: Path) -> None:
     """A second container of pod A (its own pid namespace, the same tmpfs) in which the dead
     producer's pid is alive: which namespace wrote the name cannot be told, so it is unknown and kept."""
     root = node["root"]
-    first = _blocks(run_cli("--json", "gc", "--node", "--node-root", root).json)[POD_A[2]]
-    pid = first["segments"][0]["producer_pid"]
+    # The pid from the name itself: a scan now would record a sighting, and a process started after one is
+    # proven not to be the producer (the next test).
+    (name,) = [n for n in os.listdir(dshm(Path(root), POD_A[2])) if n.startswith("smg-")]
+    pid = int(name.split("-")[2])
     reg = Children()
     try:
         start_pod(reg, dshm(Path(root), POD_A[2]), f"hold={pid}")
@@ -135,3 +166,63 @@ def test_namespaces_sharing_a_tmpfs_must_agree(node: dict[str, Any], tmp_path: P
     assert seg["state"] == "unknown"
     assert "which one wrote the name cannot be told" in seg["reason"]
     assert a["deleted"] == []
+
+
+def test_a_sighting_before_the_other_namespaces_process_started_proves_the_leak(node: dict[str, Any]) -> None:
+    """As above, but a scan saw the segment before the second container's process with that pid started:
+    that process is not the producer (a producer exists before its segment), and in pod A's first
+    namespace no process has the pid: dead in both, proven on the boot clock, so leaked and reaped."""
+    root = node["root"]
+    first = _blocks(run_cli("--json", "gc", "--node", "--node-root", root).json)[POD_A[2]]  # the sighting
+    pid = first["segments"][0]["producer_pid"]
+    reg = Children()
+    try:
+        start_pod(reg, dshm(Path(root), POD_A[2]), f"hold={pid}")
+        doc = run_cli("--json", "gc", "--node", "--node-root", root, "--delete", "--min-age", "0", "--yes").json
+    finally:
+        reg.reap()
+    a = _blocks(doc)[POD_A[2]]
+    assert len(a["pid_namespaces"]) == 2
+    (seg,) = a["segments"]
+    assert seg["state"] == "leaked"
+    assert "reused" in seg["reason"]
+    assert [d["deleted"] for d in a["deleted"]] == [True]
+
+
+# A container whose /dev/shm is a symlink into its own /dev (to the pod's tmpfs, bound there): a child
+# (pid 2 there, which pod B's namespace has not) writes a segment, says "<pid> <name>", and lives on.
+LINKED = r"""
+import os, sys, time
+child = os.fork()
+if child == 0:
+    name = f"smg-tokenspeed-{os.getpid()}-{time.time_ns()}-0"
+    with open("/dev/shm/" + name, "wb") as f:
+        f.write(b"z" * 8192)
+    print(os.getpid(), name, flush=True)
+    sys.stdin.read()
+    os._exit(0)
+os.waitpid(child, 0)
+"""
+
+
+def test_a_process_whose_dev_shm_is_a_symlink_is_never_judged_dead_elsewhere(node: dict[str, Any]) -> None:
+    """A symlink in a process's root resolves against smgshm's root, not the process's: through
+    /proc/P/root its /dev/shm is nowhere (or another tmpfs). Its live producer must not be judged in
+    the other container's pid namespace, where its pid is free: doubt, never leaked."""
+    root = node["root"]
+    script = ('mount -t tmpfs tmpfs /dev && mkdir /dev/pod && mount --bind "$0" /dev/pod && '
+              'ln -s /dev/pod /dev/shm && mount -t proc proc /proc && exec "$1" -c "$2"')  # fmt: skip
+    argv = ["unshare", "--pid", "--fork", "unshare", "--mount", "--propagation", "private",
+            "sh", "-c", script, str(dshm(Path(root), POD_B[2])), sys.executable, LINKED]  # fmt: skip
+    reg = Children()
+    try:
+        p = reg.spawn(argv, stdin=subprocess.PIPE)
+        assert p.stdout is not None
+        pid, name = p.stdout.readline().split()
+        assert int(pid) != 1
+        doc = run_cli("--json", "gc", "--node", "--node-root", root, "--delete", "--min-age", "0", "--yes").json
+        assert os.path.exists(dshm(Path(root), POD_B[2]) / name), "a live producer's segment was deleted"
+    finally:
+        reg.reap()
+    (seg,) = [s for s in _blocks(doc)[POD_B[2]]["segments"] if s["name"] == name]
+    assert seg["state"] == "unknown", seg

@@ -144,7 +144,7 @@ def fit_row(line: str, cols: int) -> str:
 
 
 def why_line(reason: str, cols: int) -> str:
-    return fill(f"{'':10}why: {escape(reason)}", cols, 15) + "\n"
+    return fill(f"{'':10}why: {display(reason)}", cols, 15) + "\n"
 
 
 def raw_row(s: SegmentInfo) -> str:

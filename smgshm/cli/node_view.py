@@ -8,6 +8,7 @@ filesystem, so they are shown escaped like segment names.
 from __future__ import annotations
 
 import sys
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -15,7 +16,7 @@ from rich.text import Text
 
 from smgshm.cli import gc_view
 from smgshm.cli.exitcodes import ExitCode
-from smgshm.cli.fmt import command, escape, fill, hint, lossless, prose, width
+from smgshm.cli.fmt import command, fill, hint, lossless, prose, width
 from smgshm.core.units import human_size
 
 if TYPE_CHECKING:
@@ -38,20 +39,36 @@ class Block:
 
 
 def run(app: App, root: str, opts: ScanOptions, rule: ReapRule | None, *, yes: bool, check: bool,
-        all_rows: bool, raw: bool, npd: bool = False) -> int:  # fmt: skip
+        all_rows: bool, raw: bool, npd: bool = False, prometheus_file: str | None = None) -> int:  # fmt: skip
     """Look at the node, list and judge each tmpfs, ask once, reap per tmpfs, then show it all."""
     import click
 
+    from smgshm.core.errors import SmgshmError
+    from smgshm.core.host.holders import holder_index_devs
+    from smgshm.core.host.mounts import mount_points_of
+    from smgshm.core.node import metrics
     from smgshm.core.node.scan import TmpfsScan, look
-    from smgshm.core.segments import reaping
+    from smgshm.core.segments import reaping, textfile
 
     for stream in (sys.stdout, sys.stderr):  # any locale: what it cannot encode comes out escaped
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")
-    node = look(root)
+    if prometheus_file:
+        textfile.check_writable(prometheus_file)  # exit 5 before anything is scanned or deleted
+    started = time.time()
+    try:
+        node = look(root)
+    except SmgshmError:
+        if prometheus_file:  # the run failed: its time and the error, no figures (zeros would lie)
+            health = metrics.Health(time.time(), time.time() - started, 1)
+            metrics.write_textfile(prometheus_file, [], health)
+        raise
+    # One walk of /proc and one read of every mount namespace's table, for every tmpfs at once.
+    holders = holder_index_devs(t.place.dev for t in node.tmpfs)
+    mounted = mount_points_of(t.place.path for t in node.tmpfs)
     blocks: list[Block] = []
     for tmpfs in node.tmpfs:
-        block = Block(TmpfsScan(tmpfs, opts))
+        block = Block(TmpfsScan(tmpfs, opts, holders=holders, mounted=mounted[tmpfs.place.path]))
         block.choice = reaping.choose(block.scan, rule, lambda seg, _row, b=block: b.segments.append(seg))
         blocks.append(block)
     chosen = [seg for b in blocks for seg in b.choice.chosen]  # type: ignore[union-attr]
@@ -65,6 +82,11 @@ def run(app: App, root: str, opts: ScanOptions, rule: ReapRule | None, *, yes: b
         b.done = reaping.reap_choice(b.scan, b.choice)  # type: ignore[arg-type]
     bad = sum(b.done.leaked_or_hazard for b in blocks)  # type: ignore[union-attr]
     code = ExitCode.CHECK_FAILED if check and bad else ExitCode.OK
+    if prometheus_file:  # what is there now, after any --delete: the exporter's series, one run's
+        figures = [metrics.volume_figures(b.scan.tmpfs, b.done.after, b.scan.others,  # type: ignore[union-attr]
+                                          (b.scan.shm_total_bytes, b.done.used_bytes, b.done.free_bytes))  # type: ignore[union-attr]
+                   for b in blocks]  # fmt: skip
+        metrics.write_textfile(prometheus_file, figures, metrics.Health(time.time(), time.time() - started, 0))
     if npd:  # NPD's one line over every tmpfs (gc_view.npd's rules)
         from smgshm.core.segments.judge import Tally
 
@@ -105,7 +127,7 @@ def _volume(t: Tmpfs) -> str:
 
 def _field(text: str) -> str:
     """One awk field: escaped, spaces too."""
-    return escape(text).replace(" ", "\\x20")
+    return gc_view.display(text).replace(" ", "\\x20")
 
 
 def _totals(blocks: list[Block]) -> dict[str, Any]:
@@ -179,17 +201,17 @@ def _block_lines(b: Block, all_rows: bool, cols: int = 80) -> list[str]:
     t, scan, done = b.scan.tmpfs, b.scan, b.done
     if done is None:
         raise RuntimeError("a block shown before it was reaped")
-    who = "pod -" if t.pod_uid is None else f"pod {escape(_pod(t))} (uid {escape(t.pod_uid)})"
-    what = KIND[t.place.kind] + ("" if t.place.volume is None else f" {escape(t.place.volume)}")
+    who = "pod -" if t.pod_uid is None else f"pod {gc_view.display(_pod(t))} (uid {gc_view.display(t.pod_uid)})"
+    what = KIND[t.place.kind] + ("" if t.place.volume is None else f" {gc_view.display(t.place.volume)}")
     hidden = f"hidden {human_size(t.hidden.nbytes)}"
     if t.hidden.files:
         hidden += f" ({t.hidden.files} unlinked file(s) still mapped)"
     if not t.hidden.complete:
         hidden += " (at least: a process's maps was too long to read whole)"
     lines = [fill(ln, cols, 4) + "\n" for ln in (
-        f"{who}, {what}: {escape(t.place.path)}",
+        f"{who}, {what}: {gc_view.display(t.place.path)}",
         f"  size {human_size(scan.shm_total_bytes)}, used {human_size(done.used_bytes)}, {hidden}",
-        f"  liveness: {escape(t.trust.note)}",
+        f"  liveness: {gc_view.display(t.trust.note)}",
     )]  # fmt: skip
     states = ", ".join(f"{k} {n} ({human_size(done.after.bytes_by_state[k])})"
                        for k, n in done.after.counts.items() if n)  # fmt: skip
@@ -197,7 +219,7 @@ def _block_lines(b: Block, all_rows: bool, cols: int = 80) -> list[str]:
     if freed:
         states += f"{', ' if states else ''}deleted {len(freed)} ({human_size(sum(d.freed_bytes for d in freed))})"
     lines.append(fill(f"  SMG segments: {states or 'none'}", cols, 4) + "\n")
-    fams = ", ".join(f"{escape(f)} {n} ({human_size(scan.others.nbytes[f])})"
+    fams = ", ".join(f"{gc_view.display(f)} {n} ({human_size(scan.others.nbytes[f])})"
                      for f, n in sorted(scan.others.counts.items()))  # fmt: skip
     lines.append(fill(f"  other families: {fams or 'none'}", cols, 4) + "\n")
     rows = b.segments if all_rows or len(b.segments) <= gc_view.NOTABLE else \
@@ -214,7 +236,7 @@ def _block_lines(b: Block, all_rows: bool, cols: int = 80) -> list[str]:
             lines.append(f"  ... {len(b.segments) - len(rows)} more (--all lists every entry)\n")
     for d in done.deleted:
         if not d.deleted:
-            lines.append(fill(f"  kept {gc_view.display(d.name)}: {escape(d.reason)}", cols, 4) + "\n")
+            lines.append(fill(f"  kept {gc_view.display(d.name)}: {gc_view.display(d.reason)}", cols, 4) + "\n")
     return lines
 
 

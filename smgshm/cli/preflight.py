@@ -20,7 +20,7 @@ from smgshm.cli.params import BYTES, DURATION, shm_dir_option
 @click.command(context_settings={"allow_interspersed_args": False})
 @click.option("--init-container", is_flag=True, help="Run as the pod's init container: no SMG process of the pod "
               "runs yet, so every SMG name in its tmpfs is a previous incarnation's (refused when another process "
-              "uses the tmpfs).")  # fmt: skip
+              "uses the tmpfs; list it before any native sidecar).")  # fmt: skip
 @click.option("--pod-private", is_flag=True, help="Wrapper in a container: every process that writes SMG names in "
               "this tmpfs is in this pid namespace (the operator's word; needed to reclaim by pid there).")  # fmt: skip
 @click.option("--inflight-bytes", type=BYTES, default=0, help="Free space the gateway needs after reclaiming "

@@ -41,10 +41,19 @@ if TYPE_CHECKING:
               help="Follow at most this many segments in flight at once (memory stays bounded).")
 @click.option("--assume-dead", is_flag=True, help="As gc: judge orphans by this pid namespace's pids even if unsafe.")
 @shm_dir_option
+@click.option("--node", is_flag=True, help="Follow every pod's /dev/shm on this node (as gc --node finds them), "
+              "judged per pod, for --serve-metrics: a series set per tmpfs.")  # fmt: skip
+@click.option("--node-root", default="/", show_default=True, type=click.Path(file_okay=False),
+              help="With --node: where the host's / is mounted (a DaemonSet's hostPath, e.g. /host).")  # fmt: skip
+@click.option("--rescan-every", type=DURATION, default="30s", show_default=True,
+              help="With --node: look for pods and judge every tmpfs afresh (reading /proc) this often.")  # fmt: skip
+@click.option("--max-volumes", type=click.IntRange(1, 4096), default=256, show_default=True,
+              help="With --node: follow at most this many tmpfs (one inotify watch each).")  # fmt: skip
 @click.pass_obj
 def watch(app: App, interval: float, orphan_after: float, metrics_url: str | None, shm_min_bytes: int, jsonl: bool,
           duration: float | None, count: int | None, check: bool, serve_metrics: tuple[str, int] | None, prefix: str,
-          max_tracked: int, assume_dead: bool, shm_dir: str) -> None:  # fmt: skip
+          max_tracked: int, assume_dead: bool, shm_dir: str, node: bool, node_root: str, rescan_every: float,
+          max_volumes: int) -> None:  # fmt: skip
     """Follow the shm dir live: every SMG segment from creation to unlink, per interval.
 
     Uses inotify. For each segment: its producer (pid and kind from its name:
@@ -72,16 +81,30 @@ def watch(app: App, interval: float, orphan_after: float, metrics_url: str | Non
     5 when the shm dir cannot be watched.
 
     \b
+    --node follows every pod's /dev/shm tmpfs of a Kubernetes node instead
+    (emptyDirs, sandbox shm, the host's; see gc --node), for --serve-metrics:
+    per tmpfs its pod, capacity, hidden bytes and SMG segments by gc's state,
+    judged in its pod's pid namespaces. /proc is read every --rescan-every;
+    between, inotify activity in a tmpfs updates it (at most every --interval).
+
+    \b
     Examples:
       smgshm watch
       smgshm watch --metrics http://127.0.0.1:29000/metrics
       smgshm watch --duration 60s --check --json          # CI: orphans -> exit 3
       smgshm watch --jsonl | jq -c 'select(.type=="segment")'
       smgshm watch --serve-metrics 9464 -q                # a per-node exporter
+      smgshm watch --node --node-root /host --serve-metrics 0.0.0.0:9464 -q   # a DaemonSet
     """
     from smgshm.core.watch.figures import WatchOptions
     from smgshm.core.watch.session import WatchSession
 
+    if node:
+        _refuse_with_node(click.get_current_context(), ("metrics_url", "jsonl", "check", "prefix", "max_tracked",
+                                                        "assume_dead", "shm_dir", "orphan_after",
+                                                        "shm_min_bytes"))  # fmt: skip
+        _node(app, node_root, interval, rescan_every, max_volumes, serve_metrics, duration, count)
+        return
     if app.json and jsonl:
         raise click.UsageError("--json and --jsonl are two output formats: choose one")
     if app.json and duration is None and count is None:
@@ -158,6 +181,65 @@ def _exporter(app: App, session: WatchSession, where: tuple[str, int] | None, js
         yield
     finally:
         exporter.stop()
+
+
+def _refuse_with_node(ctx: click.Context, names: tuple[str, ...]) -> None:
+    from click.core import ParameterSource
+
+    given = [f"--{n.replace('_', '-')}" for n in names
+             if ctx.get_parameter_source(n) not in (ParameterSource.DEFAULT, None)]  # fmt: skip
+    if given:
+        raise click.UsageError(f"--node does not combine with {', '.join(given)}")
+    if ctx.obj.json:
+        raise click.UsageError("--node has no --json document: its figures are the metrics (--serve-metrics)")
+
+
+def _node(app: App, root: str, interval: float, rescan_every: float, max_volumes: int,
+          serve_metrics: tuple[str, int] | None, duration: float | None, count: int | None) -> None:  # fmt: skip
+    """watch --node: full scans and updates until --duration, --count (full scans) or Ctrl-C/SIGTERM."""
+    from smgshm.core.node.follow import NodeWatch, NodeWatchOptions
+
+    if interval <= 0 or rescan_every <= 0:
+        raise click.BadParameter("must be more than 0", param_hint="--interval/--rescan-every")
+    opts = NodeWatchOptions(root=root, rescan_every_s=rescan_every, update_every_s=interval, max_volumes=max_volumes)
+    nw = NodeWatch(opts)
+    deadline = None if duration is None else time.monotonic() + duration
+    with nw, _node_exporter(app, nw, serve_metrics), _stop_on_sigterm():
+        view.node_line(app, nw, None)
+        scans = 1
+        try:
+            while count is None or scans < count:
+                left = 1.0 if deadline is None else deadline - time.monotonic()
+                if left <= 0:
+                    break
+                done = nw.step(min(1.0, left))
+                if done is not None:
+                    scans += done.full
+                    view.node_line(app, nw, done)
+        except KeyboardInterrupt:
+            pass
+    click.get_current_context().exit(ExitCode.OK)
+
+
+@contextmanager
+def _node_exporter(app: App, nw: Any, where: tuple[str, int] | None) -> Iterator[None]:
+    if where is None:
+        yield
+        return
+    from smgshm.core.node.metrics import collector
+    from smgshm.core.transport.address import is_loopback
+    from smgshm.core.watch.export import MetricsServer
+
+    host, port = where
+    if not is_loopback(f"[{host}]:{port}"):
+        app.warn(f"--serve-metrics on {host}: NOT loopback; any host that reaches it can read this node's pods' "
+                 "shm figures")  # fmt: skip
+    server = MetricsServer(collector(nw.figures), host, port)
+    app.info(f"watch: metrics at {server.url}")
+    try:
+        yield
+    finally:
+        server.stop()
 
 
 @contextmanager

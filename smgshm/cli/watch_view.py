@@ -187,6 +187,30 @@ def summary_report(app: App, s: WatchSummary) -> None:
         prose(app.console, Text("note: " + note, style="yellow"), 6)
 
 
+# -- --node ----------------------------------------------------------------------------------
+
+
+def node_line(app: App, nw: Any, done: Any) -> None:
+    """One line per full scan or update: what is followed and what the node holds (not under -q)."""
+    if app.quiet:
+        return
+    vols, health = nw.figures()
+    counts: dict[str, int] = {}
+    for v in vols:
+        for k, n in v.counts.items():
+            counts[k] = counts.get(k, 0) + n
+    states = ", ".join(f"{n} {k}" for k, n in counts.items() if n) or "none"
+    what = "full scan" if done is None or done.full else f"{done.updated} updated"
+    stamp = time.strftime("%H:%M:%S")
+    text = (f"{stamp} {what}: {len(vols)} tmpfs, SMG segments {states}, "
+            f"hidden {human_size(sum(v.hidden_bytes for v in vols))}")  # fmt: skip
+    if health.unfollowed:
+        text += f", {health.unfollowed} tmpfs not followed (--max-volumes)"
+    prose(app.console, Text(text, style="red" if counts.get("leaked") else ""), 9)
+    for err in done.errors if done is not None else ():
+        prose(app.console, safe("  " + err, "yellow"), 4)
+
+
 # -- --jsonl ---------------------------------------------------------------------------------
 
 

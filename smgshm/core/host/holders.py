@@ -16,6 +16,7 @@ has its threads looked at (kcmp(2) says which share the leader's fd table).
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -32,16 +33,25 @@ class Holder:
     how: str  # fd | map
 
 
-def _mapped(pid: int, devtag: bytes, dev: int, base: str | None = None) -> set[Key]:
+def _mapped(pid: int, devtag: bytes, dev: int) -> set[Key]:
     """Inodes of ``dev`` mapped by ``pid``; the fd may be long closed (a map outlives it)."""
+    return _mapped_in(_maps(pid), devtag, dev)
+
+
+def _maps(pid: int, base: str | None = None) -> bytes:
+    """``pid``'s maps (a live thread's when the leader's read empty: a zombie leader); b"" if unreadable."""
     try:
         with open(f"{base or f'/proc/{pid}'}/maps", "rb") as f:
             data = f.read()
     except OSError:
-        return set()
+        return b""
     if not data and base is None:
         _extra, other = thread_views(pid)  # empty maps: a kernel thread, or a zombie leader
-        return _mapped(pid, devtag, dev, other) if other else set()
+        return _maps(pid, other) if other else b""
+    return data
+
+
+def _mapped_in(data: bytes, devtag: bytes, dev: int) -> set[Key]:
     if devtag not in data:  # the cheap test first: most processes map nothing of this device
         return set()
     out: set[Key] = set()
@@ -107,4 +117,53 @@ def holder_index(
     return found
 
 
-__all__ = ["Holder", "Key", "holder_index"]
+# A maps line's device field (its 4th): one pass in C finds which devices a process maps at all.
+_MAPS_DEV = re.compile(rb"^[0-9a-f]+-[0-9a-f]+ \S+ [0-9a-f]+ ([0-9a-f]+:[0-9a-f]+) ", re.MULTILINE)
+
+
+def holder_index_devs(devs: Iterable[int], pids: Iterable[int] | None = None) -> dict[Key, list[Holder]]:
+    """``holder_index`` for several devices in ONE walk of /proc (a node's tmpfs: one walk, not one
+    per tmpfs, whose cost grows with the processes times the tmpfs). The same reads and rules."""
+    want = set(devs)
+    bare = {f"{os.major(d):02x}:{os.minor(d):02x}".encode(): d for d in want}  # as maps spells a device
+    found: dict[Key, list[Holder]] = {}
+    if not want:
+        return found
+    for pid in live_pids() if pids is None else pids:
+        keys = _opened_any(f"/proc/{pid}", want) or set()
+        for base in thread_views(pid)[0]:
+            keys |= _opened_any(base, want) or set()
+        hits = [(key, "fd") for key in keys]
+        data = _maps(pid)  # read once for every device; parsed for those it names only
+        mapped: set[Key] = set()
+        for field in set(_MAPS_DEV.findall(data)) & bare.keys() if data else ():
+            mapped |= _mapped_in(data, b" " + field + b" ", bare[field])
+        hits += [(key, "map") for key in mapped]
+        if hits:
+            name = comm(pid)
+            for key, how in hits:
+                found.setdefault(key, []).append(Holder(pid, name, how))
+    return found
+
+
+def _opened_any(base: str, devs: set[int]) -> set[Key] | None:
+    """``_opened`` for any of ``devs``, all names."""
+    out: set[Key] = set()
+    try:
+        fds = os.scandir(f"{base}/fd")
+    except OSError:
+        return None
+    with fds:
+        for fd in fds:
+            try:
+                if not os.readlink(fd.path).startswith("/"):
+                    continue  # socket:, pipe:, anon_inode: never live on a tmpfs
+                st = os.stat(fd.path)
+            except OSError:
+                continue
+            if st.st_dev in devs:
+                out.add((st.st_dev, st.st_ino))
+    return out
+
+
+__all__ = ["Holder", "Key", "holder_index", "holder_index_devs"]

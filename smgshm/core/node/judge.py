@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from smgshm.core.host.clock import WallClock
 from smgshm.core.host.holders import Holder
 from smgshm.core.host.pidtrust import INIT_PID_NS, Trust
 from smgshm.core.node.volumes import PidSpace, ShmUser
@@ -48,9 +49,10 @@ class PodJudge(Judge):
 
     def __init__(
         self, opts: ScanOptions, trust: Trust, holders: dict[tuple[int, int], list[Holder]], dir_dev: int,
-        spaces: Sequence[PidSpace], sightings: Sightings | None = None,
+        spaces: Sequence[PidSpace], sightings: Sightings | None = None, mounted: dict[str, str] | None = None,
+        wall: WallClock | None = None,
     ) -> None:  # fmt: skip
-        super().__init__(opts, trust, holders, dir_dev, sightings)
+        super().__init__(opts, trust, holders, dir_dev, sightings, mounted, wall)
         self.spaces = list(spaces)
         self.split: dict[int, str] = {}  # pid -> why its namespaces cannot agree, for the verdict's sentence
 

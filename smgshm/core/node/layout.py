@@ -74,8 +74,8 @@ class NodeRoot:
     """The node root, open: places under it are found by fd, paths are only for showing and reaping."""
 
     def __init__(self, root: str) -> None:
-        self.path = os.path.realpath(root)  # the operator's choice of root may be a link; nothing below it
-        try:
+        try:  # the operator's choice of root may be a link (one it may not read: EACCES); nothing below it
+            self.path = os.path.realpath(root)
             self.fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError as err:
             raise HostError(f"cannot open the node root: {err.strerror}", path=root) from err

@@ -20,6 +20,8 @@ MAX_CGROUP_BYTES = 64 * 1024  # a process's cgroup file: one line per hierarchy 
 # A pod uid: a UUID (the API server's), or 32 hex digits (a static pod's: a hash of its manifest).
 _UID = r"[0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12}|[0-9a-f]{32}"
 _CGROUP_POD = re.compile(rb"(?:^|[/-])pod(" + _UID.encode() + rb")(?:\.slice)?(?:/|$)", re.MULTILINE)
+# A log dir's name: a namespace (DNS-1123 label), a pod name (DNS-1123 subdomain), a pod uid.
+_LOG_DIR = re.compile(r"([a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?)_([a-z0-9](?:[-a-z0-9.]{0,251}[a-z0-9])?)_(" + _UID + ")")
 
 
 class PodName(NamedTuple):
@@ -29,20 +31,21 @@ class PodName(NamedTuple):
 
 def pod_names(root_fd: int, limit: int = 4096) -> dict[str, PodName]:
     """Pod uid -> (namespace, name), from the kubelet's pod log dirs under the node root open at
-    ``root_fd``; {} where there are none. A dir name that is not three non-empty fields is skipped."""
+    ``root_fd``; {} where there are none. A dir name that cannot be the kubelet's is skipped, and a uid
+    two dirs name differently is left out: which is right cannot be told."""
     try:
         fd = open_dir(root_fd, POD_LOGS)
     except OSError:
         return {}
-    out: dict[str, PodName] = {}
+    out: dict[str, PodName | None] = {}
     try:
         for entry in list_dirs(fd, limit):
-            parts = entry.split("_")
-            if len(parts) == 3 and all(parts):
-                out.setdefault(parts[2], PodName(parts[0], parts[1]))
+            if (m := _LOG_DIR.fullmatch(entry)) is not None:
+                name = PodName(m[1], m[2])
+                out[m[3]] = name if out.get(m[3], name) == name else None
     finally:
         os.close(fd)
-    return out
+    return {uid: name for uid, name in out.items() if name is not None}
 
 
 def pod_uid_in(cgroup: bytes) -> str | None:

@@ -120,6 +120,9 @@ class PreflightReport:
     _done: ReapReport | None = field(default=None, repr=False)  # for the textfile (segments/textfile.py); not JSON
 
 
+SETTLE_S = 5.0  # after the deadline, how long a reclaim batch under way may take to finish
+
+
 class _TimedOutError(Exception):
     """The deadline passed between two steps: nothing more is done."""
 
@@ -243,6 +246,7 @@ class _Run:
     def __init__(self, req: PreflightRequest, deadline: float, cancel: threading.Event) -> None:
         self.req, self.deadline, self.cancel = req, deadline, cancel
         self.pid = os.getpid()
+        self.reaping = threading.Event()  # set while a batch may hold entries set aside (segments/reaping.py)
 
     def check(self) -> None:
         if self.cancel.is_set() or time.monotonic() >= self.deadline:
@@ -308,7 +312,11 @@ class _Run:
 
         self.check()
         choice = Choice(chosen, refused, {seg.ino: row for row, seg in enumerate(chosen)})
-        return reap_choice(scan, choice, between)
+        self.reaping.set()
+        try:
+            return reap_choice(scan, choice, between)
+        finally:
+            self.reaping.clear()
 
     def _kept(self, report: PreflightReport, kept: list[Entry], gone: set[int]) -> None:
         kept.sort(key=lambda e: (e.state != "unknown", e.name))
@@ -405,10 +413,11 @@ def run_preflight(req: PreflightRequest, clock: Callable[[], float] = time.monot
     deadline = started + req.timeout_s
     cancel = threading.Event()
     out: dict[str, Any] = {}
+    run = _Run(req, deadline, cancel)
 
     def work() -> None:
         try:
-            out["report"] = _Run(req, deadline, cancel)()
+            out["report"] = run()
         except _TimedOutError:
             out["timeout"] = True
         except BaseException as err:  # handed to the caller's thread, raised there
@@ -419,6 +428,10 @@ def run_preflight(req: PreflightRequest, clock: Callable[[], float] = time.monot
     worker.join(max(0.0, deadline - clock()))
     if worker.is_alive() or "timeout" in out:
         cancel.set()
+        if run.reaping.is_set():
+            # Mid-batch, entries may sit under their aside names: let the batch settle (it stops at the next
+            # batch's edge), or a timeout would strand them where no gc reaps them. Bounded: tmpfs is quick.
+            worker.join(SETTLE_S)
         return _timed_out(req, started)
     if "error" in out:
         raise out["error"]  # a SmgshmError keeps its outcome; anything else is a bug (exit 70)

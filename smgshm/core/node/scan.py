@@ -13,7 +13,9 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 
 from smgshm.core.errors import HostError
-from smgshm.core.host.holders import holder_index
+from smgshm.core.host import clock
+from smgshm.core.host.clock import WallClock
+from smgshm.core.host.holders import Holder, holder_index
 from smgshm.core.host.pidtrust import Trust
 from smgshm.core.host.proc import fd_mount_id, live_pids
 from smgshm.core.names import SMG_FAMILY_PREFIX
@@ -52,7 +54,7 @@ def look(root: str, pids: Iterable[int] | None = None) -> NodeLook:
     """Find and tie every tmpfs under the node ``root`` (HostError when the root cannot be opened)."""
     everyone = live_pids() if pids is None else list(pids)
     with NodeRoot(root) as node:
-        places, names = list(node.places()), pod_names(node.fd)
+        places, names, where = list(node.places()), pod_names(node.fd), node.path
     seen: set[int] = set()
     places = [p for p in places if not (p.dev in seen or seen.add(p.dev))]  # one tmpfs, one block
     users = shm_users(everyone)
@@ -70,7 +72,7 @@ def look(root: str, pids: Iterable[int] | None = None) -> NodeLook:
             uid = found.pop() if len(found) == 1 else None
         trust = tmpfs_trust(mine_users, used, mine, users.doubt_uids(p.pod_uid, (s.ns for s in used)))
         out.append(Tmpfs(p, uid, names.get(uid) if uid else None, mine_users, used, trust, hidden[p.dev]))
-    return NodeLook(os.path.realpath(root), out, len(names))
+    return NodeLook(where, out, len(names))
 
 
 @dataclass
@@ -98,9 +100,15 @@ def _family(name: str) -> str:
 class TmpfsScan(Scan):
     """gc's scan of one tmpfs, judged by its pod's pid namespaces; other families counted as it lists."""
 
-    def __init__(self, tmpfs: Tmpfs, opts: ScanOptions, progress: Callable[[int], None] | None = None) -> None:
+    def __init__(
+        self, tmpfs: Tmpfs, opts: ScanOptions, progress: Callable[[int], None] | None = None,
+        holders: dict[tuple[int, int], list[Holder]] | None = None, mounted: dict[str, str] | None = None,
+    ) -> None:  # fmt: skip
+        """``holders``: every tmpfs's, from one walk of /proc (``holder_index_devs``); ``mounted``: its
+        mount points, from one read of every namespace's table (``mount_points_of``); else its own reads."""
         self.tmpfs = tmpfs
         self.others = Others()
+        self._holders, self._mounted = holders, mounted
         super().__init__(replace(opts, shm_dir=tmpfs.place.path), progress)
 
     def make_judge(self) -> tuple[Trust, Judge]:
@@ -113,7 +121,13 @@ class TmpfsScan(Scan):
             self.close()
             raise HostError("the tmpfs changed since the node was looked at", path=place.path)
         trust = self.tmpfs.trust
-        return trust, PodJudge(self.opts, trust, holder_index(self.dev), self.dev, self.tmpfs.spaces, self.sightings)
+        held = self._holders if self._holders is not None else holder_index(self.dev)
+        # The clocks without a read of the mount table per tmpfs (read_wall_clock's, to learn the
+        # filesystem): the node view found it mounted as a tmpfs, made after boot.
+        offset = clock.boot_offset()
+        wall = WallClock(offset, clock.step_shown(clock.birth_time(place.path), 0.0, offset))
+        return trust, PodJudge(self.opts, trust, held, self.dev, self.tmpfs.spaces, self.sightings, self._mounted,
+                               wall)  # fmt: skip
 
     def _entries(self) -> Iterator[os.DirEntry[str]]:
         others, prefix = self.others, SMG_FAMILY_PREFIX
@@ -131,6 +145,7 @@ class TmpfsScan(Scan):
             yield from self.judge.each(self._entries(), self.tally, self.progress)
         finally:
             self.close()
+        self.sightings.save()  # as gc's Scan: a whole listing records what it saw, the next scan's proofs
 
 
 __all__ = ["OTHER", "NodeLook", "Others", "Tmpfs", "TmpfsScan", "look"]

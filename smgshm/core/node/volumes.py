@@ -87,19 +87,41 @@ def _cgroup_pod(pid: int) -> str | None:
         return None
 
 
+def _shm_dev(pid: int) -> int:
+    """st_dev of the /dev/shm in ``pid``'s root, its components opened there without following a link:
+    an absolute link would resolve against this process's root, not its (ELOOP/ENOTDIR then)."""
+    fd = os.open(f"/proc/{pid}/root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for name in ("dev", "shm"):
+            nxt = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+        return os.fstat(fd).st_dev
+    finally:
+        os.close(fd)
+
+
 def shm_users(pids: Iterable[int] | None = None) -> Users:
     """Which processes use which tmpfs as /dev/shm. A process that exits mid-read is left out (it
-    writes nothing any more); one whose root cannot be read is listed as unread."""
+    writes nothing any more); one whose root cannot be read is listed as unread, and so is one whose
+    /dev/shm is a link (which tmpfs it reaches cannot be told from here; out of a pod: any)."""
     by_dev: dict[int, list[ShmUser]] = {}
     unread: list[Unread] = []
     for pid in live_pids() if pids is None else pids:
         try:
-            dev = os.stat(f"/proc/{pid}/root/dev/shm").st_dev
+            dev = _shm_dev(pid)
             pidns = os.readlink(f"/proc/{pid}/ns/pid")
             nspid = ns_pids(pid)
-        except (FileNotFoundError, ProcessLookupError, NotADirectoryError):
+        except (FileNotFoundError, ProcessLookupError):
             continue  # gone, or a root with no /dev/shm: no SMG name from it
         except OSError as err:
+            if err.errno in (errno.ELOOP, errno.ENOTDIR) and (uid := uid_of(pid)) is not None:
+                try:
+                    ns: str | None = os.readlink(f"/proc/{pid}/ns/pid")
+                except OSError:
+                    ns = None
+                unread.append(Unread(pid, uid, _cgroup_pod(pid) or None, ns))
+                continue
             if err.errno in (errno.EACCES, errno.EPERM) and (uid := uid_of(pid)) is not None:
                 try:
                     depth = len(ns_pids(pid))

@@ -198,16 +198,17 @@ class Judge:
 
     def __init__(
         self, opts: ScanOptions, trust: Trust, holders: dict[tuple[int, int], list[Holder]], dir_dev: int | None = None,
-        sightings: Sightings | None = None,
+        sightings: Sightings | None = None, mounted: dict[str, str] | None = None, wall: WallClock | None = None,
     ) -> None:  # fmt: skip
         self.opts, self.trust, self.holders = opts, trust, holders
         # What earlier scans saw (read once; a scan saves what it adds): the proofs of reuse and staleness.
         self.sightings = sightings if sightings is not None else Sightings(opts.shm_dir, dir_dev)
         self.dir_dev = dir_dev  # the shm dir's device: an entry on another one is a mount point
         # and one bound from this very filesystem, here or in another mount namespace (name -> which)
-        self.mounted = mount_points(opts.shm_dir)
+        # (``mounted``: read already, with other dirs' in one pass: the node view's many tmpfs)
+        self.mounted = mount_points(opts.shm_dir) if mounted is None else mounted
         # The clocks, read once per scan; then per pid its reuse_bounds: a dir of 1M segments has a handful of pids.
-        self.wall = clock.read_wall_clock(opts.shm_dir, dir_dev)
+        self.wall = clock.read_wall_clock(opts.shm_dir, dir_dev) if wall is None else wall
         self.starts: dict[int, tuple[float, float] | None] = {}
         self.said: dict[tuple[str, int, str], str] = {}  # (verdict, pid, kind) -> its reason, made once
         # By inode alone for the dir's own device (an int key, no tuple per entry); as tuples, once.

@@ -149,7 +149,8 @@ def _finish(
         kept = REPLACED
         if not stat.S_ISREG(st.st_mode):
             problem = "replaced since the scan by something that is not a regular file"
-        elif (st.st_dev, st.st_ino) != (dev, seg.ino):
+        # The judged device, not the dir's now: a tmpfs mounted over the dir since numbers its inodes alike.
+        elif (st.st_dev, st.st_ino) != (seg.dev or dev, seg.ino):
             problem = "replaced since the scan by another file (another inode)"
         elif (st.st_dev, st.st_ino) in held:
             problem, kept = "opened or mapped since the scan", OPENED

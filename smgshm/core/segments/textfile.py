@@ -161,11 +161,16 @@ def textfile_text(record: RunRecord) -> bytes:
 
 def write_textfile(path: str, record: RunRecord, option: str = "--prometheus") -> None:
     """Write ``record`` to ``path`` as the textfile collector needs: beside it, then renamed over it."""
+    write_exposition(path, textfile_text(record), option)
+
+
+def write_exposition(path: str, text: bytes, option: str = "--prometheus") -> None:
+    """Write an exposition to ``path`` as the textfile collector needs (the node view's too)."""
     fd, tmp = _create_beside(path, option)
     try:
         try:
             os.fchmod(fd, 0o644)  # node_exporter often runs as another user
-            data = memoryview(textfile_text(record))
+            data = memoryview(text)
             while data:
                 data = data[os.write(fd, data):]
         finally:
@@ -179,4 +184,5 @@ def write_textfile(path: str, record: RunRecord, option: str = "--prometheus") -
             os.unlink(tmp)  # gone after a rename; left only by a failure
 
 
-__all__ = ["ALWAYS", "FINISHED", "METRICS", "RunRecord", "check_writable", "textfile_text", "write_textfile"]
+__all__ = ["ALWAYS", "FINISHED", "METRICS", "RunRecord", "check_writable", "textfile_text", "write_exposition",
+           "write_textfile"]  # fmt: skip

@@ -223,14 +223,15 @@ def _server(family: int) -> type:
     return Server
 
 
-class WatchExporter:
-    """An HTTP /metrics endpoint serving a session's figures; ``stop()`` closes it."""
+class MetricsServer:
+    """An HTTP /metrics endpoint serving what ``collector`` (prometheus_client's protocol) yields at
+    each scrape, its clients bounded as above; ``stop()`` closes it. watch's and the node's."""
 
-    def __init__(self, session: WatchSession, host: str, port: int) -> None:
+    def __init__(self, collector: Any, host: str, port: int) -> None:
         from prometheus_client import CollectorRegistry, make_wsgi_app
 
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(_Collector(session))  # type: ignore[arg-type]
+        self.registry.register(collector)
         try:
             info = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
             self._server = _server(info[0])((info[4][0], port), _handler())
@@ -254,4 +255,12 @@ class WatchExporter:
         self._thread.join(timeout=5)
 
 
-__all__ = ["AFTER_INTERVAL", "AFTER_TRAFFIC", "ALWAYS", "METRICS", "PREFIX", "QUANTILES", "WatchExporter"]
+class WatchExporter(MetricsServer):
+    """An HTTP /metrics endpoint serving a session's figures; ``stop()`` closes it."""
+
+    def __init__(self, session: WatchSession, host: str, port: int) -> None:
+        super().__init__(_Collector(session), host, port)
+
+
+__all__ = ["AFTER_INTERVAL", "AFTER_TRAFFIC", "ALWAYS", "METRICS", "PREFIX", "QUANTILES", "MetricsServer",
+           "WatchExporter"]  # fmt: skip

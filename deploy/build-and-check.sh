@@ -1,0 +1,297 @@
+#!/usr/bin/env bash
+# Build the smgshm node image here (deploy/Containerfile) and check the node commands in real
+# containers: the /dev/shm a container gets (--ipc=host, the private default, --shm-size), and
+# `gc --node` in a DaemonSet's shape (the node's / at /host, --pid=host, the exporter's dropped
+# capabilities) against a node laid out by this script: real tmpfs mounts where the kubelet and
+# containerd put them, pod log dirs, and pods' processes in their own pid and mount namespaces.
+#
+# Usage: deploy/build-and-check.sh [--clean] [--rebuild-base]
+#   --clean         remove the images it built at the end (kept by default: the base takes ~3 min)
+#   --rebuild-base  rebuild the Debian base image even if it exists
+# Needs root (mounts, namespaces, rootful podman). Prints PASS/FAIL per check; exits 1 on any FAIL,
+# 2 on bad usage, 5 when the host cannot build or run containers. Removes every container, mount,
+# process and temporary file it made, whatever happens.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(dirname "$here")
+clean=0
+rebuild_base=0
+for arg in "$@"; do
+    case $arg in
+        --clean) clean=1 ;;
+        --rebuild-base) rebuild_base=1 ;;
+        -h | --help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "build-and-check: unknown argument: $arg" >&2; exit 2 ;;
+    esac
+done
+
+die() { echo "build-and-check: $*" >&2; exit 5; }
+[ "$(id -u)" = 0 ] || die "needs root (tmpfs mounts, pid namespaces, rootful podman)"
+
+version=$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' "$repo/smgshm/__init__.py")
+[ -n "$version" ] || die "cannot read __version__ from smgshm/__init__.py"
+base_image=localhost/smgshm-base:bookworm
+image=localhost/smgshm-node:$version
+# These VMs: crun fails ("cgroups in hybrid mode"), and root lacks CAP_SYS_RESOURCE, so podman's
+# default rlimits cannot be set without explicit --ulimit values.
+limits=(--ulimit nofile=20000:20000 --ulimit nproc=4096:4096)
+run=(podman run --rm --runtime runc "${limits[@]}")
+
+# --- tools: Debian's packages, installed where missing ---------------------------------------
+need=()
+for t in podman:podman buildah:buildah umoci:umoci skopeo:skopeo debootstrap:debootstrap runc:runc unshare:util-linux; do
+    command -v "${t%%:*}" >/dev/null || need+=("${t#*:}")
+done
+if [ ${#need[@]} -gt 0 ]; then
+    command -v apt-get >/dev/null || die "missing ${need[*]} and no apt-get"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${need[@]}" >/dev/null ||
+        die "could not install ${need[*]}"
+fi
+py=${PYTHON:-}
+for cand in "$repo/.venv/bin/python" python3; do
+    [ -n "$py" ] && break
+    "$cand" -m pip --version >/dev/null 2>&1 && py=$cand
+done
+[ -n "$py" ] || die "no Python with pip on the host to download the wheels (set PYTHON=...)"
+
+# --- cleanup: everything made below is registered here first ---------------------------------
+work=$(mktemp -d /tmp/smgshm-deploy.XXXXXX)
+tag="smgshm-deploy-$$"
+pods=()
+mounts=()
+containers=()
+cleanup() {
+    local rc=$? p m i kids=()
+    for i in "${containers[@]}"; do podman rm -f --time 2 "$i" >/dev/null 2>&1 || true; done
+    # Each pod's pid 1 is its outer unshare's only child: SIGKILL to it ends that whole pid namespace.
+    # (Neither unshare's --kill-child nor SIGTERM is enough: the parent-death signal is cleared when
+    # setpriv changes the uid, and unshare --fork ignores SIGTERM while it waits.)
+    for p in "${pods[@]}"; do
+        kids=()
+        read -r -a kids 2>/dev/null <"/proc/$p/task/$p/children" || true
+        for i in "${kids[@]}"; do kill -KILL "$i" 2>/dev/null || true; done
+        kill -KILL "$p" 2>/dev/null || true
+    done
+    for p in "${pods[@]}"; do wait "$p" 2>/dev/null || true; done
+    for ((i = ${#mounts[@]} - 1; i >= 0; i--)); do
+        m=${mounts[i]}
+        umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || echo "build-and-check: could not unmount $m" >&2
+    done
+    rm -rf "$work"
+    if [ "$clean" = 1 ]; then
+        podman rmi -f "$image" "$base_image" >/dev/null 2>&1 || true
+        echo "removed $image and $base_image"
+    fi
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+fails=0
+checks=0
+verdict() {  # NAME OK(0|1) DETAIL
+    checks=$((checks + 1))
+    if [ "$2" = 0 ]; then
+        printf 'PASS  %s  (%s)\n' "$1" "$3"
+    else
+        fails=$((fails + 1))
+        printf 'FAIL  %s  (%s)\n' "$1" "$3"
+    fi
+}
+# One field of a JSON document on stdin, by a Python expression over `d` (our own expressions only).
+field() { python3 -c 'import json, sys; d = json.load(sys.stdin); print(eval(sys.argv[1]))' "$1"; }
+
+# --- 1. the base image, from Debian's packages ------------------------------------------------
+if [ "$rebuild_base" = 1 ] || ! podman image exists "$base_image"; then
+    mirror=$(sed -n 's/^URIs:[[:space:]]*\([^[:space:]]*\).*/\1/p' /etc/apt/sources.list.d/debian.sources 2>/dev/null |
+        grep -v -- '-security' | head -n 1 || true)
+    [ -n "$mirror" ] || mirror=$(awk '$1 == "deb" && $3 == "bookworm" { print $2; exit }' /etc/apt/sources.list 2>/dev/null || true)
+    [ -n "$mirror" ] || die "no Debian mirror in /etc/apt/sources.list.d/debian.sources (URIs:) or /etc/apt/sources.list"
+    echo "base: debootstrap bookworm from $mirror (a few minutes)"
+    rootfs="$work/rootfs"
+    debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates bookworm "$rootfs" "$mirror" \
+        >"$work/debootstrap.log" 2>&1 || { tail -n 20 "$work/debootstrap.log" >&2; die "debootstrap failed"; }
+    # What a container never needs: package caches and lists, docs, man pages, translations.
+    rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/* "$rootfs"/usr/share/doc/* \
+        "$rootfs"/usr/share/man/* "$rootfs"/usr/share/info/* "$rootfs"/usr/share/locale/* "$rootfs"/var/log/*.log
+    tar -C "$rootfs" -c . | podman import --quiet - "$base_image" >/dev/null || die "podman import failed"
+    rm -rf "$rootfs"
+fi
+
+# --- 2. the node image: wheels downloaded here, built with no network ---------------------------
+ctx="$work/context"
+mkdir -p "$ctx/wheels"
+cp "$here/Containerfile" "$here/node-requirements.txt" "$ctx/"
+pyver=$(podman run --rm --runtime runc "${limits[@]}" --network=none "$base_image" \
+    python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])') || die "cannot run the base image"
+echo "wheels: for the image's Python $pyver"
+"$py" -m pip download --quiet --disable-pip-version-check --dest "$ctx/wheels" --only-binary=:all: \
+    --python-version "$pyver" --implementation cp --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
+    -r "$here/node-requirements.txt" 2>"$work/pip.log" || { cat "$work/pip.log" >&2; die "pip download failed"; }
+"$py" -m pip wheel --quiet --disable-pip-version-check --no-deps --wheel-dir "$ctx/wheels" "$repo" \
+    2>"$work/pip.log" || { cat "$work/pip.log" >&2; die "could not build smgshm's wheel"; }
+echo "image: $image"
+previous=$(podman image inspect --format '{{.Id}}' "$image" 2>/dev/null || true)
+buildah bud --quiet --runtime runc --network=none "${limits[@]}" --layers=false --build-arg BASE="$base_image" \
+    -f "$ctx/Containerfile" -t "$image" "$ctx" >"$work/build.log" 2>&1 ||
+    { tail -n 30 "$work/build.log" >&2; die "buildah bud failed"; }
+
+# The image this run replaced under the same tag, now untagged: removed, as a rebuild's leftover.
+if [ -n "$previous" ] && [ "$previous" != "$(podman image inspect --format '{{.Id}}' "$image")" ]; then
+    podman rmi "$previous" >/dev/null 2>&1 || true
+fi
+size=$(podman image inspect --format '{{.Size}}' "$image")
+verdict "image size under 300 MB" "$([ "$size" -lt 300000000 ] && echo 0 || echo 1)" \
+    "$((size / 1000000)) MB; base $(($(podman image inspect --format '{{.Size}}' "$base_image") / 1000000)) MB"
+out=$("${run[@]}" --network=none --entrypoint python3 "$image" -c \
+    'import importlib.util as u; print(",".join(m for m in ("torch", "grpc", "numpy") if u.find_spec(m)) or "none")')
+verdict "no torch, gRPC or numpy in the image" "$([ "$out" = none ] && echo 0 || echo 1)" "found: $out"
+
+# --- 3. the /dev/shm a container gets -------------------------------------------------------
+host_id="$(cat /proc/sys/kernel/random/boot_id):$(stat -c %d /dev/shm)"
+
+doc=$("${run[@]}" --network=none --ipc=host "$image" --json ns)
+got=$(field 'd["result"]["namespace_id"]' <<<"$doc")
+verdict "--ipc=host: ns gives the host's namespace id" "$([ "$got" = "$host_id" ] && echo 0 || echo 1)" "$got"
+uid=$(field 'd["result"]["uid"]' <<<"$doc")
+verdict "runs as the non-root user by default" "$([ "$uid" = 65532 ] && echo 0 || echo 1)" "uid $uid"
+rc=0; doc=$("${run[@]}" --network=none --ipc=host "$image" --json ns compare "$host_id") || rc=$?
+got=$(field 'd["result"]["sharing"]' <<<"$doc")
+verdict "--ipc=host: ns compare says shared" "$([ "$rc:$got" = 0:shared ] && echo 0 || echo 1)" "exit $rc, $got"
+
+rc=0; doc=$("${run[@]}" --network=none "$image" --json ns compare "$host_id") || rc=$?
+got=$(field 'd["result"]["sharing"]' <<<"$doc")
+verdict "private default: ns compare says private_tmpfs" "$([ "$rc:$got" = 3:private_tmpfs ] && echo 0 || echo 1)" "exit $rc, $got"
+# podman's default is 64000 KiB (65536000 bytes), Docker's and containerd's 64 MiB: either is right.
+got=$("${run[@]}" --network=none "$image" --json ns | field 'd["result"]["shm_total_bytes"]')
+verdict "private default: a 64 MB tmpfs" "$({ [ "$got" = 65536000 ] || [ "$got" = $((64 << 20)) ]; } && echo 0 || echo 1)" \
+    "$got bytes"
+
+got=$("${run[@]}" --network=none --shm-size=1g "$image" --json ns | field 'd["result"]["shm_total_bytes"]')
+verdict "--shm-size=1g: a 1 GiB tmpfs" "$([ "$got" = $((1 << 30)) ] && echo 0 || echo 1)" "$got bytes"
+
+# --- 4. gc --node in a DaemonSet's shape, against a node laid out here ------------------------
+# The node's / is $root: two pods' memory emptyDirs (real tmpfs) where the kubelet mounts them, their
+# log dirs (namespace and name), a containerd sandbox shm no process uses, and each pod's pid 1 in
+# its own pid and mount namespaces with its tmpfs at /dev/shm, its engine running as uid 1000 and
+# writing 0600 segments as SMG does. Pod A's segment was written by a child that exited (a small pid
+# there, alive on the host): leaked. Pod B's by its live pid 1: kept.
+root="$work/root"
+uid_a=aaaaaaaa-0000-4000-8000-00000000000a
+uid_b=bbbbbbbb-0000-4000-8000-00000000000b
+box=5a5b0000deadbeef
+for m in "var/lib/kubelet/pods/$uid_a/volumes/kubernetes.io~empty-dir/dshm:16m" \
+    "var/lib/kubelet/pods/$uid_b/volumes/kubernetes.io~empty-dir/dshm:16m" \
+    "run/containerd/io.containerd.grpc.v1.cri/sandboxes/$box/shm:64m"; do
+    d="$root/${m%:*}"
+    mkdir -p "$d"
+    mount -t tmpfs -o "size=${m##*:},mode=1777" "$tag" "$d"
+    mounts+=("$d")
+done
+mkdir -p "$root/var/log/pods/team-a_engine-0_$uid_a" "$root/var/log/pods/team-b_gateway-0_$uid_b" "$work/ready"
+chmod 0750 "$root/var/lib/kubelet/pods" "$root/var/lib/kubelet/pods"/*  # as the kubelet makes them
+chmod 0755 "$work"
+chmod 1777 "$work/ready"
+cat >"$work/pod.sh" <<'EOF'
+# A pod's pid 1: $1 its tmpfs (bound at /dev/shm), $2 dead|live, $3 a file to create when ready.
+# The mounts as root, then the engine as uid 1000 (exec: still pid 1, same start time).
+set -e
+mount --bind "$1" /dev/shm
+mount -t proc proc /proc
+exec setpriv --reuid 1000 --regid 1000 --clear-groups sh -c '
+umask 077
+if [ "$1" = dead ]; then  # a child writes a segment named with its own pid, then exits
+    sh -c "head -c 8192 /dev/zero >/dev/shm/smg-tokenspeed-\$\$-$(date +%s%N)-0"
+else  # pid 1 writes its own and lives on
+    head -c 8192 /dev/zero >"/dev/shm/smg-tokenspeed-$$-$(date +%s%N)-0"
+fi
+: >"$2"
+exec sleep 86400' sh "$2" "$3"
+EOF
+start_pod() {  # UID MODE: the outer unshare stays in the host's pid namespace, as a runtime's shim
+    unshare --pid --fork --kill-child unshare --mount --propagation private \
+        sh "$work/pod.sh" "$root/var/lib/kubelet/pods/$1/volumes/kubernetes.io~empty-dir/dshm" "$2" "$work/ready/$1" \
+        </dev/null >>"$work/pods.log" 2>&1 &
+    pods+=($!)
+    for _ in $(seq 100); do [ -e "$work/ready/$1" ] && return 0; sleep 0.1; done
+    die "pod $1 did not start"
+}
+start_pod "$uid_a" dead
+start_pod "$uid_b" live
+
+# The exporter's privileges (deploy/k8s/exporter-daemonset.yaml): root with every capability dropped
+# but SYS_PTRACE, a read-only root filesystem and read-only mounts.
+exporter=(--network=none --pid=host --read-only --user 0 --cap-drop ALL --cap-add SYS_PTRACE -v "$root:/host:ro,rslave")
+rc=0; doc=$("${run[@]}" "${exporter[@]}" "$image" --json gc --node --node-root /host) || rc=$?
+summary=$(field '" ".join("%s/%s:%s:%s" % (t["namespace"], t["pod"], t["kind"], ",".join(s["state"] for s in t["segments"]))
+    for t in sorted(d["result"]["tmpfs"], key=lambda t: t["path"]))' <<<"$doc")
+want="None/None:sandbox_shm: team-a/engine-0:empty_dir:leaked team-b/gateway-0:empty_dir:in_flight"
+verdict "gc --node (exporter's privileges): each pod named, dead producer leaked, live one kept" \
+    "$([ "$rc:$summary" = "0:$want" ] && echo 0 || echo 1)" "exit $rc: $summary"
+trusted=$(field 'sorted(str(t["liveness_trusted"]) for t in d["result"]["tmpfs"] if t["pod_uid"])' <<<"$doc")
+verdict "gc --node: each pod judged in its own pid namespace" \
+    "$([ "$trusted" = "['True', 'True']" ] && echo 0 || echo 1)" "liveness trusted: $trusted"
+rc=0; "${run[@]}" "${exporter[@]}" "$image" -q gc --node --node-root /host --check >/dev/null || rc=$?
+verdict "gc --node --check: a leak is exit 3" "$([ "$rc" = 3 ] && echo 0 || echo 1)" "exit $rc"
+
+# Without SYS_PTRACE (podman's default capabilities lack it) nothing can be judged: all unknown.
+doc=$("${run[@]}" --network=none --pid=host --read-only --user 0 -v "$root:/host:ro,rslave" "$image" \
+    --json gc --node --node-root /host)
+states=$(field '",".join(sorted({s["state"] for t in d["result"]["tmpfs"] for s in t["segments"]}))' <<<"$doc")
+verdict "gc --node without SYS_PTRACE: every segment unknown, none leaked" \
+    "$([ "$states" = unknown ] && echo 0 || echo 1)" "states: $states"
+
+# Reclaim, as an operator's one-off run would: the node's / writable, SYS_PTRACE to judge, FOWNER to
+# unlink other uids' files in the sticky tmpfs.
+rc=0; doc=$("${run[@]}" --network=none --pid=host --read-only --user 0 --cap-drop ALL --cap-add SYS_PTRACE \
+    --cap-add FOWNER -v "$root:/host:rslave" "$image" \
+    --json gc --node --node-root /host --delete --yes --min-age 0s --all-users) || rc=$?
+left_a=$(find "$root/var/lib/kubelet/pods/$uid_a/volumes/kubernetes.io~empty-dir/dshm" -name 'smg-*' | wc -l)
+left_b=$(find "$root/var/lib/kubelet/pods/$uid_b/volumes/kubernetes.io~empty-dir/dshm" -name 'smg-*' | wc -l)
+verdict "gc --node --delete: the leaked segment is gone from the host, the live one stays" \
+    "$([ "$rc:$left_a:$left_b" = 0:0:1 ] && echo 0 || echo 1)" "exit $rc; left: pod A $left_a, pod B $left_b"
+rc=0; "${run[@]}" "${exporter[@]}" "$image" -q gc --node --node-root /host --check >/dev/null || rc=$?
+verdict "gc --node --check after the reclaim: exit 0" "$([ "$rc" = 0 ] && echo 0 || echo 1)" "exit $rc"
+
+# --- 5. preflight in a container sharing a pod's tmpfs at /dev/shm ---------------------------
+# As the gateway Deployment's init container runs it (deploy/k8s/gateway-preflight.yaml): the
+# gateway's uid, no capability, read-only root. The tmpfs holds what a crashed gateway (pid 1 in its
+# container, uid 1000) left an hour ago: two segments and its probe file.
+shm="$work/pod-shm"
+mkdir -p "$shm"
+mount -t tmpfs -o size=16m,mode=1777 "$tag" "$shm"
+mounts+=("$shm")
+old=$(($(date +%s%N) - 3600 * 1000000000))
+leftovers() {
+    for n in "$@"; do head -c 8192 /dev/zero >"$shm/$n"; done
+    chown 1000:1000 "$shm"/smg-*
+    chmod 0600 "$shm"/smg-*
+}
+leftovers "smg-tokenspeed-1-$old-0" "smg-tokenspeed-1-$old-1" smg-tokenspeed-probe-1
+init=(--network=none --read-only --user 1000:1000 --cap-drop ALL -v "$shm:/dev/shm")
+rc=0; doc=$("${run[@]}" "${init[@]}" "$image" --json preflight --init-container --inflight-bytes 1MiB) || rc=$?
+got=$(field '"%s %s reclaimed=%s" % (d["result"]["verdict"], d["result"]["may_start"], d["result"]["reclaimed_count"])' <<<"$doc")
+left=$(find "$shm" -mindepth 1 | wc -l)
+verdict "preflight --init-container: the crashed gateway's leftovers reclaimed, it may start" \
+    "$([ "$rc:$got:$left" = "0:ok True reclaimed=3:0" ] && echo 0 || echo 1)" "exit $rc, $got, $left left"
+
+rc=0; doc=$("${run[@]}" "${init[@]}" "$image" --json preflight --init-container --inflight-bytes 1GiB) || rc=$?
+got=$(field '"%s %s" % (d["result"]["verdict"], ",".join(c["code"] for c in d["result"]["causes"]))' <<<"$doc")
+verdict "preflight: a 16 MiB tmpfs for 1 GiB in flight is refused (exit 3, shm_too_small)" \
+    "$([ "$rc:$got" = "3:fail shm_too_small" ] && echo 0 || echo 1)" "exit $rc, $got"
+
+# The wrapper, as a crash-looping container restarts: preflight is the container's pid 1, reclaims
+# what an earlier pid 1 wrote (however young), then execs the command, which stays pid 1.
+leftovers "smg-tokenspeed-1-$(date +%s%N)-0" smg-tokenspeed-probe-1
+rc=0
+# shellcheck disable=SC2016  # $$ and $(ls) are the container's shell's to expand
+out=$("${run[@]}" "${init[@]}" "$image" -q preflight --pod-private --inflight-bytes 1MiB -- \
+    sh -c 'echo "gateway pid $$, $(ls -A /dev/shm | wc -l) names left"') || rc=$?
+got=$(grep '^gateway pid' <<<"$out" || true)
+verdict "preflight wrapper: pid 1's leftovers reclaimed, then the gateway exec'd as pid 1" \
+    "$([ "$rc:$got" = "0:gateway pid 1, 0 names left" ] && echo 0 || echo 1)" "exit $rc, ${got:-no gateway line}"
+
+echo "$((checks - fails))/$checks checks passed; image $image ($((size / 1000000)) MB)"
+[ "$fails" = 0 ] || exit 1
