@@ -77,7 +77,7 @@ def test_inline_traffic_of_a_gateway_without_a_log_is_inferred_from_metrics(
     assert f.verdict == "off_or_failing"
     # 2 x (pixel_values 4,816,896 B + image_grid_thw 24 B + patches_per_image 8 B) over 6 tensors.
     assert f.summary == (
-        f"gateway pid {gw.pid}: multimodal tensors went inline since start (6 tensors, mean 1.6 MB): "
+        f"gateway pid {gw.pid}: multimodal tensors went inline since start (6 tensors, mean 1.5 MiB): "
         "SHM is off (the default is inline) or failing"
     )
     assert f.fix.startswith("restart the gateway with --multimodal-tensor-transport auto")
