@@ -378,10 +378,8 @@ def judge_trust(shm_dir: str, pids: Iterable[int] | None = None) -> Trust:
     Mount namespace handles are another matter (see ``_Walk.handle_hazard``): they hide a live
     producer's reach, not its existence.
     """
-    shm_dir = os.path.abspath(shm_dir)
     try:
         mine = os.readlink("/proc/self/ns/pid")
-        dev = os.stat(shm_dir).st_dev
     except OSError as err:
         return Trust(False, f"cannot read this process's pid namespace or shm dir: {err.strerror}")
     if mine != INIT_PID_NS:
@@ -389,7 +387,7 @@ def judge_trust(shm_dir: str, pids: Iterable[int] | None = None) -> Trust:
             "gc runs in a container's pid namespace: a producer in another namespace sharing this "
             "filesystem would look dead (pass --assume-dead if this namespace is the only writer)"
         ))  # fmt: skip
-    return _walk_trust(shm_dir, dev, mine, pids)
+    return judge_visible_trust(shm_dir, pids)  # from the host's pid namespace every process is visible
 
 
 def judge_visible_trust(shm_dir: str, pids: Iterable[int] | None = None) -> Trust:
