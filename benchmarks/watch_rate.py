@@ -9,6 +9,8 @@ reports the producer's rate, the segments watch followed to a ``consumed`` end, 
 the queue overflows; then the same at fixed rates below the maximum, to find the
 highest rate followed with no loss. Medians of ``--runs`` rounds, side by side in one
 run; also the watch's CPU time per segment (independent of how busy the machine is).
+watch records a sighting of each segment (watch/witness.py) as ``smgshm watch`` does, into a
+store dir of the run's own ($SMGSHM_STATE_DIR), removed at the end.
 
     .venv/bin/python benchmarks/watch_rate.py
 """
@@ -22,6 +24,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import uuid
 
 from smgshm.core.watch.figures import WatchOptions
@@ -133,12 +136,15 @@ def main() -> None:
         queue = int(f.read())
     d = os.path.join(args.parent, f"smgshm-bench-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     os.mkdir(d, 0o700)
+    state = tempfile.mkdtemp(prefix="smgshm-bench-state-")  # the sightings' store: the run's own
+    os.environ["SMGSHM_STATE_DIR"] = state
     try:
         # bare: created, closed, unlinked (4 events), the fastest one process makes segments;
         # consumed: also written and opened and closed by a reader first (6 events), as SMG's traffic is.
         bare, consumed = sweep(d, args, True), sweep(d, args, False)
     finally:
         shutil.rmtree(d, ignore_errors=True)
+        shutil.rmtree(state, ignore_errors=True)
     rows = bare + consumed
     tail = [f"inotify queue (fs.inotify.max_queued_events) {queue} events = {queue // 6} consumed segments of backlog"]
     for name, part in (("bare", bare), ("consumed", consumed)):

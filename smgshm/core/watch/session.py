@@ -56,7 +56,7 @@ class WatchSession:
         self._tick = 0.0
         self.orphan_judge = OrphanJudge(opts, on_orphan)
         # Each segment seen made is a sighting for gc's proofs, stored at each interval and at the end.
-        self.witness = Witness(opts.shm_dir)
+        self.witness = Witness(opts.shm_dir, opts.max_tracked)
         self._first_snap: MetricsSnapshot | None = None
         self._snap: MetricsSnapshot | None = None
         self._snap_t = self._first_snap_t = 0.0
@@ -95,7 +95,7 @@ class WatchSession:
 
     def close(self) -> None:
         self.watcher.close()
-        self.witness.save()
+        self.witness.save(now=True)
 
     # -- reading -------------------------------------------------------------------------
 

@@ -12,7 +12,8 @@ gc will find is the one after the producer's close, first seen at that close.
 The store is written at each interval and at the end, merged with what a gc wrote meanwhile
 (the earlier sighting of the same entry is kept, never one no one made), and bounded: watch
 drops the rows it wrote of entries it then saw unlinked, and carries the rest. What it holds
-in memory is the entries alive now, at most ``max_entries``; a newcomer beyond that waits.
+in memory is the entries alive now, at most ``max_entries`` (watch's --max-tracked); a newcomer
+beyond that waits.
 Nothing here raises: a store that cannot be written leaves gc's own proofs as they were.
 """
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import array
 import os
+import time
 from collections.abc import Iterable
 
 from smgshm.core.host import clock
@@ -48,6 +50,7 @@ class Witness:
         self.listing: set[str] = set()  # the names of the listing under way (rescan "created" events)
         self.saves = 0  # stores written
         self.dirty = False  # a row added or ended since the last store written
+        self._next_save = 0.0  # monotonic: nine times a write's cost passes before the next (a big store)
         self.store: StoreFile | None = None
         self.dev: int | None = None
         self._bind()
@@ -126,17 +129,21 @@ class Witness:
             alive[name] = [st.st_ino, st.st_uid, st.st_ctime_ns, name_sum(name), now, 0]
             self.dirty = True
 
-    def save(self) -> bool:
+    def save(self, *, now: bool = False) -> bool:
         """Write the store: what watch saw, merged with what is on disk (the earlier of two sightings
         of the same entry; disk rows of entries watch saw unlinked dropped, others carried). The
         earlier sightings a gc made are taken into memory too. False when nothing was written (nor
-        needed: a gc's write since keeps watch's rows, as they are of entries alive or made after it began)."""
+        needed: a gc's write since keeps watch's rows, as they are of entries alive or made after it began).
+        A big store is written less often than each interval: at most a tenth of watch's time goes to it
+        (``now``: at the end, whatever it costs)."""
         store = self.store
-        if store is None or not self.dirty:
+        t0 = time.monotonic()
+        if store is None or not self.dirty or (t0 < self._next_save and not now):
             return False
         rows = list(self.alive.values())
         mine: Columns = tuple(array.array(c, [r[i] for r in rows]) for i, c in enumerate("QIqIQ"))  # type: ignore[assignment]
         written = write_merged(store, mine, ended=self.ended)
+        self._next_save = t0 + 10 * (time.monotonic() - t0)
         if written is None:
             return False
         # The rows come back in order, one per inode (two links of one inode: the first), then the carried ones.
