@@ -5,9 +5,12 @@ gc proves pid reuse and staleness on the boot clock from when smgshm first saw a
 then, and a process that takes the producer's pid afterwards is provably not the producer,
 with no gc run needed before. A sighting is of an entry's identity (inode, owner, ctime, name),
 so watch lstats the name and then reads the boot clock, once per batch of events: the time
-comes after the lstat that found the identity, as a scan's does. It looks at a creation (a
-listing's too) and at each close-after-write, because a write sets a new ctime: the identity
-gc will find is the one after the producer's close, first seen at that close.
+comes after the lstat that found the identity, as a scan's does. It looks at each
+close-after-write, as a write sets a new ctime: the identity gc will find is the one after the
+producer's close, first seen when watch reads that close (an lstat at the creation, before the
+write, would most often find an identity that is gone a moment later). A name renamed in, or
+listed, is looked at at once; one made and not closed yet (a link, a producer still writing)
+by the next store write.
 
 The store is written at each interval and at the end, merged with what a gc wrote meanwhile
 (the earlier sighting of the same entry is kept, never one no one made), and bounded: watch
@@ -48,6 +51,7 @@ class Witness:
         self.alive: dict[str, _Row] = {}  # name -> row, of the entries with a pid alive now
         self.ended: set[tuple[int, int, int, int]] = set()  # stored rows since seen unlinked: dropped at the save
         self.listing: set[str] = set()  # the names of the listing under way (rescan "created" events)
+        self.pending: set[str] = set()  # made, not yet closed after a write: looked at by the next save at the latest
         self.saves = 0  # stores written
         self.dirty = False  # a row added or ended since the last store written
         self._next_save = 0.0  # monotonic: nine times a write's cost passes before the next (a big store)
@@ -66,16 +70,24 @@ class Witness:
 
     def feed(self, events: Iterable[ShmEvent]) -> None:
         """Record the sightings of a batch of events, just read."""
-        touched: dict[str, None] = {}
-        alive = self.alive
+        touched: dict[str, None] = {}  # to lstat now
+        alive, pending = self.alive, self.pending
         for e in events:
             kind = e.kind
-            if kind in (CREATED, CLOSED):
+            if kind == CLOSED:
                 touched[e.name] = None
+                pending.discard(e.name)
+            elif kind == CREATED:
                 if e.rescan:
+                    touched[e.name] = None
                     self.listing.add(e.name)
+                elif e.detail:  # renamed in: whole, no write to wait for
+                    touched[e.name] = None
+                else:  # made: its producer's close (a write sets a new ctime) is when the entry is whole
+                    pending.add(e.name)
             elif kind == REMOVED:
                 touched.pop(e.name, None)
+                pending.discard(e.name)
                 self._end(e.name)
             elif kind == RESCANNED:
                 # What the listing did not show is gone (its unlink was lost to an overflow, say).
@@ -83,12 +95,14 @@ class Witness:
                 for name in [n for n in alive if n not in listed]:
                     self._end(name)
                 touched = {n: None for n in touched if n in listed}
+                pending.intersection_update(listed)
                 self.listing = set()
             elif kind == DIR_GONE:
                 # Another dir (or none) at the path now: its entries are another store's, this one's ended with it.
                 alive.clear()
                 self.ended.clear()
                 touched.clear()
+                pending.clear()
                 self.listing = set()
                 self.store = None
         if touched:
@@ -136,9 +150,14 @@ class Witness:
         needed: a gc's write since keeps watch's rows, as they are of entries alive or made after it began).
         A big store is written less often than each interval: at most a tenth of watch's time goes to it
         (``now``: at the end, whatever it costs)."""
-        store = self.store
         t0 = time.monotonic()
-        if store is None or not self.dirty or (t0 < self._next_save and not now):
+        if t0 < self._next_save and not now:
+            return False
+        if self.pending:  # made and still open (or linked in): seen as they are now
+            self._look(list(self.pending))
+            self.pending.clear()
+        store = self.store
+        if store is None or not self.dirty:
             return False
         rows = list(self.alive.values())
         mine: Columns = tuple(array.array(c, [r[i] for r in rows]) for i, c in enumerate("QIqIQ"))  # type: ignore[assignment]
