@@ -274,6 +274,36 @@ def test_watch_drops_the_sightings_of_what_it_saw_unlinked(
     assert w.returncode == 0
 
 
+def test_watch_records_a_segment_renamed_in_or_still_being_written(
+    children: Children,
+    tmpfs: str,  # noqa: F811
+) -> None:
+    """No close-after-write follows a rename, nor (yet) a creation whose producer still writes:
+    the first is looked at when watch reads the rename, the second by the next store write."""
+    w, _ = spawn_watch(children, "--shm-dir", tmpfs, "--interval", "0.05")
+    renamed = os.path.join(tmpfs, f"smg-smgshm-{os.getpid()}-{time.time_ns()}-1")
+    open_one = os.path.join(tmpfs, f"smg-smgshm-{os.getpid()}-{time.time_ns()}-2")
+    fd = -1
+    try:
+        tmp = os.path.join(tmpfs, "tmp-being-written")
+        with open(tmp, "wb") as f:
+            f.write(b"r" * 512)
+        os.rename(tmp, renamed)
+        fd = os.open(open_one, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        os.write(fd, b"o" * 512)
+        wanted = {_identity(tmpfs, os.path.basename(p)) for p in (renamed, open_one)}
+        wait_for(lambda: wanted <= set(_store(tmpfs)), what="watch to store both")
+    finally:
+        if fd >= 0:
+            os.close(fd)
+        w.send_signal(signal.SIGINT)
+        w.communicate(timeout=60)
+        for path in (renamed, open_one):
+            if os.path.exists(path):
+                os.unlink(path)
+    assert w.returncode == 0
+
+
 @pytest.fixture
 def open_tmpfs() -> Iterator[str]:
     """A private tmpfs (1777) at a path any user can reach, always unmounted."""

@@ -107,7 +107,7 @@ class WatchSession:
                 if e.kind in ("overflow", "rescanned", "dir_gone"):
                     self.on_event(e)
         lives = self.tracker.feed(events)
-        self.witness.feed(events)
+        self.witness.feed(events, self.watcher.closed_stats)
         with self.lock:
             self.totals.add(lives, interval_q if interval_q is not None else StreamingQuantiles())
         if self.on_life is not None:

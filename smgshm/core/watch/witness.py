@@ -68,8 +68,9 @@ class Witness:
             return
         self.store = store_file(self.shm_dir, self.dev)
 
-    def feed(self, events: Iterable[ShmEvent]) -> None:
-        """Record the sightings of a batch of events, just read."""
+    def feed(self, events: Iterable[ShmEvent], stats: dict[str, os.stat_result] | None = None) -> None:
+        """Record the sightings of a batch of events, just read; ``stats``: lstats of some of its names
+        made since they were read (the watcher's, at each close-after-write), taken instead of another."""
         touched: dict[str, None] = {}  # to lstat now
         alive, pending = self.alive, self.pending
         for e in events:
@@ -106,7 +107,7 @@ class Witness:
                 self.listing = set()
                 self.store = None
         if touched:
-            self._look(touched)
+            self._look(touched, stats)
 
     def _end(self, name: str) -> None:
         row = self.alive.pop(name, None)
@@ -114,9 +115,9 @@ class Witness:
             self.ended.add((row[0], row[1], row[2], row[3]))
             self.dirty = True
 
-    def _look(self, names: Iterable[str]) -> None:
-        """lstat each name, then read the boot clock: each identity found is first seen then, unless
-        it is the one already recorded for that name."""
+    def _look(self, names: Iterable[str], stats: dict[str, os.stat_result] | None = None) -> None:
+        """lstat each name (or take its lstat from ``stats``), then read the boot clock: each identity
+        found is first seen then, unless it is the one already recorded for that name."""
         if self.store is None:
             self._bind()
             if self.store is None:
@@ -126,11 +127,13 @@ class Witness:
         for name in names:
             if name not in alive and (len(alive) + len(found) >= self.max_entries or not _has_pid(name)):
                 continue
-            try:
-                st = lstat(join(d, name))
-            except OSError:
-                self._end(name)  # unlinked since (its event follows) or renamed
-                continue
+            st = stats.get(name) if stats else None
+            if st is None:
+                try:
+                    st = lstat(join(d, name))
+                except OSError:
+                    self._end(name)  # unlinked since (its event follows) or renamed
+                    continue
             if st.st_mode & _IFMT == _IFREG and st.st_dev == dev:
                 found.append((name, st))
         now = clock.boot_clock_ns()  # after every lstat of the batch: each identity was there by then
