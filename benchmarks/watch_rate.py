@@ -25,7 +25,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
+from collections.abc import Callable
+from typing import Any
 
 from smgshm.core.watch.figures import WatchOptions
 from smgshm.core.watch.session import WatchSession
@@ -62,11 +65,26 @@ def cpu_s() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
-def round_(d: str, n: int, rate: float, bare: bool) -> tuple[float, int, int, float, bool]:
+def _timed(spent: list[float], f: Callable[..., Any]) -> Callable[..., Any]:
+    def timed(*args: Any, **kw: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return f(*args, **kw)
+        finally:
+            spent[0] += time.perf_counter() - t0
+
+    return timed
+
+
+def round_(d: str, n: int, rate: float, bare: bool) -> tuple[float, int, int, float, bool, float | None]:
     """One round: (producer segments/s, segments followed to their end, overflows, watch CPU µs/segment,
-    whether segments were lost without an overflow)."""
+    whether segments were lost without an overflow, of that the µs/segment its sightings took)."""
     opts = WatchOptions(shm_dir=d, interval_s=0.25, orphan_after_s=3600)
     with WatchSession(opts) as session:
+        witness = getattr(session, "witness", None)  # none before watch recorded sightings: compare with it
+        spent = [0.0]
+        if witness is not None:  # what recording them costs, apart from the rest (the same calls, timed)
+            witness.feed, witness.save = _timed(spent, witness.feed), _timed(spent, witness.save)
         argv = [sys.executable, "-c", PRODUCER, d, str(n), str(rate), "bare" if bare else "read"]
         p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         if p.stdout is None or p.stdin is None or p.stdout.readline().strip() != "ready":
@@ -92,7 +110,7 @@ def round_(d: str, n: int, rate: float, bare: bool) -> tuple[float, int, int, fl
     if unexplained:  # say what became of them: this would be a bug
         sys.stdout.write(f"  unexplained: consumed {s.consumed} cleaned {s.cleaned} unknown {s.unknown} untracked "
                          f"{s.untracked} dir_gone {s.dir_gone} in flight {s.in_flight} created {s.created}\n")
-    return produced, followed, s.overflows, used / n * 1e6, unexplained
+    return produced, followed, s.overflows, used / n * 1e6, unexplained, spent[0] / n * 1e6 if witness else None
 
 
 # label, producer segments/s, followed, overflows, watch CPU us/segment, lossless, rounds lost without an overflow
@@ -112,6 +130,8 @@ def sweep(d: str, args: argparse.Namespace, bare: bool) -> list[Row]:
         followed = statistics.median(r[1] for r in runs)
         overflows = max(r[2] for r in runs)
         cpu = statistics.median(r[3] for r in runs)
+        sights = [r[5] for r in runs if r[5] is not None]
+        of_which = f" (sightings {statistics.median(sights):.1f})" if sights else ""
         lossless = all(r[1] == args.segments and r[2] == 0 for r in runs)
         unexplained = sum(r[4] for r in runs)  # judged per round: another round's overflow explains nothing
         if rate == 0:
@@ -120,7 +140,7 @@ def sweep(d: str, args: argparse.Namespace, bare: bool) -> list[Row]:
         rows.append((label, produced, followed, overflows, cpu, lossless, unexplained))
         verdict = "no loss" if lossless else "LOSS" + (f" ({unexplained} without an overflow)" if unexplained else "")
         sys.stdout.write(f"{label:<17} producer {produced:>6,.0f}/s  followed {followed:>6,.0f}/{args.segments:,}"
-                         f"  overflows {overflows:>2}  {cpu:4.1f} us/seg  {verdict}\n")
+                         f"  overflows {overflows:>2}  {cpu:4.1f} us/seg{of_which}  {verdict}\n")
         sys.stdout.flush()
     return rows
 
