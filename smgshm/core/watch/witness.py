@@ -53,7 +53,7 @@ class Witness:
         self.listing: set[str] = set()  # the names of the listing under way (rescan "created" events)
         self.pending: set[str] = set()  # made, not yet closed after a write: looked at by the next save at the latest
         self.saves = 0  # stores written
-        self.dirty = False  # a row added or ended since the last store written
+        self.unsaved = 0  # rows alive and not in the store yet: with ``ended``, what a write is for
         self._next_save = 0.0  # monotonic: nine times a write's cost passes before the next (a big store)
         self.store: StoreFile | None = None
         self.dev: int | None = None
@@ -84,7 +84,7 @@ class Witness:
                     self.listing.add(e.name)
                 elif e.detail:  # renamed in: whole, no write to wait for
                     touched[e.name] = None
-                else:  # made: its producer's close (a write sets a new ctime) is when the entry is whole
+                elif len(pending) < self.max_entries:  # made: whole at its producer's close (a write sets a ctime)
                     pending.add(e.name)
             elif kind == REMOVED:
                 touched.pop(e.name, None)
@@ -111,9 +111,12 @@ class Witness:
 
     def _end(self, name: str) -> None:
         row = self.alive.pop(name, None)
-        if row is not None and row[5]:
+        if row is None:
+            return
+        if row[5]:
             self.ended.add((row[0], row[1], row[2], row[3]))
-            self.dirty = True
+        else:
+            self.unsaved -= 1  # made and gone between two writes: nothing to write (most segments)
 
     def _look(self, names: Iterable[str], stats: dict[str, os.stat_result] | None = None) -> None:
         """lstat each name (or take its lstat from ``stats``), then read the boot clock: each identity
@@ -144,7 +147,7 @@ class Witness:
             if row is not None:
                 self._end(name)  # rewritten: the old identity has ended
             alive[name] = [st.st_ino, st.st_uid, st.st_ctime_ns, name_sum(name), now, 0]
-            self.dirty = True
+            self.unsaved += 1
 
     def save(self, *, now: bool = False) -> bool:
         """Write the store: what watch saw, merged with what is on disk (the earlier of two sightings
@@ -160,7 +163,7 @@ class Witness:
             self._look(list(self.pending))
             self.pending.clear()
         store = self.store
-        if store is None or not self.dirty:
+        if store is None or not (self.unsaved or self.ended):
             return False
         rows = list(self.alive.values())
         mine: Columns = tuple(array.array(c, [r[i] for r in rows]) for i, c in enumerate("QIqIQ"))  # type: ignore[assignment]
@@ -168,14 +171,16 @@ class Witness:
         self._next_save = t0 + 10 * (time.monotonic() - t0)
         if written is None:
             return False
-        # The rows come back in order, one per inode (two links of one inode: the first), then the carried ones.
-        by_ino = {r[0]: r for r in reversed(rows)}
+        # A gc's earlier sighting of the same entry, taken into memory (the carried rows are of other inodes).
+        by_ino = {r[0]: r for r in reversed(rows)}  # two links of one inode: the first name's row is stored
         for ino, seen in zip(written[0], written[4], strict=True):
             r = by_ino.get(ino)
-            if r is not None:
-                r[4], r[5] = min(r[4], seen), 1
+            if r is not None and seen < r[4]:
+                r[4] = seen
+        for r in rows:
+            r[5] = 1  # stored (a second link's: its inode is, under the first name)
         self.ended.clear()
-        self.dirty = False
+        self.unsaved = 0
         self.saves += 1
         return True
 
