@@ -9,6 +9,8 @@ reports the producer's rate, the segments watch followed to a ``consumed`` end, 
 the queue overflows; then the same at fixed rates below the maximum, to find the
 highest rate followed with no loss. Medians of ``--runs`` rounds, side by side in one
 run; also the watch's CPU time per segment (independent of how busy the machine is).
+watch records a sighting of each segment (watch/witness.py) as ``smgshm watch`` does, into a
+store dir of the run's own ($SMGSHM_STATE_DIR), removed at the end.
 
     .venv/bin/python benchmarks/watch_rate.py
 """
@@ -22,7 +24,11 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
+import time
 import uuid
+from collections.abc import Callable
+from typing import Any
 
 from smgshm.core.watch.figures import WatchOptions
 from smgshm.core.watch.session import WatchSession
@@ -59,11 +65,26 @@ def cpu_s() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
-def round_(d: str, n: int, rate: float, bare: bool) -> tuple[float, int, int, float, bool]:
+def _timed(spent: list[float], f: Callable[..., Any]) -> Callable[..., Any]:
+    def timed(*args: Any, **kw: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return f(*args, **kw)
+        finally:
+            spent[0] += time.perf_counter() - t0
+
+    return timed
+
+
+def round_(d: str, n: int, rate: float, bare: bool) -> tuple[float, int, int, float, bool, float | None]:
     """One round: (producer segments/s, segments followed to their end, overflows, watch CPU µs/segment,
-    whether segments were lost without an overflow)."""
+    whether segments were lost without an overflow, of that the µs/segment its sightings took)."""
     opts = WatchOptions(shm_dir=d, interval_s=0.25, orphan_after_s=3600)
     with WatchSession(opts) as session:
+        witness = getattr(session, "witness", None)  # none before watch recorded sightings: compare with it
+        spent = [0.0]
+        if witness is not None:  # what recording them costs, apart from the rest (the same calls, timed)
+            witness.feed, witness.save = _timed(spent, witness.feed), _timed(spent, witness.save)
         argv = [sys.executable, "-c", PRODUCER, d, str(n), str(rate), "bare" if bare else "read"]
         p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         if p.stdout is None or p.stdin is None or p.stdout.readline().strip() != "ready":
@@ -89,7 +110,7 @@ def round_(d: str, n: int, rate: float, bare: bool) -> tuple[float, int, int, fl
     if unexplained:  # say what became of them: this would be a bug
         sys.stdout.write(f"  unexplained: consumed {s.consumed} cleaned {s.cleaned} unknown {s.unknown} untracked "
                          f"{s.untracked} dir_gone {s.dir_gone} in flight {s.in_flight} created {s.created}\n")
-    return produced, followed, s.overflows, used / n * 1e6, unexplained
+    return produced, followed, s.overflows, used / n * 1e6, unexplained, spent[0] / n * 1e6 if witness else None
 
 
 # label, producer segments/s, followed, overflows, watch CPU us/segment, lossless, rounds lost without an overflow
@@ -109,6 +130,8 @@ def sweep(d: str, args: argparse.Namespace, bare: bool) -> list[Row]:
         followed = statistics.median(r[1] for r in runs)
         overflows = max(r[2] for r in runs)
         cpu = statistics.median(r[3] for r in runs)
+        sights = [r[5] for r in runs if r[5] is not None]
+        of_which = f" (sightings {statistics.median(sights):.1f})" if sights else ""
         lossless = all(r[1] == args.segments and r[2] == 0 for r in runs)
         unexplained = sum(r[4] for r in runs)  # judged per round: another round's overflow explains nothing
         if rate == 0:
@@ -117,7 +140,7 @@ def sweep(d: str, args: argparse.Namespace, bare: bool) -> list[Row]:
         rows.append((label, produced, followed, overflows, cpu, lossless, unexplained))
         verdict = "no loss" if lossless else "LOSS" + (f" ({unexplained} without an overflow)" if unexplained else "")
         sys.stdout.write(f"{label:<17} producer {produced:>6,.0f}/s  followed {followed:>6,.0f}/{args.segments:,}"
-                         f"  overflows {overflows:>2}  {cpu:4.1f} us/seg  {verdict}\n")
+                         f"  overflows {overflows:>2}  {cpu:4.1f} us/seg{of_which}  {verdict}\n")
         sys.stdout.flush()
     return rows
 
@@ -133,12 +156,15 @@ def main() -> None:
         queue = int(f.read())
     d = os.path.join(args.parent, f"smgshm-bench-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     os.mkdir(d, 0o700)
+    state = tempfile.mkdtemp(prefix="smgshm-bench-state-")  # the sightings' store: the run's own
+    os.environ["SMGSHM_STATE_DIR"] = state
     try:
         # bare: created, closed, unlinked (4 events), the fastest one process makes segments;
         # consumed: also written and opened and closed by a reader first (6 events), as SMG's traffic is.
         bare, consumed = sweep(d, args, True), sweep(d, args, False)
     finally:
         shutil.rmtree(d, ignore_errors=True)
+        shutil.rmtree(state, ignore_errors=True)
     rows = bare + consumed
     tail = [f"inotify queue (fs.inotify.max_queued_events) {queue} events = {queue // 6} consumed segments of backlog"]
     for name, part in (("bare", bare), ("consumed", consumed)):

@@ -304,3 +304,21 @@ def test_an_absolute_state_dir_from_the_environment_wins(monkeypatch: pytest.Mon
     monkeypatch.setenv("SMGSHM_STATE_DIR", "relative/dir")  # not absolute: ignored
     monkeypatch.setattr(os, "geteuid", lambda: 0)
     assert sightings_mod.store_dir() == "/run/smgshm"
+
+
+def test_two_links_of_one_inode_leave_the_store_readable(tmpfs_dir: str) -> None:  # noqa: F811
+    """Two names of one inode are one entry to the store (the first name's): written twice, the
+    inode made the whole store unreadable, and so every proof in it void."""
+    first = make_file(tmpfs_dir, f"smg-tokenspeed-1-{time.time_ns()}-0")
+    second = os.path.join(tmpfs_dir, f"smg-tokenspeed-1-{time.time_ns()}-1")
+    os.link(first, second)
+    other = make_file(tmpfs_dir, f"smg-tokenspeed-1-{time.time_ns()}-2")
+    try:
+        for _ in range(2):  # the second scan reads what the first wrote
+            list(Scan(ScanOptions(shm_dir=tmpfs_dir, assume_dead=True)))
+            s = Sightings(tmpfs_dir, os.stat(tmpfs_dir).st_dev)
+            assert not s.note, s.note
+            assert sorted(s.index) == sorted({os.lstat(first).st_ino, os.lstat(other).st_ino})
+    finally:
+        for path in (first, second, other):
+            os.unlink(path)

@@ -10,9 +10,12 @@ here raises: a cache is an aid, and a command never fails for want of it.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import secrets
 import stat
+import time
+from collections.abc import Iterator
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
@@ -107,4 +110,34 @@ def write_private(name: str, data: bytes, directory: str | None = None) -> bool:
         os.close(dfd)
 
 
-__all__ = ["cache_dir", "read_private", "write_private"]
+def _flock(fd: int, wait_s: float) -> bool:
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.002)
+        except OSError:
+            return False
+
+
+@contextlib.contextmanager
+def locked(directory: str | None = None, wait_s: float = 1.0) -> Iterator[bool]:
+    """Hold smgshm's lock of the private dir ``directory`` (made if missing) while a read-modify-write
+    of a file in it runs: an exclusive flock on the dir itself, taken by every such writer of this
+    user's. Yields False when the dir is not private or the lock was not had within ``wait_s``
+    (bounded: a process of this user's that holds it forever stalls no one)."""
+    dfd = _open_dir(directory or cache_dir(), create=True)
+    if dfd is None:
+        yield False
+        return
+    try:
+        yield _flock(dfd, wait_s)
+    finally:
+        os.close(dfd)  # which releases the lock
+
+
+__all__ = ["cache_dir", "locked", "read_private", "write_private"]

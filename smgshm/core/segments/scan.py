@@ -144,11 +144,15 @@ def scan_segments(opts: ScanOptions, progress: Callable[[int], None] | None = No
     return scan.report(segs)
 
 
-def judge_entry(shm_dir: str, name: str, opts: ScanOptions | None = None) -> SegmentInfo | None:
+def judge_entry(
+    shm_dir: str, name: str, opts: ScanOptions | None = None, sightings: Sightings | None = None
+) -> SegmentInfo | None:
     """The gc judgement of ONE entry of ``shm_dir`` (the scan's own code path); None once it is gone.
 
     For callers that follow single names (``watch``'s orphans): it pays the pid-namespace
-    check and one holder walk of /proc per call, so it is not for whole listings.
+    check and one holder walk of /proc per call, so it is not for whole listings. ``sightings``:
+    the store as the caller holds it (loaded once for many calls); by default it is read anew.
+    One entry's judgement stores nothing.
     """
     opts = replace(opts, shm_dir=shm_dir) if opts else ScanOptions(shm_dir=shm_dir)
     try:
@@ -162,7 +166,12 @@ def judge_entry(shm_dir: str, name: str, opts: ScanOptions | None = None) -> Seg
     except OSError as err:
         raise _host_error(err, shm_dir) from err
     one = [name] if st.st_nlink == 1 else None  # a single link: holders can be picked by name first
-    return Judge(opts, judge_trust(shm_dir), holder_index(st.st_dev, names=one), dir_dev)(name, st)
+    try:
+        return Judge(opts, judge_trust(shm_dir), holder_index(st.st_dev, names=one), dir_dev, sightings)(name, st)
+    finally:
+        if sightings is not None:  # what the judge noted to save: nothing is, and a held store must not grow
+            sightings.keep.clear()
+            sightings.new.clear()
 
 
 __all__ = ["Deletion", "GcReport", "Scan", "judge_entry", "scan_segments"]

@@ -16,6 +16,12 @@ one. One store per shm dir (its device and inode name the file), stamped with th
 was read on (the boot id and this process's time namespace) and the dir's own birth time: a store
 of another boot, clock or mount of the same device reads as empty.
 
+Two writers share a store: a gc (or doctor) scan, and ``smgshm watch``, which records each
+segment as it sees it created (watch/witness.py). So a write is a merge, under a lock of the store
+dir (flock, bounded wait; no lock, no write): it re-reads the store and keeps, of two sightings of
+the same entry, the EARLIER, both being real; it only ever takes a time someone saw, never makes
+one up. Each writer drops what it knows has ended (``write_merged``) and carries the rest.
+
 Every regular entry whose name carries a pid is recorded, the leaked too: a producer that died
 leaves a segment whose pid a later process may take, and only a sighting from before that
 process started proves the reuse. Columns of fixed-size integers, so that a store of 100,000
@@ -39,6 +45,8 @@ import struct
 import sys
 import time
 import zlib
+from collections.abc import Callable
+from typing import NamedTuple
 
 from smgshm.core.host import clock, usercache
 from smgshm.core.host.proc import statx
@@ -85,6 +93,126 @@ def _dir_witness(path: str) -> tuple[int, int] | None:
     return ino, sec * 10**9 + nsec
 
 
+Columns = tuple["array.array[int]", "array.array[int]", "array.array[int]", "array.array[int]", "array.array[int]"]
+
+
+def _columns() -> Columns:
+    return tuple(array.array(c) for c in _COLUMNS)  # type: ignore[return-value]
+
+
+class StoreFile(NamedTuple):
+    """Where one shm dir's sightings live and the header that says whose they are."""
+
+    directory: str
+    file: str
+    header: bytes  # magic, byte order, boot clock, the dir's device, inode and birth time
+
+
+def store_file(shm_dir: str, dir_dev: int | None, directory: str | None = None) -> StoreFile | None:
+    """The store of ``shm_dir`` (on device ``dir_dev``); None when the boot clock or the dir cannot be
+    identified (then there is none: nothing is read or written)."""
+    clock_id = clock.boot_clock_id()
+    dir_witness = _dir_witness(shm_dir)
+    if clock_id is None or dir_witness is None or dir_dev is None:
+        return None
+    header = f"{_MAGIC} {sys.byteorder} {clock_id} {dir_dev} {dir_witness[0]} {dir_witness[1]}".encode()
+    return StoreFile(directory or store_dir(), f"{_PREFIX}{dir_dev}-{dir_witness[0]}", header)
+
+
+def decode(data: bytes, header: bytes, now_ns: int) -> tuple[Columns, dict[int, int]] | None:
+    """The columns of store ``data`` and their index (inode -> row) if it is wholly well formed, of
+    ``header`` (boot, clock, dir), has one row per inode and sees nothing later than ``now_ns``; None
+    otherwise."""
+    head, nl, body = data.partition(b"\n")
+    fields = head.rsplit(b" ", 1)
+    if not nl or len(fields) != 2 or fields[0] != header or not fields[1].isdigit():
+        return None
+    n = int(fields[1])
+    if n > MAX_RECORDS or len(body) != n * _RECORD:
+        return None
+    cols, at = _columns(), 0
+    for col in cols:
+        size = n * col.itemsize
+        col.frombytes(body[at : at + size])
+        at += size
+    index = dict(zip(cols[0], range(n), strict=True))
+    if len(index) != n or (n and max(cols[4]) > now_ns):
+        return None
+    return cols, index
+
+
+def encode(header: bytes, cols: Columns) -> bytes:
+    return b"".join([header, b" %d\n" % len(cols[0]), *(c.tobytes() for c in cols)])
+
+
+def _rows(cols: Columns, rows: list[int]) -> Columns:
+    return tuple(array.array(c.typecode, map(c.__getitem__, rows)) for c in cols)  # type: ignore[return-value]
+
+
+def unique(cols: Columns) -> Columns:
+    """``cols`` with one row per inode, the first (two links of one inode are one entry to the store:
+    the second name's sighting is not kept, so it is first seen at each scan, which proves nothing)."""
+    inos = cols[0]
+    if len(set(inos)) == len(inos):
+        return cols
+    firsts = dict(zip(reversed(inos), range(len(inos) - 1, -1, -1), strict=True))
+    return _rows(cols, sorted(firsts.values()))
+
+
+def merge(
+    mine: Columns, disk: tuple[Columns, dict[int, int]] | None, *, since_ns: int | None = None,
+    ended: frozenset[tuple[int, int, int, int]] | set[tuple[int, int, int, int]] = frozenset(),
+) -> Columns:  # fmt: skip
+    """``mine`` (one writer's rows, one per inode) merged with the store on ``disk`` (``decode``'s,
+    whose index it consumes): a row of the same entry (inode, owner, ctime, name) takes the EARLIER
+    sighting of the two; a disk row of an inode ``mine`` holds as another entry is dropped (``mine``
+    is what that writer saw there last); any other disk row is kept, unless it was seen before
+    ``since_ns`` or is one of ``ended`` (inode, owner, ctime, name checksum). At most MAX_RECORDS rows,
+    ``mine`` first."""
+    if disk is None or not disk[1]:
+        return mine
+    (d_inos, d_uids, d_ctimes, d_sums, d_seen), others = disk
+    inos, uids, ctimes, sums, seen = mine
+    seen = array.array("Q", seen)
+    pop = others.pop
+    for i, ino in enumerate(inos):
+        j = pop(ino, None)
+        if j is not None and d_seen[j] < seen[i] and (d_uids[j], d_ctimes[j], d_sums[j]) == (uids[i], ctimes[i],
+                                                                                            sums[i]):  # fmt: skip
+            seen[i] = d_seen[j]
+    rest = sorted(others.values())
+    if since_ns is not None:
+        rest = [j for j in rest if d_seen[j] >= since_ns]
+    if ended:
+        rest = [j for j in rest if (d_inos[j], d_uids[j], d_ctimes[j], d_sums[j]) not in ended]
+    carried = _rows(disk[0], rest[: max(0, MAX_RECORDS - len(inos))])
+    return tuple(a + b for a, b in zip((inos, uids, ctimes, sums, seen), carried, strict=True))  # type: ignore[return-value]
+
+
+def write_merged(
+    store: StoreFile, mine: Columns, *, since_ns: int | None = None,
+    ended: frozenset[tuple[int, int, int, int]] | set[tuple[int, int, int, int]] = frozenset(),
+    unchanged: Callable[[], bool] | None = None,
+) -> Columns | None:  # fmt: skip
+    """Write ``mine`` merged (``merge``, with ``since_ns`` and ``ended``) with the store as it is now,
+    under the store dir's lock, which every writer takes (so no write between the read and the
+    rename is lost). ``unchanged()``: the store is still what this writer read, and ``mine``
+    holds all of it that is to be kept, merged (a gc's common case: no merge to pay). The rows written;
+    None when nothing was (the lock not had in time, a dir or file not private, a full disk)."""
+    mine = unique(mine)
+    with usercache.locked(store.directory) as locked:
+        if not locked:
+            return None
+        # Unchanged since this writer read it: ``mine`` holds all of it that is to stay, merged.
+        data = None if unchanged is not None and unchanged() else usercache.read_private(store.file, MAX_BYTES,
+                                                                                         store.directory)  # fmt: skip
+        disk = None if data is None else decode(data, store.header, clock.boot_clock_ns())
+        cols = merge(mine, disk, since_ns=since_ns, ended=ended)
+        if not usercache.write_private(store.file, encode(store.header, cols), store.directory):
+            return None
+    return cols
+
+
 class Sightings:
     """The sightings of one shm dir, as columns (``inos``, ``uids``, ``ctimes``, ``sums``, ``seen``)
     with ``index`` (inode -> row); and what this scan keeps and adds. The judge fills ``keep``
@@ -92,44 +220,46 @@ class Sightings:
     goes; ``save`` writes them, dropping what was not seen again."""
 
     def __init__(self, shm_dir: str, dir_dev: int | None, *, directory: str | None = None) -> None:
+        # Before the listing: a stored sighting made since may be of an entry created behind it.
+        self.since_ns = clock.boot_clock_ns()
         self.shm_dir, self.directory = shm_dir, directory or store_dir()
         self.index: dict[int, int] = {}
-        self.inos, self.uids, self.ctimes, self.sums, self.seen = (array.array(c) for c in _COLUMNS)
+        self.inos, self.uids, self.ctimes, self.sums, self.seen = _columns()
         self.keep: list[int] = []
         self.new: list[tuple[int, int, int, str]] = []
         self.header: bytes | None = None
         self.file = ""
         self.note = ""  # why nothing was loaded, for the curious
-        clock_id = clock.boot_clock_id()
-        dir_witness = _dir_witness(shm_dir)
-        if clock_id is None or dir_witness is None or dir_dev is None:
+        self.stamp: tuple[int, int, int, int] | None = None  # the file read (``changed``)
+        store = store_file(shm_dir, dir_dev, self.directory)
+        if store is None:
             self.note = "the boot clock or the shm dir cannot be identified: no sightings"
             return
-        self.file = f"{_PREFIX}{dir_dev}-{dir_witness[0]}"
-        self.header = f"{_MAGIC} {sys.byteorder} {clock_id} {dir_dev} {dir_witness[0]} {dir_witness[1]}".encode()
+        self.file, self.header = store.file, store.header
+        self.stamp = self._stamp()  # before the read: a write after it is a change, whichever was read
         data = usercache.read_private(self.file, MAX_BYTES, self.directory)
         if data is not None and not self._load(data, clock.boot_clock_ns()):
             self.note = "the stored sightings are not this boot's, clock's or dir's, or not well formed: ignored"
-            self.index = {}
-            self.inos, self.uids, self.ctimes, self.sums, self.seen = (array.array(c) for c in _COLUMNS)
 
     def _load(self, data: bytes, now_ns: int) -> bool:
         """Take the store ``data`` if it is wholly well formed, of this header (boot, clock, dir), and
         sees nothing later than ``now_ns``; False (nothing taken) otherwise."""
-        head, nl, body = data.partition(b"\n")
-        fields = head.rsplit(b" ", 1)
-        if not nl or len(fields) != 2 or fields[0] != self.header or not fields[1].isdigit():
+        got = decode(data, self.header or b"", now_ns)
+        if got is None:
             return False
-        n = int(fields[1])
-        if n > MAX_RECORDS or len(body) != n * _RECORD:
-            return False
-        at = 0
-        for col in (self.inos, self.uids, self.ctimes, self.sums, self.seen):
-            size = n * col.itemsize
-            col.frombytes(body[at : at + size])
-            at += size
-        self.index = dict(zip(self.inos, range(n), strict=True))
-        return len(self.index) == n and (not n or max(self.seen) <= now_ns)
+        (self.inos, self.uids, self.ctimes, self.sums, self.seen), self.index = got
+        return True
+
+    def _stamp(self) -> tuple[int, int, int, int] | None:
+        try:
+            st = os.stat(os.path.join(self.directory, self.file), follow_symlinks=False)
+        except OSError:
+            return None
+        return st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size
+
+    def changed(self) -> bool:
+        """Whether the store file is another than the one read (written since: a rename, always)."""
+        return self.header is not None and self._stamp() != self.stamp
 
     def first_seen(self, row: int, name: str) -> int | None:
         """When the stored sighting ``row`` (its inode, uid and ctime matched) was made, if it was of
@@ -138,22 +268,29 @@ class Sightings:
 
     def save(self) -> bool:
         """Write what this scan kept and first saw (the latter at the boot clock's now, which comes
-        after the scan saw each of them); stored sightings not seen again are dropped. False when
-        nothing was written (nothing changed, or it could not be)."""
+        after the scan saw each of them), merged (``write_merged``) with what another writer stored
+        meanwhile: a stored sighting neither seen again nor made since the scan began is dropped (the
+        listing would have seen it). False when nothing was written (nothing changed, or it could not be)."""
         if self.header is None or (not self.new and len(self.keep) == len(self.inos)):
             return False
         now = clock.boot_clock_ns()
         keep = self.keep
         new = self.new[: max(0, MAX_RECORDS - len(keep))]  # the oldest are the ones a proof needs
-        cols = [
+        cols: Columns = (
             array.array("Q", [self.inos[i] for i in keep] + [r[0] for r in new]),
             array.array("I", [self.uids[i] for i in keep] + [r[1] for r in new]),
             array.array("q", [self.ctimes[i] for i in keep] + [r[2] for r in new]),
             array.array("I", [self.sums[i] for i in keep] + [name_sum(r[3]) for r in new]),
             array.array("Q", [self.seen[i] for i in keep] + [now] * len(new)),
-        ]
-        data = b"".join([self.header, b" %d\n" % len(cols[0]), *(c.tobytes() for c in cols)])
-        ok = usercache.write_private(self.file, data, self.directory)
+        )
+        store = StoreFile(self.directory, self.file, self.header)
+        # The file read, if nothing in it was made since the listing began: unchanged, nothing is left to merge.
+        # (A file replaced since has a new inode, and its own times: the stamp tells, bar an inode number
+        # freed and taken again with the same size within one timestamp tick, which would lose the other's
+        # sightings: only ever a later proof.)
+        read = self.stamp if self.stamp is not None and (not len(self.seen) or max(self.seen) < self.since_ns) else None
+        ok = write_merged(store, cols, since_ns=self.since_ns,
+                          unchanged=lambda: read is not None and self._stamp() == read) is not None  # fmt: skip
         if ok:
             self._sweep()
         return ok
@@ -179,4 +316,5 @@ class Sightings:
                 os.close(dfd)
 
 
-__all__ = ["MAX_BYTES", "MAX_RECORDS", "ROOT_STORE_DIR", "Sightings", "name_sum", "store_dir"]
+__all__ = ["MAX_BYTES", "MAX_RECORDS", "ROOT_STORE_DIR", "Columns", "Sightings", "StoreFile", "decode", "encode",
+           "merge", "name_sum", "store_dir", "store_file", "unique", "write_merged"]  # fmt: skip

@@ -107,6 +107,9 @@ class ShmWatcher:
         self._bprefix = os.fsencode(prefix)
         self._last_read_ns = 0
         self._poller: Any = None
+        # The lstat of each close-after-write of the last batch (by name), for whoever needs more than
+        # the size (watch/witness.py): one lstat a segment serves both.
+        self.closed_stats: dict[str, os.stat_result] = {}
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -285,10 +288,12 @@ class ShmWatcher:
         (then the stat would fail anyway: at high rates that saves most of them)."""
         gone = {e.name for e in events if e.kind == REMOVED}
         out: list[ShmEvent] = []
+        self.closed_stats = stats = {}
         for e in events:
             if e.kind == CLOSED and e.name not in gone:
                 try:
-                    size: int | None = os.lstat(os.path.join(self.shm_dir, e.name)).st_size
+                    st = stats[e.name] = os.lstat(os.path.join(self.shm_dir, e.name))
+                    size: int | None = st.st_size
                 except OSError:
                     size = None
                 e = e._replace(nbytes=size)

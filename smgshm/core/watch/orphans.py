@@ -1,5 +1,8 @@
 """watch's orphans: segments still in flight after ``--orphan-after``, each judged by gc's own rules.
 
+The judgement reads the store of sightings (gc's proofs on the boot clock; watch/witness.py adds
+watch's own) once, and again only when the file changed, not at each call.
+
 A judgement walks /proc (tens of ms), so a step judges at most a few new ones and re-judges a
 listed one only after ``rejudge_after_s``; judgements are kept for the listed orphans only, so
 memory stays bounded however long the watch runs.
@@ -7,6 +10,7 @@ memory stays bounded however long the watch runs.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 
@@ -14,6 +18,7 @@ from smgshm.core.causes import Cause, Found, found
 from smgshm.core.errors import SmgshmError
 from smgshm.core.segments.judge import ScanOptions, SegmentInfo
 from smgshm.core.segments.scan import judge_entry
+from smgshm.core.segments.sightings import Sightings
 from smgshm.core.watch.figures import Orphan, WatchOptions
 from smgshm.core.watch.follow import SegmentLife, SegmentTracker
 
@@ -28,6 +33,18 @@ class OrphanJudge:
         self.on_orphan = on_orphan
         self.seen = 0  # orphans ever seen
         self._judged: dict[str, tuple[SegmentInfo | None, float, str]] = {}
+        self._sightings: tuple[tuple[int, int], Sightings] | None = None  # (the shm dir's dev and inode, its store)
+
+    def sightings(self) -> Sightings | None:
+        """The store of sightings, read once and again only when it changed (or the shm dir did)."""
+        try:
+            st = os.stat(self.opts.shm_dir)
+        except OSError:
+            return None  # judge_entry says why
+        held = self._sightings
+        if held is None or held[0] != (st.st_dev, st.st_ino) or held[1].changed():
+            held = self._sightings = ((st.st_dev, st.st_ino), Sightings(self.opts.shm_dir, st.st_dev))
+        return held[1]
 
     def look(self, tracker: SegmentTracker) -> tuple[int, int, list[Orphan]]:
         """(orphans now, their bytes, the listed ones with their judgement)."""
@@ -54,7 +71,7 @@ class OrphanJudge:
         if (seen is None or now - seen[1] >= self.opts.rejudge_after_s) and may_judge:
             opts = ScanOptions(self.opts.shm_dir, self.opts.stale_after_s, self.opts.assume_dead)
             try:
-                info, err = judge_entry(self.opts.shm_dir, life.name, opts), ""
+                info, err = judge_entry(self.opts.shm_dir, life.name, opts, self.sightings()), ""
             except SmgshmError as e:
                 info, err = None, str(e)
             seen, judged = (info, now, err), 1

@@ -31,6 +31,7 @@ from smgshm.core.watch.figures import (
 )
 from smgshm.core.watch.follow import SegmentLife, SegmentTracker, ShmEvent, ShmWatcher
 from smgshm.core.watch.orphans import OrphanJudge, orphans_cause
+from smgshm.core.watch.witness import Witness
 
 
 class WatchSession:
@@ -54,6 +55,8 @@ class WatchSession:
         self._seq = 0
         self._tick = 0.0
         self.orphan_judge = OrphanJudge(opts, on_orphan)
+        # Each segment seen made is a sighting for gc's proofs, stored at each interval and at the end.
+        self.witness = Witness(opts.shm_dir, opts.max_tracked)
         self._first_snap: MetricsSnapshot | None = None
         self._snap: MetricsSnapshot | None = None
         self._snap_t = self._first_snap_t = 0.0
@@ -92,6 +95,7 @@ class WatchSession:
 
     def close(self) -> None:
         self.watcher.close()
+        self.witness.save(now=True)
 
     # -- reading -------------------------------------------------------------------------
 
@@ -103,6 +107,7 @@ class WatchSession:
                 if e.kind in ("overflow", "rescanned", "dir_gone"):
                     self.on_event(e)
         lives = self.tracker.feed(events)
+        self.witness.feed(events, self.watcher.closed_stats)
         with self.lock:
             self.totals.add(lives, interval_q if interval_q is not None else StreamingQuantiles())
         if self.on_life is not None:
@@ -140,6 +145,7 @@ class WatchSession:
         dt = max(1e-9, now_mono - self._last_report)
         self._last_report = now_mono
         self._seq += 1
+        self.witness.save()  # first: the orphans' judgement reads the store
         orphans, orphan_bytes, listed = self.orphan_judge.look(self.tracker)
         kinds = {k: n - self._prev_kinds.get(k, 0) for k, n in tr.created_by_kind.items()}
         self._prev_kinds = dict(tr.created_by_kind)
