@@ -109,10 +109,7 @@ PRODUCED_BY: dict[Cause, str] = {
     Cause.UID_MISMATCH: "test_cli_probe.py::test_uid_mismatch_is_found_by_verify",
     Cause.VERIFY_FAILED: "test_causes.py::test_verify_failed_a_receiver_on_its_own_tmpfs_claiming_this_hosts_id",
     Cause.NOT_GRPC: "test_probe_from_gateway.py::test_dp_rank_http_worker_and_stale_label",
-    Cause.WORKER_PROCESSING: NOT_YET + "smg 1.13.0 refuses --mm-processing worker for Qwen2-VL, the one model family "
-    "smgshm synthesizes without weights (HTTP 400 multimodal_worker_processing_unsupported_model: its image "
-    "placeholder is not expandable by a vLLM worker); it allows it only for model specs declaring "
-    "worker_expandable (MiniMax-M3 vision, GLM-5.3 Flash in its binary), whose directories are not synthesized here",
+    Cause.WORKER_PROCESSING: "test_causes.py::test_worker_processing_at_a_real_gateway_sending_media_refs_to_serve",
     Cause.NO_MM_TENSORS: "test_causes.py::test_no_mm_tensors_when_every_request_fails_at_a_real_gateway",
     Cause.ZMQ_LANE: "test_causes.py::test_zmq_lane_for_a_worker_the_real_gateway_reaches_over_ipc",
     Cause.WORKER_UNREACHABLE: "test_cli_e2e.py::test_dead_worker_is_the_headline_and_no_latency",
@@ -147,7 +144,6 @@ PRODUCED_BY: dict[Cause, str] = {
 }
 # The causes allowed a marker instead of a test: shrink this as tests land, never grow it without a reason.
 ALLOWED_GAPS: dict[Cause, str] = {
-    Cause.WORKER_PROCESSING: NOT_YET,
     Cause.INLINE_AGAINST_RULE: NOT_PRODUCIBLE,
 }
 
@@ -593,3 +589,28 @@ def test_some_workers_inline_when_one_of_two_workers_is_in_another_namespace(
     assert g["eligible_inline"] is True
     info = g["cause_info"]
     assert (info["code"], info["fix"]) == ("some_workers_inline", CATALOGUE[Cause.SOME_WORKERS_INLINE].fix)
+
+
+@needs_smg
+@pytest.mark.timeout(180)
+def test_worker_processing_at_a_real_gateway_sending_media_refs_to_serve(
+    children: Children, gateways: list[RunningGateway], tmp_path: Path
+) -> None:
+    """--mm-processing worker with the one family the gateway lets a worker expand (MiniMax-M3, weight-less),
+    and serve advertising a worker-side processor: the requests succeed and no tensor is sent."""
+    md = str(tmp_path / "m3")
+    _, ready = start_serve(children, "--model-dir", md, "--worker-processing")
+    gw = gateway(gateways, tmp_path, md, ready["result"]["address"], mode="shm",
+                 extra_args=("--mm-processing", "worker"))  # fmt: skip
+    run = _e2e_run(gw, exit=0)  # its own setting: no tensors is what worker processing means
+    assert run["path"] == "none"
+    assert run["cause_info"]["code"] == "worker_processing"
+    assert run["requests"]
+    assert all(r["ok"] for r in run["requests"])  # served, not failed
+    # An operator who expects SHM is told why there is none, and what to change.
+    run = _e2e_run(gw, "--expect", "shm", exit=3)
+    assert run["cause_info"]["code"] == "worker_processing"
+    argv = ("e2e", "--gateway", gw.http_url, "--metrics", gw.metrics_url, "-n", "1", "--warmup", "0")
+    text = " ".join(run_cli(*argv, "--expect", "shm", exit=3).stdout.split())
+    assert "--mm-processing worker" in text
+    assert CATALOGUE[Cause.WORKER_PROCESSING].fix in text

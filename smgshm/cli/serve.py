@@ -62,6 +62,13 @@ PROCESS_ENTRY = False
     "`smg launch --model-path`), so a real gateway sends real image tensors in Generate.",
 )
 @click.option(
+    "--worker-processing",
+    is_flag=True,
+    help="Accept media refs from a gateway run with --mm-processing worker (vLLM only): advertise a "
+    "worker-side processor and make --model-dir a weight-less MiniMax-M3 directory, the family SMG lets "
+    "a worker expand. The gateway then sends no tensors.",
+)
+@click.option(
     "--log-receipts",
     metavar="FILE|-",
     shell_complete=complete_files,
@@ -100,6 +107,7 @@ def serve(
     max_message_bytes: int,
     workers: int,
     model_dir: str | None,
+    worker_processing: bool,
     log_receipts: str | None,
     any_name: bool,
     fault: str | None,
@@ -139,6 +147,8 @@ def serve(
 
     if not 0 <= fault_delay <= MAX_FAULT_DELAY_S:
         raise click.BadParameter(f"at most {MAX_FAULT_DELAY_S:g}s", param_hint="--fault-delay")
+    if worker_processing and engine != "vllm":
+        raise click.BadParameter("only a vllm worker takes media refs", param_hint="--worker-processing")
     stop, stdout_gone = threading.Event(), threading.Event()
 
     def receipts_reader_left() -> None:
@@ -154,6 +164,7 @@ def serve(
         max_message_bytes=max_message_bytes,
         workers=workers,
         model_dir=model_dir,
+        worker_processing=worker_processing,
         on_receipt=view.receipt_logger(log_receipts, receipts_reader_left) if log_receipts else None,
         fault=fault,
         fault_delay_s=fault_delay,

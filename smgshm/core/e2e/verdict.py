@@ -85,7 +85,9 @@ def judge(ctx: Context, m: MetricsEvidence, d: ShmDirEvidence, r: ReceiptEvidenc
     if n_inline:
         path, cause, code = _inline_cause(ctx, m, d, r)
         return Verdict(path, cause, True, counts, failure, code)
-    if m.available and m.processing.get("worker"):
+    # Not gated on m.available: under worker processing the gateway meters no tensor at all, so
+    # its smg_mm_tensors_* families never appear, but its own processing counter says why.
+    if m.processing.get("worker"):
         return Verdict("none", "no multimodal tensors: the gateway runs --mm-processing worker (media go as refs)",
                        True, counts, failure, Cause.WORKER_PROCESSING)  # fmt: skip
     if ctx.failed_requests == ctx.requests:

@@ -84,12 +84,15 @@ def server_info(pb: ModuleType, engine: Engine, state: ReceiverState) -> Any:
     ns = state.cfg.advertised_namespace_id()
     up = time.time() - state.started
     if not engine.info_structs:  # vLLM: flat fields, the id one of them
+        # A non-empty mm_processor is what makes the gateway send this worker media refs.
+        refs = {"mm_processor": "inprocess", "mm_media_ref_schemes": "data", "mm_processor_source": "flag"}
         return pb.GetServerInfoResponse(
             active_requests=state.active,
             last_receive_timestamp=state.last_receive,
             uptime_seconds=up,
             server_type="smgshm",
             shm_namespace_id=ns,
+            **(refs if state.cfg.worker_processing else {}),
         )
     resp = pb.GetServerInfoResponse(active_requests=state.active, uptime_seconds=up)
     resp.server_args.update({"model_path": MODEL_NAME})

@@ -22,6 +22,13 @@ from smgshm.core.errors import HostError
 SERVED_MODEL_NAME = "smgshm-qwen2-vl-tiny"
 MODEL_TYPE = "qwen2_vl"
 ARCHITECTURES = ("Qwen2VLForConditionalGeneration",)
+# The one family written here whose image placeholder smg 1.13.0 lets a vLLM worker expand
+# (its spec's worker_expandable): only such a model runs under --mm-processing worker. Its
+# spec matches config.json model_type and needs its bare image token in the vocabulary.
+WORKER_MODEL_TYPE = "minimax_m3_vl"
+WORKER_SERVED_MODEL_NAME = "smgshm-minimax-m3-tiny"
+WORKER_ARCHITECTURES = ("MiniMaxM3VLForConditionalGeneration",)
+M3_TOKENS = ("]<]image[>[", "]<]start of image[>[", "]<]end of image[>[")
 MAX_CONTEXT = 32768  # a 2688 px image expands to 9216 image tokens; leave room for several
 
 # Fixed ids, so the configs can name them. <image> must be in the vocabulary: the gateway
@@ -37,6 +44,7 @@ SPECIAL_TOKENS = (
     "<|video_pad|>",
     "<image>",
     "[UNK]",
+    *M3_TOKENS,
 )
 _WORD_TEXT = (
     "ok user assistant system describe this image picture photo what is in the a an of and to it "
@@ -97,13 +105,21 @@ def _tokenizer_json(vocab: dict[str, int]) -> str:
     return text
 
 
-def _documents(vocab: dict[str, int]) -> dict[str, Any]:
+def _names(model_type: str) -> tuple[str, tuple[str, ...]]:
+    """The served name and architectures of a family."""
+    if model_type == WORKER_MODEL_TYPE:
+        return WORKER_SERVED_MODEL_NAME, WORKER_ARCHITECTURES
+    return SERVED_MODEL_NAME, ARCHITECTURES
+
+
+def _documents(vocab: dict[str, int], model_type: str) -> dict[str, Any]:
     v = vocab
     eos, pad = v["<|im_end|>"], v["<|endoftext|>"]
+    served, archs = _names(model_type)
     config = {
-        "architectures": list(ARCHITECTURES),
-        "model_type": MODEL_TYPE,
-        "_name_or_path": SERVED_MODEL_NAME,
+        "architectures": list(archs),
+        "model_type": model_type,
+        "_name_or_path": served,
         "vocab_size": len(v),
         "hidden_size": 64,
         "intermediate_size": 128,
@@ -121,6 +137,7 @@ def _documents(vocab: dict[str, int]) -> dict[str, Any]:
         "video_token_id": v["<|video_pad|>"],
         "vision_start_token_id": v["<|vision_start|>"],
         "vision_end_token_id": v["<|vision_end|>"],
+        "image_token_index": v[M3_TOKENS[0]],  # MiniMax-M3's own declaration of its image token
         "vision_config": {"patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2, "in_chans": 3},
         "torch_dtype": "float32",
         "smgshm": "weight-less stand-in written by smgshm; there are no weights",
@@ -163,8 +180,8 @@ def _documents(vocab: dict[str, int]) -> dict[str, Any]:
     }
 
 
-def _load(path: str) -> ModelDir | None:
-    """The directory's facts, or None when it is not a complete Qwen2-VL model directory."""
+def _load(path: str, model_type: str) -> ModelDir | None:
+    """The directory's facts, or None when it is not a complete model directory of ``model_type``."""
     try:
         docs = {}
         for name in FILES:
@@ -174,29 +191,32 @@ def _load(path: str) -> ModelDir | None:
         vocab: dict[str, int] = tok["model"]["vocab"]
         added = {a["content"]: int(a["id"]) for a in tok.get("added_tokens", [])}
         ids = {**vocab, **added}
-        if cfg.get("model_type") != MODEL_TYPE or "<image>" not in ids or "vision_token_id" not in cfg:
+        if cfg.get("model_type") != model_type or "<image>" not in ids or "vision_token_id" not in cfg:
             return None
+        if model_type == WORKER_MODEL_TYPE and M3_TOKENS[0] not in ids:
+            return None
+        served, archs = _names(model_type)
         eos = cfg["eos_token_id"]
         return ModelDir(
             path=os.path.abspath(path),
-            served_model_name=SERVED_MODEL_NAME,
+            served_model_name=served,
             vocab_size=int(cfg.get("vocab_size", len(ids))),
             eos_token_id=int(eos[0] if isinstance(eos, list) else eos),
             image_token_id=int(ids.get("<|image_pad|>", cfg.get("image_token_id", 0))),
             max_context_length=int(cfg.get("max_position_embeddings", MAX_CONTEXT)),
-            model_type=MODEL_TYPE,
-            architectures=tuple(str(a) for a in cfg.get("architectures", ARCHITECTURES)),
+            model_type=model_type,
+            architectures=tuple(str(a) for a in cfg.get("architectures", archs)),
             reply_token_id=int(ids.get(REPLY_WORD, 0)),
         )
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
 
-def _write(tmp: str) -> None:
+def _write(tmp: str, model_type: str) -> None:
     vocab = _vocab()
     with open(os.path.join(tmp, "tokenizer.json"), "w", encoding="utf-8") as f:
         f.write(_tokenizer_json(vocab))
-    for name, doc in _documents(vocab).items():
+    for name, doc in _documents(vocab, model_type).items():
         with open(os.path.join(tmp, name), "w", encoding="utf-8") as f:
             json.dump(doc, f, indent=2)
             f.write("\n")
@@ -206,8 +226,11 @@ def _errname(err: OSError) -> str:
     return errno.errorcode.get(err.errno or 0, str(err.errno))
 
 
-def ensure_model_dir(path: str | None = None) -> ModelDir:
+def ensure_model_dir(path: str | None = None, model_type: str = MODEL_TYPE) -> ModelDir:
     """Write the model directory at ``path`` (default: ``default_model_dir()``) unless complete.
+
+    ``model_type`` is ``MODEL_TYPE`` (Qwen2-VL: the gateway preprocesses images itself) or
+    ``WORKER_MODEL_TYPE`` (MiniMax-M3: the one the gateway lets a worker process).
 
     Written into a temporary sibling and renamed into place, so a reader (or a racing
     writer) sees either nothing or the whole directory. An existing empty directory is
@@ -215,7 +238,7 @@ def ensure_model_dir(path: str | None = None) -> ModelDir:
     left untouched.
     """
     path = os.path.abspath(path or default_model_dir())
-    found = _load(path)
+    found = _load(path, model_type)
     if found is not None:
         return found
     parent = os.path.dirname(path)
@@ -225,7 +248,7 @@ def ensure_model_dir(path: str | None = None) -> ModelDir:
     except OSError as err:
         raise HostError("cannot create the model directory", path=path, errno=_errname(err)) from err
     try:
-        _write(tmp)
+        _write(tmp, model_type)
         # mkdtemp makes it 0700; the gateway may run as another user. Nothing in it is secret.
         os.chmod(tmp, 0o755)  # noqa: S103
         try:
@@ -239,7 +262,7 @@ def ensure_model_dir(path: str | None = None) -> ModelDir:
         with contextlib.suppress(OSError):
             if os.path.isdir(tmp):
                 shutil.rmtree(tmp)
-    found = _load(path)
+    found = _load(path, model_type)
     if found is None:
         raise HostError(
             "path exists and is not a complete model directory",

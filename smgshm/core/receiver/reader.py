@@ -58,6 +58,9 @@ class ReceiverConfig:
     # The weight-less model directory GetModelInfo describes (written when missing); None
     # answers with smgshm's own model name and no tokenizer.
     model_dir: str | None = None
+    # Accept media refs (--mm-processing worker): advertise a worker-side processor and serve
+    # the model family the gateway lets a worker process (modeldir.WORKER_MODEL_TYPE).
+    worker_processing: bool = False
     fault: str | None = None
     fault_delay_s: float = 2.0  # slow-read: how long Generate and Receive wait before reading (at most 60 s)
     # Read (and unlink) only names in SMG's family (smg-); True emulates SMG's reader, which

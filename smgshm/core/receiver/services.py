@@ -27,7 +27,7 @@ from smgshm.core.errors import TooManyTensorsError, TransportError, WireError
 from smgshm.core.receiver.faces import HandlerOverride, engine_modules, engine_servicer, raw_generate_handlers
 from smgshm.core.receiver.fds import HANDSHAKE_TIMEOUT_S, connection_cap
 from smgshm.core.receiver.memory import Trimmer
-from smgshm.core.receiver.modeldir import ensure_model_dir
+from smgshm.core.receiver.modeldir import MODEL_TYPE, WORKER_MODEL_TYPE, ensure_model_dir
 from smgshm.core.receiver.reader import Receipt, ReceiverConfig, ReceiverState, receive
 from smgshm.core.receiver.receipts import MAX_PER_CALL, ReceiptRing, receipt_as
 from smgshm.core.receiver.receipts import to_proto as receipt_proto
@@ -277,7 +277,8 @@ def start_receiver(cfg: ReceiverConfig, address: str = "127.0.0.1:0") -> Running
     except ValueError as err:
         raise TransportError(f"cannot bind: {err}", endpoint=address) from None
 
-    model = ensure_model_dir(cfg.model_dir) if cfg.model_dir is not None else None
+    family = WORKER_MODEL_TYPE if cfg.worker_processing else MODEL_TYPE
+    model = ensure_model_dir(cfg.model_dir, family) if cfg.model_dir is not None else None
     state = ReceiverState(cfg, ring=ReceiptRing(sink=cfg.on_receipt), model=model)
     executor = ThreadPoolExecutor(max_workers=cfg.workers, thread_name_prefix="smgshm-reader")
     loop = asyncio.new_event_loop()
