@@ -60,8 +60,11 @@ def populate(d: str, n: int, pid: int) -> None:
     dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
     try:
         for i in range(n):
-            os.close(os.open(f"smg-tokenspeed-{pid}-{nanos + i}-{i}", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600,
-                             dir_fd=dfd))  # fmt: skip
+            os.close(
+                os.open(
+                    f"smg-tokenspeed-{pid}-{nanos + i}-{i}", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600, dir_fd=dfd
+                )
+            )
     finally:
         os.close(dfd)
 
@@ -127,14 +130,18 @@ def main() -> None:
                 apart(f"import shutil\nshutil.rmtree({d!r}, ignore_errors=True)")  # rmtree lists it all in memory
             small, big = results[max(1, n // 10)], results[n]
             floor, floor_cpu = big["find -printf"][0], big["find -printf"][1]
-            print(f"{n:,} entries (medians of {args.runs} runs, alternating; wall, CPU, and peak RSS at "  # noqa: T201
-                  f"{n:,} vs {n // 10:,} entries; load average {loads[n][0]:.1f} before, "
-                  f"{loads[n][1]:.1f} after):")  # fmt: skip
+            print(
+                f"{n:,} entries (medians of {args.runs} runs, alternating; wall, CPU, and peak RSS at "
+                f"{n:,} vs {n // 10:,} entries; load average {loads[n][0]:.1f} before, "
+                f"{loads[n][1]:.1f} after):"
+            )
             for form, (wall, cpu, peak) in big.items():
                 ratio = "" if form == "find -printf" else f"{wall / floor:5.2f}x"
                 cratio = "" if form == "find -printf" else f"{cpu / floor_cpu:5.2f}x"
-                print(f"  {form:<14} wall {wall:7.3f} s {ratio:<6}  cpu {cpu:7.3f} s {cratio:<6}  "  # noqa: T201
-                      f"RSS {peak / 1024:6.1f} MiB (vs {small[form][2] / 1024:6.1f})")  # fmt: skip
+                print(
+                    f"  {form:<14} wall {wall:7.3f} s {ratio:<6}  cpu {cpu:7.3f} s {cratio:<6}  "
+                    f"RSS {peak / 1024:6.1f} MiB (vs {small[form][2] / 1024:6.1f})"
+                )
     finally:
         for d in made:
             shutil.rmtree(d, ignore_errors=True)

@@ -79,8 +79,9 @@ def node(pods: int, entries: int) -> Iterator[tuple[str, list[str], list[subproc
             dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
             try:
                 for j in range(entries):
-                    os.close(os.open(f"smg-tokenspeed-{pid}-{nanos + j}-{j}", os.O_CREAT | os.O_WRONLY, 0o600,
-                                     dir_fd=dfd))  # fmt: skip
+                    os.close(
+                        os.open(f"smg-tokenspeed-{pid}-{nanos + j}-{j}", os.O_CREAT | os.O_WRONLY, 0o600, dir_fd=dfd)
+                    )
             finally:
                 os.close(dfd)
             # The pod's container: its /dev/shm this tmpfs, in a mount namespace of its own.
@@ -131,12 +132,12 @@ def bench_gc(root: str, dirs: list[str], runs: int) -> None:
             walls[k].append(wall)
             cpus[k].append(cpu)
     floor, cpu_floor = statistics.median(walls["find -printf"]), statistics.median(cpus["find -printf"])
-    print(f"(a) {len(dirs)} tmpfs x {len(os.listdir(dirs[0])):,} entries, medians of {runs} alternating runs:")  # noqa: T201
+    print(f"(a) {len(dirs)} tmpfs x {len(os.listdir(dirs[0])):,} entries, medians of {runs} alternating runs:")
     for k in forms:
         wall, cpu = statistics.median(walls[k]), statistics.median(cpus[k])
         ratios = f"wall {wall * 1e3:6.0f} ms {wall / floor:5.2f}x find   "
         ratios += f"CPU {cpu * 1e3:6.0f} ms {cpu / cpu_floor:5.2f}x find"
-        print(f"    {k:<18} {ratios}")  # noqa: T201
+        print(f"    {k:<18} {ratios}")
 
 
 def cpu_ticks(pid: int) -> int:
@@ -195,16 +196,21 @@ print(i / (time.monotonic() - t0), flush=True)
 
 
 def bench_exporter(root: str, dirs: list[str], seconds: float, rate: float) -> None:
-    p = subprocess.Popen([*SMGSHM, "watch", "--node", "--node-root", root, "--serve-metrics", "127.0.0.1:0"],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    p = subprocess.Popen(
+        [*SMGSHM, "watch", "--node", "--node-root", root, "--serve-metrics", "127.0.0.1:0"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = p.stderr.readline() if p.stderr is not None else ""
         url = line.split("metrics at ", 1)[1].strip()
         scrape(url)
         time.sleep(5)  # past the start-up (imports, the first full scan)
         idle = window(p.pid, url, seconds)
-        writer = subprocess.Popen([sys.executable, "-c", WRITER, "\n".join(dirs), str(rate), str(seconds)],
-                                  stdout=subprocess.PIPE, text=True)  # fmt: skip
+        writer = subprocess.Popen(
+            [sys.executable, "-c", WRITER, "\n".join(dirs), str(rate), str(seconds)], stdout=subprocess.PIPE, text=True
+        )
         busy = window(p.pid, url, seconds)
         achieved = float((writer.stdout.readline() if writer.stdout is not None else "") or 0)
         writer.wait()
@@ -213,11 +219,11 @@ def bench_exporter(root: str, dirs: list[str], seconds: float, rate: float) -> N
     finally:
         p.terminate()
         p.wait(timeout=30)
-    print(f"(b) the exporter on {len(dirs)} pod volumes, {seconds:.0f} s windows, scraped every 15 s:")  # noqa: T201
+    print(f"(b) the exporter on {len(dirs)} pod volumes, {seconds:.0f} s windows, scraped every 15 s:")
     for what, (share, now, peak) in (("idle", idle), (f"{achieved:,.0f} segments/s", busy)):
         mib = f"RSS {now / 2**20:5.1f} MiB (peak {peak / 2**20:.1f})"
-        print(f"    {what:<20} CPU {share * 100:5.2f} % of a core   {mib}")  # noqa: T201
-    print(f"    updates between full scans: {updates}")  # noqa: T201
+        print(f"    {what:<20} CPU {share * 100:5.2f} % of a core   {mib}")
+    print(f"    updates between full scans: {updates}")
 
 
 def main() -> None:
@@ -234,16 +240,17 @@ def main() -> None:
     state = tempfile.mkdtemp(prefix="smgshm-nodebench-state-")
     os.environ["SMGSHM_STATE_DIR"] = state
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    subprocess.run([sys.executable, "-m", "compileall", "-q", os.path.join(here, "smgshm")], stdout=subprocess.DEVNULL,
-                   check=False)  # fmt: skip
-    print(f"{os.cpu_count()} cores, {load()}")  # noqa: T201
+    subprocess.run(
+        [sys.executable, "-m", "compileall", "-q", os.path.join(here, "smgshm")], stdout=subprocess.DEVNULL, check=False
+    )
+    print(f"{os.cpu_count()} cores, {load()}")
     try:
         with node(args.pods, args.entries) as (root, dirs, _procs):
             bench_gc(root, dirs, args.runs)
-        print(f"    ({load()})")  # noqa: T201
+        print(f"    ({load()})")
         with node(args.volumes, 0) as (root, dirs, _procs):
             bench_exporter(root, dirs, args.window, args.rate)
-        print(f"    ({load()})")  # noqa: T201
+        print(f"    ({load()})")
     finally:
         shutil.rmtree(state, ignore_errors=True)
 

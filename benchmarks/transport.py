@@ -64,7 +64,7 @@ def main() -> None:
     }
     out += [f"bar  {'met   ' if ok else 'MISSED'} {what}" for what, ok in bar.items()]
     out += _what_if_rows(n)
-    print("\n".join(out))  # noqa: T201 - a script's report
+    print("\n".join(out))
 
 
 def _what_if_rows(n: int) -> list[str]:
@@ -73,8 +73,10 @@ def _what_if_rows(n: int) -> list[str]:
         r = run_what_if((4_816_896, 64 * MIB), iterations=n)
     except WhatIfSkippedError as err:
         return [f"huge-page what-if: {err.what}"]
-    out = [f"huge-page what-if ({'huge pages used' if r.huge_pages_used else 'NO huge pages given'}; "
-           f"4 KiB -> huge=within_size, GB/s, ratio of times)"]  # fmt: skip
+    out = [
+        f"huge-page what-if ({'huge pages used' if r.huge_pages_used else 'NO huge pages given'}; "
+        f"4 KiB -> huge=within_size, GB/s, ratio of times)"
+    ]
     for s in r.sizes:
         label = f"{s.nbytes / MIB:5.1f} MiB"
         for p in s.pairs:

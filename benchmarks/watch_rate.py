@@ -108,8 +108,10 @@ def round_(d: str, n: int, rate: float, bare: bool) -> tuple[float, int, int, fl
     followed = s.cleaned if bare else s.consumed
     unexplained = followed != n and not s.overflows
     if unexplained:  # say what became of them: this would be a bug
-        sys.stdout.write(f"  unexplained: consumed {s.consumed} cleaned {s.cleaned} unknown {s.unknown} untracked "
-                         f"{s.untracked} dir_gone {s.dir_gone} in flight {s.in_flight} created {s.created}\n")
+        sys.stdout.write(
+            f"  unexplained: consumed {s.consumed} cleaned {s.cleaned} unknown {s.unknown} untracked "
+            f"{s.untracked} dir_gone {s.dir_gone} in flight {s.in_flight} created {s.created}\n"
+        )
     return produced, followed, s.overflows, used / n * 1e6, unexplained, spent[0] / n * 1e6 if witness else None
 
 
@@ -139,8 +141,10 @@ def sweep(d: str, args: argparse.Namespace, bare: bool) -> list[Row]:
         label = f"{pattern:<8} " + ("max" if rate == 0 else f"{rate:,.0f}/s")
         rows.append((label, produced, followed, overflows, cpu, lossless, unexplained))
         verdict = "no loss" if lossless else "LOSS" + (f" ({unexplained} without an overflow)" if unexplained else "")
-        sys.stdout.write(f"{label:<17} producer {produced:>6,.0f}/s  followed {followed:>6,.0f}/{args.segments:,}"
-                         f"  overflows {overflows:>2}  {cpu:4.1f} us/seg{of_which}  {verdict}\n")
+        sys.stdout.write(
+            f"{label:<17} producer {produced:>6,.0f}/s  followed {followed:>6,.0f}/{args.segments:,}"
+            f"  overflows {overflows:>2}  {cpu:4.1f} us/seg{of_which}  {verdict}\n"
+        )
         sys.stdout.flush()
     return rows
 
@@ -170,12 +174,17 @@ def main() -> None:
     for name, part in (("bare", bare), ("consumed", consumed)):
         best = max((r[1] for r in part if r[5]), default=0.0)
         cpu = statistics.median(r[4] for r in part)
-        tail.append(f"{name}: highest rate followed with no event lost {best:,.0f} segments/s "
-                    f"(goal 10,000: {'met' if best >= 10_000 else 'NOT met'}); watch CPU {cpu:.1f} us/segment, "
-                    f"so one free core follows about {1e6 / cpu:,.0f}/s")  # fmt: skip
+        tail.append(
+            f"{name}: highest rate followed with no event lost {best:,.0f} segments/s "
+            f"(goal 10,000: {'met' if best >= 10_000 else 'NOT met'}); watch CPU {cpu:.1f} us/segment, "
+            f"so one free core follows about {1e6 / cpu:,.0f}/s"
+        )
     unexplained = sum(r[6] for r in rows)
-    tail.append("every loss above was reported as an overflow" if not unexplained
-                else f"A LOSS WITHOUT AN OVERFLOW WAS SEEN in {unexplained} round(s)")  # fmt: skip
+    tail.append(
+        "every loss above was reported as an overflow"
+        if not unexplained
+        else f"A LOSS WITHOUT AN OVERFLOW WAS SEEN in {unexplained} round(s)"
+    )
     sys.stdout.write("\n".join(tail) + "\n")
 
 

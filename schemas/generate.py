@@ -468,11 +468,29 @@ def gc_defs(b: Builder) -> dict[str, Any]:
 def doctor_node_defs(b: Builder) -> dict[str, Any]:
     """doctor --node's result, as cli/doctor_node_view.py writes it: a block per tmpfs with doctor's checks."""
     gc = gc_defs(b)["node_tmpfs"]["properties"]
-    tied = ("kind", "path", "path_hex", "volume", "pod_uid", "namespace", "pod", "hidden_bytes", "hidden_files",
-            "hidden_complete", "processes", "pid_namespaces", "shm_total_bytes", "shm_used_bytes", "shm_free_bytes",
-            "liveness_trusted", "liveness_note")  # fmt: skip
-    verdict = {"enum": ["fail", "warn", "unknown", "ok"], "description": "the worst of its checks (unknown: "
-               "its names could not be judged by pid; never a failure)"}  # fmt: skip
+    tied = (
+        "kind",
+        "path",
+        "path_hex",
+        "volume",
+        "pod_uid",
+        "namespace",
+        "pod",
+        "hidden_bytes",
+        "hidden_files",
+        "hidden_complete",
+        "processes",
+        "pid_namespaces",
+        "shm_total_bytes",
+        "shm_used_bytes",
+        "shm_free_bytes",
+        "liveness_trusted",
+        "liveness_note",
+    )
+    verdict = {
+        "enum": ["fail", "warn", "unknown", "ok"],
+        "description": "the worst of its checks (unknown: its names could not be judged by pid; never a failure)",
+    }
     tmpfs = _obj(
         {
             **{k: gc[k] for k in tied},

@@ -355,8 +355,13 @@ def _pty(cols: int, rows: int) -> tuple[int, int]:
     return master, slave
 
 
-def run_pty(argv: list[str], cols: int = 80, timeout: float = 120.0, env: dict[str, str] | None = None,
-            stop_on: str | None = None) -> PtyResult:  # fmt: skip
+def run_pty(
+    argv: list[str],
+    cols: int = 80,
+    timeout: float = 120.0,
+    env: dict[str, str] | None = None,
+    stop_on: str | None = None,
+) -> PtyResult:
     """Run a command with stdin and stdout on one real pty of ``cols`` columns and stderr on another
     (so each stream is a terminal, as at a person's shell, and each is read apart).
 
@@ -381,8 +386,10 @@ def run_pty(argv: list[str], cols: int = 80, timeout: float = 120.0, env: dict[s
         while open_fds:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise AssertionError(f"{argv} did not finish in {timeout}s; output so far:\n{bufs[out_m].decode()}\n"
-                                     f"--- stderr:\n{bufs[err_m].decode()}")
+                raise AssertionError(
+                    f"{argv} did not finish in {timeout}s; output so far:\n{bufs[out_m].decode()}\n"
+                    f"--- stderr:\n{bufs[err_m].decode()}"
+                )
             ready, _, _ = select.select(open_fds, [], [], min(left, 0.5))
             for fd in ready:
                 try:

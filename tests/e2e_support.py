@@ -43,10 +43,16 @@ def mm_shm_worker(children: Children, model_dir: str, namespace_id: str | None =
     return line
 
 
-def gateway(gateways: list[RunningGateway], tmp_path: Path, model_dir: str, *workers: str, mode: str = "shm",
-            **kw: object) -> RunningGateway:  # fmt: skip
-    cfg = GatewayConfig(worker_urls=workers, model_path=model_dir, transport=mode,
-                        log_path=str(tmp_path / f"gateway-{mode}-{len(gateways)}.log"), **kw)  # type: ignore[arg-type]
+def gateway(
+    gateways: list[RunningGateway], tmp_path: Path, model_dir: str, *workers: str, mode: str = "shm", **kw: object
+) -> RunningGateway:
+    cfg = GatewayConfig(
+        worker_urls=workers,
+        model_path=model_dir,
+        transport=mode,
+        log_path=str(tmp_path / f"gateway-{mode}-{len(gateways)}.log"),
+        **kw,
+    )  # type: ignore[arg-type]
     gw = start_gateway(cfg, ready_timeout_s=60)
     gateways.append(gw)
     return gw

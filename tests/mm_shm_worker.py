@@ -38,11 +38,17 @@ def main() -> None:
 
         def GetModelInfo(self, request: Any, context: Any) -> Any:  # noqa: N802
             return pb.GetModelInfoResponse(
-                model_path=md.path, tokenizer_path=md.path, served_model_name=md.served_model_name,
-                max_context_length=md.max_context_length, vocab_size=md.vocab_size, model_type=md.model_type,
-                architectures=list(md.architectures), eos_token_ids=[md.eos_token_id], supports_vision=True,
+                model_path=md.path,
+                tokenizer_path=md.path,
+                served_model_name=md.served_model_name,
+                max_context_length=md.max_context_length,
+                vocab_size=md.vocab_size,
+                model_type=md.model_type,
+                architectures=list(md.architectures),
+                eos_token_ids=[md.eos_token_id],
+                supports_vision=True,
                 is_generation=True,
-            )  # fmt: skip
+            )
 
         def GetServerInfo(self, request: Any, context: Any) -> Any:  # noqa: N802
             return pb.GetServerInfoResponse(shm_namespace_id=ns, uptime_seconds=1.0)
@@ -66,8 +72,13 @@ def main() -> None:
                     chunk=pb.GenerateStreamChunk(token_ids=[reply], prompt_tokens=prompt, completion_tokens=1)
                 )
             yield pb.GenerateResponse(
-                complete=pb.GenerateComplete(output_ids=[reply], finish_reason="stop", prompt_tokens=prompt,
-                                             completion_tokens=1, matched_token_id=md.eos_token_id)
+                complete=pb.GenerateComplete(
+                    output_ids=[reply],
+                    finish_reason="stop",
+                    prompt_tokens=prompt,
+                    completion_tokens=1,
+                    matched_token_id=md.eos_token_id,
+                )
             )
 
     slow_file = os.environ.get("MM_SHM_WORKER_SLOW_FILE", "")
@@ -97,8 +108,11 @@ def main() -> None:
             return handler._replace(unary_unary=late)
 
     ports = int(os.environ.get("MM_SHM_WORKER_PORTS", "1"))
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=max(4, 4 * ports)), interceptors=[Slow()],
-                         options=[("grpc.max_receive_message_length", 256 * 1024 * 1024)])  # fmt: skip
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=max(4, 4 * ports)),
+        interceptors=[Slow()],
+        options=[("grpc.max_receive_message_length", 256 * 1024 * 1024)],
+    )
     pb_grpc.add_VllmEngineServicer_to_server(Worker(), server)
     bound = [server.add_insecure_port("127.0.0.1:0") for _ in range(ports)]
     assert all(bound), "cannot bind"

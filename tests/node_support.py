@@ -81,8 +81,22 @@ def start_pod(children: Children, dshm: Path, mode: str) -> subprocess.Popen[str
     it the pod's /dev/shm, the host's namespace would use the tmpfs too, and the view would rightly
     call every pid that both namespaces have unknown."""
     script = 'mount --bind "$0" /dev/shm && mount -t proc proc /proc && exec "$1" -c "$2" "$3"'
-    argv = ["unshare", "--pid", "--fork", "unshare", "--mount", "--propagation", "private",
-            "sh", "-c", script, str(dshm), sys.executable, POD_MAIN, mode]  # fmt: skip
+    argv = [
+        "unshare",
+        "--pid",
+        "--fork",
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        script,
+        str(dshm),
+        sys.executable,
+        POD_MAIN,
+        mode,
+    ]
     p = children.spawn(argv, stdin=subprocess.PIPE)
     assert p.stdout is not None
     line = p.stdout.readline()  # its pid inside: 1

@@ -53,8 +53,11 @@ def validate(doc: Any, name: str) -> None:
         # under its branches: the leaves deepest in the document say what is wrong.
         leaves = [leaf for e in errors for leaf in _leaves(e)]
         depth = max(len(e.absolute_path) for e in leaves)
-        lines = [f"  at /{'/'.join(map(str, e.absolute_path))}: {e.message[:300]}"
-                 for e in leaves if len(e.absolute_path) == depth][:20]  # fmt: skip
+        lines = [
+            f"  at /{'/'.join(map(str, e.absolute_path))}: {e.message[:300]}"
+            for e in leaves
+            if len(e.absolute_path) == depth
+        ][:20]
         raise AssertionError(f"document does not match schemas/{name}:\n" + "\n".join(lines))
 
 

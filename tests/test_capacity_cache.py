@@ -104,8 +104,15 @@ def _python_for_nobody() -> str | None:
     live under /root)."""
     env = dict(os.environ, PYTHONPATH=PROJECT)
     for py in dict.fromkeys([sys.executable, shutil.which(f"python3.{sys.version_info.minor}") or "", "python3"]):
-        argv = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", py, "-c",
-                "import smgshm.core.host.capacity"]  # fmt: skip
+        argv = [
+            "setpriv",
+            f"--reuid={NOBODY}",
+            f"--regid={NOBODY}",
+            "--clear-groups",
+            py,
+            "-c",
+            "import smgshm.core.host.capacity",
+        ]
         try:
             if py and subprocess.run(argv, env=env, cwd="/", capture_output=True, timeout=60).returncode == 0:
                 return py
@@ -188,9 +195,23 @@ def _hostile(cache: Path, good: bytes, case: str) -> None:
         os.chown(cache, NOBODY, NOBODY)
 
 
-HOSTILE = ["symlink", "fifo", "garbage", "deeply nested", "deeply nested, small", "too big", "NaN",
-           "true as a count", "old format", "a list", "another owner's", "world-writable", "group-writable",
-           "dir world-writable", "dir another owner's"]  # fmt: skip
+HOSTILE = [
+    "symlink",
+    "fifo",
+    "garbage",
+    "deeply nested",
+    "deeply nested, small",
+    "too big",
+    "NaN",
+    "true as a count",
+    "old format",
+    "a list",
+    "another owner's",
+    "world-writable",
+    "group-writable",
+    "dir world-writable",
+    "dir another owner's",
+]
 
 
 @pytest.mark.parametrize("case", HOSTILE)

@@ -20,8 +20,9 @@ from tests.e2e_support import gateway, gateways, mm_shm_worker, model_dir, needs
 from tests.test_cli_doctor import shm_dir
 
 __all__ = ["gateways", "model_dir", "shm_dir"]  # fixtures
-needs_unshare = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
-                                   reason="needs root and unshare(1)")  # fmt: skip
+needs_unshare = pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("unshare") is None, reason="needs root and unshare(1)"
+)
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 BEGIN = "<!-- causes: generated from smgshm/core/causes.py by tests/test_causes.py render_table(); do not edit -->"
@@ -188,8 +189,10 @@ def test_verify_failed_a_receiver_on_its_own_tmpfs_claiming_this_hosts_id(childr
     """The ids match (the receiver claims this host's), so only the canary tells: it is not there."""
     from smgshm.core.host.namespace import read_namespace_id
 
-    script = ('mount -t tmpfs -o size=4m tmpfs /dev/shm && exec "$0" -m smgshm --json serve --listen 127.0.0.1:0 '
-              '--advertise-namespace-id "$1"')  # fmt: skip
+    script = (
+        'mount -t tmpfs -o size=4m tmpfs /dev/shm && exec "$0" -m smgshm --json serve --listen 127.0.0.1:0 '
+        '--advertise-namespace-id "$1"'
+    )
     argv = ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, sys.executable, read_namespace_id()]
     addr = _spawn_json(children, argv)["result"]["address"]
     [w] = run_cli("--json", "probe", "--verify", addr, exit=3).json["result"]["workers"]
@@ -206,17 +209,21 @@ def test_namespace_unreadable_when_this_hosts_boot_id_is_empty(children: Childre
     fake = tmp_path / "boot_id"
     fake.write_text("", encoding="ascii")
     script = f'mount --bind {fake} /proc/sys/kernel/random/boot_id && exec "$0" -m smgshm --json probe "$1"'
-    doc = _spawn_json(children, ["unshare", "--mount", "--propagation", "private", "sh", "-c", script,
-                                 sys.executable, addr])  # fmt: skip
+    doc = _spawn_json(
+        children, ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, sys.executable, addr]
+    )
     [w] = doc["result"]["workers"]
     assert w["verdict"] == "undetermined"
     assert w["cause_info"]["code"] == "namespace_unreadable"
     assert w["cause_info"]["fix_cmd"][:2] == ["smgshm", "ns"]
     # doctor, for the same fact, names the same cause: this host's id, and the worker judged against it.
-    script = (f'mount --bind {fake} /proc/sys/kernel/random/boot_id && exec "$0" -m smgshm --json doctor --no-gateways '
-              '--no-e2e --worker "$1"')  # fmt: skip
-    doc = _spawn_json(children, ["unshare", "--mount", "--propagation", "private", "sh", "-c", script,
-                                 sys.executable, addr])  # fmt: skip
+    script = (
+        f'mount --bind {fake} /proc/sys/kernel/random/boot_id && exec "$0" -m smgshm --json doctor --no-gateways '
+        '--no-e2e --worker "$1"'
+    )
+    doc = _spawn_json(
+        children, ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, sys.executable, addr]
+    )
     c = {check["name"]: check for check in doc["result"]["checks"]}
     assert (c["namespace id"]["cause"], c[f"probe {addr}"]["cause"]) == ("namespace_unreadable",) * 2
     assert c["namespace id"]["fix"] == c[f"probe {addr}"]["fix"] == CATALOGUE[Cause.LOCAL_ID_UNREADABLE].fix
@@ -231,8 +238,23 @@ def test_shm_permission_for_doctor_as_a_user_who_cannot_write_the_shm_dir() -> N
     d = tempfile.mkdtemp(prefix="smgshm-causes-", dir="/tmp")
     try:
         os.chmod(d, 0o755)  # noqa: S103 - readable by nobody, writable by root only: the point of the test
-        argv = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", sys.executable, "-m", "smgshm",
-                "--json", "doctor", "--no-gateways", "--no-e2e", "--shm-dir", d]  # fmt: skip
+        argv = [
+            "setpriv",
+            "--reuid",
+            "65534",
+            "--regid",
+            "65534",
+            "--clear-groups",
+            sys.executable,
+            "-m",
+            "smgshm",
+            "--json",
+            "doctor",
+            "--no-gateways",
+            "--no-e2e",
+            "--shm-dir",
+            d,
+        ]
         res = subprocess.run(argv, capture_output=True, text=True, timeout=120)
         assert res.returncode == 5, res.stdout + res.stderr
         w = {c["name"]: c for c in json.loads(res.stdout)["result"]["checks"]}["writable"]
@@ -254,8 +276,7 @@ def test_below_shm_min_bytes_at_a_real_gateway_with_a_high_minimum(
     children: Children, gateways: list[RunningGateway], tmp_path: Path, model_dir: str
 ) -> None:
     """A gateway whose shm_min_bytes (64 MiB) exceeds every tensor: inline by design, no failure under shm."""
-    gw = gateway(gateways, tmp_path, model_dir, mm_shm_worker(children, model_dir), mode="shm",
-                 shm_min_bytes=64 << 20)  # fmt: skip
+    gw = gateway(gateways, tmp_path, model_dir, mm_shm_worker(children, model_dir), mode="shm", shm_min_bytes=64 << 20)
     run = _e2e_run(gw, exit=0)
     assert run["path"] == "inline"
     assert run["cause_info"]["code"] == "below_shm_min_bytes"
@@ -324,8 +345,17 @@ def test_gateway_not_ready_and_no_workers_at_a_real_gateway_with_none(
     res = run_cli("e2e", "--gateway", gw.http_url, "--metrics", gw.metrics_url, "-n", "1", exit=4)
     assert "gateway not ready: GET /v1/models answered HTTP 503" in res.stderr
     assert fix in res.stderr
-    c, text = _doctor("--from-gateway", gw.http_url, "--metrics", gw.metrics_url, "--gateway-pid", str(gw.pid),
-                      "--shm-dir", shm_dir, exit=4)  # fmt: skip
+    c, text = _doctor(
+        "--from-gateway",
+        gw.http_url,
+        "--metrics",
+        gw.metrics_url,
+        "--gateway-pid",
+        str(gw.pid),
+        "--shm-dir",
+        shm_dir,
+        exit=4,
+    )
     assert (c["e2e"]["status"], c["e2e"]["cause"], c["e2e"]["code"]) == ("fail", "gateway_not_ready", 4)
     assert c["e2e"]["fix"] == fix
     none = c[f"gateway {gw.pid} workers"]
@@ -371,8 +401,14 @@ def test_workers_unlisted_when_the_real_gateway_wants_an_api_key(
     """A gateway started with --api-key refuses GET /workers without it (401): doctor cannot probe its
     workers and says so, naming the flag; with the key, it lists and probes them."""
     here = mm_shm_worker(children, model_dir)
-    gw = _launched(gateways, tmp_path, worker_urls=(here,), model_path=model_dir, transport="auto",
-                   extra_args=("--api-key", "sekret"))  # fmt: skip
+    gw = _launched(
+        gateways,
+        tmp_path,
+        worker_urls=(here,),
+        model_path=model_dir,
+        transport="auto",
+        extra_args=("--api-key", "sekret"),
+    )
     c, text = _doctor("--no-e2e", "--gateway-pid", str(gw.pid), "--shm-dir", shm_dir, exit=0)
     check = c[f"gateway {gw.pid} workers"]
     assert (check["status"], check["cause"]) == ("warn", "workers_unlisted")
@@ -534,9 +570,29 @@ def test_no_evidence_for_an_unprivileged_e2e_whose_requests_all_fail(
     keeps no receipts, and requests for a model the gateway does not serve (so it never metered a tensor
     and exports no smg_mm_* counter): nothing tells which path tensors would take, and e2e says so."""
     gw = gateway(gateways, tmp_path, model_dir, mm_shm_worker(children, model_dir), mode="shm")
-    argv = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", sys.executable, "-m", "smgshm",
-            "--json", "e2e", "--gateway", gw.http_url, "--metrics", gw.metrics_url, "-n", "1", "--warmup", "0",
-            "--model", "no-such-model"]  # fmt: skip
+    argv = [
+        "setpriv",
+        "--reuid",
+        "65534",
+        "--regid",
+        "65534",
+        "--clear-groups",
+        sys.executable,
+        "-m",
+        "smgshm",
+        "--json",
+        "e2e",
+        "--gateway",
+        gw.http_url,
+        "--metrics",
+        gw.metrics_url,
+        "-n",
+        "1",
+        "--warmup",
+        "0",
+        "--model",
+        "no-such-model",
+    ]
     res = subprocess.run(argv, capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "400"})
     assert res.returncode == 6, res.stdout + res.stderr
     [run] = json.loads(res.stdout)["result"]["runs"]
@@ -545,8 +601,9 @@ def test_no_evidence_for_an_unprivileged_e2e_whose_requests_all_fail(
     assert run["shm_dir"]["note"] == "the gateway's pid is not visible from here"
     info = run["cause_info"]
     assert (info["code"], info["fix"]) == ("no_evidence", CATALOGUE[Cause.NO_EVIDENCE].fix)
-    human = subprocess.run(argv[:9] + argv[10:], capture_output=True, text=True, timeout=120,
-                           env={**os.environ, "COLUMNS": "400"})  # fmt: skip
+    human = subprocess.run(
+        argv[:9] + argv[10:], capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "400"}
+    )
     assert human.returncode == 6, human.stderr
     assert "undetermined (no_evidence)" in human.stdout
     assert f"fix: {CATALOGUE[Cause.NO_EVIDENCE].fix}" in human.stdout
@@ -600,8 +657,9 @@ def test_worker_processing_at_a_real_gateway_sending_media_refs_to_serve(
     and serve advertising a worker-side processor: the requests succeed and no tensor is sent."""
     md = str(tmp_path / "m3")
     _, ready = start_serve(children, "--model-dir", md, "--worker-processing")
-    gw = gateway(gateways, tmp_path, md, ready["result"]["address"], mode="shm",
-                 extra_args=("--mm-processing", "worker"))  # fmt: skip
+    gw = gateway(
+        gateways, tmp_path, md, ready["result"]["address"], mode="shm", extra_args=("--mm-processing", "worker")
+    )
     run = _e2e_run(gw, exit=0)  # its own setting: no tensors is what worker processing means
     assert run["path"] == "none"
     assert run["cause_info"]["code"] == "worker_processing"

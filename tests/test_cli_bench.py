@@ -37,9 +37,7 @@ def test_crossover(rows: list[tuple[int, float | None, float]], want: int | None
         ([(300_000, 2.0, 1.0), (1 << 20, 3.0, 1.0)], 300_000),  # SHM won everywhere: the smallest measured
     ],
 )
-def test_recommendation_is_at_or_above_the_measured_crossover(
-    rows: list[tuple[int, float, float]], want: int
-) -> None:
+def test_recommendation_is_at_or_above_the_measured_crossover(rows: list[tuple[int, float, float]], want: int) -> None:
     x, rec, why = recommend([_size(*r) for r in rows])
     assert x == want
     assert rec is not None
@@ -53,14 +51,38 @@ def test_bench_embedded_json_schema_and_no_leftovers() -> None:
     doc = run_cli("--json", "bench", "--sizes", "4KiB,256KiB", "--warmup", "0", "-n", "2").json
     assert own_smg_entries() <= before
     r = doc["result"]
-    assert set(r) == {"address", "reader", "host", "sizes", "crossover_bytes", "recommended_shm_min_bytes",
-                      "recommendation", "verified"}  # fmt: skip
-    assert set(r["host"]) == {"cpu_count", "python", "torch", "memcpy_gb_per_s", "fresh_page_gb_per_s",
-                              "writer_pwrite_gb_per_s", "writer_mmap_gb_per_s"}  # fmt: skip
+    assert set(r) == {
+        "address",
+        "reader",
+        "host",
+        "sizes",
+        "crossover_bytes",
+        "recommended_shm_min_bytes",
+        "recommendation",
+        "verified",
+    }
+    assert set(r["host"]) == {
+        "cpu_count",
+        "python",
+        "torch",
+        "memcpy_gb_per_s",
+        "fresh_page_gb_per_s",
+        "writer_pwrite_gb_per_s",
+        "writer_mmap_gb_per_s",
+    }
     assert [s["nbytes"] for s in r["sizes"]] == [4096, 262144]
     for s in r["sizes"]:
-        assert set(s) == {"nbytes", "inline", "shm", "shm_write_ms", "shm_rpc_ms", "shm_read_ms", "speedup",
-                          "shm_fraction_of_memcpy", "samples_ns"}  # fmt: skip
+        assert set(s) == {
+            "nbytes",
+            "inline",
+            "shm",
+            "shm_write_ms",
+            "shm_rpc_ms",
+            "shm_read_ms",
+            "speedup",
+            "shm_fraction_of_memcpy",
+            "samples_ns",
+        }
         assert set(s["shm"]) == {"p50_ms", "p90_ms", "p99_ms", "gb_per_s"}
         assert len(s["samples_ns"]["shm"]) == 2
         assert len(s["samples_ns"]["inline"]) == 2

@@ -86,8 +86,16 @@ def test_bench_tiny_sizes() -> None:
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the what-if mounts a private tmpfs (root)")
 def test_bench_what_if(tmp_path: Path) -> None:
-    out = pty("bench", "--what-if", "huge-pages", "--sizes", "64KiB,1MiB", "-n", "2",
-              env={"XDG_CACHE_HOME": str(tmp_path / "cache")})  # fmt: skip
+    out = pty(
+        "bench",
+        "--what-if",
+        "huge-pages",
+        "--sizes",
+        "64KiB,1MiB",
+        "-n",
+        "2",
+        env={"XDG_CACHE_HOME": str(tmp_path / "cache")},
+    )
     assert "huge-page what-if" in out
     assert "end to end (SMG's path)" in out
 

@@ -213,8 +213,15 @@ def test_every_path_option_completes_paths() -> None:
         items = opt.shell_complete(click.Context(cmd), "/tm")
         assert [(i.type, i.value) for i in items] == [(kind, "/tm")], f"{path} {opt.opts[-1]}"
         seen.add(f"{path} {opt.opts[-1]}")
-    assert {"serve --model-dir", "serve --log-receipts", "gc --shm-dir", "e2e --model-dir",
-            "e2e --gateway-log-dir", "doctor --gateway-log", "gc --prometheus"} <= seen  # fmt: skip
+    assert {
+        "serve --model-dir",
+        "serve --log-receipts",
+        "gc --shm-dir",
+        "e2e --model-dir",
+        "e2e --gateway-log-dir",
+        "doctor --gateway-log",
+        "gc --prometheus",
+    } <= seen
     assert {c for c in COMMANDS if c != "completion"} <= {s.split()[0] for s in seen if s.endswith("--shm-dir")}
 
 
@@ -273,14 +280,30 @@ class PtyShell:
     the shell's list-the-choices key and returns the screen text up to a marker echoed after it."""
 
     SETUP: ClassVar[dict[str, tuple[list[str], str, list[str]]]] = {
-        "bash": (["bash", "--norc", "--noprofile", "-i"], "\x1b?", [  # M-?: possible-completions
-            "[ -r /usr/share/bash-completion/bash_completion ] && source /usr/share/bash-completion/bash_completion",
-            'eval "$(smgshm completion bash)"', "bind 'set bell-style none'",
-            "bind 'set completion-query-items 100000'", "bind 'set page-completions off'"]),
-        "zsh": (["zsh", "-f", "-i"], "\x04", [  # ^D at the end of a line: list-choices
-            "autoload -Uz compinit && compinit -u -D", 'eval "$(smgshm completion zsh)"', "LISTMAX=100000",
-            "unsetopt BEEP", "zstyle ':completion:*' list-prompt ''"]),
-    }  # fmt: skip
+        "bash": (
+            ["bash", "--norc", "--noprofile", "-i"],
+            "\x1b?",
+            [  # M-?: possible-completions
+                "[ -r /usr/share/bash-completion/bash_completion ] && "
+                "source /usr/share/bash-completion/bash_completion",
+                'eval "$(smgshm completion bash)"',
+                "bind 'set bell-style none'",
+                "bind 'set completion-query-items 100000'",
+                "bind 'set page-completions off'",
+            ],
+        ),
+        "zsh": (
+            ["zsh", "-f", "-i"],
+            "\x04",
+            [  # ^D at the end of a line: list-choices
+                "autoload -Uz compinit && compinit -u -D",
+                'eval "$(smgshm completion zsh)"',
+                "LISTMAX=100000",
+                "unsetopt BEEP",
+                "zstyle ':completion:*' list-prompt ''",
+            ],
+        ),
+    }
 
     def __init__(self, shell: str, home: Path) -> None:
         argv, self.list_key, setup = self.SETUP[shell]

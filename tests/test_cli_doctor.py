@@ -272,9 +272,18 @@ def _assert_embedded_all_ok(doc: dict[str, Any], shm: str, shm_dir_status: str =
     # on any other shm dir it is skipped (SMG's gateway always writes /dev/shm).
     e2e = ["e2e shm", "e2e auto", "e2e inline"] if shm == SHM and HAVE_SMG else ["e2e"]
     assert names == [
-        "namespace id", "shm dir", "writable", f"probe {addr}", "send inline", "send shm", *e2e, "leaks",
-        *HOST_CHECKS, "reaper: RemoveIPC", "reaper: tmpfiles",
-    ]  # fmt: skip
+        "namespace id",
+        "shm dir",
+        "writable",
+        f"probe {addr}",
+        "send inline",
+        "send shm",
+        *e2e,
+        "leaks",
+        *HOST_CHECKS,
+        "reaper: RemoveIPC",
+        "reaper: tmpfiles",
+    ]
     for c in r["checks"]:
         allowed = (
             {"ok", "warn", "info"}
@@ -336,9 +345,18 @@ def test_human_mode_prints_one_line_per_check(shm_dir: str) -> None:
     rows = [ln for ln in lines if ln.startswith("[") and not ln[7:].startswith("gateway")]
     names = [ln[7:].split(":", 1)[0] if not ln[7:].startswith("probe") else "probe" for ln in rows]
     assert names == [
-        "namespace id", "shm dir", "writable", "probe", "send inline", "send shm", "e2e", "leaks", *HOST_CHECKS,
-        "reaper", "reaper",
-    ]  # fmt: skip
+        "namespace id",
+        "shm dir",
+        "writable",
+        "probe",
+        "send inline",
+        "send shm",
+        "e2e",
+        "leaks",
+        *HOST_CHECKS,
+        "reaper",
+        "reaper",
+    ]
     for ln in rows:
         if ln.startswith(("[warn] reaper: ", "[info] page size: ", "[skip] e2e: ")):
             continue  # a reaper may warn on this machine, 4 KiB pages are advice; neither fails the run

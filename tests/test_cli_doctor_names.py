@@ -60,8 +60,9 @@ def test_doctor_shows_hostile_names_escaped_in_any_locale(hostile_dir: str, loca
 
 
 @pytest.mark.parametrize("locale", ["C", "C.UTF-8"])
-def test_a_real_leftover_beside_hostile_names_fails_with_an_exact_rm(hostile_dir: str, locale: str,
-                                                                     tmp_path: Path) -> None:
+def test_a_real_leftover_beside_hostile_names_fails_with_an_exact_rm(
+    hostile_dir: str, locale: str, tmp_path: Path
+) -> None:
     real = "smg-tokenspeed-probe-4194303"  # a pid no gateway has (above the kernel's largest pid_max)
     os.close(os.open(os.path.join(hostile_dir, real), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
     try:
@@ -76,8 +77,12 @@ def test_a_real_leftover_beside_hostile_names_fails_with_an_exact_rm(hostile_dir
     cmd = lines[starts[0] : starts[0] + 1]
     while cmd[-1].endswith("\\"):  # wider than the terminal: continued, as a shell reads it when pasted
         cmd.append(lines[starts[0] + len(cmd)])
-    printed = subprocess.run(["bash", "-c", "printf %s " + "\n".join(cmd).removeprefix("rm -- ")],
-                             capture_output=True, cwd=tmp_path, timeout=10)  # fmt: skip
+    printed = subprocess.run(
+        ["bash", "-c", "printf %s " + "\n".join(cmd).removeprefix("rm -- ")],
+        capture_output=True,
+        cwd=tmp_path,
+        timeout=10,
+    )
     assert printed.stdout == os.fsencode(os.path.join(hostile_dir, real))
 
 
@@ -92,8 +97,9 @@ def test_doctor_json_carries_the_exact_names(hostile_dir: str) -> None:
 
 def test_quote_cmd_round_trips_through_bash(tmp_path: Path) -> None:
     words = ["plain", "a b", "it's", "$(touch PWNED)", "x\x1b[2J\ny", os.fsdecode(b"\xff\xfe"), "é", "back\\slash"]
-    printed = subprocess.run(["bash", "-c", "printf '%s\\0' " + quote_cmd(words)], capture_output=True,
-                             cwd=tmp_path, timeout=10)  # fmt: skip
+    printed = subprocess.run(
+        ["bash", "-c", "printf '%s\\0' " + quote_cmd(words)], capture_output=True, cwd=tmp_path, timeout=10
+    )
     assert printed.stdout.split(b"\0")[:-1] == [os.fsencode(w) for w in words]
     assert not (tmp_path / "PWNED").exists()
     assert "\n" not in quote_cmd(words)

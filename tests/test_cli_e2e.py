@@ -180,8 +180,18 @@ def gateway_logs_of(result: dict) -> list[str]:  # type: ignore[type-arg]
 
 
 def test_embedded_gateway_log_dir_keeps_the_logs_and_names_them(model_dir: str, tmp_path: Path) -> None:
-    argv = ["--json", "e2e", "-n", "1", "--model-dir", model_dir, "--mode", "inline", "--gateway-log-dir",
-            str(tmp_path)]  # fmt: skip
+    argv = [
+        "--json",
+        "e2e",
+        "-n",
+        "1",
+        "--model-dir",
+        model_dir,
+        "--mode",
+        "inline",
+        "--gateway-log-dir",
+        str(tmp_path),
+    ]
     [run] = run_cli(*argv).json["result"]["runs"]
     assert os.path.dirname(run["gateway_log"]) == str(tmp_path)
     with open(run["gateway_log"], encoding="utf-8") as f:
@@ -194,8 +204,18 @@ def test_gateway_log_options_are_for_the_embedded_default_only() -> None:
 
 
 def test_embedded_foreign_id_auto_falls_back(model_dir: str) -> None:
-    argv = ["--json", "e2e", "-n", "1", "--model-dir", model_dir, "--mode", "auto", "--advertise-namespace-id",
-            FOREIGN_ID]  # fmt: skip
+    argv = [
+        "--json",
+        "e2e",
+        "-n",
+        "1",
+        "--model-dir",
+        model_dir,
+        "--mode",
+        "auto",
+        "--advertise-namespace-id",
+        FOREIGN_ID,
+    ]
     # Configured auto gone inline is a failure by default (issue #22; it used to be "expected inline", exit 0).
     [run] = run_cli(*argv, exit=3).json["result"]["runs"]
     assert run["path"] == "inline"
@@ -237,8 +257,19 @@ def test_dead_worker_is_the_headline_and_no_latency(
     gw = gateway(gateways, tmp_path, model_dir, addr, mode="shm")
     os.killpg(worker.pid, signal.SIGKILL)
     worker.wait(10)
-    argv = ["e2e", "--gateway", gw.http_url, "--metrics", gw.metrics_url, "-n", "1", "--warmup", "0",
-            "--timeout", "10s"]  # fmt: skip
+    argv = [
+        "e2e",
+        "--gateway",
+        gw.http_url,
+        "--metrics",
+        gw.metrics_url,
+        "-n",
+        "1",
+        "--warmup",
+        "0",
+        "--timeout",
+        "10s",
+    ]
     res = run_cli(*argv, exit=3)
     host_port = addr.removeprefix("grpc://")
     assert res.stdout.startswith("e2e: FAILED: gateway: worker "), res.stdout
@@ -250,8 +281,9 @@ def test_dead_worker_is_the_headline_and_no_latency(
 
 
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
-def test_ctrl_c_stops_every_gateway_and_leaves_no_segment(children: Children, model_dir: str, sig: int,
-                                                          code: int) -> None:  # fmt: skip
+def test_ctrl_c_stops_every_gateway_and_leaves_no_segment(
+    children: Children, model_dir: str, sig: int, code: int
+) -> None:
     p = children.spawn(smgshm_argv("e2e", "-n", "200", "--model-dir", model_dir))
     me = psutil.Process(p.pid)
 
@@ -286,8 +318,18 @@ def test_doctor_from_gateway_includes_the_e2e_check(
     """doctor --from-gateway: the gateway's real image traffic judged beside the worker checks."""
     addr = mm_shm_worker(children, model_dir, FOREIGN_ID)
     gw = gateway(gateways, tmp_path, model_dir, addr, mode="auto")
-    argv = ["--json", "doctor", "--gateway-pid", str(gw.pid), "--from-gateway", gw.http_url,
-            "--metrics", gw.metrics_url, "--timeout", "5s"]  # fmt: skip
+    argv = [
+        "--json",
+        "doctor",
+        "--gateway-pid",
+        str(gw.pid),
+        "--from-gateway",
+        gw.http_url,
+        "--metrics",
+        gw.metrics_url,
+        "--timeout",
+        "5s",
+    ]
     doc = run_cli(*argv, exit=3).json
     checks = {c["name"]: c for c in doc["result"]["checks"]}
     e2e = checks[f"e2e {gw.http_url}"]

@@ -36,15 +36,43 @@ HOUR_NS = 3600 * 10**9
 STATES = {"in_flight", "held", "leaked", "stale", "hazard", "unknown"}
 ENVELOPE = {"smgshm_version", "schema_version", "command", "ok", "result", "warnings"}
 RESULT_KEYS = {
-    "shm_dir", "segments", "counts", "bytes_by_state", "reclaimable_bytes", "shm_total_bytes",
-    "shm_used_bytes", "shm_free_bytes", "liveness_trusted", "liveness_note", "scan_ms", "deleted",
-    "remaining_counts", "remaining_bytes_by_state", "counts_by_kind", "bytes_by_kind",
-    "remaining_shm_used_bytes", "remaining_shm_free_bytes",
-}  # fmt: skip
+    "shm_dir",
+    "segments",
+    "counts",
+    "bytes_by_state",
+    "reclaimable_bytes",
+    "shm_total_bytes",
+    "shm_used_bytes",
+    "shm_free_bytes",
+    "liveness_trusted",
+    "liveness_note",
+    "scan_ms",
+    "deleted",
+    "remaining_counts",
+    "remaining_bytes_by_state",
+    "counts_by_kind",
+    "bytes_by_kind",
+    "remaining_shm_used_bytes",
+    "remaining_shm_free_bytes",
+}
 SEGMENT_KEYS = {
-    "name", "kind", "file_type", "nbytes", "allocated_bytes", "age_s", "uid", "producer_pid",
-    "producer_alive", "holders", "state", "reason", "ino", "name_hex", "nlink", "seen_s",
-}  # fmt: skip
+    "name",
+    "kind",
+    "file_type",
+    "nbytes",
+    "allocated_bytes",
+    "age_s",
+    "uid",
+    "producer_pid",
+    "producer_alive",
+    "holders",
+    "state",
+    "reason",
+    "ino",
+    "name_hex",
+    "nlink",
+    "seen_s",
+}
 HOLDER_KEYS = {"pid", "comm", "how"}
 DELETION_KEYS = {"name", "name_hex", "nbytes", "deleted", "reason", "ino", "freed_bytes"}
 
@@ -809,8 +837,15 @@ def test_a_segment_name_mounted_on_only_in_another_mount_namespace_is_a_hazard(
         victim.write_bytes(b"v" * 8192)
         name = seg_name(dead_pid(children), nanos=1700000000000000000)
         over = make_file(d, name, age_s=3600)
-        argv = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
-                f"mount --bind {victim} {over} && echo ready && exec sleep 600"]  # fmt: skip
+        argv = [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            f"mount --bind {victim} {over} && echo ready && exec sleep 600",
+        ]
         p, _ = first_line(children, argv)
         inside = f"/proc/{p.pid}/root{over}"  # the name as that namespace sees it: the victim
         assert Path(inside).read_bytes() == b"v" * 8192
@@ -843,12 +878,15 @@ def test_after_delete_the_usage_shown_is_read_again(children: Children, tmp_path
         res = run_cli("--no-color", "gc", "--shm-dir", d, "--assume-dead", "--delete", "--yes")
         vfs = os.statvfs(d)
         used, free = (vfs.f_blocks - vfs.f_bavail) * vfs.f_frsize, vfs.f_bavail * vfs.f_frsize
-        assert f"{d}: {human_size(used)} used of {human_size(vfs.f_blocks * vfs.f_frsize)}, " \
-            f"{human_size(free)} free" in " ".join(res.stdout.split()), res.stdout  # fmt: skip
+        assert (
+            f"{d}: {human_size(used)} used of {human_size(vfs.f_blocks * vfs.f_frsize)}, "
+            f"{human_size(free)} free" in " ".join(res.stdout.split())
+        ), res.stdout
         make_file(d, seg_name(dead_pid(children), seq=3), size=2 << 20, age_s=3600)
         prom = tmp_path / "gc.prom"
-        r = run_cli("--json", "gc", "--shm-dir", d, "--assume-dead", "--delete", "--yes", "--prometheus",
-                    str(prom)).json["result"]  # fmt: skip
+        r = run_cli(
+            "--json", "gc", "--shm-dir", d, "--assume-dead", "--delete", "--yes", "--prometheus", str(prom)
+        ).json["result"]
         assert r["shm_used_bytes"] - r["remaining_shm_used_bytes"] >= 2 << 20, "the scan's figure is before"
         assert r["remaining_shm_free_bytes"] == os.statvfs(d).f_bavail * vfs.f_frsize
         line = next(ln for ln in prom.read_text().splitlines() if ln.startswith("smgshm_gc_shm_free_bytes{"))
@@ -867,8 +905,11 @@ def _asked(children: Children, d: str, *extra: str) -> tuple[subprocess.Popen[st
 
     master, slave = pty.openpty()
     try:
-        p = children.spawn([PY, "-m", "smgshm", "gc", "--shm-dir", d, *JUDGE, "--delete", "--min-age", "0", *extra],
-                           stdin=slave, env={**os.environ, "COLUMNS": "200"})  # fmt: skip
+        p = children.spawn(
+            [PY, "-m", "smgshm", "gc", "--shm-dir", d, *JUDGE, "--delete", "--min-age", "0", *extra],
+            stdin=slave,
+            env={**os.environ, "COLUMNS": "200"},
+        )
     finally:
         os.close(slave)
     assert p.stderr is not None
@@ -883,8 +924,7 @@ def _asked(children: Children, d: str, *extra: str) -> tuple[subprocess.Popen[st
 
 
 @pytest.mark.parametrize(("answer", "what"), [(b"n\n", "no"), (b"\n", "empty"), (b"\x04", "end of input")])
-def test_declining_deletes_nothing_and_is_no_error(children: Children, tmp_dir: str, answer: bytes,
-                                                   what: str) -> None:  # fmt: skip
+def test_declining_deletes_nothing_and_is_no_error(children: Children, tmp_dir: str, answer: bytes, what: str) -> None:
     path = make_file(tmp_dir, seg_name(dead_pid(children)))
     p, master, said = _asked(children, tmp_dir)
     try:

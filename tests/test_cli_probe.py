@@ -39,12 +39,32 @@ StartReceiver = Callable[..., RunningReceiver]
 
 # The JSON schema of `probe`, pinned: fields may be added in schema 1, never dropped or renamed.
 RESULT_KEYS = {"local", "workers"}
-LOCAL_KEYS = {"namespace_id", "writable", "writable_error", "leftover_probe_files", "shm_free_bytes",
-              "leftover_probe_files_hex", "probe_lookalikes", "probe_lookalikes_hex"}  # fmt: skip
+LOCAL_KEYS = {
+    "namespace_id",
+    "writable",
+    "writable_error",
+    "leftover_probe_files",
+    "shm_free_bytes",
+    "leftover_probe_files_hex",
+    "probe_lookalikes",
+    "probe_lookalikes_hex",
+}
 WORKER_KEYS = {
-    "address", "verdict", "reason", "engine", "health", "namespace_id", "comparison", "decisions",
-    "facts", "smgshm_receiver", "verify", "elapsed_ms", "gateway_label", "cause_info",
-}  # fmt: skip
+    "address",
+    "verdict",
+    "reason",
+    "engine",
+    "health",
+    "namespace_id",
+    "comparison",
+    "decisions",
+    "facts",
+    "smgshm_receiver",
+    "verify",
+    "elapsed_ms",
+    "gateway_label",
+    "cause_info",
+}
 HEALTH_KEYS = {"engine_healthy", "engine_message", "grpc_health"}
 COMPARISON_KEYS = {"local", "peer", "sharing", "reason"}
 VERIFY_KEYS = {"ok", "code", "message"}
@@ -558,8 +578,15 @@ def _python_for(uid: int) -> tuple[str, dict[str, str]] | None:
     minor = f"python{sys.version_info.major}.{sys.version_info.minor}"
     candidates = [sys.executable, *(shutil.which(n) or "" for n in (minor, "python3"))]
     for py in dict.fromkeys(c for c in candidates if c):
-        argv = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", py, "-c",
-                "import grpc, smg_grpc_proto, smgshm.core.receiver.services"]  # fmt: skip
+        argv = [
+            "setpriv",
+            f"--reuid={uid}",
+            f"--regid={uid}",
+            "--clear-groups",
+            py,
+            "-c",
+            "import grpc, smg_grpc_proto, smgshm.core.receiver.services",
+        ]
         try:
             ok = subprocess.run(argv, env=env, cwd="/", capture_output=True, timeout=60, check=False)
         except (OSError, subprocess.TimeoutExpired):
@@ -577,8 +604,19 @@ def test_uid_mismatch_is_found_by_verify(children: Children) -> None:
     if found is None:
         pytest.skip(f"no python that uid {NOBODY} can run with smgshm importable")
     py, env = found
-    argv = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
-            py, "-m", "smgshm", "--json", "serve", "--listen", "127.0.0.1:0"]  # fmt: skip
+    argv = [
+        "setpriv",
+        f"--reuid={NOBODY}",
+        f"--regid={NOBODY}",
+        "--clear-groups",
+        py,
+        "-m",
+        "smgshm",
+        "--json",
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+    ]
     p = children.spawn(argv, env=env, cwd="/")
     address = _ready_address(p)
     assert address is not None, p.stderr.read() if p.stderr else ""

@@ -158,9 +158,19 @@ def keeping_address() -> Iterator[str]:
 def test_round_trip_is_byte_exact(address: str, dtype: str, layout: str, transport: str) -> None:
     count = 2
     doc = send_json(
-        address, "--transport", transport, "--layout", layout, "--dtype", dtype, "--tensors", "3",
-        "-n", str(count), *SMALL,
-    )  # fmt: skip
+        address,
+        "--transport",
+        transport,
+        "--layout",
+        layout,
+        "--dtype",
+        dtype,
+        "--tensors",
+        "3",
+        "-n",
+        str(count),
+        *SMALL,
+    )
     assert doc["ok"] is True
     r = doc["result"]
     assert (r["layout"], r["mode"], r["dtype"], r["shape"]) == (layout, transport, dtype, [64, 64])
@@ -518,8 +528,9 @@ def test_size_a_multiple_of_itemsize_is_accepted(address: str) -> None:
 @pytest.mark.parametrize("layout", ["vllm", "tokenspeed"])
 def test_many_tensors_match_by_key_not_order(address: str, layout: str) -> None:
     """12 tensors: the receiver's map order (extra_10 before extra_2) must not read as mismatches."""
-    doc = run_cli("--json", "send", address, "--layout", layout, "--tensors", "12", "--shape", "16",
-                  "--shm-min-bytes", "1").json  # fmt: skip
+    doc = run_cli(
+        "--json", "send", address, "--layout", layout, "--tensors", "12", "--shape", "16", "--shm-min-bytes", "1"
+    ).json
     p = only_path(doc["result"])
     assert p["tensors"] == 12
     assert p["mismatches"] == 0

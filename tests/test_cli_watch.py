@@ -102,13 +102,15 @@ def read_records_until(w: subprocess.Popen[str], recs: list[dict[str, Any]], pre
 Watched = tuple[subprocess.Popen[str], list[dict[str, Any]]]  # a watch child and the records read from it
 
 
-def produce(children: Children, d: str, consumed: int, cleaned: int, keep: bool = False,
-            watch: Watched | None = None) -> subprocess.Popen[str]:  # fmt: skip
+def produce(
+    children: Children, d: str, consumed: int, cleaned: int, keep: bool = False, watch: Watched | None = None
+) -> subprocess.Popen[str]:
     """The producer, returned once it is done (but for a kept segment). Given ``watch`` (its
     child and a list its records go to), the first consumed segment is read only after an
     interval shows its bytes in flight: then at least one consumed size is known."""
-    p = children.spawn([PY, "-c", PRODUCER, d, str(consumed), str(cleaned), "keep" if keep else "no"],
-                       stdin=subprocess.PIPE)  # fmt: skip
+    p = children.spawn(
+        [PY, "-c", PRODUCER, d, str(consumed), str(cleaned), "keep" if keep else "no"], stdin=subprocess.PIPE
+    )
     assert p.stdout is not None
     assert p.stdin is not None
     if consumed:
@@ -178,16 +180,40 @@ def test_json_summary_and_check(tmpfs: str, children: Children) -> None:  # noqa
     dead = dead_pid(children)
     name = f"smg-tokenspeed-{dead}-{time.time_ns()}-0"
     make_file(tmpfs, name, 100)
-    res = run_cli("--json", "watch", "--shm-dir", tmpfs, "--count", "1", "--interval", "0.2", "--orphan-after", "0s",
-                  "--check", exit=3)  # fmt: skip
+    res = run_cli(
+        "--json",
+        "watch",
+        "--shm-dir",
+        tmpfs,
+        "--count",
+        "1",
+        "--interval",
+        "0.2",
+        "--orphan-after",
+        "0s",
+        "--check",
+        exit=3,
+    )
     doc = res.json
     assert doc["ok"] is False
     (o,) = doc["result"]["orphan_list"]
     assert (o["name"], o["state"], o["producer_pid"], o["producer_alive"]) == (name, "leaked", dead, False)
     hostile = "smg-x\x1b[31m\udcff"  # a terminal escape and an undecodable byte
     make_file(tmpfs, hostile, 1)
-    doc = run_cli("--json", "watch", "--shm-dir", tmpfs, "--count", "1", "--interval", "0.1", "--orphan-after", "0s",
-                  "--check", exit=3).json  # fmt: skip
+    doc = run_cli(
+        "--json",
+        "watch",
+        "--shm-dir",
+        tmpfs,
+        "--count",
+        "1",
+        "--interval",
+        "0.1",
+        "--orphan-after",
+        "0s",
+        "--check",
+        exit=3,
+    ).json
     o = next(o for o in doc["result"]["orphan_list"] if o["kind"] == "other")
     assert o["name"] == "smg-x\\x1b[31m\\xff"
     assert bytes.fromhex(o["name_hex"]) == b"smg-x\x1b[31m\xff"
@@ -213,8 +239,18 @@ def test_piped_orphan_rows_never_wrap_or_cut_a_name(tmpfs: str) -> None:  # noqa
     name = "smg-orphan-" + "x" * 150  # far wider than 80 columns
     make_file(tmpfs, name, 100)
     try:
-        out = run_cli("watch", "--shm-dir", tmpfs, "--count", "1", "--interval", "0.1", "--orphan-after", "0s",
-                      env={"COLUMNS": "80"}).stdout  # fmt: skip
+        out = run_cli(
+            "watch",
+            "--shm-dir",
+            tmpfs,
+            "--count",
+            "1",
+            "--interval",
+            "0.1",
+            "--orphan-after",
+            "0s",
+            env={"COLUMNS": "80"},
+        ).stdout
     finally:
         os.unlink(os.path.join(tmpfs, name))
     lines = out.splitlines()
@@ -406,12 +442,14 @@ def test_metrics_showing_shm_write_failures_name_the_cause_and_the_fix(tmp_path:
 
     def metrics(_path: str) -> bytes:
         n = scrapes[0] = scrapes[0] + 1  # every scrape: 2 more tensors inline, 2 more failed SHM writes
-        return ("# TYPE smg_mm_tensors_total counter\n"
-                f'smg_mm_tensors_total{{runtime="vllm",path="inline"}} {2 * n}\n'
-                "# TYPE smg_mm_tensor_bytes_total counter\n"
-                f'smg_mm_tensor_bytes_total{{runtime="vllm",path="inline"}} {400_000 * n}\n'
-                "# TYPE smg_mm_shm_write_failures_total counter\n"
-                f'smg_mm_shm_write_failures_total{{runtime="vllm"}} {2 * n}\n').encode()  # fmt: skip
+        return (
+            "# TYPE smg_mm_tensors_total counter\n"
+            f'smg_mm_tensors_total{{runtime="vllm",path="inline"}} {2 * n}\n'
+            "# TYPE smg_mm_tensor_bytes_total counter\n"
+            f'smg_mm_tensor_bytes_total{{runtime="vllm",path="inline"}} {400_000 * n}\n'
+            "# TYPE smg_mm_shm_write_failures_total counter\n"
+            f'smg_mm_shm_write_failures_total{{runtime="vllm"}} {2 * n}\n'
+        ).encode()
 
     with LoopbackHttp(metrics) as srv:
         url = f"{srv.base}/metrics"

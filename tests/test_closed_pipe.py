@@ -119,8 +119,9 @@ def test_warnings_to_a_closed_stderr_leave_the_result_whole(tmp_path: Path) -> N
 
 def run_fd_closed(fd: int, argv: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
     """Run ``smgshm argv`` with ``fd`` (1 or 2) not open at all, as ``2>&-`` leaves it."""
-    return subprocess.run(smgshm_argv(*argv), text=True, timeout=120, env=ENV, check=False,
-                          preexec_fn=lambda: os.close(fd), **kw)  # fmt: skip
+    return subprocess.run(
+        smgshm_argv(*argv), text=True, timeout=120, env=ENV, check=False, preexec_fn=lambda: os.close(fd), **kw
+    )
 
 
 def test_closed_descriptors(tmp_path: Path) -> None:

@@ -17,8 +17,7 @@ def ctx(mode: str = "", worker_ns: str = NS, failed: int = 0, requests: int = 1)
 def metrics(shm: int = 0, inline: int = 0, failures: int = 0, **kw: object) -> MetricsEvidence:
     tensors = {k: v for k, v in (("shm", shm), ("inline", inline)) if v}
     nbytes = {k: v for k, v in (("shm", shm * PIX), ("inline", inline * 16 if shm else inline * PIX)) if v}
-    return MetricsEvidence("http://gw/metrics", True, tensors=tensors, nbytes=nbytes, shm_write_failures=failures,
-                           **kw)  # type: ignore[arg-type]  # fmt: skip
+    return MetricsEvidence("http://gw/metrics", True, tensors=tensors, nbytes=nbytes, shm_write_failures=failures, **kw)  # type: ignore[arg-type]
 
 
 def segs(*ends: str) -> ShmDirEvidence:

@@ -26,11 +26,21 @@ from tests.test_cli_gc import HOLDER, dead_pid, first_line, kill_and_reap, seg_n
 def test_the_scan_parses_names_as_parse_name_does(tmp_path: Path) -> None:
     # Judge.each parses inline (a call per entry costs a listing of a million); it must agree.
     names = [
-        "smg-tokenspeed-\u0661\u0662\u0663-1-0", "smg-tokenspeed-123-1-0\n", "smg-tokenspeed-\uff11\uff12-1-0",
-        "smg-tokenspeed-probe-12\n", "smg-smgshm-12-3-4x", "smg-tokenspeed-12-3", "smg-tokenspeed--1-2-3",
-        "smg-tokenspeed-123-1700000000000000000-7", "smg-tokenspeed-probe-42", "smg-smgshm-9-5-0",
-        "smg-smgshm-probe-9-5", f"smg-tokenspeed-{2**32}-1-0", "smg-smgshm-gc-1-abc", "smg-other",
-    ]  # fmt: skip
+        "smg-tokenspeed-\u0661\u0662\u0663-1-0",
+        "smg-tokenspeed-123-1-0\n",
+        "smg-tokenspeed-\uff11\uff12-1-0",
+        "smg-tokenspeed-probe-12\n",
+        "smg-smgshm-12-3-4x",
+        "smg-tokenspeed-12-3",
+        "smg-tokenspeed--1-2-3",
+        "smg-tokenspeed-123-1700000000000000000-7",
+        "smg-tokenspeed-probe-42",
+        "smg-smgshm-9-5-0",
+        "smg-smgshm-probe-9-5",
+        f"smg-tokenspeed-{2**32}-1-0",
+        "smg-smgshm-gc-1-abc",
+        "smg-other",
+    ]
     for name in names:
         make_file(str(tmp_path), name, age_s=3600)
     scanned = {s.name: s for s in scan_segments(ScanOptions(shm_dir=str(tmp_path), assume_dead=True)).segments}
@@ -82,8 +92,11 @@ def test_judge_entry_is_the_scans_judgement(children: Children, tmp_path: Path) 
             assert one is not None
             assert one.state is state, (name, one.reason)
             assert (one.state, one.reason, one.ino, one.kind) == (
-                scanned[name].state, scanned[name].reason, scanned[name].ino, scanned[name].kind,
-            )  # fmt: skip
+                scanned[name].state,
+                scanned[name].reason,
+                scanned[name].ino,
+                scanned[name].kind,
+            )
         assert holder.pid in {h.pid for h in judge_entry(d, held, opts).holders}  # type: ignore[union-attr]
         assert judge_entry(d, seg_name(dead_pid(children), seq=4), opts) is None, "a missing entry is None"
     finally:
@@ -109,7 +122,11 @@ def test_the_scans_inline_tally_is_tally_add(children: Children, tmp_path: Path)
     got = scan.tally
     assert got.total == by_add.total == 5
     assert (got.counts, got.bytes_by_state, got.counts_by_kind, got.bytes_by_kind, got.reclaimable_bytes) == (
-        by_add.counts, by_add.bytes_by_state, by_add.counts_by_kind, by_add.bytes_by_kind, by_add.reclaimable_bytes,
-    )  # fmt: skip
+        by_add.counts,
+        by_add.bytes_by_state,
+        by_add.counts_by_kind,
+        by_add.bytes_by_kind,
+        by_add.reclaimable_bytes,
+    )
     assert got.counts["leaked"] == 2
     assert got.reclaimable_bytes == 8192, "the linked one frees nothing"

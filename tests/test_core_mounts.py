@@ -48,9 +48,19 @@ def _line(path: bytes, fstype: bytes = b"tmpfs", dev: bytes = b"0:27") -> bytes:
 
 def test_a_line_reads_into_its_fields() -> None:
     assert parse_mounts(GOOD + b"\n") == [
-        Mount(36, 35, os.makedev(98, 0), "/mnt1", "/mnt/parent", "rw,noatime", ("master:1",), "ext3", "/dev/root",
-              "rw,errors=continue")
-    ]  # fmt: skip
+        Mount(
+            36,
+            35,
+            os.makedev(98, 0),
+            "/mnt1",
+            "/mnt/parent",
+            "rw,noatime",
+            ("master:1",),
+            "ext3",
+            "/dev/root",
+            "rw,errors=continue",
+        )
+    ]
     none, two = b"1 0 0:27 / /x rw - tmpfs t rw", b"1 0 0:27 / /x rw shared:1 master:2 - tmpfs t rw"
     assert parse_mounts(none)[0].optional == ()
     assert parse_mounts(two)[0].optional == ("shared:1", "master:2")
@@ -119,8 +129,11 @@ def test_the_queries_on_a_table() -> None:
         b"5 1 0:4 mnt:[4026532000] /run/ns rw - nsfs nsfs rw\n"
         b"6 1 0:4 pid:[4026532001] /run/pidns rw - nsfs nsfs rw\n"
     )
-    holding = {p: m and m.mount_id for p in ("/dev/shm/x", "/dev/shm", "/dev/shmx", "/", "dev/shm")
-               for m in [mount_holding(table, p)]}  # fmt: skip
+    holding = {
+        p: m and m.mount_id
+        for p in ("/dev/shm/x", "/dev/shm", "/dev/shmx", "/", "dev/shm")
+        for m in [mount_holding(table, p)]
+    }
     assert holding == {"/dev/shm/x": 3, "/dev/shm": 3, "/dev/shmx": 1, "/": 1, "dev/shm": None}
     assert getattr(mount_holding(table, "/dev/shm/x", os.makedev(0, 2)), "mount_id", None) == 2
     assert getattr(mount_holding(table, "/mnt/sub/y", os.makedev(0, 2)), "mount_id", None) == 4
@@ -183,8 +196,11 @@ def base(tmp_path: Path) -> Iterator[str]:
         pytest.skip("needs root and unshare(1) to mount tmpfs instances")
     trial = subprocess.run(
         ["unshare", "--mount", "--propagation", "private", "mount", "-t", "tmpfs", "smgshm-trial", str(tmp_path)],
-        capture_output=True, text=True, timeout=30, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
     if trial.returncode != 0:
         pytest.skip(f"mount is not permitted here: {trial.stderr.strip()[:200]}")
     with tmpfs(tmp_path / "base", "4m") as d:
@@ -211,8 +227,19 @@ def test_hostile_mount_points_read_back_exactly_in_every_consumer(children: Chil
     for n in (VICTIM, HELD):
         with open(d + b"/" + n, "wb") as f:
             f.write(b"v" * 4096)
-    argv = ["unshare", "--mount", "--propagation", "private", sys.executable, "-c", MOUNTER, base,
-            ",".join(n.hex() for n in HOSTILE), HELD.hex(), VICTIM.hex()]  # fmt: skip
+    argv = [
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        sys.executable,
+        "-c",
+        MOUNTER,
+        base,
+        ",".join(n.hex() for n in HOSTILE),
+        HELD.hex(),
+        VICTIM.hex(),
+    ]
     p, line = _spawn(children, argv)
     inside = json.loads(line)
     try:
@@ -280,8 +307,19 @@ def test_pidtrust_names_the_hostile_path_another_pid_namespace_sees_the_filesyst
 ) -> None:
     at = os.fsencode(tmp_path) + b"/seen at \t\n\\\r\xff"
     os.mkdir(at)
-    argv = ["unshare", "--pid", "--fork", "--mount", "--propagation", "private", sys.executable, "-c", SEER,
-            base, at.hex()]  # fmt: skip
+    argv = [
+        "unshare",
+        "--pid",
+        "--fork",
+        "--mount",
+        "--propagation",
+        "private",
+        sys.executable,
+        "-c",
+        SEER,
+        base,
+        at.hex(),
+    ]
     p, _ = _spawn(children, argv)
     kids = psutil.Process(p.pid).children(recursive=True)
     inner = next(k.pid for k in [psutil.Process(p.pid), *kids] if k.name().startswith("python"))

@@ -38,14 +38,38 @@ PIDS = st.integers(0, 2**32 - 1)
 NANOS = st.integers(0, 2**64)
 # Names near the grammar: its own pieces and the characters that have fooled parsers (non-ASCII
 # digits, a trailing newline, shell punctuation), so most examples are near misses, not noise.
-PIECES = st.sampled_from(["smg-", "tokenspeed-", "smgshm-", "probe-", "gc-", "floor-", "-", "0", "7", "42",
-                          "4294967296", "\u0661", "\uff11", "\n", ";touch x", "x", " "])  # fmt: skip
+PIECES = st.sampled_from(
+    [
+        "smg-",
+        "tokenspeed-",
+        "smgshm-",
+        "probe-",
+        "gc-",
+        "floor-",
+        "-",
+        "0",
+        "7",
+        "42",
+        "4294967296",
+        "\u0661",
+        "\uff11",
+        "\n",
+        ";touch x",
+        "x",
+        " ",
+    ]
+)
 # A prefix of the grammar and fields that are numbers (the pid limit's edges among them) or odd ones.
-FIELDS = st.one_of(st.sampled_from([0, 1, 2**32 - 1, 2**32, 2**64]).map(str), st.integers(0).map(str),
-                   st.sampled_from(["", "x", "\u0661", "1\n", "1;touch x", "-1"]))  # fmt: skip
-SHAPED = st.builds(lambda prefix, fields: prefix + "-".join(fields), st.sampled_from(
-    [GATEWAY_PREFIX, GATEWAY_PROBE_PREFIX, SMGSHM_PREFIX, SMGSHM_PROBE_PREFIX, ASIDE_PREFIX, "smg-"]),
-    st.lists(FIELDS, min_size=1, max_size=4))  # fmt: skip
+FIELDS = st.one_of(
+    st.sampled_from([0, 1, 2**32 - 1, 2**32, 2**64]).map(str),
+    st.integers(0).map(str),
+    st.sampled_from(["", "x", "\u0661", "1\n", "1;touch x", "-1"]),
+)
+SHAPED = st.builds(
+    lambda prefix, fields: prefix + "-".join(fields),
+    st.sampled_from([GATEWAY_PREFIX, GATEWAY_PROBE_PREFIX, SMGSHM_PREFIX, SMGSHM_PROBE_PREFIX, ASIDE_PREFIX, "smg-"]),
+    st.lists(FIELDS, min_size=1, max_size=4),
+)
 NAMES = st.one_of(SHAPED, st.lists(PIECES, max_size=10).map("".join), st.text(max_size=40))
 
 
@@ -78,8 +102,14 @@ def test_names_this_process_builds_parse_as_their_kind() -> None:
 
 
 def test_every_kind_is_one_the_parser_can_give() -> None:
-    names = [payload_name(1, 2, 3, GATEWAY_PREFIX), gateway_probe_name(1), payload_name(1, 2, 3),
-             probe_file_name(), aside_name(), "smg-other"]  # fmt: skip
+    names = [
+        payload_name(1, 2, 3, GATEWAY_PREFIX),
+        gateway_probe_name(1),
+        payload_name(1, 2, 3),
+        probe_file_name(),
+        aside_name(),
+        "smg-other",
+    ]
     assert tuple(parse_name(n).kind for n in names) == KINDS
 
 
@@ -162,8 +192,12 @@ def test_judges_fast_path_agrees_with_parse_name(judge: tuple[Judge, os.stat_res
 
 @pytest.mark.parametrize(
     "name",
-    ["smg-tokenspeed-probe-1;touch x", "smg-tokenspeed-probe-", "smg-tokenspeed-probe-1\n",
-     "smg-tokenspeed-probe-\u0661"],
+    [
+        "smg-tokenspeed-probe-1;touch x",
+        "smg-tokenspeed-probe-",
+        "smg-tokenspeed-probe-1\n",
+        "smg-tokenspeed-probe-\u0661",
+    ],
 )
 def test_a_probe_lookalike_carries_no_pid(name: str) -> None:
     assert probe_file_pid(name) is None

@@ -75,8 +75,13 @@ def test_segment_life_on_real_dev_shm(prefix: str) -> None:
     lives = tracker.feed(evs)
     (life,) = [x for x in lives if x.name == ref.name]
     assert isinstance(life, SegmentLife)
-    assert (life.kind, life.producer_pid, life.end, life.reads, life.observed) == ("smgshm", os.getpid(), "cleaned",
-                                                                                   0, True)  # fmt: skip
+    assert (life.kind, life.producer_pid, life.end, life.reads, life.observed) == (
+        "smgshm",
+        os.getpid(),
+        "cleaned",
+        0,
+        True,
+    )
     assert life.removed_ns is not None
     assert life.in_flight_ns == life.removed_ns - life.created_ns >= 0
     # The size at close, where the close and the unlink were read apart.
@@ -291,9 +296,16 @@ def test_a_life_begun_after_an_overflow_is_not_cut_by_its_rescan() -> None:
     t = SegmentTracker()
     spanned, after = "smg-tokenspeed-42-1-0", "smg-tokenspeed-42-2-1"
     t.feed([ShmEvent("created", spanned, 10), ShmEvent("opened", spanned, 11)])
-    cut = t.feed([ShmEvent("overflow", "", 20), ShmEvent("created", after, 21), ShmEvent("opened", after, 21),
-                  ShmEvent("closed", after, 21, 64), ShmEvent("opened", after, 22),
-                  ShmEvent("rescanned", "", 23, detail="overflow")])  # the listing: both unlinked by then  # fmt: skip
+    cut = t.feed(
+        [
+            ShmEvent("overflow", "", 20),
+            ShmEvent("created", after, 21),
+            ShmEvent("opened", after, 21),
+            ShmEvent("closed", after, 21, 64),
+            ShmEvent("opened", after, 22),
+            ShmEvent("rescanned", "", 23, detail="overflow"),
+        ]
+    )  # the listing: both unlinked by then
     assert [(x.name, x.end) for x in cut] == [(spanned, "unknown")]
     (life,) = t.feed([ShmEvent("removed", after, 24)])
     assert (life.name, life.end, life.reads, life.nbytes) == (after, "consumed", 1, 64)
@@ -303,8 +315,16 @@ def test_a_life_begun_after_an_overflow_is_not_cut_by_its_rescan() -> None:
 def test_creator_open_is_not_a_read() -> None:
     t = SegmentTracker()
     n = "smg-tokenspeed-42-1-0"
-    (life,) = t.feed([ShmEvent("created", n, 10), ShmEvent("opened", n, 11), ShmEvent("closed", n, 12, 64),
-                      ShmEvent("opened", n, 20), ShmEvent("opened", n, 21), ShmEvent("removed", n, 30)])  # fmt: skip
+    (life,) = t.feed(
+        [
+            ShmEvent("created", n, 10),
+            ShmEvent("opened", n, 11),
+            ShmEvent("closed", n, 12, 64),
+            ShmEvent("opened", n, 20),
+            ShmEvent("opened", n, 21),
+            ShmEvent("removed", n, 30),
+        ]
+    )
     assert (life.kind, life.producer_pid, life.reads, life.first_read_ns, life.nbytes) == ("gateway", 42, 2, 20, 64)
     assert (life.end, life.in_flight_ns) == ("consumed", 20)
 

@@ -140,9 +140,14 @@ def test_parse_duration(text: str, seconds: float) -> None:
 
 @pytest.mark.parametrize(
     ("text", "message"),
-    [("", "is not a duration"), ("2d", "is not a duration"), ("-1s", "is not a duration"),
-     ("721h", "longer than the longest duration"), ("9" * 400, "longer than the longest duration")],
-)  # fmt: skip
+    [
+        ("", "is not a duration"),
+        ("2d", "is not a duration"),
+        ("-1s", "is not a duration"),
+        ("721h", "longer than the longest duration"),
+        ("9" * 400, "longer than the longest duration"),
+    ],
+)
 def test_parse_duration_refuses(text: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         parse_duration(text)

@@ -76,9 +76,13 @@ def test_memory_does_not_grow_with_segments_seen(n: int) -> None:
         out = []
         for i in range(start, start + size):
             name = f"smg-tokenspeed-42-{1_000_000 + i}-{i}"
-            out += [ShmEvent("created", name, i * 1000), ShmEvent("opened", name, i * 1000 + 1),
-                    ShmEvent("closed", name, i * 1000 + 2, 4096), ShmEvent("opened", name, i * 1000 + 500),
-                    ShmEvent("removed", name, i * 1000 + 900 + i % 97)]  # fmt: skip
+            out += [
+                ShmEvent("created", name, i * 1000),
+                ShmEvent("opened", name, i * 1000 + 1),
+                ShmEvent("closed", name, i * 1000 + 2, 4096),
+                ShmEvent("opened", name, i * 1000 + 500),
+                ShmEvent("removed", name, i * 1000 + 900 + i % 97),
+            ]
         return out
 
     totals.add(tracker.feed(batch(0, 10_000)), q)  # warm up: dicts and buckets at their size

@@ -46,9 +46,15 @@ def test_model_dir_is_written_complete_and_its_tokenizer_works(tmp_path: Path) -
     assert md.path == str(tmp_path / "m")
     names = sorted(os.listdir(md.path))
     assert names == sorted(
-        ["config.json", "preprocessor_config.json", "tokenizer.json", "tokenizer_config.json",
-         "generation_config.json", "special_tokens_map.json"]
-    )  # fmt: skip
+        [
+            "config.json",
+            "preprocessor_config.json",
+            "tokenizer.json",
+            "tokenizer_config.json",
+            "generation_config.json",
+            "special_tokens_map.json",
+        ]
+    )
     tok = Tokenizer.from_file(os.path.join(md.path, "tokenizer.json"))
     assert tok.token_to_id("<|image_pad|>") == md.image_token_id
     assert tok.token_to_id("<|im_end|>") == md.eos_token_id
@@ -133,8 +139,19 @@ def test_ring_numbers_in_order_and_is_bounded() -> None:
 def test_one_mapping_carries_a_receipt_through_every_form() -> None:
     from smgshm.rpc.v1 import diag_pb2
 
-    read = Receipt("pixel_values", "shm", "uint8", (2, 2), nbytes=4, digest=b"d" * 16, read_ns=3, decode_ns=4,
-                   unlinked=True, shm_name="smg-tokenspeed-1-2-3", reader="view")  # fmt: skip
+    read = Receipt(
+        "pixel_values",
+        "shm",
+        "uint8",
+        (2, 2),
+        nbytes=4,
+        digest=b"d" * 16,
+        read_ns=3,
+        decode_ns=4,
+        unlinked=True,
+        shm_name="smg-tokenspeed-1-2-3",
+        reader="view",
+    )
     refused = Receipt("x", "shm", "uint8", (4,), shm_name="evil", error_code="foreign_name", error_message="no")
     for r in (read, refused):
         g = receipt_as(GenerateReceipt, r, request_id="q", engine="vllm", shm_owner_id="smg:1", received_unix_ns=9)
@@ -180,9 +197,7 @@ def _shm_td(pb: Any, scratch: list[str], data: bytes, name: str | None = None) -
     return td
 
 
-def test_vllm_generate_streams_a_chunk_then_a_complete_with_receipts(
-    vllm: RunningReceiver, scratch: list[str]
-) -> None:
+def test_vllm_generate_streams_a_chunk_then_a_complete_with_receipts(vllm: RunningReceiver, scratch: list[str]) -> None:
     pix = _shm_td(vllm_engine_pb2, scratch, b"\x01" * 70000)
     grid = vllm_engine_pb2.TensorData(shape=[1, 3], dtype="int64", inline=b"\0" * 24)
     extra = vllm_engine_pb2.MultimodalInputs(

@@ -100,8 +100,14 @@ def _parse(argv: list[str]) -> tuple[list[str], list[str]]:
 
 
 def test_the_deploy_folder_has_its_parts() -> None:
-    for name in ("Containerfile", "build-and-check.sh", "node-requirements.txt", "k8s/exporter-daemonset.yaml",
-                 "k8s/gateway-preflight.yaml", "k8s/podmonitor.yaml"):  # fmt: skip
+    for name in (
+        "Containerfile",
+        "build-and-check.sh",
+        "node-requirements.txt",
+        "k8s/exporter-daemonset.yaml",
+        "k8s/gateway-preflight.yaml",
+        "k8s/podmonitor.yaml",
+    ):
         assert (DEPLOY / name).is_file(), name
     assert os.access(DEPLOY / "build-and-check.sh", os.X_OK)
     containerfile = (DEPLOY / "Containerfile").read_text()
@@ -119,8 +125,9 @@ def test_the_script_is_bash_n_and_shellcheck_clean() -> None:
 
 
 def test_the_script_refuses_an_unknown_argument_before_doing_anything() -> None:
-    got = subprocess.run(["bash", str(DEPLOY / "build-and-check.sh"), "--bogus"], capture_output=True, text=True,
-                         timeout=30)  # fmt: skip
+    got = subprocess.run(
+        ["bash", str(DEPLOY / "build-and-check.sh"), "--bogus"], capture_output=True, text=True, timeout=30
+    )
     assert got.returncode == 2
     assert "unknown argument: --bogus" in got.stderr
 
@@ -137,8 +144,9 @@ def test_every_manifest_parses_as_yaml_with_kind_and_name() -> None:
 
 def _validate(version: str, path: Path) -> subprocess.CompletedProcess[str]:
     exe = Path(sys.executable).with_name("kubernetes-validate")
-    return subprocess.run([str(exe), "--strict", "--quiet", "-k", version, str(path)], capture_output=True, text=True,
-                          timeout=120)  # fmt: skip
+    return subprocess.run(
+        [str(exe), "--strict", "--quiet", "-k", version, str(path)], capture_output=True, text=True, timeout=120
+    )
 
 
 def _newest_version() -> str:
@@ -170,8 +178,10 @@ def test_strict_validation_rejects_what_it_should(tmp_path: Path) -> None:
     """The judge can fail: an unknown field and a wrong type in the gateway's own Deployment."""
     pytest.importorskip("kubernetes_validate")
     ds = next(d for _, d in _all_docs() if d["kind"] == "Deployment")
-    for mutate in (lambda d: d["spec"]["template"]["spec"].__setitem__("hostPIDD", True),
-                   lambda d: d["spec"]["template"]["spec"].__setitem__("enableServiceLinks", "yes")):  # fmt: skip
+    for mutate in (
+        lambda d: d["spec"]["template"]["spec"].__setitem__("hostPIDD", True),
+        lambda d: d["spec"]["template"]["spec"].__setitem__("enableServiceLinks", "yes"),
+    ):
         bad = json.loads(json.dumps(ds))
         mutate(bad)
         f = tmp_path / "bad.yaml"
@@ -320,8 +330,13 @@ _IMPORTS = textwrap.dedent("""
 
 
 def _imports_of(*argv: str) -> set[str]:
-    got = subprocess.run([sys.executable, "-c", _IMPORTS, *argv], capture_output=True, text=True, timeout=60,
-                         env={**os.environ, "PYTHONPATH": str(DEPLOY.parent)})  # fmt: skip
+    got = subprocess.run(
+        [sys.executable, "-c", _IMPORTS, *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(DEPLOY.parent)},
+    )
     lines = [ln for ln in got.stderr.splitlines() if ln.startswith("IMPORTED ")]
     assert lines, (argv, got.returncode, got.stderr[-2000:])
     return set(json.loads(lines[-1][len("IMPORTED ") :]))
@@ -337,12 +352,15 @@ def test_the_node_commands_import_only_what_the_image_installs(tmp_path: Path) -
     (root / "var/log/pods").mkdir(parents=True)
     prom = tmp_path / "gc.prom"
     runs = [
-        ("ns",), ("--json", "ns", "compare", "00000000-0000-4000-8000-000000000000:1"),
-        ("gc", "--check"), ("gc", "--prometheus", str(prom)), ("--json", "gc", "--node", "--node-root", str(root)),
+        ("ns",),
+        ("--json", "ns", "compare", "00000000-0000-4000-8000-000000000000:1"),
+        ("gc", "--check"),
+        ("gc", "--prometheus", str(prom)),
+        ("--json", "gc", "--node", "--node-root", str(root)),
         ("watch", "--duration", "1s", "--json", "--serve-metrics", "127.0.0.1:0"),
         ("watch", "--node", "--node-root", str(root), "--duration", "1s", "--serve-metrics", "127.0.0.1:0"),
         ("preflight", "--npd", "--shm-dir", str(tmp_path)),
-    ]  # fmt: skip
+    ]
     for argv in runs:
         extra = _imports_of(*argv) - allowed
         assert not extra, (argv, extra)

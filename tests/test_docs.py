@@ -198,8 +198,12 @@ def test_a_wheel_install_carries_the_pages(tmp_path: Path) -> None:
         shutil.copy(ROOT / name, src / name)
     shutil.copytree(ROOT / "smgshm", src / "smgshm", ignore=shutil.ignore_patterns("__pycache__"))
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
-    subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "dist"), str(src)],
-                   check=True, timeout=240, cwd=tmp_path)  # fmt: skip
+    subprocess.run(
+        [*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "dist"), str(src)],
+        check=True,
+        timeout=240,
+        cwd=tmp_path,
+    )
     (wheel,) = (tmp_path / "dist").glob("smgshm-*.whl")
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)

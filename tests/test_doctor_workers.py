@@ -40,8 +40,7 @@ def test_a_foreign_and_a_dead_worker_fail_naming_them_and_the_mixed_ids_warn(
     here = mm_shm_worker(children, model_dir)
     foreign = mm_shm_worker(children, model_dir, FOREIGN_ID)
     doomed = mm_shm_worker(children, model_dir)
-    gw = gateway(gateways, tmp_path, model_dir, f"grpc://{here}", f"grpc://{foreign}", f"grpc://{doomed}",
-                 mode="auto")  # fmt: skip
+    gw = gateway(gateways, tmp_path, model_dir, f"grpc://{here}", f"grpc://{foreign}", f"grpc://{doomed}", mode="auto")
     victim = children.procs[-1]
     victim.kill()
     victim.wait(10)
@@ -111,16 +110,24 @@ def test_the_lint_names_ignored_overrides_and_a_decode_worker_in_another_namespa
     from smgshm.core.doctor.gatewayworkers import JudgedGateway, lint
 
     g = JudgedGateway("gateway 7", "http://127.0.0.1:1", "auto", HERE)
-    out = {c.cause.value if c.cause else "": c for c in lint(g, [
-        _w("grpc://a:1", HERE, kind="prefill", override="multimodal_tensor_transport=shm"),
-        _w("grpc://b:1", FOREIGN_ID, kind="decode"),
-    ])}  # fmt: skip
+    out = {
+        c.cause.value if c.cause else "": c
+        for c in lint(
+            g,
+            [
+                _w("grpc://a:1", HERE, kind="prefill", override="multimodal_tensor_transport=shm"),
+                _w("grpc://b:1", FOREIGN_ID, kind="decode"),
+            ],
+        )
+    }
     assert out["worker_override_ignored"].status == "warn"
     assert "SMG ignores per-worker transport settings" in out["worker_override_ignored"].summary
     assert out["pd_decode_namespace"].status == "fail"
     assert "grpc://b:1" in out["pd_decode_namespace"].summary
     assert out["mixed_namespace_ids"].status == "warn"
     # Under inline nothing goes through SHM: mixed ids and a foreign decode worker say nothing.
-    inline = lint(JudgedGateway("gateway 7", "http://127.0.0.1:1", "inline", HERE), [
-        _w("grpc://a:1", HERE, kind="prefill"), _w("grpc://b:1", FOREIGN_ID, kind="decode")])  # fmt: skip
+    inline = lint(
+        JudgedGateway("gateway 7", "http://127.0.0.1:1", "inline", HERE),
+        [_w("grpc://a:1", HERE, kind="prefill"), _w("grpc://b:1", FOREIGN_ID, kind="decode")],
+    )
     assert inline == []

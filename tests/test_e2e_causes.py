@@ -48,13 +48,14 @@ class PrivateShm:
         # The namespace starts as a copy of every mount here, other runs' private tmpfs under /tmp
         # too: detached first, so no run's gc sees its tmpfs reached from this test's pid namespace.
         script = (
-            "findmnt -rn -o TARGET | grep '^/tmp/' | sort -r | while read -r m; do umount -l \"$(printf %b \"$m\")\"; "
+            'findmnt -rn -o TARGET | grep \'^/tmp/\' | sort -r | while read -r m; do umount -l "$(printf %b "$m")"; '
             "done; "
             f"mount -t tmpfs -o size={size},mode=1777 tmpfs /dev/shm && echo ready && exec cat"
         )
         # stdin is a pipe: if this test process dies, cat sees EOF and the namespace goes with it.
-        self.holder = children.spawn(["unshare", "-m", "--propagation", "private", "bash", "-c", script],
-                                     stdin=subprocess.PIPE)  # fmt: skip
+        self.holder = children.spawn(
+            ["unshare", "-m", "--propagation", "private", "bash", "-c", script], stdin=subprocess.PIPE
+        )
         assert self.holder.stdout is not None
         line = self.holder.stdout.readline()
         assert line.strip() == "ready", self.holder.stderr.read() if self.holder.stderr else "holder exited"
@@ -86,22 +87,30 @@ def serve_in(ns: PrivateShm, children: Children, model: str) -> str:
     return str(json.loads(line)["result"]["address"])
 
 
-def gateway_in(ns: PrivateShm, gateways: list[RunningGateway], tmp_path: Path, model: str, worker: str,
-               as_uid: str | None = None) -> RunningGateway:  # fmt: skip
+def gateway_in(
+    ns: PrivateShm, gateways: list[RunningGateway], tmp_path: Path, model: str, worker: str, as_uid: str | None = None
+) -> RunningGateway:
     """The real gateway under mode shm, pid 1 of a new pid namespace inside ``ns`` (as ``as_uid``)."""
     prefix = ns.enter("unshare", "-p", "-f", "--mount-proc", "--kill-child")
     if as_uid is not None:
         # The uid change clears the parent-death signal unshare --kill-child set: set it again.
         prefix += ["setpriv", "--reuid", as_uid, "--regid", as_uid, "--clear-groups", "--pdeathsig", "SIGKILL"]
-    cfg = GatewayConfig(worker_urls=(worker,), model_path=model, transport="shm", shm_dir=ns.shm,
-                        log_path=str(tmp_path / "gateway.log"), argv_prefix=tuple(prefix))  # fmt: skip
+    cfg = GatewayConfig(
+        worker_urls=(worker,),
+        model_path=model,
+        transport="shm",
+        shm_dir=ns.shm,
+        log_path=str(tmp_path / "gateway.log"),
+        argv_prefix=tuple(prefix),
+    )
     gw = start_gateway(cfg, ready_timeout_s=90)
     gateways.append(gw)
     return gw
 
 
-def e2e_in(ns: PrivateShm, gw: RunningGateway, *args: str, exit: int,
-           as_uid: str | None = None) -> subprocess.CompletedProcess[str]:  # fmt: skip
+def e2e_in(
+    ns: PrivateShm, gw: RunningGateway, *args: str, exit: int, as_uid: str | None = None
+) -> subprocess.CompletedProcess[str]:
     uid = ["setpriv", "--reuid", as_uid, "--regid", as_uid, "--clear-groups"] if as_uid is not None else []
     argv = ns.enter(*uid, *smgshm_argv("e2e", "--gateway", gw.http_url, "--metrics", gw.metrics_url, *args))
     res = subprocess.run(argv, capture_output=True, text=True, timeout=180, env={**os.environ, "COLUMNS": "400"})
@@ -178,8 +187,7 @@ def test_leftover_probe_file_turns_shm_off_and_e2e_names_it(
     os.chmod(model, 0o755)  # noqa: S103 - the gateway runs as nobody and must read it
     for name in os.listdir(model):
         os.chmod(os.path.join(model, name), 0o644)
-    gw = gateway_in(ns, gateways, tmp_path, "/dev/shm/model", serve_in(ns, children, "/dev/shm/model"),
-                    as_uid=NOBODY)  # fmt: skip
+    gw = gateway_in(ns, gateways, tmp_path, "/dev/shm/model", serve_in(ns, children, "/dev/shm/model"), as_uid=NOBODY)
     setting = wait_for(gw.transport_setting, what="the gateway's transport line")
     assert (setting.mode, setting.dev_writable) == ("shm", False)  # its own account: the probe failed
     assert gw.log_lines(f"path=/dev/shm/{PROBE_1}")  # its warning names the probe file
@@ -278,8 +286,7 @@ def test_writes_refused_by_permission_are_shm_permission_where_e2e_cannot_write_
     os.chmod(model, 0o755)  # noqa: S103 - the gateway runs as nobody and must read it
     for name in os.listdir(model):
         os.chmod(os.path.join(model, name), 0o644)
-    gw = gateway_in(ns, gateways, tmp_path, "/dev/shm/model", serve_in(ns, children, "/dev/shm/model"),
-                    as_uid=NOBODY)  # fmt: skip
+    gw = gateway_in(ns, gateways, tmp_path, "/dev/shm/model", serve_in(ns, children, "/dev/shm/model"), as_uid=NOBODY)
     assert wait_for(gw.transport_setting, what="the gateway's transport line").dev_writable is True
     os.chmod(ns.shm, 0o755)  # noqa: S103 - root's, no longer writable by others: nobody creates nothing
     args = ("--json", "-n", "1", "--warmup", "0", "--expect", "shm")
@@ -312,8 +319,20 @@ def test_e2e_from_the_host_does_not_judge_a_containers_tmpfs_by_its_own(
     ns = private_shm
     gw = gateway_in(ns, gateways, tmp_path, model_dir, serve_in(ns, children, model_dir))
     theirs = f"/proc/{router_pid(gw)}/root/dev/shm"
-    args = ("--json", "e2e", "--gateway", gw.http_url, "--metrics", gw.metrics_url, "-n", "1", "--warmup", "0",
-            "--expect", "shm")  # fmt: skip
+    args = (
+        "--json",
+        "e2e",
+        "--gateway",
+        gw.http_url,
+        "--metrics",
+        gw.metrics_url,
+        "-n",
+        "1",
+        "--warmup",
+        "0",
+        "--expect",
+        "shm",
+    )
     [run] = run_cli(*args).json["result"]["runs"]
     assert (run["path"], run["agree"], run["cause_info"]) == ("shm", True, None)
     assert run["shm_tensors_by_source"] == {"metrics": 1, "receipts": 1}

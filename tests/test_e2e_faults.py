@@ -66,12 +66,30 @@ def test_retry_of_a_consumed_handle_is_reported_as_that_failure_class(
     consumed handle; e2e names that class from the receipts and the shm dir."""
     _, dying = start_serve(children, "--model-dir", model_dir, "--fault", "die-after-read")
     _, good = start_serve(children, "--model-dir", model_dir)
-    gw = gateway(gateways, tmp_path, model_dir, dying["result"]["address"], good["result"]["address"], mode="shm",
-                 extra_args=("--policy", "round_robin"))  # fmt: skip
+    gw = gateway(
+        gateways,
+        tmp_path,
+        model_dir,
+        dying["result"]["address"],
+        good["result"]["address"],
+        mode="shm",
+        extra_args=("--policy", "round_robin"),
+    )
     # Not streamed: a streamed reply has sent its headers, so the gateway cannot retry it (the
     # stream just breaks); a unary one it retries, on the other worker, with the same handle.
-    argv = ["--json", "e2e", "--gateway", gw.http_url, "--metrics", gw.metrics_url, "-n", "2", "--warmup", "0",
-            "--no-stream"]  # fmt: skip
+    argv = [
+        "--json",
+        "e2e",
+        "--gateway",
+        gw.http_url,
+        "--metrics",
+        gw.metrics_url,
+        "-n",
+        "2",
+        "--warmup",
+        "0",
+        "--no-stream",
+    ]
     res = CliRunner().invoke(cli, argv, catch_exceptions=False)
     assert res.exit_code == 3, res.stderr
     [run] = json.loads(res.stdout)["result"]["runs"]

@@ -31,9 +31,11 @@ class Decoy:
     def _page(self, _path: str) -> bytes:
         self.hits += 1
         n = self.hits
-        return (f'smg_mm_tensors_total{{runtime="vllm",path="shm"}} {n * 10}\n'
-                f'smg_mm_tensor_bytes_total{{runtime="vllm",path="shm"}} {n * 4816896}\n'
-                f'smg_http_requests_total{{method="GET",path="other"}} {n * 10}\n').encode()  # fmt: skip
+        return (
+            f'smg_mm_tensors_total{{runtime="vllm",path="shm"}} {n * 10}\n'
+            f'smg_mm_tensor_bytes_total{{runtime="vllm",path="shm"}} {n * 4816896}\n'
+            f'smg_http_requests_total{{method="GET",path="other"}} {n * 10}\n'
+        ).encode()
 
     def close(self) -> None:
         self.http.close()
@@ -46,8 +48,10 @@ def real(model_dir: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[R
     try:
         addr = mm_shm_worker(children, model_dir)
         log = tmp_path_factory.mktemp("gw") / "gateway.log"
-        with start_gateway(GatewayConfig(worker_urls=(addr,), model_path=model_dir, transport="shm",
-                                         log_path=str(log)), ready_timeout_s=60) as gw:  # fmt: skip
+        with start_gateway(
+            GatewayConfig(worker_urls=(addr,), model_path=model_dir, transport="shm", log_path=str(log)),
+            ready_timeout_s=60,
+        ) as gw:
             assert not gw.metrics_url.endswith(f":{DEFAULT_METRICS_PORT}/metrics")
             yield gw
     finally:

@@ -26,11 +26,22 @@ def test_fuzzed_multimodal_inputs_never_crash_the_receiver(tmp_path: Path) -> No
     corpus.mkdir()
     shm.mkdir()
     out = subprocess.run(
-        [sys.executable, str(TARGET), str(corpus), f"-runs={RUNS}", "-max_total_time=60", "-rss_limit_mb=2048",
-         "-max_len=4096", f"-artifact_prefix={tmp_path}/"],
-        cwd=tmp_path, env={**os.environ, "SMGSHM_FUZZ_SHM_DIR": str(shm)}, capture_output=True, text=True,
+        [
+            sys.executable,
+            str(TARGET),
+            str(corpus),
+            f"-runs={RUNS}",
+            "-max_total_time=60",
+            "-rss_limit_mb=2048",
+            "-max_len=4096",
+            f"-artifact_prefix={tmp_path}/",
+        ],
+        cwd=tmp_path,
+        env={**os.environ, "SMGSHM_FUZZ_SHM_DIR": str(shm)},
+        capture_output=True,
+        text=True,
         timeout=150,
-    )  # fmt: skip
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "Done" in out.stderr
     assert not list(tmp_path.glob("crash-*")) + list(tmp_path.glob("oom-*")) + list(tmp_path.glob("leak-*"))

@@ -71,9 +71,15 @@ dims = st.lists(st.integers(min_value=0, max_value=2**32 - 1), max_size=5)
     inline=st.one_of(st.none(), st.binary(max_size=64)),
 )
 def test_hostile_tensor_data_is_refused_cleanly(
-    tmp_path: Path, layout: Layout, shape: list[int], dtype: str, name: str, offset: int, nbytes: int,
+    tmp_path: Path,
+    layout: Layout,
+    shape: list[int],
+    dtype: str,
+    name: str,
+    offset: int,
+    nbytes: int,
     inline: bytes | None,
-) -> None:  # fmt: skip
+) -> None:
     pb = engine_pb2(layout)
     td = pb.TensorData(shape=shape, dtype=dtype)
     if inline is not None:
@@ -121,9 +127,12 @@ def test_arbitrary_generate_requests_give_receipts_or_wire_error(tmp_path: Path,
 
 tensor_data = st.builds(
     lambda shape, dtype, name, nbytes, inline: (shape, dtype, name, nbytes, inline),
-    dims, st.sampled_from(["float32", "uint8", "int64", "nope"]), names,
-    st.integers(min_value=0, max_value=2**64 - 1), st.one_of(st.none(), st.binary(max_size=32)),
-)  # fmt: skip
+    dims,
+    st.sampled_from(["float32", "uint8", "int64", "nope"]),
+    names,
+    st.integers(min_value=0, max_value=2**64 - 1),
+    st.one_of(st.none(), st.binary(max_size=32)),
+)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=SLOW_OK)
@@ -163,8 +172,10 @@ def test_hostile_generate_over_grpc_is_a_status_never_a_crash(
 def _tensors(layout: Layout, request: Any, payloads: dict[bytes, memoryview] | None) -> list[tuple[Any, ...]]:
     from smgshm.core.transport.wire import generate_tensors
 
-    return [(t.key, t.kind, t.shape, t.dtype, None if t.inline is None else bytes(t.inline), t.shm_name)
-            for t in generate_tensors(layout, request, payloads)]  # fmt: skip
+    return [
+        (t.key, t.kind, t.shape, t.dtype, None if t.inline is None else bytes(t.inline), t.shm_name)
+        for t in generate_tensors(layout, request, payloads)
+    ]
 
 
 @SETTINGS
@@ -178,9 +189,14 @@ def _tensors(layout: Layout, request: Any, payloads: dict[bytes, memoryview] | N
     pieces=st.lists(st.integers(min_value=0, max_value=2), max_size=3),
 )
 def test_excised_parse_is_exactly_protobufs(
-    layout: Layout, payloads: list[tuple[str, bytes]], primary: bytes | None, extras: int, shm_primary: bool,
-    junk: bytes, pieces: list[int],
-) -> None:  # fmt: skip
+    layout: Layout,
+    payloads: list[tuple[str, bytes]],
+    primary: bytes | None,
+    extras: int,
+    shm_primary: bool,
+    junk: bytes,
+    pieces: list[int],
+) -> None:
     """serve parses with its inline payloads excised (protowire) and reads them in place; every
     tensor must be what protobuf's own parse of the bytes gives, for canonical encodings and for
     the ones protobuf merges (concatenated messages: fields, oneof arms and map keys given twice,
@@ -244,8 +260,9 @@ def test_excised_parse_of_arbitrary_bytes_is_protobufs(layout: Layout, raw: byte
 
 @SETTINGS
 @given(layout=LAYOUTS, inline=st.binary(max_size=64), junk=st.binary(max_size=16), twice=st.booleans())
-def test_receive_reads_the_same_tensors_in_place(tmp_path: Path, layout: Layout, inline: bytes, junk: bytes,
-                                                 twice: bool) -> None:  # fmt: skip
+def test_receive_reads_the_same_tensors_in_place(
+    tmp_path: Path, layout: Layout, inline: bytes, junk: bytes, twice: bool
+) -> None:
     """Diagnostics Receive's request parsed in place gives the receipts protobuf's copy gives."""
     from google.protobuf.message import DecodeError
 
@@ -254,8 +271,11 @@ def test_receive_reads_the_same_tensors_in_place(tmp_path: Path, layout: Layout,
 
     pb = engine_pb2(layout)
     td = pb.TensorData(shape=[len(inline)], dtype="uint8", inline=inline)
-    mm = pb.MultimodalInputs(pixel_values=td) if layout is Layout.VLLM else pb.MultimodalInputs(
-        items=[pb.MultimodalItem(encoder_input=td)])  # fmt: skip
+    mm = (
+        pb.MultimodalInputs(pixel_values=td)
+        if layout is Layout.VLLM
+        else pb.MultimodalInputs(items=[pb.MultimodalItem(encoder_input=td)])
+    )
     wire_layout = diag_pb2.LAYOUT_VLLM if layout is Layout.VLLM else diag_pb2.LAYOUT_TOKENSPEED
     one = diag_pb2.ReceiveRequest(request_id="r", layout=wire_layout, multimodal_inputs=mm.SerializeToString())
     raw = one.SerializeToString() + (one.SerializeToString() if twice else b"") + junk
@@ -267,8 +287,10 @@ def test_receive_reads_the_same_tensors_in_place(tmp_path: Path, layout: Layout,
         if req.layout not in layouts:
             want = "layout"
         else:
-            want = [(r.key, r.nbytes, r.digest, r.error_code) for r in receive(layouts[req.layout],
-                    req.multimodal_inputs, cfg)]  # fmt: skip
+            want = [
+                (r.key, r.nbytes, r.digest, r.error_code)
+                for r in receive(layouts[req.layout], req.multimodal_inputs, cfg)
+            ]
     except DecodeError:
         want = "unparseable"
     except WireError:
@@ -278,8 +300,10 @@ def test_receive_reads_the_same_tensors_in_place(tmp_path: Path, layout: Layout,
         _, receipts = receive_request(raw, cfg)
         got = [(r.key, r.nbytes, r.digest, r.error_code) for r in receipts]
     except WireError as err:
-        got = {"cannot parse ReceiveRequest": "unparseable", "layout must be LAYOUT_VLLM or LAYOUT_TOKENSPEED": "layout"
-               }.get(err.what, "wire")  # fmt: skip
+        got = {
+            "cannot parse ReceiveRequest": "unparseable",
+            "layout must be LAYOUT_VLLM or LAYOUT_TOKENSPEED": "layout",
+        }.get(err.what, "wire")
     assert got == want
 
 

@@ -90,8 +90,10 @@ def test_a_forward_step_never_makes_a_live_producers_segment_reapable(
         assert f"producer pid {pid} lives or was reused" in seg.reason
         assert re.search(r"stepped forward since \((599|600) s\) plus 1 s", seg.reason), seg.reason
     elif not traced:
-        assert f"pid {pid} is held by a process that started after this segment's time by the wall clock: " \
-            "reused unless the clock was stepped" in seg.reason  # fmt: skip
+        assert (
+            f"pid {pid} is held by a process that started after this segment's time by the wall clock: "
+            "reused unless the clock was stepped" in seg.reason
+        )
     assert delete_leaked(scratch) == {}
     assert os.path.exists(os.path.join(scratch, name))
     assert judged(scratch)[name].state is State.UNKNOWN, "nor at the next scan: a sighting never predates its producer"

@@ -88,8 +88,14 @@ def test_json_gives_the_exact_bytes_back_and_prometheus_is_safe(children: Childr
     assert b"\x1b" not in res.stdout
     doc = json.loads(res.stdout)
     segs = doc["result"]["segments"]
-    assert sorted(bytes.fromhex(s["name_hex"]) for s in segs) == sorted([*HOSTILE, os.fsencode(
-        next(n for n in os.listdir(d) if n.startswith("smg-tokenspeed-") and n.endswith("-0") and n.isascii()))])
+    assert sorted(bytes.fromhex(s["name_hex"]) for s in segs) == sorted(
+        [
+            *HOSTILE,
+            os.fsencode(
+                next(n for n in os.listdir(d) if n.startswith("smg-tokenspeed-") and n.endswith("-0") and n.isascii())
+            ),
+        ]
+    )
     for s in segs:
         assert s["name"].isprintable(), s["name"]
         assert "\n" not in s["name"]
@@ -177,8 +183,9 @@ def test_no_progress_bar_for_a_handful_of_entries(children: Children, tmp_path: 
         "os.waitpid(pid, 0)\n"
         "sys.stdout.write(out.decode(errors='replace'))\n"
     )
-    res = subprocess.run([sys.executable, "-c", script, "--shm-dir", d, *ALWAYS], capture_output=True, text=True,
-                         timeout=60)  # fmt: skip
+    res = subprocess.run(
+        [sys.executable, "-c", script, "--shm-dir", d, *ALWAYS], capture_output=True, text=True, timeout=60
+    )
     assert "5 SMG segment(s)" in res.stdout, res.stdout
     assert "scanned" not in res.stdout
     assert "\x1b[?25l" not in res.stdout, "rich hides the cursor when a live bar starts"

@@ -132,14 +132,40 @@ def _produce(children: Children, d: str, tmp_path: Path, how: str) -> tuple[int,
     elif how == "handle":
         # A mount namespace of this pid namespace with the host's /proc and without the tmpfs: the
         # walk skips its process (its pids are gc's), and its table shows nothing of the tmpfs.
-        helper, _ = first_line(children, ["unshare", "--mount", "--propagation", "private", "sh", "-c",
-                                          f"umount -l {d} && echo ready && exec sleep 600"])  # fmt: skip
+        helper, _ = first_line(
+            children,
+            [
+                "unshare",
+                "--mount",
+                "--propagation",
+                "private",
+                "sh",
+                "-c",
+                f"umount -l {d} && echo ready && exec sleep 600",
+            ],
+        )
         spawned.append(helper)
         keep = os.open(f"/proc/{helper.pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
         look.append(helper.pid)
     try:
-        argv = ["unshare", "--pid", "--fork", "--mount", "--propagation", "private", sys.executable, "-c", PRODUCER,
-                d, how, str(dead_pid(children)), str(os.getpid()), str(spot), str(aux), str(keep)]  # fmt: skip
+        argv = [
+            "unshare",
+            "--pid",
+            "--fork",
+            "--mount",
+            "--propagation",
+            "private",
+            sys.executable,
+            "-c",
+            PRODUCER,
+            d,
+            how,
+            str(dead_pid(children)),
+            str(os.getpid()),
+            str(spot),
+            str(aux),
+            str(keep),
+        ]
         p = children.spawn(argv, pass_fds=(keep,) if keep >= 0 else ())
     finally:
         if keep >= 0:

@@ -283,12 +283,25 @@ def test_an_unwritable_prometheus_path_is_exit_5_before_any_delete(
     name = seg_name(dead_pid(children))
     path = make_file(str(d), name)
     prom = str(tmp_path / where)
-    res = run_cli("gc", "--shm-dir", str(d), *ALWAYS, "--delete", "--min-age", "0", "--yes", "--prometheus", prom,
-                  exit=5)  # fmt: skip
+    res = run_cli(
+        "gc", "--shm-dir", str(d), *ALWAYS, "--delete", "--min-age", "0", "--yes", "--prometheus", prom, exit=5
+    )
     assert "--prometheus" in res.stderr
     assert os.path.exists(path), "checked before anything was deleted"
-    doc = run_cli("--json", "gc", "--shm-dir", str(d), *ALWAYS, "--delete", "--min-age", "0", "--yes",
-                  "--prometheus", prom, exit=5).json  # fmt: skip
+    doc = run_cli(
+        "--json",
+        "gc",
+        "--shm-dir",
+        str(d),
+        *ALWAYS,
+        "--delete",
+        "--min-age",
+        "0",
+        "--yes",
+        "--prometheus",
+        prom,
+        exit=5,
+    ).json
     assert doc["ok"] is False
     assert doc["error"]["kind"] == "host"
     assert os.path.exists(path)
@@ -315,8 +328,21 @@ def test_a_prometheus_path_that_is_not_a_regular_file_is_refused(children: Child
         prom.symlink_to(tmp_path / "real.prom")
     fmt = stat.S_IFMT(os.lstat(prom).st_mode)
     for json_ in ([], ["--json"]):
-        res = run_cli(*json_, "-q", "gc", "--shm-dir", str(d), *ALWAYS, "--delete", "--min-age", "0", "--yes",
-                      "--prometheus", str(prom), exit=5)  # fmt: skip
+        res = run_cli(
+            *json_,
+            "-q",
+            "gc",
+            "--shm-dir",
+            str(d),
+            *ALWAYS,
+            "--delete",
+            "--min-age",
+            "0",
+            "--yes",
+            "--prometheus",
+            str(prom),
+            exit=5,
+        )
         assert "--prometheus" in (res.stdout + res.stderr)
         assert os.path.exists(path), "refused before anything was deleted"
         assert stat.S_IFMT(os.lstat(prom).st_mode) == fmt, f"the {kind} was replaced"
@@ -330,7 +356,7 @@ def test_the_prometheus_file_is_written_and_rewritten_readable(children: Childre
     prom = tmp_path / "gc.prom"
     for _ in range(2):  # created, then replaced over the regular file
         run_cli("-q", "gc", "--shm-dir", str(d), *ALWAYS, "--prometheus", str(prom))
-        assert 'smgshm_gc_segments{shm_dir=' in prom.read_text()
+        assert "smgshm_gc_segments{shm_dir=" in prom.read_text()
         assert stat.S_IMODE(prom.stat().st_mode) == 0o644
     assert sorted(os.listdir(tmp_path)) == ["gc.prom", "shm"], "no temp file left beside it"
 
@@ -381,8 +407,12 @@ def test_the_confirmation_lists_what_it_will_delete(children: Children, tmp_path
         "sys.stdout.write(out.decode(errors='replace'))\n"
         "sys.exit(os.waitstatus_to_exitcode(status))\n"
     )
-    res = subprocess.run([PY, "-c", script, "--shm-dir", d, *ALWAYS, "--delete", "--min-age", "0", "--no-color"],
-                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    res = subprocess.run(
+        [PY, "-c", script, "--shm-dir", d, *ALWAYS, "--delete", "--min-age", "0", "--no-color"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     out = res.stdout
     assert "will delete 3 segment(s), 12.0 KiB:" in out, out
     ask = out.index("delete these 3 segment(s)? [y/N]")
@@ -447,8 +477,15 @@ def test_a_name_mounted_on_in_another_mount_namespace_after_the_scan_is_put_back
     victim.write_bytes(b"v" * 8192)
     judged = [s for s in Scan(ScanOptions(d, assume_dead=True)) if s.name == name]
     assert judged[0].state is State.LEAKED
-    argv = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
-            f"mount --bind {victim} {path} && echo ready && exec sleep 600"]  # fmt: skip
+    argv = [
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        f"mount --bind {victim} {path} && echo ready && exec sleep 600",
+    ]
     other, _ = first_line(children, argv)
     (dl,) = reap(judged, d)
     assert dl.deleted is False

@@ -101,8 +101,22 @@ print(json.dumps(steps), flush=True)
 def run_scenario(children: Children, tmp_path: Path, order: str, how: str = "cli", step: float = 0.0) -> Any:
     d = tmp_path / "shm"
     d.mkdir()
-    argv = ["unshare", "--pid", "--fork", "--mount-proc", "--mount", "--propagation", "private",
-            PY, "-c", SCENARIO, order, how, str(step), str(d)]  # fmt: skip
+    argv = [
+        "unshare",
+        "--pid",
+        "--fork",
+        "--mount-proc",
+        "--mount",
+        "--propagation",
+        "private",
+        PY,
+        "-c",
+        SCENARIO,
+        order,
+        how,
+        str(step),
+        str(d),
+    ]
     p = children.spawn(argv)
     out, err = p.communicate(timeout=120)
     if p.returncode != 0 and "unshare failed" in err:
@@ -171,8 +185,10 @@ def _forge(d: str, name: str, *, header: bytes | None = None, seen_ns: int = 1) 
     st = os.lstat(os.path.join(d, name))
     s = Sightings(d, os.stat(d).st_dev)
     assert s.header is not None
-    cols = [array.array(c, [v]) for c, v in zip("QIqIQ", (st.st_ino, st.st_uid, st.st_ctime_ns, name_sum(name),
-                                                          seen_ns), strict=True)]  # fmt: skip
+    cols = [
+        array.array(c, [v])
+        for c, v in zip("QIqIQ", (st.st_ino, st.st_uid, st.st_ctime_ns, name_sum(name), seen_ns), strict=True)
+    ]
     return b"".join([header or s.header, b" 1\n", *(c.tobytes() for c in cols)])
 
 
@@ -201,8 +217,19 @@ def _judge_and_reap(d: str, name: str) -> tuple[State, bool]:
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="plants files of another owner in root's store")
-@pytest.mark.parametrize("how", ["another_owner", "others_writable", "group_writable", "garbage", "huge",
-                                 "another_boot", "seen_in_the_future", "a_symlink"])  # fmt: skip
+@pytest.mark.parametrize(
+    "how",
+    [
+        "another_owner",
+        "others_writable",
+        "group_writable",
+        "garbage",
+        "huge",
+        "another_boot",
+        "seen_in_the_future",
+        "a_symlink",
+    ],
+)
 def test_a_planted_store_is_ignored_and_deletes_nothing(
     children: Children,
     tmpfs_dir: str,  # noqa: F811 - test_cli_gc's fixture

@@ -72,7 +72,9 @@ def gc_keeps(d: str, name: str) -> None:
 
 
 def test_a_producer_seeing_the_tmpfs_at_another_path_makes_pids_untrusted(
-    children: Children, tmpfs_dir: str, tmp_path: Path  # noqa: F811
+    children: Children,
+    tmpfs_dir: str,  # noqa: F811
+    tmp_path: Path,
 ) -> None:
     at = tmp_path / "host-shm"
     at.mkdir()
@@ -109,10 +111,7 @@ def test_a_container_with_its_own_tmpfs_does_not_count(children: Children, tmpfs
 
 def test_mount_tables_are_read_by_device_and_paths_unescaped() -> None:
     dev = os.makedev(0, 27)
-    table = (
-        b"22 1 0:5 / /dev rw - devtmpfs udev rw\n"
-        b"30 22 0:27 /smgshm-x /host\\040shm rw,relatime - tmpfs tmpfs rw\n"
-    )
+    table = b"22 1 0:5 / /dev rw - devtmpfs udev rw\n30 22 0:27 /smgshm-x /host\\040shm rw,relatime - tmpfs tmpfs rw\n"
     found = mount_of(parse_mounts(table), dev)
     assert found is not None
     assert found.point == "/host shm"
@@ -157,8 +156,20 @@ def test_a_producer_that_unmounted_the_tmpfs_but_keeps_it_makes_pids_untrusted(
 
     with tmpfs(tmp_path / "x", "4m") as d:
         dead = dead_pid(children)
-        argv = ["unshare", "--pid", "--fork", "--mount", "--propagation", "private",
-                sys.executable, "-c", DETACHED, d, how, str(dead)]  # fmt: skip
+        argv = [
+            "unshare",
+            "--pid",
+            "--fork",
+            "--mount",
+            "--propagation",
+            "private",
+            sys.executable,
+            "-c",
+            DETACHED,
+            d,
+            how,
+            str(dead),
+        ]
         p, name = first_line(children, argv)
         path = os.path.join(d, name)
         assert os.path.exists(path), "the host still mounts the tmpfs it wrote into"
@@ -212,15 +223,25 @@ signal.pause()
 
 
 @pytest.mark.parametrize("how", ["cwd", "root", "fd", "zombie-leader"])
-def test_a_thread_that_alone_keeps_the_tmpfs_makes_pids_untrusted(
-    children: Children, tmp_path: Path, how: str
-) -> None:
+def test_a_thread_that_alone_keeps_the_tmpfs_makes_pids_untrusted(children: Children, tmp_path: Path, how: str) -> None:
     from tests.conftest import tmpfs
 
     with tmpfs(tmp_path / "x", "4m") as d:
         dev = os.stat(d).st_dev
-        argv = ["unshare", "--pid", "--fork", "--mount", "--propagation", "private",
-                sys.executable, "-c", THREADED, d, how, str(dead_pid(children))]  # fmt: skip
+        argv = [
+            "unshare",
+            "--pid",
+            "--fork",
+            "--mount",
+            "--propagation",
+            "private",
+            sys.executable,
+            "-c",
+            THREADED,
+            d,
+            how,
+            str(dead_pid(children)),
+        ]
         p, name = first_line(children, argv)
         path = os.path.join(d, name)
         assert os.path.exists(path), "the host still mounts the tmpfs it wrote into"
@@ -229,8 +250,10 @@ def test_a_thread_that_alone_keeps_the_tmpfs_makes_pids_untrusted(
         task = f"/proc/{host_pid}/task"
         keeper = next(t for t in os.listdir(task) if int(t) != host_pid)
         if how == "zombie-leader":
-            wait_for(lambda: not os.path.lexists(f"/proc/{host_pid}/cwd") or proc_state(host_pid) == "Z",
-                     what="the leader thread to exit")  # fmt: skip
+            wait_for(
+                lambda: not os.path.lexists(f"/proc/{host_pid}/cwd") or proc_state(host_pid) == "Z",
+                what="the leader thread to exit",
+            )
             with pytest.raises(FileNotFoundError):
                 os.stat(f"/proc/{host_pid}/cwd")  # the process's own links are gone
         else:
@@ -310,8 +333,22 @@ def test_a_handle_to_a_mount_namespace_that_sees_the_tmpfs_makes_pids_untrusted(
         try:
             for _ in range(10):  # a fresh namespace each time while the binding is refused (exit 75)
                 # --mount-proc: its /proc shows its own pids (the namespace file it binds is its child's)
-                argv = ["unshare", "--pid", "--fork", "--mount", "--propagation", "private", "--mount-proc",
-                        sys.executable, "-c", HANDLE, d, how, str(dead_pid(children)), str(spot)]  # fmt: skip
+                argv = [
+                    "unshare",
+                    "--pid",
+                    "--fork",
+                    "--mount",
+                    "--propagation",
+                    "private",
+                    "--mount-proc",
+                    sys.executable,
+                    "-c",
+                    HANDLE,
+                    d,
+                    how,
+                    str(dead_pid(children)),
+                    str(spot),
+                ]
                 p = children.spawn(argv, pass_fds={"fd": (ns_fd,), "pidfd": (pid_fd,)}.get(how, ()))
                 assert p.stdout is not None
                 name = p.stdout.readline().strip()
@@ -360,8 +397,10 @@ def test_a_pid_namespace_handle_alone_changes_nothing(children: Children, tmp_pa
         inner = f"umount -l {d} && umount -l /proc && mount -t proc proc /proc && echo ready && exec sleep 600"
         argv = ["unshare", "--pid", "--fork", "--mount", "--propagation", "private", "sh", "-c", inner]
         p, _ = first_line(children, argv)
-        member = wait_for(lambda: next((k.pid for k in psutil.Process(p.pid).children() if k.name() == "sleep"), None),
-                          what="the pid namespace's process")  # fmt: skip
+        member = wait_for(
+            lambda: next((k.pid for k in psutil.Process(p.pid).children() if k.name() == "sleep"), None),
+            what="the pid namespace's process",
+        )
         pid_ns = os.open(f"/proc/{member}/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
         try:
             assert os.readlink(f"/proc/self/fd/{pid_ns}") != os.readlink("/proc/self/ns/pid")
@@ -389,11 +428,14 @@ def test_a_process_whose_namespaces_cannot_be_read_puts_its_uid_in_doubt(childre
     an unprivileged gc, leaves root's segments unknown (its /proc/P/task/T links say EACCES)."""
     argv = ["unshare", "--pid", "--fork", "sh", "-c", "echo ready && exec sleep 600"]
     p, _ = first_line(children, argv)
-    member = wait_for(lambda: next((k.pid for k in psutil.Process(p.pid).children() if k.name() == "sleep"), None),
-                      what="the pid namespace's process")  # fmt: skip
+    member = wait_for(
+        lambda: next((k.pid for k in psutil.Process(p.pid).children() if k.name() == "sleep"), None),
+        what="the pid namespace's process",
+    )
     d = os.path.dirname(os.path.abspath(__file__))  # a dir uid 65534 may stat
-    out = subprocess.run([sys.executable, "-c", AS_NOBODY, d, str(member)], capture_output=True, text=True,
-                         timeout=60, cwd="/")  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", AS_NOBODY, d, str(member)], capture_output=True, text=True, timeout=60, cwd="/"
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split(None, 2)[:2] == ["True", "[0]"], out.stdout
     kill_and_reap(p)

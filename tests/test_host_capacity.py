@@ -68,8 +68,15 @@ def test_families_counts_and_bytes_without_touching_anything(shm: str) -> None:
         os.close(held)
     fams = {f.family: f for f in u.families}
     assert {k: v.count for k, v in fams.items()} == {
-        "smg": 3, "psm": 1, "sglang": 1, "vllm": 1, "nccl": 2, "torch": 2, "semaphore": 1, "other": 1,
-    }  # fmt: skip
+        "smg": 3,
+        "psm": 1,
+        "sglang": 1,
+        "vllm": 1,
+        "nccl": 2,
+        "torch": 2,
+        "semaphore": 1,
+        "other": 1,
+    }
     assert fams["smg"].nbytes == 3 * MIB, "a FIFO holds no memory"
     assert fams["nccl"].nbytes == 3 * MIB, "a hard link is one inode, counted once"
     assert fams["other"].nbytes == MIB
@@ -164,9 +171,22 @@ def test_doctor_host_json_keys_are_pinned(shm: str) -> None:
     host = run_cli(*argv, exit=0).json["result"]["host"]
     assert set(host) == {"gateways", "shm_usage", "capacity", "page_policy", "last_what_if"}
     assert set(host["shm_usage"]) == {
-        "shm_dir", "total_bytes", "free_bytes", "used_bytes", "families", "unattributed_bytes", "entries", "truncated",
-    }  # fmt: skip
+        "shm_dir",
+        "total_bytes",
+        "free_bytes",
+        "used_bytes",
+        "families",
+        "unattributed_bytes",
+        "entries",
+        "truncated",
+    }
     assert set(host["capacity"]) == {
-        "free_bytes", "total_bytes", "needs", "largest", "fits", "explicit_unmet", "docker_default",
-    }  # fmt: skip
+        "free_bytes",
+        "total_bytes",
+        "needs",
+        "largest",
+        "fits",
+        "explicit_unmet",
+        "docker_default",
+    }
     assert set(host["page_policy"]) == {"shm_dir", "mount_huge", "shmem_enabled", "huge_pages", "reason"}

@@ -78,11 +78,32 @@ def test_doctor_finds_a_gateway_with_its_ports_and_reads_the_flag_from_its_log(
     assert set(entry) == {"gateway", "log_path", "log", "traffic", "finding"}
     g = entry["gateway"]
     assert set(g) == {
-        "pid", "ns_pid", "uid", "pid_namespace", "same_pid_namespace", "net_namespace", "same_net_namespace",
-        "uptime_s", "ports", "http_url", "metrics_url", "logs", "inspect", "note",
-    }  # fmt: skip
-    assert set(entry["finding"]) == {"verdict", "status", "summary", "fix", "code", "evidence", "mode",
-                                     "mean_tensor_bytes", "cause"}  # fmt: skip
+        "pid",
+        "ns_pid",
+        "uid",
+        "pid_namespace",
+        "same_pid_namespace",
+        "net_namespace",
+        "same_net_namespace",
+        "uptime_s",
+        "ports",
+        "http_url",
+        "metrics_url",
+        "logs",
+        "inspect",
+        "note",
+    }
+    assert set(entry["finding"]) == {
+        "verdict",
+        "status",
+        "summary",
+        "fix",
+        "code",
+        "evidence",
+        "mode",
+        "mean_tensor_bytes",
+        "cause",
+    }
     assert g["uid"] == os.getuid()
     assert g["inspect"] == "ok"
     assert g["same_pid_namespace"] is True
@@ -169,8 +190,11 @@ def test_an_unknown_mode_is_logged_as_inline_with_the_gateways_warning(
 ) -> None:
     gw = launch(gateways, tmp_path / "gw.log", env={"SMG_MM_TENSOR_TRANSPORT": "shmm"})
     # The gateway's background logger may write the warning a moment after it is ready (a loaded host).
-    config = wait_for(lambda: (c := read_transport_config(gw.log_path)) is not None and c.warnings and c, 30,
-                      "the gateway's start-up line and its warning in its log")  # fmt: skip
+    config = wait_for(
+        lambda: (c := read_transport_config(gw.log_path)) is not None and c.warnings and c,
+        30,
+        "the gateway's start-up line and its warning in its log",
+    )
     assert config.mode == "inline"
     assert any("unknown transport value" in w for w in config.warnings), config.warnings
 
@@ -299,8 +323,10 @@ def test_transport_line_parsing_text_ansi_and_json() -> None:
 
 def test_a_log_appended_across_restarts_gives_the_last_start(tmp_path: Path) -> None:
     log = tmp_path / "smg.log"
-    line = "2026-12-0{d} 10:00:00  INFO t: Multimodal tensor transport configured mode={m} shm_min_bytes={b} " \
-           "dev_writable=true\n"  # fmt: skip
+    line = (
+        "2026-12-0{d} 10:00:00  INFO t: Multimodal tensor transport configured mode={m} shm_min_bytes={b} "
+        "dev_writable=true\n"
+    )
     log.write_text(line.format(d=1, m="inline", b=65536) + "noise\n" * 3 + line.format(d=2, m="auto", b=1048576))
     c = read_transport_config(str(log))
     assert c is not None

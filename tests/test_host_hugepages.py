@@ -232,12 +232,25 @@ def test_cli_what_if_json_and_human(tmp_path: Path) -> None:
     doc = run_cli("--json", "bench", "--what-if", "huge-pages", "--sizes", "1MiB", "-n", "1").json
     r = doc["result"]
     assert set(r) == {
-        "what_if", "shm_dir", "policy", "scratch_mount_options", "huge_pages_used", "huge_bytes_seen",
-        "iterations", "sizes", "measured_unix_s",
-    }  # fmt: skip
+        "what_if",
+        "shm_dir",
+        "policy",
+        "scratch_mount_options",
+        "huge_pages_used",
+        "huge_bytes_seen",
+        "iterations",
+        "sizes",
+        "measured_unix_s",
+    }
     assert set(r["sizes"][0]["pairs"][0]) == {
-        "op", "label", "normal_ms", "huge_ms", "normal_gb_per_s", "huge_gb_per_s", "speedup",
-    }  # fmt: skip
+        "op",
+        "label",
+        "normal_ms",
+        "huge_ms",
+        "normal_gb_per_s",
+        "huge_gb_per_s",
+        "speedup",
+    }
     out = run_cli("--no-color", "bench", "--what-if", "huge-pages", "--sizes", "1MiB", "-n", "1").stdout
     assert "SMG write (fallocate+mmap)" in out
     assert "end to end (SMG's path) at 1.0 MiB" in out
@@ -262,8 +275,9 @@ def test_what_if_as_another_user_exits_5_with_the_reason(children: Children) -> 
 @pytest.mark.parametrize(
     "content", [b"[" * 100_000 + b"]" * 100_000, b"{not json", b'{"boot_id": NaN}', b"\xff\xfe", b"[]"]
 )
-def test_a_hostile_what_if_cache_reads_as_absent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                 content: bytes) -> None:
+def test_a_hostile_what_if_cache_reads_as_absent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, content: bytes
+) -> None:
     """The cache is the user's own file, read as untrusted: garbage or JSON nested past Python's
     recursion limit is no what-if (doctor quotes nothing), never an exception (exit 70)."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
@@ -273,8 +287,9 @@ def test_a_hostile_what_if_cache_reads_as_absent(tmp_path: Path, monkeypatch: py
     assert load_last_what_if() is None
 
 
-def test_a_what_if_cache_writable_by_others_or_linked_is_not_read(tmp_path: Path,
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_what_if_cache_writable_by_others_or_linked_is_not_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from smgshm.core.host.pagesize import save_last_what_if
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))

@@ -62,8 +62,9 @@ def test_inline_traffic_of_a_gateway_without_a_log_is_inferred_from_metrics(
     """auto + a worker advertising another host's id: SMG stays inline, and only the metrics show it."""
     md = ensure_model_dir(str(tmp_path / "model"))
     _, ready = start_serve(children, "--model-dir", md.path, "--advertise-namespace-id", PINNED_ID)
-    cfg = GatewayConfig(worker_urls=(ready["result"]["address"],), model_path=md.path, transport="auto",
-                        log_path="/dev/null")  # fmt: skip
+    cfg = GatewayConfig(
+        worker_urls=(ready["result"]["address"],), model_path=md.path, transport="auto", log_path="/dev/null"
+    )
     gw = stack.enter_context(start_gateway(cfg, ready_timeout_s=60))
     for _ in range(2):
         status, text = chat(gw, md.served_model_name, png(448), stream=False)

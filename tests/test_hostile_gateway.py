@@ -51,8 +51,10 @@ pytestmark = [
 
 PY = sys.executable
 MiB = 1 << 20
-START = "2026-12-0{d} 10:00:00  INFO t: Multimodal tensor transport configured mode={m} shm_min_bytes=65536 " \
-        "dev_writable=true\n"  # fmt: skip
+START = (
+    "2026-12-0{d} 10:00:00  INFO t: Multimodal tensor transport configured mode={m} shm_min_bytes=65536 "
+    "dev_writable=true\n"
+)
 # A peer's string that would forge a verdict line and retitle the terminal if it reached it raw.
 HOSTILE = "shm\x1b[2K\r\n[ok] forged: every tensor via SHM\x1b]0;pwned\x07\x9b1m\u202e\u2028x"
 
@@ -146,8 +148,18 @@ def fake_gateway(children: Children, cfg: dict[str, Any], shm: Path | None = Non
     of its own, in a mount namespace of its own whose /dev/shm is ``shm``."""
     argv = [PY, "-c", FAKE, json.dumps(cfg)]
     if shm is not None:
-        argv = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child", "sh", "-c",
-                'mount --bind "$0" /dev/shm && exec "$@"', str(shm), *argv]  # fmt: skip
+        argv = [
+            "unshare",
+            "--pid",
+            "--fork",
+            "--mount-proc",
+            "--kill-child",
+            "sh",
+            "-c",
+            'mount --bind "$0" /dev/shm && exec "$@"',
+            str(shm),
+            *argv,
+        ]
     p = children.spawn(argv)
     assert p.stdout is not None
     line = p.stdout.readline().split()
@@ -181,8 +193,9 @@ def links(path: Path, n: int) -> list[str]:
 def run(*args: str, bound_s: float) -> subprocess.CompletedProcess[str]:
     """``smgshm ARGS`` as a child; it must finish within ``bound_s`` and never exit 70."""
     t0 = time.monotonic()
-    res = subprocess.run(smgshm_argv(*args), capture_output=True, text=True, timeout=bound_s * 2,
-                         env={**os.environ, "COLUMNS": "400"})  # fmt: skip
+    res = subprocess.run(
+        smgshm_argv(*args), capture_output=True, text=True, timeout=bound_s * 2, env={**os.environ, "COLUMNS": "400"}
+    )
     took = time.monotonic() - t0
     assert res.returncode != 70, res.stderr
     assert took < bound_s, f"took {took:.1f} s (bound {bound_s} s)"
@@ -205,8 +218,18 @@ def test_doctor_reads_a_fake_gateways_huge_logs_within_its_bound(children: Child
         os.truncate(sparse, 1 << 30)
         names.append(str(sparse))
     pid, _ = fake_gateway(children, {"logs": names})
-    res = run("--json", "doctor", "--no-e2e", "--gateway-pid", str(pid), "--shm-dir", str(shm_tmpfs),
-              "--timeout", "2s", bound_s=60)  # fmt: skip
+    res = run(
+        "--json",
+        "doctor",
+        "--no-e2e",
+        "--gateway-pid",
+        str(pid),
+        "--shm-dir",
+        str(shm_tmpfs),
+        "--timeout",
+        "2s",
+        bound_s=60,
+    )
     assert res.returncode in (0, 3, 4, 5, 6), res.stderr
     doc = json.loads(res.stdout)
     [entry] = [g for g in doc["result"]["host"]["gateways"] if g["gateway"] and g["gateway"]["pid"] == pid]
@@ -231,8 +254,24 @@ def test_e2e_running_reads_the_start_line_of_a_huge_log_from_its_head_and_tail(
     newlines(log, 64 * MiB, head=START.format(d=1, m="inline"), tail=START.format(d=2, m="shm"))
     pid, port = fake_gateway(children, {"logs": [*links(junk, 3), str(log)], "http": True})
     base = f"http://127.0.0.1:{port}"
-    res = run("--json", "e2e", "--gateway-pid", str(pid), "--metrics", f"{base}/metrics", "-n", "1", "--warmup", "0",
-              "--no-stream", "--timeout", "2s", "--shm-dir", str(shm_tmpfs), bound_s=60)  # fmt: skip
+    res = run(
+        "--json",
+        "e2e",
+        "--gateway-pid",
+        str(pid),
+        "--metrics",
+        f"{base}/metrics",
+        "-n",
+        "1",
+        "--warmup",
+        "0",
+        "--no-stream",
+        "--timeout",
+        "2s",
+        "--shm-dir",
+        str(shm_tmpfs),
+        bound_s=60,
+    )
     doc = json.loads(res.stdout)
     [r] = doc["result"]["runs"]
     assert (r["mode"], r["dev_writable"]) == ("shm", True)
@@ -285,8 +324,9 @@ def test_log_reads_are_bounded_in_bytes_and_each_file_is_read_once(shm_tmpfs: Pa
 def assert_clean(text: str, where: str) -> None:
     """No control, format or separator character but the line breaks the renderer writes; no line
     that a peer forged (every ``[ok]`` line is the renderer's own, naming the run)."""
-    bad = sorted({f"U+{ord(ch):04X}" for ch in text
-                  if ch != "\n" and unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp")})  # fmt: skip
+    bad = sorted(
+        {f"U+{ord(ch):04X}" for ch in text if ch != "\n" and unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp")}
+    )
     assert not bad, f"{where}: raw {bad} in {text!r}"
     forged = [line for line in text.splitlines() if line.lstrip().startswith("[ok] forged")]
     assert not forged, f"{where}: forged lines {forged}"
@@ -298,8 +338,23 @@ def test_e2e_shows_a_peers_metric_labels_model_and_errors_escaped(children: Chil
     for status in (200, 500):
         pid, port = fake_gateway(children, {"http": True, "label": HOSTILE, "chat_status": status})
         base = f"http://127.0.0.1:{port}"
-        res = run("e2e", "--gateway", base, "--metrics", f"{base}/metrics", "-n", "1", "--warmup", "0",
-                  "--no-stream", "--timeout", "2s", "--shm-dir", str(shm_tmpfs), bound_s=60)  # fmt: skip
+        res = run(
+            "e2e",
+            "--gateway",
+            base,
+            "--metrics",
+            f"{base}/metrics",
+            "-n",
+            "1",
+            "--warmup",
+            "0",
+            "--no-stream",
+            "--timeout",
+            "2s",
+            "--shm-dir",
+            str(shm_tmpfs),
+            bound_s=60,
+        )
         assert res.returncode in (0, 3, 6), res.stderr
         assert_clean(res.stdout, "stdout")
         assert_clean(res.stderr, "stderr")
@@ -314,8 +369,18 @@ def test_watch_metrics_shows_a_peers_labels_and_scrape_errors_escaped(children: 
     labels; then a peer whose /metrics turns to hostile garbage (its words in the scrape error)."""
     for cfg in ({"count": "scrape"}, {"count": "scrape", "garbage_after": 2}):
         _, port = fake_gateway(children, {"http": True, "label": HOSTILE, **cfg})
-        res = run("watch", "--metrics", f"http://127.0.0.1:{port}/metrics", "--count", "4", "--interval", "0.2s",
-                  "--shm-dir", str(shm_tmpfs), bound_s=60)  # fmt: skip
+        res = run(
+            "watch",
+            "--metrics",
+            f"http://127.0.0.1:{port}/metrics",
+            "--count",
+            "4",
+            "--interval",
+            "0.2s",
+            "--shm-dir",
+            str(shm_tmpfs),
+            bound_s=60,
+        )
         assert res.returncode == 0, res.stderr
         assert_clean(res.stdout, "stdout")
         assert_clean(res.stderr, "stderr")
@@ -387,8 +452,24 @@ def test_e2e_against_an_honest_inline_pid1_gateway_beside_a_writing_one(children
     fake_gateway(children, {"write_every": 0.01}, shm=shm_tmpfs)
     b, port = fake_gateway(children, {"http": True, "logs": [str(log)]}, shm=shm_tmpfs)
     base = f"http://127.0.0.1:{port}"
-    res = run("--json", "e2e", "--gateway", base, "--metrics", f"{base}/metrics", "-n", "2", "--warmup", "0",
-              "--no-stream", "--timeout", "5s", "--shm-dir", str(shm_tmpfs), bound_s=60)  # fmt: skip
+    res = run(
+        "--json",
+        "e2e",
+        "--gateway",
+        base,
+        "--metrics",
+        f"{base}/metrics",
+        "-n",
+        "2",
+        "--warmup",
+        "0",
+        "--no-stream",
+        "--timeout",
+        "5s",
+        "--shm-dir",
+        str(shm_tmpfs),
+        bound_s=60,
+    )
     assert res.returncode == 0, res.stdout + res.stderr
     [r] = json.loads(res.stdout)["result"]["runs"]
     assert (r["path"], r["cause"], r["mode"]) == ("inline", "inline: mode is inline", "inline")
@@ -414,8 +495,14 @@ def test_e2e_against_a_real_inline_pid1_gateway_beside_a_real_shm_one(
     for mode in ("shm", "inline"):  # each its own worker: receipts stay each gateway's own
         worker = serve_in(ns, children, model_dir)
         prefix = ns.enter("unshare", "-p", "-f", "--mount-proc", "--kill-child")
-        cfg = GatewayConfig(worker_urls=(worker,), model_path=model_dir, transport=mode, shm_dir=ns.shm,
-                            log_path=str(tmp_path / f"{mode}.log"), argv_prefix=tuple(prefix))  # fmt: skip
+        cfg = GatewayConfig(
+            worker_urls=(worker,),
+            model_path=model_dir,
+            transport=mode,
+            shm_dir=ns.shm,
+            log_path=str(tmp_path / f"{mode}.log"),
+            argv_prefix=tuple(prefix),
+        )
         started.append(start_gateway(cfg, ready_timeout_s=90))
         gateways.append(started[-1])
     a, b = started
@@ -437,5 +524,7 @@ def test_e2e_against_a_real_inline_pid1_gateway_beside_a_real_shm_one(
     assert r["shm_tensors_by_source"] == {"metrics": 0, "receipts": 0}
     d = r["shm_dir"]
     assert (d["available"], d["gateway_pid"], d["name_pid"]) == (False, router_pid(b), 1)
-    assert d["note"] == (f"cannot tell its segments from those of gateway pid {router_pid(a)}: each is pid 1 in "
-                         "its own pid namespace and may write /dev/shm")  # fmt: skip
+    assert d["note"] == (
+        f"cannot tell its segments from those of gateway pid {router_pid(a)}: each is pid 1 in "
+        "its own pid namespace and may write /dev/shm"
+    )

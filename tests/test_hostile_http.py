@@ -111,8 +111,10 @@ def _read_request(conn: socket.socket) -> Req:
 
 def reply(status: int, body: bytes, content_type: str = "application/json", **headers: str) -> bytes:
     extra = "".join(f"{k.replace('_', '-')}: {v}\r\n" for k, v in headers.items())
-    return (f"HTTP/1.1 {status} X\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
-            f"Connection: close\r\n{extra}\r\n").encode() + body  # fmt: skip
+    return (
+        f"HTTP/1.1 {status} X\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
+        f"Connection: close\r\n{extra}\r\n"
+    ).encode() + body
 
 
 @pytest.fixture
@@ -137,8 +139,9 @@ class Run(CliResult):
 def smgshm(*args: str, limit: float = 120) -> Run:
     """The real CLI in a child; ``limit`` only stops a hang from taking the suite with it."""
     t0 = time.monotonic()
-    p = subprocess.run(smgshm_argv(*args), capture_output=True, text=True, timeout=limit,
-                       env={**os.environ, "COLUMNS": "400"})  # fmt: skip
+    p = subprocess.run(
+        smgshm_argv(*args), capture_output=True, text=True, timeout=limit, env={**os.environ, "COLUMNS": "400"}
+    )
     return Run(p.returncode, p.stdout, p.stderr, time.monotonic() - t0)
 
 
@@ -156,8 +159,9 @@ def one_error_line(run: Run, *phrases: str) -> str:
 # -- a gateway that speaks well, and the pieces a test swaps in ---------------------------------
 
 MODELS = json.dumps({"object": "list", "data": [{"id": "m", "object": "model"}]}).encode()
-CHAT = json.dumps({"choices": [{"index": 0, "message": {"role": "assistant", "content": "x"}}],
-                   "usage": {"completion_tokens": 1}}).encode()  # fmt: skip
+CHAT = json.dumps(
+    {"choices": [{"index": 0, "message": {"role": "assistant", "content": "x"}}], "usage": {"completion_tokens": 1}}
+).encode()
 METRICS = b'# TYPE smg_mm_tensors_total counter\nsmg_mm_tensors_total{runtime="vllm",path="inline"} 3\n'
 
 
@@ -184,8 +188,23 @@ def gateway(**routes: bytes | Handler) -> Handler:
 
 
 def e2e_args(url: str, *extra: str) -> tuple[str, ...]:
-    return ("e2e", "--gateway", url, "--metrics", url + "/metrics", "-n", "1", "--warmup", "0", "--no-stream",
-            "--image-size", "28", "--timeout", "2s", *extra)  # fmt: skip
+    return (
+        "e2e",
+        "--gateway",
+        url,
+        "--metrics",
+        url + "/metrics",
+        "-n",
+        "1",
+        "--warmup",
+        "0",
+        "--no-stream",
+        "--image-size",
+        "28",
+        "--timeout",
+        "2s",
+        *extra,
+    )
 
 
 # -- finding 4: the deadline bounds every receive ------------------------------------------------
@@ -259,8 +278,9 @@ def fake_router(children: Children, answer: bytes, drip: bytes = b"") -> tuple[i
 
 def doctor_on(pid: int, tmp_path: Any) -> tuple[Run, list[dict[str, Any]]]:
     """doctor judging only gateway ``pid``; its checks that name it."""
-    run = smgshm("--json", "doctor", "--no-e2e", "--gateway-pid", str(pid), "--timeout", "2s",
-                 "--shm-dir", str(tmp_path))  # fmt: skip
+    run = smgshm(
+        "--json", "doctor", "--no-e2e", "--gateway-pid", str(pid), "--timeout", "2s", "--shm-dir", str(tmp_path)
+    )
     assert run.exit_code != 70, run.stderr
     return run, [c for c in run.json["result"]["checks"] if c["name"].startswith(f"gateway {pid}")]
 
@@ -297,8 +317,7 @@ def test_deeply_nested_json_is_a_typed_error(peers: Callable[[Handler], Peer], b
 
 
 @pytest.mark.parametrize("status", [200, 400])
-def test_a_deeply_nested_chat_reply_or_error_is_a_failed_request(peers: Callable[[Handler], Peer],
-                                                                 status: int) -> None:  # fmt: skip
+def test_a_deeply_nested_chat_reply_or_error_is_a_failed_request(peers: Callable[[Handler], Peer], status: int) -> None:
     peer = peers(gateway(chat=reply(status, DEEP)))
     run = smgshm("--json", *e2e_args(peer.url))
     assert run.exit_code != 70, run.stderr
@@ -314,8 +333,9 @@ def test_doctor_survives_a_fake_gateway_with_nested_json(children: Children, tmp
 
 
 @pytest.mark.parametrize("value", ["NaN", "+Inf", "-Inf"])
-def test_nan_and_inf_counters_are_unusable_evidence_not_a_crash(peers: Callable[[Handler], Peer], tmp_path: Any,
-                                                                value: str) -> None:  # fmt: skip
+def test_nan_and_inf_counters_are_unusable_evidence_not_a_crash(
+    peers: Callable[[Handler], Peer], tmp_path: Any, value: str
+) -> None:
     page = f'# TYPE smg_mm_tensors_total counter\nsmg_mm_tensors_total{{runtime="vllm",path="shm"}} {value}\n'
     peer = peers(gateway(metrics=reply(200, page.encode(), "text/plain")))
     run = smgshm("--json", *e2e_args(peer.url))
@@ -324,34 +344,60 @@ def test_nan_and_inf_counters_are_unusable_evidence_not_a_crash(peers: Callable[
     assert metrics["available"] is False
     assert f"smg_mm_tensors_total is {value}" in metrics["note"]
 
-    run = smgshm("--json", "watch", "--metrics", peer.url + "/metrics", "--interval", "0.2", "--count", "3",
-                 "--shm-dir", str(tmp_path))  # fmt: skip
+    run = smgshm(
+        "--json",
+        "watch",
+        "--metrics",
+        peer.url + "/metrics",
+        "--interval",
+        "0.2",
+        "--count",
+        "3",
+        "--shm-dir",
+        str(tmp_path),
+    )
     assert run.exit_code == 0, run.stderr
     assert "Traceback" not in run.stderr
 
 
-BAD_URLS = ["http://127.0.0.1:99999", "http://[::1", "http://127.0.0.1:-1", "127.0.0.1:0", "ftp://127.0.0.1:1",
-            "http://127.0.0.1:1/a b", "http://\x1b[31m:1"]  # fmt: skip
+BAD_URLS = [
+    "http://127.0.0.1:99999",
+    "http://[::1",
+    "http://127.0.0.1:-1",
+    "127.0.0.1:0",
+    "ftp://127.0.0.1:1",
+    "http://127.0.0.1:1/a b",
+    "http://\x1b[31m:1",
+]
 
 
 @pytest.mark.parametrize("url", BAD_URLS)
 def test_a_malformed_url_from_the_user_is_a_usage_error(tmp_path: Any, url: str) -> None:
-    for args in (("probe", "--from-gateway", url), ("e2e", "--gateway", url), ("e2e", "--metrics", url),
-                 ("watch", "--metrics", url, "--count", "1", "--shm-dir", str(tmp_path)),
-                 ("doctor", "--from-gateway", url)):  # fmt: skip
+    for args in (
+        ("probe", "--from-gateway", url),
+        ("e2e", "--gateway", url),
+        ("e2e", "--metrics", url),
+        ("watch", "--metrics", url, "--count", "1", "--shm-dir", str(tmp_path)),
+        ("doctor", "--from-gateway", url),
+    ):
         run = smgshm(*args)
         assert run.exit_code == 2, (args, run.stderr)
         assert "Traceback" not in run.stderr
         assert "\x1b" not in run.stderr, "the user's bytes reach the terminal escaped"
 
 
-BAD_LOCATIONS = ["http://127.0.0.1:99999/workers", "http://[::1/workers", "http://127.0.0.1:-5/workers",
-                 "http://127.0.0.1:0/x", "ftp://127.0.0.1/workers", "http://\x7f:1/"]  # fmt: skip
+BAD_LOCATIONS = [
+    "http://127.0.0.1:99999/workers",
+    "http://[::1/workers",
+    "http://127.0.0.1:-5/workers",
+    "http://127.0.0.1:0/x",
+    "ftp://127.0.0.1/workers",
+    "http://\x7f:1/",
+]
 
 
 @pytest.mark.parametrize("location", BAD_LOCATIONS)
-def test_a_redirect_to_a_malformed_location_is_the_peers_fault(peers: Callable[[Handler], Peer],
-                                                               location: str) -> None:  # fmt: skip
+def test_a_redirect_to_a_malformed_location_is_the_peers_fault(peers: Callable[[Handler], Peer], location: str) -> None:
     redirect = reply(302, b"", Location=location)
     peer = peers(gateway(workers=redirect))
     run = smgshm("probe", "--from-gateway", peer.url)
@@ -377,8 +423,9 @@ def test_a_redirect_to_another_origin_never_carries_the_api_key(peers: Callable[
         "https-same-port": f"https://127.0.0.1:{first.port}/workers",
     }
     to = locations[form]
-    first.handle = gateway(workers=reply(302, b"", Location=to),
-                           models=reply(307, b"", Location=to.replace("/workers", "/v1/models")))  # fmt: skip
+    first.handle = gateway(
+        workers=reply(302, b"", Location=to), models=reply(307, b"", Location=to.replace("/workers", "/v1/models"))
+    )
     key = "k-3f9a1c"
     run = smgshm("probe", "--from-gateway", first.url, "--api-key", key)
     assert run.exit_code == 4, run.stderr
@@ -397,9 +444,18 @@ def test_a_redirect_to_another_origin_never_carries_the_api_key(peers: Callable[
 def _silent_workers(n: int) -> tuple[list[socket.socket], list[dict[str, Any]]]:
     """``n`` listening sockets that never accept: TCP connects, gRPC never gets an answer."""
     socks = [socket.create_server(("127.0.0.1", 0), backlog=64) for _ in range(n)]
-    workers = [{"id": f"w{i}", "url": f"grpc://127.0.0.1:{s.getsockname()[1]}", "connection_mode": "grpc",
-                "runtime_type": "vllm", "labels": {}, "is_healthy": True, "status": "ready"}
-               for i, s in enumerate(socks)]  # fmt: skip
+    workers = [
+        {
+            "id": f"w{i}",
+            "url": f"grpc://127.0.0.1:{s.getsockname()[1]}",
+            "connection_mode": "grpc",
+            "runtime_type": "vllm",
+            "labels": {},
+            "is_healthy": True,
+            "status": "ready",
+        }
+        for i, s in enumerate(socks)
+    ]
     return socks, workers
 
 
@@ -454,8 +510,18 @@ def test_a_16_mib_metrics_page_is_scraped_within_the_timeout(peers: Callable[[Ha
         i += 1
     page = "".join(lines).encode()
     peer = peers(gateway(metrics=reply(200, page, "text/plain")))
-    run = smgshm("watch", "--jsonl", "--metrics", peer.url + "/metrics", "--interval", "2s", "--count", "2",
-                 "--shm-dir", str(tmp_path))  # fmt: skip
+    run = smgshm(
+        "watch",
+        "--jsonl",
+        "--metrics",
+        peer.url + "/metrics",
+        "--interval",
+        "2s",
+        "--count",
+        "2",
+        "--shm-dir",
+        str(tmp_path),
+    )
     assert run.exit_code == 0, run.stderr
     intervals = [r for r in map(json.loads, run.stdout.splitlines()) if r.get("type") == "interval"]
     assert len(intervals) == 2, run.stdout[-2000:]

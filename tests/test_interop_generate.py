@@ -42,6 +42,7 @@ def stack() -> Iterator[ExitStack]:
     with ExitStack() as s:
         yield s
 
+
 PIXELS_448 = (1024, 1176)  # 448x448 -> 32x32 patches of 14 px, 3x2x14x14 values each
 
 
@@ -84,7 +85,11 @@ def chat(gw: RunningGateway, model: str, image: bytes, stream: bool) -> tuple[in
 
 
 def serve_behind_gateway(
-    children: Children, stack: ExitStack, tmp_path: Path, transport: str, *serve_args: str,
+    children: Children,
+    stack: ExitStack,
+    tmp_path: Path,
+    transport: str,
+    *serve_args: str,
     disable_retries: bool = False,
 ) -> tuple[str, RunningGateway, str]:
     """A serve with the model dir and a gateway in front of it: (serve address, gateway, model name)."""
@@ -93,9 +98,12 @@ def serve_behind_gateway(
     address = ready["result"]["address"]
     assert ready["result"]["served_model_name"] == md.served_model_name
     cfg = GatewayConfig(
-        worker_urls=(address,), model_path=md.path, transport=transport, disable_retries=disable_retries,
+        worker_urls=(address,),
+        model_path=md.path,
+        transport=transport,
+        disable_retries=disable_retries,
         log_path=str(tmp_path / "gateway.log"),
-    )  # fmt: skip
+    )
     gw = stack.enter_context(start_gateway(cfg, ready_timeout_s=60))
     return address, gw, md.served_model_name
 
@@ -218,8 +226,12 @@ def test_log_receipts_to_stdout_whose_reader_left_ends_serve_with_141(
     assert p.stdout is not None
     assert p.stderr is not None
     p.stdout.close()  # the ready line was read: the reader leaves, as head -1 does
-    cfg = GatewayConfig(worker_urls=(ready["result"]["address"],), model_path=md.path, transport="shm",
-                        log_path=str(tmp_path / "gateway.log"))  # fmt: skip
+    cfg = GatewayConfig(
+        worker_urls=(ready["result"]["address"],),
+        model_path=md.path,
+        transport="shm",
+        log_path=str(tmp_path / "gateway.log"),
+    )
     gw = stack.enter_context(start_gateway(cfg, ready_timeout_s=60))
     status, _ = chat(gw, md.served_model_name, png(448), stream=False)
     assert status == 200
@@ -238,8 +250,9 @@ def gateway_segments(gw: RunningGateway) -> list[str]:
 def test_die_after_headers_without_retries_leaks_the_segment(
     children: Children, stack: ExitStack, tmp_path: Path
 ) -> None:
-    _, gw, model = serve_behind_gateway(children, stack, tmp_path, "shm", "--fault", "die-after-headers",
-                                        disable_retries=True)  # fmt: skip
+    _, gw, model = serve_behind_gateway(
+        children, stack, tmp_path, "shm", "--fault", "die-after-headers", disable_retries=True
+    )
     status, text = chat(gw, model, png(448), stream=False)
     assert status == 502, text[-2000:]
     assert "worker_stream_failed" in text
@@ -254,8 +267,9 @@ def test_die_after_headers_without_retries_leaks_the_segment(
 
 
 def test_die_before_read_leaves_nothing(children: Children, stack: ExitStack, tmp_path: Path) -> None:
-    _, gw, model = serve_behind_gateway(children, stack, tmp_path, "shm", "--fault", "die-before-read",
-                                        disable_retries=True)  # fmt: skip
+    _, gw, model = serve_behind_gateway(
+        children, stack, tmp_path, "shm", "--fault", "die-before-read", disable_retries=True
+    )
     before = traffic(gw)
     status, text = chat(gw, model, png(448), stream=False)
     assert status >= 500, text[-2000:]
@@ -268,8 +282,9 @@ def test_die_after_read_consumed_the_segment_and_logged_it(
     children: Children, stack: ExitStack, tmp_path: Path
 ) -> None:
     log = tmp_path / "receipts.jsonl"
-    _, gw, model = serve_behind_gateway(children, stack, tmp_path, "shm", "--fault", "die-after-read",
-                                        "--log-receipts", str(log), disable_retries=True)  # fmt: skip
+    _, gw, model = serve_behind_gateway(
+        children, stack, tmp_path, "shm", "--fault", "die-after-read", "--log-receipts", str(log), disable_retries=True
+    )
     status, text = chat(gw, model, png(448), stream=False)
     assert status >= 500, text[-2000:]
     docs = [json.loads(line) for line in log.read_text().splitlines()]
@@ -282,8 +297,9 @@ def test_die_after_read_consumed_the_segment_and_logged_it(
 def test_slow_read_still_answers_and_the_age_shows_the_wait(
     children: Children, stack: ExitStack, tmp_path: Path
 ) -> None:
-    address, gw, model = serve_behind_gateway(children, stack, tmp_path, "shm", "--fault", "slow-read",
-                                              "--fault-delay", "1s")  # fmt: skip
+    address, gw, model = serve_behind_gateway(
+        children, stack, tmp_path, "shm", "--fault", "slow-read", "--fault-delay", "1s"
+    )
     status, text = chat(gw, model, png(448), stream=False)
     assert status == 200, text[-2000:]
     pv = by_key(fetch_receipts(address)[0])["pixel_values"]

@@ -150,10 +150,16 @@ def test_v1_describes_itself_as_v1(served: dict[str, Any]) -> None:
     for name, fields in V1_MESSAGES.items():
         msg = pool.FindMessageTypeByName(f"grpc.reflection.v1.{name}")
         got = {
-            (f.name, f.number, f.type, f.message_type.name if f.message_type else "", f.is_repeated,
-             f.containing_oneof.name if f.containing_oneof else "")
+            (
+                f.name,
+                f.number,
+                f.type,
+                f.message_type.name if f.message_type else "",
+                f.is_repeated,
+                f.containing_oneof.name if f.containing_oneof else "",
+            )
             for f in msg.fields
-        }  # fmt: skip
+        }
         want = {(n, num, t, tn, lab == REP, o) for n, num, t, tn, lab, o in fields}
         assert got == want, name
 

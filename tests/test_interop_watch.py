@@ -63,7 +63,9 @@ class Watch:
 
 
 def test_watch_follows_the_gateways_segments_and_agrees_with_receipts(
-    children: Children, stack: ExitStack, tmp_path: Path  # noqa: F811
+    children: Children,
+    stack: ExitStack,  # noqa: F811
+    tmp_path: Path,
 ) -> None:
     address, gw, model = serve_behind_gateway(children, stack, tmp_path, "shm")
     w = Watch(children, "--prefix", f"smg-tokenspeed-{gw.pid}-", "--interval", "0.5", "--metrics", gw.metrics_url)
@@ -83,8 +85,13 @@ def test_watch_follows_the_gateways_segments_and_agrees_with_receipts(
     assert set(segs) == names, "watch saw exactly the gateway's segments"
     for r in receipts:
         s = segs[r.shm_name]
-        assert (s["kind"], s["producer_pid"], s["end"], s["reads"], s["observed"]) == ("gateway", gw.pid, "consumed",
-                                                                                       1, True)  # fmt: skip
+        assert (s["kind"], s["producer_pid"], s["end"], s["reads"], s["observed"]) == (
+            "gateway",
+            gw.pid,
+            "consumed",
+            1,
+            True,
+        )
         assert s["nbytes"] in (None, PIXEL_BYTES)
         assert not os.path.exists(os.path.join(SHM, r.shm_name))
     # Time in flight: watch's (creation to unlink, as it read the events) against serve's
@@ -112,8 +119,17 @@ def test_watch_follows_the_gateways_segments_and_agrees_with_receipts(
 
 def test_inline_transport_is_said_plainly(children: Children, stack: ExitStack, tmp_path: Path) -> None:  # noqa: F811
     _, gw, model = serve_behind_gateway(children, stack, tmp_path, "inline")
-    w = Watch(children, "--prefix", f"smg-tokenspeed-{gw.pid}-", "--interval", "0.5", "--metrics", gw.metrics_url,
-              "--serve-metrics", "0")  # fmt: skip
+    w = Watch(
+        children,
+        "--prefix",
+        f"smg-tokenspeed-{gw.pid}-",
+        "--interval",
+        "0.5",
+        "--metrics",
+        gw.metrics_url,
+        "--serve-metrics",
+        "0",
+    )
     w.until(lambda: bool(w.of("exporter")))
     status, text = chat(gw, model, png(448), stream=False)
     assert status == 200, text[-2000:]
@@ -131,21 +147,35 @@ def test_inline_transport_is_said_plainly(children: Children, stack: ExitStack, 
     assert summary["created"] == 0, "no segment of this gateway's under inline"
     assert summary["gateway"]["eligible_inline"] is True
     # The human line says it too.
-    res = subprocess.run(smgshm_argv("watch", "--prefix", f"smg-tokenspeed-{gw.pid}-", "--count", "2", "--interval",
-                                     "0.5", "--metrics", gw.metrics_url),
-                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    res = subprocess.run(
+        smgshm_argv(
+            "watch",
+            "--prefix",
+            f"smg-tokenspeed-{gw.pid}-",
+            "--count",
+            "2",
+            "--interval",
+            "0.5",
+            "--metrics",
+            gw.metrics_url,
+        ),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert res.returncode == 0, res.stderr
     assert "gateway:" in res.stdout
 
 
 def test_segments_nobody_unlinks_are_orphans_of_a_live_gateway(
-    children: Children, stack: ExitStack, tmp_path: Path  # noqa: F811
+    children: Children,
+    stack: ExitStack,  # noqa: F811
+    tmp_path: Path,
 ) -> None:
     # A worker that reads but never unlinks (TOKENSPEED_UNLINK_MM_SHM_AFTER_READ=0): the
     # gateway relies on the worker to unlink on success, so its segments stay.
     address, gw, model = serve_behind_gateway(children, stack, tmp_path, "shm", "--keep-segments")
-    w = Watch(children, "--prefix", f"smg-tokenspeed-{gw.pid}-", "--interval", "0.3", "--orphan-after", "1s",
-              "--check")  # fmt: skip
+    w = Watch(children, "--prefix", f"smg-tokenspeed-{gw.pid}-", "--interval", "0.3", "--orphan-after", "1s", "--check")
     status, text = chat(gw, model, png(448), stream=False)
     assert status == 200, text[-2000:]
     (r,) = [r for r in fetch_receipts(address)[0] if r.key == "pixel_values"]

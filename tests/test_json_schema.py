@@ -23,9 +23,20 @@ __all__ = ["model_dir"]  # a fixture
 
 ENVELOPE = {"smgshm_version", "schema_version", "command", "ok", "result", "warnings"}
 NS_KEYS = {
-    "namespace_id", "boot_id", "shm_dev", "shm_dir", "uid", "gid", "pid", "pid_namespace",
-    "hostname", "shm_total_bytes", "shm_free_bytes", "fstype", "mount_options",
-}  # fmt: skip
+    "namespace_id",
+    "boot_id",
+    "shm_dev",
+    "shm_dir",
+    "uid",
+    "gid",
+    "pid",
+    "pid_namespace",
+    "hostname",
+    "shm_total_bytes",
+    "shm_free_bytes",
+    "fstype",
+    "mount_options",
+}
 COMPARE_KEYS = {"local", "peer", "sharing", "reason"}
 
 
@@ -61,24 +72,92 @@ def test_error_schema() -> None:
 
 
 WATCH_SUMMARY_KEYS = {
-    "shm_dir", "prefix", "started_unix_s", "duration_s", "intervals", "created", "created_bytes", "listed",
-    "consumed", "consumed_bytes", "cleaned", "unknown", "ends_by_kind", "flight", "in_flight", "in_flight_bytes",
-    "orphans_seen", "orphans", "orphan_list", "overflows", "dir_gone", "untracked", "events_read", "gateway", "notes",
+    "shm_dir",
+    "prefix",
+    "started_unix_s",
+    "duration_s",
+    "intervals",
+    "created",
+    "created_bytes",
+    "listed",
+    "consumed",
+    "consumed_bytes",
+    "cleaned",
+    "unknown",
+    "ends_by_kind",
+    "flight",
+    "in_flight",
+    "in_flight_bytes",
+    "orphans_seen",
+    "orphans",
+    "orphan_list",
+    "overflows",
+    "dir_gone",
+    "untracked",
+    "events_read",
+    "gateway",
+    "notes",
     "cause_info",
-}  # fmt: skip
+}
 WATCH_INTERVAL_KEYS = {
-    "seq", "t_unix_s", "interval_s", "created", "created_bytes", "consumed", "consumed_bytes", "cleaned", "unknown",
-    "created_per_s", "created_bytes_per_s", "consumed_per_s", "consumed_bytes_per_s", "created_by_kind", "in_flight",
-    "in_flight_bytes", "flight", "orphans", "orphan_bytes", "orphan_list", "overflows", "dir_gone", "untracked",
-    "events_read", "watching", "gateway", "cause_info",
-}  # fmt: skip
+    "seq",
+    "t_unix_s",
+    "interval_s",
+    "created",
+    "created_bytes",
+    "consumed",
+    "consumed_bytes",
+    "cleaned",
+    "unknown",
+    "created_per_s",
+    "created_bytes_per_s",
+    "consumed_per_s",
+    "consumed_bytes_per_s",
+    "created_by_kind",
+    "in_flight",
+    "in_flight_bytes",
+    "flight",
+    "orphans",
+    "orphan_bytes",
+    "orphan_list",
+    "overflows",
+    "dir_gone",
+    "untracked",
+    "events_read",
+    "watching",
+    "gateway",
+    "cause_info",
+}
 WATCH_FLIGHT_KEYS = {"count", "p50_ms", "p90_ms", "p99_ms", "max_ms"}
-WATCH_ORPHAN_KEYS = {"name", "name_hex", "kind", "producer_pid", "producer_alive", "state", "reason", "nbytes",
-                     "age_s", "reads"}  # fmt: skip
+WATCH_ORPHAN_KEYS = {
+    "name",
+    "name_hex",
+    "kind",
+    "producer_pid",
+    "producer_alive",
+    "state",
+    "reason",
+    "nbytes",
+    "age_s",
+    "reads",
+}
 WATCH_SEGMENT_KEYS = {
-    "type", "schema_version", "name", "name_hex", "kind", "producer_pid", "created_ns", "nbytes", "removed_ns",
-    "in_flight_ns", "end", "reads", "first_read_ns", "observed", "note",
-}  # fmt: skip
+    "type",
+    "schema_version",
+    "name",
+    "name_hex",
+    "kind",
+    "producer_pid",
+    "created_ns",
+    "nbytes",
+    "removed_ns",
+    "in_flight_ns",
+    "end",
+    "reads",
+    "first_read_ns",
+    "observed",
+    "note",
+}
 
 
 def test_watch_schema(tmp_path: Any) -> None:
@@ -104,22 +183,61 @@ def test_watch_schema(tmp_path: Any) -> None:
     # Segment records are pinned in tests/test_cli_watch.py, where real lives end.
 
 
-E2E_KEYS = {"embedded", "image_bytes", "image_size", "local_namespace_id", "model", "processes_left",
-            "removed_at_stop", "runs"}  # fmt: skip
+E2E_KEYS = {
+    "embedded",
+    "image_bytes",
+    "image_size",
+    "local_namespace_id",
+    "model",
+    "processes_left",
+    "removed_at_stop",
+    "runs",
+}
 E2E_RUN_KEYS = {
-    "agree", "as_expected", "cause", "cause_info", "dev_writable", "engine", "expected", "failure", "failure_class",
-    "gateway_log", "gateway_url", "label", "metrics", "metrics_url", "mode", "p50_ms", "path", "receipts", "requests",
-    "setting_source", "shm_dir", "shm_min_bytes", "shm_tensors_by_source", "worker_namespace_id", "workers",
-}  # fmt: skip
+    "agree",
+    "as_expected",
+    "cause",
+    "cause_info",
+    "dev_writable",
+    "engine",
+    "expected",
+    "failure",
+    "failure_class",
+    "gateway_log",
+    "gateway_url",
+    "label",
+    "metrics",
+    "metrics_url",
+    "mode",
+    "p50_ms",
+    "path",
+    "receipts",
+    "requests",
+    "setting_source",
+    "shm_dir",
+    "shm_min_bytes",
+    "shm_tensors_by_source",
+    "worker_namespace_id",
+    "workers",
+}
 CAUSE_KEYS = {"code", "fix", "fix_cmd", "message"}
 E2E_REQUEST_KEYS = {"completion_tokens", "elapsed_ms", "error", "ok", "status", "stream"}
-E2E_METRICS_KEYS = {"available", "nbytes", "note", "owner", "processing", "shm_write_failures", "tensors",
-                    "url"}  # fmt: skip
+E2E_METRICS_KEYS = {"available", "nbytes", "note", "owner", "processing", "shm_write_failures", "tensors", "url"}
 E2E_SHM_DIR_KEYS = {"available", "gateway_pid", "name_pid", "note", "probe_file_left", "segments", "shm_dir"}
 E2E_SEGMENT_KEYS = {"end", "in_flight_ms", "name", "nbytes", "reads"}
 E2E_RECEIPTS_KEYS = {"available", "note", "partial", "receipts", "workers"}
-E2E_RECEIPT_KEYS = {"age_ms", "error_code", "error_message", "key", "nbytes", "payload_kind", "read_ms", "shm_name",
-                    "unlinked", "worker"}  # fmt: skip
+E2E_RECEIPT_KEYS = {
+    "age_ms",
+    "error_code",
+    "error_message",
+    "key",
+    "nbytes",
+    "payload_kind",
+    "read_ms",
+    "shm_name",
+    "unlinked",
+    "worker",
+}
 
 
 def check_e2e_schema(doc: dict[str, Any]) -> None:
@@ -150,8 +268,12 @@ def test_e2e_schema(tmp_path: Any, children: Any, model_dir: str) -> None:
     if not HAVE_SMG:
         pytest.skip("SMG gateway (smg) not installed")
     _, ready = start_serve(children, "--model-dir", model_dir)
-    cfg = GatewayConfig(worker_urls=(ready["result"]["address"],), model_path=model_dir, transport="shm",
-                        log_path=str(tmp_path / "gw.log"))  # fmt: skip
+    cfg = GatewayConfig(
+        worker_urls=(ready["result"]["address"],),
+        model_path=model_dir,
+        transport="shm",
+        log_path=str(tmp_path / "gw.log"),
+    )
     with start_gateway(cfg) as gw:
         doc = run_cli("--json", "e2e", "--gateway", gw.http_url, "--metrics", gw.metrics_url, "-n", "1").json
     check_e2e_schema(doc)
@@ -165,9 +287,19 @@ def test_e2e_schema(tmp_path: Any, children: Any, model_dir: str) -> None:
 
 E2E_SWEEP_KEYS = {"rows", "fresh_page_gb_per_s", "memcpy_gb_per_s", "model", "gateway_logs"}
 E2E_SWEEP_ROW_KEYS = {
-    "image_px", "pixel_nbytes", "requests", "failed", "inline_p50_ms", "shm_p50_ms", "speedup", "shm_write_ms",
-    "worker_read_ms", "preprocess_ms", "floor_ms", "write_floor_fraction",
-}  # fmt: skip
+    "image_px",
+    "pixel_nbytes",
+    "requests",
+    "failed",
+    "inline_p50_ms",
+    "shm_p50_ms",
+    "speedup",
+    "shm_write_ms",
+    "worker_read_ms",
+    "preprocess_ms",
+    "floor_ms",
+    "write_floor_fraction",
+}
 
 
 def test_e2e_sizes_schema() -> None:
@@ -417,8 +549,9 @@ def test_created_ns_round_trips_exactly(tmp_path: Path, children: Children) -> N
     path = tmp_path / name
     path.write_bytes(b"abc")
     os.utime(path, ns=(nanos - 10**9, nanos - 10**9))  # older than its name: the name's time is the birth
-    p = children.spawn(smgshm_argv("watch", "--jsonl", "--shm-dir", str(tmp_path), "--duration", "30",
-                                   "--interval", "0.2"))  # fmt: skip
+    p = children.spawn(
+        smgshm_argv("watch", "--jsonl", "--shm-dir", str(tmp_path), "--duration", "30", "--interval", "0.2")
+    )
     assert p.stdout is not None
     first = json.loads(p.stdout.readline())
     assert first["type"] == "rescanned"  # the start-up listing is done: the segment is tracked

@@ -164,17 +164,13 @@ def _circles(arrows: dict[str, set[str]]) -> list[list[str]]:
 
 def test_no_import_circle_in_smgshm() -> None:
     modules = {
-        name: path
-        for name, path in _modules(ROOT / "smgshm", "smgshm").items()
-        if not name.startswith("smgshm.rpc")
+        name: path for name, path in _modules(ROOT / "smgshm", "smgshm").items() if not name.startswith("smgshm.rpc")
     }
     # A package's __init__ is loaded before its modules: `a.b -> a` is no circle of the code's making.
     arrows = {
-        src: {t for t in targets if not src.startswith(t + ".")}
-        for src, targets in _internal_arrows(modules).items()
+        src: {t for t in targets if not src.startswith(t + ".")} for src, targets in _internal_arrows(modules).items()
     }
     assert _circles(arrows) == []
-
 
 
 def test_the_checks_see_a_planted_violation() -> None:

@@ -51,10 +51,28 @@ PROMTOOL = shutil.which("promtool")
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?[ \t]+(\S+)(?:[ \t]+-?\d+)?$")
 _LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"\s*(?:,|$)')
 _SNAKE = re.compile(r"^[a-z_][a-z0-9_]*$")
-_SUFFIXES = {"counter": ("",), "gauge": ("",), "histogram": ("_bucket", "_sum", "_count"),
-             "summary": ("", "_sum", "_count")}  # fmt: skip
-_NON_BASE = {"milliseconds", "microseconds", "nanoseconds", "minutes", "hours", "days", "kilobytes", "megabytes",
-             "gigabytes", "kibibytes", "mebibytes", "gibibytes", "percent", "percentage"}  # fmt: skip
+_SUFFIXES = {
+    "counter": ("",),
+    "gauge": ("",),
+    "histogram": ("_bucket", "_sum", "_count"),
+    "summary": ("", "_sum", "_count"),
+}
+_NON_BASE = {
+    "milliseconds",
+    "microseconds",
+    "nanoseconds",
+    "minutes",
+    "hours",
+    "days",
+    "kilobytes",
+    "megabytes",
+    "gigabytes",
+    "kibibytes",
+    "mebibytes",
+    "gibibytes",
+    "percent",
+    "percentage",
+}
 _UNITS = {"seconds", "bytes"}
 _RATIO_WORDS = {"share", "fraction", "ratio"}
 
@@ -299,8 +317,10 @@ def _readme_rows(prefix: str) -> Catalogue:
     return rows
 
 
-@pytest.mark.parametrize(("prefix", "catalogue"), [("smgshm_watch_", _watch_catalogue), ("smgshm_gc_", _gc_catalogue),
-                                                   ("smgshm_node_", _node_catalogue)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("prefix", "catalogue"),
+    [("smgshm_watch_", _watch_catalogue), ("smgshm_gc_", _gc_catalogue), ("smgshm_node_", _node_catalogue)],
+)
 def test_the_readme_tables_list_the_catalogue(prefix: str, catalogue: Any) -> None:
     assert _readme_rows(prefix) == catalogue()
 
@@ -334,8 +354,9 @@ class WatchChild:
         self.p = children.spawn(smgshm_argv("watch", "--jsonl", "--serve-metrics", "127.0.0.1:0", *args))
         self.records: list[dict[str, Any]] = []
         threading.Thread(target=self._read, daemon=True).start()
-        exporter = wait_for(lambda: next((r for r in list(self.records) if r["type"] == "exporter"), None), 60,
-                            "watch's exporter")  # fmt: skip
+        exporter = wait_for(
+            lambda: next((r for r in list(self.records) if r["type"] == "exporter"), None), 60, "watch's exporter"
+        )
         self.url: str = exporter["url"]
 
     def _read(self) -> None:
@@ -406,12 +427,14 @@ def _gateway_metrics() -> Iterator[bytes]:
     n = 0
     while True:
         n += 1
-        yield ("# TYPE smg_mm_tensors_total counter\n"
-               f'smg_mm_tensors_total{{runtime="vllm",path="shm"}} {3 * n}\n'
-               f'smg_mm_tensors_total{{runtime="vllm",path="inline"}} {n}\n'
-               "# TYPE smg_mm_tensor_bytes_total counter\n"
-               f'smg_mm_tensor_bytes_total{{runtime="vllm",path="shm"}} {3_000_000 * n}\n'
-               f'smg_mm_tensor_bytes_total{{runtime="vllm",path="inline"}} {1000 * n}\n').encode()  # fmt: skip
+        yield (
+            "# TYPE smg_mm_tensors_total counter\n"
+            f'smg_mm_tensors_total{{runtime="vllm",path="shm"}} {3 * n}\n'
+            f'smg_mm_tensors_total{{runtime="vllm",path="inline"}} {n}\n'
+            "# TYPE smg_mm_tensor_bytes_total counter\n"
+            f'smg_mm_tensor_bytes_total{{runtime="vllm",path="shm"}} {3_000_000 * n}\n'
+            f'smg_mm_tensor_bytes_total{{runtime="vllm",path="inline"}} {1000 * n}\n'
+        ).encode()
 
 
 def test_watch_under_traffic_passes_and_agrees_with_the_catalogue(tmpfs: str, children: Children) -> None:  # noqa: F811
@@ -444,8 +467,13 @@ def test_watch_under_traffic_passes_and_agrees_with_the_catalogue(tmpfs: str, ch
         assert prod.stdout.readline().strip() == "done", prod.stderr.read() if prod.stderr else ""
         assert prod.wait(timeout=30) == 0
         # Every life ended and counted: then the last scrape is checked too.
-        final = wait_for(lambda: (lambda t: t if sum(_values(t, "smgshm_watch_segments_ended_total").values()) >= 170
-                                  else None)(w.scrape()), 60, "170 ended segments")  # fmt: skip
+        final = wait_for(
+            lambda: (lambda t: t if sum(_values(t, "smgshm_watch_segments_ended_total").values()) >= 170 else None)(
+                w.scrape()
+            ),
+            60,
+            "170 ended segments",
+        )
     assert exposition_problems(final) == []
     q = _values(busy, "smgshm_watch_interval_time_in_flight_seconds")
     assert 0 < q[frozenset({("quantile", "0.5")})] <= q[frozenset({("quantile", "1")})]
@@ -479,8 +507,19 @@ def test_gc_textfile_after_a_real_delete(children: Children, tmp_path: Path) -> 
         os.chown(make_file(str(d), seg_name(pid, nanos=old, seq=6), size=4096, age_s=7200), 65534, 65534)
     prom = tmp_path / "gc.prom"
     t0 = time.time()
-    doc = run_cli("--json", "gc", "--shm-dir", str(d), "--assume-dead", "--delete", "--min-age", "10m", "--yes",
-                  "--prometheus", str(prom)).json  # fmt: skip
+    doc = run_cli(
+        "--json",
+        "gc",
+        "--shm-dir",
+        str(d),
+        "--assume-dead",
+        "--delete",
+        "--min-age",
+        "10m",
+        "--yes",
+        "--prometheus",
+        str(prom),
+    ).json
     t1 = time.time()
     assert sum(x["deleted"] for x in doc["result"]["deleted"]) == 2
     text = prom.read_text(encoding="utf-8")
@@ -519,14 +558,26 @@ def test_a_failed_gc_run_says_so_with_its_time_and_no_figures(tmp_path: Path) ->
 def test_a_segment_that_could_not_be_set_aside_is_a_failed_run() -> None:
     # The one kept reason that is a failure to do what was asked (a rename refused, say EPERM);
     # the others are gc's checks keeping their promise.
-    report = ReapReport([Deletion("smg-x", 4096, False, "cannot set it aside atomically: EPERM", 1,
-                                  kept="set_aside_failed")], Tally(), Tally(), 0, 1 << 20, set())  # fmt: skip
+    report = ReapReport(
+        [Deletion("smg-x", 4096, False, "cannot set it aside atomically: EPERM", 1, kept="set_aside_failed")],
+        Tally(),
+        Tally(),
+        0,
+        1 << 20,
+        set(),
+    )
     text = textfile.textfile_text(textfile.RunRecord("gc", "/dev/shm", 1.0, 2.0, report)).decode()
     assert exposition_problems(text) == []
     assert _values(text, "smgshm_gc_last_run_success")[frozenset()] == 0
     assert _values(text, "smgshm_gc_kept_segments")[frozenset({("reason", "set_aside_failed")})] == 1
     assert _values(text, "smgshm_gc_last_run_duration_seconds")[frozenset()] == 1.0
-    kept_by_a_check = ReapReport([Deletion("smg-x", 4096, False, "opened or mapped since the scan", 1,
-                                           kept="opened_since_scan")], Tally(), Tally(), 0, 1 << 20, set())  # fmt: skip
+    kept_by_a_check = ReapReport(
+        [Deletion("smg-x", 4096, False, "opened or mapped since the scan", 1, kept="opened_since_scan")],
+        Tally(),
+        Tally(),
+        0,
+        1 << 20,
+        set(),
+    )
     text = textfile.textfile_text(textfile.RunRecord("gc", "/dev/shm", 1.0, 2.0, kept_by_a_check)).decode()
     assert _values(text, "smgshm_gc_last_run_success")[frozenset()] == 1

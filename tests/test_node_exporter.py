@@ -128,8 +128,11 @@ def test_traffic_updates_a_tmpfs_between_full_scans_and_never_calls_unproven_lea
     # the last full scan's pid map, must not: unknown until the next full scan.
     dead = b / f"smg-tokenspeed-4000000-{time.time_ns()}-0"
     dead.write_bytes(b"\x02" * 4096)
-    text = wait_for(lambda: (lambda t: t if _one(t, "smgshm_node_segments", POD_B, "unknown") == 1 else None)(
-        e.scrape()), 60, "the new dead producer's segment, unknown")  # fmt: skip
+    text = wait_for(
+        lambda: (lambda t: t if _one(t, "smgshm_node_segments", POD_B, "unknown") == 1 else None)(e.scrape()),
+        60,
+        "the new dead producer's segment, unknown",
+    )
     assert _one(text, "smgshm_node_segments", POD_B, "leaked") == 0
     assert _one(text, "smgshm_node_segments", POD_A, "leaked") == 1, "a full scan's proof stays"
     for n in names:
@@ -145,10 +148,14 @@ def test_a_removed_pod_leaves_the_exposition(node: dict[str, Any], children: Chi
     node["a"].stdin.close()  # pod A deleted: its container exits, the kubelet unmounts and removes its dirs
     wait_for(lambda: node["a"].poll() is not None, 30, "pod A's pid 1 to exit")
     subprocess.run(["umount", str(dshm(root, POD_A[2]))], check=True, timeout=30)
-    subprocess.run(["rm", "-rf", str(root / "var/lib/kubelet/pods" / POD_A[2]),
-                    str(root / "var/log/pods" / "_".join(POD_A))], check=True, timeout=30)  # fmt: skip
-    text = wait_for(lambda: (lambda t: t if _pods_in(t) == {"gateway-0"} else None)(e.scrape()), 60,
-                    "pod A's series gone")  # fmt: skip
+    subprocess.run(
+        ["rm", "-rf", str(root / "var/lib/kubelet/pods" / POD_A[2]), str(root / "var/log/pods" / "_".join(POD_A))],
+        check=True,
+        timeout=30,
+    )
+    text = wait_for(
+        lambda: (lambda t: t if _pods_in(t) == {"gateway-0"} else None)(e.scrape()), 60, "pod A's series gone"
+    )
     wait_for(lambda: _values(e.scrape(), "smgshm_node_scans_total")[frozenset()] >= 3, 60, "two more full scans")
     text = e.scrape()
     assert _pods_in(text) == {"gateway-0"}, "a rescan does not bring it back"

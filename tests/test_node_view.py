@@ -74,8 +74,9 @@ def test_each_pod_is_named_and_judged_in_its_own_pid_namespace(node: dict[str, A
     assert "hidden 1.0 MiB (1 unlinked file(s) still mapped)" in text
     raw = run_cli("gc", "--node", "--node-root", root, "--raw").stdout.splitlines()
     assert sorted(line.split()[:3] for line in raw) == [
-        ["team-a/engine-0", "empty_dir:dshm", "leaked"], ["team-b/gateway-0", "empty_dir:dshm", "in_flight"]
-    ]  # fmt: skip
+        ["team-a/engine-0", "empty_dir:dshm", "leaked"],
+        ["team-b/gateway-0", "empty_dir:dshm", "in_flight"],
+    ]
     run_cli("gc", "--node", "--node-root", root, "--check", exit=3)
 
 
@@ -136,8 +137,13 @@ def test_a_node_root_whose_link_cannot_be_read_is_exit_5_not_a_bug(command: str)
     """/proc/1/root is a link nobody may read: the root cannot be resolved, a host error (exit 5), never 70."""
     if shutil.which("setpriv") is None:
         pytest.skip("setpriv(1) is not installed")
-    argv = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *smgshm_argv(command, "--node",
-            "--node-root", "/proc/1/root")]  # fmt: skip
+    argv = [
+        "setpriv",
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        *smgshm_argv(command, "--node", "--node-root", "/proc/1/root"),
+    ]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "COLUMNS": "80"}
     r = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env, cwd="/")
     assert r.returncode == 5, (r.returncode, r.stderr)
@@ -210,10 +216,25 @@ def test_a_process_whose_dev_shm_is_a_symlink_is_never_judged_dead_elsewhere(nod
     /proc/P/root its /dev/shm is nowhere (or another tmpfs). Its live producer must not be judged in
     the other container's pid namespace, where its pid is free: doubt, never leaked."""
     root = node["root"]
-    script = ('mount -t tmpfs tmpfs /dev && mkdir /dev/pod && mount --bind "$0" /dev/pod && '
-              'ln -s /dev/pod /dev/shm && mount -t proc proc /proc && exec "$1" -c "$2"')  # fmt: skip
-    argv = ["unshare", "--pid", "--fork", "unshare", "--mount", "--propagation", "private",
-            "sh", "-c", script, str(dshm(Path(root), POD_B[2])), sys.executable, LINKED]  # fmt: skip
+    script = (
+        'mount -t tmpfs tmpfs /dev && mkdir /dev/pod && mount --bind "$0" /dev/pod && '
+        'ln -s /dev/pod /dev/shm && mount -t proc proc /proc && exec "$1" -c "$2"'
+    )
+    argv = [
+        "unshare",
+        "--pid",
+        "--fork",
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        script,
+        str(dshm(Path(root), POD_B[2])),
+        sys.executable,
+        LINKED,
+    ]
     reg = Children()
     try:
         p = reg.spawn(argv, stdin=subprocess.PIPE)

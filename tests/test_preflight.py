@@ -51,8 +51,20 @@ def pod(argv: list[str], dshm: str, *, before: str = "", ipc: bool = True, timeo
     """Run ``argv`` as pid 1 of a new pid + mount (+ IPC) namespace with ``dshm`` at /dev/shm (``before``:
     shell run first, as pid 1, in the background of which the argv is exec'd); its stdout lines."""
     script = f'mount --bind "$0" /dev/shm && {before}exec "$@"'
-    cmd = ["unshare", "--pid", "--fork", "--mount-proc", "--propagation", "private", *(["--ipc"] if ipc else []),
-           "sh", "-c", script, dshm, *argv]  # fmt: skip
+    cmd = [
+        "unshare",
+        "--pid",
+        "--fork",
+        "--mount-proc",
+        "--propagation",
+        "private",
+        *(["--ipc"] if ipc else []),
+        "sh",
+        "-c",
+        script,
+        dshm,
+        *argv,
+    ]
     # The whole namespace dies with its pid 1 (the kernel kills the rest): nothing outlives the run.
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, start_new_session=True)
     assert p.returncode in (0, 3), (p.returncode, p.stdout, p.stderr)
@@ -72,8 +84,12 @@ def _crash_old_gateway(dshm: str) -> None:
 
 
 def _wrapper(dshm: str, *flags: str, before: str = "", ipc: bool = True) -> tuple[dict[str, Any], dict[str, Any]]:
-    lines = pod(smgshm_argv("--json", "preflight", *flags, "--", sys.executable, "-c", NEW_GATEWAY), dshm,
-                before=before, ipc=ipc)  # fmt: skip
+    lines = pod(
+        smgshm_argv("--json", "preflight", *flags, "--", sys.executable, "-c", NEW_GATEWAY),
+        dshm,
+        before=before,
+        ipc=ipc,
+    )
     doc = json.loads(lines[0])
     assert len(lines) == 2, lines
     return doc, json.loads(lines[1])
@@ -118,15 +134,26 @@ def test_wrapper_reclaims_nothing_by_pid_where_the_proof_does_not_hold(dshm: str
     elif how == "host_ipc":
         ipc = False
     else:  # a process in a pid namespace nested in the pod's, which sees the tmpfs
-        nested = shlex.join(["unshare", "--pid", "--fork", sys.executable, "-c",
-                             "import time; open('/dev/shm/ready', 'w').close(); time.sleep(600)"])  # fmt: skip
+        nested = shlex.join(
+            [
+                "unshare",
+                "--pid",
+                "--fork",
+                sys.executable,
+                "-c",
+                "import time; open('/dev/shm/ready', 'w').close(); time.sleep(600)",
+            ]
+        )
         before = f"{{ {nested} & }}; {WAIT_READY}; "
     doc, gw = _wrapper(dshm, *flags, before=before, ipc=ipc)
     r = doc["result"]
     assert (r["verdict"], r["may_start"], r["proof"]["holds"], r["reclaimed_count"]) == ("unknown", True, False, 0)
     note = r["proof"]["note"]
-    assert {"no_pod_private": "--pod-private", "host_ipc": "host's IPC namespace",
-            "nested_pid_namespace": "another pid namespace"}[how] in note  # fmt: skip
+    assert {
+        "no_pod_private": "--pod-private",
+        "host_ipc": "host's IPC namespace",
+        "nested_pid_namespace": "another pid namespace",
+    }[how] in note
     (kept,) = r["kept"]
     assert kept["state"] == "unknown"
     assert kept["name"].startswith("smg-tokenspeed-1-")
@@ -197,8 +224,9 @@ def test_capacity_too_small_full_and_enough(small: str) -> None:
     assert "fix:" in out
     assert "sizeLimit" in out
     assert "--shm-size" in out
-    doc = run_cli("--json", "preflight", "--shm-dir", small, "--tensor-bytes", "1MiB", "--tensor-bytes", "5MiB",
-                  exit=3).json  # fmt: skip
+    doc = run_cli(
+        "--json", "preflight", "--shm-dir", small, "--tensor-bytes", "1MiB", "--tensor-bytes", "5MiB", exit=3
+    ).json
     assert doc["result"]["causes"][0]["code"] == "shm_too_small"
     assert doc["result"]["need_bytes"] == 5 << 20
     make_file(small, "torch_big", size=3 << 20)  # not SMG's: never reclaimed, but it takes the space
@@ -250,12 +278,39 @@ def test_the_real_gateway_exec_d_through_preflight_starts_and_serves(dshm: str, 
     _crash_old_gateway(dshm)
     port, prom = free_port(), free_port()
     smg = shutil.which("smg", path=os.path.dirname(sys.executable)) or "smg"
-    argv = smgshm_argv("preflight", "--pod-private", "--", smg, "launch", "--host", "127.0.0.1", "--port", str(port),
-                       "--prometheus-host", "127.0.0.1", "--prometheus-port", str(prom),
-                       "--disable-tokenizer-autoload")  # fmt: skip
+    argv = smgshm_argv(
+        "preflight",
+        "--pod-private",
+        "--",
+        smg,
+        "launch",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--prometheus-host",
+        "127.0.0.1",
+        "--prometheus-port",
+        str(prom),
+        "--disable-tokenizer-autoload",
+    )
     script = 'mount --bind "$0" /dev/shm && exec "$@"'
-    p = children.spawn(["unshare", "--pid", "--fork", "--mount-proc", "--propagation", "private", "--ipc",
-                        "sh", "-c", script, dshm, *argv])  # fmt: skip
+    p = children.spawn(
+        [
+            "unshare",
+            "--pid",
+            "--fork",
+            "--mount-proc",
+            "--propagation",
+            "private",
+            "--ipc",
+            "sh",
+            "-c",
+            script,
+            dshm,
+            *argv,
+        ]
+    )
 
     def workers() -> bool:
         with contextlib.suppress(OSError), urllib.request.urlopen(f"http://127.0.0.1:{port}/workers", timeout=2) as r:

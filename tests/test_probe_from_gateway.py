@@ -53,8 +53,16 @@ def _gateway(workers: list[dict[str, Any]], key: str | None = None) -> tuple[Thr
 
 
 def _worker(url: str, label: str, mode: str = "grpc", **extra: Any) -> dict[str, Any]:
-    return {"id": os.urandom(4).hex(), "url": url, "connection_mode": mode, "runtime_type": "vllm",
-            "labels": {"shm_namespace_id": label}, "is_healthy": True, "status": "ready", **extra}  # fmt: skip
+    return {
+        "id": os.urandom(4).hex(),
+        "url": url,
+        "connection_mode": mode,
+        "runtime_type": "vllm",
+        "labels": {"shm_namespace_id": label},
+        "is_healthy": True,
+        "status": "ready",
+        **extra,
+    }
 
 
 def test_dp_rank_http_worker_and_stale_label(two_receivers: tuple[RunningReceiver, RunningReceiver]) -> None:

@@ -34,9 +34,10 @@ def _file(d: Path, name: str, data: bytes) -> Path:
 
 def _td(name: str, nbytes: int, shape: list[int] | None = None, dtype: str = "uint8") -> Any:
     return vllm_engine_pb2.TensorData(
-        shape=shape if shape is not None else [nbytes], dtype=dtype,
+        shape=shape if shape is not None else [nbytes],
+        dtype=dtype,
         shm=common_pb2.ShmHandle(name=name, offset=0, nbytes=nbytes, owner_id="smg:1"),
-    )  # fmt: skip
+    )
 
 
 def _mm(pixels: Any, extras: dict[str, Any] | None = None) -> Any:
@@ -74,10 +75,13 @@ def test_any_name_emulates_smgs_reader_and_consumes_it(tmp_path: Path) -> None:
 def test_errors_name_the_handle_never_server_paths_sizes_or_uids(tmp_path: Path) -> None:
     _file(tmp_path, "smg-tokenspeed-1-2-3", b"x" * 10)  # shorter than its handle says
     os.symlink("/etc/passwd", tmp_path / "smg-tokenspeed-1-2-4")
-    mm = _mm(_td("smg-tokenspeed-1-2-3", 4096), {
-        "link": _td("smg-tokenspeed-1-2-4", 4),
-        "gone": _td("smg-tokenspeed-1-2-5", 4),
-    })  # fmt: skip
+    mm = _mm(
+        _td("smg-tokenspeed-1-2-3", 4096),
+        {
+            "link": _td("smg-tokenspeed-1-2-4", 4),
+            "gone": _td("smg-tokenspeed-1-2-5", 4),
+        },
+    )
     got = _receive(ReceiverConfig(shm_dir=str(tmp_path)), mm)
     assert [got[k].error_code for k in sorted(got)] == ["missing", "symlink", "short"]
     for r in got.values():
@@ -237,8 +241,10 @@ def test_peak_rss_under_hostile_load_is_printed(children: Children) -> None:
             stalls.close()
     peak = _vm_hwm_kib(proc.pid)
     growth = (peak - base) * 1024 / payload
-    print(f"\nserve peak RSS {peak / 1024:.0f} MiB (started at {base / 1024:.0f} MiB): "
-          f"{growth:.2f}x a {payload // mib} MiB inline payload, with {STALLS} stalled calls")  # fmt: skip
+    print(
+        f"\nserve peak RSS {peak / 1024:.0f} MiB (started at {base / 1024:.0f} MiB): "
+        f"{growth:.2f}x a {payload // mib} MiB inline payload, with {STALLS} stalled calls"
+    )
     # Measured 3.1x here (3.3-4.6x before serve read payloads in place): gRPC's own receive path,
     # about 3x (test_receiver_copies.py measures it apart), plus the stalls and allocator slack.
     # A sanity bound, not a benchmark.

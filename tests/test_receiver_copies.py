@@ -65,9 +65,11 @@ class Phases:
     def show(self, what: str) -> str:
         grpc_x = (self.grpc_peak - self.idle) / PAYLOAD
         whole_x = (max(self.grpc_peak, self.own_peak) - self.idle) / PAYLOAD
-        return (f"{what}: idle {self.idle / MIB:.0f} MiB; gRPC's phase peak +{grpc_x:.2f}x the payload; "
-                f"serve's phase +{(self.own_peak - self.handed) / MIB:.1f} MiB over the {self.handed / MIB:.0f} MiB "
-                f"held when the handler had it; the whole call +{whole_x:.2f}x")  # fmt: skip
+        return (
+            f"{what}: idle {self.idle / MIB:.0f} MiB; gRPC's phase peak +{grpc_x:.2f}x the payload; "
+            f"serve's phase +{(self.own_peak - self.handed) / MIB:.1f} MiB over the {self.handed / MIB:.0f} MiB "
+            f"held when the handler had it; the whole call +{whole_x:.2f}x"
+        )
 
 
 @pytest.fixture(scope="module")

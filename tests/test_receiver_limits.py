@@ -111,8 +111,10 @@ def test_watchers_are_capped_cost_nothing_idle_and_end_by_their_deadline(childre
             cpu0, t0 = _cpu_s(proc.pid), time.monotonic()
             time.sleep(2)
             cpu = _cpu_s(proc.pid) - cpu0
-            print(f"\nserve with {MAX_WATCHERS} idle watchers: {cpu * 1e3:.0f} ms of CPU over "
-                  f"{time.monotonic() - t0:.1f} s")  # fmt: skip
+            print(
+                f"\nserve with {MAX_WATCHERS} idle watchers: {cpu * 1e3:.0f} ms of CPU over "
+                f"{time.monotonic() - t0:.1f} s"
+            )
             # 0 ms measured here; the pollers this replaces cost 20 ms per 2 s for 64 and 190 ms for
             # 1000 (uncapped). A generous bound: the machine is shared.
             assert cpu < 0.2, "idle watchers must not poll"
@@ -319,9 +321,16 @@ def test_a_large_requests_memory_is_given_back(children: Children, tmp_path: Any
     ).SerializeToString()
     del big, mm
     seg = tmp_path / "smg-tokenspeed-1-2-3"
-    shm = vllm_engine_pb2.GenerateRequest(request_id="shm", mm_inputs=vllm_engine_pb2.MultimodalInputs(
-        pixel_values=vllm_engine_pb2.TensorData(shape=[payload], dtype="uint8", shm=common_pb2.ShmHandle(
-            name=seg.name, offset=0, nbytes=payload, owner_id="x")))).SerializeToString()  # fmt: skip
+    shm = vllm_engine_pb2.GenerateRequest(
+        request_id="shm",
+        mm_inputs=vllm_engine_pb2.MultimodalInputs(
+            pixel_values=vllm_engine_pb2.TensorData(
+                shape=[payload],
+                dtype="uint8",
+                shm=common_pb2.ShmHandle(name=seg.name, offset=0, nbytes=payload, owner_id="x"),
+            )
+        ),
+    ).SerializeToString()
     with grpc.insecure_channel(address, options=opts) as ch:
         gen = ch.unary_stream("/vllm.grpc.engine.VllmEngine/Generate", lambda b: b, lambda b: b)
         rcv = ch.unary_unary("/smgshm.rpc.v1.Diagnostics/Receive", lambda b: b, lambda b: b)
@@ -341,8 +350,10 @@ def test_a_large_requests_memory_is_given_back(children: Children, tmp_path: Any
             peaks.append(_status_mib(pid)["VmHWM"] - idle)
             kept.append(wait_for(lambda: _kept(pid, idle, slack), 5, f"serve's memory back after {what}")[0])
     shown = ", ".join(f"+{p / (payload / MIB):.2f}x" for p in peaks)
-    print(f"\nserve, {payload // MIB} MiB requests: idle {idle:.0f} MiB; peak over idle {shown}; "
-          f"kept {', '.join(f'{k:+.0f}' for k in kept)} MiB")  # fmt: skip
+    print(
+        f"\nserve, {payload // MIB} MiB requests: idle {idle:.0f} MiB; peak over idle {shown}; "
+        f"kept {', '.join(f'{k:+.0f}' for k in kept)} MiB"
+    )
     assert max(peaks) <= peaks[0] + slack, "each request's peak lands on the last one's leftovers"
     assert peaks[0] < 4 * payload / MIB  # gRPC's own receive path is about 3x (test_receiver_copies.py)
 

@@ -37,8 +37,11 @@ def test_a_truncate_waits_for_the_zero_copy_reader_and_the_bytes_stay_readable(s
         assert seg.mode == "view"
         # Blocked in the kernel on the lease: judged once it got there, not after a fixed sleep
         # (a loaded machine may not have started the child yet, and a sleep then proves nothing).
-        wait_for(lambda: truncater.poll() is not None or _wchan(truncater.pid) == "__break_lease", 30,
-                 "the truncate to reach the reader's lease")  # fmt: skip
+        wait_for(
+            lambda: truncater.poll() is not None or _wchan(truncater.pid) == "__break_lease",
+            30,
+            "the truncate to reach the reader's lease",
+        )
         assert truncater.poll() is None, "the truncate should wait for the reader's lease"
         # Without the lease this touch of every page would SIGBUS the test process.
         assert bytes(seg.data) == blob

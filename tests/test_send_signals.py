@@ -80,8 +80,24 @@ def test_a_signal_stops_send_unlinks_its_segments_and_reports(
     children: Children, stuck: tuple[Stuck, str], sig: signal.Signals, code: int, run: tuple[str, ...]
 ) -> None:
     servicer, addr = stuck
-    p = children.spawn(smgshm_argv("--json", "send", "--transport", "shm", "--shape", "256x256",
-                                   "--shm-min-bytes", "1", "--tensors", "2", "-c", "2", *run, addr))  # fmt: skip
+    p = children.spawn(
+        smgshm_argv(
+            "--json",
+            "send",
+            "--transport",
+            "shm",
+            "--shape",
+            "256x256",
+            "--shm-min-bytes",
+            "1",
+            "--tensors",
+            "2",
+            "-c",
+            "2",
+            *run,
+            addr,
+        )
+    )
     wait_for(lambda: servicer.held >= 2, what="two requests held in flight")
     assert len(_segments_of(p.pid)) == 4, "two requests of two tensors each are in flight"
     p.send_signal(sig)

@@ -47,11 +47,24 @@ def test_python_dash_m_runs() -> None:
 
 def test_gc_loads_only_gc(tmp_path: Path) -> None:
     # Start-up is part of every gc run's time: the other commands (and rich's tables) load on use.
-    probe = probe_for(("smgshm.cli.bench", "smgshm.cli.e2e", "smgshm.cli.probe", "smgshm.cli.watch", "rich.table",
-                       "tempfile", "psutil"))  # fmt: skip
+    probe = probe_for(
+        (
+            "smgshm.cli.bench",
+            "smgshm.cli.e2e",
+            "smgshm.cli.probe",
+            "smgshm.cli.watch",
+            "rich.table",
+            "tempfile",
+            "psutil",
+        )
+    )
     (tmp_path / f"smg-tokenspeed-{2**32 - 1}-1-0").touch()  # a pid gc looks up (no process has it)
-    res = subprocess.run([sys.executable, "-c", probe, "gc", "--shm-dir", str(tmp_path), "--assume-dead"],
-                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    res = subprocess.run(
+        [sys.executable, "-c", probe, "gc", "--shm-dir", str(tmp_path), "--assume-dead"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert "HEAVY=\n" in res.stderr, res.stderr
     assert "1 SMG segment(s)" in res.stdout, res.stdout
     assert "1 leaked" in " ".join(res.stdout.split()), res.stdout  # wrapped at 80 columns

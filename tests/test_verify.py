@@ -88,9 +88,11 @@ class Liar(diag_pb2_grpc.DiagnosticsServicer):  # type: ignore[misc]
         from smgshm.rpc.v1 import diag_pb2
 
         return diag_pb2.IdentityResponse(
-            namespace_id=read_namespace_id(), uid=os.getuid(), unlink_after_read=True,
+            namespace_id=read_namespace_id(),
+            uid=os.getuid(),
+            unlink_after_read=True,
             max_message_bytes=64 * 1024 * 1024,
-        )  # fmt: skip
+        )
 
     def Receive(self, request: Any, context: Any) -> Any:  # noqa: N802
         from smgshm.core.receiver.reader import ReceiverConfig, receive
@@ -100,9 +102,15 @@ class Liar(diag_pb2_grpc.DiagnosticsServicer):  # type: ignore[misc]
         honest = diag_pb2.ReceiveResponse(request_id=request.request_id)
         for r in receive(layout, request.multimodal_inputs, ReceiverConfig()):
             honest.receipts.add(
-                key=r.key, payload_kind=r.payload_kind, dtype=r.dtype, shape=list(r.shape), nbytes=r.nbytes,
-                digest_algo=DIGEST_ALGO, digest=r.digest, unlinked=r.unlinked,
-            )  # fmt: skip
+                key=r.key,
+                payload_kind=r.payload_kind,
+                dtype=r.dtype,
+                shape=list(r.shape),
+                nbytes=r.nbytes,
+                digest_algo=DIGEST_ALGO,
+                digest=r.digest,
+                unlinked=r.unlinked,
+            )
         out = diag_pb2.ReceiveResponse(request_id=request.request_id)
         out.receipts.extend(self.forge(list(honest.receipts)))
         return out
@@ -138,8 +146,23 @@ def test_receipt_keys_are_the_keys_the_receiver_gives() -> None:
 @pytest.mark.parametrize("layout", ["vllm", "tokenspeed"])
 def test_an_honest_receiver_verifies(liar: Callable[[Forge], str], transport: str, layout: str) -> None:
     addr = liar(lambda rs: rs)
-    doc = run_cli("--json", "send", "--transport", transport, "--layout", layout, "--shape", "64x64",
-                  "--shm-min-bytes", "1", "--tensors", "3", "-n", "2", addr).json  # fmt: skip
+    doc = run_cli(
+        "--json",
+        "send",
+        "--transport",
+        transport,
+        "--layout",
+        layout,
+        "--shape",
+        "64x64",
+        "--shm-min-bytes",
+        "1",
+        "--tensors",
+        "3",
+        "-n",
+        "2",
+        addr,
+    ).json
     assert doc["ok"] is True
     assert doc["result"]["paths"][0]["mismatches"] == 0
 
@@ -148,8 +171,22 @@ def test_an_honest_receiver_verifies(liar: Callable[[Forge], str], transport: st
 @pytest.mark.parametrize("forgery", sorted(FORGERIES))
 def test_send_to_a_lying_receiver_is_a_mismatch(liar: Callable[[Forge], str], forgery: str, transport: str) -> None:
     addr = liar(FORGERIES[forgery])
-    res = run_cli("--json", "send", "--transport", transport, "--shape", "64x64", "--shm-min-bytes", "1",
-                  "--tensors", "3", "-n", "2", addr, exit=3)  # fmt: skip
+    res = run_cli(
+        "--json",
+        "send",
+        "--transport",
+        transport,
+        "--shape",
+        "64x64",
+        "--shm-min-bytes",
+        "1",
+        "--tensors",
+        "3",
+        "-n",
+        "2",
+        addr,
+        exit=3,
+    )
     doc = res.json
     assert doc["ok"] is False
     path = doc["result"]["paths"][0]
@@ -157,8 +194,9 @@ def test_send_to_a_lying_receiver_is_a_mismatch(liar: Callable[[Forge], str], fo
     problems = doc["result"]["problems"]
     assert {p["kind"] for p in problems} == {"mismatch"}
     assert all(p["key"] for p in problems), "every mismatch names its key"
-    human = run_cli("send", "--transport", transport, "--shape", "64x64", "--shm-min-bytes", "1",
-                    "--tensors", "3", addr, exit=3).stdout  # fmt: skip
+    human = run_cli(
+        "send", "--transport", transport, "--shape", "64x64", "--shm-min-bytes", "1", "--tensors", "3", addr, exit=3
+    ).stdout
     assert human.startswith("FAILED")
     assert "verified" not in human.splitlines()[0]
 

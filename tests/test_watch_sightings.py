@@ -106,8 +106,20 @@ print(json.dumps(out), flush=True)
 def run_scenario(children: Children, tmp_path: Path, with_watch: bool) -> Any:
     d = tmp_path / "shm"
     d.mkdir()
-    argv = ["unshare", "--pid", "--fork", "--mount-proc", "--mount", "--propagation", "private",
-            PY, "-c", SCENARIO, "watch" if with_watch else "no-watch", str(d)]  # fmt: skip
+    argv = [
+        "unshare",
+        "--pid",
+        "--fork",
+        "--mount-proc",
+        "--mount",
+        "--propagation",
+        "private",
+        PY,
+        "-c",
+        SCENARIO,
+        "watch" if with_watch else "no-watch",
+        str(d),
+    ]
     p = children.spawn(argv)
     out, err = p.communicate(timeout=180)
     if p.returncode != 0 and "unshare failed" in err:
@@ -332,16 +344,23 @@ def test_a_users_watch_stores_its_sightings_privately_in_its_cache(children: Chi
     os.chown(cache, NOBODY, NOBODY)
     env = {k: v for k, v in os.environ.items() if k != sightings_mod.STATE_DIR_ENV}
     env["XDG_CACHE_HOME"] = str(cache)
-    argv = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
-            *smgshm_argv("watch", "--jsonl", "--shm-dir", open_tmpfs, "--interval", "0.05")]  # fmt: skip
+    argv = [
+        "setpriv",
+        f"--reuid={NOBODY}",
+        f"--regid={NOBODY}",
+        "--clear-groups",
+        *smgshm_argv("watch", "--jsonl", "--shm-dir", open_tmpfs, "--interval", "0.05"),
+    ]
     w = children.spawn(argv, env=env)
     assert w.stdout is not None
     assert json.loads(w.stdout.readline())["type"] == "rescanned", w.stderr.read() if w.stderr else ""
     name = _make(open_tmpfs, 1)
     try:
         d = cache / "smgshm"
-        store = wait_for(lambda: next(iter(d.glob("sightings-*")), None) if d.is_dir() else None,
-                         what="nobody's watch to write its store")  # fmt: skip
+        store = wait_for(
+            lambda: next(iter(d.glob("sightings-*")), None) if d.is_dir() else None,
+            what="nobody's watch to write its store",
+        )
     finally:
         w.send_signal(signal.SIGINT)
         w.communicate(timeout=60)

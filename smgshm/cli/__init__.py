@@ -58,10 +58,18 @@ def _closed_stdout_exits() -> Iterator[None]:
 # Each command's module, imported when that command is first looked up: `smgshm gc` then does
 # not import bench's, e2e's or probe's dependencies (start-up is part of every gc run's time).
 _COMMANDS = {
-    "doctor": "smgshm.cli.doctor", "probe": "smgshm.cli.probe", "send": "smgshm.cli.send", "gc": "smgshm.cli.gc",
-    "watch": "smgshm.cli.watch", "bench": "smgshm.cli.bench", "serve": "smgshm.cli.serve", "e2e": "smgshm.cli.e2e",
-    "ns": "smgshm.cli.ns", "completion": "smgshm.cli.completion", "preflight": "smgshm.cli.preflight",
-}  # fmt: skip
+    "doctor": "smgshm.cli.doctor",
+    "probe": "smgshm.cli.probe",
+    "send": "smgshm.cli.send",
+    "gc": "smgshm.cli.gc",
+    "watch": "smgshm.cli.watch",
+    "bench": "smgshm.cli.bench",
+    "serve": "smgshm.cli.serve",
+    "e2e": "smgshm.cli.e2e",
+    "ns": "smgshm.cli.ns",
+    "completion": "smgshm.cli.completion",
+    "preflight": "smgshm.cli.preflight",
+}
 
 
 class RootGroup(click.Group):
@@ -102,8 +110,9 @@ class RootGroup(click.Group):
             raise TypeError("Command has no name.")
         self._commands[name] = cmd
 
-    def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
-                     **extra: Any) -> click.Context:  # fmt: skip
+    def make_context(
+        self, info_name: str | None, args: list[str], parent: click.Context | None = None, **extra: Any
+    ) -> click.Context:
         with _closed_stdout_exits():  # the root's --help and --version, said while parsing
             return super().make_context(info_name, args, parent, **extra)
 
@@ -168,9 +177,13 @@ def _print_man_path(ctx: click.Context, _param: click.Parameter, value: bool) ->
 @click.option("--traceback", is_flag=True, help="Show the Python traceback of an internal error.")
 @click.version_option(__version__, "-V", "--version", prog_name="smgshm")
 @click.option(
-    "--man-path", is_flag=True, expose_value=False, is_eager=True, callback=_print_man_path,
+    "--man-path",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_print_man_path,
     help='Print the directory of the man pages and exit: man -M "$(smgshm --man-path)" smgshm-gc.',
-)  # fmt: skip
+)
 @click.pass_context
 def cli(ctx: click.Context, json_: bool, no_color: bool, quiet: bool, traceback: bool) -> None:
     """Diagnose and administer SMG's same-host /dev/shm tensor transport.
@@ -205,8 +218,12 @@ def cli(ctx: click.Context, json_: bool, no_color: bool, quiet: bool, traceback:
 
 # Root flags a user may also put after the subcommand, as with git, kubectl and docker.
 # (attribute on App, spellings); --traceback too, so it can be added when a run fails.
-_LATE_FLAGS = (("json", ("--json",)), ("no_color", ("--no-color",)), ("quiet", ("-q", "--quiet")),
-               ("traceback", ("--traceback",)))  # fmt: skip
+_LATE_FLAGS = (
+    ("json", ("--json",)),
+    ("no_color", ("--no-color",)),
+    ("quiet", ("-q", "--quiet")),
+    ("traceback", ("--traceback",)),
+)
 
 
 def _late_flag(name: str) -> Any:

@@ -43,8 +43,13 @@ def _sizes(lo: int, hi: int, factor: int, explicit: str | None) -> tuple[int, ..
 )
 @click.option("--factor", type=click.IntRange(2), default=4, show_default=True)
 @click.option("--sizes", help="Instead of the sweep: a comma list, e.g. 1MiB,16MiB,64MiB.")
-@click.option("--warmup", type=click.IntRange(0), default=2, show_default=True,
-              help="Unmeasured requests per size and transport first.")  # fmt: skip
+@click.option(
+    "--warmup",
+    type=click.IntRange(0),
+    default=2,
+    show_default=True,
+    help="Unmeasured requests per size and transport first.",
+)
 @click.option(
     "-n",
     "--requests",
@@ -79,9 +84,23 @@ def _sizes(lo: int, hi: int, factor: int, explicit: str | None) -> tuple[int, ..
 )
 @shm_dir_option
 @click.pass_obj
-def bench(app: App, address: str | None, min_: int, max_: int, factor: int, sizes: str | None, warmup: int,
-          iterations: int, verify: bool, reader: str, jsonl: bool, min_shm_speedup: float | None,
-          min_gbps: float | None, what_if: str | None, shm_dir: str) -> None:  # fmt: skip
+def bench(
+    app: App,
+    address: str | None,
+    min_: int,
+    max_: int,
+    factor: int,
+    sizes: str | None,
+    warmup: int,
+    iterations: int,
+    verify: bool,
+    reader: str,
+    jsonl: bool,
+    min_shm_speedup: float | None,
+    min_gbps: float | None,
+    what_if: str | None,
+    shm_dir: str,
+) -> None:
     """Time inline against SHM across sizes, find the crossover, recommend shm_min_bytes.
 
     Without ADDRESS it starts the reference receiver in-process on loopback (the
@@ -156,12 +175,17 @@ def bench(app: App, address: str | None, min_: int, max_: int, factor: int, size
     last = max(report.sizes, key=lambda s: s.nbytes)
     both = max((s for s in report.sizes if s.speedup is not None), key=lambda s: s.nbytes, default=None)
     if min_shm_speedup is not None and (both is None or both.speedup < min_shm_speedup):  # type: ignore[operator]
-        at = (f"{both.speedup:.2f}x at {human_size(both.nbytes)} ({both.nbytes} B)" if both
-              else "not measurable (inline ran at no size)")  # fmt: skip
+        at = (
+            f"{both.speedup:.2f}x at {human_size(both.nbytes)} ({both.nbytes} B)"
+            if both
+            else "not measurable (inline ran at no size)"
+        )
         failed_gates.append(f"SHM speedup {at} is below --min-shm-speedup {min_shm_speedup}")
     if min_gbps is not None and last.shm.gb_per_s < min_gbps:
-        failed_gates.append(f"SHM {last.shm.gb_per_s:.2f} GB/s ({human_gb_per_s(last.shm.gb_per_s)}) at "
-                            f"{human_size(last.nbytes)} ({last.nbytes} B) is below --min-gbps {min_gbps} (GB = 1e9 B)")
+        failed_gates.append(
+            f"SHM {last.shm.gb_per_s:.2f} GB/s ({human_gb_per_s(last.shm.gb_per_s)}) at "
+            f"{human_size(last.nbytes)} ({last.nbytes} B) is below --min-gbps {min_gbps} (GB = 1e9 B)"
+        )
     if failed_gates:
         code = ExitCode.CHECK_FAILED
         # JSON keeps them in "warnings" as before (schema 1); a person sees a failure, first.

@@ -13,6 +13,7 @@ from smgshm.core.units import human_gb_per_s, human_ms, human_size
 if TYPE_CHECKING:
     from smgshm.cli.app import App
 
+
 def bench_progress(app: App) -> tuple[Any, Any]:
     """(progress(done, total), on_size(result)) callbacks: a rich bar on a TTY stderr only."""
     if app.json or app.quiet or not app.err_console.is_terminal:
@@ -91,19 +92,33 @@ def _report(app: App, report: Any) -> None:
 def what_if_report(app: App, report: Any) -> None:
     """``bench --what-if huge-pages``: each operation here and on huge pages, and the ratio."""
     p = report.policy
-    prose(app.console, Text(f"huge-page what-if: {report.shm_dir} ({p.reason}) against a private tmpfs "
-                            f"({report.scratch_mount_options}); medians of {report.iterations} rounds",
-                            style="bold"), 2)  # fmt: skip
+    prose(
+        app.console,
+        Text(
+            f"huge-page what-if: {report.shm_dir} ({p.reason}) against a private tmpfs "
+            f"({report.scratch_mount_options}); medians of {report.iterations} rounds",
+            style="bold",
+        ),
+        2,
+    )
     if not report.huge_pages_used:
-        note = ("note: the kernel gave the scratch tmpfs no huge pages (ShmemHugePages did not grow): memory may be "
-                "too fragmented; the figures are then 4 KiB against 4 KiB")  # fmt: skip
+        note = (
+            "note: the kernel gave the scratch tmpfs no huge pages (ShmemHugePages did not grow): memory may be "
+            "too fragmented; the figures are then 4 KiB against 4 KiB"
+        )
         prose(app.console, Text(note), 2)
     for s in report.sizes:
         table = Table(box=None, pad_edge=False, title=f"{human_size(s.nbytes)}", title_justify="left")
         for col in ("operation", "4 KiB pages", "huge pages", "4 KiB rate", "huge rate", "x"):
             table.add_column(col, justify="left" if col == "operation" else "right", no_wrap=col != "operation")
         for op in s.pairs:
-            table.add_row(op.label, human_ms(op.normal_ms), human_ms(op.huge_ms), human_gb_per_s(op.normal_gb_per_s),
-                          human_gb_per_s(op.huge_gb_per_s), f"{op.speedup:.2f}x")  # fmt: skip
+            table.add_row(
+                op.label,
+                human_ms(op.normal_ms),
+                human_ms(op.huge_ms),
+                human_gb_per_s(op.normal_gb_per_s),
+                human_gb_per_s(op.huge_gb_per_s),
+                f"{op.speedup:.2f}x",
+            )
         fit_table(app.console, table)
         app.console.print(Text(f"end to end (SMG's path) at {human_size(s.nbytes)}: {s.end_to_end_speedup:.2f}x"))

@@ -10,8 +10,9 @@ class _FishComplete(FishComplete):
     """click's fish script split each "type,value<TAB>description" line at every comma, so a
     description (or a path) was cut at its first comma: split once."""
 
-    source_template = FishComplete.source_template.replace('(string split "," $completion)',
-                                                           '(string split -m 1 "," $completion)')  # fmt: skip
+    source_template = FishComplete.source_template.replace(
+        '(string split "," $completion)', '(string split -m 1 "," $completion)'
+    )
 
 
 @click.command()

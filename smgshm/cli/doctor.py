@@ -40,28 +40,72 @@ from smgshm.cli.params import (
     "writes are found without it.",
 )
 @click.option("--inflight-bytes", type=BYTES, help="The in-flight budget the shm dir must hold (e.g. 2GiB).")
-@click.option("--metrics", "metrics_url", type=HTTP_URL, metavar="URL",
-              help="The --from-gateway gateway's Prometheus endpoint, for its e2e check (default: as e2e finds it).")
-@click.option("--e2e/--no-e2e", default=True, show_default=True,
-              help="Real image requests through --from-gateway, or (no worker) the embedded real gateway.")  # fmt: skip
-@click.option("--gateway-pid", "gateway_pids", multiple=True, type=click.IntRange(1), metavar="PID",
-              shell_complete=complete_pids,
-              help="Judge only this gateway running here (repeatable); default: every one found.")  # fmt: skip
-@click.option("--stranded-after", "stranded_after_s", type=DURATION, default="5m", show_default=True,
-              help="A live gateway's segment this old that nobody holds is stranded.")  # fmt: skip
-@click.option("--no-gateways", is_flag=True,
-              help="Do not look at the gateways running here (another team's, on a shared host).")  # fmt: skip
+@click.option(
+    "--metrics",
+    "metrics_url",
+    type=HTTP_URL,
+    metavar="URL",
+    help="The --from-gateway gateway's Prometheus endpoint, for its e2e check (default: as e2e finds it).",
+)
+@click.option(
+    "--e2e/--no-e2e",
+    default=True,
+    show_default=True,
+    help="Real image requests through --from-gateway, or (no worker) the embedded real gateway.",
+)
+@click.option(
+    "--gateway-pid",
+    "gateway_pids",
+    multiple=True,
+    type=click.IntRange(1),
+    metavar="PID",
+    shell_complete=complete_pids,
+    help="Judge only this gateway running here (repeatable); default: every one found.",
+)
+@click.option(
+    "--stranded-after",
+    "stranded_after_s",
+    type=DURATION,
+    default="5m",
+    show_default=True,
+    help="A live gateway's segment this old that nobody holds is stranded.",
+)
+@click.option(
+    "--no-gateways", is_flag=True, help="Do not look at the gateways running here (another team's, on a shared host)."
+)
 @shm_dir_option
-@click.option("--node", is_flag=True, help="The host checks on every pod's /dev/shm on this node (kubelet "
-              "emptyDirs, runtime sandbox shm, the host's), a block per tmpfs, judged in its own pod's pid "
-              "namespaces.")  # fmt: skip
-@click.option("--node-root", default="/", show_default=True, type=click.Path(file_okay=False),
-              help="With --node: where the host's / is mounted (a DaemonSet's hostPath, e.g. /host).")  # fmt: skip
+@click.option(
+    "--node",
+    is_flag=True,
+    help="The host checks on every pod's /dev/shm on this node (kubelet "
+    "emptyDirs, runtime sandbox shm, the host's), a block per tmpfs, judged in its own pod's pid "
+    "namespaces.",
+)
+@click.option(
+    "--node-root",
+    default="/",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="With --node: where the host's / is mounted (a DaemonSet's hostPath, e.g. /host).",
+)
 @click.pass_obj
-def doctor(app: App, workers: tuple[str, ...], from_gateway: str | None, api_key: str | None, timeout: float,
-           gateway_logs: tuple[str, ...], inflight_bytes: int | None, metrics_url: str | None, e2e: bool,
-           gateway_pids: tuple[int, ...], stranded_after_s: float, no_gateways: bool,
-           shm_dir: str, node: bool, node_root: str) -> None:  # fmt: skip
+def doctor(
+    app: App,
+    workers: tuple[str, ...],
+    from_gateway: str | None,
+    api_key: str | None,
+    timeout: float,
+    gateway_logs: tuple[str, ...],
+    inflight_bytes: int | None,
+    metrics_url: str | None,
+    e2e: bool,
+    gateway_pids: tuple[int, ...],
+    stranded_after_s: float,
+    no_gateways: bool,
+    shm_dir: str,
+    node: bool,
+    node_root: str,
+) -> None:
     """Check everything SMG's SHM transport needs here, and say how to fix what fails.
 
     In order: this host's namespace id and shm dir (tmpfs, size, Docker's 64 MiB
@@ -145,11 +189,21 @@ def doctor(app: App, workers: tuple[str, ...], from_gateway: str | None, api_key
         # e2e check meets a gateway not ready (gateway_not_ready).
         addresses += [w.url for w in listed if w.grpc]
     with view.progress(app) as say:
-        report = run_doctor(addresses, shm_dir=shm_dir, timeout=timeout, on_check=say,
-                            gateway_logs=list(gateway_logs), inflight_bytes=inflight_bytes, gateway=from_gateway,
-                            api_key=api_key, e2e=e2e, metrics_url=metrics_url,
-                            gateway_pids=() if no_gateways else (gateway_pids or None),
-                            stranded_after_s=stranded_after_s, gateway_workers=listed)  # fmt: skip
+        report = run_doctor(
+            addresses,
+            shm_dir=shm_dir,
+            timeout=timeout,
+            on_check=say,
+            gateway_logs=list(gateway_logs),
+            inflight_bytes=inflight_bytes,
+            gateway=from_gateway,
+            api_key=api_key,
+            e2e=e2e,
+            metrics_url=metrics_url,
+            gateway_pids=() if no_gateways else (gateway_pids or None),
+            stranded_after_s=stranded_after_s,
+            gateway_workers=listed,
+        )
     worst = for_outcome(outcomes.worst(c.code for c in report.failed))
     click.get_current_context().exit(app.emit(report, view.report, worst))
 
@@ -166,8 +220,9 @@ def _node(app: App, root: str, inflight_bytes: int | None, stranded_after_s: flo
 
     ctx = click.get_current_context()
     typed = click.core.ParameterSource.COMMANDLINE
-    given = [p.opts[-1] for p in ctx.command.params
-             if p.name in _HOST_ONLY and ctx.get_parameter_source(p.name) == typed]  # fmt: skip
+    given = [
+        p.opts[-1] for p in ctx.command.params if p.name in _HOST_ONLY and ctx.get_parameter_source(p.name) == typed
+    ]
     if given:
         raise click.UsageError(f"--node checks the node's pod tmpfs: it does not combine with {', '.join(given)}")
     report = run_node_doctor(root, inflight_bytes, stranded_after_s, gateways=not no_gateways)

@@ -77,27 +77,44 @@ def doc(r: NodeCheckup) -> dict[str, Any]:
     """The --json result: the node's tally and each tmpfs's figures and checks (doctor's check objects)."""
     n = tally(r)
     worst = next((v for v in VERDICTS if n[v]), "ok")
-    return {"node_root": display(r.root), "pods_known": r.pods_known, "verdict": worst, "verdicts": n,
-            "tmpfs": [_tmpfs_doc(t) for t in r.tmpfs]}  # fmt: skip
+    return {
+        "node_root": display(r.root),
+        "pods_known": r.pods_known,
+        "verdict": worst,
+        "verdicts": n,
+        "tmpfs": [_tmpfs_doc(t) for t in r.tmpfs],
+    }
 
 
 def _tmpfs_doc(c: TmpfsCheckup) -> dict[str, Any]:
     t, pod, h = c.tmpfs, c.tmpfs.pod, c.tmpfs.hidden
     return {
-        "kind": t.place.kind, "path": display(t.place.path), "path_hex": lossless(t.place.path),
+        "kind": t.place.kind,
+        "path": display(t.place.path),
+        "path_hex": lossless(t.place.path),
         "volume": None if t.place.volume is None else display(t.place.volume),
         "pod_uid": None if t.pod_uid is None else display(t.pod_uid),
         "namespace": None if pod is None else display(pod.namespace),
         "pod": None if pod is None else display(pod.name),
-        "verdict": c.verdict, "namespace_id": c.namespace_id,
-        "shm_total_bytes": c.shm_total_bytes, "shm_used_bytes": c.shm_used_bytes, "shm_free_bytes": c.shm_free_bytes,
-        "leaked_bytes": c.leaked_bytes, "leaked_ratio": c.share(c.leaked_bytes),
-        "hidden_bytes": h.nbytes, "hidden_ratio": c.share(h.nbytes), "hidden_files": h.files,
-        "hidden_complete": h.complete, "processes": len(t.users), "pid_namespaces": [s.ns for s in t.spaces],
+        "verdict": c.verdict,
+        "namespace_id": c.namespace_id,
+        "shm_total_bytes": c.shm_total_bytes,
+        "shm_used_bytes": c.shm_used_bytes,
+        "shm_free_bytes": c.shm_free_bytes,
+        "leaked_bytes": c.leaked_bytes,
+        "leaked_ratio": c.share(c.leaked_bytes),
+        "hidden_bytes": h.nbytes,
+        "hidden_ratio": c.share(h.nbytes),
+        "hidden_files": h.files,
+        "hidden_complete": h.complete,
+        "processes": len(t.users),
+        "pid_namespaces": [s.ns for s in t.spaces],
         "gateways": [{"pid": g.pid, "ns_pid": g.ns_pid} for g in c.gateways],
-        "liveness_trusted": t.trust.trusted, "liveness_note": t.trust.note, "counts": c.counts,
+        "liveness_trusted": t.trust.trusted,
+        "liveness_note": t.trust.note,
+        "counts": c.counts,
         "checks": plain(c.checks),
-    }  # fmt: skip
+    }
 
 
 __all__ = ["doc", "headline", "report"]

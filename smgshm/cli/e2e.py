@@ -46,44 +46,107 @@ def _unwind_on_term() -> Iterator[None]:
 
 @click.command()
 @click.option("--gateway", type=HTTP_URL, metavar="URL", help="A running gateway; without it, the embedded default.")
-@click.option("--running", is_flag=True,
-              help="The gateway running on this host, found by its process title (as doctor finds it).")
-@click.option("--gateway-pid", type=click.IntRange(1), metavar="PID", shell_complete=complete_pids,
-              help="With --running: the gateway with this pid, when several run here.")  # fmt: skip
+@click.option(
+    "--running", is_flag=True, help="The gateway running on this host, found by its process title (as doctor finds it)."
+)
+@click.option(
+    "--gateway-pid",
+    type=click.IntRange(1),
+    metavar="PID",
+    shell_complete=complete_pids,
+    help="With --running: the gateway with this pid, when several run here.",
+)
 @click.option("--api-key", envvar="SMG_API_KEY", help="The gateway's --api-key (sent to that origin only).")
 @click.option("--model", help="The model to ask (default: the gateway's first from /v1/models).")
-@click.option("--metrics", "metrics_url", type=HTTP_URL, metavar="URL",
-              help="Its Prometheus endpoint (default: its own, when it runs here; else host:29000/metrics, "
-              "used only once shown to be the gateway's).")  # fmt: skip
-@click.option("--image-size", type=click.IntRange(28, 4096), default=448, show_default=True, metavar="PX",
-              help="Side of the generated square PNG.")  # fmt: skip
-@click.option("-n", "--requests", type=click.IntRange(1, 1000), default=3, show_default=True,
-              help="Measured requests per gateway.")  # fmt: skip
-@click.option("--warmup", type=click.IntRange(0, 100), default=1, show_default=True,
-              help="Requests per gateway before the measured ones (outside the evidence).")  # fmt: skip
+@click.option(
+    "--metrics",
+    "metrics_url",
+    type=HTTP_URL,
+    metavar="URL",
+    help="Its Prometheus endpoint (default: its own, when it runs here; else host:29000/metrics, "
+    "used only once shown to be the gateway's).",
+)
+@click.option(
+    "--image-size",
+    type=click.IntRange(28, 4096),
+    default=448,
+    show_default=True,
+    metavar="PX",
+    help="Side of the generated square PNG.",
+)
+@click.option(
+    "-n",
+    "--requests",
+    type=click.IntRange(1, 1000),
+    default=3,
+    show_default=True,
+    help="Measured requests per gateway.",
+)
+@click.option(
+    "--warmup",
+    type=click.IntRange(0, 100),
+    default=1,
+    show_default=True,
+    help="Requests per gateway before the measured ones (outside the evidence).",
+)
 @click.option("--stream/--no-stream", default=None, help="Only streaming / only non-streaming (default: alternate).")
-@click.option("--expect", type=click.Choice(["shm", "inline", "any"]),
-              help="Exit 3 unless the tensors took this path; any: whatever path (default: SHM when the gateway's "
-              "setting is known to be auto or shm).")  # fmt: skip
-@click.option("--mode", "modes", multiple=True, type=click.Choice(["shm", "auto", "inline"]),
-              help="Embedded: the gateway modes to run (repeatable; default all three).")  # fmt: skip
-@click.option("--advertise-namespace-id", metavar="ID",
-              help="Embedded: the worker advertises this id (see auto fall back to inline).")  # fmt: skip
+@click.option(
+    "--expect",
+    type=click.Choice(["shm", "inline", "any"]),
+    help="Exit 3 unless the tensors took this path; any: whatever path (default: SHM when the gateway's "
+    "setting is known to be auto or shm).",
+)
+@click.option(
+    "--mode",
+    "modes",
+    multiple=True,
+    type=click.Choice(["shm", "auto", "inline"]),
+    help="Embedded: the gateway modes to run (repeatable; default all three).",
+)
+@click.option(
+    "--advertise-namespace-id",
+    metavar="ID",
+    help="Embedded: the worker advertises this id (see auto fall back to inline).",
+)
 @click.option("--model-dir", type=click.Path(file_okay=False), help="Embedded: the weight-less model directory.")
-@click.option("--sizes", metavar="PX,PX...",
-              help="Embedded: sweep these image sizes through a shm and an inline gateway in alternation "
-              "(e.g. 224,448,896,1344,1792,2688) and print what SHM is worth at each.")  # fmt: skip
+@click.option(
+    "--sizes",
+    metavar="PX,PX...",
+    help="Embedded: sweep these image sizes through a shm and an inline gateway in alternation "
+    "(e.g. 224,448,896,1344,1792,2688) and print what SHM is worth at each.",
+)
 @click.option("--keep-logs", is_flag=True, help="Embedded: keep the gateways' logs even when the run passes.")
-@click.option("--gateway-log-dir", type=click.Path(file_okay=False, exists=True), metavar="DIR",
-              help="Embedded: write the gateways' logs in DIR (kept).")  # fmt: skip
+@click.option(
+    "--gateway-log-dir",
+    type=click.Path(file_okay=False, exists=True),
+    metavar="DIR",
+    help="Embedded: write the gateways' logs in DIR (kept).",
+)
 @click.option("--timeout", type=DURATION, default="60s", show_default=True, help="Per request.")
 @shm_dir_option
 @click.pass_obj
-def e2e(app: App, gateway: str | None, running: bool, gateway_pid: int | None, api_key: str | None,
-        model: str | None, metrics_url: str | None,
-        image_size: int, requests: int, warmup: int, stream: bool | None, expect: str | None, modes: tuple[str, ...],
-        advertise_namespace_id: str | None, model_dir: str | None, sizes: str | None, keep_logs: bool,
-        gateway_log_dir: str | None, timeout: float, shm_dir: str) -> None:  # fmt: skip
+def e2e(
+    app: App,
+    gateway: str | None,
+    running: bool,
+    gateway_pid: int | None,
+    api_key: str | None,
+    model: str | None,
+    metrics_url: str | None,
+    image_size: int,
+    requests: int,
+    warmup: int,
+    stream: bool | None,
+    expect: str | None,
+    modes: tuple[str, ...],
+    advertise_namespace_id: str | None,
+    model_dir: str | None,
+    sizes: str | None,
+    keep_logs: bool,
+    gateway_log_dir: str | None,
+    timeout: float,
+    shm_dir: str,
+) -> None:
     """Send real image chat requests through a gateway; say which path each tensor took and why.
 
     Each request is an OpenAI /v1/chat/completions with a generated PNG. The
@@ -170,16 +233,29 @@ def e2e(app: App, gateway: str | None, running: bool, gateway_pid: int | None, a
             "default only"
         )
     opts = E2eOptions(
-        image_size=image_size, requests=requests, warmup=warmup,
+        image_size=image_size,
+        requests=requests,
+        warmup=warmup,
         stream="both" if stream is None else "on" if stream else "off",
-        timeout_s=timeout, api_key=api_key, model=model, metrics_url=metrics_url, expect=expect, shm_dir=shm_dir,
-        modes=modes or EMBEDDED_MODES, advertise_namespace_id=advertise_namespace_id, model_dir=model_dir,
-        keep_logs=keep_logs, log_dir=gateway_log_dir,
-    )  # fmt: skip
+        timeout_s=timeout,
+        api_key=api_key,
+        model=model,
+        metrics_url=metrics_url,
+        expect=expect,
+        shm_dir=shm_dir,
+        modes=modes or EMBEDDED_MODES,
+        advertise_namespace_id=advertise_namespace_id,
+        model_dir=model_dir,
+        keep_logs=keep_logs,
+        log_dir=gateway_log_dir,
+    )
     try:
         with _unwind_on_term(), view.request_progress(app) as on_request:
-            report = (run_against(gateway, opts, app.info, on_request=on_request) if gateway
-                      else run_embedded(opts, app.info, on_request=on_request))  # fmt: skip
+            report = (
+                run_against(gateway, opts, app.info, on_request=on_request)
+                if gateway
+                else run_embedded(opts, app.info, on_request=on_request)
+            )
     except _TerminatedError as t:
         raise click.exceptions.Exit(128 + t.signum) from None
     from smgshm.core.host.capacity import record_tensor_seen
@@ -219,5 +295,7 @@ def _mention_running(app: App) -> None:
     found = find_gateways(probe=False)
     if found:
         pids = ", ".join(str(g.pid) for g in found)
-        app.info(f"{len(found)} SMG gateway(s) run on this host (pid {pids}): "
-                 "smgshm e2e --running tests one; now starting the embedded default")  # fmt: skip
+        app.info(
+            f"{len(found)} SMG gateway(s) run on this host (pid {pids}): "
+            "smgshm e2e --running tests one; now starting the embedded default"
+        )

@@ -29,8 +29,14 @@ def request_progress(app: App) -> Iterator[Callable[[str, int, int, Any], None]]
     if app.err_console.is_terminal:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-        bar = Progress(TextColumn("e2e requests"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                       console=app.err_console, transient=True)  # fmt: skip
+        bar = Progress(
+            TextColumn("e2e requests"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeRemainingColumn(),
+            console=app.err_console,
+            transient=True,
+        )
         task = bar.add_task("e2e", total=None)
         with bar:
             yield lambda _label, done, total, _out: bar.update(task, completed=done, total=total)
@@ -189,16 +195,26 @@ def e2e_report(app: App, report: Any) -> None:
     prose(app.console, Text("image: ") + Text(img) + Text(", model ") + safe(report.model), 2)
     if report.embedded:
         if report.removed_at_stop or report.processes_left:
-            prose(app.console, Text(f"left behind: {len(report.removed_at_stop)} segment(s) (removed at stop), "
-                                    f"{len(report.processes_left)} process(es)", style="bold red"), 2)  # fmt: skip
+            prose(
+                app.console,
+                Text(
+                    f"left behind: {len(report.removed_at_stop)} segment(s) (removed at stop), "
+                    f"{len(report.processes_left)} process(es)",
+                    style="bold red",
+                ),
+                2,
+            )
         else:
             prose(app.console, Text("nothing left behind: every gateway and receiver stopped, no segment remains"), 2)
 
 
 def sweep_report(app: App, report: Any) -> None:
     """One row per image size: latencies side by side, the gateway's write, the worker's read, the floor."""
-    prose(app.console, Text("What SHM is worth through the real gateway (medians; inline and shm in alternation)",
-                            style="bold"), 2)  # fmt: skip
+    prose(
+        app.console,
+        Text("What SHM is worth through the real gateway (medians; inline and shm in alternation)", style="bold"),
+        2,
+    )
     table = Table(box=None, pad_edge=False)
     for col in ("px", "pixels", "inline ms", "shm ms", "x", "write ms", "read ms", "floor ms", "prep ms"):
         table.add_column(col, justify="right", no_wrap=True)
@@ -207,9 +223,17 @@ def sweep_report(app: App, report: Any) -> None:
         return "n/a" if v is None else f"{v:.1f}" if v < 100 else f"{v:.0f}"
 
     for r in report.rows:
-        table.add_row(str(r.image_px), human_size(r.pixel_nbytes), ms(r.inline_p50_ms), ms(r.shm_p50_ms),
-                      f"{r.speedup:.2f}x" if r.speedup else "-", ms(r.shm_write_ms), ms(r.worker_read_ms),
-                      ms(r.floor_ms), ms(r.preprocess_ms))  # fmt: skip
+        table.add_row(
+            str(r.image_px),
+            human_size(r.pixel_nbytes),
+            ms(r.inline_p50_ms),
+            ms(r.shm_p50_ms),
+            f"{r.speedup:.2f}x" if r.speedup else "-",
+            ms(r.shm_write_ms),
+            ms(r.worker_read_ms),
+            ms(r.floor_ms),
+            ms(r.preprocess_ms),
+        )
     fit_table(app.console, table)
     legend = (
         f"x = inline/shm; write = the gateway's mm_shm_write; read = the worker's; floor = the pixels at this "

@@ -52,4 +52,3 @@ _FOR_OUTCOME: dict[Outcome, ExitCode] = {
 def for_outcome(outcome: Outcome) -> ExitCode:
     """The exit code of a core outcome."""
     return _FOR_OUTCOME[outcome]
-

@@ -46,25 +46,64 @@ if TYPE_CHECKING:
     help="Write what the run found, reclaimed and kept, when it ran and whether it succeeded, in node_exporter's "
     "textfile format (written beside FILE, then renamed over it); with --node, the exporter's series per tmpfs.",
 )
-@click.option("--npd", is_flag=True, help="With --check: a node-problem-detector plugin's output, one line "
-              "of at most 80 characters; exit 0 OK, 1 leaked or hazardous, 2 unknown or error.")  # fmt: skip
+@click.option(
+    "--npd",
+    is_flag=True,
+    help="With --check: a node-problem-detector plugin's output, one line "
+    "of at most 80 characters; exit 0 OK, 1 leaked or hazardous, 2 unknown or error.",
+)
 @click.option("--watch", type=DURATION, help="Re-scan every DURATION and show growth per state.")
 @click.option("--watch-count", type=click.IntRange(1), help="With --watch: stop after this many scans.")
-@click.option("--all", "all_rows", is_flag=True, help="List every entry (the default summarises: counts, bytes, "
-              "and the entries that matter most).")  # fmt: skip
-@click.option("--raw", "--no-headers", "raw", is_flag=True, help="For scripts: one header-less line per entry, "
-              "STATE KIND ALLOCATED_BYTES AGE_S PID NAME (the name escaped, spaces included: one field), "
-              "nothing else.")  # fmt: skip
+@click.option(
+    "--all",
+    "all_rows",
+    is_flag=True,
+    help="List every entry (the default summarises: counts, bytes, and the entries that matter most).",
+)
+@click.option(
+    "--raw",
+    "--no-headers",
+    "raw",
+    is_flag=True,
+    help="For scripts: one header-less line per entry, "
+    "STATE KIND ALLOCATED_BYTES AGE_S PID NAME (the name escaped, spaces included: one field), "
+    "nothing else.",
+)
 @shm_dir_option
-@click.option("--node", is_flag=True, help="Every pod's /dev/shm on this node (kubelet emptyDirs, runtime sandbox "
-              "shm, the host's), a block per tmpfs, each judged in its own pod's pid namespaces.")  # fmt: skip
-@click.option("--node-root", default="/", show_default=True, type=click.Path(file_okay=False),
-              help="With --node: where the host's / is mounted (a DaemonSet's hostPath, e.g. /host).")  # fmt: skip
+@click.option(
+    "--node",
+    is_flag=True,
+    help="Every pod's /dev/shm on this node (kubelet emptyDirs, runtime sandbox "
+    "shm, the host's), a block per tmpfs, each judged in its own pod's pid namespaces.",
+)
+@click.option(
+    "--node-root",
+    default="/",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="With --node: where the host's / is mounted (a DaemonSet's hostPath, e.g. /host).",
+)
 @click.pass_obj
-def gc(app: App, delete: bool, include_stale: bool, min_age: float, stale_after: float, assume_dead: bool,
-       all_users: bool, yes: bool, check: bool, prometheus_file: str | None, watch: float | None,
-       watch_count: int | None, all_rows: bool, raw: bool, shm_dir: str, node: bool,
-       node_root: str, npd: bool) -> None:  # fmt: skip
+def gc(
+    app: App,
+    delete: bool,
+    include_stale: bool,
+    min_age: float,
+    stale_after: float,
+    assume_dead: bool,
+    all_users: bool,
+    yes: bool,
+    check: bool,
+    prometheus_file: str | None,
+    watch: float | None,
+    watch_count: int | None,
+    all_rows: bool,
+    raw: bool,
+    shm_dir: str,
+    node: bool,
+    node_root: str,
+    npd: bool,
+) -> None:
     """List every smg-* entry of the shm dir and say whether it leaked; reap leaks safely.
 
     Each entry gets its kind (gateway payload, gateway probe, smgshm, other),
@@ -114,9 +153,22 @@ def gc(app: App, delete: bool, include_stale: bool, min_age: float, stale_after:
             raise click.UsageError("--npd needs --check and takes no --watch, --raw, --json or --prometheus")
         app.quiet, yes = True, True  # one line on stdout; a plugin is never asked anything
     if node:
-        _node(app, opts, node_root, delete=delete, include_stale=include_stale, min_age=min_age,
-              all_users=all_users, yes=yes, check=check, all_rows=all_rows, raw=raw,
-              prometheus_file=prometheus_file, others=(watch is not None, assume_dead), npd=npd)  # fmt: skip
+        _node(
+            app,
+            opts,
+            node_root,
+            delete=delete,
+            include_stale=include_stale,
+            min_age=min_age,
+            all_users=all_users,
+            yes=yes,
+            check=check,
+            all_rows=all_rows,
+            raw=raw,
+            prometheus_file=prometheus_file,
+            others=(watch is not None, assume_dead),
+            npd=npd,
+        )
         return
     if watch is not None:
         if delete or check or prometheus_file:
@@ -126,15 +178,39 @@ def gc(app: App, delete: bool, include_stale: bool, min_age: float, stale_after:
     if raw and app.json:
         raise click.UsageError("--raw and --json are two outputs: pick one")
     if npd:
-        click.get_current_context().exit(_npd(opts, delete=delete, include_stale=include_stale, min_age=min_age,
-                                              all_users=all_users))  # fmt: skip
-    code = run(app, opts, delete=delete, include_stale=include_stale, min_age=min_age, all_users=all_users,
-               yes=yes, check=check, prometheus_file=prometheus_file, all_rows=all_rows, raw=raw)  # fmt: skip
+        click.get_current_context().exit(
+            _npd(opts, delete=delete, include_stale=include_stale, min_age=min_age, all_users=all_users)
+        )
+    code = run(
+        app,
+        opts,
+        delete=delete,
+        include_stale=include_stale,
+        min_age=min_age,
+        all_users=all_users,
+        yes=yes,
+        check=check,
+        prometheus_file=prometheus_file,
+        all_rows=all_rows,
+        raw=raw,
+    )
     click.get_current_context().exit(code)
 
 
-def run(app: App, opts: ScanOptions, *, delete: bool, include_stale: bool, min_age: float, all_users: bool,
-        yes: bool, check: bool, prometheus_file: str | None, all_rows: bool, raw: bool) -> ExitCode:  # fmt: skip
+def run(
+    app: App,
+    opts: ScanOptions,
+    *,
+    delete: bool,
+    include_stale: bool,
+    min_age: float,
+    all_users: bool,
+    yes: bool,
+    check: bool,
+    prometheus_file: str | None,
+    all_rows: bool,
+    raw: bool,
+) -> ExitCode:
     """Scan (streamed into the chosen listing), choose, show, ask, reap, then finish the listing."""
     from smgshm.core.errors import HostError, SmgshmError
     from smgshm.core.segments import textfile
@@ -143,9 +219,18 @@ def run(app: App, opts: ScanOptions, *, delete: bool, include_stale: bool, min_a
         textfile.check_writable(prometheus_file)  # exit 5 before anything is scanned or deleted
     started = time.time()
     try:
-        listing, scan, done = _scan_and_reap(app, opts, delete=delete, include_stale=include_stale,
-                                             min_age=min_age, all_users=all_users, yes=yes, all_rows=all_rows,
-                                             raw=raw, check=check)  # fmt: skip
+        listing, scan, done = _scan_and_reap(
+            app,
+            opts,
+            delete=delete,
+            include_stale=include_stale,
+            min_age=min_age,
+            all_users=all_users,
+            yes=yes,
+            all_rows=all_rows,
+            raw=raw,
+            check=check,
+        )
     except SmgshmError:
         if prometheus_file:  # the run failed: said with its time, no figures (the error follows, as without it)
             with contextlib.suppress(HostError):
@@ -155,20 +240,38 @@ def run(app: App, opts: ScanOptions, *, delete: bool, include_stale: bool, min_a
     code = ExitCode.CHECK_FAILED if check and done.leaked_or_hazard > 0 else ExitCode.OK
     if prometheus_file:
         try:  # what is there now, after any --delete, and what the run did
-            textfile.write_textfile(prometheus_file, textfile.RunRecord("gc", view.display(opts.shm_dir), started,
-                                                                        time.time(), done))  # fmt: skip
+            textfile.write_textfile(
+                prometheus_file, textfile.RunRecord("gc", view.display(opts.shm_dir), started, time.time(), done)
+            )
         except HostError as err:  # checked up front; still possible (a full disk): one document, exit 5
             app.warn(str(err))
             code = ExitCode.HOST
     # --all marks the deleted rows: never "deleted X", then "leaked X"
-    listing.finish(scan, done.before, done.after, done.deleted, code == ExitCode.OK, done.done_rows,
-                   (done.used_bytes, done.free_bytes))  # fmt: skip
+    listing.finish(
+        scan,
+        done.before,
+        done.after,
+        done.deleted,
+        code == ExitCode.OK,
+        done.done_rows,
+        (done.used_bytes, done.free_bytes),
+    )
     return code
 
 
-def _scan_and_reap(app: App, opts: ScanOptions, *, delete: bool, include_stale: bool, min_age: float,
-                   all_users: bool, yes: bool, all_rows: bool, raw: bool, check: bool
-                   ) -> tuple[view.JsonListing | view.RawListing | view.HumanListing, Scan, ReapReport]:  # fmt: skip
+def _scan_and_reap(
+    app: App,
+    opts: ScanOptions,
+    *,
+    delete: bool,
+    include_stale: bool,
+    min_age: float,
+    all_users: bool,
+    yes: bool,
+    all_rows: bool,
+    raw: bool,
+    check: bool,
+) -> tuple[view.JsonListing | view.RawListing | view.HumanListing, Scan, ReapReport]:
     from smgshm.core.segments import reaping
     from smgshm.core.segments.scan import Scan
 
@@ -180,9 +283,12 @@ def _scan_and_reap(app: App, opts: ScanOptions, *, delete: bool, include_stale: 
     if not scan.trust.trusted and not opts.assume_dead:
         app.warn(scan.trust.note)
     listing: view.JsonListing | view.RawListing | view.HumanListing = (
-        view.JsonListing(app, scan) if app.json else view.RawListing(app, scan) if raw
+        view.JsonListing(app, scan)
+        if app.json
+        else view.RawListing(app, scan)
+        if raw
         else view.HumanListing(app, scan, all_rows, check)
-    )  # fmt: skip
+    )
     rule = reaping.ReapRule.of(include_stale=include_stale, min_age_s=min_age, all_users=all_users) if delete else None
     with _no_cycle_collector():
         choice = reaping.choose(scan, rule, listing.add)
@@ -214,9 +320,23 @@ def _npd(opts: ScanOptions, *, delete: bool, include_stale: bool, min_age: float
     return view.npd(done.after, sum(d.deleted for d in done.deleted), note)
 
 
-def _node(app: App, opts: ScanOptions, root: str, *, delete: bool, include_stale: bool, min_age: float,
-          all_users: bool, yes: bool, check: bool, all_rows: bool, raw: bool, prometheus_file: str | None,
-          others: tuple[Any, ...], npd: bool = False) -> None:  # fmt: skip
+def _node(
+    app: App,
+    opts: ScanOptions,
+    root: str,
+    *,
+    delete: bool,
+    include_stale: bool,
+    min_age: float,
+    all_users: bool,
+    yes: bool,
+    check: bool,
+    all_rows: bool,
+    raw: bool,
+    prometheus_file: str | None,
+    others: tuple[Any, ...],
+    npd: bool = False,
+) -> None:
     """gc --node: the node view (cli/node_view.py) under gc's own reap rule."""
     from smgshm.cli import node_view
     from smgshm.core.segments import reaping
@@ -227,8 +347,18 @@ def _node(app: App, opts: ScanOptions, root: str, *, delete: bool, include_stale
         raise click.UsageError("--raw and --json are two outputs: pick one")
     rule = reaping.ReapRule.of(include_stale=include_stale, min_age_s=min_age, all_users=all_users) if delete else None
     with _no_cycle_collector():  # as gc's own listing: a tenth of the time, for nothing
-        code = node_view.run(app, root, opts, rule, yes=yes, check=check, all_rows=all_rows, raw=raw, npd=npd,
-                             prometheus_file=prometheus_file)  # fmt: skip
+        code = node_view.run(
+            app,
+            root,
+            opts,
+            rule,
+            yes=yes,
+            check=check,
+            all_rows=all_rows,
+            raw=raw,
+            npd=npd,
+            prometheus_file=prometheus_file,
+        )
     click.get_current_context().exit(code)
 
 

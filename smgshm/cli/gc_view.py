@@ -45,14 +45,27 @@ def display(name: str) -> str:
 def segment_docs(segs: list[SegmentInfo]) -> list[dict[str, Any]]:
     """The JSON objects of a batch of entries: one comprehension, no call per entry (a listing may
     have a million), display() and fmt.lossless inlined."""
-    return [{
-        "name": name if name.isascii() and name.isprintable() and "\\" not in name else escape(name),
-        "name_hex": name.encode("utf-8", "surrogateescape").hex(), "kind": kind, "file_type": ftype,
-        "nbytes": nbytes, "allocated_bytes": alloc, "age_s": age, "uid": uid, "producer_pid": pid,
-        "producer_alive": alive, "holders": _holder_docs(held) if held else [], "state": state._value_,
-        "reason": reason, "ino": ino, "nlink": nlink, "seen_s": seen_s,
-    } for name, kind, ftype, nbytes, alloc, age, uid, pid, alive, held, state, reason, ino, nlink, _, seen_s in segs
-    ]  # fmt: skip
+    return [
+        {
+            "name": name if name.isascii() and name.isprintable() and "\\" not in name else escape(name),
+            "name_hex": name.encode("utf-8", "surrogateescape").hex(),
+            "kind": kind,
+            "file_type": ftype,
+            "nbytes": nbytes,
+            "allocated_bytes": alloc,
+            "age_s": age,
+            "uid": uid,
+            "producer_pid": pid,
+            "producer_alive": alive,
+            "holders": _holder_docs(held) if held else [],
+            "state": state._value_,
+            "reason": reason,
+            "ino": ino,
+            "nlink": nlink,
+            "seen_s": seen_s,
+        }
+        for name, kind, ftype, nbytes, alloc, age, uid, pid, alive, held, state, reason, ino, nlink, _, seen_s in segs
+    ]
 
 
 def _holder_docs(held: tuple[Holder, ...]) -> list[dict[str, Any]]:
@@ -64,8 +77,15 @@ def segment_doc(s: SegmentInfo) -> dict[str, Any]:
 
 
 def deletion_doc(d: Deletion) -> dict[str, Any]:
-    return {"name": display(d.name), "name_hex": lossless(d.name), "nbytes": d.nbytes, "deleted": d.deleted,
-            "reason": d.reason, "ino": d.ino, "freed_bytes": d.freed_bytes}  # fmt: skip
+    return {
+        "name": display(d.name),
+        "name_hex": lossless(d.name),
+        "nbytes": d.nbytes,
+        "deleted": d.deleted,
+        "reason": d.reason,
+        "ino": d.ino,
+        "freed_bytes": d.freed_bytes,
+    }
 
 
 class Out:
@@ -167,10 +187,14 @@ class JsonListing:
         self.app, self.pending, self.first = app, [], True
         self.stream = sys.stdout
         head = {"smgshm_version": __version__, "schema_version": SCHEMA_VERSION, "command": app.command}
-        result = {"shm_dir": display(scan.opts.shm_dir), "liveness_trusted": scan.trust.trusted,
-                  "liveness_note": scan.trust.note, "shm_total_bytes": scan.shm_total_bytes,
-                  "shm_used_bytes": scan.shm_total_bytes - scan.shm_free_bytes,
-                  "shm_free_bytes": scan.shm_free_bytes}  # fmt: skip
+        result = {
+            "shm_dir": display(scan.opts.shm_dir),
+            "liveness_trusted": scan.trust.trusted,
+            "liveness_note": scan.trust.note,
+            "shm_total_bytes": scan.shm_total_bytes,
+            "shm_used_bytes": scan.shm_total_bytes - scan.shm_free_bytes,
+            "shm_free_bytes": scan.shm_free_bytes,
+        }
         self._write(_dumpb(head)[:-1] + b',"result":' + _dumpb(result)[:-1] + b',"segments":[')
 
     def _write(self, data: bytes) -> None:
@@ -188,15 +212,30 @@ class JsonListing:
         if len(pending) >= _FLUSH:
             self._drain()
 
-    def finish(self, scan: Scan, before: Tally, after: Tally, deleted: list[Deletion], ok: bool,
-               done_rows: set[int], usage: tuple[int, int]) -> None:  # fmt: skip
+    def finish(
+        self,
+        scan: Scan,
+        before: Tally,
+        after: Tally,
+        deleted: list[Deletion],
+        ok: bool,
+        done_rows: set[int],
+        usage: tuple[int, int],
+    ) -> None:
         self._drain()
-        rest = {"counts": before.counts, "bytes_by_state": before.bytes_by_state,
-                "counts_by_kind": before.counts_by_kind, "bytes_by_kind": before.bytes_by_kind,
-                "reclaimable_bytes": before.reclaimable_bytes, "scan_ms": float(scan.scan_ms),
-                "deleted": [deletion_doc(d) for d in deleted], "remaining_counts": after.counts,
-                "remaining_bytes_by_state": after.bytes_by_state, "remaining_shm_used_bytes": usage[0],
-                "remaining_shm_free_bytes": usage[1]}  # fmt: skip
+        rest = {
+            "counts": before.counts,
+            "bytes_by_state": before.bytes_by_state,
+            "counts_by_kind": before.counts_by_kind,
+            "bytes_by_kind": before.bytes_by_kind,
+            "reclaimable_bytes": before.reclaimable_bytes,
+            "scan_ms": float(scan.scan_ms),
+            "deleted": [deletion_doc(d) for d in deleted],
+            "remaining_counts": after.counts,
+            "remaining_bytes_by_state": after.bytes_by_state,
+            "remaining_shm_used_bytes": usage[0],
+            "remaining_shm_free_bytes": usage[1],
+        }
         tail = {"ok": ok, "warnings": list(self.app.warnings)}
         self._write(b"]," + _dumpb(rest)[1:-1] + b"}," + _dumpb(tail)[1:] + b"\n")
 
@@ -210,8 +249,16 @@ class RawListing:
     def add(self, seg: SegmentInfo, row: int) -> None:
         self.out.write(raw_row(seg))
 
-    def finish(self, scan: Scan, before: Tally, after: Tally, deleted: list[Deletion], ok: bool,
-               done_rows: set[int], usage: tuple[int, int]) -> None:  # fmt: skip
+    def finish(
+        self,
+        scan: Scan,
+        before: Tally,
+        after: Tally,
+        deleted: list[Deletion],
+        ok: bool,
+        done_rows: set[int],
+        usage: tuple[int, int],
+    ) -> None:
         self.out.flush()
 
 
@@ -247,8 +294,16 @@ class HumanListing:
                 self.spool.write("".join(self.spool_buf))
                 self.spool_buf = []
 
-    def finish(self, scan: Scan, before: Tally, after: Tally, deleted: list[Deletion], ok: bool,
-               done_rows: set[int], usage: tuple[int, int]) -> None:  # fmt: skip
+    def finish(
+        self,
+        scan: Scan,
+        before: Tally,
+        after: Tally,
+        deleted: list[Deletion],
+        ok: bool,
+        done_rows: set[int],
+        usage: tuple[int, int],
+    ) -> None:
         app, out = self.app, Out()
         app.console.file.flush()
         gone = [d for d in deleted if d.deleted]
@@ -287,11 +342,15 @@ class HumanListing:
             out.flush()
         _deletions(app, deleted, all_rows=self.spool is not None)
         used, free = usage  # read again after any delete
-        prose(app.console, Text(
-            f"{display(scan.opts.shm_dir)}: {human_size(used)} used of {human_size(scan.shm_total_bytes)}, "
-            f"{human_size(free)} free; "
-            f"reclaimable now {human_size(after.reclaimable_bytes)}"
-        ), 2)  # fmt: skip
+        prose(
+            app.console,
+            Text(
+                f"{display(scan.opts.shm_dir)}: {human_size(used)} used of {human_size(scan.shm_total_bytes)}, "
+                f"{human_size(free)} free; "
+                f"reclaimable now {human_size(after.reclaimable_bytes)}"
+            ),
+            2,
+        )
         if after.counts["leaked"] and not deleted and not app.quiet:
             argv = ["smgshm", "gc", "--shm-dir", scan.opts.shm_dir, "--delete"]
             argv += ["--assume-dead"] if scan.opts.assume_dead else []
@@ -307,8 +366,10 @@ def headline(scan: Scan, before: Tally, after: Tally, deleted: list[Deletion], c
     if deleted:
         freed = human_size(sum(d.freed_bytes for d in gone))
         kept = len(deleted) - len(gone)
-        text = (f"deleted {len(gone)}, freed {freed}{f', kept {kept}' if kept else ''}; "
-                f"{after.total} SMG segment(s) left in {where}: {states}")  # fmt: skip
+        text = (
+            f"deleted {len(gone)}, freed {freed}{f', kept {kept}' if kept else ''}; "
+            f"{after.total} SMG segment(s) left in {where}: {states}"
+        )
     else:
         text = f"{after.total} SMG segment(s) in {where}: {states}"
     if check:
@@ -327,8 +388,10 @@ def _deletions(app: App, deleted: list[Deletion], all_rows: bool) -> None:
     shown = [d for d in deleted if not d.deleted] if all_rows else deleted[:NOTABLE]
     for d in shown:
         if d.deleted:
-            out.write(fill(f"deleted {display(d.name)}: freed {human_size(d.freed_bytes)} ({escape(d.reason)})",
-                           cols, 2) + "\n")  # fmt: skip
+            out.write(
+                fill(f"deleted {display(d.name)}: freed {human_size(d.freed_bytes)} ({escape(d.reason)})", cols, 2)
+                + "\n"
+            )
         else:
             out.write(fill(f"kept {display(d.name)}: {escape(d.reason)}", cols, 2) + "\n")
     if not all_rows and len(shown) < len(deleted):
@@ -389,6 +452,7 @@ class Progress:
             self.bar.stop()
             self.bar = None
 
+
 __all__ = [
     "HEADER",
     "HEAD_WIDTH",
@@ -406,7 +470,7 @@ __all__ = [
     "segment_docs",
     "why_line",
     "will_delete",
-]  # fmt: skip
+]
 
 
 def npd(after: Tally, deleted: int, untrusted: str, where: str = "") -> int:
@@ -418,8 +482,9 @@ def npd(after: Tally, deleted: int, untrusted: str, where: str = "") -> int:
     gone = f", deleted {deleted}" if deleted else ""
     at = f" ({where})" if where else ""
     if c["leaked"] or c["hazard"]:
-        return npd_emit(NpdStatus.PROBLEM, f"gc: {c['leaked']} leaked ({_size(b['leaked'])}), {c['hazard']} hazard"
-                        f"{gone}{at}")  # fmt: skip
+        return npd_emit(
+            NpdStatus.PROBLEM, f"gc: {c['leaked']} leaked ({_size(b['leaked'])}), {c['hazard']} hazard{gone}{at}"
+        )
     if c["unknown"]:
         why = untrusted or "liveness undecided"
         return npd_emit(NpdStatus.UNKNOWN, f"gc: {c['unknown']} unknown{gone}{at}: {why}")

@@ -38,8 +38,19 @@ class Block:
     done: ReapReport | None = None
 
 
-def run(app: App, root: str, opts: ScanOptions, rule: ReapRule | None, *, yes: bool, check: bool,
-        all_rows: bool, raw: bool, npd: bool = False, prometheus_file: str | None = None) -> int:  # fmt: skip
+def run(
+    app: App,
+    root: str,
+    opts: ScanOptions,
+    rule: ReapRule | None,
+    *,
+    yes: bool,
+    check: bool,
+    all_rows: bool,
+    raw: bool,
+    npd: bool = False,
+    prometheus_file: str | None = None,
+) -> int:
     """Look at the node, list and judge each tmpfs, ask once, reap per tmpfs, then show it all."""
     import click
 
@@ -83,9 +94,15 @@ def run(app: App, root: str, opts: ScanOptions, rule: ReapRule | None, *, yes: b
     bad = sum(b.done.leaked_or_hazard for b in blocks)  # type: ignore[union-attr]
     code = ExitCode.CHECK_FAILED if check and bad else ExitCode.OK
     if prometheus_file:  # what is there now, after any --delete: the exporter's series, one run's
-        figures = [metrics.volume_figures(b.scan.tmpfs, b.done.after, b.scan.others,  # type: ignore[union-attr]
-                                          (b.scan.shm_total_bytes, b.done.used_bytes, b.done.free_bytes))  # type: ignore[union-attr]
-                   for b in blocks]  # fmt: skip
+        figures = [
+            metrics.volume_figures(
+                b.scan.tmpfs,
+                b.done.after,
+                b.scan.others,  # type: ignore[union-attr]
+                (b.scan.shm_total_bytes, b.done.used_bytes, b.done.free_bytes),
+            )  # type: ignore[union-attr]
+            for b in blocks
+        ]
         metrics.write_textfile(prometheus_file, figures, metrics.Health(time.time(), time.time() - started, 0))
     if npd:  # NPD's one line over every tmpfs (gc_view.npd's rules)
         from smgshm.core.segments.judge import Tally
@@ -100,8 +117,15 @@ def run(app: App, root: str, opts: ScanOptions, rule: ReapRule | None, *, yes: b
         note = f"{len(untrusted)} of {len(blocks)} tmpfs not judged by pid" if untrusted else ""
         return gc_view.npd(after, gone, note, where=f"node, {len(blocks)} tmpfs")
     if app.json:
-        app.emit_rendered({"node_root": gc_view.display(node.root), "pods_known": node.pods_known,
-                           "tmpfs": [_doc(b) for b in blocks], **_totals(blocks)}, code)  # fmt: skip
+        app.emit_rendered(
+            {
+                "node_root": gc_view.display(node.root),
+                "pods_known": node.pods_known,
+                "tmpfs": [_doc(b) for b in blocks],
+                **_totals(blocks),
+            },
+            code,
+        )
     elif raw:
         out = gc_view.Out()
         for b in blocks:
@@ -147,25 +171,40 @@ def _doc(b: Block) -> dict[str, Any]:
         raise RuntimeError("a block shown before it was reaped")
     pod = t.pod
     return {
-        "kind": t.place.kind, "path": gc_view.display(t.place.path), "path_hex": lossless(t.place.path),
+        "kind": t.place.kind,
+        "path": gc_view.display(t.place.path),
+        "path_hex": lossless(t.place.path),
         "volume": None if t.place.volume is None else gc_view.display(t.place.volume),
         "pod_uid": None if t.pod_uid is None else gc_view.display(t.pod_uid),
         "namespace": None if pod is None else gc_view.display(pod.namespace),
         "pod": None if pod is None else gc_view.display(pod.name),
-        "shm_total_bytes": scan.shm_total_bytes, "shm_used_bytes": scan.shm_total_bytes - scan.shm_free_bytes,
-        "shm_free_bytes": scan.shm_free_bytes, "hidden_bytes": t.hidden.nbytes, "hidden_files": t.hidden.files,
-        "hidden_complete": t.hidden.complete, "processes": len(t.users),
-        "pid_namespaces": [s.ns for s in t.spaces], "liveness_trusted": t.trust.trusted,
-        "liveness_note": t.trust.note, "counts": done.before.counts, "bytes_by_state": done.before.bytes_by_state,
-        "counts_by_kind": done.before.counts_by_kind, "bytes_by_kind": done.before.bytes_by_kind,
+        "shm_total_bytes": scan.shm_total_bytes,
+        "shm_used_bytes": scan.shm_total_bytes - scan.shm_free_bytes,
+        "shm_free_bytes": scan.shm_free_bytes,
+        "hidden_bytes": t.hidden.nbytes,
+        "hidden_files": t.hidden.files,
+        "hidden_complete": t.hidden.complete,
+        "processes": len(t.users),
+        "pid_namespaces": [s.ns for s in t.spaces],
+        "liveness_trusted": t.trust.trusted,
+        "liveness_note": t.trust.note,
+        "counts": done.before.counts,
+        "bytes_by_state": done.before.bytes_by_state,
+        "counts_by_kind": done.before.counts_by_kind,
+        "bytes_by_kind": done.before.bytes_by_kind,
         "reclaimable_bytes": done.before.reclaimable_bytes,
-        "other_families": [{"family": gc_view.display(f), "count": n, "nbytes": scan.others.nbytes[f]}
-                           for f, n in sorted(scan.others.counts.items())],
-        "segments": gc_view.segment_docs(b.segments), "deleted": [gc_view.deletion_doc(d) for d in done.deleted],
-        "remaining_counts": done.after.counts, "remaining_bytes_by_state": done.after.bytes_by_state,
-        "remaining_shm_used_bytes": done.used_bytes, "remaining_shm_free_bytes": done.free_bytes,
+        "other_families": [
+            {"family": gc_view.display(f), "count": n, "nbytes": scan.others.nbytes[f]}
+            for f, n in sorted(scan.others.counts.items())
+        ],
+        "segments": gc_view.segment_docs(b.segments),
+        "deleted": [gc_view.deletion_doc(d) for d in done.deleted],
+        "remaining_counts": done.after.counts,
+        "remaining_bytes_by_state": done.after.bytes_by_state,
+        "remaining_shm_used_bytes": done.used_bytes,
+        "remaining_shm_free_bytes": done.free_bytes,
         "scan_ms": float(scan.scan_ms),
-    }  # fmt: skip
+    }
 
 
 def headline(root: str, blocks: list[Block], check: bool, ok: bool) -> str:
@@ -208,22 +247,30 @@ def _block_lines(b: Block, all_rows: bool, cols: int = 80) -> list[str]:
         hidden += f" ({t.hidden.files} unlinked file(s) still mapped)"
     if not t.hidden.complete:
         hidden += " (at least: a process's maps was too long to read whole)"
-    lines = [fill(ln, cols, 4) + "\n" for ln in (
-        f"{who}, {what}: {gc_view.display(t.place.path)}",
-        f"  size {human_size(scan.shm_total_bytes)}, used {human_size(done.used_bytes)}, {hidden}",
-        f"  liveness: {gc_view.display(t.trust.note)}",
-    )]  # fmt: skip
-    states = ", ".join(f"{k} {n} ({human_size(done.after.bytes_by_state[k])})"
-                       for k, n in done.after.counts.items() if n)  # fmt: skip
+    lines = [
+        fill(ln, cols, 4) + "\n"
+        for ln in (
+            f"{who}, {what}: {gc_view.display(t.place.path)}",
+            f"  size {human_size(scan.shm_total_bytes)}, used {human_size(done.used_bytes)}, {hidden}",
+            f"  liveness: {gc_view.display(t.trust.note)}",
+        )
+    ]
+    states = ", ".join(
+        f"{k} {n} ({human_size(done.after.bytes_by_state[k])})" for k, n in done.after.counts.items() if n
+    )
     freed = [d for d in done.deleted if d.deleted]
     if freed:
         states += f"{', ' if states else ''}deleted {len(freed)} ({human_size(sum(d.freed_bytes for d in freed))})"
     lines.append(fill(f"  SMG segments: {states or 'none'}", cols, 4) + "\n")
-    fams = ", ".join(f"{gc_view.display(f)} {n} ({human_size(scan.others.nbytes[f])})"
-                     for f, n in sorted(scan.others.counts.items()))  # fmt: skip
+    fams = ", ".join(
+        f"{gc_view.display(f)} {n} ({human_size(scan.others.nbytes[f])})" for f, n in sorted(scan.others.counts.items())
+    )
     lines.append(fill(f"  other families: {fams or 'none'}", cols, 4) + "\n")
-    rows = b.segments if all_rows or len(b.segments) <= gc_view.NOTABLE else \
-        [s for s in b.segments if s.state.value != "in_flight"][: gc_view.NOTABLE]  # fmt: skip
+    rows = (
+        b.segments
+        if all_rows or len(b.segments) <= gc_view.NOTABLE
+        else [s for s in b.segments if s.state.value != "in_flight"][: gc_view.NOTABLE]
+    )
     if rows:
         gone = {d.ino for d in freed}
         lines.append("  " + gc_view.HEADER)

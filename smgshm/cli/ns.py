@@ -13,8 +13,9 @@ from smgshm.cli.params import complete_pids, shm_dir_option
 
 
 @click.group(invoke_without_command=True)
-@click.option("--pid", type=int, shell_complete=complete_pids,
-              help="Report the identity as process PID sees it (/proc/PID/root).")  # fmt: skip
+@click.option(
+    "--pid", type=int, shell_complete=complete_pids, help="Report the identity as process PID sees it (/proc/PID/root)."
+)
 @shm_dir_option
 @click.pass_context
 def ns(ctx: click.Context, pid: int | None, shm_dir: str) -> None:

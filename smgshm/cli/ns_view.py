@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from smgshm.core.host.identity import HostIdentity
     from smgshm.core.host.namespace import NamespaceComparison
 
+
 def identity(app: App, ident: HostIdentity) -> None:
     verdict = ident.namespace_id or "(unreadable: auto will stay inline)"
     prose(app.console, Text("shm_namespace_id: ", style="bold") + safe(verdict), 2)
@@ -34,7 +35,7 @@ def identity(app: App, ident: HostIdentity) -> None:
                 ("uid/gid", f"{ident.uid}/{ident.gid}"),
                 ("hostname", ident.hostname),
             ]
-        )
+        ),
     )
 
 

@@ -18,30 +18,75 @@ from smgshm.cli.params import BYTES, DURATION, shm_dir_option
 
 
 @click.command(context_settings={"allow_interspersed_args": False})
-@click.option("--init-container", is_flag=True, help="Run as the pod's init container: no SMG process of the pod "
-              "runs yet, so every SMG name in its tmpfs is a previous incarnation's (refused when another process "
-              "uses the tmpfs; list it before any native sidecar).")  # fmt: skip
-@click.option("--pod-private", is_flag=True, help="Wrapper in a container: every process that writes SMG names in "
-              "this tmpfs is in this pid namespace (the operator's word; needed to reclaim by pid there).")  # fmt: skip
-@click.option("--inflight-bytes", type=BYTES, default=0, help="Free space the gateway needs after reclaiming "
-              "(e.g. its --multimodal-max-inflight-bytes).")  # fmt: skip
-@click.option("--tensor-bytes", type=BYTES, multiple=True, help="A tensor size the gateway writes (repeatable): "
-              "the largest must fit too.")  # fmt: skip
-@click.option("--min-age", type=DURATION, default="10m", show_default=True,
-              help="Names judged by gc's rules (not by a proof) are reclaimed only when older.")  # fmt: skip
-@click.option("--timeout", type=DURATION, default="10s", show_default=True,
-              help="Give up (exit 3, preflight_timeout) when the checks take longer.")  # fmt: skip
+@click.option(
+    "--init-container",
+    is_flag=True,
+    help="Run as the pod's init container: no SMG process of the pod "
+    "runs yet, so every SMG name in its tmpfs is a previous incarnation's (refused when another process "
+    "uses the tmpfs; list it before any native sidecar).",
+)
+@click.option(
+    "--pod-private",
+    is_flag=True,
+    help="Wrapper in a container: every process that writes SMG names in "
+    "this tmpfs is in this pid namespace (the operator's word; needed to reclaim by pid there).",
+)
+@click.option(
+    "--inflight-bytes",
+    type=BYTES,
+    default=0,
+    help="Free space the gateway needs after reclaiming (e.g. its --multimodal-max-inflight-bytes).",
+)
+@click.option(
+    "--tensor-bytes",
+    type=BYTES,
+    multiple=True,
+    help="A tensor size the gateway writes (repeatable): the largest must fit too.",
+)
+@click.option(
+    "--min-age",
+    type=DURATION,
+    default="10m",
+    show_default=True,
+    help="Names judged by gc's rules (not by a proof) are reclaimed only when older.",
+)
+@click.option(
+    "--timeout",
+    type=DURATION,
+    default="10s",
+    show_default=True,
+    help="Give up (exit 3, preflight_timeout) when the checks take longer.",
+)
 @click.option("--start-anyway", is_flag=True, help="Wrapper: exec the gateway even when a check fails.")
-@click.option("--textfile", "textfile_path", type=click.Path(dir_okay=False), help="Write what the run reclaimed "
-              "and kept, and whether it succeeded, in node_exporter textfile format (smgshm_preflight_*).")  # fmt: skip
-@click.option("--npd", is_flag=True, help="node-problem-detector plugin: one line of at most 80 characters, "
-              "exit 0 OK, 1 problem, 2 unknown.")  # fmt: skip
+@click.option(
+    "--textfile",
+    "textfile_path",
+    type=click.Path(dir_okay=False),
+    help="Write what the run reclaimed "
+    "and kept, and whether it succeeded, in node_exporter textfile format (smgshm_preflight_*).",
+)
+@click.option(
+    "--npd",
+    is_flag=True,
+    help="node-problem-detector plugin: one line of at most 80 characters, exit 0 OK, 1 problem, 2 unknown.",
+)
 @shm_dir_option
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @click.pass_obj
-def preflight(app: App, init_container: bool, pod_private: bool, inflight_bytes: int, tensor_bytes: tuple[int, ...],
-              min_age: float, timeout: float, start_anyway: bool, textfile_path: str | None, npd: bool,
-              shm_dir: str, command: tuple[str, ...]) -> None:  # fmt: skip
+def preflight(
+    app: App,
+    init_container: bool,
+    pod_private: bool,
+    inflight_bytes: int,
+    tensor_bytes: tuple[int, ...],
+    min_age: float,
+    timeout: float,
+    start_anyway: bool,
+    textfile_path: str | None,
+    npd: bool,
+    shm_dir: str,
+    command: tuple[str, ...],
+) -> None:
     """Reclaim the segments of SMG's previous incarnation, then check that its gateway may start.
 
     A memory emptyDir at /dev/shm outlives container restarts, and SMG's gateway never

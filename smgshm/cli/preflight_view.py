@@ -36,9 +36,16 @@ def headline(r: PreflightReport) -> str:
 
 
 def _entry_doc(e: Entry) -> dict[str, Any]:
-    return {"name": display(e.name), "name_hex": lossless(e.name), "kind": e.kind, "state": e.state,
-            "nbytes": e.nbytes, "producer_pid": e.producer_pid, "reason": e.reason,
-            "freed_bytes": e.freed_bytes}  # fmt: skip
+    return {
+        "name": display(e.name),
+        "name_hex": lossless(e.name),
+        "kind": e.kind,
+        "state": e.state,
+        "nbytes": e.nbytes,
+        "producer_pid": e.producer_pid,
+        "reason": e.reason,
+        "freed_bytes": e.freed_bytes,
+    }
 
 
 def doc(r: PreflightReport) -> dict[str, Any]:
@@ -57,8 +64,7 @@ def _entries(app: App, title: str, entries: list[Entry], total: int) -> None:
     app.console.print(Text(f"{title}:", style="bold"))
     for e in entries:
         size = human_size(e.freed_bytes if title == "reclaimed" else e.nbytes)
-        prose(app.console, Text(f"  {e.state:<9} {size:>10}  ") + safe(e.name) + Text(": ") + safe(e.reason),
-              indent=4)  # fmt: skip
+        prose(app.console, Text(f"  {e.state:<9} {size:>10}  ") + safe(e.name) + Text(": ") + safe(e.reason), indent=4)
     if total > len(entries):
         app.console.print(f"  ... {total - len(entries)} more (--json lists the first {len(entries)})")
 
@@ -69,11 +75,20 @@ def human(app: App, r: PreflightReport) -> None:
         prose(app.console, Text(f"  {c.code}: ", style="red") + safe(c.message), indent=4)
         fix_line(app, cause_fix(c), indent=4)
     proof = "holds" if r.proof.holds else "does not hold"
-    prose(app.console, Text(f"mode: {_MODE[r.mode]}, pid {r.pid}; proof ({r.proof.rule}) {proof}: ")
-          + safe(r.proof.note), indent=2)  # fmt: skip
+    prose(
+        app.console,
+        Text(f"mode: {_MODE[r.mode]}, pid {r.pid}; proof ({r.proof.rule}) {proof}: ") + safe(r.proof.note),
+        indent=2,
+    )
     ns = escape(r.namespace_id) if r.namespace_id else "unreadable"
-    prose(app.console, Text(f"shm dir {escape(r.shm_dir)}: {escape(r.fstype or '?')}, namespace id {ns}, "
-                            f"need {human_size(r.need_bytes)}"), 2)  # fmt: skip
+    prose(
+        app.console,
+        Text(
+            f"shm dir {escape(r.shm_dir)}: {escape(r.fstype or '?')}, namespace id {ns}, "
+            f"need {human_size(r.need_bytes)}"
+        ),
+        2,
+    )
     _entries(app, "reclaimed", r.reclaimed, r.reclaimed_count)
     _entries(app, "kept", r.kept, sum(r.kept_counts.values()))
     for note in r.notes:
@@ -89,11 +104,13 @@ def npd(r: PreflightReport) -> int:
     if r.verdict == "fail":
         status = NpdStatus.UNKNOWN if all(c.code in _UNKNOWN_CAUSES for c in r.causes) else NpdStatus.PROBLEM
         first = r.causes[0]
-        detail = f"free {human_size(r.shm_free_bytes)} < need {human_size(r.need_bytes)}" \
-            if first.code in ("shm_too_small", "shm_full") and r.need_bytes else first.message  # fmt: skip
+        detail = (
+            f"free {human_size(r.shm_free_bytes)} < need {human_size(r.need_bytes)}"
+            if first.code in ("shm_too_small", "shm_full") and r.need_bytes
+            else first.message
+        )
         return npd_emit(status, f"{first.code}: {detail}")
     if r.verdict == "unknown":
         n = r.kept_counts.get("unknown", 0)
         return npd_emit(NpdStatus.UNKNOWN, f"preflight unknown: {n} SMG name(s) not judged: {r.proof.note}")
-    return npd_emit(NpdStatus.OK, f"preflight ok: {human_size(r.shm_free_bytes)} free, reclaimed "
-                    f"{r.reclaimed_count}")  # fmt: skip
+    return npd_emit(NpdStatus.OK, f"preflight ok: {human_size(r.shm_free_bytes)} free, reclaimed {r.reclaimed_count}")

@@ -30,8 +30,9 @@ def verdict_code(verdict: str, expect: str) -> ExitCode:
 
 @click.command()
 @click.argument("addresses", nargs=-1, metavar="ADDRESS...", callback=worker_addresses)
-@click.option("--from-gateway", type=HTTP_URL, metavar="URL",
-              help="Also probe every worker of this gateway (GET URL/workers).")
+@click.option(
+    "--from-gateway", type=HTTP_URL, metavar="URL", help="Also probe every worker of this gateway (GET URL/workers)."
+)
 @click.option("--api-key", envvar="SMG_API_KEY", help="The gateway's --api-key, for --from-gateway.")
 @click.option(
     "--engine",
@@ -118,8 +119,10 @@ def probe(
         if not gateway:
             app.warn(f"the gateway at {from_gateway} has no workers registered")
         if len(gateway) > MAX_GATEWAY_WORKERS:
-            app.warn(f"the gateway lists {len(gateway)} workers: probing the first {MAX_GATEWAY_WORKERS}, "
-                     f"{len(gateway) - MAX_GATEWAY_WORKERS} skipped (probe those by address)")  # fmt: skip
+            app.warn(
+                f"the gateway lists {len(gateway)} workers: probing the first {MAX_GATEWAY_WORKERS}, "
+                f"{len(gateway) - MAX_GATEWAY_WORKERS} skipped (probe those by address)"
+            )
             gateway = gateway[:MAX_GATEWAY_WORKERS]
     opts = ProbeOptions(engine, connect_timeout, timeout, shm_min_bytes, shm_dir, verify, tensor_bytes)
     report = run_probe(list(addresses), opts, gateway)

@@ -80,8 +80,17 @@ def _shape(text: str | None, size: int | None, dtype: str, tensors: int, concurr
     show_default=True,
     help="Tensors per request: pixel values plus model-specific ones.",
 )
-@click.option("-n", "--requests", "count", cls=RenamedOption, former=("--count",), type=click.IntRange(1), default=1,
-              show_default=True, help="Requests (formerly --count).")  # fmt: skip
+@click.option(
+    "-n",
+    "--requests",
+    "count",
+    cls=RenamedOption,
+    former=("--count",),
+    type=click.IntRange(1),
+    default=1,
+    show_default=True,
+    help="Requests (formerly --count).",
+)
 @click.option("--duration", type=DURATION, help="A soak: keep sending for this long instead of -n requests.")
 @click.option("-c", "--concurrency", type=click.IntRange(1, 64), default=1, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True, help="Tensors are reproducible from the seed.")
@@ -91,9 +100,25 @@ def _shape(text: str | None, size: int | None, dtype: str, tensors: int, concurr
 @click.option("--connect-timeout", type=DURATION, default="5s", show_default=True)
 @shm_dir_option
 @click.pass_obj
-def send(app: App, address: str, transport: str, layout: str, dtype: str, shape: str | None, size: int | None,
-         tensors: int, count: int, duration: float | None, concurrency: int, seed: int, shm_min_bytes: int,
-         verify: bool, timeout: float, connect_timeout: float, shm_dir: str) -> None:  # fmt: skip
+def send(
+    app: App,
+    address: str,
+    transport: str,
+    layout: str,
+    dtype: str,
+    shape: str | None,
+    size: int | None,
+    tensors: int,
+    count: int,
+    duration: float | None,
+    concurrency: int,
+    seed: int,
+    shm_min_bytes: int,
+    verify: bool,
+    timeout: float,
+    connect_timeout: float,
+    shm_dir: str,
+) -> None:
     """Send test tensors to a smgshm receiver and verify every byte and every cleanup.
 
     Run `smgshm serve` where the worker runs (in its container) and send from
@@ -126,10 +151,22 @@ def send(app: App, address: str, transport: str, layout: str, dtype: str, shape:
     from smgshm.core.transport.decision import Mode
     from smgshm.core.transport.wire import Layout
 
-    opts = SendOptions(Layout(layout), Mode(transport), dtype, _shape(shape, size, dtype, tensors, concurrency),
-                       tensors, count,
-                       concurrency, seed, shm_min_bytes, verify, timeout, connect_timeout, shm_dir,
-                       duration=duration)  # fmt: skip
+    opts = SendOptions(
+        Layout(layout),
+        Mode(transport),
+        dtype,
+        _shape(shape, size, dtype, tensors, concurrency),
+        tensors,
+        count,
+        concurrency,
+        seed,
+        shm_min_bytes,
+        verify,
+        timeout,
+        connect_timeout,
+        shm_dir,
+        duration=duration,
+    )
     progress, done = view.send_progress(app, opts)
     try:
         with stop_on_signals() as stop:

@@ -25,9 +25,14 @@ def send_progress(app: App, opts: SendOptions) -> tuple[Callable[[int], None] | 
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    bar = Progress(TextColumn("send"), BarColumn(), MofNCompleteColumn() if opts.duration is None
-                   else TextColumn("{task.fields[requests]} requests"), TimeRemainingColumn(),
-                   console=app.err_console, transient=True)  # fmt: skip
+    bar = Progress(
+        TextColumn("send"),
+        BarColumn(),
+        MofNCompleteColumn() if opts.duration is None else TextColumn("{task.fields[requests]} requests"),
+        TimeRemainingColumn(),
+        console=app.err_console,
+        transient=True,
+    )
     total = float(opts.duration) if opts.duration is not None else float(opts.count)
     task = bar.add_task("send", total=total, requests=0)
     t0 = time.monotonic()
@@ -60,8 +65,13 @@ def _render(app: App, report: Any, signal_name: str) -> None:
         what = "verified" if report.verified else "sent (not verified: --no-verify)"
         prose(app.console, Text(f"OK: {n} request(s) {what}, no segment left behind", style="bold green"), 2)
     elif report.unreachable:
-        prose(app.console, Text("FAILED: the receiver at ", style="bold red") + safe(report.address, "bold red")
-              + Text(" became unreachable", style="bold red"), 2)  # fmt: skip
+        prose(
+            app.console,
+            Text("FAILED: the receiver at ", style="bold red")
+            + safe(report.address, "bold red")
+            + Text(" became unreachable", style="bold red"),
+            2,
+        )
     else:
         app.console.print(Text(f"FAILED: {len(report.problems)} problem(s) in {n} request(s)", style="bold red"))
     # One space between columns; p90 and the exact figures are in --json.

@@ -176,8 +176,10 @@ def serve(
         app.warn(f"listening on {listen}: NOT loopback; any host that reaches it can send tensors to it")
     soft, hard = raise_fd_limit()
     if connection_cap(soft) < MAX_CONNECTIONS:
-        app.warn(f"only {soft} file descriptors (ulimit -n; hard limit {hard}): at most {connection_cap(soft)} "
-                 "connections at once")  # fmt: skip
+        app.warn(
+            f"only {soft} file descriptors (ulimit -n; hard limit {hard}): at most {connection_cap(soft)} "
+            "connections at once"
+        )
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     running = start_receiver(cfg, listen)

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from smgshm.cli.app import App
     from smgshm.core.receiver.receipts import GenerateReceipt
 
+
 def serve_ready(app: App, info: dict[str, Any]) -> None:
     line = (
         f"smgshm serve: ready on {info['address']} as a {info['engine']} worker "

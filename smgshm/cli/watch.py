@@ -23,37 +23,99 @@ if TYPE_CHECKING:
 
 @click.command()
 @click.option("--interval", type=DURATION, default="1s", show_default=True, help="Report every DURATION.")
-@click.option("--orphan-after", type=DURATION, default="30s", show_default=True,
-              help="A segment still in flight this long is an orphan.")  # fmt: skip
-@click.option("--metrics", "metrics_url", type=HTTP_URL, metavar="URL",
-              help="Also scrape this gateway Prometheus endpoint each interval (e.g. http://127.0.0.1:29000/metrics).")
-@click.option("--shm-min-bytes", type=BYTES, default="64KiB", show_default=True,
-              help="The gateway's --multimodal-shm-min-bytes: inline tensors averaging this much were SHM-eligible.")
-@click.option("--jsonl", is_flag=True, help="One JSON record per line: each segment's life, orphans, events, "
-              "intervals, then the summary.")  # fmt: skip
+@click.option(
+    "--orphan-after",
+    type=DURATION,
+    default="30s",
+    show_default=True,
+    help="A segment still in flight this long is an orphan.",
+)
+@click.option(
+    "--metrics",
+    "metrics_url",
+    type=HTTP_URL,
+    metavar="URL",
+    help="Also scrape this gateway Prometheus endpoint each interval (e.g. http://127.0.0.1:29000/metrics).",
+)
+@click.option(
+    "--shm-min-bytes",
+    type=BYTES,
+    default="64KiB",
+    show_default=True,
+    help="The gateway's --multimodal-shm-min-bytes: inline tensors averaging this much were SHM-eligible.",
+)
+@click.option(
+    "--jsonl",
+    is_flag=True,
+    help="One JSON record per line: each segment's life, orphans, events, intervals, then the summary.",
+)
 @click.option("--duration", type=DURATION, help="Stop after DURATION.")
 @click.option("--count", type=click.IntRange(1), help="Stop after this many intervals.")
 @click.option("--check", is_flag=True, help="Exit 3 when an orphan was seen.")
-@click.option("--serve-metrics", metavar="[HOST:]PORT", callback=metrics_listen,
-              help="Expose the figures for Prometheus at http://HOST:PORT/metrics (HOST defaults to 127.0.0.1).")
+@click.option(
+    "--serve-metrics",
+    metavar="[HOST:]PORT",
+    callback=metrics_listen,
+    help="Expose the figures for Prometheus at http://HOST:PORT/metrics (HOST defaults to 127.0.0.1).",
+)
 @click.option("--prefix", default=SMG_FAMILY_PREFIX, show_default=True, help="Follow only names starting with PREFIX.")
-@click.option("--max-tracked", type=click.IntRange(1), default=100_000, show_default=True,
-              help="Follow at most this many segments in flight at once (memory stays bounded).")
+@click.option(
+    "--max-tracked",
+    type=click.IntRange(1),
+    default=100_000,
+    show_default=True,
+    help="Follow at most this many segments in flight at once (memory stays bounded).",
+)
 @click.option("--assume-dead", is_flag=True, help="As gc: judge orphans by this pid namespace's pids even if unsafe.")
 @shm_dir_option
-@click.option("--node", is_flag=True, help="Follow every pod's /dev/shm on this node (as gc --node finds them), "
-              "judged per pod, for --serve-metrics: a series set per tmpfs.")  # fmt: skip
-@click.option("--node-root", default="/", show_default=True, type=click.Path(file_okay=False),
-              help="With --node: where the host's / is mounted (a DaemonSet's hostPath, e.g. /host).")  # fmt: skip
-@click.option("--rescan-every", type=DURATION, default="30s", show_default=True,
-              help="With --node: look for pods and judge every tmpfs afresh (reading /proc) this often.")  # fmt: skip
-@click.option("--max-volumes", type=click.IntRange(1, 4096), default=256, show_default=True,
-              help="With --node: follow at most this many tmpfs (one inotify watch each).")  # fmt: skip
+@click.option(
+    "--node",
+    is_flag=True,
+    help="Follow every pod's /dev/shm on this node (as gc --node finds them), "
+    "judged per pod, for --serve-metrics: a series set per tmpfs.",
+)
+@click.option(
+    "--node-root",
+    default="/",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="With --node: where the host's / is mounted (a DaemonSet's hostPath, e.g. /host).",
+)
+@click.option(
+    "--rescan-every",
+    type=DURATION,
+    default="30s",
+    show_default=True,
+    help="With --node: look for pods and judge every tmpfs afresh (reading /proc) this often.",
+)
+@click.option(
+    "--max-volumes",
+    type=click.IntRange(1, 4096),
+    default=256,
+    show_default=True,
+    help="With --node: follow at most this many tmpfs (one inotify watch each).",
+)
 @click.pass_obj
-def watch(app: App, interval: float, orphan_after: float, metrics_url: str | None, shm_min_bytes: int, jsonl: bool,
-          duration: float | None, count: int | None, check: bool, serve_metrics: tuple[str, int] | None, prefix: str,
-          max_tracked: int, assume_dead: bool, shm_dir: str, node: bool, node_root: str, rescan_every: float,
-          max_volumes: int) -> None:  # fmt: skip
+def watch(
+    app: App,
+    interval: float,
+    orphan_after: float,
+    metrics_url: str | None,
+    shm_min_bytes: int,
+    jsonl: bool,
+    duration: float | None,
+    count: int | None,
+    check: bool,
+    serve_metrics: tuple[str, int] | None,
+    prefix: str,
+    max_tracked: int,
+    assume_dead: bool,
+    shm_dir: str,
+    node: bool,
+    node_root: str,
+    rescan_every: float,
+    max_volumes: int,
+) -> None:
     """Follow the shm dir live: every SMG segment from creation to unlink, per interval.
 
     Uses inotify. For each segment: its producer (pid and kind from its name:
@@ -100,9 +162,20 @@ def watch(app: App, interval: float, orphan_after: float, metrics_url: str | Non
     from smgshm.core.watch.session import WatchSession
 
     if node:
-        _refuse_with_node(click.get_current_context(), ("metrics_url", "jsonl", "check", "prefix", "max_tracked",
-                                                        "assume_dead", "shm_dir", "orphan_after",
-                                                        "shm_min_bytes"))  # fmt: skip
+        _refuse_with_node(
+            click.get_current_context(),
+            (
+                "metrics_url",
+                "jsonl",
+                "check",
+                "prefix",
+                "max_tracked",
+                "assume_dead",
+                "shm_dir",
+                "orphan_after",
+                "shm_min_bytes",
+            ),
+        )
         _node(app, node_root, interval, rescan_every, max_volumes, serve_metrics, duration, count)
         return
     if app.json and jsonl:
@@ -111,9 +184,17 @@ def watch(app: App, interval: float, orphan_after: float, metrics_url: str | Non
         raise click.UsageError("--json writes one summary at the end: give --duration or --count")
     if interval <= 0:
         raise click.BadParameter("must be more than 0", param_hint="--interval")
-    opts = WatchOptions(shm_dir=shm_dir, prefix=prefix, interval_s=interval, orphan_after_s=orphan_after,
-                        metrics_url=metrics_url, metrics_timeout_s=max(0.5, min(5.0, interval)),
-                        shm_min_bytes=shm_min_bytes, max_tracked=max_tracked, assume_dead=assume_dead)  # fmt: skip
+    opts = WatchOptions(
+        shm_dir=shm_dir,
+        prefix=prefix,
+        interval_s=interval,
+        orphan_after_s=orphan_after,
+        metrics_url=metrics_url,
+        metrics_timeout_s=max(0.5, min(5.0, interval)),
+        shm_min_bytes=shm_min_bytes,
+        max_tracked=max_tracked,
+        assume_dead=assume_dead,
+    )
     hooks: dict[str, Any] = {}
     if jsonl:
         hooks = {"on_life": view.jsonl_life, "on_event": view.jsonl_event, "on_orphan": view.jsonl_orphan}
@@ -186,16 +267,25 @@ def _exporter(app: App, session: WatchSession, where: tuple[str, int] | None, js
 def _refuse_with_node(ctx: click.Context, names: tuple[str, ...]) -> None:
     from click.core import ParameterSource
 
-    given = [f"--{n.replace('_', '-')}" for n in names
-             if ctx.get_parameter_source(n) not in (ParameterSource.DEFAULT, None)]  # fmt: skip
+    given = [
+        f"--{n.replace('_', '-')}" for n in names if ctx.get_parameter_source(n) not in (ParameterSource.DEFAULT, None)
+    ]
     if given:
         raise click.UsageError(f"--node does not combine with {', '.join(given)}")
     if ctx.obj.json:
         raise click.UsageError("--node has no --json document: its figures are the metrics (--serve-metrics)")
 
 
-def _node(app: App, root: str, interval: float, rescan_every: float, max_volumes: int,
-          serve_metrics: tuple[str, int] | None, duration: float | None, count: int | None) -> None:  # fmt: skip
+def _node(
+    app: App,
+    root: str,
+    interval: float,
+    rescan_every: float,
+    max_volumes: int,
+    serve_metrics: tuple[str, int] | None,
+    duration: float | None,
+    count: int | None,
+) -> None:
     """watch --node: full scans and updates until --duration, --count (full scans) or Ctrl-C/SIGTERM."""
     from smgshm.core.node.follow import NodeWatch, NodeWatchOptions
 
@@ -232,8 +322,9 @@ def _node_exporter(app: App, nw: Any, where: tuple[str, int] | None) -> Iterator
 
     host, port = where
     if not is_loopback(f"[{host}]:{port}"):
-        app.warn(f"--serve-metrics on {host}: NOT loopback; any host that reaches it can read this node's pods' "
-                 "shm figures")  # fmt: skip
+        app.warn(
+            f"--serve-metrics on {host}: NOT loopback; any host that reaches it can read this node's pods' shm figures"
+        )
     server = MetricsServer(collector(nw.figures), host, port)
     app.info(f"watch: metrics at {server.url}")
     try:

@@ -52,8 +52,9 @@ def gateway_text(gw: GatewayRates | None) -> Text:
         return Text("scrape failed: ") + safe(gw.error)  # the peer's words may be in it
     paths = sorted(set(gw.tensors_per_s) | set(gw.bytes_per_s))
     # A path is a label value of the peer's /metrics: its text, escaped like any stranger's.
-    parts = [safe(p) + Text(f" {gw.tensors_per_s.get(p, 0):.1f}/s {human_rate(gw.bytes_per_s.get(p, 0))}")
-             for p in paths]  # fmt: skip
+    parts = [
+        safe(p) + Text(f" {gw.tensors_per_s.get(p, 0):.1f}/s {human_rate(gw.bytes_per_s.get(p, 0))}") for p in paths
+    ]
     text = Text(", ").join(parts) if parts else Text("no tensors")
     if gw.shm_byte_share is not None:
         text += Text(f", shm share {gw.shm_byte_share:.1%}")
@@ -67,10 +68,12 @@ def gateway_text(gw: GatewayRates | None) -> Text:
 
 def interval_line(app: App, st: IntervalStats) -> None:
     stamp = time.strftime("%H:%M:%S", time.localtime(st.t_unix_s))
-    text = (f"{stamp} created {st.created_per_s:.1f}/s {known_rate(st.created_per_s, st.created_bytes_per_s)}, "
-            f"consumed {st.consumed_per_s:.1f}/s {known_rate(st.consumed_per_s, st.consumed_bytes_per_s)}, "
-            f"in flight {st.in_flight} ({known(st.in_flight, st.in_flight_bytes)}), "
-            f"time in flight {flight_text(st.flight)}, orphans {st.orphans}")  # fmt: skip
+    text = (
+        f"{stamp} created {st.created_per_s:.1f}/s {known_rate(st.created_per_s, st.created_bytes_per_s)}, "
+        f"consumed {st.consumed_per_s:.1f}/s {known_rate(st.consumed_per_s, st.consumed_bytes_per_s)}, "
+        f"in flight {st.in_flight} ({known(st.in_flight, st.in_flight_bytes)}), "
+        f"time in flight {flight_text(st.flight)}, orphans {st.orphans}"
+    )
     line = Text(text, style="red" if st.orphans else "")
     if st.overflows:
         line.append(f", {st.overflows} queue overflow(s): rescanned", style="bold yellow")
@@ -91,8 +94,10 @@ def interval_line(app: App, st: IntervalStats) -> None:
 
 def dashboard(st: IntervalStats, summary: WatchSummary) -> Group:
     where = safe(f"{summary.shm_dir} ({summary.prefix}*), {human_duration(summary.duration_s)}")
-    run = (f"{summary.created} created, {summary.consumed} consumed, {summary.cleaned} cleaned, "
-           f"{summary.unknown} unknown; time in flight {flight_text(summary.flight)}")  # fmt: skip
+    run = (
+        f"{summary.created} created, {summary.consumed} consumed, {summary.cleaned} cleaned, "
+        f"{summary.unknown} unknown; time in flight {flight_text(summary.flight)}"
+    )
     rows: list[tuple[str, Any]] = [
         ("watching", where + Text("" if st.watching else ", shm dir gone: waiting for it")),
         ("created", f"{st.created_per_s:.1f}/s  {known_rate(st.created_per_s, st.created_bytes_per_s)}"),
@@ -103,8 +108,9 @@ def dashboard(st: IntervalStats, summary: WatchSummary) -> Group:
         ("orphans", f"{st.orphans} now ({known(st.orphans, st.orphan_bytes)}), {summary.orphans_seen} seen"),
     ]
     if summary.overflows or summary.dir_gone or summary.untracked:
-        rows.append(("lost", f"{summary.overflows} overflow(s), {summary.dir_gone} dir gone, "
-                             f"{summary.untracked} untracked"))  # fmt: skip
+        rows.append(
+            ("lost", f"{summary.overflows} overflow(s), {summary.dir_gone} dir gone, {summary.untracked} untracked")
+        )
     if st.gateway is not None:
         rows.append(("gateway", gateway_text(st.gateway)))
         if st.gateway.verdict:
@@ -140,8 +146,14 @@ def orphan_table(orphans: list[Orphan]) -> Table:
     for col in ("kind", "size", "age", "producer", "gc state"):
         table.add_column(col, no_wrap=True)
     for o in orphans:
-        table.add_row(safe(o.name), o.kind, human_size(o.nbytes), human_duration(o.age_s), _pid(o),
-                      Text(o.state, style=_STATE_STYLE.get(o.state, "")))  # fmt: skip
+        table.add_row(
+            safe(o.name),
+            o.kind,
+            human_size(o.nbytes),
+            human_duration(o.age_s),
+            _pid(o),
+            Text(o.state, style=_STATE_STYLE.get(o.state, "")),
+        )
     return table
 
 
@@ -150,13 +162,18 @@ def orphan_table(orphans: list[Orphan]) -> Table:
 
 def summary_report(app: App, s: WatchSummary) -> None:
     style = "bold red" if s.orphans_seen else "bold green"
-    head = (f"watched {escape(s.shm_dir)} for {human_duration(s.duration_s)}: {s.created} segment(s) created, "
-            f"{s.consumed} consumed, {s.cleaned} cleaned by their producer, {s.unknown} ended unknown; "
-            f"{s.orphans_seen} orphan(s) seen")  # fmt: skip
+    head = (
+        f"watched {escape(s.shm_dir)} for {human_duration(s.duration_s)}: {s.created} segment(s) created, "
+        f"{s.consumed} consumed, {s.cleaned} cleaned by their producer, {s.unknown} ended unknown; "
+        f"{s.orphans_seen} orphan(s) seen"
+    )
     prose(app.console, Text(head, style=style), 2)
     rows: list[tuple[str, Any]] = [
-        ("bytes", f"{known(s.created, s.created_bytes)} created, {known(s.consumed, s.consumed_bytes)} consumed "
-                  "(known sizes)"),
+        (
+            "bytes",
+            f"{known(s.created, s.created_bytes)} created, {known(s.consumed, s.consumed_bytes)} consumed "
+            "(known sizes)",
+        ),
         ("time in flight", flight_text(s.flight) + f" ({s.flight.count} consumed)"),
         ("in flight now", f"{s.in_flight} ({known(s.in_flight, s.in_flight_bytes)}), {s.listed} found by listings"),
     ]
@@ -202,8 +219,10 @@ def node_line(app: App, nw: Any, done: Any) -> None:
     states = ", ".join(f"{n} {k}" for k, n in counts.items() if n) or "none"
     what = "full scan" if done is None or done.full else f"{done.updated} updated"
     stamp = time.strftime("%H:%M:%S")
-    text = (f"{stamp} {what}: {len(vols)} tmpfs, SMG segments {states}, "
-            f"hidden {human_size(sum(v.hidden_bytes for v in vols))}")  # fmt: skip
+    text = (
+        f"{stamp} {what}: {len(vols)} tmpfs, SMG segments {states}, "
+        f"hidden {human_size(sum(v.hidden_bytes for v in vols))}"
+    )
     if health.unfollowed:
         text += f", {health.unfollowed} tmpfs not followed (--max-volumes)"
     prose(app.console, Text(text, style="red" if counts.get("leaked") else ""), 9)

@@ -65,8 +65,10 @@ class Entry:
     fix: str  # the concrete fix, in words
 
 
-_SHARE = ("share one tmpfs: docker --ipc=host or --ipc=container:<gateway>, a shared volume at /dev/shm, or a "
-          "Kubernetes emptyDir {medium: Memory} mounted at /dev/shm in both containers")  # fmt: skip
+_SHARE = (
+    "share one tmpfs: docker --ipc=host or --ipc=container:<gateway>, a shared volume at /dev/shm, or a "
+    "Kubernetes emptyDir {medium: Memory} mounted at /dev/shm in both containers"
+)
 
 CATALOGUE: dict[Cause, Entry] = {
     Cause.OTHER_HOST: Entry(

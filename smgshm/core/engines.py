@@ -76,30 +76,77 @@ class Engine:
 
 
 VLLM = Engine(
-    "vllm", "vLLM", "vllm_engine", "vllm.grpc.engine", "VllmEngine", detect_rank=1,
-    shm=True, namespace_id_at="field", served=True, diag_layout="LAYOUT_VLLM",
-    primary_tensor="pixel_values", extra_mm_inputs=True, text_input=True, media_refs=True,
+    "vllm",
+    "vLLM",
+    "vllm_engine",
+    "vllm.grpc.engine",
+    "VllmEngine",
+    detect_rank=1,
+    shm=True,
+    namespace_id_at="field",
+    served=True,
+    diag_layout="LAYOUT_VLLM",
+    primary_tensor="pixel_values",
+    extra_mm_inputs=True,
+    text_input=True,
+    media_refs=True,
     own_shm_word="vllm",
-)  # fmt: skip
+)
 TOKENSPEED = Engine(
-    "tokenspeed", "TokenSpeed", "tokenspeed_scheduler", "tokenspeed.grpc.scheduler", "TokenSpeedScheduler",
-    detect_rank=3, shm=True, namespace_id_at="scheduler_info", served=True, diag_layout="LAYOUT_TOKENSPEED",
-    primary_tensor="encoder_input", mm_items=True, response_request_id=True, abort_status=True, info_structs=True,
-    version_field="tokenspeed_version", model_modalities=True,
-)  # fmt: skip
+    "tokenspeed",
+    "TokenSpeed",
+    "tokenspeed_scheduler",
+    "tokenspeed.grpc.scheduler",
+    "TokenSpeedScheduler",
+    detect_rank=3,
+    shm=True,
+    namespace_id_at="scheduler_info",
+    served=True,
+    diag_layout="LAYOUT_TOKENSPEED",
+    primary_tensor="encoder_input",
+    mm_items=True,
+    response_request_id=True,
+    abort_status=True,
+    info_structs=True,
+    version_field="tokenspeed_version",
+    model_modalities=True,
+)
 SGLANG = Engine(
-    "sglang", "SGLang", "sglang_scheduler", "sglang.grpc.scheduler", "SglangScheduler", detect_rank=0,
-    served=True, response_request_id=True, abort_status=True, info_structs=True, server_type="grpc",
-    version_field="sglang_version", own_shm_prefix="sgl_shm_",
-)  # fmt: skip
+    "sglang",
+    "SGLang",
+    "sglang_scheduler",
+    "sglang.grpc.scheduler",
+    "SglangScheduler",
+    detect_rank=0,
+    served=True,
+    response_request_id=True,
+    abort_status=True,
+    info_structs=True,
+    server_type="grpc",
+    version_field="sglang_version",
+    own_shm_prefix="sgl_shm_",
+)
 TRTLLM = Engine(
-    "trtllm", "TRT-LLM", "trtllm_service", "trtllm", "TrtllmService", detect_rank=2,
-    health_status=True, response_request_id=True, abort_status=True,
-)  # fmt: skip
+    "trtllm",
+    "TRT-LLM",
+    "trtllm_service",
+    "trtllm",
+    "TrtllmService",
+    detect_rank=2,
+    health_status=True,
+    response_request_id=True,
+    abort_status=True,
+)
 MLX = Engine(
-    "mlx", "MLX", "mlx_engine", "mlx.grpc.engine", "MlxEngine", detect_rank=4,
-    text_input=True, server_type="mlx-grpc",
-)  # fmt: skip
+    "mlx",
+    "MLX",
+    "mlx_engine",
+    "mlx.grpc.engine",
+    "MlxEngine",
+    detect_rank=4,
+    text_input=True,
+    server_type="mlx-grpc",
+)
 
 ENGINES: tuple[Engine, ...] = (VLLM, TOKENSPEED, SGLANG, TRTLLM, MLX)  # the order choices and lists show
 _BY_NAME = {e.name: e for e in ENGINES}

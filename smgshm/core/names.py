@@ -56,9 +56,11 @@ _D = "([0-9]+)"
 # One pattern for all four forms (one regex call per entry, not four); which group matched
 # says the kind. The payload forms first: "probe" is no number, so they never take a probe.
 _NAME = re.compile(
-    re.escape(GATEWAY_PREFIX) + f"(?:{_D}-{_D}-{_D}|probe-{_D})|"
-    + re.escape(SMGSHM_PREFIX) + f"(?:{_D}-{_D}-{_D}|probe-{_D}-{_D})"
-)  # fmt: skip
+    re.escape(GATEWAY_PREFIX)
+    + f"(?:{_D}-{_D}-{_D}|probe-{_D})|"
+    + re.escape(SMGSHM_PREFIX)
+    + f"(?:{_D}-{_D}-{_D}|probe-{_D}-{_D})"
+)
 
 # The grammar's fast form, for a loop over a million names (segments/judge.py's Judge.each), and
 # what parse_name itself is made of: the full match (None: the name does not parse; its kind is then
@@ -66,8 +68,11 @@ _NAME = re.compile(
 # A pid of PID_LIMIT or more is no pid.
 match_name = _NAME.fullmatch
 MATCH_GROUPS: dict[int, tuple[Kind, int, int]] = {
-    3: ("gateway", 1, 2), 4: ("gateway_probe", 4, 0), 7: ("smgshm", 5, 6), 9: ("smgshm_probe", 8, 9),
-}  # fmt: skip
+    3: ("gateway", 1, 2),
+    4: ("gateway_probe", 4, 0),
+    7: ("smgshm", 5, 6),
+    9: ("smgshm_probe", 8, 9),
+}
 PID_LIMIT = 2**32
 
 

@@ -17,10 +17,18 @@ import re
 _KIB, _MIB, _GIB = 1024, 1024**2, 1024**3
 
 _SIZE_UNITS = {
-    "": 1, "b": 1,
-    "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3,
-    "kib": _KIB, "mib": _MIB, "gib": _GIB,
-}  # fmt: skip
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "kb": 1000,
+    "m": 1000**2,
+    "mb": 1000**2,
+    "g": 1000**3,
+    "gb": 1000**3,
+    "kib": _KIB,
+    "mib": _MIB,
+    "gib": _GIB,
+}
 _DURATION_UNITS = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0, "": 1.0}
 MAX_DURATION_S = 30 * 86400.0  # a timeout or a soak longer than this is a typo, and gRPC cannot take inf
 UNKNOWN = "?"

@@ -64,8 +64,10 @@ def seeds() -> list[bytes]:
 
 
 def snapshot() -> dict[str, tuple[int, int]]:
-    return {n: (os.lstat(os.path.join(SHM_DIR, n)).st_ino, os.lstat(os.path.join(SHM_DIR, n)).st_size)
-            for n in os.listdir(SHM_DIR)}  # fmt: skip
+    return {
+        n: (os.lstat(os.path.join(SHM_DIR, n)).st_ino, os.lstat(os.path.join(SHM_DIR, n)).st_size)
+        for n in os.listdir(SHM_DIR)
+    }
 
 
 def _generate(layout: Layout, raw: bytes) -> list[Any] | None:

@@ -265,11 +265,16 @@ def run_bench(
             shm = _stats(parts["shm"], size)
             inline = _stats(inl, size) if inl else None
             r = SizeResult(
-                size, inline, shm, _ms(median(parts["write"])), _ms(median(parts["rpc"])), _ms(median(parts["read"])),
+                size,
+                inline,
+                shm,
+                _ms(median(parts["write"])),
+                _ms(median(parts["rpc"])),
+                _ms(median(parts["read"])),
                 (inline.p50_ms / shm.p50_ms) if inline and shm.p50_ms else None,
                 shm.gb_per_s / host.memcpy_gb_per_s if host.memcpy_gb_per_s else 0.0,
                 {"inline": inl, "shm": parts["shm"]},
-            )  # fmt: skip
+            )
             results.append(r)
             if on_size:
                 on_size(r)

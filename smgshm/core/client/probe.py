@@ -109,9 +109,16 @@ def local_checks(shm_dir: str = DEFAULT_SHM_DIR, facts: HostFacts | None = None)
         free = st.f_bavail * st.f_frsize
     except OSError:
         free = 0
-    return LocalChecks(namespace_id(shm_dir, facts), err is None, err or "", leftovers, free,
-                       [os.fsencode(n).hex() for n in leftovers], lookalikes,
-                       [os.fsencode(n).hex() for n in lookalikes])  # fmt: skip
+    return LocalChecks(
+        namespace_id(shm_dir, facts),
+        err is None,
+        err or "",
+        leftovers,
+        free,
+        [os.fsencode(n).hex() for n in leftovers],
+        lookalikes,
+        [os.fsencode(n).hex() for n in lookalikes],
+    )
 
 
 def _stub(channel: Any, engine: Engine) -> tuple[Any, Any]:
@@ -172,9 +179,10 @@ def _server_info(channel: Any, engine: Engine, timeout: float, address: str = ""
             raise TransportError("GetServerInfo deadline exceeded", endpoint=address, timeout_s=timeout) from err
         if err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
             raise TransportError(
-                "GetServerInfo answer larger than the message limit", endpoint=address,
+                "GetServerInfo answer larger than the message limit",
+                endpoint=address,
                 detail=(err.details() or "")[:120],
-            ) from err  # fmt: skip
+            ) from err
         if err.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
             raise _unreachable(address, err, timeout) from err
         return "", {"server_info_error": f"{err.code().name}: {err.details() or ''}"[:200]}
@@ -185,8 +193,17 @@ def _server_info(channel: Any, engine: Engine, timeout: float, address: str = ""
     elif engine.namespace_id_at == "scheduler_info":
         value = d.get("scheduler_info", {}).get("shm_namespace_id")
         ns = value if isinstance(value, str) else ""  # the gateway takes only a non-empty string
-    keep = ("uptime_seconds", "active_requests", "multimodal_encoder_dtype", "server_type",
-            "tokenspeed_version", "sglang_version", "version", "backend", "model_dtype")  # fmt: skip
+    keep = (
+        "uptime_seconds",
+        "active_requests",
+        "multimodal_encoder_dtype",
+        "server_type",
+        "tokenspeed_version",
+        "sglang_version",
+        "version",
+        "backend",
+        "model_dtype",
+    )
     return ns, {k: d[k] for k in keep if k in d}
 
 
@@ -246,8 +263,11 @@ def probe_worker(address: str, opts: ProbeOptions, local: LocalChecks) -> Worker
         engine, hc = _detect(channel, target, opts)
         grpc_health = _grpc_health(channel, engine.full_service, opts.timeout)
         # TRT-LLM answers {status} ("ok" is healthy), the others {healthy, message}.
-        health = (Health(None, hc.status, grpc_health) if engine.health_status
-                  else Health(bool(hc.healthy), hc.message, grpc_health))  # fmt: skip
+        health = (
+            Health(None, hc.status, grpc_health)
+            if engine.health_status
+            else Health(bool(hc.healthy), hc.message, grpc_health)
+        )
         ns, facts = _server_info(channel, engine, opts.timeout, target)
         ident = _receiver_identity(channel, opts.timeout)
         verify = verify_canary(channel, opts) if opts.verify and ident is not None else None
@@ -275,10 +295,19 @@ def probe_worker(address: str, opts: ProbeOptions, local: LocalChecks) -> Worker
         for m in (Mode.INLINE, Mode.SHM, Mode.AUTO)
     }
     return WorkerReport(
-        address=address, verdict=verdict, reason=reason, engine=engine.name, health=health, namespace_id=ns,
-        comparison=cmp, decisions=decisions, facts=facts, smgshm_receiver=ident is not None, verify=verify,
+        address=address,
+        verdict=verdict,
+        reason=reason,
+        engine=engine.name,
+        health=health,
+        namespace_id=ns,
+        comparison=cmp,
+        decisions=decisions,
+        facts=facts,
+        smgshm_receiver=ident is not None,
+        verify=verify,
         elapsed_ms=(time.monotonic() - t0) * 1e3,
-    )  # fmt: skip
+    )
 
 
 @dataclass(frozen=True)

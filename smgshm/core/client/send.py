@@ -124,9 +124,16 @@ class _StoppedError(Exception):
 
 class _Run:
     def __init__(
-        self, opts: SendOptions, stub: Any, pb: Any, local_ns: str, peer_ns: str, writable: bool,
-        stop: threading.Event | None = None, on_progress: Callable[[int], None] | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        opts: SendOptions,
+        stub: Any,
+        pb: Any,
+        local_ns: str,
+        peer_ns: str,
+        writable: bool,
+        stop: threading.Event | None = None,
+        on_progress: Callable[[int], None] | None = None,
+    ) -> None:
         self.opts, self.stub, self.pb = opts, stub, pb
         self.stop = stop or threading.Event()
         self.on_progress = on_progress
@@ -141,8 +148,15 @@ class _Run:
 
     def _path_for(self) -> str:
         engine = self.opts.layout.value
-        d = decide(self.opts.mode, nbytes=self.nbytes, engine=engine, local_ns=self.local_ns,
-                   worker_ns=self.peer_ns, writable=self.writable, shm_min_bytes=self.opts.shm_min_bytes)  # fmt: skip
+        d = decide(
+            self.opts.mode,
+            nbytes=self.nbytes,
+            engine=engine,
+            local_ns=self.local_ns,
+            worker_ns=self.peer_ns,
+            writable=self.writable,
+            shm_min_bytes=self.opts.shm_min_bytes,
+        )
         return d.path
 
     def worker(self) -> None:
@@ -232,10 +246,14 @@ class _Run:
         # Matched by key, exactly one receipt each (core/transport/verify.py): receipts come back in the
         # receiver's order, and a receiver that repeats or invents receipts must not pass.
         sent = [
-            Sent(receipt_key(self.opts.layout, None if k == 0 else f"extra_{k}"), want[k] if want else None,
-                 path, self.nbytes)
+            Sent(
+                receipt_key(self.opts.layout, None if k == 0 else f"extra_{k}"),
+                want[k] if want else None,
+                path,
+                self.nbytes,
+            )
             for k in range(self.opts.tensors)
-        ]  # fmt: skip
+        ]
         verdict = judge(sent, resp.receipts)
         problems = [Problem(i, x.key, x.kind, x.message) for x in verdict.issues]
         mismatches, failures = verdict.mismatches, verdict.receiver_errors
@@ -314,8 +332,9 @@ def send(
                 if opts.mode is Mode.SHM:
                     raise
                 writable = False  # auto: the gateway would stay inline, and so do we
-        run = _Run(opts, stub, diag_pb2, namespace_id(opts.shm_dir, facts), ident.namespace_id, writable, stop,
-                   on_progress)  # fmt: skip
+        run = _Run(
+            opts, stub, diag_pb2, namespace_id(opts.shm_dir, facts), ident.namespace_id, writable, stop, on_progress
+        )
         _refuse_oversize_inline(run, ident.max_message_bytes or SMG_MAX_MESSAGE_BYTES, target)
         with ThreadPoolExecutor(max_workers=opts.concurrency) as pool:
             for fut in [pool.submit(run.worker) for _ in range(opts.concurrency)]:
@@ -334,24 +353,38 @@ def send(
     paths = []
     for p, s in sorted(run.stats.items()):
         p50, p90, p99 = percentiles(s.latencies_ns, (0.5, 0.9, 0.99), "nearest", empty=0.0)
-        paths.append(PathSummary(
-            p,
-            s.requests,
-            s.tensors,
-            s.nbytes,
-            s.failures,
-            s.mismatches,
-            s.leftovers,
-            p50 / 1e6,
-            p90 / 1e6,
-            p99 / 1e6,
-            gb_per_s(s.nbytes, sum(s.latencies_ns)),
-        ))  # fmt: skip
+        paths.append(
+            PathSummary(
+                p,
+                s.requests,
+                s.tensors,
+                s.nbytes,
+                s.failures,
+                s.mismatches,
+                s.leftovers,
+                p50 / 1e6,
+                p90 / 1e6,
+                p99 / 1e6,
+                gb_per_s(s.nbytes, sum(s.latencies_ns)),
+            )
+        )
     return SendReport(
-        address, opts.layout.value, opts.mode.value, opts.dtype, opts.shape, run.nbytes, ident.namespace_id,
-        ident.unlink_after_read, ident.uid, paths, sorted(run.problems, key=lambda p: p.request),
-        run.unreachable, opts.verify, stopped, run.cancelled,
-    )  # fmt: skip
+        address,
+        opts.layout.value,
+        opts.mode.value,
+        opts.dtype,
+        opts.shape,
+        run.nbytes,
+        ident.namespace_id,
+        ident.unlink_after_read,
+        ident.uid,
+        paths,
+        sorted(run.problems, key=lambda p: p.request),
+        run.unreachable,
+        opts.verify,
+        stopped,
+        run.cancelled,
+    )
 
 
 __all__ = ["SendOptions", "SendReport", "send"]

@@ -209,9 +209,7 @@ def _report(doc: dict[str, Any], policy: PagePolicy, shm_dir: str, iterations: i
         pairs = []
         for op, _ in OPS:
             a, b = median(s["ops"][op]["normal"]), median(s["ops"][op]["huge"])
-            pairs.append(
-                OpPair(op, labels[op], a / 1e6, b / 1e6, gb_per_s(n, a), gb_per_s(n, b), a / b if b else 0.0)
-            )
+            pairs.append(OpPair(op, labels[op], a / 1e6, b / 1e6, gb_per_s(n, a), gb_per_s(n, b), a / b if b else 0.0))
         e2e = next(p for p in pairs if p.op == "smg_path")
         sizes.append(WhatIfSize(n, pairs, e2e.speedup))
     seen = int(doc.get("huge_bytes_seen", 0))

@@ -13,16 +13,18 @@ from smgshm.core.paths import smgshm_cmd
 from smgshm.core.units import human_ms
 
 
-def check_e2e(gateway: str | None, api_key: str | None, facts: HostFacts, timeout: float,
-              metrics_url: str | None = None) -> list[Check]:  # fmt: skip
+def check_e2e(
+    gateway: str | None, api_key: str | None, facts: HostFacts, timeout: float, metrics_url: str | None = None
+) -> list[Check]:
     """``smgshm e2e``: which path real image requests take through ``gateway`` (or the embedded one)."""
     from smgshm.core.e2e.run import E2eOptions, run_against, run_embedded
     from smgshm.core.gateway.process import PIP_HINT, find_smg
 
     shm_dir = facts.shm_dir
 
-    opts = E2eOptions(requests=2, api_key=api_key, shm_dir=shm_dir, timeout_s=max(timeout, 30.0),
-                      metrics_url=metrics_url)  # fmt: skip
+    opts = E2eOptions(
+        requests=2, api_key=api_key, shm_dir=shm_dir, timeout_s=max(timeout, 30.0), metrics_url=metrics_url
+    )
     if gateway is None:
         try:
             find_smg()
@@ -47,8 +49,9 @@ def check_e2e(gateway: str | None, api_key: str | None, facts: HostFacts, timeou
             log = f"; gateway log: {run.gateway_log}" if run.gateway_log else ""
             out.append(Check(name, "fail", f"{run.failure} ({summary})", f"see {fix_cmd}{log}", Outcome.CHECK_FAILED))
         elif run.expected and not run.as_expected:
-            out.append(Check(name, "fail", f"expected {run.expected}: {summary}", f"see {fix_cmd}",
-                             Outcome.CHECK_FAILED))  # fmt: skip
+            out.append(
+                Check(name, "fail", f"expected {run.expected}: {summary}", f"see {fix_cmd}", Outcome.CHECK_FAILED)
+            )
         elif run.path != "shm" and not report.embedded:
             out.append(Check(name, "warn", summary, "see the cause; smgshm probe --from-gateway shows each worker"))
         else:
@@ -58,6 +61,7 @@ def check_e2e(gateway: str | None, api_key: str | None, facts: HostFacts, timeou
         out.append(Check("e2e logs", "info", "gateway logs kept: " + "; ".join(kept)))
     if report.removed_at_stop or report.processes_left:
         what = f"{len(report.removed_at_stop)} segment(s), {len(report.processes_left)} process(es)"
-        out.append(Check("e2e cleanup", "fail", f"left behind: {what}", "a bug in smgshm: report it",
-                         Outcome.CHECK_FAILED))  # fmt: skip
+        out.append(
+            Check("e2e cleanup", "fail", f"left behind: {what}", "a bug in smgshm: report it", Outcome.CHECK_FAILED)
+        )
     return out

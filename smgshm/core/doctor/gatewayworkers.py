@@ -92,14 +92,26 @@ def check_gateway_workers(
     for g, workers in zip(gateways, listed, strict=True):
         if isinstance(workers, SmgshmError):
             not_ready = isinstance(workers, GatewayNotReadyError)
-            out.append(Check(f"{g.who} workers", "warn", f"cannot list its workers: {workers}",
-                             workers.hint or "check that its HTTP port answers GET /workers",
-                             cause=Cause.GATEWAY_NOT_READY if not_ready else Cause.WORKERS_UNLISTED))  # fmt: skip
+            out.append(
+                Check(
+                    f"{g.who} workers",
+                    "warn",
+                    f"cannot list its workers: {workers}",
+                    workers.hint or "check that its HTTP port answers GET /workers",
+                    cause=Cause.GATEWAY_NOT_READY if not_ready else Cause.WORKERS_UNLISTED,
+                )
+            )
             continue
         if not workers:
-            out.append(Check(f"{g.who} workers", "warn", f"no worker registered at {g.http_url}",
-                             "register its workers (--worker-urls, or POST /workers)",
-                             cause=Cause.NO_WORKERS))  # fmt: skip
+            out.append(
+                Check(
+                    f"{g.who} workers",
+                    "warn",
+                    f"no worker registered at {g.http_url}",
+                    "register its workers (--worker-urls, or POST /workers)",
+                    cause=Cause.NO_WORKERS,
+                )
+            )
             continue
         if g.probe:
             for w in workers:
@@ -108,21 +120,35 @@ def check_gateway_workers(
     return out
 
 
-def _worker_check(g: JudgedGateway, w: GatewayWorker, r: WorkerReport | None, skipped: bool, waited: float,
-                  local_id: str = "") -> Check:  # fmt: skip
+def _worker_check(
+    g: JudgedGateway, w: GatewayWorker, r: WorkerReport | None, skipped: bool, waited: float, local_id: str = ""
+) -> Check:
     name = f"{g.who} worker {w.url}"
     if not w.grpc:
         # Configured for SHM, the gateway still sends this worker every tensor inline: said, with its cause.
         cause = Cause.ZMQ_LANE if w.connection_mode == "zmq" else Cause.NOT_GRPC
-        return Check(name, "warn" if g.mode in SHM_MODES else "skip",
-                     f"a {w.connection_mode or 'non-gRPC'} worker: SMG sends it tensors inline only",
-                     CATALOGUE[cause].fix, cause=cause)  # fmt: skip
+        return Check(
+            name,
+            "warn" if g.mode in SHM_MODES else "skip",
+            f"a {w.connection_mode or 'non-gRPC'} worker: SMG sends it tensors inline only",
+            CATALOGUE[cause].fix,
+            cause=cause,
+        )
     if skipped:
-        return Check(name, "skip", f"not probed: doctor probes the first {MAX_WORKERS} workers",
-                     f"probe it: smgshm probe {w.url}")  # fmt: skip
+        return Check(
+            name,
+            "skip",
+            f"not probed: doctor probes the first {MAX_WORKERS} workers",
+            f"probe it: smgshm probe {w.url}",
+        )
     if r is None:
-        return Check(name, "warn", f"no answer to the probe within {human_duration(waited)}",
-                     f"probe it alone: smgshm probe {w.url}", cause=Cause.WORKER_SLOW)  # fmt: skip
+        return Check(
+            name,
+            "warn",
+            f"no answer to the probe within {human_duration(waited)}",
+            f"probe it alone: smgshm probe {w.url}",
+            cause=Cause.WORKER_SLOW,
+        )
     inline = g.mode in ("inline", "rdma")
     if r.verdict in ("shared", "other_host", "private_tmpfs", "undetermined") and g.namespace_id:
         # What counts is the gateway's own namespace, not the one of the shm dir doctor was given.
@@ -132,15 +158,27 @@ def _worker_check(g: JudgedGateway, w: GatewayWorker, r: WorkerReport | None, sk
         reason = cmp.reason.replace("this host", "the gateway").replace(" here", " at the gateway")
         r = replace(r, verdict=cmp.sharing.value, reason=reason)
     if r.verdict == "unreachable":
-        return Check(name, "fail", f"worker {w.url} unreachable: {r.reason}; the gateway's requests to it fail",
-                     PROBE_FIXES["unreachable"][0], Outcome.UNREACHABLE, cause=Cause.WORKER_UNREACHABLE)  # fmt: skip
+        return Check(
+            name,
+            "fail",
+            f"worker {w.url} unreachable: {r.reason}; the gateway's requests to it fail",
+            PROBE_FIXES["unreachable"][0],
+            Outcome.UNREACHABLE,
+            cause=Cause.WORKER_UNREACHABLE,
+        )
     if r.verdict == "shared":
         label = w.label_namespace_id  # what the gateway decides by: its record, not what the worker says now
         if g.mode == "auto" and label != r.namespace_id:
-            return Check(name, "fail", f"the gateway recorded shm_namespace_id {label or '(none)'!r} at registration "
-                         f"but the worker advertises {r.namespace_id!r}: under auto it stays inline (labels are read "
-                         "once)", "re-register the worker (DELETE then POST /workers) or restart the gateway",
-                         Outcome.CHECK_FAILED, cause=Cause.STALE_NAMESPACE_LABEL)  # fmt: skip
+            return Check(
+                name,
+                "fail",
+                f"the gateway recorded shm_namespace_id {label or '(none)'!r} at registration "
+                f"but the worker advertises {r.namespace_id!r}: under auto it stays inline (labels are read "
+                "once)",
+                "re-register the worker (DELETE then POST /workers) or restart the gateway",
+                Outcome.CHECK_FAILED,
+                cause=Cause.STALE_NAMESPACE_LABEL,
+            )
         return Check(name, "ok", f"{r.engine}: /dev/shm shared with this host (ids match)")
     fix, code = PROBE_FIXES.get(r.verdict, ("", Outcome.CHECK_FAILED))
     # Judged against the gateway's id, else this host's.
@@ -162,12 +200,16 @@ def lint(g: JudgedGateway, workers: list[GatewayWorker]) -> list[Check]:
     under = g.mode or "auto/shm (if so configured)"
     for w in workers:
         if w.transport_override:
-            out.append(Check(
-                f"{g.who} config {w.url}", "warn",
-                f"worker {w.url} sets {w.transport_override}: SMG ignores per-worker transport settings although "
-                f"its docs promise them; the gateway's setting ({g.mode or 'not known'}) applies",
-                "set the transport on the gateway (--multimodal-tensor-transport, --multimodal-shm-min-bytes)",
-                cause=Cause.WORKER_OVERRIDE_IGNORED))  # fmt: skip
+            out.append(
+                Check(
+                    f"{g.who} config {w.url}",
+                    "warn",
+                    f"worker {w.url} sets {w.transport_override}: SMG ignores per-worker transport settings although "
+                    f"its docs promise them; the gateway's setting ({g.mode or 'not known'}) applies",
+                    "set the transport on the gateway (--multimodal-tensor-transport, --multimodal-shm-min-bytes)",
+                    cause=Cause.WORKER_OVERRIDE_IGNORED,
+                )
+            )
     if not shm:
         return out
     by_model: dict[str, list[GatewayWorker]] = {}
@@ -178,21 +220,31 @@ def lint(g: JudgedGateway, workers: list[GatewayWorker]) -> list[Check]:
         ids = sorted({w.label_namespace_id for w in ws})
         if len(ws) > 1 and (len(ids) > 1 or ids == [""]):
             shown = ", ".join(f"{w.url} {w.label_namespace_id or '(none)'}" for w in ws)
-            out.append(Check(
-                f"{g.who} config model {model}", "warn",
-                f"model {model} is served by workers of mixed or empty namespace ids ({shown}): under {under} a "
-                "retry can send an SHM handle to a worker that cannot open it",
-                "serve one model from workers of one namespace (one host, one shared tmpfs), the others under "
-                "another model name or gateway", cause=Cause.MIXED_NAMESPACE_IDS))  # fmt: skip
+            out.append(
+                Check(
+                    f"{g.who} config model {model}",
+                    "warn",
+                    f"model {model} is served by workers of mixed or empty namespace ids ({shown}): under {under} a "
+                    "retry can send an SHM handle to a worker that cannot open it",
+                    "serve one model from workers of one namespace (one host, one shared tmpfs), the others under "
+                    "another model name or gateway",
+                    cause=Cause.MIXED_NAMESPACE_IDS,
+                )
+            )
         prefill = {w.label_namespace_id for w in ws if w.worker_type == "prefill"}
         own = g.namespace_id or (next(iter(prefill)) if len(prefill) == 1 else "")
         for w in ws:
             if g.mode == "auto" and w.worker_type == "decode" and own and w.label_namespace_id != own:
-                out.append(Check(
-                    f"{g.who} config {w.url}", "fail",
-                    f"PD decode worker {w.url} is in namespace {w.label_namespace_id or '(none)'}, not {own}: under "
-                    "auto every request of this pair goes inline, although decode never gets pixels",
-                    "put the decode worker on the gateway's tmpfs, or run the gateway with "
-                    "--multimodal-tensor-transport shm (no namespace check; the prefill worker reads the pixels)",
-                    Outcome.CHECK_FAILED, cause=Cause.PD_DECODE_NAMESPACE))  # fmt: skip
+                out.append(
+                    Check(
+                        f"{g.who} config {w.url}",
+                        "fail",
+                        f"PD decode worker {w.url} is in namespace {w.label_namespace_id or '(none)'}, not {own}: "
+                        "under auto every request of this pair goes inline, although decode never gets pixels",
+                        "put the decode worker on the gateway's tmpfs, or run the gateway with "
+                        "--multimodal-tensor-transport shm (no namespace check; the prefill worker reads the pixels)",
+                        Outcome.CHECK_FAILED,
+                        cause=Cause.PD_DECODE_NAMESPACE,
+                    )
+                )
     return out

@@ -109,8 +109,15 @@ def gateway_findings(logs: list[str], timeout: float, pids: tuple[int, ...] | No
             except SmgshmError:
                 traffic = None
         who = f"gateway pid {g.pid}"
-        finding = judge(who, config, traffic, g.metrics_url, _e2e_hint(g.http_url, g.metrics_url), g.http_url,
-                        g.ns_pid if g.ns_pid is not None else g.pid)  # fmt: skip
+        finding = judge(
+            who,
+            config,
+            traffic,
+            g.metrics_url,
+            _e2e_hint(g.http_url, g.metrics_url),
+            g.http_url,
+            g.ns_pid if g.ns_pid is not None else g.pid,
+        )
         out.append(GatewayFinding(g, log_path, config, traffic, finding))
     for path in unclaimed:
         try:
@@ -123,8 +130,9 @@ def gateway_findings(logs: list[str], timeout: float, pids: tuple[int, ...] | No
     return out
 
 
-def judged_gateways(findings: list[GatewayFinding], from_gateway: str | None,
-                    from_gateway_workers: list[GatewayWorker] | None = None) -> list[JudgedGateway]:  # fmt: skip
+def judged_gateways(
+    findings: list[GatewayFinding], from_gateway: str | None, from_gateway_workers: list[GatewayWorker] | None = None
+) -> list[JudgedGateway]:
     """The gateways whose workers doctor probes and lints: each found here with an HTTP port, and ``from_gateway``
     (its ``GET /workers`` already asked: ``from_gateway_workers``)."""
     from smgshm.core.gateway.http import normalize_url
@@ -141,8 +149,11 @@ def judged_gateways(findings: list[GatewayFinding], from_gateway: str | None,
         mine = normalize_url(g.http_url).rstrip("/") == remote
         remote = "" if mine else remote
         own_id = read_namespace_id(proc_root=f"/proc/{g.pid}/root")  # its /dev/shm, as its mount namespace sees it
-        out.append(JudgedGateway(f"gateway {g.pid}", g.http_url, mode, own_id, probe=not mine,
-                                 workers=listed if mine else None))  # fmt: skip
+        out.append(
+            JudgedGateway(
+                f"gateway {g.pid}", g.http_url, mode, own_id, probe=not mine, workers=listed if mine else None
+            )
+        )
     if remote:
         out.append(JudgedGateway(f"gateway {remote}", remote, probe=False, workers=listed))
     return out
@@ -407,8 +418,17 @@ def run_host_checks(
         add(check_gateways(findings, facts.shm_dir, largest))
     seen = {f.gateway.pid for f in findings if f.gateway is not None}
     for pid in sorted(set(gateway_pids or ()) - seen):
-        add([Check(f"gateway {pid}", "fail", f"no SMG gateway (process title {GATEWAY_TITLE}) runs here with pid {pid}",
-                   "list them with smgshm doctor (without --gateway-pid)", Outcome.UNREACHABLE)])  # fmt: skip
+        add(
+            [
+                Check(
+                    f"gateway {pid}",
+                    "fail",
+                    f"no SMG gateway (process title {GATEWAY_TITLE}) runs here with pid {pid}",
+                    "list them with smgshm doctor (without --gateway-pid)",
+                    Outcome.UNREACHABLE,
+                )
+            ]
+        )
     add(check_gateway_workers(judged_gateways(findings, from_gateway, from_gateway_workers), api_key, facts, timeout))
     usage, verdict = None, None
     try:

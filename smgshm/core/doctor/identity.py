@@ -41,8 +41,15 @@ def check_identity(facts: HostFacts) -> list[Check]:
             )
         )
     elif ident.shm_free_bytes < ident.shm_total_bytes // 10:
-        out.append(Check("shm dir", "warn", f"{shm_dir} is nearly full ({size})", "reap leaks, or enlarge it:",
-                         fix_cmd=smgshm_cmd(shm_dir, "gc", "--delete")))  # fmt: skip
+        out.append(
+            Check(
+                "shm dir",
+                "warn",
+                f"{shm_dir} is nearly full ({size})",
+                "reap leaks, or enlarge it:",
+                fix_cmd=smgshm_cmd(shm_dir, "gc", "--delete"),
+            )
+        )
     else:
         out.append(Check("shm dir", "ok", f"{shm_dir}: {ident.fstype or '?'}, {size}"))
     probe_err = facts.writable_error
@@ -53,9 +60,17 @@ def check_identity(facts: HostFacts) -> list[Check]:
             if full
             else "run as a uid that may write the shm dir; SMG's gateway would stay inline"
         )
-        out.append(Check("writable", "fail", f"cannot create a 0600 segment: {probe_err}", fix, Outcome.HOST,
-                         fix_cmd=smgshm_cmd(shm_dir, "gc", "--delete") if full else [],
-                         cause=Cause.SHM_FULL if full else Cause.SHM_PERMISSION))  # fmt: skip
+        out.append(
+            Check(
+                "writable",
+                "fail",
+                f"cannot create a 0600 segment: {probe_err}",
+                fix,
+                Outcome.HOST,
+                fix_cmd=smgshm_cmd(shm_dir, "gc", "--delete") if full else [],
+                cause=Cause.SHM_FULL if full else Cause.SHM_PERMISSION,
+            )
+        )
     else:
         out.append(Check("writable", "ok", "a 0600 segment can be created and removed, as the gateway's probe does"))
     return out
@@ -66,12 +81,22 @@ def check_namespace_id(ident: HostIdentity, shm_dir: str) -> Check:
     from smgshm.core.host.namespace import parse_namespace_id
 
     if ident.namespace_id and parse_namespace_id(ident.namespace_id) is None:
-        return Check("namespace id", "fail", f"{ident.namespace_id!r} is malformed: the gateway stays inline",
-                     "check /proc/sys/kernel/random/boot_id (a UUID) and the shm dir",
-                     Outcome.UNDETERMINED, cause=Cause.LOCAL_ID_UNREADABLE)  # fmt: skip
+        return Check(
+            "namespace id",
+            "fail",
+            f"{ident.namespace_id!r} is malformed: the gateway stays inline",
+            "check /proc/sys/kernel/random/boot_id (a UUID) and the shm dir",
+            Outcome.UNDETERMINED,
+            cause=Cause.LOCAL_ID_UNREADABLE,
+        )
     if ident.namespace_id:
         return Check("namespace id", "ok", f"{ident.namespace_id} (boot_id:st_dev of {shm_dir})")
     # As probe and e2e name it: one fact, one cause.
-    return Check("namespace id", "fail", "unreadable: under auto the gateway stays inline",
-                 CATALOGUE[Cause.LOCAL_ID_UNREADABLE].fix, Outcome.UNDETERMINED,
-                 cause=Cause.LOCAL_ID_UNREADABLE)  # fmt: skip
+    return Check(
+        "namespace id",
+        "fail",
+        "unreadable: under auto the gateway stays inline",
+        CATALOGUE[Cause.LOCAL_ID_UNREADABLE].fix,
+        Outcome.UNDETERMINED,
+        cause=Cause.LOCAL_ID_UNREADABLE,
+    )

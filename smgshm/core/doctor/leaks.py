@@ -28,8 +28,9 @@ def check_leaks(shm_dir: str, stranded_after_s: float = STRANDED_AFTER_S) -> lis
         r = scan_segments(ScanOptions(shm_dir, stale_after_s=stranded_after_s))
     except SmgshmError as err:
         return [Check("leaks", "fail", str(err), err.hint or "", Outcome.HOST)]
-    out = leak_checks(r.counts, r.segments, r.reclaimable_bytes, lambda *a: smgshm_cmd(shm_dir, "gc", *a),
-                      stranded_after_s)  # fmt: skip
+    out = leak_checks(
+        r.counts, r.segments, r.reclaimable_bytes, lambda *a: smgshm_cmd(shm_dir, "gc", *a), stranded_after_s
+    )
     if not r.liveness_trusted:
         out.append(Check("liveness", "warn", r.liveness_note))
     return out

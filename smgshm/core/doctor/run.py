@@ -96,7 +96,8 @@ def run_doctor(
         else:  # SMG's gateway always writes /dev/shm: an embedded one would say nothing about this dir
             add([Check("e2e", "skip", f"skipped: SMG's gateway writes {DEFAULT_SHM_DIR}, not {shm_dir}")])
     add(check_leaks(shm_dir, stranded_after_s))
-    host = run_host_checks(add, facts, timeout, gateway_logs, inflight_bytes, gateway_pids, api_key, gateway,
-                           gateway_workers)
+    host = run_host_checks(
+        add, facts, timeout, gateway_logs, inflight_bytes, gateway_pids, api_key, gateway, gateway_workers
+    )
     add(check_reapers())
     return DoctorReport(checks, embedded.address if embedded else "", workers, host)

@@ -20,8 +20,9 @@ if TYPE_CHECKING:
     from smgshm.core.host.facts import HostFacts
 
 
-def check_workers(addresses: list[str], facts: HostFacts, timeout: float,
-                  embedded: str = "") -> tuple[list[Check], ProbeReport]:  # fmt: skip
+def check_workers(
+    addresses: list[str], facts: HostFacts, timeout: float, embedded: str = ""
+) -> tuple[list[Check], ProbeReport]:
     """Each worker's probe, verified with a canary; the report says which ones are smgshm receivers.
 
     ``embedded``: the address of doctor's own reference receiver, labelled as such (it is no real worker)."""
@@ -40,8 +41,9 @@ def check_workers(addresses: list[str], facts: HostFacts, timeout: float,
     return out, report
 
 
-def probe_file_checks(leftovers: list[str], lookalikes: list[str], shm_dir: str, gc_fix: list[str],
-                      where: str = "") -> list[Check]:  # fmt: skip
+def probe_file_checks(
+    leftovers: list[str], lookalikes: list[str], shm_dir: str, gc_fix: list[str], where: str = ""
+) -> list[Check]:
     """A failure per leftover gateway probe file of ``shm_dir`` (the next gateway with its pid finds the dir
     unwritable and stays inline; ``where`` says in which pid namespace), a warning per look-alike. ``gc_fix``:
     the gc command that reaps it once its pid is dead; else it is removed by hand."""
@@ -147,6 +149,13 @@ def check_send(address: str, facts: HostFacts, timeout: float, label: str = "") 
                 if first and first.kind == "leftover"
                 else ""
             )
-            out.append(Check(f"send {mode.value}{label}", "fail", what, fix,
-                             Outcome.UNREACHABLE if r.unreachable else Outcome.CHECK_FAILED))  # fmt: skip
+            out.append(
+                Check(
+                    f"send {mode.value}{label}",
+                    "fail",
+                    what,
+                    fix,
+                    Outcome.UNREACHABLE if r.unreachable else Outcome.CHECK_FAILED,
+                )
+            )
     return out

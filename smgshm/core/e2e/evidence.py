@@ -225,8 +225,10 @@ class SegmentWatch:
         rivals = sorted(p for p, (n, into) in writers.items() if p != pid and n == name_pid and into is not False)
         if not rivals:
             return ""
-        return (f"cannot tell its segments from those of gateway pid {', '.join(map(str, rivals))}: each is pid "
-                f"{name_pid} in its own pid namespace and may write {self.shm_dir}")  # fmt: skip
+        return (
+            f"cannot tell its segments from those of gateway pid {', '.join(map(str, rivals))}: each is pid "
+            f"{name_pid} in its own pid namespace and may write {self.shm_dir}"
+        )
 
 
 def _writes_into(pid: int, shm_dir: str) -> bool | None:
@@ -299,13 +301,15 @@ def receipt_baseline(addresses: list[str], timeout_s: float) -> ReceiptBaseline:
     unique = list(dict.fromkeys(addresses))
     asked = unique[:MAX_RECEIPT_WORKERS]
     got = _ask_all(dict.fromkeys(asked, 0), timeout_s)
-    return ReceiptBaseline({a: r[1] for a, r in got.items() if not isinstance(r, SmgshmError)},
-                           len(unique) - len(asked))  # fmt: skip
+    return ReceiptBaseline(
+        {a: r[1] for a, r in got.items() if not isinstance(r, SmgshmError)}, len(unique) - len(asked)
+    )
 
 
 def receipts_since(baseline: ReceiptBaseline, timeout_s: float) -> ReceiptEvidence:
-    skipped = (f"{baseline.skipped} more worker(s) not asked (at most {MAX_RECEIPT_WORKERS} are)"
-               if baseline.skipped else "")  # fmt: skip
+    skipped = (
+        f"{baseline.skipped} more worker(s) not asked (at most {MAX_RECEIPT_WORKERS} are)" if baseline.skipped else ""
+    )
     if not baseline.next_seq:
         note = "no worker answers smgshm's Receipts RPC (not a smgshm serve)"
         return ReceiptEvidence(False, "; ".join(n for n in (note, skipped) if n))
@@ -319,8 +323,18 @@ def receipts_since(baseline: ReceiptBaseline, timeout_s: float) -> ReceiptEviden
         answered.append(addr)
         for r in got[0]:
             seen.append(
-                ReceiptSeen(addr, r.key, r.payload_kind, r.nbytes, r.shm_name, r.age_ns / 1e6, r.read_ns / 1e6,
-                            r.unlinked, r.error_code, r.error_message)
+                ReceiptSeen(
+                    addr,
+                    r.key,
+                    r.payload_kind,
+                    r.nbytes,
+                    r.shm_name,
+                    r.age_ns / 1e6,
+                    r.read_ns / 1e6,
+                    r.unlinked,
+                    r.error_code,
+                    r.error_message,
+                )
             )
     if skipped:
         notes.append(skipped)  # their receipts are missing: the count cannot be compared

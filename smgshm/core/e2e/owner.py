@@ -45,8 +45,14 @@ class OwnedMetrics:
     owner: str  # why these counters are the gateway's own
 
 
-def own_metrics(gateway_url: str, pid: int | None, find_own: Callable[[], str], given_url: str | None,
-                api_key: str | None = None, timeout_s: float = 5.0) -> OwnedMetrics:  # fmt: skip
+def own_metrics(
+    gateway_url: str,
+    pid: int | None,
+    find_own: Callable[[], str],
+    given_url: str | None,
+    api_key: str | None = None,
+    timeout_s: float = 5.0,
+) -> OwnedMetrics:
     """The metrics endpoint of the gateway at ``gateway_url``, with the proof that it is its own.
 
     ``pid``: the process listening on the gateway's port here (None: remote or not visible);
@@ -65,8 +71,11 @@ def own_metrics(gateway_url: str, pid: int | None, find_own: Callable[[], str], 
         if holder == pid:
             return OwnedMetrics(url, f"served by gateway pid {pid} itself")
         if holder is not None:
-            raise TransportError(f"{url} is served by pid {holder}, not by the gateway (pid {pid}): "
-                                 "its counters are another process's", endpoint=url, hint=hint())  # fmt: skip
+            raise TransportError(
+                f"{url} is served by pid {holder}, not by the gateway (pid {pid}): its counters are another process's",
+                endpoint=url,
+                hint=hint(),
+            )
     return _challenge(gateway_url.rstrip("/"), url, api_key, min(timeout_s, 5.0), hint)
 
 
@@ -80,8 +89,9 @@ def _scrape(url: str, timeout_s: float, hint: Callable[[], str]) -> MetricsSnaps
     try:
         return scrape(url, timeout_s, frozenset({HTTP_REQUESTS}))
     except SmgshmError as err:
-        raise TransportError(f"cannot read the gateway's metrics at {url}: {err.what}", endpoint=url,
-                             hint=hint()) from None  # fmt: skip
+        raise TransportError(
+            f"cannot read the gateway's metrics at {url}: {err.what}", endpoint=url, hint=hint()
+        ) from None
 
 
 def _unknown_gets(snap: MetricsSnapshot, path: str) -> float:
@@ -90,8 +100,9 @@ def _unknown_gets(snap: MetricsSnapshot, path: str) -> float:
     return by_path.get("other", 0.0) + by_path.get(path, 0.0)
 
 
-def _challenge(gateway_url: str, url: str, api_key: str | None, timeout_s: float,
-               hint: Callable[[], str]) -> OwnedMetrics:  # fmt: skip
+def _challenge(
+    gateway_url: str, url: str, api_key: str | None, timeout_s: float, hint: Callable[[], str]
+) -> OwnedMetrics:
     """Send k GETs to a route of smgshm's own; the counters are the gateway's when they moved by exactly k."""
     k = 3 + secrets.randbelow(5)
     path = CHALLENGE_PATH + secrets.token_hex(8)

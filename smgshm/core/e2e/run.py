@@ -149,9 +149,15 @@ def _stream_for(opts: E2eOptions, i: int) -> bool:
     return opts.stream == "on" or (opts.stream == "both" and i % 2 == 1)
 
 
-def _observe(targets: list[_Target], opts: E2eOptions, model: str, png: bytes, say: Progress,
-             facts: HostFacts | None = None,
-             on_request: RequestProgress | None = None) -> list[GatewayRun]:  # fmt: skip
+def _observe(
+    targets: list[_Target],
+    opts: E2eOptions,
+    model: str,
+    png: bytes,
+    say: Progress,
+    facts: HostFacts | None = None,
+    on_request: RequestProgress | None = None,
+) -> list[GatewayRun]:
     """Warm up, take baselines, send the requests round-robin, and collect every account."""
     for t in targets:
         for i in range(opts.warmup):
@@ -169,15 +175,15 @@ def _observe(targets: list[_Target], opts: E2eOptions, model: str, png: bytes, s
     try:
         for i in range(opts.requests):
             for t in targets:
-                out = send_chat(t.url, model, png, stream=_stream_for(opts, i), api_key=opts.api_key,
-                                timeout_s=opts.timeout_s)  # fmt: skip
+                out = send_chat(
+                    t.url, model, png, stream=_stream_for(opts, i), api_key=opts.api_key, timeout_s=opts.timeout_s
+                )
                 t.outcomes.append(out)
                 done += 1
                 if on_request is not None:
                     on_request(t.label, done, total, out)
                 else:
-                    say(f"{t.label}: request {i + 1}/{opts.requests}: HTTP {out.status} in "
-                        f"{human_ms(out.elapsed_ms)}")  # fmt: skip
+                    say(f"{t.label}: request {i + 1}/{opts.requests}: HTTP {out.status} in {human_ms(out.elapsed_ms)}")
         if watch is not None:
             watch.settle()
     finally:
@@ -188,14 +194,19 @@ def _observe(targets: list[_Target], opts: E2eOptions, model: str, png: bytes, s
     writable = writable_error(opts.shm_dir, facts) is None
     runs = []
     for t in targets:
-        m = dataclasses.replace(metrics_delta(before[id(t)], scrape(t.metrics_url, 10.0, MM_FAMILIES)),
-                                owner=t.metrics_owner)  # fmt: skip
+        m = dataclasses.replace(
+            metrics_delta(before[id(t)], scrape(t.metrics_url, 10.0, MM_FAMILIES)), owner=t.metrics_owner
+        )
         # A gateway in another mount namespace (a container) writes its own tmpfs: this shm dir saw none
         # of it, and its space, id and writability are the gateway's, read through /proc.
         elsewhere = _gateway_tmpfs_elsewhere(t.pid, opts.shm_dir)
         if elsewhere:
-            d = ShmDirEvidence(False, f"the gateway writes another tmpfs than {opts.shm_dir}: watch it with "
-                               f"--shm-dir {elsewhere}", opts.shm_dir, t.pid)  # fmt: skip
+            d = ShmDirEvidence(
+                False,
+                f"the gateway writes another tmpfs than {opts.shm_dir}: watch it with --shm-dir {elsewhere}",
+                opts.shm_dir,
+                t.pid,
+            )
         elif watch is not None and t.pid is not None:
             d = watch.evidence(t.pid)
         else:
@@ -210,8 +221,19 @@ def _observe(targets: list[_Target], opts: E2eOptions, model: str, png: bytes, s
         if elsewhere:
             ns = read_namespace_id(proc_root=f"/proc/{t.pid}/root")
             can_write = writable_error(elsewhere) is None
-        ctx = Context(t.mode, t.shm_min_bytes, t.engine, ns, t.worker_ns, can_write, opts.requests, failed,
-                      t.dev_writable, size, free)  # fmt: skip
+        ctx = Context(
+            t.mode,
+            t.shm_min_bytes,
+            t.engine,
+            ns,
+            t.worker_ns,
+            can_write,
+            opts.requests,
+            failed,
+            t.dev_writable,
+            size,
+            free,
+        )
         v: Verdict = judge(ctx, m, d, r)
         expected, as_expected = expectation(opts.expect, t.mode, t.expected, v)
         cause = _cause(v, t, opts, elsewhere or opts.shm_dir)
@@ -220,10 +242,31 @@ def _observe(targets: list[_Target], opts: E2eOptions, model: str, png: bytes, s
             cause = _unreachable_worker(t.workers, opts) or cause
         runs.append(
             GatewayRun(
-                t.label, t.url, t.metrics_url, t.mode, t.shm_min_bytes, t.engine, t.worker_ns, t.workers,
-                list(t.outcomes), median([o.elapsed_ms for o in t.outcomes if o.ok], empty=0.0), m, d, r,
-                v.path, v.cause, v.agree, v.counts, v.failure_class, FAILURE_TEXT.get(v.failure_class, ""),
-                expected, as_expected, t.log, t.dev_writable, t.setting_source, cause,
+                t.label,
+                t.url,
+                t.metrics_url,
+                t.mode,
+                t.shm_min_bytes,
+                t.engine,
+                t.worker_ns,
+                t.workers,
+                list(t.outcomes),
+                median([o.elapsed_ms for o in t.outcomes if o.ok], empty=0.0),
+                m,
+                d,
+                r,
+                v.path,
+                v.cause,
+                v.agree,
+                v.counts,
+                v.failure_class,
+                FAILURE_TEXT.get(v.failure_class, ""),
+                expected,
+                as_expected,
+                t.log,
+                t.dev_writable,
+                t.setting_source,
+                cause,
             )
         )
     return runs
@@ -268,15 +311,19 @@ def _unreachable_worker(workers: list[str], opts: E2eOptions) -> Found | None:
         try:
             open_channel(grpc_target(address), min(opts.timeout_s, 2.0)).close()
         except TransportError as err:
-            return found(Cause.WORKER_UNREACHABLE, f"worker {address} unreachable: {err}",
-                         ["smgshm", "probe", address])  # fmt: skip
+            return found(Cause.WORKER_UNREACHABLE, f"worker {address} unreachable: {err}", ["smgshm", "probe", address])
         except SmgshmError:
             continue  # not an address smgshm can dial: say nothing rather than guess
     return None
 
 
-def run_against(gateway_url: str, opts: E2eOptions, say: Progress = lambda _s: None,
-                facts: HostFacts | None = None, on_request: RequestProgress | None = None) -> E2eReport:  # fmt: skip
+def run_against(
+    gateway_url: str,
+    opts: E2eOptions,
+    say: Progress = lambda _s: None,
+    facts: HostFacts | None = None,
+    on_request: RequestProgress | None = None,
+) -> E2eReport:
     """e2e against a running gateway; TransportError when it (or its metrics) cannot be reached.
 
     ``facts``: this host's, when the caller has read them already (doctor)."""
@@ -287,9 +334,17 @@ def run_against(gateway_url: str, opts: E2eOptions, say: Progress = lambda _s: N
     w0 = grpc_workers[0] if grpc_workers else None
     pid = listening_pid(gateway_url) if is_local_url(gateway_url) else None
     target = _Target(
-        "gateway", gateway_url.rstrip("/"), "", pid, "", None,
-        w0.runtime_type if w0 else "", w0.label_namespace_id if w0 else "", [w.url for w in grpc_workers], "",
-    )  # fmt: skip
+        "gateway",
+        gateway_url.rstrip("/"),
+        "",
+        pid,
+        "",
+        None,
+        w0.runtime_type if w0 else "",
+        w0.label_namespace_id if w0 else "",
+        [w.url for w in grpc_workers],
+        "",
+    )
     if pid is not None:
         _read_setting(target, pid)
     # Before any chat request: its own counters, or a refusal (never a neighbour's on port 29000).
@@ -324,8 +379,12 @@ def _read_setting(t: _Target, pid: int) -> None:
         t.setting_source = f"log {config.where}"
 
 
-def run_embedded(opts: E2eOptions, say: Progress = lambda _s: None, facts: HostFacts | None = None,
-                 on_request: RequestProgress | None = None) -> E2eReport:
+def run_embedded(
+    opts: E2eOptions,
+    say: Progress = lambda _s: None,
+    facts: HostFacts | None = None,
+    on_request: RequestProgress | None = None,
+) -> E2eReport:
     """The embedded default: a receiver and a real gateway per mode, all stopped at the end.
 
     ``facts``: this host's, when the caller has read them already (doctor)."""
@@ -351,16 +410,35 @@ def run_embedded(opts: E2eOptions, say: Progress = lambda _s: None, facts: HostF
             rcv = start_receiver(cfg, "127.0.0.1:0")
             stack.callback(rcv.stop, 0)
             # No request is ever in flight at stop: a 1 s shutdown grace instead of its default 5.
-            gcfg = GatewayConfig(worker_urls=(rcv.address,), model_path=md.path, transport=mode, log_mm_timing=True,
-                                 shm_dir=opts.shm_dir, shutdown_grace_s=1,
-                                 log_path=_new_log(opts.log_dir, mode))  # fmt: skip
+            gcfg = GatewayConfig(
+                worker_urls=(rcv.address,),
+                model_path=md.path,
+                transport=mode,
+                log_mm_timing=True,
+                shm_dir=opts.shm_dir,
+                shutdown_grace_s=1,
+                log_path=_new_log(opts.log_dir, mode),
+            )
             gw = launch_gateway(gcfg)  # all launched from this thread, then awaited together
             gateways.append(gw)
             worker_ns = cfg.advertised_namespace_id()
             # inline expects inline; shm and auto expect SHM for every eligible tensor (expectation()).
             expected = "inline" if mode == "inline" else ""
-            targets.append(_Target(mode, gw.http_url, gw.metrics_url, gw.pid, mode, None, cfg.engine, worker_ns,
-                                   [rcv.address], expected, gw.log_path))  # fmt: skip
+            targets.append(
+                _Target(
+                    mode,
+                    gw.http_url,
+                    gw.metrics_url,
+                    gw.pid,
+                    mode,
+                    None,
+                    cfg.engine,
+                    worker_ns,
+                    [rcv.address],
+                    expected,
+                    gw.log_path,
+                )
+            )
         say(f"started {len(gateways)} gateways ({', '.join(opts.modes)}); waiting for them to be ready")
         for i, gw in enumerate(gateways):
             if not wait_ready(gw, 60.0, retry_bind=True):  # lost a port race: once more on new ports
@@ -378,8 +456,9 @@ def run_embedded(opts: E2eOptions, say: Progress = lambda _s: None, facts: HostF
         runs = _observe(targets, opts, opts.model or md.served_model_name, png, say, facts, on_request)
     removed = [n for gw in gateways for n in gw.removed_segments]
     left = [gw.pid for gw in gateways if _group_alive(gw.pid)]
-    report = E2eReport(True, opts.model or md.served_model_name, opts.image_size, len(png), local_ns, runs, removed,
-                       left)  # fmt: skip
+    report = E2eReport(
+        True, opts.model or md.served_model_name, opts.image_size, len(png), local_ns, runs, removed, left
+    )
     if report.ok and not opts.keep_logs and opts.log_dir is None:
         # Nothing to look at: a passing run leaves no log behind (a failing one names its logs).
         remove_logs([gw.log_path for gw in gateways])

@@ -74,8 +74,13 @@ class _LogTail:
         return _ANSI.sub("", raw.decode("utf-8", errors="replace"))
 
 
-def run_sweep(sizes: tuple[int, ...] = DEFAULT_SIZES, requests: int = 5, warmup: int = 1,
-              say: Callable[[str], None] = lambda _s: None, timeout_s: float = 120.0) -> SweepReport:  # fmt: skip
+def run_sweep(
+    sizes: tuple[int, ...] = DEFAULT_SIZES,
+    requests: int = 5,
+    warmup: int = 1,
+    say: Callable[[str], None] = lambda _s: None,
+    timeout_s: float = 120.0,
+) -> SweepReport:
     """The sweep on the embedded pair of gateways; everything stopped at the end (Ctrl-C too)."""
     from smgshm.core.client.bench import measure_host
     from smgshm.core.gateway.chat import make_png, send_chat
@@ -100,8 +105,17 @@ def run_sweep(sizes: tuple[int, ...] = DEFAULT_SIZES, requests: int = 5, warmup:
             r = start_receiver(ReceiverConfig(model_dir=md.path), "127.0.0.1:0")
             stack.callback(r.stop, 0)
             rcv[mode] = r
-            gateways.append(launch_gateway(GatewayConfig(worker_urls=(r.address,), model_path=md.path, transport=mode,
-                                                         log_mm_timing=True, shutdown_grace_s=1)))  # fmt: skip
+            gateways.append(
+                launch_gateway(
+                    GatewayConfig(
+                        worker_urls=(r.address,),
+                        model_path=md.path,
+                        transport=mode,
+                        log_mm_timing=True,
+                        shutdown_grace_s=1,
+                    )
+                )
+            )
         for gw in gateways:
             wait_ready(gw, 60.0)
         gw_of = dict(zip(("inline", "shm"), gateways, strict=True))
@@ -139,8 +153,22 @@ def run_sweep(sizes: tuple[int, ...] = DEFAULT_SIZES, requests: int = 5, warmup:
             w = median(writes, empty=None)
             floor_ms = nbytes / floor_bps * 1000 if floor_bps else 0.0
             i50, s50 = median(lat["inline"], empty=0.0), median(lat["shm"], empty=0.0)
-            rows.append(SweepRow(px, nbytes, requests, failed, i50, s50, i50 / s50 if s50 and i50 else None, w, read,
-                                 median(pre, empty=None), floor_ms, floor_ms / w if w else None))  # fmt: skip
+            rows.append(
+                SweepRow(
+                    px,
+                    nbytes,
+                    requests,
+                    failed,
+                    i50,
+                    s50,
+                    i50 / s50 if s50 and i50 else None,
+                    w,
+                    read,
+                    median(pre, empty=None),
+                    floor_ms,
+                    floor_ms / w if w else None,
+                )
+            )
             say(f"{px} px: inline {human_ms(i50)}, shm {human_ms(s50)}")
     logs = [g.log_path for g in gateways]
     if all(r.failed == 0 for r in rows):  # a passing sweep leaves no log behind; a failing one names them

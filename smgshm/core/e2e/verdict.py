@@ -67,17 +67,35 @@ def judge(ctx: Context, m: MetricsEvidence, d: ShmDirEvidence, r: ReceiptEvidenc
     counts = shm_counts(m, d, r)
     failure = _failure_class(ctx, d, r)
     if not counts:
-        return Verdict("undetermined", "no evidence: no smg_mm_* metrics, no shm dir view and no receipts", False,
-                       counts, failure, Cause.NO_EVIDENCE)  # fmt: skip
+        return Verdict(
+            "undetermined",
+            "no evidence: no smg_mm_* metrics, no shm dir view and no receipts",
+            False,
+            counts,
+            failure,
+            Cause.NO_EVIDENCE,
+        )
     if len(set(counts.values())) > 1:
         said = ", ".join(f"{k} {v}" for k, v in counts.items())
-        return Verdict("undetermined", f"the sources disagree on SHM tensors: {said}", False, counts, failure,
-                       Cause.SOURCES_DISAGREE)  # fmt: skip
+        return Verdict(
+            "undetermined",
+            f"the sources disagree on SHM tensors: {said}",
+            False,
+            counts,
+            failure,
+            Cause.SOURCES_DISAGREE,
+        )
     inline_counts = _inline_counts(m, r)
     if len(set(inline_counts.values())) > 1:
         said = ", ".join(f"{k} {v}" for k, v in inline_counts.items())
-        return Verdict("undetermined", f"the sources disagree on inline tensors: {said}", False, counts, failure,
-                       Cause.SOURCES_DISAGREE)  # fmt: skip
+        return Verdict(
+            "undetermined",
+            f"the sources disagree on inline tensors: {said}",
+            False,
+            counts,
+            failure,
+            Cause.SOURCES_DISAGREE,
+        )
     n_shm = next(iter(counts.values()))
     n_inline = next(iter(inline_counts.values()), 0)
     if n_shm:
@@ -88,13 +106,31 @@ def judge(ctx: Context, m: MetricsEvidence, d: ShmDirEvidence, r: ReceiptEvidenc
     # Not gated on m.available: under worker processing the gateway meters no tensor at all, so
     # its smg_mm_tensors_* families never appear, but its own processing counter says why.
     if m.processing.get("worker"):
-        return Verdict("none", "no multimodal tensors: the gateway runs --mm-processing worker (media go as refs)",
-                       True, counts, failure, Cause.WORKER_PROCESSING)  # fmt: skip
+        return Verdict(
+            "none",
+            "no multimodal tensors: the gateway runs --mm-processing worker (media go as refs)",
+            True,
+            counts,
+            failure,
+            Cause.WORKER_PROCESSING,
+        )
     if ctx.failed_requests == ctx.requests:
-        return Verdict("none", "no multimodal tensors: every request failed before the gateway sent any", True,
-                       counts, failure, Cause.NO_MM_TENSORS)  # fmt: skip
-    return Verdict("none", "no multimodal tensors were sent (is the model a vision model?)", True, counts, failure,
-                   Cause.NO_MM_TENSORS)  # fmt: skip
+        return Verdict(
+            "none",
+            "no multimodal tensors: every request failed before the gateway sent any",
+            True,
+            counts,
+            failure,
+            Cause.NO_MM_TENSORS,
+        )
+    return Verdict(
+        "none",
+        "no multimodal tensors were sent (is the model a vision model?)",
+        True,
+        counts,
+        failure,
+        Cause.NO_MM_TENSORS,
+    )
 
 
 def _inline_counts(m: MetricsEvidence, r: ReceiptEvidence) -> dict[str, int]:
@@ -110,8 +146,9 @@ def _min_bytes(ctx: Context) -> int:
     return ctx.shm_min_bytes if ctx.shm_min_bytes is not None else DEFAULT_SHM_MIN_BYTES
 
 
-def _shm_cause(ctx: Context, m: MetricsEvidence, d: ShmDirEvidence, r: ReceiptEvidence, n_shm: int,
-               n_inline: int) -> str:  # fmt: skip
+def _shm_cause(
+    ctx: Context, m: MetricsEvidence, d: ShmDirEvidence, r: ReceiptEvidence, n_shm: int, n_inline: int
+) -> str:
     per = max(ctx.requests, 1)
     shm_receipts = [x for x in r.receipts if x.payload_kind == "shm"]
     keys = sorted({x.key for x in shm_receipts})
@@ -134,40 +171,64 @@ def _shm_cause(ctx: Context, m: MetricsEvidence, d: ShmDirEvidence, r: ReceiptEv
     return text
 
 
-def _inline_cause(ctx: Context, m: MetricsEvidence, d: ShmDirEvidence,
-                  r: ReceiptEvidence) -> tuple[str, str, Cause]:  # fmt: skip
+def _inline_cause(ctx: Context, m: MetricsEvidence, d: ShmDirEvidence, r: ReceiptEvidence) -> tuple[str, str, Cause]:
     sizes = [x.nbytes for x in r.receipts] if r.available else []
     if not sizes and m.available and m.tensors.get("inline"):
         sizes = [m.nbytes.get("inline", 0)]  # an upper bound of the largest tensor
     largest = max(sizes, default=0)
     if m.available and m.shm_write_failures:
-        return "inline", f"inline: SHM writes are failing (write failures +{m.shm_write_failures})", \
-            write_failure(largest, ctx.shm_size_bytes, ctx.shm_free_bytes, ctx.writable)
+        return (
+            "inline",
+            f"inline: SHM writes are failing (write failures +{m.shm_write_failures})",
+            write_failure(largest, ctx.shm_size_bytes, ctx.shm_free_bytes, ctx.writable),
+        )
     if d.available and d.probe_file_left:
-        return "inline", (f"inline: the gateway's probe file is left over ({d.probe_file_left}): its writability "
-                          "probe fails, so SHM stays off"), Cause.PROBE_FILE_LEFT  # fmt: skip
+        return (
+            "inline",
+            (
+                f"inline: the gateway's probe file is left over ({d.probe_file_left}): its writability "
+                "probe fails, so SHM stays off"
+            ),
+            Cause.PROBE_FILE_LEFT,
+        )
     minb = _min_bytes(ctx)
     mode = parse_mode(ctx.mode)
 
     writable = ctx.writable and ctx.gateway_writable is not False
 
     def rule(md: Mode) -> tuple[str, str]:
-        dec = decide(md, nbytes=largest, engine=ctx.engine, local_ns=ctx.local_ns, worker_ns=ctx.worker_ns,
-                     writable=writable, shm_min_bytes=minb)  # fmt: skip
+        dec = decide(
+            md,
+            nbytes=largest,
+            engine=ctx.engine,
+            local_ns=ctx.local_ns,
+            worker_ns=ctx.worker_ns,
+            writable=writable,
+            shm_min_bytes=minb,
+        )
         return dec.path, dec.reason
 
     if mode is not None:
         path, reason = rule(mode)
         if path == "shm":
-            return "undetermined", (f"the gateway sent inline although its rule says shm ({reason}); "
-                                    "see its log"), Cause.INLINE_AGAINST_RULE  # fmt: skip
+            return (
+                "undetermined",
+                (f"the gateway sent inline although its rule says shm ({reason}); see its log"),
+                Cause.INLINE_AGAINST_RULE,
+            )
         if mode in (Mode.INLINE, Mode.RDMA):
             return "inline", f"inline: mode is {mode.value}", Cause.MODE_INLINE
         if not writable and ctx.gateway_writable is False and reason == PROBE_FAILS:
             pid = d.name_pid if d.available and d.name_pid is not None else "<pid>"
-            return "inline", (f"inline: {reason} (dev_writable=false in its log): SHM is off for its life; a "
-                              f"leftover {gateway_probe_name(pid)} (it removes the file as its probe fails) "
-                              "or a /dev/shm it cannot write"), Cause.GATEWAY_PROBE_FAILED  # fmt: skip
+            return (
+                "inline",
+                (
+                    f"inline: {reason} (dev_writable=false in its log): SHM is off for its life; a "
+                    f"leftover {gateway_probe_name(pid)} (it removes the file as its probe fails) "
+                    "or a /dev/shm it cannot write"
+                ),
+                Cause.GATEWAY_PROBE_FAILED,
+            )
         text, code = _why(ctx, reason, largest, minb)
         return "inline", text, code
     # A remote gateway: its mode cannot be read. What auto would do tells the cause apart.
@@ -175,8 +236,11 @@ def _inline_cause(ctx: Context, m: MetricsEvidence, d: ShmDirEvidence,
     if path == "inline":
         text, code = _why(ctx, reason, largest, minb)
         return "inline", text + " (or mode is inline)", code
-    return "inline", "inline: mode is inline (the worker's id matches this host's, so auto or shm would use SHM)", \
-        Cause.MODE_INLINE
+    return (
+        "inline",
+        "inline: mode is inline (the worker's id matches this host's, so auto or shm would use SHM)",
+        Cause.MODE_INLINE,
+    )
 
 
 def _why(ctx: Context, reason: str, largest: int, minb: int) -> tuple[str, Cause]:

@@ -118,12 +118,19 @@ def _usage_tokens(doc: dict[str, object]) -> int:
     return 0
 
 
-def send_chat(base_url: str, model: str, png: bytes, *, stream: bool, api_key: str | None = None,
-              timeout_s: float = 60.0) -> ChatOutcome:  # fmt: skip
+def send_chat(
+    base_url: str, model: str, png: bytes, *, stream: bool, api_key: str | None = None, timeout_s: float = 60.0
+) -> ChatOutcome:
     """POST one chat completion; TransportError when the gateway cannot be reached in time."""
     body = chat_body(model, png, stream)
-    resp = request("POST", base_url.rstrip("/") + "/v1/chat/completions", headers=_headers(api_key), body=body,
-                   deadline_s=timeout_s, max_bytes=MAX_REPLY_BYTES)  # fmt: skip
+    resp = request(
+        "POST",
+        base_url.rstrip("/") + "/v1/chat/completions",
+        headers=_headers(api_key),
+        body=body,
+        deadline_s=timeout_s,
+        max_bytes=MAX_REPLY_BYTES,
+    )
     ms = resp.elapsed_s * 1000
     if resp.status != 200:
         return ChatOutcome(resp.status, ms, stream, False, _error_text(resp.body))
@@ -148,8 +155,11 @@ def first_model(base_url: str, api_key: str | None = None, timeout_s: float = 5.
     resp = request("GET", url, headers=_headers(api_key), deadline_s=timeout_s, max_bytes=MAX_REPLY_BYTES)
     check_ready(resp, "GET /v1/models")
     if resp.status in (401, 403):
-        raise ServerError(f"gateway refused GET /v1/models: HTTP {resp.status}", endpoint=url,
-                          hint="pass --api-key (the gateway's --api-key)")  # fmt: skip
+        raise ServerError(
+            f"gateway refused GET /v1/models: HTTP {resp.status}",
+            endpoint=url,
+            hint="pass --api-key (the gateway's --api-key)",
+        )
     if resp.status != 200:
         raise ServerError(f"gateway answered GET /v1/models with HTTP {resp.status}", endpoint=url)
     try:

@@ -186,8 +186,11 @@ def _check_headers(headers: dict[str, str]) -> None:
         except UnicodeEncodeError:
             raw = b"\x00"
         if any((b < 0x20 and b != 0x09) or b == 0x7F for b in raw):
-            raise SmgshmError("a request header holds a character HTTP does not allow", header=name,
-                              hint="an API key (--api-key, SMG_API_KEY) must be one line of Latin-1 text")  # fmt: skip
+            raise SmgshmError(
+                "a request header holds a character HTTP does not allow",
+                header=name,
+                hint="an API key (--api-key, SMG_API_KEY) must be one line of Latin-1 text",
+            )
 
 
 def _redirect(current: HttpUrl, location: str) -> HttpUrl:
@@ -196,8 +199,9 @@ def _redirect(current: HttpUrl, location: str) -> HttpUrl:
         nxt = parse_url(urllib.parse.urljoin(current.url, location))
     except (UrlError, ValueError) as err:
         what = err.what if isinstance(err, UrlError) else str(err)
-        raise TransportError(f"redirected to an invalid Location: {what}", endpoint=current.url,
-                             location=location[:200]) from None  # fmt: skip
+        raise TransportError(
+            f"redirected to an invalid Location: {what}", endpoint=current.url, location=location[:200]
+        ) from None
     if nxt.origin != current.origin:
         # A TransportError (exit 4): the origin named is not the service, so it is not reached.
         raise TransportError(

@@ -95,8 +95,9 @@ def mm_traffic(snap: MetricsSnapshot) -> MmTraffic:
     def finite(name: str, v: float) -> float:
         if not math.isfinite(v):
             spelled = "NaN" if math.isnan(v) else "+Inf" if v > 0 else "-Inf"  # as the exposition spells them
-            raise UnusableCounterError(f"the gateway's counter {name} is {spelled}: not usable as evidence",
-                                       endpoint=snap.url)  # fmt: skip
+            raise UnusableCounterError(
+                f"the gateway's counter {name} is {spelled}: not usable as evidence", endpoint=snap.url
+            )
         return v
 
     def ints(name: str, d: dict[str, float]) -> dict[str, int]:
@@ -132,8 +133,9 @@ _UNESCAPED = {"n": "\n", "\\": "\\", '"': '"'}
 _CLOCK_EVERY = 4096  # lines between two looks at the deadline
 
 
-def parse_metrics(text: str, url: str = "", *, families: frozenset[str] | None = None,
-                  deadline: float | None = None) -> MetricsSnapshot:  # fmt: skip
+def parse_metrics(
+    text: str, url: str = "", *, families: frozenset[str] | None = None, deadline: float | None = None
+) -> MetricsSnapshot:
     """Prometheus text exposition into a snapshot; ServerError when it is not that.
 
     Every line must be a comment or a sample; the labels and values of only the samples named
@@ -160,8 +162,9 @@ def parse_metrics(text: str, url: str = "", *, families: frozenset[str] | None =
                 raise ValueError(f"not a number: {value[:40]}")
             number = float(value)
         except ValueError as err:
-            raise ServerError("not Prometheus text exposition", endpoint=url,
-                              detail=f"line {i + 1}: {err}"[:120]) from None  # fmt: skip
+            raise ServerError(
+                "not Prometheus text exposition", endpoint=url, detail=f"line {i + 1}: {err}"[:120]
+            ) from None
         samples[key] = samples.get(key, 0.0) + number
     return MetricsSnapshot(url, samples)
 

@@ -85,8 +85,9 @@ def judge(
     mode = config.mode if config else ""
     certain = f"; for certainty: {e2e_hint}" if e2e_hint else ""
 
-    def found(verdict: str, status: str, summary: str, fix: str = "", code: Outcome = Outcome.OK,
-              cause: Cause | None = None) -> ModeFinding:  # fmt: skip
+    def found(
+        verdict: str, status: str, summary: str, fix: str = "", code: Outcome = Outcome.OK, cause: Cause | None = None
+    ) -> ModeFinding:
         return ModeFinding(verdict, status, f"{who}: {summary}", fix, code, ev, mode, mean, cause)
 
     # The setting itself first: the log is the only source that states it.

@@ -128,8 +128,7 @@ def _argv(smg: str, cfg: GatewayConfig, port: int, prom: int) -> list[str]:
 class RunningGateway:
     """A started ``smg launch``; ``stop()`` (or leaving the ``with``) always ends it."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], cfg: GatewayConfig, port: int, prom: int,
-                 log_path: str) -> None:  # fmt: skip
+    def __init__(self, proc: subprocess.Popen[bytes], cfg: GatewayConfig, port: int, prom: int, log_path: str) -> None:
         self.proc = proc
         self.cfg = cfg
         self.pid = proc.pid  # the producer pid in its segments' names (process title smg::router); with
@@ -185,8 +184,13 @@ class RunningGateway:
 
     def workers(self, timeout_s: float = 2.0) -> list[dict[str, Any]]:
         """``GET /workers``'s entries; TransportError while it does not answer."""
-        resp = request("GET", f"{self.http_url}/workers", headers={"Accept": "application/json"},
-                       deadline_s=timeout_s, max_bytes=4 * 1024 * 1024)  # fmt: skip
+        resp = request(
+            "GET",
+            f"{self.http_url}/workers",
+            headers={"Accept": "application/json"},
+            deadline_s=timeout_s,
+            max_bytes=4 * 1024 * 1024,
+        )
         if resp.status != 200:
             raise ServerError(f"gateway answered GET /workers with HTTP {resp.status}", endpoint=resp.url)
         try:
@@ -332,8 +336,12 @@ def launch_gateway(cfg: GatewayConfig) -> RunningGateway:
         log.flush()
         proc = subprocess.Popen(
             [sys.executable, "-c", _DEATH_SHIM, str(os.getpid()), *argv],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-        )  # fmt: skip
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
     return RunningGateway(proc, cfg, port, prom, log_path)
 
 
@@ -363,8 +371,12 @@ def wait_ready(gw: RunningGateway, timeout_s: float = 60.0, retry_bind: bool = F
                 gw.stop()
                 if retry_bind and _BIND_FAILED.search(gw.logs()):
                     return False
-                raise HostError("the gateway exited at start", exit_code=gw.proc.returncode, log=gw.log_path,
-                                hint=f"see {gw.log_path}")  # fmt: skip
+                raise HostError(
+                    "the gateway exited at start",
+                    exit_code=gw.proc.returncode,
+                    log=gw.log_path,
+                    hint=f"see {gw.log_path}",
+                )
             if gw.ready():
                 return True
             time.sleep(0.1)
@@ -374,5 +386,8 @@ def wait_ready(gw: RunningGateway, timeout_s: float = 60.0, retry_bind: bool = F
     gw.stop()
     raise TransportError(
         "the gateway did not report its workers healthy in time",
-        endpoint=gw.http_url, timeout_s=timeout_s, log=gw.log_path, hint=f"see {gw.log_path}",
-    )  # fmt: skip
+        endpoint=gw.http_url,
+        timeout_s=timeout_s,
+        log=gw.log_path,
+        hint=f"see {gw.log_path}",
+    )

@@ -43,8 +43,13 @@ class GatewayRates:
     error: str = ""  # the scrape failed: the rates are empty
 
 
-def gateway_rates(before: MetricsSnapshot, after: MetricsSnapshot, interval_s: float,
-                  shm_min_bytes: int = DEFAULT_SHM_MIN_BYTES, shm_dir: str | None = None) -> GatewayRates:  # fmt: skip
+def gateway_rates(
+    before: MetricsSnapshot,
+    after: MetricsSnapshot,
+    interval_s: float,
+    shm_min_bytes: int = DEFAULT_SHM_MIN_BYTES,
+    shm_dir: str | None = None,
+) -> GatewayRates:
     """Rates from the delta of two scrapes ``interval_s`` apart; a NaN or infinite counter
     in either makes them unknown (``error`` says which), never an exception. ``shm_dir``:
     the shm dir the gateway writes to, when it is this host's (read only on write failures)."""
@@ -90,13 +95,16 @@ def _verdict(tensors: dict[str, int], failures: int, inline_avg: float | None, m
         return ""
     avg = human_size(inline_avg)
     if not tensors.get("shm"):
-        return (f"all traffic went inline although inline tensors average {avg} (>= shm_min_bytes {min_bytes}): "
-                "SHM-eligible tensors went inline (transport inline, or auto with a foreign namespace id)")  # fmt: skip
+        return (
+            f"all traffic went inline although inline tensors average {avg} (>= shm_min_bytes {min_bytes}): "
+            "SHM-eligible tensors went inline (transport inline, or auto with a foreign namespace id)"
+        )
     return f"some SHM-eligible tensors went inline: inline tensors average {avg} (>= shm_min_bytes {min_bytes})"
 
 
-def _cause(verdict: str, tensors: dict[str, int], failures: int, inline_avg: float | None,
-           shm_dir: str | None) -> Found | None:  # fmt: skip
+def _cause(
+    verdict: str, tensors: dict[str, int], failures: int, inline_avg: float | None, shm_dir: str | None
+) -> Found | None:
     if not verdict:
         return None
     if failures:
@@ -107,15 +115,20 @@ def _cause(verdict: str, tensors: dict[str, int], failures: int, inline_avg: flo
 
             size, free = shm_space(shm_dir)
             cause = write_failure(int(inline_avg or 0), size, free, probe_writable(shm_dir) is None)
-        cmd = None if shm_dir is None else ["smgshm", "gc" if cause is Cause.SHM_FULL else "doctor", "--shm-dir",
-                                            shm_dir]  # fmt: skip
+        cmd = (
+            None if shm_dir is None else ["smgshm", "gc" if cause is Cause.SHM_FULL else "doctor", "--shm-dir", shm_dir]
+        )
         return found(cause, verdict, cmd)
     if tensors.get("shm"):  # SHM works for some: others went to workers the rule sends inline (which: per worker)
         return found(Cause.SOME_WORKERS_INLINE, verdict)
     # Nothing through SHM: the mode is inline, or auto with a worker in another namespace; the counters
     # cannot tell which, so the fix names both.
-    return found(Cause.MODE_INLINE, verdict, fix=f"{CATALOGUE[Cause.MODE_INLINE].fix}; if it is auto already, its "
-                 "worker is in another namespace: smgshm doctor names it")  # fmt: skip
+    return found(
+        Cause.MODE_INLINE,
+        verdict,
+        fix=f"{CATALOGUE[Cause.MODE_INLINE].fix}; if it is auto already, its "
+        "worker is in another namespace: smgshm doctor names it",
+    )
 
 
 __all__ = ["DEFAULT_SHM_MIN_BYTES", "GatewayRates", "failed_rates", "gateway_rates"]

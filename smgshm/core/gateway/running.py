@@ -309,8 +309,9 @@ def not_a_gateway(pid: int, proc: str = "/proc") -> str | None:
     return None
 
 
-def find_gateways(proc: str = "/proc", timeout_s: float = 2.0, probe: bool = True,
-                  pids: Iterable[int] | None = None) -> list[GatewayProcess]:  # fmt: skip
+def find_gateways(
+    proc: str = "/proc", timeout_s: float = 2.0, probe: bool = True, pids: Iterable[int] | None = None
+) -> list[GatewayProcess]:
     """Every live ``smg::router`` process visible in ``proc`` (only those of ``pids`` when given), each
     inspected (zombies skipped). Anyone can title a process so: the ones not asked for are not looked
     at, and the rest are inspected side by side, so that each one's ports cost their own timeout only."""
@@ -339,16 +340,22 @@ def choose_running(found: list[GatewayProcess], pid: int | None = None) -> Gatew
         if g is None:
             raise TransportError("no SMG gateway (smg::router) runs here with that pid", pid=pid)
         if not g.http_url:
-            raise TransportError(f"gateway pid {pid} has no HTTP port reachable from here", pid=pid,
-                                 hint=g.note or "its ports were not recognised as SMG's")  # fmt: skip
+            raise TransportError(
+                f"gateway pid {pid} has no HTTP port reachable from here",
+                pid=pid,
+                hint=g.note or "its ports were not recognised as SMG's",
+            )
         return g
     usable = [g for g in found if g.http_url]
     if len(usable) == 1:
         return usable[0]
     if usable:
         pids = ", ".join(str(g.pid) for g in usable)
-        raise GatewayChoiceError(f"{len(usable)} SMG gateways run here (pids {pids}): say which", pids=pids,
-                                 hint="pass --gateway-pid PID, or --gateway URL")  # fmt: skip
+        raise GatewayChoiceError(
+            f"{len(usable)} SMG gateways run here (pids {pids}): say which",
+            pids=pids,
+            hint="pass --gateway-pid PID, or --gateway URL",
+        )
     unusable = "; ".join(f"pid {g.pid}: {g.note or g.inspect}" for g in found)
     raise TransportError(
         "no SMG gateway (smg::router) with an HTTP port reachable from here runs on this host"

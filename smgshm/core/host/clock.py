@@ -124,5 +124,15 @@ def read_wall_clock(shm_dir: str, dev: int | None) -> WallClock:
     return WallClock(offset, dir_step_shown(shm_dir, dev, offset))
 
 
-__all__ = ["BOOT_BOUND_FS", "WallClock", "birth_time", "boot_clock_id", "boot_clock_ns", "boot_offset",
-           "dir_step_shown", "read_wall_clock", "stamp", "step_shown"]  # fmt: skip
+__all__ = [
+    "BOOT_BOUND_FS",
+    "WallClock",
+    "birth_time",
+    "boot_clock_id",
+    "boot_clock_ns",
+    "boot_offset",
+    "dir_step_shown",
+    "read_wall_clock",
+    "stamp",
+    "step_shown",
+]

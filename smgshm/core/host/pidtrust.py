@@ -383,10 +383,13 @@ def judge_trust(shm_dir: str, pids: Iterable[int] | None = None) -> Trust:
     except OSError as err:
         return Trust(False, f"cannot read this process's pid namespace or shm dir: {err.strerror}")
     if mine != INIT_PID_NS:
-        return Trust(False, (
-            "gc runs in a container's pid namespace: a producer in another namespace sharing this "
-            "filesystem would look dead (pass --assume-dead if this namespace is the only writer)"
-        ))  # fmt: skip
+        return Trust(
+            False,
+            (
+                "gc runs in a container's pid namespace: a producer in another namespace sharing this "
+                "filesystem would look dead (pass --assume-dead if this namespace is the only writer)"
+            ),
+        )
     return judge_visible_trust(shm_dir, pids)  # from the host's pid namespace every process is visible
 
 
@@ -436,10 +439,13 @@ def _walk_trust(shm_dir: str, dev: int, mine: str, pids: Iterable[int] | None) -
         except OSError:
             theirs = ""
         if theirs != mine:
-            return Trust(False, (
-                f"{shm_dir} is seen through pid {m.group(1)}, whose pid namespace ({theirs or 'unknown'}) is "
-                f"not this one: the pids in its segment names mean nothing here ({_ASSUME})"
-            ))  # fmt: skip
+            return Trust(
+                False,
+                (
+                    f"{shm_dir} is seen through pid {m.group(1)}, whose pid namespace ({theirs or 'unknown'}) is "
+                    f"not this one: the pids in its segment names mean nothing here ({_ASSUME})"
+                ),
+            )
     walk = _Walk(dev, mine)
     doubt: set[int] = set()
     everyone = live_pids() if pids is None else list(pids)
@@ -460,24 +466,33 @@ def _walk_trust(shm_dir: str, dev: int, mine: str, pids: Iterable[int] | None) -
                 doubt.add(uid)
             continue
         if via is not None and via[0] == "mount":
-            return Trust(False, (
-                f"processes in another pid namespace ({pidns or 'unreadable'}, e.g. pid {pid}) see this filesystem "
-                f"at {via[1]}: "
-                f"their pids mean nothing here ({_ASSUME})"
-            ))  # fmt: skip
+            return Trust(
+                False,
+                (
+                    f"processes in another pid namespace ({pidns or 'unreadable'}, e.g. pid {pid}) see this filesystem "
+                    f"at {via[1]}: "
+                    f"their pids mean nothing here ({_ASSUME})"
+                ),
+            )
         if via is not None:
-            return Trust(False, (
-                f"pid {pid}, in another pid namespace ({pidns or 'unreadable'}), reaches this filesystem through "
-                f"{via[1]} although its mounts do not show it: its pids mean nothing here ({_ASSUME})"
-            ))  # fmt: skip
+            return Trust(
+                False,
+                (
+                    f"pid {pid}, in another pid namespace ({pidns or 'unreadable'}), reaches this filesystem through "
+                    f"{via[1]} although its mounts do not show it: its pids mean nothing here ({_ASSUME})"
+                ),
+            )
     hazard = walk.handle_hazard(live_pids() if pids is None else everyone)
     if hazard is not None:
         return Trust(False, f"{hazard}: its pids mean nothing here ({_ASSUME})")
     if walk.procfs_way is not None:
-        return Trust(False, (
-            f"{walk.procfs_way}: through the process dirs there every filesystem is in reach, this one too, "
-            f"whatever its own mounts show, so its pids mean nothing here ({_ASSUME})"
-        ))  # fmt: skip
+        return Trust(
+            False,
+            (
+                f"{walk.procfs_way}: through the process dirs there every filesystem is in reach, this one too, "
+                f"whatever its own mounts show, so its pids mean nothing here ({_ASSUME})"
+            ),
+        )
     note = "gc sees every pid namespace that shares this filesystem"
     if doubt:
         note += f"; the namespaces of uid(s) {', '.join(map(str, sorted(doubt)))} could not be read"

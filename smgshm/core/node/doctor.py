@@ -138,14 +138,23 @@ def _checkup(root: str, t: Tmpfs, inflight: int | None, stranded_after_s: float,
     lookalikes = [s.name for s in segments if s.name.startswith(GATEWAY_PROBE_PREFIX) and s.kind != "gateway_probe"]
     where = f" in pod {pod_label(t)}" if t.pod_uid is not None else ""
     checks += probe_file_checks(leftovers, lookalikes, path, node_gc_cmd(root, "--delete", "--min-age", "0"), where)
-    checks += leak_checks(counts, segments, scan.tally.reclaimable_bytes, lambda *a: node_gc_cmd(root, *a),
-                          stranded_after_s)  # fmt: skip
+    checks += leak_checks(
+        counts, segments, scan.tally.reclaimable_bytes, lambda *a: node_gc_cmd(root, *a), stranded_after_s
+    )
     checks.append(_liveness(t, segments))
     verdict = max((c.status for c in checks), key=lambda s: _RANK.get(s, 0))
     return TmpfsCheckup(
-        t, verdict if verdict in _RANK else "ok", checks, ident.namespace_id, usage.total_bytes, usage.used_bytes,
-        usage.free_bytes, scan.tally.reclaimable_bytes, counts, gws,
-    )  # fmt: skip
+        t,
+        verdict if verdict in _RANK else "ok",
+        checks,
+        ident.namespace_id,
+        usage.total_bytes,
+        usage.used_bytes,
+        usage.free_bytes,
+        scan.tally.reclaimable_bytes,
+        counts,
+        gws,
+    )
 
 
 def _ns_pid(pid: int) -> int | None:
@@ -169,9 +178,13 @@ def _held(t: Tmpfs, leaked: int, total: int) -> Check:
         f"{human_size(h.nbytes)} ({_pct(h.nbytes, total)}) in {h.files} unlinked file(s) still mapped"
     )
     if total and h.nbytes >= HIDDEN_WARN_SHARE * total:
-        return Check("held bytes", "warn", summary + ": gc cannot free them; SMG's writes find the space gone",
-                     "find the process that maps them (its /proc/PID/maps lists the file as deleted): the space "
-                     "comes back when it unmaps them or exits")  # fmt: skip
+        return Check(
+            "held bytes",
+            "warn",
+            summary + ": gc cannot free them; SMG's writes find the space gone",
+            "find the process that maps them (its /proc/PID/maps lists the file as deleted): the space "
+            "comes back when it unmaps them or exits",
+        )
     return Check("held bytes", "ok", summary)
 
 
@@ -203,15 +216,24 @@ def _writable(path: str, ident: HostIdentity, users: tuple[ShmUser, ...]) -> Che
             fix = "mode 1777 lets every uid of the pod write (a memory emptyDir is)"
         else:
             why, fix = f"{human_size(free)} free, less than a page", CATALOGUE[cause].fix
-        return Check("writable", "fail", f"a gateway's probe file cannot be created: {why}", fix, Outcome.HOST,
-                     cause=cause)  # fmt: skip
+        return Check(
+            "writable", "fail", f"a gateway's probe file cannot be created: {why}", fix, Outcome.HOST, cause=cause
+        )
     maybe = sorted({u.uid for u in users if _may_write(st, u.uid) is None})
     if maybe:
-        return Check("writable", "warn", f"uid(s) {', '.join(map(str, maybe))} of its processes may create files "
-                     f"in it only through a group ({mode}); not judged from here",
-                     "mode 1777 lets every uid of the pod write (a memory emptyDir is)")  # fmt: skip
-    return Check("writable", "ok", f"{mode}, {human_size(free)} free: a gateway's probe file can be created "
-                 "(judged from the figures: nothing was written)")  # fmt: skip
+        return Check(
+            "writable",
+            "warn",
+            f"uid(s) {', '.join(map(str, maybe))} of its processes may create files "
+            f"in it only through a group ({mode}); not judged from here",
+            "mode 1777 lets every uid of the pod write (a memory emptyDir is)",
+        )
+    return Check(
+        "writable",
+        "ok",
+        f"{mode}, {human_size(free)} free: a gateway's probe file can be created "
+        "(judged from the figures: nothing was written)",
+    )
 
 
 def _liveness(t: Tmpfs, segments: list[SegmentInfo]) -> Check:

@@ -123,8 +123,9 @@ class NodeWatch:
         try:
             self._ino = inotify_simple.INotify(nonblocking=True)
         except OSError as err:
-            raise HostError(f"cannot start inotify: {err.strerror}",
-                            hint="raise it: sysctl fs.inotify.max_user_instances=1024") from err  # fmt: skip
+            raise HostError(
+                f"cannot start inotify: {err.strerror}", hint="raise it: sysctl fs.inotify.max_user_instances=1024"
+            ) from err
         self._poller = select.poll()
         self._poller.register(self._ino.fileno(), select.POLLIN)
         self.full_scan(raise_errors=True)
@@ -145,8 +146,11 @@ class NodeWatch:
         """Wait at most ``timeout_s`` for inotify activity, then run what is due (a full scan, or the
         updates of the tmpfs that saw activity); None when nothing was."""
         now = time.monotonic()
-        due = self._next_full if not any(v.dirty for v in self.volumes.values()) else min(
-            self._next_full, self._next_update)  # fmt: skip
+        due = (
+            self._next_full
+            if not any(v.dirty for v in self.volumes.values())
+            else min(self._next_full, self._next_update)
+        )
         wait = max(0.0, min(timeout_s, due - now))
         self._read_events(wait)
         now = time.monotonic()

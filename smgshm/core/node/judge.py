@@ -28,15 +28,21 @@ _NEVER = Bounds(math.inf, -math.inf, -1)  # reuse_bounds' shape for "cannot be t
 def tmpfs_trust(users: Sequence[ShmUser], spaces: Sequence[PidSpace], mine: str, doubt: frozenset[int]) -> Trust:
     """Whether a tmpfs's names can be judged by pid at all, and in which namespaces (the note says)."""
     if mine != INIT_PID_NS:
-        return Trust(False, (
-            "smgshm runs outside the host's pid namespace, so pods' processes are not all visible "
-            "(a DaemonSet needs hostPID: true)"
-        ))  # fmt: skip
+        return Trust(
+            False,
+            (
+                "smgshm runs outside the host's pid namespace, so pods' processes are not all visible "
+                "(a DaemonSet needs hostPID: true)"
+            ),
+        )
     if not users:
-        return Trust(False, (
-            "no process uses this tmpfs as its /dev/shm now: the pid namespace its names were written in "
-            "cannot be told (a restarting container's segments wait for its next start)"
-        ))  # fmt: skip
+        return Trust(
+            False,
+            (
+                "no process uses this tmpfs as its /dev/shm now: the pid namespace its names were written in "
+                "cannot be told (a restarting container's segments wait for its next start)"
+            ),
+        )
     named = ", ".join(s.ns for s in spaces)
     note = f"judged in the pid namespace(s) of the {len(users)} process(es) that use it as /dev/shm: {named}"
     if doubt:
@@ -48,10 +54,16 @@ class PodJudge(Judge):
     """gc's judge, with each name's pid looked up in the pid namespaces that use the tmpfs."""
 
     def __init__(
-        self, opts: ScanOptions, trust: Trust, holders: dict[tuple[int, int], list[Holder]], dir_dev: int,
-        spaces: Sequence[PidSpace], sightings: Sightings | None = None, mounted: dict[str, str] | None = None,
+        self,
+        opts: ScanOptions,
+        trust: Trust,
+        holders: dict[tuple[int, int], list[Holder]],
+        dir_dev: int,
+        spaces: Sequence[PidSpace],
+        sightings: Sightings | None = None,
+        mounted: dict[str, str] | None = None,
         wall: WallClock | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         super().__init__(opts, trust, holders, dir_dev, sightings, mounted, wall)
         self.spaces = list(spaces)
         self.split: dict[int, str] = {}  # pid -> why its namespaces cannot agree, for the verdict's sentence
@@ -63,8 +75,10 @@ class PodJudge(Judge):
         absent: list[str] = []
         for space in self.spaces:
             if pid in space.unsure:
-                self.split[pid] = f"a process of a pid namespace nested in {space.ns} has pid {pid} there, " \
-                    "and which namespace it is in cannot be told"  # fmt: skip
+                self.split[pid] = (
+                    f"a process of a pid namespace nested in {space.ns} has pid {pid} there, "
+                    "and which namespace it is in cannot be told"
+                )
                 return _NEVER
             host = space.host_pid.get(pid)
             b = reuse_bounds(host, self.wall) if host is not None else None
@@ -75,8 +89,10 @@ class PodJudge(Judge):
         if not found:
             return None  # no process has that pid in any namespace that writes here
         if absent:
-            self.split[pid] = (f"pid {pid} is a process in some pid namespace(s) that use this tmpfs and in none of "
-                               f"{', '.join(absent)}: which one wrote the name cannot be told")  # fmt: skip
+            self.split[pid] = (
+                f"pid {pid} is a process in some pid namespace(s) that use this tmpfs and in none of "
+                f"{', '.join(absent)}: which one wrote the name cannot be told"
+            )
             return Bounds(math.inf, min(b.reused_before for b in found), min(b.started_ns for b in found))
         # reuse is proven only if every namespace's process with that pid started after the sighting
         return Bounds(
@@ -92,9 +108,9 @@ class PodJudge(Judge):
     def _dead_reason(self, kind: str, pid: int) -> str:
         key = ("dead", pid, kind)
         where = "its pod's pid namespace" if len(self.spaces) == 1 else "any pid namespace that uses this tmpfs"
-        reason = self.said[key] = super()._dead_reason(kind, pid).replace(
-            "no process has that pid", f"no process has that pid in {where}", 1
-        )  # fmt: skip
+        reason = self.said[key] = (
+            super()._dead_reason(kind, pid).replace("no process has that pid", f"no process has that pid in {where}", 1)
+        )
         return reason
 
 

@@ -32,37 +32,55 @@ METRICS: dict[str, tuple[str, tuple[str, ...], str, str]] = {
     "size_bytes": ("gauge", VOLUME, ALWAYS, "Size of the tmpfs (statvfs)"),
     "used_bytes": ("gauge", VOLUME, ALWAYS, "Used bytes of the tmpfs (statvfs), hidden bytes included"),
     "free_bytes": ("gauge", VOLUME, ALWAYS, "Bytes still available in the tmpfs (statvfs)"),
-    "hidden_bytes": ("gauge", VOLUME, ALWAYS,
-                     "Bytes of files unlinked but still mapped (no listing shows them; a lower bound)"),
+    "hidden_bytes": (
+        "gauge",
+        VOLUME,
+        ALWAYS,
+        "Bytes of files unlinked but still mapped (no listing shows them; a lower bound)",
+    ),
     "hidden_files": ("gauge", VOLUME, ALWAYS, "Files unlinked but still mapped"),
     "segments": ("gauge", (*VOLUME, "state"), ALWAYS, "SMG segments by gc's state, judged in the pod's pid namespaces"),
     "segment_bytes": ("gauge", (*VOLUME, "state"), ALWAYS, "Allocated bytes of the SMG segments by gc's state"),
-    "reclaimable_bytes": ("gauge", VOLUME, ALWAYS,
-                          "Allocated bytes of the leaked segments that unlinking would free (single link)"),
+    "reclaimable_bytes": (
+        "gauge",
+        VOLUME,
+        ALWAYS,
+        "Allocated bytes of the leaked segments that unlinking would free (single link)",
+    ),
     "other_entries": ("gauge", VOLUME, ALWAYS, "Entries outside SMG's names (semaphores, NCCL, torch, ...)"),
     "other_bytes": ("gauge", VOLUME, ALWAYS, "Allocated bytes of the entries outside SMG's names"),
     "processes": ("gauge", VOLUME, ALWAYS, "Processes whose /dev/shm the tmpfs is"),
-    "liveness_trusted": ("gauge", VOLUME, ALWAYS,
-                         "1 when its segments can be judged by pid (a pid namespace uses it), else 0: all unknown"),
+    "liveness_trusted": (
+        "gauge",
+        VOLUME,
+        ALWAYS,
+        "1 when its segments can be judged by pid (a pid namespace uses it), else 0: all unknown",
+    ),
     "volumes": ("gauge", ("kind",), ALWAYS, "tmpfs followed on the node, by kind"),
     "unfollowed_volumes": ("gauge", (), ALWAYS, "tmpfs found beyond the limit of tmpfs followed (not in the series)"),
     "all_segments": ("gauge", ("state",), ALWAYS, "SMG segments of every tmpfs followed, by state"),
     "all_segment_bytes": ("gauge", ("state",), ALWAYS, "Allocated bytes of the SMG segments of every tmpfs followed"),
     "all_hidden_bytes": ("gauge", (), ALWAYS, "Hidden bytes of every tmpfs followed"),
     "all_used_bytes": ("gauge", (), ALWAYS, "Used bytes of every tmpfs followed"),
-    "last_scan_timestamp_seconds": ("gauge", (), ALWAYS,
-                                    "When the last full scan (pods, processes, every tmpfs judged) ended, Unix time"),
+    "last_scan_timestamp_seconds": (
+        "gauge",
+        (),
+        ALWAYS,
+        "When the last full scan (pods, processes, every tmpfs judged) ended, Unix time",
+    ),
     "last_scan_duration_seconds": ("gauge", (), ALWAYS, "How long the last full scan took"),
-    "last_scan_errors": ("gauge", (), ALWAYS,
-                         "tmpfs the last full scan could not judge (gone or changed mid-scan), 1 when the node "
-                         "root could not be read"),
+    "last_scan_errors": (
+        "gauge",
+        (),
+        ALWAYS,
+        "tmpfs the last full scan could not judge (gone or changed mid-scan), 1 when the node root could not be read",
+    ),
     "scans_total": ("counter", (), EXPORTER, "Full scans: pods, processes and every tmpfs judged"),
     "scan_errors_total": ("counter", (), EXPORTER, "tmpfs (or the node root) a full scan or an update could not read"),
-    "updates_total": ("counter", (), EXPORTER,
-                      "Updates of one tmpfs between full scans, after inotify activity in it"),
+    "updates_total": ("counter", (), EXPORTER, "Updates of one tmpfs between full scans, after inotify activity in it"),
     "events_total": ("counter", (), EXPORTER, "inotify events read from the tmpfs followed"),
     "overflows_total": ("counter", (), EXPORTER, "inotify queue overflows (every tmpfs is updated after one)"),
-}  # fmt: skip
+}
 
 
 def label(value: str | None) -> str:
@@ -86,8 +104,13 @@ def label(value: str | None) -> str:
 
 def volume_labels(t: Tmpfs) -> tuple[str, str, str, str, str]:
     pod = t.pod
-    return (label(pod.namespace if pod else None), label(pod.name if pod else None), label(t.pod_uid),
-            label(t.place.volume), t.place.kind)  # fmt: skip
+    return (
+        label(pod.namespace if pod else None),
+        label(pod.name if pod else None),
+        label(t.pod_uid),
+        label(t.place.volume),
+        t.place.kind,
+    )
 
 
 @dataclass(frozen=True)
@@ -123,10 +146,20 @@ class Health:
 def volume_figures(t: Tmpfs, tally: Tally, others: Others, usage: tuple[int, int, int]) -> VolumeFigures:
     """A tmpfs's figures from its judgement (``tally``, ``others``) and its (size, used, free) bytes."""
     return VolumeFigures(
-        volume_labels(t), usage[0], usage[1], usage[2], t.hidden.nbytes, t.hidden.files, dict(tally.counts),
-        dict(tally.bytes_by_state), tally.reclaimable_bytes, sum(others.counts.values()),
-        sum(others.nbytes.values()), len(t.users), t.trust.trusted,
-    )  # fmt: skip
+        volume_labels(t),
+        usage[0],
+        usage[1],
+        usage[2],
+        t.hidden.nbytes,
+        t.hidden.files,
+        dict(tally.counts),
+        dict(tally.bytes_by_state),
+        tally.reclaimable_bytes,
+        sum(others.counts.values()),
+        sum(others.nbytes.values()),
+        len(t.users),
+        t.trust.trusted,
+    )
 
 
 def write_textfile(path: str, volumes: Iterable[VolumeFigures], health: Health) -> None:
@@ -160,11 +193,18 @@ def families(volumes: Iterable[VolumeFigures], health: Health) -> Iterator[Any]:
     states = [s.value for s in State]
     per_volume = {n: family(n) for n, (_, labels, _, _) in METRICS.items() if labels[: len(VOLUME)] == VOLUME}
     for v in vols:
-        one = {"size_bytes": v.size_bytes, "used_bytes": v.used_bytes, "free_bytes": v.free_bytes,
-               "hidden_bytes": v.hidden_bytes, "hidden_files": v.hidden_files,
-               "reclaimable_bytes": v.reclaimable_bytes, "other_entries": v.other_entries,
-               "other_bytes": v.other_bytes, "processes": v.processes,
-               "liveness_trusted": 1 if v.trusted else 0}  # fmt: skip
+        one = {
+            "size_bytes": v.size_bytes,
+            "used_bytes": v.used_bytes,
+            "free_bytes": v.free_bytes,
+            "hidden_bytes": v.hidden_bytes,
+            "hidden_files": v.hidden_files,
+            "reclaimable_bytes": v.reclaimable_bytes,
+            "other_entries": v.other_entries,
+            "other_bytes": v.other_bytes,
+            "processes": v.processes,
+            "liveness_trusted": 1 if v.trusted else 0,
+        }
         for name, value in one.items():
             per_volume[name].add_metric(list(v.labels), value)
         for s in states:
@@ -219,5 +259,20 @@ def statvfs_bytes(fd_or_path: int | str) -> tuple[int, int, int]:
     return size, size - vfs.f_bfree * vfs.f_frsize, free
 
 
-__all__ = ["ALWAYS", "EXPORTER", "METRICS", "PREFIX", "VOLUME", "Health", "VolumeFigures", "collector", "exposition",
-           "families", "label", "statvfs_bytes", "volume_figures", "volume_labels", "write_textfile"]  # fmt: skip
+__all__ = [
+    "ALWAYS",
+    "EXPORTER",
+    "METRICS",
+    "PREFIX",
+    "VOLUME",
+    "Health",
+    "VolumeFigures",
+    "collector",
+    "exposition",
+    "families",
+    "label",
+    "statvfs_bytes",
+    "volume_figures",
+    "volume_labels",
+    "write_textfile",
+]

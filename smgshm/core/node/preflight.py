@@ -151,36 +151,53 @@ def decide_proof(req: PreflightRequest) -> tuple[Proof, Trust]:
     """Which proof this run may use, and the trust the pid judgement runs under (see the module)."""
     shm_dir, mine, ipc = req.shm_dir, _ns("pid"), _ns("ipc")
     host_ipc = mine != INIT_PID_NS and ipc == INIT_IPC_NS
-    shared = ("this container shares the host's IPC namespace (--ipc=host, hostIPC): its /dev/shm is the host's, "
-              "written by processes of other pid namespaces")  # fmt: skip
+    shared = (
+        "this container shares the host's IPC namespace (--ipc=host, hostIPC): its /dev/shm is the host's, "
+        "written by processes of other pid namespaces"
+    )
     if req.mode == "init_container":
         if host_ipc:
             return Proof("init_container", False, shared), Trust(False, shared)
         user = first_user(shm_dir, (p for p in live_pids() if p not in _parents()))
         if user is not None:
             pid, how = user
-            why = f"pid {pid} ({comm(pid) or '?'}) {how}: an SMG process of this pod may be running, so the " \
-                "init-container proof does not hold"  # fmt: skip
+            why = (
+                f"pid {pid} ({comm(pid) or '?'}) {how}: an SMG process of this pod may be running, so the "
+                "init-container proof does not hold"
+            )
             return Proof("init_container", False, why), Trust(False, why)
-        why = ("init container: no process but preflight and its parents uses this tmpfs, and Kubernetes starts no "
-               "app container before it ends: every SMG name here is a previous incarnation's")  # fmt: skip
+        why = (
+            "init container: no process but preflight and its parents uses this tmpfs, and Kubernetes starts no "
+            "app container before it ends: every SMG name here is a previous incarnation's"
+        )
         return Proof("init_container", True, why), Trust(True, why)
     rule = "pid" if req.mode == "wrapper" else "none"
     if mine == INIT_PID_NS:
         trust = judge_trust(shm_dir)  # the host's pid namespace: the walk sees every other one
     elif not req.pod_private:
-        trust = Trust(False, (
-            "preflight runs in a container's pid namespace and cannot see the other containers' that may write "
-            "SMG names in this tmpfs: pass --pod-private if every such process is in this pid namespace"
-        ))  # fmt: skip
+        trust = Trust(
+            False,
+            (
+                "preflight runs in a container's pid namespace and cannot see the other containers' that may write "
+                "SMG names in this tmpfs: pass --pod-private if every such process is in this pid namespace"
+            ),
+        )
     elif host_ipc:
         trust = Trust(False, f"{shared}; --pod-private cannot hold")
     else:
         seen = judge_visible_trust(shm_dir)
-        trust = seen if not seen.trusted else Trust(True, (
-            "--pod-private: every process that writes SMG names here is in this pid namespace (the operator's "
-            "word), and no process preflight can see in another pid namespace reaches the tmpfs"
-        ), seen.doubt_uids)  # fmt: skip
+        trust = (
+            seen
+            if not seen.trusted
+            else Trust(
+                True,
+                (
+                    "--pod-private: every process that writes SMG names here is in this pid namespace (the operator's "
+                    "word), and no process preflight can see in another pid namespace reaches the tmpfs"
+                ),
+                seen.doubt_uids,
+            )
+        )
     if rule == "none":
         return Proof("none", trust.trusted, _no_flag(trust.note)), trust
     pid = os.getpid()
@@ -203,8 +220,16 @@ class _Judge(Judge):
     """gc's judge, with the proof's pids dead whatever the clock says: ``dead_pid`` (the wrapper's P),
     or every pid (the init container's)."""
 
-    def __init__(self, opts: ScanOptions, trust: Trust, holders: dict[tuple[int, int], list[Holder]], dev: int,
-                 sightings: Sightings | None, dead_pid: int | None, all_dead: bool) -> None:  # fmt: skip
+    def __init__(
+        self,
+        opts: ScanOptions,
+        trust: Trust,
+        holders: dict[tuple[int, int], list[Holder]],
+        dev: int,
+        sightings: Sightings | None,
+        dead_pid: int | None,
+        all_dead: bool,
+    ) -> None:
         super().__init__(opts, trust, holders, dev, sightings)
         self.dead_pid, self.all_dead = dead_pid, all_dead
 
@@ -215,8 +240,10 @@ class _Judge(Judge):
         if self.all_dead:
             reason = "no SMG process of this pod runs before its init container ends: a previous incarnation's"
         elif pid == self.dead_pid:
-            reason = (f"pid {pid} is preflight's and the gateway's it execs: an earlier process of this pid "
-                      "namespace that held it wrote this, and is dead")  # fmt: skip
+            reason = (
+                f"pid {pid} is preflight's and the gateway's it execs: an earlier process of this pid "
+                "namespace that held it wrote this, and is dead"
+            )
         else:
             return super()._dead_reason(kind, pid)
         self.said["dead", pid, kind] = reason
@@ -230,14 +257,16 @@ class _Scan(Scan):
 
     def make_judge(self) -> tuple[Trust, Judge]:
         trust = self._given
-        judge = _Judge(self.opts, trust, holder_index(self.dev), self.dev, self.sightings, self._dead_pid,
-                       self._all_dead)  # fmt: skip
+        judge = _Judge(
+            self.opts, trust, holder_index(self.dev), self.dev, self.sightings, self._dead_pid, self._all_dead
+        )
         return trust, judge
 
 
 def _entry(seg: SegmentInfo, reason: str | None = None, freed: int = 0) -> Entry:
-    return Entry(seg.name, seg.kind, seg.state.value, seg.allocated_bytes, seg.producer_pid, reason or seg.reason,
-                 freed)  # fmt: skip
+    return Entry(
+        seg.name, seg.kind, seg.state.value, seg.allocated_bytes, seg.producer_pid, reason or seg.reason, freed
+    )
 
 
 class _Run:
@@ -259,8 +288,18 @@ class _Run:
         self.check()
         proof, trust = decide_proof(req)
         self.check()
-        report = PreflightReport("ok", True, req.mode, req.shm_dir, self.pid, _ns("pid"), _ns("ipc"), proof,
-                                 namespace_id=ident.namespace_id, fstype=ident.fstype)  # fmt: skip
+        report = PreflightReport(
+            "ok",
+            True,
+            req.mode,
+            req.shm_dir,
+            self.pid,
+            _ns("pid"),
+            _ns("ipc"),
+            proof,
+            namespace_id=ident.namespace_id,
+            fstype=ident.fstype,
+        )
         dead_pid = self.pid if req.mode == "wrapper" and proof.holds else None
         scan = _Scan(ScanOptions(req.shm_dir), trust, dead_pid, req.mode == "init_container" and proof.holds)
         segs = list(scan)
@@ -298,8 +337,11 @@ class _Run:
             proven = self.req.mode == "init_container" or seg.producer_pid == dead_pid
             why = keep_reason(seg, uid=uid, all_users=True, min_age_s=0.0 if proven else self.req.min_age_s)
             if why:
-                refused.append(Deletion(seg.name, seg.allocated_bytes, False, f"{seg.reason}; kept: {why[1]}",
-                                        seg.ino, kept=why[0]))  # fmt: skip
+                refused.append(
+                    Deletion(
+                        seg.name, seg.allocated_bytes, False, f"{seg.reason}; kept: {why[1]}", seg.ino, kept=why[0]
+                    )
+                )
             else:
                 chosen.append(seg)
         return chosen, refused, kept
@@ -333,22 +375,33 @@ class _Run:
         if ident.fstype and ident.fstype != "tmpfs":
             report.notes.append(f"the shm dir is {ident.fstype}, not tmpfs: segments are written to that filesystem")
         if not ident.namespace_id:
-            report.causes.append(found(Cause.LOCAL_ID_UNREADABLE, (
-                "the boot id or the shm dir's st_dev cannot be read: the gateway's shm_namespace_id is empty, so "
-                "auto stays inline"
-            )))  # fmt: skip
+            report.causes.append(
+                found(
+                    Cause.LOCAL_ID_UNREADABLE,
+                    (
+                        "the boot id or the shm dir's st_dev cannot be read: the gateway's shm_namespace_id is empty, "
+                        "so auto stays inline"
+                    ),
+                )
+            )
         if req.mode == "wrapper":
             report.probe_file = gateway_probe_name(self.pid)
             if _exists(os.path.join(req.shm_dir, report.probe_file)):
                 why = next((e.reason for e in report.kept if e.name == report.probe_file), "it could not be removed")
-                report.causes.append(found(Cause.PROBE_FILE_LEFT, (
-                    f"{report.probe_file} is still there ({why}): the gateway preflight starts keeps pid {self.pid}, "
-                    "its writability probe will fail (EEXIST) and SHM stays off for its life"
-                ), fix=(
-                    f"if every process that writes SMG names in this tmpfs is in this pid namespace, pass "
-                    f"--pod-private; else remove {report.probe_file} by hand once no gateway with pid {self.pid} "
-                    "runs, then start the gateway"
-                )))  # fmt: skip
+                report.causes.append(
+                    found(
+                        Cause.PROBE_FILE_LEFT,
+                        (
+                            f"{report.probe_file} is still there ({why}): the gateway preflight starts keeps pid "
+                            f"{self.pid}, its writability probe will fail (EEXIST) and SHM stays off for its life"
+                        ),
+                        fix=(
+                            f"if every process that writes SMG names in this tmpfs is in this pid namespace, pass "
+                            f"--pod-private; else remove {report.probe_file} by hand once no gateway with pid "
+                            f"{self.pid} runs, then start the gateway"
+                        ),
+                    )
+                )
         err = probe_writable(req.shm_dir)
         report.writable, report.write_error = err is None, err
         if err is not None:
@@ -357,23 +410,42 @@ class _Run:
         largest = max(req.tensor_bytes, default=0)
         need = max(req.inflight_bytes, largest)
         report.need_bytes = need = math.ceil(need / page) * page
-        what = f"--inflight-bytes {human_size(req.inflight_bytes)}" if req.inflight_bytes >= largest else \
-            f"the largest --tensor-bytes {human_size(largest)}"  # fmt: skip
+        what = (
+            f"--inflight-bytes {human_size(req.inflight_bytes)}"
+            if req.inflight_bytes >= largest
+            else f"the largest --tensor-bytes {human_size(largest)}"
+        )
         if need and total < need:
-            report.causes.append(found(Cause.SHM_TOO_SMALL, (
-                f"the shm dir is {human_size(total)}, smaller than {what}: the gateway's SHM writes would fail "
-                "however empty it is"
-            ), fix=(
-                f"give the pod a /dev/shm of at least {human_size(need)}: an emptyDir {{medium: Memory, sizeLimit}} "
-                "at /dev/shm (and container memory limits that cover it), or docker/podman --shm-size"
-            )))  # fmt: skip
+            report.causes.append(
+                found(
+                    Cause.SHM_TOO_SMALL,
+                    (
+                        f"the shm dir is {human_size(total)}, smaller than {what}: the gateway's SHM writes would fail "
+                        "however empty it is"
+                    ),
+                    fix=(
+                        f"give the pod a /dev/shm of at least {human_size(need)}: an emptyDir {{medium: Memory, "
+                        "sizeLimit} at /dev/shm (and container memory limits that cover it), or "
+                        "docker/podman --shm-size"
+                    ),
+                )
+            )
         elif need and free < need:
-            held = f"; still there: {human_size(report.kept_bytes)} of SMG names preflight could not reclaim" \
-                if report.kept_bytes else ""  # fmt: skip
-            report.causes.append(found(Cause.SHM_FULL, (
-                f"after reclaiming, {human_size(free)} of the shm dir's {human_size(total)} is free, less than "
-                f"{what}{held}"
-            ), smgshm_cmd(req.shm_dir, "gc")))  # fmt: skip
+            held = (
+                f"; still there: {human_size(report.kept_bytes)} of SMG names preflight could not reclaim"
+                if report.kept_bytes
+                else ""
+            )
+            report.causes.append(
+                found(
+                    Cause.SHM_FULL,
+                    (
+                        f"after reclaiming, {human_size(free)} of the shm dir's {human_size(total)} is free, less than "
+                        f"{what}{held}"
+                    ),
+                    smgshm_cmd(req.shm_dir, "gc"),
+                )
+            )
         if report.causes:
             report.verdict, report.may_start = "fail", False
         elif report.kept_counts.get("unknown"):  # a proof that does not hold where nothing needs it: ok
@@ -391,12 +463,25 @@ def _exists(path: str) -> bool:
 
 
 def _timed_out(req: PreflightRequest, started: float) -> PreflightReport:
-    report = PreflightReport("fail", False, req.mode, req.shm_dir, os.getpid(), _ns("pid"), _ns("ipc"),
-                             Proof("none", False, "not decided: the deadline passed first"))  # fmt: skip
-    report.causes.append(found(Cause.PREFLIGHT_TIMEOUT, (
-        f"preflight did not finish within --timeout {req.timeout_s:g} s: what it reclaimed by then is not "
-        "reported, and nothing was checked"
-    )))  # fmt: skip
+    report = PreflightReport(
+        "fail",
+        False,
+        req.mode,
+        req.shm_dir,
+        os.getpid(),
+        _ns("pid"),
+        _ns("ipc"),
+        Proof("none", False, "not decided: the deadline passed first"),
+    )
+    report.causes.append(
+        found(
+            Cause.PREFLIGHT_TIMEOUT,
+            (
+                f"preflight did not finish within --timeout {req.timeout_s:g} s: what it reclaimed by then is not "
+                "reported, and nothing was checked"
+            ),
+        )
+    )
     report.elapsed_ms = (time.monotonic() - started) * 1e3
     return report
 

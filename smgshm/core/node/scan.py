@@ -101,9 +101,13 @@ class TmpfsScan(Scan):
     """gc's scan of one tmpfs, judged by its pod's pid namespaces; other families counted as it lists."""
 
     def __init__(
-        self, tmpfs: Tmpfs, opts: ScanOptions, progress: Callable[[int], None] | None = None,
-        holders: dict[tuple[int, int], list[Holder]] | None = None, mounted: dict[str, str] | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        tmpfs: Tmpfs,
+        opts: ScanOptions,
+        progress: Callable[[int], None] | None = None,
+        holders: dict[tuple[int, int], list[Holder]] | None = None,
+        mounted: dict[str, str] | None = None,
+    ) -> None:
         """``holders``: every tmpfs's, from one walk of /proc (``holder_index_devs``); ``mounted``: its
         mount points, from one read of every namespace's table (``mount_points_of``); else its own reads."""
         self.tmpfs = tmpfs
@@ -126,8 +130,7 @@ class TmpfsScan(Scan):
         # filesystem): the node view found it mounted as a tmpfs, made after boot.
         offset = clock.boot_offset()
         wall = WallClock(offset, clock.step_shown(clock.birth_time(place.path), 0.0, offset))
-        return trust, PodJudge(self.opts, trust, held, self.dev, self.tmpfs.spaces, self.sightings, self._mounted,
-                               wall)  # fmt: skip
+        return trust, PodJudge(self.opts, trust, held, self.dev, self.tmpfs.spaces, self.sightings, self._mounted, wall)
 
     def _entries(self) -> Iterator[os.DirEntry[str]]:
         others, prefix = self.others, SMG_FAMILY_PREFIX

@@ -75,8 +75,9 @@ class Users:
         process of a pod is in its pod's cgroup, so for a pod's emptyDir (``pod_uid``) only its own
         pod's unread processes (or ones whose cgroup is unread too) count; for any other tmpfs, all."""
         known = set(judged_in)
-        return frozenset(u.uid for u in self.unread
-                         if u.pidns not in known and (pod_uid is None or u.pod_uid in (None, pod_uid)))  # fmt: skip
+        return frozenset(
+            u.uid for u in self.unread if u.pidns not in known and (pod_uid is None or u.pod_uid in (None, pod_uid))
+        )
 
 
 def _cgroup_pod(pid: int) -> str | None:

@@ -62,8 +62,10 @@ class FdPressure:
         cap, n = connection_cap(soft), open_fds()
         if n >= cap and not self.said:
             self.said = True
-            return (f"{n} of {soft} file descriptors (ulimit -n) open: near the cap of {cap} connections, "
-                    "beyond which a new one is closed at once")  # fmt: skip
+            return (
+                f"{n} of {soft} file descriptors (ulimit -n) open: near the cap of {cap} connections, "
+                "beyond which a new one is closed at once"
+            )
         if n < cap // 2:
             self.said = False
         return None

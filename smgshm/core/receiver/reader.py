@@ -164,9 +164,10 @@ def check_tensor(t: InTensor, cfg: ReceiverConfig) -> Receipt | None:
         check_handle(t.shm_offset, t.shm_nbytes)
         if not cfg.any_name and not in_family(name):
             return Receipt(
-                **base, error_code="foreign_name",
+                **base,
+                error_code="foreign_name",
                 error_message=f"refused unread: not an SMG segment name (name={t.shm_name!r}; --any-name reads any)",
-            )  # fmt: skip
+            )
     except SmgshmError as err:
         return Receipt(**base, error_code=_error_code(err), error_message=_public_message(err, t))
     return None
@@ -221,9 +222,14 @@ def _receive_shm(t: InTensor, cfg: ReceiverConfig, base: dict[str, Any]) -> Rece
     finally:
         seg.release()
     return Receipt(
-        **base, nbytes=seg.nbytes, digest=d, read_ns=seg.read_ns, decode_ns=decode_ns, unlinked=seg.unlinked,
+        **base,
+        nbytes=seg.nbytes,
+        digest=d,
+        read_ns=seg.read_ns,
+        decode_ns=decode_ns,
+        unlinked=seg.unlinked,
         reader=seg.mode,
-    )  # fmt: skip
+    )
 
 
 def receive(layout: Layout, raw: bytes, cfg: ReceiverConfig) -> list[Receipt]:

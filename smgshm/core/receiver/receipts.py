@@ -189,4 +189,3 @@ def fetch_receipts(address: str, after_seq: int = 0, timeout_s: float = 5.0) -> 
             after_seq = int(resp.next_seq)
     finally:
         channel.close()
-

@@ -68,10 +68,11 @@ def raw_receive_handlers(servicer: Any) -> dict[str, Any]:
     """Method handlers that replace the generated ones: Receive takes its request as bytes."""
     return {
         "Receive": grpc.unary_unary_rpc_method_handler(
-            servicer.Receive, request_deserializer=None,
+            servicer.Receive,
+            request_deserializer=None,
             response_serializer=diag_pb2.ReceiveResponse.SerializeToString,
         )
-    }  # fmt: skip
+    }
 
 
 class _Changes:

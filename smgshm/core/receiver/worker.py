@@ -48,9 +48,14 @@ def segment_age_ns(name: str, now_ns: int) -> int:
 
 def _to_generate_receipt(r: Receipt, t: InTensor, request_id: str, engine: str, now_ns: int) -> GenerateReceipt:
     return receipt_as(
-        GenerateReceipt, r, request_id=request_id, engine=engine, shm_owner_id=t.shm_owner_id,
-        age_ns=segment_age_ns(t.shm_name, now_ns) if t.kind == "shm" else 0, received_unix_ns=now_ns,
-    )  # fmt: skip
+        GenerateReceipt,
+        r,
+        request_id=request_id,
+        engine=engine,
+        shm_owner_id=t.shm_owner_id,
+        age_ns=segment_age_ns(t.shm_name, now_ns) if t.kind == "shm" else 0,
+        received_unix_ns=now_ns,
+    )
 
 
 def parse_and_read(layout: Layout, raw: bytes, cfg: ReceiverConfig, ring: ReceiptRing) -> tuple[Any, GenerateOutcome]:

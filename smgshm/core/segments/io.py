@@ -286,8 +286,13 @@ def _reopen_without_proc(path: str, pinned: os.stat_result) -> int:
 
 
 def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISDIR, "directory"), (stat.S_ISFIFO, "fifo"), (stat.S_ISSOCK, "socket"),
-                       (stat.S_ISCHR, "char_device"), (stat.S_ISBLK, "block_device")):  # fmt: skip
+    for test, name in (
+        (stat.S_ISDIR, "directory"),
+        (stat.S_ISFIFO, "fifo"),
+        (stat.S_ISSOCK, "socket"),
+        (stat.S_ISCHR, "char_device"),
+        (stat.S_ISBLK, "block_device"),
+    ):
         if test(mode):
             return name
     return "other"

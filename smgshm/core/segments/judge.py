@@ -89,8 +89,15 @@ class ScanOptions:
     assume_dead: bool = False
 
 
-_TYPES = {stat.S_IFREG: "regular", stat.S_IFLNK: "symlink", stat.S_IFIFO: "fifo", stat.S_IFDIR: "directory",
-          stat.S_IFSOCK: "socket", stat.S_IFCHR: "char_device", stat.S_IFBLK: "block_device"}  # fmt: skip
+_TYPES = {
+    stat.S_IFREG: "regular",
+    stat.S_IFLNK: "symlink",
+    stat.S_IFIFO: "fifo",
+    stat.S_IFDIR: "directory",
+    stat.S_IFSOCK: "socket",
+    stat.S_IFCHR: "char_device",
+    stat.S_IFBLK: "block_device",
+}
 
 
 # starttime's ticks, a coarse mtime, the clocks' reads: a producer's own segment is never this much older than it
@@ -197,9 +204,15 @@ class Judge:
     """
 
     def __init__(
-        self, opts: ScanOptions, trust: Trust, holders: dict[tuple[int, int], list[Holder]], dir_dev: int | None = None,
-        sightings: Sightings | None = None, mounted: dict[str, str] | None = None, wall: WallClock | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        opts: ScanOptions,
+        trust: Trust,
+        holders: dict[tuple[int, int], list[Holder]],
+        dir_dev: int | None = None,
+        sightings: Sightings | None = None,
+        mounted: dict[str, str] | None = None,
+        wall: WallClock | None = None,
+    ) -> None:
         self.opts, self.trust, self.holders = opts, trust, holders
         # What earlier scans saw (read once; a scan saves what it adds): the proofs of reuse and staleness.
         self.sightings = sightings if sightings is not None else Sightings(opts.shm_dir, dir_dev)
@@ -214,7 +227,7 @@ class Judge:
         # By inode alone for the dir's own device (an int key, no tuple per entry); as tuples, once.
         self.held_here: dict[int, tuple[Holder, ...]] = {
             ino: tuple(hs) for (d, ino), hs in holders.items() if d == dir_dev
-        }  # fmt: skip
+        }
         self.now = time.time()
         self.boot_now = clock.boot_clock_ns()  # the sightings' clock, read once: their ages are at least this old
 
@@ -223,9 +236,12 @@ class Judge:
         return next(self.each((_Lstated(name, st),), family=""))
 
     def each(
-        self, entries: Iterable[_DirEntry], tally: Tally | None = None, progress: Callable[[int], None] | None = None,
+        self,
+        entries: Iterable[_DirEntry],
+        tally: Tally | None = None,
+        progress: Callable[[int], None] | None = None,
         family: str = SMG_FAMILY_PREFIX,
-    ) -> Iterator[SegmentInfo]:  # fmt: skip
+    ) -> Iterator[SegmentInfo]:
         """Judge each entry (an ``os.DirEntry`` of the dir, or alike) whose name starts with ``family``,
         adding it to ``tally``; ``progress(n)`` every 1024 entries. One loop with everything in
         locals and no call per entry but the lstat: a crowded dir has a million entries, and a
@@ -238,8 +254,12 @@ class Judge:
         judge_pid = not self.opts.assume_dead
         trusted, doubt, stale_after = self.trust.trusted, self.trust.doubt_uids, self.opts.stale_after_s
         if tally is not None:  # Tally.add, inline: a call per entry is a tenth of this loop
-            t_counts, t_bytes, t_kcounts, t_kbytes = (tally.counts, tally.bytes_by_state, tally.counts_by_kind,
-                                                      tally.bytes_by_kind)  # fmt: skip
+            t_counts, t_bytes, t_kcounts, t_kbytes = (
+                tally.counts,
+                tally.bytes_by_state,
+                tally.counts_by_kind,
+                tally.bytes_by_kind,
+            )
         seen = 0
         for entry in entries:
             name = entry.name
@@ -274,9 +294,13 @@ class Judge:
                 held = held_here.get(ino, ()) if held_here else ()
             else:
                 held = tuple(holders.get((dev, ino), ())) if holders else ()
-            if ftype != "regular" or held or pid is None or (dev != dir_dev and dir_dev is not None) or (
-                mounted and name in mounted
-            ):  # fmt: skip
+            if (
+                ftype != "regular"
+                or held
+                or pid is None
+                or (dev != dir_dev and dir_dev is not None)
+                or (mounted and name in mounted)
+            ):
                 state, reason, alive = self._not_by_pid(name, dev, kind, ftype, held)
             else:  # a regular file on this filesystem nobody holds, with a producer pid: the pid decides
                 bounds = starts[pid] if pid in starts else starts.setdefault(pid, self.bounds(pid))
@@ -318,11 +342,14 @@ class Judge:
                     state = State.STALE
                     reason = f"producer pid {pid} lives, but smgshm has seen the segment for {seen_s:.0f} s"
                 elif age >= stale_after:
-                    state, reason = State.UNKNOWN, (
-                        f"producer pid {pid} lives; the segment is {age:.0f} s old by the wall clock, which can be "
-                        f"stepped, but smgshm first saw it only {seen_s:.0f} s ago: stale, and reapable, once seen "
-                        f"for {stale_after:.0f} s"
-                    )  # fmt: skip
+                    state, reason = (
+                        State.UNKNOWN,
+                        (
+                            f"producer pid {pid} lives; the segment is {age:.0f} s old by the wall clock, which can be "
+                            f"stepped, but smgshm first saw it only {seen_s:.0f} s ago: stale, and reapable, once seen "
+                            f"for {stale_after:.0f} s"
+                        ),
+                    )
                 else:
                     state, reason = State.IN_FLIGHT, said.get(("young", pid, ""))
                     if reason is None:
@@ -331,8 +358,27 @@ class Judge:
                 reason += f"; it has {nlink} links: unlinking this name frees nothing"
             # tuple.__new__: the NamedTuple's own __new__ is a Python function, a third of the cost again.
             nbytes = st.st_blocks * 512
-            seg = _new(SegmentInfo, (name, kind, ftype, st.st_size, nbytes, age if age > 0.0 else 0.0,
-                                     uid, pid, alive, held, state, reason, ino, nlink, dev, seen_s))  # fmt: skip
+            seg = _new(
+                SegmentInfo,
+                (
+                    name,
+                    kind,
+                    ftype,
+                    st.st_size,
+                    nbytes,
+                    age if age > 0.0 else 0.0,
+                    uid,
+                    pid,
+                    alive,
+                    held,
+                    state,
+                    reason,
+                    ino,
+                    nlink,
+                    dev,
+                    seen_s,
+                ),
+            )
             if tally is not None:
                 sv = state._value_
                 t_counts[sv] += 1
@@ -365,8 +411,10 @@ class Judge:
 
     def _reused_reason(self, kind: str, pid: int, bounds: Bounds, sight: int) -> str:
         after = (bounds.started_ns - sight) / 1e9
-        return (f"producer pid {pid} is dead: its pid now belongs to a process that started {after:.0f} s (boot "
-                f"clock) after smgshm first saw this segment (reused){self._probe_note(kind, pid)}")  # fmt: skip
+        return (
+            f"producer pid {pid} is dead: its pid now belongs to a process that started {after:.0f} s (boot "
+            f"clock) after smgshm first saw this segment (reused){self._probe_note(kind, pid)}"
+        )
 
     def _clock_reason(self, pid: int, bounds: Bounds, written: float) -> str:
         """Why a segment the wall clock alone calls older than its pid's process is kept. One sentence
@@ -376,17 +424,21 @@ class Judge:
         if reason is not None:
             return reason
         if beyond:
-            why = (f"pid {pid} is held by a process that started after this segment's time by the wall clock: "
-                   "reused unless the clock was stepped")  # fmt: skip
+            why = (
+                f"pid {pid} is held by a process that started after this segment's time by the wall clock: "
+                "reused unless the clock was stepped"
+            )
         else:
             stepped = bounds.alive_from - bounds.reused_before
-            why = (f"producer pid {pid} lives or was reused: the segment's time is before its process started, but "
-                   f"by less than the wall clock has been stepped forward since ({stepped:.0f} s) plus "
-                   f"{CLOCK_SLACK_S:.0f} s")  # fmt: skip
+            why = (
+                f"producer pid {pid} lives or was reused: the segment's time is before its process started, but "
+                f"by less than the wall clock has been stepped forward since ({stepped:.0f} s) plus "
+                f"{CLOCK_SLACK_S:.0f} s"
+            )
         reason = self.said["clock" if beyond else "band", pid, ""] = (
             f"{why}; kept, as smgshm first saw the segment only after that process started: never deleted on the "
             "wall clock; reaped once no process has the pid, or one that started after a scan saw the segment"
-        )  # fmt: skip
+        )
         return reason
 
     def _not_by_pid(
@@ -397,10 +449,17 @@ class Judge:
             # Something is mounted over this name (a bind-mounted file or dir): unlink gets EBUSY,
             # and the inode is another filesystem's, never a segment this dir's producer wrote.
             if self.mounted.get(name):  # only there: here rename and unlink succeed and detach it
-                return State.HAZARD, f"a mount point in another mount namespace ({self.mounted[name]}); " \
-                    "deleting it would detach that mount; never touched", None  # fmt: skip
-            return State.HAZARD, f"a mount point ({ftype.replace('_', ' ')} of another filesystem) named like a " \
-                "segment; never touched", None  # fmt: skip
+                return (
+                    State.HAZARD,
+                    f"a mount point in another mount namespace ({self.mounted[name]}); "
+                    "deleting it would detach that mount; never touched",
+                    None,
+                )
+            return (
+                State.HAZARD,
+                f"a mount point ({ftype.replace('_', ' ')} of another filesystem) named like a segment; never touched",
+                None,
+            )
         if ftype != "regular":
             what = "a FIFO would hang SMG's reader" if ftype == "fifo" else "SMG's reader refuses it"
             return State.HAZARD, f"a {ftype.replace('_', ' ')} named like a segment: {what}; never touched", None

@@ -140,9 +140,13 @@ def _links(dfd: int, name: str) -> int:
 
 
 def _finish(
-    seg: SegmentInfo, private: str, dfd: int, dev: int, held: dict[tuple[int, int], list[Holder]],
+    seg: SegmentInfo,
+    private: str,
+    dfd: int,
+    dev: int,
+    held: dict[tuple[int, int], list[Holder]],
     mounted: dict[str, str],
-) -> Deletion:  # fmt: skip
+) -> Deletion:
     fd = os.open(private, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
     try:
         st = os.fstat(fd)
@@ -168,8 +172,10 @@ def _finish(
         os.unlink(private, dir_fd=dfd)
         after = os.fstat(fd).st_nlink
         if after != st.st_nlink - 1:  # only a swap of the private name itself can do this
-            why = (f"an entry swapped in under the private name {private} after the check was unlinked instead; "
-                   "the judged inode is still there")
+            why = (
+                f"an entry swapped in under the private name {private} after the check was unlinked instead; "
+                "the judged inode is still there"
+            )
             return Deletion(seg.name, seg.allocated_bytes, False, why, seg.ino, kept=REPLACED)
         if after == 0:
             return Deletion(seg.name, seg.allocated_bytes, True, seg.reason, seg.ino, st.st_blocks * 512)
@@ -265,5 +271,15 @@ def reap_choice(scan: Scan, choice: Choice, on_action: Callable[[Deletion], None
     return ReapReport(deleted, before, after, used, free, done_rows)
 
 
-__all__ = ["BATCH", "KEPT_REASONS", "Choice", "ReapReport", "ReapRule", "choose", "keep_reason", "reap", "reap_choice",
-           "reapable"]
+__all__ = [
+    "BATCH",
+    "KEPT_REASONS",
+    "Choice",
+    "ReapReport",
+    "ReapRule",
+    "choose",
+    "keep_reason",
+    "reap",
+    "reap_choice",
+    "reapable",
+]

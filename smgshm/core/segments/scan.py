@@ -127,10 +127,22 @@ class Scan:
 
     def report(self, segments: list[SegmentInfo]) -> GcReport:
         t = self.tally
-        return GcReport(self.opts.shm_dir, segments, dict(t.counts), dict(t.bytes_by_state), t.reclaimable_bytes,
-                        self.shm_total_bytes, self.shm_total_bytes - self.shm_free_bytes, self.shm_free_bytes,
-                        self.trust.trusted, self.trust.note, self.scan_ms, [], dict(t.counts),
-                        dict(t.bytes_by_state))  # fmt: skip
+        return GcReport(
+            self.opts.shm_dir,
+            segments,
+            dict(t.counts),
+            dict(t.bytes_by_state),
+            t.reclaimable_bytes,
+            self.shm_total_bytes,
+            self.shm_total_bytes - self.shm_free_bytes,
+            self.shm_free_bytes,
+            self.trust.trusted,
+            self.trust.note,
+            self.scan_ms,
+            [],
+            dict(t.counts),
+            dict(t.bytes_by_state),
+        )
 
 
 def scan_segments(opts: ScanOptions, progress: Callable[[int], None] | None = None) -> GcReport:

@@ -160,9 +160,12 @@ def unique(cols: Columns) -> Columns:
 
 
 def merge(
-    mine: Columns, disk: tuple[Columns, dict[int, int]] | None, *, since_ns: int | None = None,
+    mine: Columns,
+    disk: tuple[Columns, dict[int, int]] | None,
+    *,
+    since_ns: int | None = None,
     ended: frozenset[tuple[int, int, int, int]] | set[tuple[int, int, int, int]] = frozenset(),
-) -> Columns:  # fmt: skip
+) -> Columns:
     """``mine`` (one writer's rows, one per inode) merged with the store on ``disk`` (``decode``'s,
     whose index it consumes): a row of the same entry (inode, owner, ctime, name) takes the EARLIER
     sighting of the two; a disk row of an inode ``mine`` holds as another entry is dropped (``mine``
@@ -177,8 +180,11 @@ def merge(
     pop = others.pop
     for i, ino in enumerate(inos):
         j = pop(ino, None)
-        if j is not None and d_seen[j] < seen[i] and (d_uids[j], d_ctimes[j], d_sums[j]) == (uids[i], ctimes[i],
-                                                                                            sums[i]):  # fmt: skip
+        if (
+            j is not None
+            and d_seen[j] < seen[i]
+            and (d_uids[j], d_ctimes[j], d_sums[j]) == (uids[i], ctimes[i], sums[i])
+        ):
             seen[i] = d_seen[j]
     rest = sorted(others.values())
     if since_ns is not None:
@@ -190,10 +196,13 @@ def merge(
 
 
 def write_merged(
-    store: StoreFile, mine: Columns, *, since_ns: int | None = None,
+    store: StoreFile,
+    mine: Columns,
+    *,
+    since_ns: int | None = None,
     ended: frozenset[tuple[int, int, int, int]] | set[tuple[int, int, int, int]] = frozenset(),
     unchanged: Callable[[], bool] | None = None,
-) -> Columns | None:  # fmt: skip
+) -> Columns | None:
     """Write ``mine`` merged (``merge``, with ``since_ns`` and ``ended``) with the store as it is now,
     under the store dir's lock, which every writer takes (so no write between the read and the
     rename is lost). ``unchanged()``: the store is still what this writer read, and ``mine``
@@ -204,8 +213,11 @@ def write_merged(
         if not locked:
             return None
         # Unchanged since this writer read it: ``mine`` holds all of it that is to stay, merged.
-        data = None if unchanged is not None and unchanged() else usercache.read_private(store.file, MAX_BYTES,
-                                                                                         store.directory)  # fmt: skip
+        data = (
+            None
+            if unchanged is not None and unchanged()
+            else usercache.read_private(store.file, MAX_BYTES, store.directory)
+        )
         disk = None if data is None else decode(data, store.header, clock.boot_clock_ns())
         cols = merge(mine, disk, since_ns=since_ns, ended=ended)
         if not usercache.write_private(store.file, encode(store.header, cols), store.directory):
@@ -289,8 +301,12 @@ class Sightings:
         # freed and taken again with the same size within one timestamp tick, which would lose the other's
         # sightings: only ever a later proof.)
         read = self.stamp if self.stamp is not None and (not len(self.seen) or max(self.seen) < self.since_ns) else None
-        ok = write_merged(store, cols, since_ns=self.since_ns,
-                          unchanged=lambda: read is not None and self._stamp() == read) is not None  # fmt: skip
+        ok = (
+            write_merged(
+                store, cols, since_ns=self.since_ns, unchanged=lambda: read is not None and self._stamp() == read
+            )
+            is not None
+        )
         if ok:
             self._sweep()
         return ok
@@ -316,5 +332,19 @@ class Sightings:
                 os.close(dfd)
 
 
-__all__ = ["MAX_BYTES", "MAX_RECORDS", "ROOT_STORE_DIR", "Columns", "Sightings", "StoreFile", "decode", "encode",
-           "merge", "name_sum", "store_dir", "store_file", "unique", "write_merged"]  # fmt: skip
+__all__ = [
+    "MAX_BYTES",
+    "MAX_RECORDS",
+    "ROOT_STORE_DIR",
+    "Columns",
+    "Sightings",
+    "StoreFile",
+    "decode",
+    "encode",
+    "merge",
+    "name_sum",
+    "store_dir",
+    "store_file",
+    "unique",
+    "write_merged",
+]

@@ -25,8 +25,14 @@ from smgshm.core.errors import HostError
 from smgshm.core.segments.judge import State
 from smgshm.core.segments.reaping import KEPT_REASONS, SET_ASIDE_FAILED, ReapReport
 
-_TYPES = {stat.S_IFLNK: "a symlink", stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO",
-          stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket"}  # fmt: skip
+_TYPES = {
+    stat.S_IFLNK: "a symlink",
+    stat.S_IFDIR: "a directory",
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFSOCK: "a socket",
+}
 
 
 def _check_target(path: str, option: str) -> None:
@@ -47,8 +53,11 @@ def _create_beside(path: str, option: str) -> tuple[int, str]:
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     except OSError as err:
-        raise HostError(f"the {option} file's directory does not take a new file: {err.strerror}",
-                        path=os.path.dirname(tmp) or ".", uid=os.getuid()) from err  # fmt: skip
+        raise HostError(
+            f"the {option} file's directory does not take a new file: {err.strerror}",
+            path=os.path.dirname(tmp) or ".",
+            uid=os.getuid(),
+        ) from err
     return fd, tmp
 
 
@@ -72,22 +81,46 @@ ALWAYS, FINISHED = "always", "after a run that finished"
 METRICS: dict[str, tuple[str, tuple[str, ...], str, str]] = {
     "last_run_timestamp_seconds": ("gauge", (), ALWAYS, "When the last run ended, in seconds since the Unix epoch"),
     "last_run_duration_seconds": ("gauge", (), ALWAYS, "How long the last run took"),
-    "last_run_success": ("gauge", (), ALWAYS, "1 when the last run finished and no segment it chose failed to be "
-                         "set aside; 0 when it failed"),
+    "last_run_success": (
+        "gauge",
+        (),
+        ALWAYS,
+        "1 when the last run finished and no segment it chose failed to be set aside; 0 when it failed",
+    ),
     "segments": ("gauge", ("state",), FINISHED, "Segments in the shm dir after the last run, by state"),
     "segment_bytes": ("gauge", ("state",), FINISHED, "Allocated bytes of the segments after the last run, by state"),
-    "reclaimed_segments": ("gauge", ("state",), FINISHED,
-                           "Segments the last run unlinked, by the state they were judged in"),
-    "reclaimed_bytes": ("gauge", ("state",), FINISHED,
-                        "Allocated bytes of the segments the last run unlinked, by the state they were judged in"),
-    "freed_bytes": ("gauge", (), FINISHED, "Bytes the filesystem got back from the last run (less than reclaimed "
-                    "when another link keeps a file's data)"),
-    "kept_segments": ("gauge", ("reason",), FINISHED,
-                      "Segments the last run chose to unlink by their state but kept, by why"),
-    "kept_bytes": ("gauge", ("reason",), FINISHED,
-                   "Allocated bytes of the segments the last run chose but kept, by why"),
+    "reclaimed_segments": (
+        "gauge",
+        ("state",),
+        FINISHED,
+        "Segments the last run unlinked, by the state they were judged in",
+    ),
+    "reclaimed_bytes": (
+        "gauge",
+        ("state",),
+        FINISHED,
+        "Allocated bytes of the segments the last run unlinked, by the state they were judged in",
+    ),
+    "freed_bytes": (
+        "gauge",
+        (),
+        FINISHED,
+        "Bytes the filesystem got back from the last run (less than reclaimed when another link keeps a file's data)",
+    ),
+    "kept_segments": (
+        "gauge",
+        ("reason",),
+        FINISHED,
+        "Segments the last run chose to unlink by their state but kept, by why",
+    ),
+    "kept_bytes": (
+        "gauge",
+        ("reason",),
+        FINISHED,
+        "Allocated bytes of the segments the last run chose but kept, by why",
+    ),
     "shm_free_bytes": ("gauge", (), FINISHED, "Free bytes in the shm dir after the last run"),
-}  # fmt: skip
+}
 
 
 @dataclass(frozen=True)
@@ -172,7 +205,7 @@ def write_exposition(path: str, text: bytes, option: str = "--prometheus") -> No
             os.fchmod(fd, 0o644)  # node_exporter often runs as another user
             data = memoryview(text)
             while data:
-                data = data[os.write(fd, data):]
+                data = data[os.write(fd, data) :]
         finally:
             os.close(fd)
         _check_target(path, option)  # again, just before the rename: it may have been replaced since the start
@@ -184,5 +217,13 @@ def write_exposition(path: str, text: bytes, option: str = "--prometheus") -> No
             os.unlink(tmp)  # gone after a rename; left only by a failure
 
 
-__all__ = ["ALWAYS", "FINISHED", "METRICS", "RunRecord", "check_writable", "textfile_text", "write_exposition",
-           "write_textfile"]  # fmt: skip
+__all__ = [
+    "ALWAYS",
+    "FINISHED",
+    "METRICS",
+    "RunRecord",
+    "check_writable",
+    "textfile_text",
+    "write_exposition",
+    "write_textfile",
+]

@@ -34,17 +34,33 @@ QUANTILES = ("0.5", "0.9", "0.99", "1")
 # name (as exposed) -> (type, labels besides shm_dir, when it is there, help)
 METRICS: dict[str, tuple[str, tuple[str, ...], str, str]] = {
     "segments_created_total": ("counter", ("kind",), ALWAYS, "Segments whose creation watch saw, by producer kind"),
-    "created_bytes_total": ("counter", ("kind",), ALWAYS,
-                            "Bytes of the created segments whose size was known, by producer kind"),
-    "segments_ended_total": ("counter", ("kind", "end"), ALWAYS,
-                             "Segments unlinked, by producer kind and how they ended"),
-    "ended_bytes_total": ("counter", ("kind", "end"), ALWAYS,
-                          "Bytes of the unlinked segments whose size was known, by producer kind and how they ended"),
+    "created_bytes_total": (
+        "counter",
+        ("kind",),
+        ALWAYS,
+        "Bytes of the created segments whose size was known, by producer kind",
+    ),
+    "segments_ended_total": (
+        "counter",
+        ("kind", "end"),
+        ALWAYS,
+        "Segments unlinked, by producer kind and how they ended",
+    ),
+    "ended_bytes_total": (
+        "counter",
+        ("kind", "end"),
+        ALWAYS,
+        "Bytes of the unlinked segments whose size was known, by producer kind and how they ended",
+    ),
     "time_in_flight_seconds": ("histogram", ("le",), ALWAYS, "Creation to unlink of the segments a reader consumed"),
-    "interval_time_in_flight_seconds": ("summary", ("quantile",), ALWAYS,
-                                        "Creation to unlink of the segments a reader consumed: quantiles over the "
-                                        "last interval (1 is its maximum, NaN when none ended), count and sum over "
-                                        "the run"),
+    "interval_time_in_flight_seconds": (
+        "summary",
+        ("quantile",),
+        ALWAYS,
+        "Creation to unlink of the segments a reader consumed: quantiles over the "
+        "last interval (1 is its maximum, NaN when none ended), count and sum over "
+        "the run",
+    ),
     "overflows_total": ("counter", (), ALWAYS, "inotify queue overflows (each followed by a rescan)"),
     "dir_gone_total": ("counter", (), ALWAYS, "Times the shm dir was deleted, moved, unmounted or mounted over"),
     "untracked_total": ("counter", (), ALWAYS, "Segments not followed because too many were in flight"),
@@ -53,12 +69,19 @@ METRICS: dict[str, tuple[str, tuple[str, ...], str, str]] = {
     "in_flight_bytes": ("gauge", (), AFTER_INTERVAL, "Known bytes in flight at the end of the last interval"),
     "orphan_segments": ("gauge", (), AFTER_INTERVAL, "Segments in flight past --orphan-after (last interval)"),
     "orphan_bytes": ("gauge", (), AFTER_INTERVAL, "Known bytes of the segments in flight past --orphan-after"),
-    "gateway_shm_byte_ratio": ("gauge", (), AFTER_TRAFFIC,
-                                "Ratio of the gateway's tensor bytes that went through SHM (last interval with "
-                                "tensors)"),
-    "gateway_eligible_inline": ("gauge", (), AFTER_TRAFFIC,
-                                "1 when SHM-eligible tensors went inline (last interval with tensors), else 0"),
-}  # fmt: skip
+    "gateway_shm_byte_ratio": (
+        "gauge",
+        (),
+        AFTER_TRAFFIC,
+        "Ratio of the gateway's tensor bytes that went through SHM (last interval with tensors)",
+    ),
+    "gateway_eligible_inline": (
+        "gauge",
+        (),
+        AFTER_TRAFFIC,
+        "1 when SHM-eligible tensors went inline (last interval with tensors), else 0",
+    ),
+}
 
 
 class _Collector:
@@ -82,8 +105,10 @@ class _Collector:
                 return Metric(PREFIX + name, doc, "summary")
             return GaugeMetricFamily(PREFIX + name, doc, labels=labels)
 
-        by_kind = (("segments_created_total", fig["created_by_kind"]), ("created_bytes_total",
-                   fig["created_bytes_by_kind"]))  # fmt: skip
+        by_kind = (
+            ("segments_created_total", fig["created_by_kind"]),
+            ("created_bytes_total", fig["created_bytes_by_kind"]),
+        )
         for name, values in by_kind:
             fam = family(name)
             for kind in KINDS:
@@ -116,8 +141,12 @@ class _Collector:
             yield _one(family(name), shm_dir, fig[name.removesuffix("_total")])
         if last is None:
             return
-        for name, value in (("in_flight_segments", last.in_flight), ("in_flight_bytes", last.in_flight_bytes),
-                            ("orphan_segments", last.orphans), ("orphan_bytes", last.orphan_bytes)):  # fmt: skip
+        for name, value in (
+            ("in_flight_segments", last.in_flight),
+            ("in_flight_bytes", last.in_flight_bytes),
+            ("orphan_segments", last.orphans),
+            ("orphan_bytes", last.orphan_bytes),
+        ):
             yield _one(family(name), shm_dir, value)
         gw = fig["last_traffic"]  # the last interval that carried tensors: idle ones keep the verdict
         if gw is not None:
@@ -236,8 +265,11 @@ class MetricsServer:
             info = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
             self._server = _server(info[0])((info[4][0], port), _handler())
         except OSError as err:
-            raise TransportError("cannot listen for --serve-metrics", endpoint=f"{host}:{port}",
-                                 hint="is the port in use or the address wrong?") from err  # fmt: skip
+            raise TransportError(
+                "cannot listen for --serve-metrics",
+                endpoint=f"{host}:{port}",
+                hint="is the port in use or the address wrong?",
+            ) from err
         self._server.set_app(make_wsgi_app(self.registry))
         self._thread = threading.Thread(target=self._server.serve_forever, name="smgshm-metrics", daemon=True)
         self._thread.start()
@@ -262,5 +294,13 @@ class WatchExporter(MetricsServer):
         super().__init__(_Collector(session), host, port)
 
 
-__all__ = ["AFTER_INTERVAL", "AFTER_TRAFFIC", "ALWAYS", "METRICS", "PREFIX", "QUANTILES", "MetricsServer",
-           "WatchExporter"]  # fmt: skip
+__all__ = [
+    "AFTER_INTERVAL",
+    "AFTER_TRAFFIC",
+    "ALWAYS",
+    "METRICS",
+    "PREFIX",
+    "QUANTILES",
+    "MetricsServer",
+    "WatchExporter",
+]

@@ -160,5 +160,13 @@ class Totals:
         return sum(n for (_, e), n in self.end_bytes.items() if e == end)
 
 
-__all__ = ["FLIGHT_BUCKETS_S", "FlightTimes", "IntervalStats", "Orphan", "Totals", "WatchOptions", "WatchSummary",
-           "flight_times"]
+__all__ = [
+    "FLIGHT_BUCKETS_S",
+    "FlightTimes",
+    "IntervalStats",
+    "Orphan",
+    "Totals",
+    "WatchOptions",
+    "WatchSummary",
+    "flight_times",
+]

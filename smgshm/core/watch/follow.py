@@ -49,8 +49,15 @@ _IN_Q_OVERFLOW, _IN_IGNORED = int(_F.Q_OVERFLOW), int(_F.IGNORED)
 _IN_SELF_GONE = _IN_DELETE_SELF | _IN_MOVE_SELF | _IN_UNMOUNT | _IN_IGNORED
 _IN_MOVED = _IN_MOVED_FROM | _IN_MOVED_TO
 _IN_CHILD_EVENTS = _IN_OPEN | _IN_CLOSE_WRITE | _IN_CLOSE_NOWRITE | _IN_CREATE | _IN_DELETE | _IN_MOVED
-_KIND_OF = {_IN_CREATE: CREATED, _IN_OPEN: OPENED, _IN_CLOSE_WRITE: CLOSED, _IN_CLOSE_NOWRITE: CLOSED_NOWRITE,
-            _IN_DELETE: REMOVED, _IN_MOVED_FROM: REMOVED, _IN_MOVED_TO: CREATED}  # fmt: skip
+_KIND_OF = {
+    _IN_CREATE: CREATED,
+    _IN_OPEN: OPENED,
+    _IN_CLOSE_WRITE: CLOSED,
+    _IN_CLOSE_NOWRITE: CLOSED_NOWRITE,
+    _IN_DELETE: REMOVED,
+    _IN_MOVED_FROM: REMOVED,
+    _IN_MOVED_TO: CREATED,
+}
 _FS_ENCODING = sys.getfilesystemencoding()
 
 
@@ -65,9 +72,17 @@ def _self_gone_detail(mask: int) -> str:
 def _mask() -> int:
     f = _F
     return int(
-        f.CREATE | f.OPEN | f.CLOSE_WRITE | f.CLOSE_NOWRITE | f.DELETE | f.MOVED_FROM | f.MOVED_TO | f.DELETE_SELF
-        | f.MOVE_SELF | f.ONLYDIR
-    )  # fmt: skip
+        f.CREATE
+        | f.OPEN
+        | f.CLOSE_WRITE
+        | f.CLOSE_NOWRITE
+        | f.DELETE
+        | f.MOVED_FROM
+        | f.MOVED_TO
+        | f.DELETE_SELF
+        | f.MOVE_SELF
+        | f.ONLYDIR
+    )
 
 
 def _watch_error(err: OSError, shm_dir: str) -> HostError:
@@ -76,11 +91,15 @@ def _watch_error(err: OSError, shm_dir: str) -> HostError:
     if err.errno in (errno.EACCES, errno.EPERM):
         return HostError("permission denied watching the shm dir", path=shm_dir, uid=os.getuid())
     if err.errno == errno.ENOSPC:
-        return HostError("inotify watch limit reached", path=shm_dir,
-                         hint="raise it: sysctl fs.inotify.max_user_watches=524288")  # fmt: skip
+        return HostError(
+            "inotify watch limit reached", path=shm_dir, hint="raise it: sysctl fs.inotify.max_user_watches=524288"
+        )
     if err.errno == errno.EMFILE:
-        return HostError("too many inotify instances for this user", path=shm_dir,
-                         hint="raise it: sysctl fs.inotify.max_user_instances=1024")  # fmt: skip
+        return HostError(
+            "too many inotify instances for this user",
+            path=shm_dir,
+            hint="raise it: sysctl fs.inotify.max_user_instances=1024",
+        )
     return HostError(f"cannot watch the shm dir: {err.strerror}", path=shm_dir)
 
 
@@ -212,8 +231,9 @@ class ShmWatcher:
             same = False
         if not same:
             self._drop_watch()
-            out.append(ShmEvent(DIR_GONE, "", time.time_ns(), detail="remounted" if os.path.isdir(self.shm_dir)
-                                else "deleted"))  # fmt: skip
+            out.append(
+                ShmEvent(DIR_GONE, "", time.time_ns(), detail="remounted" if os.path.isdir(self.shm_dir) else "deleted")
+            )
             self.dir_gone += 1
 
     def _drop_watch(self) -> None:
@@ -302,5 +322,20 @@ class ShmWatcher:
 
 
 # Callers import the events, the lives and the tracker from here too.
-__all__ = ["CLEANED", "CLOSED", "CLOSED_NOWRITE", "CONSUMED", "CREATED", "DIR_GONE", "OPENED", "OVERFLOW", "REMOVED",
-           "RESCANNED", "UNKNOWN", "SegmentLife", "SegmentTracker", "ShmEvent", "ShmWatcher"]  # fmt: skip
+__all__ = [
+    "CLEANED",
+    "CLOSED",
+    "CLOSED_NOWRITE",
+    "CONSUMED",
+    "CREATED",
+    "DIR_GONE",
+    "OPENED",
+    "OVERFLOW",
+    "REMOVED",
+    "RESCANNED",
+    "UNKNOWN",
+    "SegmentLife",
+    "SegmentTracker",
+    "ShmEvent",
+    "ShmWatcher",
+]

@@ -64,11 +64,31 @@ class SegmentLife:
 class _Live:
     """The tracker's mutable record of one segment in flight."""
 
-    __slots__ = ("created_ns", "creator_open", "first_read_ns", "kind", "lost", "name", "nbytes", "note",
-                 "observed", "orphaned", "pid", "reads", "ro_closes")  # fmt: skip
+    __slots__ = (
+        "created_ns",
+        "creator_open",
+        "first_read_ns",
+        "kind",
+        "lost",
+        "name",
+        "nbytes",
+        "note",
+        "observed",
+        "orphaned",
+        "pid",
+        "reads",
+        "ro_closes",
+    )
 
-    def __init__(self, name: str, created_ns: int, observed: bool, nbytes: int | None, note: str = "",
-                 parsed: ParsedName | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        name: str,
+        created_ns: int,
+        observed: bool,
+        nbytes: int | None,
+        note: str = "",
+        parsed: ParsedName | None = None,
+    ) -> None:
         self.name = name
         self.kind, self.pid, _ = parsed or parse_name(name)
         self.created_ns = created_ns
@@ -84,9 +104,20 @@ class _Live:
 
     def life(self, removed_ns: int | None, now_ns: int, end: str | None, note: str = "") -> SegmentLife:
         stop = removed_ns if removed_ns is not None else now_ns
-        return SegmentLife(self.name, self.kind, self.pid, self.created_ns, self.nbytes, removed_ns,
-                           max(0, stop - self.created_ns), end, max(self.reads, self.ro_closes), self.first_read_ns,
-                           self.observed, note or self.note)  # fmt: skip
+        return SegmentLife(
+            self.name,
+            self.kind,
+            self.pid,
+            self.created_ns,
+            self.nbytes,
+            removed_ns,
+            max(0, stop - self.created_ns),
+            end,
+            max(self.reads, self.ro_closes),
+            self.first_read_ns,
+            self.observed,
+            note or self.note,
+        )
 
 
 class SegmentTracker:

@@ -78,16 +78,34 @@ class OrphanJudge:
             self._judged[life.name] = seen
         age = life.in_flight_ns / 1e9
         if seen is None:
-            o = Orphan(life.name, life.kind, life.producer_pid, None, "unjudged", "not judged yet", life.nbytes, age,
-                       life.reads)  # fmt: skip
+            o = Orphan(
+                life.name,
+                life.kind,
+                life.producer_pid,
+                None,
+                "unjudged",
+                "not judged yet",
+                life.nbytes,
+                age,
+                life.reads,
+            )
         else:
             info, _, err = seen
             if info is None:
                 state, reason = ("unknown", err) if err else ("gone", "unlinked since; its unlink event is queued")
                 o = Orphan(life.name, life.kind, life.producer_pid, None, state, reason, life.nbytes, age, life.reads)
             else:
-                o = Orphan(life.name, life.kind, life.producer_pid, info.producer_alive, info.state.value, info.reason,
-                           life.nbytes if life.nbytes is not None else info.nbytes, age, life.reads)  # fmt: skip
+                o = Orphan(
+                    life.name,
+                    life.kind,
+                    life.producer_pid,
+                    info.producer_alive,
+                    info.state.value,
+                    info.reason,
+                    life.nbytes if life.nbytes is not None else info.nbytes,
+                    age,
+                    life.reads,
+                )
         if first and judged and self.on_orphan is not None:
             self.on_orphan(o)
         return o, judged
@@ -98,13 +116,19 @@ def orphans_cause(orphans: list[Orphan], shm_dir: str) -> Found | None:
     (their producer lives, nobody reads them: SMG never removes its own while it lives); None for neither."""
     leaked = [o for o in orphans if o.state == "leaked"]
     if leaked:
-        return found(Cause.SEGMENTS_LEAKED, f"{len(leaked)} orphan(s) leaked by a dead producer ({_bytes(leaked)})",
-                     ["smgshm", "gc", "--delete", "--shm-dir", shm_dir])  # fmt: skip
+        return found(
+            Cause.SEGMENTS_LEAKED,
+            f"{len(leaked)} orphan(s) leaked by a dead producer ({_bytes(leaked)})",
+            ["smgshm", "gc", "--delete", "--shm-dir", shm_dir],
+        )
     stranded = [o for o in orphans if o.producer_alive and o.state in ("in_flight", "stale")]
     if stranded:
         pids = ", ".join(str(p) for p in sorted({o.producer_pid for o in stranded if o.producer_pid is not None}))
-        return found(Cause.SEGMENTS_STRANDED, f"{len(stranded)} orphan(s) stranded by live producer pid(s) {pids} "
-                     f"({_bytes(stranded)}): no reader will take them")  # fmt: skip
+        return found(
+            Cause.SEGMENTS_STRANDED,
+            f"{len(stranded)} orphan(s) stranded by live producer pid(s) {pids} "
+            f"({_bytes(stranded)}): no reader will take them",
+        )
     return None
 
 

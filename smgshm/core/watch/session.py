@@ -137,8 +137,17 @@ class WatchSession:
     def _report(self, q: StreamingQuantiles) -> IntervalStats:
         t, tr, w = self.totals, self.tracker, self.watcher
         consumed, cleaned, unknown = t.count("consumed"), t.count("cleaned"), t.count("unknown")
-        cur = (tr.created, tr.created_bytes, consumed, t.bytes_ended("consumed"), cleaned, unknown,
-               w.overflows, w.dir_gone, w.events_read)  # fmt: skip
+        cur = (
+            tr.created,
+            tr.created_bytes,
+            consumed,
+            t.bytes_ended("consumed"),
+            cleaned,
+            unknown,
+            w.overflows,
+            w.dir_gone,
+            w.events_read,
+        )
         d = [a - b for a, b in zip(cur, self._prev, strict=True)]
         self._prev = cur
         now_mono = time.monotonic()
@@ -150,15 +159,34 @@ class WatchSession:
         kinds = {k: n - self._prev_kinds.get(k, 0) for k, n in tr.created_by_kind.items()}
         self._prev_kinds = dict(tr.created_by_kind)
         stats = IntervalStats(
-            seq=self._seq, t_unix_s=time.time(), interval_s=round(dt, 6),
-            created=d[0], created_bytes=d[1], consumed=d[2], consumed_bytes=d[3], cleaned=d[4], unknown=d[5],
-            created_per_s=d[0] / dt, created_bytes_per_s=d[1] / dt, consumed_per_s=d[2] / dt,
-            consumed_bytes_per_s=d[3] / dt, created_by_kind={k: n for k, n in kinds.items() if n},
-            in_flight=len(tr), in_flight_bytes=tr.in_flight_bytes, flight=flight_times(q),
-            orphans=orphans, orphan_bytes=orphan_bytes, orphan_list=listed,
-            overflows=d[6], dir_gone=d[7], untracked=tr.untracked, events_read=d[8], watching=w.watching,
-            gateway=self._scrape(), cause_info=orphans_cause(listed, self.opts.shm_dir),
-        )  # fmt: skip
+            seq=self._seq,
+            t_unix_s=time.time(),
+            interval_s=round(dt, 6),
+            created=d[0],
+            created_bytes=d[1],
+            consumed=d[2],
+            consumed_bytes=d[3],
+            cleaned=d[4],
+            unknown=d[5],
+            created_per_s=d[0] / dt,
+            created_bytes_per_s=d[1] / dt,
+            consumed_per_s=d[2] / dt,
+            consumed_bytes_per_s=d[3] / dt,
+            created_by_kind={k: n for k, n in kinds.items() if n},
+            in_flight=len(tr),
+            in_flight_bytes=tr.in_flight_bytes,
+            flight=flight_times(q),
+            orphans=orphans,
+            orphan_bytes=orphan_bytes,
+            orphan_list=listed,
+            overflows=d[6],
+            dir_gone=d[7],
+            untracked=tr.untracked,
+            events_read=d[8],
+            watching=w.watching,
+            gateway=self._scrape(),
+            cause_info=orphans_cause(listed, self.opts.shm_dir),
+        )
         with self.lock:
             self.last = stats
             if stats.gateway is not None and stats.gateway.tensors:
@@ -194,25 +222,43 @@ class WatchSession:
             gw = gateway_rates(self._first_snap, self._snap, span, self.opts.shm_min_bytes, self._gateway_dir)
         notes = []
         if w.overflows:
-            notes.append(f"{w.overflows} inotify queue overflow(s): the lives that spanned one ended unknown "
-                         "(raise fs.inotify.max_queued_events if it recurs)")  # fmt: skip
+            notes.append(
+                f"{w.overflows} inotify queue overflow(s): the lives that spanned one ended unknown "
+                "(raise fs.inotify.max_queued_events if it recurs)"
+            )
         if w.dir_gone:
             notes.append(f"the shm dir went away {w.dir_gone} time(s) and was watched again")
         if tr.untracked:
             notes.append(f"{tr.untracked} segment(s) not followed: more than {tr.max_tracked} in flight at once")
         last = self.last
         return WatchSummary(
-            shm_dir=self.opts.shm_dir, prefix=self.opts.prefix, started_unix_s=self.started_unix_s,
-            duration_s=round(time.monotonic() - self._t0, 3), intervals=self._seq,
-            created=tr.created, created_bytes=tr.created_bytes, listed=tr.listed,
-            consumed=t.count("consumed"), consumed_bytes=t.bytes_ended("consumed"),
-            cleaned=t.count("cleaned"), unknown=t.count("unknown"), ends_by_kind=ends, flight=flight_times(t.flight),
-            in_flight=len(tr), in_flight_bytes=tr.in_flight_bytes, orphans_seen=self.orphan_judge.seen,
-            orphans=last.orphans if last else 0, orphan_list=last.orphan_list if last else [],
-            overflows=w.overflows, dir_gone=w.dir_gone, untracked=tr.untracked, events_read=w.events_read,
-            gateway=gw, notes=notes,
+            shm_dir=self.opts.shm_dir,
+            prefix=self.opts.prefix,
+            started_unix_s=self.started_unix_s,
+            duration_s=round(time.monotonic() - self._t0, 3),
+            intervals=self._seq,
+            created=tr.created,
+            created_bytes=tr.created_bytes,
+            listed=tr.listed,
+            consumed=t.count("consumed"),
+            consumed_bytes=t.bytes_ended("consumed"),
+            cleaned=t.count("cleaned"),
+            unknown=t.count("unknown"),
+            ends_by_kind=ends,
+            flight=flight_times(t.flight),
+            in_flight=len(tr),
+            in_flight_bytes=tr.in_flight_bytes,
+            orphans_seen=self.orphan_judge.seen,
+            orphans=last.orphans if last else 0,
+            orphan_list=last.orphan_list if last else [],
+            overflows=w.overflows,
+            dir_gone=w.dir_gone,
+            untracked=tr.untracked,
+            events_read=w.events_read,
+            gateway=gw,
+            notes=notes,
             cause_info=orphans_cause(last.orphan_list, self.opts.shm_dir) if last else None,
-        )  # fmt: skip
+        )
 
     def exported(self) -> dict[str, Any]:
         """A consistent copy of the figures for the exporter's thread."""
