@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import itertools
 import json
 import os
@@ -23,10 +24,16 @@ import pytest
 from click.testing import CliRunner
 
 SHM = "/dev/shm"
+IS_ROOT = os.geteuid() == 0
+HAVE_SMG = (Path(sys.executable).parent / "smg").exists() or shutil.which("smg") is not None
 
 # Everything the suite's processes put in the temp dir (the logs of the gateways they start,
 # pytest's own tmp_path trees) goes under one private dir, removed when the session ends, so
 # a run leaves nothing in /tmp and never touches another run's files.
+# The machine's own temp dir, as the first process of a run found it (pytest-xdist's workers inherit
+# the TMPDIR set below, so they read it from the environment): where other users may reach a dir,
+# and where concurrent runs meet (the pid namespace lock below).
+SYSTEM_TMP = os.environ.setdefault("SMGSHM_TESTS_SYSTEM_TMP", tempfile.gettempdir())
 SESSION_TMP = tempfile.mkdtemp(prefix="smgshm-tests-")
 os.environ["TMPDIR"] = SESSION_TMP
 tempfile.tempdir = SESSION_TMP
@@ -45,6 +52,26 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     shutil.rmtree(SESSION_TMP, ignore_errors=True)
+
+
+# What a test needs, said by its markers (registered in pyproject.toml): a `gateway` test is skipped
+# where smg is not installed, a `root` test where this is not root (a skipif whose reason names root
+# counts as the marker); `gateway` and `containers` tests are `slow` too, out of the fast lane.
+_NEEDS_ROOT = re.compile(r"\broot\b")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        reasons = [str(m.kwargs.get("reason", "")) for m in item.iter_markers("skipif")]
+        if item.get_closest_marker("root") is None and any(_NEEDS_ROOT.search(r) for r in reasons):
+            item.add_marker(pytest.mark.root)
+        if item.get_closest_marker("gateway") or item.get_closest_marker("containers"):
+            item.add_marker(pytest.mark.slow)
+        if item.get_closest_marker("gateway") and not HAVE_SMG:
+            item.add_marker(pytest.mark.skip(reason="SMG's gateway (smg) is not installed: pip install -e '.[test]'"))
+        if item.get_closest_marker("root") and not IS_ROOT:
+            item.add_marker(pytest.mark.skip(reason="needs root"))
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -68,9 +95,15 @@ _PID_NAME = re.compile(r"smg-(?:tokenspeed|smgshm)-(?:probe-)?([0-9]+)(?:-|$)")
 _popen_init = subprocess.Popen.__init__
 
 
+_GATEWAYS_STARTED: list[int] = []  # pids of SMG gateways this process started (`smg` in the argv)
+
+
 def _recording_init(self: subprocess.Popen[Any], *args: Any, **kw: Any) -> None:
     _popen_init(self, *args, **kw)
     _SPAWNED.append(self.pid)
+    argv = args[0] if args else kw.get("args", ())
+    if not isinstance(argv, str | bytes | os.PathLike) and any(os.path.basename(str(a)) == "smg" for a in argv):
+        _GATEWAYS_STARTED.append(self.pid)
 
 
 subprocess.Popen.__init__ = _recording_init  # type: ignore[method-assign]
@@ -103,6 +136,40 @@ def own_smg_entries() -> set[str]:
     """The smg-* entries of /dev/shm made by this test's processes (never another run's)."""
     pids = _own_pids()
     return {n for n in _smg_entries() if _ours(n, pids)}
+
+
+# A process in another pid namespace that reaches a tmpfs (or keeps the host's /proc under its own,
+# as `unshare --pid --mount-proc` does) makes gc's liveness verdicts there rightly untrusted. So a
+# `trust` test, whose verdicts need them trusted, never runs beside a `pidns` test, which makes such
+# processes: one lock file for the machine, shared by `pidns` tests and held alone by `trust` tests,
+# across this run's workers and any other run of the suite here.
+PIDNS_LOCK = os.path.join(SYSTEM_TMP, "smgshm-tests-pidns.lock")
+
+
+@pytest.fixture(autouse=True)
+def pid_namespaces_apart(request: pytest.FixtureRequest) -> Iterator[None]:
+    exclusive = request.node.get_closest_marker("trust") is not None
+    if not exclusive and request.node.get_closest_marker("pidns") is None:
+        yield
+        return
+    fd = os.open(PIDNS_LOCK, os.O_RDONLY | os.O_CREAT, 0o666)
+    try:
+        with contextlib.suppress(OSError):  # another user's lock file: theirs to keep
+            os.fchmod(fd, 0o666)  # so another user's run can take it too
+        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)  # bounded by pytest-timeout
+        yield
+    finally:
+        os.close(fd)
+
+
+@pytest.fixture(autouse=True)
+def marked_if_it_starts_a_gateway(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fail a test that starts SMG's gateway (from this process) without the `gateway` marker: the
+    marker is how a contributor selects or skips them, and how the fast lane leaves them out."""
+    before = len(_GATEWAYS_STARTED)
+    yield
+    if len(_GATEWAYS_STARTED) > before and request.node.get_closest_marker("gateway") is None:
+        pytest.fail("this test starts SMG's gateway: mark it @pytest.mark.gateway (or needs_smg)")
 
 
 @pytest.fixture(autouse=True)
@@ -144,7 +211,7 @@ def scratch() -> Iterator[list[str]]:
 
 
 @contextlib.contextmanager
-def tmpfs(path: Path, size: str, options: str = "") -> Iterator[str]:
+def mounted_tmpfs(path: Path, size: str, options: str = "") -> Iterator[str]:
     """A fresh tmpfs of ``size`` (plus mount ``options``) at ``path`` (as root), unmounted whatever happens."""
     path.mkdir(parents=True, exist_ok=True)
     opts = f"size={size},mode=1777" + (f",{options}" if options else "")
@@ -266,7 +333,7 @@ def run_cli(*args: str, exit: int = 0, env: dict[str, str] | None = None) -> Cli
     res = CliRunner().invoke(cli, list(args), env=env, catch_exceptions=False)
     out = CliResult(res.exit_code, res.stdout, res.stderr)
     assert res.exit_code == exit, f"exit {res.exit_code} != {exit}\nstdout:\n{res.stdout}\nstderr:\n{res.stderr}"
-    from tests.schema_check import check_output
+    from tests.support.schema_check import check_output
 
     check_output(args, res.stdout)  # every --json document and --jsonl record matches schemas/
     return out
@@ -285,7 +352,7 @@ def start_serve(children: Children, *args: str) -> tuple[subprocess.Popen[str], 
     if not line:
         raise AssertionError(f"serve exited early: {p.stderr.read() if p.stderr else ''}")
     doc = json.loads(line)
-    from tests.schema_check import validate_document
+    from tests.support.schema_check import validate_document
 
     validate_document(doc)
     return p, doc
@@ -449,3 +516,16 @@ def assert_fits(text: str, cols: int = 80, what: str = "output") -> None:
         # leaves a digit at the end of one line and the rest at column 0 of the next.
         cut = a[-1:].isdigit() and b[:1].isdigit() and len(a) >= cols - 1
         assert not cut, f"{what}: a number cut across lines:\n{a!r}\n{b!r}"
+
+
+# Fixtures that tests in several modules use, defined beside their helpers in tests/support/ and
+# registered here, where pytest finds them for every test (imported last: those modules import
+# this one's helpers).
+from tests.support.cli_doctor import shm_dir  # noqa: E402, F401
+from tests.support.cli_gc import tmpfs_dir  # noqa: E402, F401
+from tests.support.cli_send import address  # noqa: E402, F401
+from tests.support.core_shmwatch import prefix, tmpfs  # noqa: E402, F401
+from tests.support.core_worker import model, vllm  # noqa: E402, F401
+from tests.support.e2e import gateways, model_dir  # noqa: E402, F401
+from tests.support.e2e_causes import private_shm  # noqa: E402, F401
+from tests.support.interop_generate import stack  # noqa: E402, F401

@@ -409,14 +409,12 @@ def run_embedded(
             cfg = ReceiverConfig(shm_dir=opts.shm_dir, model_dir=md.path, namespace_id=opts.advertise_namespace_id)
             rcv = start_receiver(cfg, "127.0.0.1:0")
             stack.callback(rcv.stop, 0)
-            # No request is ever in flight at stop: a 1 s shutdown grace instead of its default 5.
             gcfg = GatewayConfig(
                 worker_urls=(rcv.address,),
                 model_path=md.path,
                 transport=mode,
                 log_mm_timing=True,
                 shm_dir=opts.shm_dir,
-                shutdown_grace_s=1,
                 log_path=_new_log(opts.log_dir, mode),
             )
             gw = launch_gateway(gcfg)  # all launched from this thread, then awaited together

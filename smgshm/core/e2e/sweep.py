@@ -112,7 +112,6 @@ def run_sweep(
                         model_path=md.path,
                         transport=mode,
                         log_mm_timing=True,
-                        shutdown_grace_s=1,
                     )
                 )
             )

@@ -80,7 +80,9 @@ class GatewayConfig:
     extra_args: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
     log_path: str | None = None  # None: a new file under the temp dir
-    shutdown_grace_s: int | None = None  # its --shutdown-grace-period-secs (SIGTERM waits this for requests)
+    # Its --shutdown-grace-period-secs (SIGTERM waits this for requests in flight; None: SMG's 180 s, cut
+    # to ``stop``'s grace). A gateway smgshm starts has none in flight when stopped: 1 s, not 5 s a stop.
+    shutdown_grace_s: int | None = 1
     host: str = "127.0.0.1"
     shm_dir: str = DEFAULT_SHM_DIR  # where its segments appear (the gateway itself always uses /dev/shm)
     # Run it under this command, e.g. ``nsenter``/``unshare``/``setpriv`` for a private mount or pid

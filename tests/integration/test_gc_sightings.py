@@ -1,0 +1,164 @@
+"""gc's proofs on the boot clock (issue #21, finding 2): sightings, pid reuse, staleness, a hostile store.
+
+The reuse proofs run for real in a fresh pid and mount namespace (``unshare --pid --fork --mount-proc
+--mount``): a private tmpfs is the shm dir, another is /run (so the store, /run/smgshm, is private
+to the run and goes with it), and ``ns_last_pid`` makes the next fork take the pid P that a segment
+names. So a process holding P really starts after, or before, gc first saw the segment.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from smgshm.core.host import clock
+from smgshm.core.segments import sightings as sightings_mod
+from smgshm.core.segments.judge import ScanOptions, State
+from smgshm.core.segments.reaping import ReapRule, choose, reap_choice
+from smgshm.core.segments.scan import Scan
+from smgshm.core.segments.sightings import Sightings
+from tests.conftest import Children
+from tests.support.cli_gc import PY, WRITER, gc, segs
+from tests.support.gc_sightings import _forge, _plant, _store_path, needs_pidns, run_scenario
+
+# judges liveness trusted: never beside a test that makes pid namespaces (tests/conftest.py)
+pytestmark = pytest.mark.trust
+
+HOUR_S = 3600
+
+
+@pytest.mark.slow
+@needs_pidns
+def test_a_pid_taken_after_a_scan_saw_its_segment_is_proven_reused_and_reaped(
+    children: Children, tmp_path: Path
+) -> None:
+    got = run_scenario(children, tmp_path, "sighted-first")
+    assert got["first"]["state"] == "leaked"
+    assert "no process has that pid" in got["first"]["reason"]
+    assert got["delete"]["state"] == "leaked", got["delete"]
+    assert "its pid now belongs to a process that started" in got["delete"]["reason"]
+    assert "after smgshm first saw this segment (reused)" in got["delete"]["reason"]
+    assert got["delete"]["deleted"] is True
+    assert got["exists"] is False
+    assert got["holder_alive"] is True, "reaping the old segment leaves the pid's new process alone"
+
+
+@pytest.mark.slow
+@needs_pidns
+def test_a_process_that_started_before_the_first_sighting_is_never_proven_reused(
+    children: Children, tmp_path: Path
+) -> None:
+    """The converse: the wall clock says reused (the segment is an hour older than the process), but
+    no sighting precedes the process, so nothing proves it: unknown, kept, scan after scan."""
+    got = run_scenario(children, tmp_path, "started-first")
+    for step in ("first", "delete"):
+        assert got[step]["state"] == "unknown", got[step]
+        assert "reused unless the clock was stepped" in got[step]["reason"]
+        assert "never deleted on the wall clock" in got[step]["reason"]
+        assert got[step]["deleted"] is False
+    assert got["exists"] is True
+
+
+@pytest.mark.slow
+def test_a_live_producers_segment_is_stale_only_once_seen_for_stale_after(
+    children: Children,
+    tmpfs_dir: str,
+) -> None:
+    p = children.spawn([PY, "-c", WRITER, tmpfs_dir])
+    assert p.stdout is not None
+    name = p.stdout.readline().strip()
+    path = os.path.join(tmpfs_dir, name)
+    os.utime(path, (time.time() - HOUR_S, time.time() - HOUR_S))  # an hour old by the wall clock
+    args = ("--stale-after", "1s", "--delete", "--include-stale", "--min-age", "0s", "--yes")
+    s = segs(doc := gc(tmpfs_dir, *args))[name]
+    assert s["state"] == "unknown", s["reason"]  # first seen now: an hour by the wall clock proves nothing
+    assert s["producer_alive"] is True
+    assert "smgshm first saw it only 0 s ago: stale, and reapable, once seen for 1 s" in s["reason"]
+    assert not doc["result"]["deleted"]
+    time.sleep(1.1)
+    s = segs(doc := gc(tmpfs_dir, *args))[name]
+    assert s["state"] == "stale", s["reason"]
+    assert s["seen_s"] >= 1.0
+    assert [d["name"] for d in doc["result"]["deleted"] if d["deleted"]] == [name]
+    assert not os.path.lexists(path)
+    assert p.poll() is None
+
+
+def _judge_and_reap(d: str, name: str) -> tuple[State, bool]:
+    scan = Scan(ScanOptions(shm_dir=d, assume_dead=True))
+    got: dict[str, State] = {}
+    rule = ReapRule(frozenset({State.LEAKED, State.STALE}), 0.0)
+    choice = choose(scan, rule, lambda s, row: got.update({s.name: s.state}))
+    done = {x.name: x.deleted for x in reap_choice(scan, choice).deleted}
+    return got[name], done.get(name, False)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0, reason="plants files of another owner in root's store")
+@pytest.mark.parametrize(
+    "how",
+    [
+        "another_owner",
+        "others_writable",
+        "group_writable",
+        "garbage",
+        "huge",
+        "another_boot",
+        "seen_in_the_future",
+        "a_symlink",
+    ],
+)
+def test_a_planted_store_is_ignored_and_deletes_nothing(
+    children: Children,
+    tmpfs_dir: str,
+    how: str,
+) -> None:
+    p = children.spawn([PY, "-c", WRITER, tmpfs_dir])
+    assert p.stdout is not None
+    name = p.stdout.readline().strip()
+    store = _store_path(tmpfs_dir)
+    try:
+        # The control: root's own well-formed store with that claim is believed (so the plants below
+        # would delete a live producer's segment if they were): only root can write root's store.
+        _plant(store, _forge(tmpfs_dir, name))
+        assert Sightings(tmpfs_dir, os.stat(tmpfs_dir).st_dev).index, "the control store is read"
+        s = Sightings(tmpfs_dir, os.stat(tmpfs_dir).st_dev)
+        assert s.first_seen(s.index[os.lstat(os.path.join(tmpfs_dir, name)).st_ino], name) == 1
+        control = {x.name: x for x in Scan(ScanOptions(shm_dir=tmpfs_dir, assume_dead=True))}[name]
+        assert control.state is State.LEAKED, control.reason  # believed: "reused", which a deletion would follow
+
+        good = _forge(tmpfs_dir, name)
+        if how == "another_owner":
+            _plant(store, good, uid=65534)
+        elif how == "others_writable":
+            _plant(store, good, mode=0o602)
+        elif how == "group_writable":
+            _plant(store, good, mode=0o620)
+        elif how == "garbage":
+            _plant(store, good + b"\x00garbage")
+        elif how == "huge":
+            _plant(store, good[: good.index(b"\n")] + b" 3000000\n" + b"\x00" * (sightings_mod.MAX_BYTES + 1))
+        elif how == "another_boot":
+            s = Sightings(tmpfs_dir, os.stat(tmpfs_dir).st_dev)
+            assert s.header is not None
+            boot = (clock.boot_clock_id() or "").split("/")[0].encode()
+            _plant(store, _forge(tmpfs_dir, name, header=s.header.replace(boot, b"0" * len(boot))))
+        elif how == "seen_in_the_future":
+            _plant(store, _forge(tmpfs_dir, name, seen_ns=clock.boot_clock_ns() + 10**12))
+        elif how == "a_symlink":
+            elsewhere = store + ".real"
+            _plant(elsewhere, good)
+            os.unlink(store)
+            os.symlink(elsewhere, store)
+        assert not Sightings(tmpfs_dir, os.stat(tmpfs_dir).st_dev).index, "the planted store is read as empty"
+        state, deleted = _judge_and_reap(tmpfs_dir, name)
+        assert state is State.IN_FLIGHT
+        assert not deleted
+        assert os.path.exists(os.path.join(tmpfs_dir, name))
+    finally:
+        for f in (store, store + ".real", store + ".plant"):
+            if os.path.lexists(f):
+                os.unlink(f)

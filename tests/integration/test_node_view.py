@@ -1,0 +1,251 @@
+"""gc --node on a node laid out under a private root: two pods' memory emptyDirs as real tmpfs mounts
+where the kubelet puts them, their pod log dirs, and each pod's processes in their own mount and pid
+namespaces (unshare), with the pod's tmpfs bound at their /dev/shm. Each pod's segment names a pid
+of ITS namespace (1 or 2), which on the host is some unrelated process: only a judgement in the
+pod's own namespace is right."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import Children, run_cli, smgshm_argv, wait_for
+from tests.support.node import HIDDEN, POD_A, POD_B, dshm, laid_out, needs_root_and_unshare, start_pod
+
+# judges liveness trusted: never beside a test that makes pid namespaces (tests/conftest.py)
+pytestmark = [needs_root_and_unshare, pytest.mark.trust]
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Iterator[dict[str, Any]]:
+    """Two pods under a private node root; every mount, process and dir gone at the end."""
+    root = tmp_path / "node"
+    with laid_out(root, [(POD_A, "16m", "dead"), (POD_B, "16m", "live")]) as pods:
+        yield {"root": str(root), "a": pods[POD_A[2]], "b": pods[POD_B[2]]}
+
+
+def _blocks(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {t["pod_uid"]: t for t in doc["result"]["tmpfs"] if t["pod_uid"]}
+
+
+@pytest.mark.slow
+def test_each_pod_is_named_and_judged_in_its_own_pid_namespace(node: dict[str, Any]) -> None:
+    root = node["root"]
+    doc = run_cli("--json", "gc", "--node", "--node-root", root).json
+    blocks = _blocks(doc)
+    a, b = blocks[POD_A[2]], blocks[POD_B[2]]
+    assert (a["namespace"], a["pod"], a["kind"], a["volume"]) == ("team-a", "engine-0", "empty_dir", "dshm")
+    assert (b["namespace"], b["pod"]) == ("team-b", "gateway-0")
+    assert a["shm_total_bytes"] == 16 << 20
+    assert a["liveness_trusted"]
+    assert len(a["pid_namespaces"]) == 1
+    assert a["pid_namespaces"] != b["pid_namespaces"]
+    # Pod A: its producer was a child of A's pid 1 and is gone there; that pid lives here.
+    (seg_a,) = a["segments"]
+    # (after sh's two mounts: a small pid, which the host's kernel threads hold here)
+    assert seg_a["producer_pid"] < 10
+    assert os.path.exists(f"/proc/{seg_a['producer_pid']}")
+    assert seg_a["state"] == "leaked"
+    assert seg_a["producer_alive"] is False
+    assert "in its pod's pid namespace" in seg_a["reason"]
+    assert a["other_families"] == [{"family": "sem", "count": 1, "nbytes": 4096}]
+    # Pod B: pid 1 of B's namespace wrote it and lives: in flight, whatever pid 1 is here.
+    (seg_b,) = b["segments"]
+    assert seg_b["producer_pid"] == 1
+    assert seg_b["state"] == "in_flight"
+    assert seg_b["producer_alive"] is True
+    assert b["hidden_bytes"] == HIDDEN
+    assert b["hidden_files"] == 1
+    assert a["hidden_bytes"] == 0
+    assert doc["result"]["counts"]["leaked"] == 1
+
+    # The host's view of A's tmpfs, forced to judge by the host's pids, gets it wrong: pid 2 lives here.
+    host = run_cli("--json", "gc", "--shm-dir", a["path"], "--assume-dead").json
+    assert host["result"]["segments"][0]["state"] != "leaked"
+
+    text = run_cli("gc", "--node", "--node-root", root).stdout
+    assert "pod team-a/engine-0 (uid aaaaaaaa-0000-4000-8000-00000000000a), emptyDir dshm" in text
+    assert "pod team-b/gateway-0" in text
+    assert "hidden 1.0 MiB (1 unlinked file(s) still mapped)" in text
+    raw = run_cli("gc", "--node", "--node-root", root, "--raw").stdout.splitlines()
+    assert sorted(line.split()[:3] for line in raw) == [
+        ["team-a/engine-0", "empty_dir:dshm", "leaked"],
+        ["team-b/gateway-0", "empty_dir:dshm", "in_flight"],
+    ]
+    run_cli("gc", "--node", "--node-root", root, "--check", exit=3)
+
+
+def test_delete_reaps_the_dead_producers_segment_and_keeps_the_live_one(node: dict[str, Any]) -> None:
+    root = node["root"]
+    doc = run_cli("--json", "gc", "--node", "--node-root", root, "--delete", "--min-age", "0", "--yes").json
+    a, b = _blocks(doc)[POD_A[2]], _blocks(doc)[POD_B[2]]
+    assert [d["deleted"] for d in a["deleted"]] == [True]
+    assert a["remaining_counts"]["leaked"] == 0
+    assert b["deleted"] == []
+    assert b["remaining_counts"]["in_flight"] == 1
+    left_a = sorted(os.listdir(dshm(Path(root), POD_A[2])))
+    left_b = [n for n in os.listdir(dshm(Path(root), POD_B[2])) if n.startswith("smg-")]
+    assert left_a == ["sem.mp-other"]
+    assert len(left_b) == 1
+    run_cli("gc", "--node", "--node-root", root, "--check")
+
+
+def test_a_tmpfs_no_process_uses_is_unknown_and_never_reaped(node: dict[str, Any]) -> None:
+    root = node["root"]
+    node["a"].stdin.close()  # pod A's container exits: no process uses its tmpfs any more
+    wait_for(lambda: node["a"].poll() is not None, what="pod A's pid 1 to exit")
+    doc = run_cli("--json", "gc", "--node", "--node-root", root, "--delete", "--min-age", "0", "--yes").json
+    a = _blocks(doc)[POD_A[2]]
+    assert not a["liveness_trusted"]
+    assert "no process uses this tmpfs" in a["liveness_note"]
+    assert a["segments"][0]["state"] == "unknown"
+    assert a["deleted"] == []
+
+
+def test_a_symlink_in_the_kubelet_dir_is_not_followed_out_of_the_root(node: dict[str, Any], tmp_path: Path) -> None:
+    pods = Path(node["root"]) / "var/lib/kubelet/pods"
+    (pods / "cccccccc-0000-4000-8000-00000000000c").symlink_to("/")  # would reach /volumes/... on the host
+    os.makedirs(pods / "dddddddd-0000-4000-8000-00000000000d/volumes")
+    (pods / "dddddddd-0000-4000-8000-00000000000d/volumes/kubernetes.io~empty-dir").symlink_to("/dev")
+    doc = run_cli("--json", "gc", "--node", "--node-root", node["root"]).json
+    assert sorted(t["pod_uid"] for t in doc["result"]["tmpfs"]) == [POD_A[2], POD_B[2]]
+
+
+def test_a_pod_log_dir_that_is_no_kubelet_name_never_names_a_pod(node: dict[str, Any]) -> None:
+    """Pod log dir names are hostile: one that cannot be a Kubernetes namespace and pod name never names
+    a pod (it would sort before the real one), and two that claim one uid leave it unnamed, not guessed."""
+    logs = Path(node["root"]) / "var/log/pods"
+    (logs / f"a\nb\x1b[1m_.._{POD_B[2]}").mkdir()  # sorts before team-b_gateway-0_<uid>
+    (logs / f"aaa_impostor_{POD_A[2]}").mkdir()  # a well-formed second claim on pod A's uid
+    blocks = _blocks(run_cli("--json", "gc", "--node", "--node-root", node["root"]).json)
+    assert (blocks[POD_B[2]]["namespace"], blocks[POD_B[2]]["pod"]) == ("team-b", "gateway-0")
+    assert (blocks[POD_A[2]]["namespace"], blocks[POD_A[2]]["pod"]) == (None, None)
+
+
+def test_node_refuses_options_it_does_not_combine_with() -> None:
+    run_cli("gc", "--node", "--assume-dead", exit=2)
+    run_cli("gc", "--node", "--watch", "1s", exit=2)
+
+
+@pytest.mark.parametrize("command", ["gc", "doctor"])
+def test_a_node_root_whose_link_cannot_be_read_is_exit_5_not_a_bug(command: str) -> None:
+    """/proc/1/root is a link nobody may read: the root cannot be resolved, a host error (exit 5), never 70."""
+    if shutil.which("setpriv") is None:
+        pytest.skip("setpriv(1) is not installed")
+    argv = [
+        "setpriv",
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        *smgshm_argv(command, "--node", "--node-root", "/proc/1/root"),
+    ]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "COLUMNS": "80"}
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env, cwd="/")
+    assert r.returncode == 5, (r.returncode, r.stderr)
+    assert "internal error" not in r.stderr
+    assert "/proc/1/root" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_namespaces_sharing_a_tmpfs_must_agree(node: dict[str, Any], tmp_path: Path) -> None:
+    """A second container of pod A (its own pid namespace, the same tmpfs) in which the dead
+    producer's pid is alive: which namespace wrote the name cannot be told, so it is unknown and kept."""
+    root = node["root"]
+    # The pid from the name itself: a scan now would record a sighting, and a process started after one is
+    # proven not to be the producer (the next test).
+    (name,) = [n for n in os.listdir(dshm(Path(root), POD_A[2])) if n.startswith("smg-")]
+    pid = int(name.split("-")[2])
+    reg = Children()
+    try:
+        start_pod(reg, dshm(Path(root), POD_A[2]), f"hold={pid}")
+        doc = run_cli("--json", "gc", "--node", "--node-root", root, "--delete", "--min-age", "0", "--yes").json
+    finally:
+        reg.reap()
+    a = _blocks(doc)[POD_A[2]]
+    assert len(a["pid_namespaces"]) == 2
+    (seg,) = a["segments"]
+    assert seg["state"] == "unknown"
+    assert "which one wrote the name cannot be told" in seg["reason"]
+    assert a["deleted"] == []
+
+
+def test_a_sighting_before_the_other_namespaces_process_started_proves_the_leak(node: dict[str, Any]) -> None:
+    """As above, but a scan saw the segment before the second container's process with that pid started:
+    that process is not the producer (a producer exists before its segment), and in pod A's first
+    namespace no process has the pid: dead in both, proven on the boot clock, so leaked and reaped."""
+    root = node["root"]
+    first = _blocks(run_cli("--json", "gc", "--node", "--node-root", root).json)[POD_A[2]]  # the sighting
+    pid = first["segments"][0]["producer_pid"]
+    reg = Children()
+    try:
+        start_pod(reg, dshm(Path(root), POD_A[2]), f"hold={pid}")
+        doc = run_cli("--json", "gc", "--node", "--node-root", root, "--delete", "--min-age", "0", "--yes").json
+    finally:
+        reg.reap()
+    a = _blocks(doc)[POD_A[2]]
+    assert len(a["pid_namespaces"]) == 2
+    (seg,) = a["segments"]
+    assert seg["state"] == "leaked"
+    assert "reused" in seg["reason"]
+    assert [d["deleted"] for d in a["deleted"]] == [True]
+
+
+# A container whose /dev/shm is a symlink into its own /dev (to the pod's tmpfs, bound there): a child
+# (pid 2 there, which pod B's namespace has not) writes a segment, says "<pid> <name>", and lives on.
+LINKED = r"""
+import os, sys, time
+child = os.fork()
+if child == 0:
+    name = f"smg-tokenspeed-{os.getpid()}-{time.time_ns()}-0"
+    with open("/dev/shm/" + name, "wb") as f:
+        f.write(b"z" * 8192)
+    print(os.getpid(), name, flush=True)
+    sys.stdin.read()
+    os._exit(0)
+os.waitpid(child, 0)
+"""
+
+
+def test_a_process_whose_dev_shm_is_a_symlink_is_never_judged_dead_elsewhere(node: dict[str, Any]) -> None:
+    """A symlink in a process's root resolves against smgshm's root, not the process's: through
+    /proc/P/root its /dev/shm is nowhere (or another tmpfs). Its live producer must not be judged in
+    the other container's pid namespace, where its pid is free: doubt, never leaked."""
+    root = node["root"]
+    script = (
+        'mount -t tmpfs tmpfs /dev && mkdir /dev/pod && mount --bind "$0" /dev/pod && '
+        'ln -s /dev/pod /dev/shm && mount -t proc proc /proc && exec "$1" -c "$2"'
+    )
+    argv = [
+        "unshare",
+        "--pid",
+        "--fork",
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        script,
+        str(dshm(Path(root), POD_B[2])),
+        sys.executable,
+        LINKED,
+    ]
+    reg = Children()
+    try:
+        p = reg.spawn(argv, stdin=subprocess.PIPE)
+        assert p.stdout is not None
+        pid, name = p.stdout.readline().split()
+        assert int(pid) != 1
+        doc = run_cli("--json", "gc", "--node", "--node-root", root, "--delete", "--min-age", "0", "--yes").json
+        assert os.path.exists(dshm(Path(root), POD_B[2]) / name), "a live producer's segment was deleted"
+    finally:
+        reg.reap()
+    (seg,) = [s for s in _blocks(doc)[POD_B[2]]["segments"] if s["name"] == name]
+    assert seg["state"] == "unknown", seg

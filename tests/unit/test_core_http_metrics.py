@@ -1,0 +1,36 @@
+"""core/gateway/http.py and core/gateway/metrics.py against real HTTP servers on loopback."""
+
+from __future__ import annotations
+
+from smgshm.core.gateway.metrics import default_metrics_url, mm_traffic, parse_metrics
+from tests.support.core_http_metrics import SAMPLE
+
+
+def test_parse_and_summarise_smg_counters() -> None:
+    t = mm_traffic(parse_metrics(SAMPLE))
+    assert t.tensors == {"shm": 1, "inline": 2}
+    assert t.nbytes["shm"] == 4816896
+    assert t.shm_write_failures == 0
+    assert t.processing == {"router": 1}
+    assert t.exported
+    assert t.shm_byte_share is not None
+    assert t.shm_byte_share > 0.99
+
+
+def test_delta_counts_new_series_from_zero() -> None:
+    before = parse_metrics('smg_mm_tensors_total{runtime="vllm",path="inline"} 2\n')
+    after = parse_metrics(SAMPLE)
+    d = mm_traffic(after.minus(before))
+    assert d.tensors == {"shm": 1, "inline": 0}
+
+
+def test_no_mm_counters_is_not_exported() -> None:
+    t = mm_traffic(parse_metrics("# TYPE up gauge\nup 1\n"))
+    assert not t.exported
+    assert t.total_tensors == 0
+
+
+def test_default_metrics_url() -> None:
+    assert default_metrics_url("http://127.0.0.1:30000") == "http://127.0.0.1:29000/metrics"
+    assert default_metrics_url("gw.local:8080/v1") == "http://gw.local:29000/metrics"
+    assert default_metrics_url("http://[::1]:30000") == "http://[::1]:29000/metrics"

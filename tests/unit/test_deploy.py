@@ -1,0 +1,226 @@
+"""deploy/: the node image's recipe, its build-and-check script and the Kubernetes manifests.
+
+Every core-API manifest is validated, strictly (unknown fields rejected), against the API schemas
+of Kubernetes 1.29.0 and of the newest version kubernetes-validate carries, offline. Every smgshm
+command a manifest (or the NPD plugin config) runs is parsed by smgshm's own click app, so an
+option that does not exist, or a value its type refuses, fails here. The image build itself is
+deploy/build-and-check.sh's job (minutes, root, podman): not run here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import click
+import pytest
+import yaml
+
+from smgshm import __version__
+from smgshm.cli import cli
+from tests.conftest import run_cli
+from tests.support.deploy import DEPLOY, K8S, _all_docs, _manifests, _node_requirements
+
+IMAGE = re.compile(r"(^|/)smgshm-node:")
+
+
+def _pod_specs() -> Iterator[tuple[str, dict[str, Any]]]:
+    for path, doc in _all_docs():
+        spec = doc.get("spec", {})
+        if doc["kind"] in ("DaemonSet", "Deployment", "StatefulSet", "Job"):
+            yield f"{path.name}:{doc['metadata']['name']}", spec["template"]["spec"]
+        elif doc["kind"] == "Pod":
+            yield f"{path.name}:{doc['metadata']['name']}", spec
+
+
+def _smgshm_argvs() -> Iterator[tuple[str, list[str]]]:
+    """Every smgshm command line the manifests run: containers of the node image (args after its
+    ENTRYPOINT smgshm, or a command starting with smgshm), the commented alternatives written as
+    `# command: [...]`, and the NPD plugin monitor's rules."""
+    for where, spec in _pod_specs():
+        for c in [*spec.get("initContainers", []), *spec.get("containers", [])]:
+            cmd = [*c.get("command", []), *c.get("args", [])]
+            if cmd and Path(cmd[0]).name == "smgshm":
+                yield f"{where}/{c['name']}", cmd[1:]
+            elif not c.get("command") and IMAGE.search(c["image"]):
+                yield f"{where}/{c['name']}", cmd
+    for path in _manifests():
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            m = re.match(r"\s*#\s*command:\s*(\[.*\])\s*$", line)
+            if m:
+                cmd = yaml.safe_load(m.group(1))
+                assert Path(cmd[0]).name == "smgshm", (path.name, n, cmd)
+                yield f"{path.name}:{n} (commented)", cmd[1:]
+    for path in sorted(DEPLOY.glob("npd/*.json")):
+        for rule in json.loads(path.read_text())["rules"]:
+            assert Path(rule["path"]).name == "smgshm", rule
+            yield f"{path.name}:{rule['reason']}", rule["args"]
+
+
+def _parse(argv: list[str]) -> tuple[list[str], list[str]]:
+    """Parse argv with smgshm's click app exactly as a run would, without running it: the command
+    path and what is left for the command's own arguments. Raises click.UsageError as a run would."""
+    ctx = cli.make_context("smgshm", list(argv))
+    cmd: click.Command = cli
+    path: list[str] = []
+    rest = [*getattr(ctx, "_protected_args", []), *ctx.args]
+    while isinstance(cmd, click.Group) and rest:
+        name, sub, rest = cmd.resolve_command(ctx, rest)
+        assert name is not None
+        assert sub is not None
+        ctx = sub.make_context(name, rest, parent=ctx)
+        path.append(name)
+        cmd = sub
+        rest = [*getattr(ctx, "_protected_args", []), *ctx.args]
+    return path, [str(a) for a in ctx.params.get("command", ())]
+
+
+def test_the_deploy_folder_has_its_parts() -> None:
+    for name in (
+        "Containerfile",
+        "build-and-check.sh",
+        "node-requirements.txt",
+        "k8s/exporter-daemonset.yaml",
+        "k8s/gateway-preflight.yaml",
+        "k8s/podmonitor.yaml",
+    ):
+        assert (DEPLOY / name).is_file(), name
+    assert os.access(DEPLOY / "build-and-check.sh", os.X_OK)
+    containerfile = (DEPLOY / "Containerfile").read_text()
+    assert "--no-deps" in containerfile
+    assert re.search(r"^USER 65532", containerfile, re.M), "the image runs as a non-root user by default"
+
+
+def test_every_manifest_parses_as_yaml_with_kind_and_name() -> None:
+    seen = set()
+    for path, doc in _all_docs():
+        for key in ("apiVersion", "kind"):
+            assert doc.get(key), (path.name, key)
+        assert doc.get("metadata", {}).get("name"), path.name
+        seen.add(doc["kind"])
+    assert {"DaemonSet", "Deployment", "ConfigMap", "PodMonitor"} <= seen
+
+
+def test_every_smgshm_command_in_the_manifests_parses_with_the_real_cli() -> None:
+    argvs = list(_smgshm_argvs())
+    assert len(argvs) >= 4, argvs
+    commands = set()
+    for where, argv in argvs:
+        try:
+            path, _ = _parse(argv)
+        except click.UsageError as err:
+            pytest.fail(f"{where}: smgshm {' '.join(argv)}: {err.format_message()}")
+        assert path, (where, argv)
+        commands.add(" ".join(path))
+        run_cli(*path, "--help")
+    assert {"watch", "preflight", "gc"} <= commands
+
+
+def test_the_parser_catches_a_wrong_option() -> None:
+    with pytest.raises(click.UsageError, match="--node-rooot"):
+        _parse(["gc", "--node", "--node-rooot", "/host"])
+    with pytest.raises(click.BadParameter):
+        _parse(["gc", "--node", "--min-age", "ten minutes"])
+
+
+def test_the_manifests_run_this_versions_image() -> None:
+    for where, spec in _pod_specs():
+        for c in [*spec.get("initContainers", []), *spec.get("containers", [])]:
+            if IMAGE.search(c["image"]):
+                assert c["image"].endswith(f"smgshm-node:{__version__}"), (where, c["image"])
+
+
+def test_the_exporter_daemonset_is_least_privilege_and_read_only() -> None:
+    (ds,) = [d for _, d in _all_docs() if d["kind"] == "DaemonSet"]
+    spec = ds["spec"]["template"]["spec"]
+    assert spec["hostPID"] is True
+    assert not spec.get("hostNetwork")
+    assert not spec.get("hostIPC")
+    (c,) = spec["containers"]
+    sc = c["securityContext"]
+    assert sc["capabilities"]["drop"] == ["ALL"]
+    assert sc["capabilities"]["add"] == ["SYS_PTRACE"]
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc.get("privileged", False) is False
+    host = {v["name"] for v in spec["volumes"] if "hostPath" in v}
+    assert all(m.get("readOnly") is True for m in c["volumeMounts"] if m["name"] in host), "it only reads the node"
+    (state,) = [m for m in c["volumeMounts"] if m["name"] not in host]  # its own sightings: an emptyDir
+    assert {e["name"]: e["value"] for e in c["env"]}["SMGSHM_STATE_DIR"] == state["mountPath"]
+    mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
+    for host_path in ("/var/lib/kubelet/pods", "/run/containerd/io.containerd.grpc.v1.cri/sandboxes"):
+        assert mounts["/host" + host_path]["mountPropagation"] == "HostToContainer"
+    assert "/host/var/log/pods" in mounts
+    vols = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
+    assert {m["name"]: m["mountPath"] for m in c["volumeMounts"] if m["name"] in host} == {
+        n: "/host" + p for n, p in vols.items()
+    }
+    argv = c["args"]
+    assert argv[argv.index("--node-root") + 1] == "/host"
+    port = c["ports"][0]["containerPort"]
+    assert argv[argv.index("--serve-metrics") + 1].endswith(f":{port}")
+    ann = ds["spec"]["template"]["metadata"]["annotations"]
+    assert ann["prometheus.io/scrape"] == "true"
+    assert ann["prometheus.io/port"] == str(port)
+    res = c["resources"]
+    assert res["requests"] == {"cpu": "10m", "memory": "80Mi"}  # the idle goal
+    assert res["limits"] == {"cpu": "100m", "memory": "160Mi"}  # the busy goal; twice the idle memory
+    # Each added capability and hostPID has its reason written beside it.
+    text = (K8S / "exporter-daemonset.yaml").read_text()
+    for word in ("# SYS_PTRACE:", "# hostPID:"):
+        assert word in text
+
+
+def test_the_gateway_example_runs_preflight_on_the_pods_memory_emptydir() -> None:
+    (dep,) = [d for _, d in _all_docs() if d["kind"] == "Deployment"]
+    spec = dep["spec"]["template"]["spec"]
+    (dshm,) = [v for v in spec["volumes"] if v.get("emptyDir", {}).get("medium") == "Memory"]
+    (init,) = spec["initContainers"]
+    assert init["args"][:2] == ["preflight", "--init-container"]
+    for c in [init, *spec["containers"]]:
+        assert {"name": dshm["name"], "mountPath": "/dev/shm"} in c["volumeMounts"], c["name"]
+    # The init container and the gateway run as one uid: segments are 0600 and the dir is sticky.
+    uid = spec["securityContext"]["runAsUser"]
+    assert all(c.get("securityContext", {}).get("runAsUser", uid) == uid for c in [init, *spec["containers"]])
+    wrapper = [cmd for where, cmd in _smgshm_argvs() if "commented" in where and "gateway-preflight" in where]
+    assert wrapper
+    assert wrapper[0][0] == "preflight"
+    _, gateway = _parse(wrapper[0])
+    assert gateway[:2] == ["smg", "launch"], "the wrapper execs the gateway's own command"
+
+
+def test_the_npd_configmap_carries_the_plugin_config_unchanged() -> None:
+    (cm,) = [d for _, d in _all_docs() if d["kind"] == "ConfigMap" and "npd" in d["metadata"]["name"]]
+    source = DEPLOY / "npd" / "smgshm-plugin-monitor.json"
+    assert json.loads(cm["data"][source.name]) == json.loads(source.read_text())
+
+
+def test_the_podmonitor_selects_the_exporter_and_its_port() -> None:
+    (pm,) = [d for _, d in _all_docs() if d["kind"] == "PodMonitor"]
+    (ds,) = [d for _, d in _all_docs() if d["kind"] == "DaemonSet"]
+    assert pm["apiVersion"] == "monitoring.coreos.com/v1"
+    assert pm["spec"]["selector"]["matchLabels"].items() <= ds["spec"]["template"]["metadata"]["labels"].items()
+    (ep,) = pm["spec"]["podMetricsEndpoints"]
+    assert ep["honorLabels"] is True  # the series' own namespace and pod labels win over the target's
+    assert ep["port"] == ds["spec"]["template"]["spec"]["containers"][0]["ports"][0]["name"]
+    assert ds["metadata"]["namespace"] in pm["spec"]["namespaceSelector"]["matchNames"]
+
+
+def _pyproject_deps() -> dict[str, str]:
+    import tomllib  # py3.11+: the venv's
+
+    doc = tomllib.loads((DEPLOY.parent / "pyproject.toml").read_text())
+    return {re.split(r"[<>=!~ ;\[]", d, maxsplit=1)[0].lower(): d for d in doc["project"]["dependencies"]}
+
+
+def test_the_images_requirements_are_base_dependencies_without_torch_or_grpc() -> None:
+    deps = _pyproject_deps()
+    reqs = _node_requirements()
+    for req in reqs:
+        name = re.split(r"[<>=!~ ;\[]", req, maxsplit=1)[0].lower()
+        assert deps.get(name) == req, f"{req!r} is not pyproject's {deps.get(name)!r}"
+    assert not any(r.lower().startswith(("torch", "grpc", "numpy")) for r in reqs)

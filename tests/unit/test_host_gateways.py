@@ -1,0 +1,101 @@
+"""doctor finds real SMG gateways (`smg launch`) on this host and establishes their transport from evidence.
+
+Every gateway here is real, started through smgshm/core/gateway/process.py on free loopback ports and
+always stopped. The machine is shared: other runs' gateways may be found too, so each test judges
+only the gateway (by pid) it started.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from smgshm.cli.exitcodes import for_outcome
+from smgshm.core.causes import Cause
+from smgshm.core.gateway.log import TransportConfig, parse_transport_line, read_transport_config
+from smgshm.core.gateway.metrics import mm_traffic, parse_metrics
+from smgshm.core.gateway.mode import judge
+from smgshm.core.gateway.process import GatewayConfig, RunningGateway, start_gateway
+
+
+def launch(gateways: list[RunningGateway], log: Path, **kw: Any) -> RunningGateway:
+    gw = start_gateway(GatewayConfig(log_path=str(log), **kw), ready_timeout_s=60)
+    gateways.append(gw)
+    return gw
+
+
+def test_transport_line_parsing_text_ansi_and_json() -> None:
+    text = (
+        "2026-12-03 15:02:08  \x1b[32mINFO\x1b[0m smg::routers::grpc::multimodal::transport: x.rs:635: "
+        "Multimodal tensor transport configured mode=shm shm_min_bytes=65536 dev_writable=true"
+    )
+    assert parse_transport_line(text) == ("shm", 65536, True)
+    js = json.dumps(
+        {
+            "level": "INFO",
+            "fields": {
+                "message": "Multimodal tensor transport configured",
+                "mode": "auto",
+                "shm_min_bytes": 1024,
+                "dev_writable": False,
+            },
+        }
+    )
+    assert parse_transport_line(js) == ("auto", 1024, False)
+    assert parse_transport_line("Multimodal tensor transport configured") is None
+    assert parse_transport_line("mode=shm") is None
+
+
+def test_a_log_appended_across_restarts_gives_the_last_start(tmp_path: Path) -> None:
+    log = tmp_path / "smg.log"
+    line = (
+        "2026-12-0{d} 10:00:00  INFO t: Multimodal tensor transport configured mode={m} shm_min_bytes={b} "
+        "dev_writable=true\n"
+    )
+    log.write_text(line.format(d=1, m="inline", b=65536) + "noise\n" * 3 + line.format(d=2, m="auto", b=1048576))
+    c = read_transport_config(str(log))
+    assert c is not None
+    assert (c.mode, c.shm_min_bytes, c.starts, c.line_no) == ("auto", 1048576, 2, 5)
+    assert c.timestamp == "2026-12-02 10:00:00"
+
+
+def _traffic(text: str) -> Any:
+    return mm_traffic(parse_metrics(text))
+
+
+def test_inference_from_metrics_alone() -> None:
+    """The metrics rules, on exposition text shaped as SMG 1.13.0 writes it (smg-facts §6)."""
+    inline = _traffic(
+        'smg_mm_tensors_total{runtime="vllm",path="inline"} 3120\n'
+        'smg_mm_tensor_bytes_total{runtime="vllm",path="inline"} 14352000000\n'
+    )
+    f = judge("gateway pid 4242", None, inline, "http://127.0.0.1:29000/metrics")
+    assert f.verdict == "off_or_failing"
+    assert f.summary == (
+        "gateway pid 4242: multimodal tensors went inline since start (3,120 tensors, mean 4.4 MiB): "
+        "SHM is off (the default is inline) or failing"
+    )
+    assert "--multimodal-tensor-transport auto" in f.fix
+    assert [e.source for e in f.evidence] == ["metrics http://127.0.0.1:29000/metrics"]
+    failing = _traffic(
+        'smg_mm_tensors_total{runtime="vllm",path="inline"} 3\nsmg_mm_shm_write_failures_total{runtime="vllm"} 1\n'
+    )
+    assert judge("g", None, failing).verdict == "failing"
+    assert for_outcome(judge("g", None, failing).code) == 3
+    small = _traffic(
+        'smg_mm_tensors_total{runtime="vllm",path="inline"} 2\nsmg_mm_tensor_bytes_total{runtime="vllm",'
+        'path="inline"} 32\n'
+    )
+    assert judge("g", None, small).verdict == "unknown", "tiny tensors say nothing about the setting"
+    none = _traffic("smg_http_requests_total 4\n")
+    assert judge("g", None, none).verdict == "no_traffic"
+
+
+def test_probe_failed_fix_names_the_probe_file_by_the_pid_in_its_namespace() -> None:
+    """dev_writable=false: the fix names smg-tokenspeed-probe-<its pid in its own pid namespace>."""
+    config = TransportConfig("/var/log/smg.log", 3, "shm", 65536, False, "")
+    f = judge("gateway pid 4242", config, None, name_pid=1)
+    assert (f.verdict, for_outcome(f.code), f.cause) == ("probe_failed", 5, Cause.GATEWAY_PROBE_FAILED)
+    assert f.fix.startswith("a leftover smg-tokenspeed-probe-1 (the gateway removes it as its probe fails")
+    assert "smg-tokenspeed-probe-<pid>" in judge("gateway pid 4242", config, None).fix
