@@ -175,7 +175,7 @@ class Witness:
                 self._end(name)  # rewritten: the old identity has ended
             else:
                 m = match_name(name)  # a name gc records a sighting of: one with a producer pid
-                if m is None or int(m[MATCH_GROUPS[m.lastindex][1]]) >= PID_LIMIT:  # type: ignore[index]
+                if m is None or int(m[MATCH_GROUPS[m.lastindex][1]]) >= PID_LIMIT:
                     continue
             alive[name] = [st.st_ino, st.st_uid, st.st_ctime_ns, crc32(name.encode(enc, "surrogateescape")), t, 0]
             self.unsaved += 1
