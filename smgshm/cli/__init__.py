@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, MutableMapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,15 @@ class CliError(click.ClickException):
         self.err = err
         self.app = app
         self.exit_code = for_outcome(err.outcome)
+
+    # click declares exit_code a class variable; this one's is the error's own, hence a property.
+    @property
+    def exit_code(self) -> int:
+        return self._exit_code
+
+    @exit_code.setter
+    def exit_code(self, code: int) -> None:
+        self._exit_code = code
 
     def show(self, file: Any = None) -> None:
         from smgshm.cli.fmt import escape, safe
@@ -78,14 +87,14 @@ class RootGroup(click.Group):
     Subcommands load on first use; ``commands`` (help, docs, tests) loads them all.
     """
 
-    @property  # type: ignore[override]
-    def commands(self) -> dict[str, click.Command]:
+    @property
+    def commands(self) -> MutableMapping[str, click.Command]:  # as click.Group declares it
         for name in _COMMANDS:
             self._load(name)
         return self._commands
 
     @commands.setter
-    def commands(self, value: dict[str, click.Command]) -> None:
+    def commands(self, value: MutableMapping[str, click.Command]) -> None:
         self._commands = dict(value)
 
     def _load(self, name: str) -> click.Command | None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 from rich.text import Text
 
@@ -13,6 +15,9 @@ from smgshm.cli.fmt import safe
 from smgshm.cli.params import BYTES, RenamedOption, shm_dir_option, worker_addresses
 from smgshm.cli.signals import stop_on_signals
 from smgshm.core.units import human_gb_per_s, human_size, parse_size
+
+if TYPE_CHECKING:
+    from smgshm.core.segments.io import ReaderMode
 
 
 def _sizes(lo: int, hi: int, factor: int, explicit: str | None) -> tuple[int, ...]:
@@ -94,7 +99,7 @@ def bench(
     warmup: int,
     iterations: int,
     verify: bool,
-    reader: str,
+    reader: ReaderMode,
     jsonl: bool,
     min_shm_speedup: float | None,
     min_gbps: float | None,
@@ -134,15 +139,15 @@ def bench(
         chosen = _sizes(min_, max_, factor, sizes) if sizes else DEFAULT_SIZES
         app.info(f"what-if {what_if}: {len(chosen)} sizes x {iterations} rounds in each dir")
         with stop_on_signals() as stop:  # SIGTERM/SIGHUP unwind like Ctrl-C: child ended, scratch removed
-            report = run_what_if(chosen, iterations, shm_dir, stop=stop.event)
-        if report is None:
+            what = run_what_if(chosen, iterations, shm_dir, stop=stop.event)
+        if what is None:
             msg = f"what-if stopped by {stop.name}: nothing measured; its child, segments and scratch dir are gone"
             if app.json:
                 jsonout.write_error(app, "interrupted", msg, None)
             elif not app.quiet:
                 click.echo(msg, err=True)
             click.get_current_context().exit(stop.exit_code or ExitCode.INTERRUPTED)
-        click.get_current_context().exit(app.emit(report, view.what_if_report))
+        click.get_current_context().exit(app.emit(what, view.what_if_report))
     from smgshm.core.client.bench import BenchOptions, run_bench
 
     opts = BenchOptions(_sizes(min_, max_, factor, sizes), warmup, iterations, verify, shm_dir)
@@ -151,7 +156,7 @@ def bench(
         from smgshm.core.receiver.reader import ReceiverConfig
         from smgshm.core.receiver.services import start_receiver
 
-        embedded = start_receiver(ReceiverConfig(shm_dir=shm_dir, reader=reader), "127.0.0.1:0")  # type: ignore[arg-type]
+        embedded = start_receiver(ReceiverConfig(shm_dir=shm_dir, reader=reader), "127.0.0.1:0")
         address = embedded.address
     progress, on_size = view.bench_progress(app)
 
@@ -174,7 +179,7 @@ def bench(
     failed_gates: list[str] = []
     last = max(report.sizes, key=lambda s: s.nbytes)
     both = max((s for s in report.sizes if s.speedup is not None), key=lambda s: s.nbytes, default=None)
-    if min_shm_speedup is not None and (both is None or both.speedup < min_shm_speedup):  # type: ignore[operator]
+    if min_shm_speedup is not None and (both is None or both.speedup is None or both.speedup < min_shm_speedup):
         at = (
             f"{both.speedup:.2f}x at {human_size(both.nbytes)} ({both.nbytes} B)"
             if both

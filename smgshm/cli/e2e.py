@@ -260,10 +260,10 @@ def e2e(
         raise click.exceptions.Exit(128 + t.signum) from None
     from smgshm.core.host.capacity import record_tensor_seen
 
-    sizes = [x.nbytes for r in report.runs for x in r.receipts.receipts]
-    sizes += [s.nbytes or 0 for r in report.runs for s in r.shm_dir.segments]
-    if sizes:  # doctor's capacity check quotes the largest tensor e2e saw
-        record_tensor_seen("smgshm e2e", max(sizes), shm_dir)
+    seen = [x.nbytes for r in report.runs for x in r.receipts.receipts]
+    seen += [s.nbytes or 0 for r in report.runs for s in r.shm_dir.segments]
+    if seen:  # doctor's capacity check quotes the largest tensor e2e saw
+        record_tensor_seen("smgshm e2e", max(seen), shm_dir)
     code = ExitCode.OK
     if report.undetermined:
         code = ExitCode.UNDETERMINED

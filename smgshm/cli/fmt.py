@@ -147,7 +147,7 @@ def fit_table(console: Console, table: Table, indent: int = 2) -> None:
     heads = [str(c.header) for c in table.columns]
     cells = [list(c.cells) for c in table.columns]
     for i in range(table.row_count):
-        row = [c[i] if isinstance(c[i], Text) else Text(str(c[i])) for c in cells]
+        row = [cell if isinstance(cell := c[i], Text) else Text(str(cell)) for c in cells]
         prose(console, row[0].copy(), indent)
         # "header value" pairs packed into lines: a pair is never split (a long one keeps a line of its own).
         line = Text()

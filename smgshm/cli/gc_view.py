@@ -15,7 +15,7 @@ from __future__ import annotations
 import heapq
 import sys
 import time
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 from rich.text import Text
 
@@ -25,6 +25,9 @@ from smgshm.cli.jsonout import write_bytes
 from smgshm.core.units import human_duration, human_size
 
 if TYPE_CHECKING:
+    from rich.progress import Progress as Bar
+    from rich.progress import TaskID
+
     from smgshm.cli.app import App
     from smgshm.core.host.holders import Holder
     from smgshm.core.segments.judge import SegmentInfo, Tally
@@ -35,6 +38,7 @@ _STYLE = {"leaked": "red", "hazard": "magenta", "stale": "yellow", "held": "cyan
 _RANK = {"hazard": 0, "leaked": 1, "held": 2, "stale": 3, "unknown": 4}
 NOTABLE = 20
 _FLUSH = 4096
+_K = TypeVar("_K", bound=str)  # a tally's key: a state's value or a kind
 
 
 def display(name: str) -> str:
@@ -177,6 +181,11 @@ def raw_row(s: SegmentInfo) -> str:
     return f"{st._value_} {kind} {alloc} {age:.0f} {'-' if pid is None else pid} {name}\n"
 
 
+def _tally_cells(counts: dict[_K, int], sizes: dict[_K, int]) -> list[str]:
+    """``state 3 (1.2 MiB)``: a tally's nonzero counts, with their bytes."""
+    return [f"{k} {n} ({human_size(sizes[k])})" for k, n in counts.items() if n]
+
+
 class JsonListing:
     """One JSON document, written as the scan goes: envelope, result with segments, then the rest."""
 
@@ -184,7 +193,8 @@ class JsonListing:
         from smgshm import __version__
         from smgshm.cli.jsonout import SCHEMA_VERSION
 
-        self.app, self.pending, self.first = app, [], True
+        self.app, self.first = app, True
+        self.pending: list[SegmentInfo] = []
         self.stream = sys.stdout
         head = {"smgshm_version": __version__, "schema_version": SCHEMA_VERSION, "command": app.command}
         result = {
@@ -311,9 +321,10 @@ class HumanListing:
         style = "bold red" if not ok or after.counts["leaked"] or after.counts["hazard"] else "bold green"
         cols = width(app.console)
         prose(app.console, Text(headline(scan, before, after, deleted, self.check, ok), style=style), 2)
-        for title, table in (("state", after.counts), ("kind", after.counts_by_kind)):
-            sizes = after.bytes_by_state if title == "state" else after.bytes_by_kind
-            cells = [f"{k} {n} ({human_size(sizes[k])})" for k, n in table.items() if n]
+        for title, cells in (
+            ("state", _tally_cells(after.counts, after.bytes_by_state)),
+            ("kind", _tally_cells(after.counts_by_kind, after.bytes_by_kind)),
+        ):
             if gone and title == "state":
                 cells.append(f"deleted {len(gone)} ({human_size(sum(d.freed_bytes for d in gone))} freed)")
             prose(app.console, Text(f"by {title}: " + (", ".join(cells) or "none")), 4)
@@ -431,21 +442,24 @@ class Progress:
         self.enabled = not (app.json or app.quiet or not app.err_console.is_terminal) and not (
             stdout_streams and app.console.is_terminal
         )
-        self.app, self.t0, self.bar, self.task = app, time.monotonic(), None, None
+        self.app, self.t0 = app, time.monotonic()
+        self.bar: Bar | None = None
+        self.task: TaskID | None = None
         self.phase = ""
 
     def __call__(self, done: int, total: int | None = None, phase: str = "scanned") -> None:
         if not self.enabled or time.monotonic() - self.t0 < self.DELAY_S:
             return
-        if self.bar is None:
+        bar = self.bar
+        if bar is None:
             from rich.progress import Progress as Bar
 
-            self.bar = Bar(console=self.app.err_console, transient=True)
-            self.bar.start()
-        if phase != self.phase:
-            self.task = self.bar.add_task(phase, total=total)
+            bar = self.bar = Bar(console=self.app.err_console, transient=True)
+            bar.start()
+        if phase != self.phase or self.task is None:  # (the first call's phase is never "": a task then)
+            self.task = bar.add_task(phase, total=total)
             self.phase = phase
-        self.bar.update(self.task, completed=done, total=total)  # type: ignore[arg-type]
+        bar.update(self.task, completed=done, total=total)
 
     def stop(self) -> None:
         if self.bar is not None:

@@ -18,11 +18,14 @@ import dataclasses
 import enum
 import json
 import sys
-from typing import IO, Any, Protocol
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from smgshm import __version__
 from smgshm.cli.exitcodes import for_outcome
 from smgshm.core.outcomes import Outcome
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 
 class Invocation(Protocol):
@@ -41,7 +44,7 @@ def plain(obj: Any) -> Any:
     An ``Outcome`` (a check's or finding's ``code``) is written as the exit code it asks for.
     """
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: plain(getattr(obj, f.name)) for f in dataclasses.fields(obj) if not f.name.startswith("_")}
+        return plain_fields(obj)
     if isinstance(obj, Outcome):
         return int(for_outcome(obj))
     if isinstance(obj, enum.Enum):
@@ -53,6 +56,11 @@ def plain(obj: Any) -> Any:
     if isinstance(obj, list | tuple | set | frozenset):
         return [plain(v) for v in obj]
     return obj
+
+
+def plain_fields(obj: DataclassInstance) -> dict[str, Any]:
+    """A dataclass instance as ``plain`` writes it: its public fields by name, each made plain."""
+    return {f.name: plain(getattr(obj, f.name)) for f in dataclasses.fields(obj) if not f.name.startswith("_")}
 
 
 def dumpb(obj: Any) -> bytes:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
@@ -30,12 +31,17 @@ KIND = {"empty_dir": "emptyDir", "sandbox_shm": "sandbox shm", "host": "host /de
 
 @dataclass
 class Block:
-    """One tmpfs's scan, what the rule chose there, and (after reaping) what was done."""
+    """One tmpfs's scan, its entries as listed, what the rule chose there, and what reaping it did."""
 
     scan: TmpfsScan
-    segments: list[SegmentInfo] = field(default_factory=list)
-    choice: Choice | None = None
-    done: ReapReport | None = None
+    segments: list[SegmentInfo]
+    choice: Choice
+    done: ReapReport
+
+
+def _into(segments: list[SegmentInfo]) -> Callable[[SegmentInfo, int], None]:
+    """``reaping.choose``'s on_entry: each entry listed is kept in ``segments``."""
+    return lambda seg, _row: segments.append(seg)
 
 
 def run(
@@ -77,30 +83,29 @@ def run(
     # One walk of /proc and one read of every mount namespace's table, for every tmpfs at once.
     holders = holder_index_devs(t.place.dev for t in node.tmpfs)
     mounted = mount_points_of(t.place.path for t in node.tmpfs)
-    blocks: list[Block] = []
+    listed: list[tuple[TmpfsScan, list[SegmentInfo], Choice]] = []
     for tmpfs in node.tmpfs:
-        block = Block(TmpfsScan(tmpfs, opts, holders=holders, mounted=mounted[tmpfs.place.path]))
-        block.choice = reaping.choose(block.scan, rule, lambda seg, _row, b=block: b.segments.append(seg))
-        blocks.append(block)
-    chosen = [seg for b in blocks for seg in b.choice.chosen]  # type: ignore[union-attr]
+        scan = TmpfsScan(tmpfs, opts, holders=holders, mounted=mounted[tmpfs.place.path])
+        segments: list[SegmentInfo] = []
+        listed.append((scan, segments, reaping.choose(scan, rule, _into(segments))))
+    chosen = [seg for _, _, choice in listed for seg in choice.chosen]
     if chosen:
         ask = not yes and sys.stdin.isatty() and not app.json
         if ask or not (app.json or app.quiet):
             gc_view.will_delete(app, chosen, all_rows)
         if ask:
             click.confirm(f"delete these {len(chosen)} segment(s)?", abort=True, err=True)
-    for b in blocks:
-        b.done = reaping.reap_choice(b.scan, b.choice)  # type: ignore[arg-type]
-    bad = sum(b.done.leaked_or_hazard for b in blocks)  # type: ignore[union-attr]
+    blocks = [Block(scan, segs, choice, reaping.reap_choice(scan, choice)) for scan, segs, choice in listed]
+    bad = sum(b.done.leaked_or_hazard for b in blocks)
     code = ExitCode.CHECK_FAILED if check and bad else ExitCode.OK
     if prometheus_file:  # what is there now, after any --delete: the exporter's series, one run's
         figures = [
             metrics.volume_figures(
                 b.scan.tmpfs,
                 b.done.after,
-                b.scan.others,  # type: ignore[union-attr]
+                b.scan.others,
                 (b.scan.shm_total_bytes, b.done.used_bytes, b.done.free_bytes),
-            )  # type: ignore[union-attr]
+            )
             for b in blocks
         ]
         metrics.write_textfile(prometheus_file, figures, metrics.Health(time.time(), time.time() - started, 0))
@@ -109,10 +114,10 @@ def run(
 
         after = Tally()
         for b in blocks:
-            for k, n in b.done.after.counts.items():  # type: ignore[union-attr]
+            for k, n in b.done.after.counts.items():
                 after.counts[k] += n
-                after.bytes_by_state[k] += b.done.after.bytes_by_state[k]  # type: ignore[union-attr]
-        gone = sum(d.deleted for b in blocks for d in b.done.deleted)  # type: ignore[union-attr]
+                after.bytes_by_state[k] += b.done.after.bytes_by_state[k]
+        gone = sum(d.deleted for b in blocks for d in b.done.deleted)
         untrusted = [b for b in blocks if not b.scan.tmpfs.trust.trusted]
         note = f"{len(untrusted)} of {len(blocks)} tmpfs not judged by pid" if untrusted else ""
         return gc_view.npd(after, gone, note, where=f"node, {len(blocks)} tmpfs")
@@ -158,17 +163,15 @@ def _totals(blocks: list[Block]) -> dict[str, Any]:
     counts: dict[str, int] = {}
     remaining: dict[str, int] = {}
     for b in blocks:
-        for k, n in b.done.before.counts.items():  # type: ignore[union-attr]
+        for k, n in b.done.before.counts.items():
             counts[k] = counts.get(k, 0) + n
-        for k, n in b.done.after.counts.items():  # type: ignore[union-attr]
+        for k, n in b.done.after.counts.items():
             remaining[k] = remaining.get(k, 0) + n
     return {"counts": counts, "remaining_counts": remaining}
 
 
 def _doc(b: Block) -> dict[str, Any]:
     t, scan, done = b.scan.tmpfs, b.scan, b.done
-    if done is None:  # reaped (or not) before anything is shown
-        raise RuntimeError("a block shown before it was reaped")
     pod = t.pod
     return {
         "kind": t.place.kind,
@@ -211,7 +214,7 @@ def headline(root: str, blocks: list[Block], check: bool, ok: bool) -> str:
     """The first line; it agrees with the exit code."""
     after = _totals(blocks)["remaining_counts"]
     states = ", ".join(f"{n} {k}" for k, n in after.items() if n) or "none"
-    gone = sum(d.deleted for b in blocks for d in b.done.deleted)  # type: ignore[union-attr]
+    gone = sum(d.deleted for b in blocks for d in b.done.deleted)
     text = f"node {gc_view.display(root)}: {len(blocks)} tmpfs, {sum(after.values())} SMG segment(s): {states}"
     if gone:
         text = f"deleted {gone}; " + text
@@ -229,8 +232,8 @@ def _human(app: App, root: str, blocks: list[Block], check: bool, ok: bool, all_
         app.console.file.flush()
         out.write("\n" + "".join(_block_lines(b, all_rows, cols)))
         out.flush()
-    leaked = sum(b.done.after.counts["leaked"] for b in blocks)  # type: ignore[union-attr]
-    if leaked and not any(b.done.deleted for b in blocks) and not app.quiet:  # type: ignore[union-attr]
+    leaked = sum(b.done.after.counts["leaked"] for b in blocks)
+    if leaked and not any(b.done.deleted for b in blocks) and not app.quiet:
         argv = ["smgshm", "gc", "--node", "--node-root", root, "--delete"]
         hint(app, "reap them with:")
         command(app.err_console, argv, 6)
@@ -238,8 +241,6 @@ def _human(app: App, root: str, blocks: list[Block], check: bool, ok: bool, all_
 
 def _block_lines(b: Block, all_rows: bool, cols: int = 80) -> list[str]:
     t, scan, done = b.scan.tmpfs, b.scan, b.done
-    if done is None:
-        raise RuntimeError("a block shown before it was reaped")
     who = "pod -" if t.pod_uid is None else f"pod {gc_view.display(_pod(t))} (uid {gc_view.display(t.pod_uid)})"
     what = KIND[t.place.kind] + ("" if t.place.volume is None else f" {gc_view.display(t.place.volume)}")
     hidden = f"hidden {human_size(t.hidden.nbytes)}"

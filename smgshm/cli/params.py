@@ -12,8 +12,15 @@ from smgshm.core.units import parse_duration, parse_size
 if TYPE_CHECKING:
     from click.shell_completion import CompletionItem
 
+    # ParamType is generic from click 8.4 on; the floor is 8.1, so it is subscripted for mypy only.
+    _IntParam = click.ParamType[int]
+    _FloatParam = click.ParamType[float]
+    _StrParam = click.ParamType[str]
+else:
+    _IntParam = _FloatParam = _StrParam = click.ParamType
 
-class BytesType(click.ParamType):
+
+class BytesType(_IntParam):
     """Bytes, or ``64KiB``/``16MiB``/``1GB`` (``units.parse_size``)."""
 
     name = "BYTES"
@@ -27,7 +34,7 @@ class BytesType(click.ParamType):
             self.fail(str(err), param, ctx)
 
 
-class DurationType(click.ParamType):
+class DurationType(_FloatParam):
     """Seconds, or Go-style ``250ms``/``2s``/``1m`` (``units.parse_duration``)."""
 
     name = "DURATION"
@@ -41,7 +48,7 @@ class DurationType(click.ParamType):
             self.fail(str(err), param, ctx)
 
 
-class HttpUrlType(click.ParamType):
+class HttpUrlType(_StrParam):
     """An http(s) URL (``host:port`` means http), checked before anything is dialled: a malformed
     one is a usage error (exit 2), never a crash deep in a request. The value passes on as typed."""
 

@@ -124,7 +124,7 @@ def preflight(
       smgshm preflight --npd --inflight-bytes 1GiB
       smgshm preflight --textfile /var/lib/node_exporter/smgshm-preflight.prom -- smg launch
     """
-    from smgshm.core.node.preflight import PreflightRequest, run_preflight
+    from smgshm.core.node.preflight import Mode, PreflightRequest, run_preflight
 
     app.npd = npd
     if npd:
@@ -137,7 +137,7 @@ def preflight(
         raise click.UsageError("--start-anyway needs a command to start (after --)")
     if command and shutil.which(command[0]) is None:  # checked before anything is reclaimed
         raise click.UsageError(f"the command to exec is not found: {command[0]}")
-    mode = "wrapper" if command else "init_container" if init_container else "standalone"
+    mode: Mode = "wrapper" if command else "init_container" if init_container else "standalone"
     req = PreflightRequest(shm_dir, mode, pod_private, inflight_bytes, tensor_bytes, min_age, timeout)
     if textfile_path:
         from smgshm.core.segments import textfile

@@ -6,6 +6,7 @@ import os
 import signal
 import sys
 import threading
+from typing import TYPE_CHECKING
 
 import click
 
@@ -15,6 +16,9 @@ from smgshm.cli.exitcodes import ExitCode
 from smgshm.cli.params import BYTES, DURATION, complete_dirs, complete_files, listen_address, shm_dir_option
 from smgshm.core.engines import DEFAULT, SERVED
 from smgshm.core.receiver.faults import FAULTS, MAX_FAULT_DELAY_S
+
+if TYPE_CHECKING:
+    from smgshm.core.segments.io import ReaderMode
 
 # In-flight calls get this long to finish after SIGTERM/SIGINT, then they are cancelled:
 # serve is gone within 2 s of the signal.
@@ -101,7 +105,7 @@ def serve(
     app: App,
     listen: str,
     engine: str,
-    reader: str,
+    reader: ReaderMode,
     keep_segments: bool,
     advertise_namespace_id: str | None,
     max_message_bytes: int,
@@ -158,7 +162,7 @@ def serve(
     cfg = ReceiverConfig(
         shm_dir=shm_dir,
         unlink_after_read=not keep_segments,
-        reader=reader,  # type: ignore[arg-type]
+        reader=reader,
         engine=engine,
         namespace_id=advertise_namespace_id,
         max_message_bytes=max_message_bytes,

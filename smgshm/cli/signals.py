@@ -14,7 +14,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import FrameType
@@ -56,7 +56,7 @@ def stop_on_signals() -> Iterator[Stop]:
             stop.signum = signum
         stop.event.set()
 
-    old: dict[int, Any] = {}
+    old: dict[signal.Signals, Callable[[int, FrameType | None], Any] | int | None] = {}
     if threading.current_thread() is threading.main_thread():
         for sig in SIGNALS:
             old[sig] = signal.signal(sig, handler)
@@ -149,4 +149,4 @@ def standard_streams() -> None:
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - as stdin
     if sys.stderr is None:
         sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - as stdin
-    sys.stderr = QuietStderr(sys.stderr)  # type: ignore[assignment]
+    sys.stderr = QuietStderr(sys.stderr)

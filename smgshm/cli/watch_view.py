@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from smgshm.cli.fmt import Trimmed, cause_fix, escape, fit_table, fix_line, kv_table, lossless, prose, safe, width
-from smgshm.cli.jsonout import SCHEMA_VERSION, plain, write_line
+from smgshm.cli.jsonout import SCHEMA_VERSION, plain, plain_fields, write_line
 from smgshm.core.units import human_duration, human_ms, human_rate, human_size
 
 if TYPE_CHECKING:
@@ -256,13 +256,13 @@ def jsonl_orphan(o: Orphan) -> None:
 
 
 def interval_record(st: IntervalStats) -> dict[str, Any]:
-    rec = plain(st)
+    rec = plain_fields(st)
     rec["orphan_list"] = [{**plain(o), **name_fields(o.name)} for o in st.orphan_list]
     return rec
 
 
 def summary_record(s: WatchSummary) -> dict[str, Any]:
-    rec = plain(s)
+    rec = plain_fields(s)
     rec["orphan_list"] = [{**plain(o), **name_fields(o.name)} for o in s.orphan_list]
     rec["shm_dir"] = escape(s.shm_dir)
     return rec

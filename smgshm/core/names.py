@@ -64,10 +64,11 @@ _NAME = re.compile(
 
 # The grammar's fast form, for a loop over a million names (segments/judge.py's Judge.each), and
 # what parse_name itself is made of: the full match (None: the name does not parse; its kind is then
-# unmatched_kind's), and by the match's lastindex (kind, group of the pid, group of the nanos or 0).
+# unmatched_kind's), and by the match's lastindex (kind, group of the pid, group of the nanos or 0;
+# keyed as ``Match.lastindex`` is typed, int | None, though a full match always has one).
 # A pid of PID_LIMIT or more is no pid.
 match_name = _NAME.fullmatch
-MATCH_GROUPS: dict[int, tuple[Kind, int, int]] = {
+MATCH_GROUPS: dict[int | None, tuple[Kind, int, int]] = {
     3: ("gateway", 1, 2),
     4: ("gateway_probe", 4, 0),
     7: ("smgshm", 5, 6),
@@ -86,7 +87,7 @@ def parse_name(name: str) -> ParsedName:
     m = match_name(name)
     if m is None:
         return ParsedName(unmatched_kind(name), None, None)
-    kind, p, t = MATCH_GROUPS[m.lastindex]  # type: ignore[index]
+    kind, p, t = MATCH_GROUPS[m.lastindex]
     pid = int(m[p])
     return ParsedName(kind, pid if pid < PID_LIMIT else None, int(m[t]) if t else None)
 

@@ -128,7 +128,7 @@ class StreamingQuantiles:
         for i in sorted(self._buckets):
             seen += self._buckets[i]
             if seen >= rank:
-                mid = _GROWTH ** (i + 0.5)  # the bucket's geometric middle
+                mid: float = _GROWTH ** (i + 0.5)  # the bucket's geometric middle
                 return min(max(mid, self.min or 0.0), self.max or mid)
         return self.max
 

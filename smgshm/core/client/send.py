@@ -209,7 +209,7 @@ class _Run:
                     outs.append(OutTensor(o.shape, o.dtype, inline=bytes(v)))
             req = Request(outs[0], {f"extra_{k}": t for k, t in enumerate(outs[1:], 1)})
             msg = build_multimodal(o.layout, req).SerializeToString()
-            layout = diag_pb2.Layout.Value(o.layout.engine.diag_layout)
+            layout = o.layout.engine.diag_layout  # the enum value's name, as the message takes it
             if self.stop.is_set():
                 raise _StoppedError
             t0 = time.perf_counter_ns()

@@ -182,15 +182,15 @@ def _worker_check(
         return Check(name, "ok", f"{r.engine}: /dev/shm shared with this host (ids match)")
     fix, code = PROBE_FIXES.get(r.verdict, ("", Outcome.CHECK_FAILED))
     # Judged against the gateway's id, else this host's.
-    cause = for_verdict(r.verdict, g.namespace_id or local_id, r.engine or w.runtime_type)
-    if cause in (Cause.LOCAL_ID_UNREADABLE, Cause.ENGINE_INLINE_ONLY):
-        fix = CATALOGUE[cause].fix
+    verdict_cause = for_verdict(r.verdict, g.namespace_id or local_id, r.engine or w.runtime_type)
+    if verdict_cause in (Cause.LOCAL_ID_UNREADABLE, Cause.ENGINE_INLINE_ONLY):
+        fix = CATALOGUE[verdict_cause].fix
     summary = f"worker {w.url}: {r.verdict}: {r.reason}"
     if inline:  # the gateway sends it nothing through SHM: a fact, not a failure
         return Check(name, "ok", f"{summary} (the gateway is {g.mode}: no SHM is sent)")
     if r.verdict == "undetermined" and g.mode == "shm":  # shm makes no namespace check: it may still read
-        return Check(name, "warn", summary, fix, cause=cause)
-    return Check(name, "fail", summary, fix, code, cause=cause)
+        return Check(name, "warn", summary, fix, cause=verdict_cause)
+    return Check(name, "fail", summary, fix, code, cause=verdict_cause)
 
 
 def lint(g: JudgedGateway, workers: list[GatewayWorker]) -> list[Check]:

@@ -19,13 +19,16 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from smgshm.core.errors import SmgshmError
 from smgshm.core.gateway.http import UrlError, parse_url
 from smgshm.core.gateway.metrics import MetricsSnapshot, UnusableCounterError, mm_delta
 from smgshm.core.names import GATEWAY_PREFIX, gateway_probe_name
 from smgshm.core.paths import DEFAULT_SHM_DIR
+
+if TYPE_CHECKING:
+    from smgshm.core.watch.life import SegmentLife
 
 
 @dataclass(frozen=True)
@@ -155,7 +158,7 @@ class SegmentWatch:
         self.shm_dir = shm_dir
         self.watcher = ShmWatcher(shm_dir, GATEWAY_PREFIX, listing=True)
         self.tracker = SegmentTracker(max_tracked=10_000)
-        self.done: list[object] = []
+        self.done: list[SegmentLife] = []
         self.error = ""
         self.writers: dict[int, tuple[int, bool | None]] = {}
         self._stop = threading.Event()

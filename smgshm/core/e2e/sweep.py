@@ -84,7 +84,14 @@ def run_sweep(
     """The sweep on the embedded pair of gateways; everything stopped at the end (Ctrl-C too)."""
     from smgshm.core.client.bench import measure_host
     from smgshm.core.gateway.chat import make_png, send_chat
-    from smgshm.core.gateway.process import GatewayConfig, find_smg, launch_gateway, stop_gateways, wait_ready
+    from smgshm.core.gateway.process import (
+        GatewayConfig,
+        RunningGateway,
+        find_smg,
+        launch_gateway,
+        stop_gateways,
+        wait_ready,
+    )
 
     find_smg()
     from smgshm.core.receiver.modeldir import ensure_model_dir
@@ -96,7 +103,7 @@ def run_sweep(
     say("measuring this host's fresh-page floor")
     host = measure_host(DEFAULT_SHM_DIR)
     floor_bps = host.fresh_page_gb_per_s * 1e9
-    gateways = []
+    gateways: list[RunningGateway] = []
     rows: list[SweepRow] = []
     with contextlib.ExitStack() as stack:
         stack.callback(lambda: stop_gateways(gateways))

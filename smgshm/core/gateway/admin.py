@@ -76,7 +76,7 @@ def _worker(w: Any, i: int, url: str) -> GatewayWorker:
         raise ServerError(f"gateway's GET /workers entry {i} is not a worker with a url", endpoint=url)
     labels = w.get("labels")
     label = labels.get("shm_namespace_id") if isinstance(labels, dict) else None
-    models = w.get("models") if isinstance(w.get("models"), list) else []
+    models = m if isinstance(m := w.get("models"), list) else []
     return GatewayWorker(
         id=_text(w, "id"),
         # DP-aware workers are "{base}@{rank}"; dial the base.
@@ -94,7 +94,7 @@ def _worker(w: Any, i: int, url: str) -> GatewayWorker:
 
 def _override(w: dict[str, Any]) -> str:
     """The per-worker transport fields as set (``""``: none), e.g. ``multimodal_tensor_transport=shm``."""
-    labels = w.get("labels") if isinstance(w.get("labels"), dict) else {}
+    labels = got if isinstance(got := w.get("labels"), dict) else {}
     out = []
     for key in ("multimodal_tensor_transport", "multimodal_shm_min_bytes"):
         v = w.get(key, labels.get(key))

@@ -308,7 +308,7 @@ class _Bounded(http.client.HTTPConnection):
         super().connect()  # TCP through _dial; for https, the handshake too
         if self.sock is not None:
             self.raw = self.sock  # the TLS socket when there is one: the one to close
-            self.sock = _DeadlineSocket(self.sock, self.deadline)  # type: ignore[assignment]
+            self.sock = _DeadlineSocket(self.sock, self.deadline)
 
     def close_all(self) -> None:
         self.close()

@@ -234,7 +234,7 @@ def _entry(v: object) -> _Seen | None:
     if not isinstance(v, dict):
         return None
     boot, source, when, uid = v.get("boot_id"), v.get("source"), v.get("unix_s"), v.get("unique_id")
-    fields_ok = (
+    if not (
         isinstance(boot, str)
         and 0 < len(boot) <= 64
         and isinstance(source, str)
@@ -242,10 +242,10 @@ def _entry(v: object) -> _Seen | None:
         and source.isprintable()
         and all(_count(v.get(k)) for k in ("dev", "mount_id", "nbytes"))
         and (uid is None or _count(uid))
-        and type(when) in (int, float)
+        and isinstance(when, (int, float))
+        and not isinstance(when, bool)  # a JSON true is no time
         and math.isfinite(when)
-    )
-    if not fields_ok:
+    ):
         return None
     return _Seen(MountKey(boot, v["dev"], v["mount_id"], uid), source, v["nbytes"], float(when))
 

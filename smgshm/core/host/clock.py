@@ -99,6 +99,8 @@ def birth_time(path: str) -> float | None:
     if got is None or not got[0] & _STATX_BTIME:  # the mask: what the kernel filled in
         return None
     buf = got[1]
+    sec: int
+    nsec: int
     sec, nsec = struct.unpack_from("=qI", buf, 80)  # stx_btime
     return sec + nsec / 1e9
 

@@ -14,12 +14,15 @@ whose log dirs are gone (no namespace, no name) still differ. A label value read
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from smgshm.core.node.scan import Others, Tmpfs
 from smgshm.core.segments.judge import State, Tally
+
+if TYPE_CHECKING:  # prometheus_client is imported where it is used
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 PREFIX = "smgshm_node_"
 VOLUME = ("namespace", "pod", "uid", "volume", "kind")  # one label set per tmpfs
@@ -169,27 +172,32 @@ def write_textfile(path: str, volumes: Iterable[VolumeFigures], health: Health) 
     write_exposition(path, exposition(volumes, health))
 
 
-class _Collector:
-    def __init__(self, source: Any) -> None:
-        self.source = source  # () -> (volumes, health)
+FiguresSource = Callable[[], tuple[Iterable[VolumeFigures], Health]]  # () -> (volumes, health), at each scrape
 
-    def collect(self) -> Iterator[Any]:
+
+class _Collector:
+    def __init__(self, source: FiguresSource) -> None:
+        self.source = source
+
+    def collect(self) -> Iterator[Metric]:
         volumes, health = self.source()
         yield from families(volumes, health)
 
 
-def families(volumes: Iterable[VolumeFigures], health: Health) -> Iterator[Any]:
+def families(volumes: Iterable[VolumeFigures], health: Health) -> Iterator[Metric]:
     """The exposition's families (prometheus_client's), from the figures of every tmpfs followed."""
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-    def family(name: str) -> Any:
+    def family(name: str) -> CounterMetricFamily | GaugeMetricFamily:
         kind, labels, _, doc = METRICS[name]
         if kind == "counter":  # prometheus_client adds the _total back
             return CounterMetricFamily(PREFIX + name.removesuffix("_total"), doc, labels=labels)
         return GaugeMetricFamily(PREFIX + name, doc, labels=labels)
 
-    seen: set[tuple[str, ...]] = set()
-    vols = [v for v in volumes if not (v.labels in seen or seen.add(v.labels))]  # a label set once, whatever
+    by_labels: dict[tuple[str, ...], VolumeFigures] = {}
+    for v in volumes:
+        by_labels.setdefault(v.labels, v)  # a label set once, whatever (the first)
+    vols = list(by_labels.values())
     states = [s.value for s in State]
     per_volume = {n: family(n) for n, (_, labels, _, _) in METRICS.items() if labels[: len(VOLUME)] == VOLUME}
     for v in vols:
@@ -232,7 +240,7 @@ def families(volumes: Iterable[VolumeFigures], health: Health) -> Iterator[Any]:
             yield _one(family(name), health.counters.get(name.removesuffix("_total"), 0))
 
 
-def _one(fam: Any, value: float) -> Any:
+def _one(fam: CounterMetricFamily | GaugeMetricFamily, value: float) -> Metric:
     fam.add_metric([], value)
     return fam
 
@@ -243,11 +251,11 @@ def exposition(volumes: Iterable[VolumeFigures], health: Health) -> bytes:
 
     figures = list(volumes)
     reg = CollectorRegistry(auto_describe=False)
-    reg.register(_Collector(lambda: (figures, health)))  # type: ignore[arg-type]
+    reg.register(_Collector(lambda: (figures, health)))
     return generate_latest(reg)
 
 
-def collector(source: Any) -> Any:
+def collector(source: FiguresSource) -> _Collector:
     """A prometheus_client collector that asks ``source()`` for (volumes, health) at each scrape."""
     return _Collector(source)
 

@@ -55,8 +55,10 @@ def look(root: str, pids: Iterable[int] | None = None) -> NodeLook:
     everyone = live_pids() if pids is None else list(pids)
     with NodeRoot(root) as node:
         places, names, where = list(node.places()), pod_names(node.fd), node.path
-    seen: set[int] = set()
-    places = [p for p in places if not (p.dev in seen or seen.add(p.dev))]  # one tmpfs, one block
+    by_dev: dict[int, Place] = {}
+    for p in places:
+        by_dev.setdefault(p.dev, p)  # one tmpfs, one block (its first place)
+    places = list(by_dev.values())
     users = shm_users(everyone)
     depth = {u.pidns: u.depth for p in places for u in users.by_dev.get(p.dev, ())}
     spaces = pid_spaces(depth, everyone)

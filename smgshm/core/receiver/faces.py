@@ -44,7 +44,7 @@ def engine_servicer(state: ReceiverState, executor: Executor) -> tuple[Any, str]
     pb = engine.pb2()
     base = getattr(engine.pb2_grpc(), f"{engine.service}Servicer")
 
-    class EngineServicer(base):  # type: ignore[misc, valid-type]
+    class EngineServicer(base):  # type: ignore[misc, valid-type]  # the engine's generated base, chosen at run time
         async def HealthCheck(self, request: Any, context: Any) -> Any:  # noqa: N802 - gRPC method name
             return pb.HealthCheckResponse(healthy=True, message="Health")
 

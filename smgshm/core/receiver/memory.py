@@ -23,7 +23,7 @@ def _malloc_trim() -> Callable[[int], int] | None:
     import ctypes
 
     try:
-        return ctypes.CDLL(None).malloc_trim  # type: ignore[no-any-return]
+        return ctypes.CDLL(None).malloc_trim
     except (OSError, AttributeError):  # not glibc
         return None
 
@@ -41,9 +41,9 @@ class Trimmer:
         if nbytes < TRIM_AFTER_BYTES or self.trim is None or self.pending:
             return
         self.pending = True
-        self.loop.call_later(TRIM_DELAY_S, self._run)
+        self.loop.call_later(TRIM_DELAY_S, self._run, self.trim)
 
-    def _run(self) -> None:
+    def _run(self, trim: Callable[[int], int]) -> None:
         self.pending = False
         with contextlib.suppress(RuntimeError):  # the pool is shut down: serve is stopping
-            self.loop.run_in_executor(self.executor, self.trim, 0)  # type: ignore[arg-type]
+            self.loop.run_in_executor(self.executor, trim, 0)

@@ -232,7 +232,7 @@ def _receive_shm(t: InTensor, cfg: ReceiverConfig, base: dict[str, Any]) -> Rece
     )
 
 
-def receive(layout: Layout, raw: bytes, cfg: ReceiverConfig) -> list[Receipt]:
+def receive(layout: Layout, raw: bytes | memoryview, cfg: ReceiverConfig) -> list[Receipt]:
     """One receipt per TensorData in a serialized engine ``MultimodalInputs``."""
     return receive_all(parse_multimodal(layout, raw, max_tensors=cfg.max_tensors), cfg)
 

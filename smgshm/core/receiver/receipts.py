@@ -102,7 +102,7 @@ class ReceiptRing:
 
 def _values(r: Any) -> dict[str, Any]:
     """A receipt's values by field name, whatever its form; its error as error_code/error_message."""
-    if is_dataclass(r):
+    if is_dataclass(type(r)):  # asked of its class: is_dataclass(r) would type r as any dataclass
         values = {f.name: getattr(r, f.name) for f in fields(r)}
         values["digest_algo"] = r.digest_algo  # the reader's Receipt derives it from its digest
         return values
@@ -129,10 +129,11 @@ def receipt_as(target: type[T], r: Any, **extra: Any) -> T:
     if unknown:
         raise TypeError(f"{cls.__name__} has no field {sorted(unknown)}")
     values = _values(r) | extra
-    out: T = cls(**{n: values[n] for n in names if n in values and n != "error"})
+    made = cls(**{n: values[n] for n in names if n in values and n != "error"})
     if wire and values["error_code"]:
-        err = out.error  # type: ignore[attr-defined]
+        err = made.error
         err.code, err.message = values["error_code"], values["error_message"]
+    out: T = made
     return out
 
 

@@ -91,7 +91,7 @@ class _Changes:
         self.event = asyncio.Event()  # the next wait is for the next add
 
 
-class DiagnosticsServicer(diag_pb2_grpc.DiagnosticsServicer):  # type: ignore[misc]
+class DiagnosticsServicer(diag_pb2_grpc.DiagnosticsServicer):  # type: ignore[misc]  # generated gRPC base: untyped
     """smgshm's own service: identity, and reading tensors as SMG's servicer does.
 
     Built on the server's loop: watchers wait on it for the ring's news."""
@@ -187,9 +187,9 @@ class RunningReceiver:
     address: str
     engine_service: str
     state: ReceiverState
-    loop: asyncio.AbstractEventLoop = field(repr=False, default=None)  # type: ignore[assignment]
-    thread: threading.Thread = field(repr=False, default=None)  # type: ignore[assignment]
-    executor: ThreadPoolExecutor = field(repr=False, default=None)  # type: ignore[assignment]
+    loop: asyncio.AbstractEventLoop = field(repr=False)
+    thread: threading.Thread = field(repr=False)
+    executor: ThreadPoolExecutor = field(repr=False)
     _stopped: bool = field(repr=False, default=False)
 
     def stop(self, grace: float = 2.0) -> None:

@@ -222,7 +222,7 @@ class Judge:
         self.mounted = mount_points(opts.shm_dir) if mounted is None else mounted
         # The clocks, read once per scan; then per pid its reuse_bounds: a dir of 1M segments has a handful of pids.
         self.wall = clock.read_wall_clock(opts.shm_dir, dir_dev) if wall is None else wall
-        self.starts: dict[int, tuple[float, float] | None] = {}
+        self.starts: dict[int, Bounds | None] = {}
         self.said: dict[tuple[str, int, str], str] = {}  # (verdict, pid, kind) -> its reason, made once
         # By inode alone for the dir's own device (an int key, no tuple per entry); as tuples, once.
         self.held_here: dict[int, tuple[Holder, ...]] = {
@@ -274,7 +274,7 @@ class Judge:
             if m is None:
                 kind, pid, t = unmatched_kind(name), None, 0
             else:
-                kind, p, t = by_group[m.lastindex]  # type: ignore[index]
+                kind, p, t = by_group[m.lastindex]
                 pid = int(m[p])
                 if pid >= pid_limit:
                     pid = None
@@ -309,7 +309,7 @@ class Judge:
                     alive = False  # no process has that pid: whenever the segment was written
                 else:
                     # The later of the name's time and mtime: a forged or skewed name can only make gc keep more.
-                    nanos = int(m[t]) if t else 0  # type: ignore[index]
+                    nanos = int(m[t]) if t and m is not None else 0  # t is 0 where no name matched
                     written = mtime if not nanos or nanos / 1e9 < mtime else nanos / 1e9
                     # By the wall clock: written before the process holding the pid started, or near it.
                     alive = True if written >= bounds[0] else False if written < bounds[1] else None
@@ -329,15 +329,14 @@ class Judge:
                 elif judge_pid and uid in doubt:
                     state, reason = State.UNKNOWN, f"the pid namespaces of uid {uid}'s processes cannot be read"
                     alive = alive or None
-                elif alive is None:
-                    state, reason = State.UNKNOWN, self._clock_reason(pid, bounds, written)  # type: ignore[arg-type]
+                elif alive is None and bounds is not None:  # (alive is None only where bounds is not)
+                    state, reason = State.UNKNOWN, self._clock_reason(pid, bounds, written)
                 elif not alive:
-                    if proven:
-                        state, reason = State.LEAKED, self._reused_reason(kind, pid, bounds, sight)  # type: ignore[arg-type]
+                    if proven and bounds is not None and sight is not None:  # (as proven implies)
+                        state, reason = State.LEAKED, self._reused_reason(kind, pid, bounds, sight)
                     else:  # Each sentence is made once per pid: a crowded dir repeats a handful of pids.
-                        state, reason = State.LEAKED, said.get(("dead", pid, kind))
-                        if reason is None:
-                            reason = self._dead_reason(kind, pid)
+                        state, dead = State.LEAKED, said.get(("dead", pid, kind))
+                        reason = self._dead_reason(kind, pid) if dead is None else dead
                 elif seen_s is not None and seen_s >= stale_after:
                     state = State.STALE
                     reason = f"producer pid {pid} lives, but smgshm has seen the segment for {seen_s:.0f} s"
@@ -351,9 +350,10 @@ class Judge:
                         ),
                     )
                 else:
-                    state, reason = State.IN_FLIGHT, said.get(("young", pid, ""))
-                    if reason is None:
-                        reason = said["young", pid, ""] = f"producer pid {pid} lives and the segment is young"
+                    state, young = State.IN_FLIGHT, said.get(("young", pid, ""))
+                    if young is None:
+                        young = said["young", pid, ""] = f"producer pid {pid} lives and the segment is young"
+                    reason = young
             if nlink > 1 and ftype == "regular":
                 reason += f"; it has {nlink} links: unlinking this name frees nothing"
             # tuple.__new__: the NamedTuple's own __new__ is a Python function, a third of the cost again.

@@ -45,7 +45,7 @@ import struct
 import sys
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
 from smgshm.core.host import clock, usercache
@@ -96,8 +96,14 @@ def _dir_witness(path: str) -> tuple[int, int] | None:
 Columns = tuple["array.array[int]", "array.array[int]", "array.array[int]", "array.array[int]", "array.array[int]"]
 
 
+def as_columns(cols: Iterable[array.array[int]]) -> Columns:
+    """Five columns, in _COLUMNS' order, as the fixed tuple ``Columns`` is."""
+    inos, uids, ctimes, sums, seen = cols
+    return inos, uids, ctimes, sums, seen
+
+
 def _columns() -> Columns:
-    return tuple(array.array(c) for c in _COLUMNS)  # type: ignore[return-value]
+    return as_columns(array.array(c) for c in _COLUMNS)
 
 
 class StoreFile(NamedTuple):
@@ -146,7 +152,7 @@ def encode(header: bytes, cols: Columns) -> bytes:
 
 
 def _rows(cols: Columns, rows: list[int]) -> Columns:
-    return tuple(array.array(c.typecode, map(c.__getitem__, rows)) for c in cols)  # type: ignore[return-value]
+    return as_columns(array.array(c.typecode, map(c.__getitem__, rows)) for c in cols)
 
 
 def unique(cols: Columns) -> Columns:
@@ -192,7 +198,7 @@ def merge(
     if ended:
         rest = [j for j in rest if (d_inos[j], d_uids[j], d_ctimes[j], d_sums[j]) not in ended]
     carried = _rows(disk[0], rest[: max(0, MAX_RECORDS - len(inos))])
-    return tuple(a + b for a, b in zip((inos, uids, ctimes, sums, seen), carried, strict=True))  # type: ignore[return-value]
+    return as_columns(a + b for a, b in zip((inos, uids, ctimes, sums, seen), carried, strict=True))
 
 
 def write_merged(
@@ -339,6 +345,7 @@ __all__ = [
     "Columns",
     "Sightings",
     "StoreFile",
+    "as_columns",
     "decode",
     "encode",
     "merge",

@@ -188,7 +188,7 @@ def textfile_text(record: RunRecord) -> bytes:
     from prometheus_client import CollectorRegistry, generate_latest
 
     reg = CollectorRegistry(auto_describe=False)
-    reg.register(_Collector(record))  # type: ignore[arg-type]
+    reg.register(_Collector(record))
     return generate_latest(reg)
 
 

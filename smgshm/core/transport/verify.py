@@ -78,9 +78,9 @@ def judge(sent: Sequence[Sent], receipts: Sequence[Any]) -> Verdict:
             issues.append(Issue(key, "mismatch", f"{n} receipt(s) for a key that was never sent"))
         elif n > 1:
             issues.append(Issue(key, "mismatch", f"{n} receipts for one tensor (duplicates)"))
-    for s in sent:
-        if counts[s.key] == 0:
-            issues.append(Issue(s.key, "mismatch", "no receipt for this tensor"))
+    for one in sent:
+        if counts[one.key] == 0:
+            issues.append(Issue(one.key, "mismatch", "no receipt for this tensor"))
     for r in receipts:
         s = want.get(str(r.key))
         if s is None or counts[s.key] != 1:

@@ -17,13 +17,18 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from smgshm.core.errors import TransportError
 from smgshm.core.names import KINDS
 from smgshm.core.watch.figures import FLIGHT_BUCKETS_S
 from smgshm.core.watch.life import ENDS
 from smgshm.core.watch.session import WatchSession
+
+if TYPE_CHECKING:  # imported where they are used
+    from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
+
+    from prometheus_client.registry import Collector
 
 PREFIX = "smgshm_watch_"
 # When a family is in the exposition.
@@ -167,29 +172,10 @@ MAX_CLIENTS = 16  # served at once; one more evicts the oldest still sending its
 MAX_HEAD_BYTES = 64 * 1024
 
 
-def _handler() -> type:
-    from wsgiref.simple_server import WSGIRequestHandler
-
-    class Handler(WSGIRequestHandler):
-        def setup(self) -> None:
-            super().setup()
-            # The request is read whole within CLIENT_TIMEOUT_S (a trickle of one byte a second
-            # must not reset a per-read timeout); what is not a whole head is answered by nothing.
-            self.rfile = io.BytesIO(self.server.read_head(self.connection))  # type: ignore[attr-defined]
-            self.connection.settimeout(CLIENT_TIMEOUT_S)  # sendall's whole answer, at most
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-        def get_stderr(self) -> Any:
-            return io.StringIO()  # a client gone mid-answer is no traceback on watch's terminal
-
-    return Handler
-
-
-def _server(family: int) -> type:
+def _server(family: int) -> tuple[type[WSGIServer], type[WSGIRequestHandler]]:
+    """The server class for an address family, and its request handler class."""
     from socketserver import ThreadingMixIn
-    from wsgiref.simple_server import WSGIServer
+    from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
     class Server(ThreadingMixIn, WSGIServer):
         address_family = family
@@ -249,21 +235,38 @@ def _server(family: int) -> type:
                     self.reading.pop(sock, None)
             return bytes(buf)
 
-    return Server
+    class Handler(WSGIRequestHandler):
+        server: Server  # the one above, which reads a request's head within its bound
+
+        def setup(self) -> None:
+            super().setup()
+            # The request is read whole within CLIENT_TIMEOUT_S (a trickle of one byte a second
+            # must not reset a per-read timeout); what is not a whole head is answered by nothing.
+            self.rfile = io.BytesIO(self.server.read_head(self.connection))
+            self.connection.settimeout(CLIENT_TIMEOUT_S)  # sendall's whole answer, at most
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def get_stderr(self) -> Any:
+            return io.StringIO()  # a client gone mid-answer is no traceback on watch's terminal
+
+    return Server, Handler
 
 
 class MetricsServer:
     """An HTTP /metrics endpoint serving what ``collector`` (prometheus_client's protocol) yields at
     each scrape, its clients bounded as above; ``stop()`` closes it. watch's and the node's."""
 
-    def __init__(self, collector: Any, host: str, port: int) -> None:
+    def __init__(self, collector: Collector, host: str, port: int) -> None:
         from prometheus_client import CollectorRegistry, make_wsgi_app
 
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(collector)
         try:
             info = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
-            self._server = _server(info[0])((info[4][0], port), _handler())
+            server, handler = _server(info[0])
+            self._server = server((str(info[4][0]), port), handler)  # an inet sockaddr's host: a str already
         except OSError as err:
             raise TransportError(
                 "cannot listen for --serve-metrics",

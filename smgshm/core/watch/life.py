@@ -210,8 +210,9 @@ class SegmentTracker:
                     # Only a life the loss spanned can have ended unseen: one whose IN_CREATE was
                     # read after the overflow is followed whole, its unlink still to be read.
                     for n in [n for n, lv in live.items() if lv.lost and n not in self._listed]:
-                        lv = self._pop(n)
-                        done.append(lv.life(e.t_ns, e.t_ns, UNKNOWN, "unlinked while events were lost"))  # type: ignore[union-attr]
+                        lost = self._pop(n)
+                        if lost is not None:  # (it is: n was taken from live)
+                            done.append(lost.life(e.t_ns, e.t_ns, UNKNOWN, "unlinked while events were lost"))
                 self._listed = None
             elif kind == DIR_GONE:
                 for lv in live.values():

@@ -30,7 +30,7 @@ from collections.abc import Iterable
 from zlib import crc32
 
 from smgshm.core.names import MATCH_GROUPS, PID_LIMIT, match_name
-from smgshm.core.segments.sightings import MAX_RECORDS, Columns, StoreFile, store_file, write_merged
+from smgshm.core.segments.sightings import MAX_RECORDS, StoreFile, as_columns, store_file, write_merged
 from smgshm.core.watch.events import CLOSED, CREATED, DIR_GONE, REMOVED, RESCANNED, ShmEvent
 
 _IFMT, _IFREG = 0o170000, 0o100000  # stat.S_IFMT's mask and S_IFREG, inline
@@ -175,7 +175,7 @@ class Witness:
                 self._end(name)  # rewritten: the old identity has ended
             else:
                 m = match_name(name)  # a name gc records a sighting of: one with a producer pid
-                if m is None or int(m[MATCH_GROUPS[m.lastindex][1]]) >= PID_LIMIT:  # type: ignore[index]
+                if m is None or int(m[MATCH_GROUPS[m.lastindex][1]]) >= PID_LIMIT:
                     continue
             alive[name] = [st.st_ino, st.st_uid, st.st_ctime_ns, crc32(name.encode(enc, "surrogateescape")), t, 0]
             self.unsaved += 1
@@ -198,7 +198,7 @@ class Witness:
         if store is None or not (self.unsaved or self.ended):
             return False
         rows = list(self.alive.values())
-        mine: Columns = tuple(array.array(c, [r[i] for r in rows]) for i, c in enumerate("QIqIQ"))  # type: ignore[assignment]
+        mine = as_columns(array.array(c, [r[i] for r in rows]) for i, c in enumerate("QIqIQ"))
         written = write_merged(store, mine, ended=self.ended)
         self._next_save = t0 + 10 * (time.monotonic() - t0)
         if written is None:
