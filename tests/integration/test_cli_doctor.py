@@ -242,7 +242,7 @@ def _assert_embedded_all_ok(doc: dict[str, Any], shm: str, shm_dir_status: str =
     return addr
 
 
-@pytest.mark.slow
+@pytest.mark.gateway
 @needs_init_pidns
 def test_embedded_default_on_the_real_dev_shm() -> None:
     from smgshm.core.names import GATEWAY_PROBE_PREFIX

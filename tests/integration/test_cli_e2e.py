@@ -26,7 +26,7 @@ def e2e_json(gw: RunningGateway, *args: str, exit: int = 0) -> dict:  # type: ig
     return doc["result"]
 
 
-@pytest.mark.slow
+@pytest.mark.gateway
 @pytest.mark.parametrize("mode", ["shm", "inline"])
 def test_non_smgshm_worker_verdict_from_metrics_and_shm_dir(
     children: Children, gateways: list[RunningGateway], tmp_path: Path, model_dir: str, mode: str
@@ -57,7 +57,7 @@ def test_non_smgshm_worker_verdict_from_metrics_and_shm_dir(
         assert run["cause_info"]["code"] == "mode_inline"
 
 
-@pytest.mark.slow
+@pytest.mark.gateway
 def test_expect_shm_with_foreign_id_exits_3_naming_the_cause(
     children: Children, gateways: list[RunningGateway], tmp_path: Path, model_dir: str
 ) -> None:
@@ -73,7 +73,7 @@ def test_expect_shm_with_foreign_id_exits_3_naming_the_cause(
     assert "another namespace id" in res.stdout
 
 
-@pytest.mark.slow
+@pytest.mark.gateway
 def test_serve_worker_receipts_agree(
     children: Children, gateways: list[RunningGateway], tmp_path: Path, model_dir: str
 ) -> None:
@@ -90,7 +90,7 @@ def test_serve_worker_receipts_agree(
     assert "pixel_values" in run["cause"]
 
 
-@pytest.mark.slow
+@pytest.mark.gateway
 def test_another_gateways_metrics_are_never_judged(
     children: Children, gateways: list[RunningGateway], tmp_path: Path, model_dir: str
 ) -> None:
@@ -105,7 +105,7 @@ def test_another_gateways_metrics_are_never_judged(
     assert f"--metrics {a.metrics_url}" in res.stderr
 
 
-@pytest.mark.slow
+@pytest.mark.gateway
 def test_running_tests_the_gateway_found_here(
     children: Children, gateways: list[RunningGateway], tmp_path: Path, model_dir: str
 ) -> None:
@@ -135,7 +135,7 @@ def test_unreachable_gateway_exits_4() -> None:
     assert "refused" in res.stderr or "unreachable" in res.stderr
 
 
-@pytest.mark.slow
+@pytest.mark.gateway
 def test_embedded_default_shm_auto_inline_and_nothing_left(model_dir: str) -> None:
     doc = run_cli("--json", "e2e", "-n", "2", "--model-dir", model_dir).json
     check_e2e_schema(doc)
@@ -166,7 +166,7 @@ def gateway_logs_of(result: dict) -> list[str]:  # type: ignore[type-arg]
     return found
 
 
-@pytest.mark.slow
+@pytest.mark.gateway
 def test_embedded_gateway_log_dir_keeps_the_logs_and_names_them(model_dir: str, tmp_path: Path) -> None:
     argv = [
         "--json",
@@ -186,7 +186,7 @@ def test_embedded_gateway_log_dir_keeps_the_logs_and_names_them(model_dir: str, 
         assert f.readline().startswith("# smgshm: ")
 
 
-@pytest.mark.slow
+@pytest.mark.gateway
 def test_embedded_foreign_id_auto_falls_back(model_dir: str) -> None:
     argv = [
         "--json",
@@ -209,7 +209,7 @@ def test_embedded_foreign_id_auto_falls_back(model_dir: str) -> None:
     assert run["cause_info"]["code"] == "namespace_other_host"  # FOREIGN_ID names another boot id
 
 
-@pytest.mark.slow
+@pytest.mark.gateway
 def test_configured_auto_gone_inline_fails_with_its_cause_and_fix(
     children: Children, gateways: list[RunningGateway], tmp_path: Path, model_dir: str
 ) -> None:
@@ -234,7 +234,7 @@ def test_configured_auto_gone_inline_fails_with_its_cause_and_fix(
     assert run["as_expected"] is True
 
 
-@pytest.mark.slow
+@pytest.mark.gateway
 def test_dead_worker_is_the_headline_and_no_latency(
     children: Children, gateways: list[RunningGateway], tmp_path: Path, model_dir: str
 ) -> None:
@@ -299,7 +299,7 @@ def test_ctrl_c_stops_every_gateway_and_leaves_no_segment(
     assert left == []
 
 
-@pytest.mark.slow
+@pytest.mark.gateway
 def test_doctor_from_gateway_includes_the_e2e_check(
     children: Children, gateways: list[RunningGateway], tmp_path: Path, model_dir: str
 ) -> None:

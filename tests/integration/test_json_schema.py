@@ -22,7 +22,7 @@ from tests.support.schema_check import STREAMS, validate, validate_document
 # Segment records are pinned in tests/test_cli_watch.py, where real lives end.
 
 
-@pytest.mark.slow
+@pytest.mark.gateway
 def test_e2e_schema(tmp_path: Any, children: Any, model_dir: str) -> None:
     """Against the real gateway with a smgshm serve worker: every source present, every key pinned."""
     import pytest
@@ -67,7 +67,7 @@ E2E_SWEEP_ROW_KEYS = {
 }
 
 
-@pytest.mark.slow
+@pytest.mark.gateway
 def test_e2e_sizes_schema() -> None:
     """e2e --sizes: the real pair of gateways at one small size; every key pinned."""
     import pytest
