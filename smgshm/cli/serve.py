@@ -140,10 +140,10 @@ def serve(
       smg launch --worker-urls grpc://127.0.0.1:50051 --model-path ~/.cache/smgshm/model-qwen2vl-tiny \\
           --multimodal-tensor-transport shm
     """
+    from smgshm.core.address import is_loopback
     from smgshm.core.receiver.fds import MAX_CONNECTIONS, FdPressure, connection_cap, raise_fd_limit
     from smgshm.core.receiver.reader import MODEL_NAME, ReceiverConfig
     from smgshm.core.receiver.services import start_receiver
-    from smgshm.core.transport.address import is_loopback
 
     if not 0 <= fault_delay <= MAX_FAULT_DELAY_S:
         raise click.BadParameter(f"at most {MAX_FAULT_DELAY_S:g}s", param_hint="--fault-delay")

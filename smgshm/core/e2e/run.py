@@ -17,6 +17,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from smgshm.core.address import is_local_url
 from smgshm.core.causes import Cause, Found, found
 from smgshm.core.e2e.evidence import (
     MetricsEvidence,
@@ -32,7 +33,6 @@ from smgshm.core.e2e.owner import own_metrics
 from smgshm.core.e2e.verdict import FAILURE_TEXT, Context, Verdict, expectation, judge
 from smgshm.core.errors import HostError, SmgshmError
 from smgshm.core.gateway.chat import ChatOutcome, first_model, make_png, send_chat
-from smgshm.core.gateway.http import is_local_url
 from smgshm.core.gateway.metrics import MM_FAMILIES, scrape
 from smgshm.core.gateway.process import RunningGateway
 from smgshm.core.host.capacity import shm_space
@@ -304,8 +304,9 @@ def _cause(v: Verdict, t: _Target, opts: E2eOptions, shm_dir: str) -> Found | No
 
 def _unreachable_worker(workers: list[str], opts: E2eOptions) -> Found | None:
     """The first of the gateway's gRPC workers that does not answer a connect (bounded), as a cause."""
+    from smgshm.core.address import grpc_target
     from smgshm.core.errors import TransportError
-    from smgshm.core.transport.channel import grpc_target, open_channel
+    from smgshm.core.transport.channel import open_channel
 
     for address in workers[:16]:
         try:

@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from smgshm.core.address import listen_addrinfo, url_host
 from smgshm.core.errors import TransportError
 from smgshm.core.names import KINDS
 from smgshm.core.watch.figures import FLIGHT_BUCKETS_S
@@ -262,8 +263,8 @@ class MetricsServer:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(collector)
         try:
-            info = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
-            self._server = _server(info[0])((info[4][0], port), _handler())
+            family, sockaddr = listen_addrinfo(host, port)
+            self._server = _server(family)((sockaddr[0], port), _handler())
         except OSError as err:
             raise TransportError(
                 "cannot listen for --serve-metrics",
@@ -278,8 +279,7 @@ class MetricsServer:
 
     @property
     def url(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}/metrics"
+        return f"http://{url_host(self.host)}:{self.port}/metrics"
 
     def stop(self) -> None:
         self._server.shutdown()
