@@ -19,7 +19,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from rich.text import Text
 
-from smgshm.cli.fmt import command, escape, fill, hint, lossless, prose, width
+from smgshm.cli.fmt import command, display, escape, fill, hint, lossless, prose, width
 from smgshm.cli.jsonout import dumpb as _dumpb
 from smgshm.cli.jsonout import write_bytes
 from smgshm.core.units import human_duration, human_size
@@ -35,11 +35,6 @@ _STYLE = {"leaked": "red", "hazard": "magenta", "stale": "yellow", "held": "cyan
 _RANK = {"hazard": 0, "leaked": 1, "held": 2, "stale": 3, "unknown": 4}
 NOTABLE = 20
 _FLUSH = 4096
-
-
-def display(name: str) -> str:
-    """``fmt.escape`` with the common case (a printable ASCII name) answered without a per-char walk."""
-    return name if name.isascii() and name.isprintable() and "\\" not in name else escape(name)
 
 
 def segment_docs(segs: list[SegmentInfo]) -> list[dict[str, Any]]:

@@ -10,6 +10,7 @@ import threading
 import click
 
 from smgshm.cli import serve_view as view
+from smgshm.cli import signals
 from smgshm.cli.app import App
 from smgshm.cli.exitcodes import ExitCode
 from smgshm.cli.params import BYTES, DURATION, complete_dirs, complete_files, listen_address, shm_dir_option
@@ -20,10 +21,6 @@ from smgshm.core.receiver.faults import FAULTS, MAX_FAULT_DELAY_S
 # serve is gone within 2 s of the signal.
 STOP_GRACE_S = 1.0
 FD_CHECK_S = 1.0  # how often serve looks at the descriptors it has open
-# Set by the console entry point: once serve has stopped cleanly, the process leaves with
-# os._exit, skipping interpreter teardown (torch's and gRPC's take 2-3 s here, which would
-# break the promise above). Never set in-process (tests' CliRunner).
-PROCESS_ENTRY = False
 
 
 @click.command()
@@ -205,7 +202,7 @@ def serve(
     app.info("smgshm serve: stopping")
     running.stop(STOP_GRACE_S)
     code = ExitCode.CLOSED_PIPE if stdout_gone.is_set() else ExitCode.OK  # the receipts' reader left
-    if PROCESS_ENTRY:
+    if signals.PROCESS_ENTRY:  # os._exit: interpreter teardown (torch's, gRPC's) takes 2-3 s, past the promise above
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)

@@ -16,7 +16,7 @@ from rich.text import Text
 
 from smgshm.cli import gc_view
 from smgshm.cli.exitcodes import ExitCode
-from smgshm.cli.fmt import command, fill, hint, lossless, prose, width
+from smgshm.cli.fmt import TMPFS_KINDS, command, display, fill, hint, lossless, prose, width
 from smgshm.core.units import human_size
 
 if TYPE_CHECKING:
@@ -24,8 +24,6 @@ if TYPE_CHECKING:
     from smgshm.core.node.scan import Tmpfs, TmpfsScan
     from smgshm.core.segments.judge import ScanOptions, SegmentInfo
     from smgshm.core.segments.reaping import Choice, ReapReport, ReapRule
-
-KIND = {"empty_dir": "emptyDir", "sandbox_shm": "sandbox shm", "host": "host /dev/shm"}
 
 
 @dataclass
@@ -119,7 +117,7 @@ def run(
     if app.json:
         app.emit_rendered(
             {
-                "node_root": gc_view.display(node.root),
+                "node_root": display(node.root),
                 "pods_known": node.pods_known,
                 "tmpfs": [_doc(b) for b in blocks],
                 **_totals(blocks),
@@ -151,7 +149,7 @@ def _volume(t: Tmpfs) -> str:
 
 def _field(text: str) -> str:
     """One awk field: escaped, spaces too."""
-    return gc_view.display(text).replace(" ", "\\x20")
+    return display(text).replace(" ", "\\x20")
 
 
 def _totals(blocks: list[Block]) -> dict[str, Any]:
@@ -172,12 +170,12 @@ def _doc(b: Block) -> dict[str, Any]:
     pod = t.pod
     return {
         "kind": t.place.kind,
-        "path": gc_view.display(t.place.path),
+        "path": display(t.place.path),
         "path_hex": lossless(t.place.path),
-        "volume": None if t.place.volume is None else gc_view.display(t.place.volume),
-        "pod_uid": None if t.pod_uid is None else gc_view.display(t.pod_uid),
-        "namespace": None if pod is None else gc_view.display(pod.namespace),
-        "pod": None if pod is None else gc_view.display(pod.name),
+        "volume": None if t.place.volume is None else display(t.place.volume),
+        "pod_uid": None if t.pod_uid is None else display(t.pod_uid),
+        "namespace": None if pod is None else display(pod.namespace),
+        "pod": None if pod is None else display(pod.name),
         "shm_total_bytes": scan.shm_total_bytes,
         "shm_used_bytes": scan.shm_total_bytes - scan.shm_free_bytes,
         "shm_free_bytes": scan.shm_free_bytes,
@@ -194,7 +192,7 @@ def _doc(b: Block) -> dict[str, Any]:
         "bytes_by_kind": done.before.bytes_by_kind,
         "reclaimable_bytes": done.before.reclaimable_bytes,
         "other_families": [
-            {"family": gc_view.display(f), "count": n, "nbytes": scan.others.nbytes[f]}
+            {"family": display(f), "count": n, "nbytes": scan.others.nbytes[f]}
             for f, n in sorted(scan.others.counts.items())
         ],
         "segments": gc_view.segment_docs(b.segments),
@@ -212,7 +210,7 @@ def headline(root: str, blocks: list[Block], check: bool, ok: bool) -> str:
     after = _totals(blocks)["remaining_counts"]
     states = ", ".join(f"{n} {k}" for k, n in after.items() if n) or "none"
     gone = sum(d.deleted for b in blocks for d in b.done.deleted)  # type: ignore[union-attr]
-    text = f"node {gc_view.display(root)}: {len(blocks)} tmpfs, {sum(after.values())} SMG segment(s): {states}"
+    text = f"node {display(root)}: {len(blocks)} tmpfs, {sum(after.values())} SMG segment(s): {states}"
     if gone:
         text = f"deleted {gone}; " + text
     if check:
@@ -240,8 +238,8 @@ def _block_lines(b: Block, all_rows: bool, cols: int = 80) -> list[str]:
     t, scan, done = b.scan.tmpfs, b.scan, b.done
     if done is None:
         raise RuntimeError("a block shown before it was reaped")
-    who = "pod -" if t.pod_uid is None else f"pod {gc_view.display(_pod(t))} (uid {gc_view.display(t.pod_uid)})"
-    what = KIND[t.place.kind] + ("" if t.place.volume is None else f" {gc_view.display(t.place.volume)}")
+    who = "pod -" if t.pod_uid is None else f"pod {display(_pod(t))} (uid {display(t.pod_uid)})"
+    what = TMPFS_KINDS[t.place.kind] + ("" if t.place.volume is None else f" {display(t.place.volume)}")
     hidden = f"hidden {human_size(t.hidden.nbytes)}"
     if t.hidden.files:
         hidden += f" ({t.hidden.files} unlinked file(s) still mapped)"
@@ -250,9 +248,9 @@ def _block_lines(b: Block, all_rows: bool, cols: int = 80) -> list[str]:
     lines = [
         fill(ln, cols, 4) + "\n"
         for ln in (
-            f"{who}, {what}: {gc_view.display(t.place.path)}",
+            f"{who}, {what}: {display(t.place.path)}",
             f"  size {human_size(scan.shm_total_bytes)}, used {human_size(done.used_bytes)}, {hidden}",
-            f"  liveness: {gc_view.display(t.trust.note)}",
+            f"  liveness: {display(t.trust.note)}",
         )
     ]
     states = ", ".join(
@@ -263,7 +261,7 @@ def _block_lines(b: Block, all_rows: bool, cols: int = 80) -> list[str]:
         states += f"{', ' if states else ''}deleted {len(freed)} ({human_size(sum(d.freed_bytes for d in freed))})"
     lines.append(fill(f"  SMG segments: {states or 'none'}", cols, 4) + "\n")
     fams = ", ".join(
-        f"{gc_view.display(f)} {n} ({human_size(scan.others.nbytes[f])})" for f, n in sorted(scan.others.counts.items())
+        f"{display(f)} {n} ({human_size(scan.others.nbytes[f])})" for f, n in sorted(scan.others.counts.items())
     )
     lines.append(fill(f"  other families: {fams or 'none'}", cols, 4) + "\n")
     rows = (
@@ -283,7 +281,7 @@ def _block_lines(b: Block, all_rows: bool, cols: int = 80) -> list[str]:
             lines.append(f"  ... {len(b.segments) - len(rows)} more (--all lists every entry)\n")
     for d in done.deleted:
         if not d.deleted:
-            lines.append(fill(f"  kept {gc_view.display(d.name)}: {gc_view.display(d.reason)}", cols, 4) + "\n")
+            lines.append(fill(f"  kept {display(d.name)}: {display(d.reason)}", cols, 4) + "\n")
     return lines
 
 
