@@ -63,6 +63,10 @@ RANKS: dict[str, tuple[int, int]] = {
     "doctor": (JOBS, 2),
     "node": (JOBS, 3),
 }
+# The CLI's shared helpers: the App, output (fmt, jsonout), exit codes, option types (params), signals
+# and node-problem-detector lines (npd). Every other module of smgshm/cli is a command's (its name is in
+# the root's _COMMANDS table) or a view of one (``<command>_view``, ``<command>_<what>_view``).
+CLI_SHARED = {"app", "fmt", "jsonout", "exitcodes", "params", "signals", "npd"}
 # "A handful": the rest lives in packages. The ninth is address.py, read by transport and gateway
 # alike (and by the receiver, watch's exporter and the CLI): it is below both, so it is ground.
 MAX_GROUND_MODULES = 9
@@ -151,6 +155,60 @@ def _misstated_steps(ranks: dict[str, tuple[int, int]], packages: dict[str, set[
     return bad
 
 
+CLI_MODULES = _modules(CLI, "smgshm.cli")
+
+
+def _cli_commands() -> dict[str, str]:
+    """The root group's ``_COMMANDS`` (command -> module), read from its AST: the commands it loads by name."""
+    for node in ast.parse((CLI / "__init__.py").read_text()).body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "_COMMANDS" for t in node.targets):
+            return ast.literal_eval(node.value)  # type: ignore[no-any-return]
+    raise AssertionError("smgshm/cli/__init__.py has no _COMMANDS table")
+
+
+def _cli_owner(module: str) -> str:
+    """Whose a CLI module is: "root", "shared", or its command's name (``gc_node_view`` is gc's)."""
+    if module == "smgshm.cli":
+        return "root"
+    name = module.removeprefix("smgshm.cli.")
+    if name in CLI_SHARED:
+        return "shared"
+    return name.split("_")[0] if name.endswith("_view") else name
+
+
+def _cli_arrows() -> dict[str, set[str]]:
+    """Arrows between CLI modules; ``from smgshm.cli import gc_view`` names gc_view, not the root."""
+    arrows: dict[str, set[str]] = {}
+    for name, path in CLI_MODULES.items():
+        targets: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets.update(a.name for a in node.names if a.name in CLI_MODULES)
+            elif isinstance(node, ast.ImportFrom) and node.module in CLI_MODULES and not node.level:
+                for a in node.names:
+                    sub = f"{node.module}.{a.name}"
+                    targets.add(sub if sub in CLI_MODULES else node.module)
+        arrows[name] = targets - {name}
+    return arrows
+
+
+def _cli_violations(arrows: dict[str, set[str]]) -> list[str]:
+    """Arrows to another command's module or to the root; only the shared helpers are everyone's.
+
+    A command's modules import its own modules and the shared helpers; the shared helpers import
+    each other; the root imports the shared helpers and loads commands by name, never importing one
+    (``smgshm gc`` then does not pay for serve's imports), and nothing imports the root.
+    """
+    bad = []
+    for source, targets in arrows.items():
+        src = _cli_owner(source)
+        for target in targets:
+            dst = _cli_owner(target)
+            if dst != "shared" and (dst != src or dst == "root"):
+                bad.append(f"{source} -> {target}")
+    return sorted(bad)
+
+
 @pytest.mark.parametrize("path", sorted(CORE.rglob("*.py")), ids=lambda p: str(p.relative_to(CORE)))
 def test_core_module_is_pure(path: Path) -> None:
     tree = ast.parse(path.read_text())
@@ -195,6 +253,31 @@ def test_layers_are_the_architecture() -> None:
     jobs = {p for p, (layer, _) in RANKS.items() if layer == JOBS}
     assert domains == {"host", "segments", "transport", "gateway"}
     assert jobs == {"watch", "receiver", "client", "e2e", "doctor", "node"}
+
+
+def test_every_cli_module_is_shared_or_a_commands() -> None:
+    commands = _cli_commands()
+    assert commands == {c: f"smgshm.cli.{c}" for c in commands}, "a command's module is smgshm/cli/<command>.py"
+    owners = {m: _cli_owner(m) for m in CLI_MODULES}
+    stray = sorted(m for m, o in owners.items() if o not in ("root", "shared", *commands))
+    assert not stray, f"CLI modules neither shared nor a command's (nor a view of one): {stray}"
+    assert {m.removeprefix("smgshm.cli.") for m in CLI_MODULES} >= CLI_SHARED
+
+
+def test_shared_cli_helpers_are_shared() -> None:
+    """A helper only one command uses is that command's: each shared one is imported by two owners or more."""
+    users: dict[str, set[str]] = {m: set() for m in CLI_SHARED}
+    for source, targets in _cli_arrows().items():
+        for target in targets:
+            if _cli_owner(target) == "shared" and _cli_owner(source) != "shared":
+                users[target.removeprefix("smgshm.cli.")].add(_cli_owner(source))
+    lonely = {m: sorted(u) for m, u in users.items() if len(u) < 2}
+    assert not lonely, f"shared helpers with one user (move them to it): {lonely}"
+
+
+def test_a_command_imports_no_other_commands_module() -> None:
+    bad = "\n".join(_cli_violations(_cli_arrows()))
+    assert not bad, f"CLI imports across commands (move what they share to a shared helper or the core):\n{bad}"
 
 
 def _circles(arrows: dict[str, set[str]]) -> list[list[str]]:
@@ -260,6 +343,21 @@ def test_the_checks_see_a_planted_violation() -> None:
         "gateway: step 2, but its imports inside its layer make it 1"
     ]
     assert _circles({"a": {"b"}, "b": {"a"}, "c": set()}) == [["a", "b"]]
+    # The CLI: a view importing another command's view, a helper importing a command, the root
+    # importing a command, a command importing the root; a command's own view and a helper are fine.
+    planted = {
+        "smgshm.cli.probe_view": {"smgshm.cli.ns_view", "smgshm.cli.fmt", "smgshm.cli.exitcodes"},
+        "smgshm.cli.fmt": {"smgshm.cli.gc_view"},
+        "smgshm.cli": {"smgshm.cli.serve", "smgshm.cli.signals"},
+        "smgshm.cli.gc": {"smgshm.cli", "smgshm.cli.gc_view", "smgshm.cli.gc_node_view"},
+        "smgshm.cli.gc_node_view": {"smgshm.cli.gc_view", "smgshm.cli.app"},
+    }
+    assert _cli_violations(planted) == [
+        "smgshm.cli -> smgshm.cli.serve",
+        "smgshm.cli.fmt -> smgshm.cli.gc_view",
+        "smgshm.cli.gc -> smgshm.cli",
+        "smgshm.cli.probe_view -> smgshm.cli.ns_view",
+    ]
 
 
 def test_package_inits_hold_a_docstring_only() -> None:
