@@ -21,7 +21,7 @@ from smgshm.core.units import human_size
 
 if TYPE_CHECKING:
     from smgshm.cli.app import App
-    from smgshm.core.node.scan import Tmpfs, TmpfsScan
+    from smgshm.core.node.scan import NodeLook, Tmpfs, TmpfsScan
     from smgshm.core.segments.judge import ScanOptions, SegmentInfo
     from smgshm.core.segments.reaping import Choice, ReapReport, ReapRule
 
@@ -50,13 +50,6 @@ def run(
     prometheus_file: str | None = None,
 ) -> int:
     """Look at the node, list and judge each tmpfs, ask once, reap per tmpfs, then show it all."""
-    import click
-
-    from smgshm.core.errors import SmgshmError
-    from smgshm.core.host.holders import holder_index_devs
-    from smgshm.core.host.mounts import mount_points_of
-    from smgshm.core.node import metrics
-    from smgshm.core.node.scan import TmpfsScan, look
     from smgshm.core.segments import reaping, textfile
 
     for stream in (sys.stdout, sys.stderr):  # any locale: what it cannot encode comes out escaped
@@ -65,55 +58,17 @@ def run(
     if prometheus_file:
         textfile.check_writable(prometheus_file)  # exit 5 before anything is scanned or deleted
     started = time.time()
-    try:
-        node = look(root)
-    except SmgshmError:
-        if prometheus_file:  # the run failed: its time and the error, no figures (zeros would lie)
-            health = metrics.Health(time.time(), time.time() - started, 1)
-            metrics.write_textfile(prometheus_file, [], health)
-        raise
-    # One walk of /proc and one read of every mount namespace's table, for every tmpfs at once.
-    holders = holder_index_devs(t.place.dev for t in node.tmpfs)
-    mounted = mount_points_of(t.place.path for t in node.tmpfs)
-    blocks: list[Block] = []
-    for tmpfs in node.tmpfs:
-        block = Block(TmpfsScan(tmpfs, opts, holders=holders, mounted=mounted[tmpfs.place.path]))
-        block.choice = reaping.choose(block.scan, rule, lambda seg, _row, b=block: b.segments.append(seg))
-        blocks.append(block)
-    chosen = [seg for b in blocks for seg in b.choice.chosen]  # type: ignore[union-attr]
-    if chosen:
-        ask = not yes and sys.stdin.isatty() and not app.json
-        if ask or not (app.json or app.quiet):
-            gc_view.will_delete(app, chosen, all_rows)
-        if ask:
-            click.confirm(f"delete these {len(chosen)} segment(s)?", abort=True, err=True)
+    node = _look(root, prometheus_file, started)
+    blocks = _choose(node, opts, rule)
+    _confirm(app, blocks, yes, all_rows)
     for b in blocks:
         b.done = reaping.reap_choice(b.scan, b.choice)  # type: ignore[arg-type]
     bad = sum(b.done.leaked_or_hazard for b in blocks)  # type: ignore[union-attr]
     code = ExitCode.CHECK_FAILED if check and bad else ExitCode.OK
     if prometheus_file:  # what is there now, after any --delete: the exporter's series, one run's
-        figures = [
-            metrics.volume_figures(
-                b.scan.tmpfs,
-                b.done.after,
-                b.scan.others,  # type: ignore[union-attr]
-                (b.scan.shm_total_bytes, b.done.used_bytes, b.done.free_bytes),
-            )  # type: ignore[union-attr]
-            for b in blocks
-        ]
-        metrics.write_textfile(prometheus_file, figures, metrics.Health(time.time(), time.time() - started, 0))
+        _write_textfile(prometheus_file, blocks, started)
     if npd:  # NPD's one line over every tmpfs (gc_view.npd's rules)
-        from smgshm.core.segments.judge import Tally
-
-        after = Tally()
-        for b in blocks:
-            for k, n in b.done.after.counts.items():  # type: ignore[union-attr]
-                after.counts[k] += n
-                after.bytes_by_state[k] += b.done.after.bytes_by_state[k]  # type: ignore[union-attr]
-        gone = sum(d.deleted for b in blocks for d in b.done.deleted)  # type: ignore[union-attr]
-        untrusted = [b for b in blocks if not b.scan.tmpfs.trust.trusted]
-        note = f"{len(untrusted)} of {len(blocks)} tmpfs not judged by pid" if untrusted else ""
-        return gc_view.npd(after, gone, note, where=f"node, {len(blocks)} tmpfs")
+        return _npd(blocks)
     if app.json:
         app.emit_rendered(
             {
@@ -125,15 +80,95 @@ def run(
             code,
         )
     elif raw:
-        out = gc_view.Out()
-        for b in blocks:
-            head = f"{_field(_pod(b.scan.tmpfs))} {_field(_volume(b.scan.tmpfs))} "
-            for seg in b.segments:
-                out.write(head + gc_view.raw_row(seg))
-        out.flush()
+        _raw(blocks)
     else:
         _human(app, node.root, blocks, check, code == ExitCode.OK, all_rows)
     return code
+
+
+def _look(root: str, prometheus_file: str | None, started: float) -> NodeLook:
+    """The node under ``root``; when it cannot be looked at, the textfile says so before the error goes on."""
+    from smgshm.core.errors import SmgshmError
+    from smgshm.core.node import metrics
+    from smgshm.core.node.scan import look
+
+    try:
+        return look(root)
+    except SmgshmError:
+        if prometheus_file:  # the run failed: its time and the error, no figures (zeros would lie)
+            health = metrics.Health(time.time(), time.time() - started, 1)
+            metrics.write_textfile(prometheus_file, [], health)
+        raise
+
+
+def _choose(node: NodeLook, opts: ScanOptions, rule: ReapRule | None) -> list[Block]:
+    """Each tmpfs listed and judged, and what the rule chose to reap there."""
+    from smgshm.core.host.holders import holder_index_devs
+    from smgshm.core.host.mounts import mount_points_of
+    from smgshm.core.node.scan import TmpfsScan
+    from smgshm.core.segments import reaping
+
+    # One walk of /proc and one read of every mount namespace's table, for every tmpfs at once.
+    holders = holder_index_devs(t.place.dev for t in node.tmpfs)
+    mounted = mount_points_of(t.place.path for t in node.tmpfs)
+    blocks: list[Block] = []
+    for tmpfs in node.tmpfs:
+        block = Block(TmpfsScan(tmpfs, opts, holders=holders, mounted=mounted[tmpfs.place.path]))
+        block.choice = reaping.choose(block.scan, rule, lambda seg, _row, b=block: b.segments.append(seg))
+        blocks.append(block)
+    return blocks
+
+
+def _confirm(app: App, blocks: list[Block], yes: bool, all_rows: bool) -> None:
+    """Say what will be deleted and, at a terminal without --yes, ask once for every tmpfs."""
+    import click
+
+    chosen = [seg for b in blocks for seg in b.choice.chosen]  # type: ignore[union-attr]
+    if chosen:
+        ask = not yes and sys.stdin.isatty() and not app.json
+        if ask or not (app.json or app.quiet):
+            gc_view.will_delete(app, chosen, all_rows)
+        if ask:
+            click.confirm(f"delete these {len(chosen)} segment(s)?", abort=True, err=True)
+
+
+def _write_textfile(prometheus_file: str, blocks: list[Block], started: float) -> None:
+    from smgshm.core.node import metrics
+
+    figures = [
+        metrics.volume_figures(
+            b.scan.tmpfs,
+            b.done.after,
+            b.scan.others,  # type: ignore[union-attr]
+            (b.scan.shm_total_bytes, b.done.used_bytes, b.done.free_bytes),
+        )  # type: ignore[union-attr]
+        for b in blocks
+    ]
+    metrics.write_textfile(prometheus_file, figures, metrics.Health(time.time(), time.time() - started, 0))
+
+
+def _npd(blocks: list[Block]) -> int:
+    """NPD's one line, over every tmpfs."""
+    from smgshm.core.segments.judge import Tally
+
+    after = Tally()
+    for b in blocks:
+        for k, n in b.done.after.counts.items():  # type: ignore[union-attr]
+            after.counts[k] += n
+            after.bytes_by_state[k] += b.done.after.bytes_by_state[k]  # type: ignore[union-attr]
+    gone = sum(d.deleted for b in blocks for d in b.done.deleted)  # type: ignore[union-attr]
+    untrusted = [b for b in blocks if not b.scan.tmpfs.trust.trusted]
+    note = f"{len(untrusted)} of {len(blocks)} tmpfs not judged by pid" if untrusted else ""
+    return gc_view.npd(after, gone, note, where=f"node, {len(blocks)} tmpfs")
+
+
+def _raw(blocks: list[Block]) -> None:
+    out = gc_view.Out()
+    for b in blocks:
+        head = f"{_field(_pod(b.scan.tmpfs))} {_field(_volume(b.scan.tmpfs))} "
+        for seg in b.segments:
+            out.write(head + gc_view.raw_row(seg))
+    out.flush()
 
 
 def _pod(t: Tmpfs) -> str:
