@@ -21,7 +21,7 @@ imports below it inside its layer (``test_steps_are_the_longest_chain``), so no 
 
 - domains: ``host`` is the floor every other domain reads the machine through (step 0);
   ``segments`` are judged by host facts (holders, pid trust, the boot clock) and ``gateway`` finds
-  SMG's gateways among host's processes and reads its capacity (step 1, peers); ``transport``
+  SMG's gateways among host's processes and reads the shm dir's space (step 1, peers); ``transport``
   carries segments on the wire (``segments.io.ShmRef``) and compares namespace ids (step 2).
 - jobs: ``watch``, ``receiver`` and ``client`` each do one job, peers (step 0); ``e2e`` runs the
   real gateway against a receiver, with client's bench floor and watch's segment tracker as its
