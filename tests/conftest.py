@@ -422,6 +422,21 @@ def _pty(cols: int, rows: int) -> tuple[int, int]:
     return master, slave
 
 
+def _drain(fds: list[int], bufs: dict[int, bytearray]) -> None:
+    """Read what is there on each of ``fds`` into its buffer, until it is quiet for 0.2 s or closed."""
+    import select
+
+    for fd in list(fds):
+        while select.select([fd], [], [], 0.2)[0]:
+            try:
+                data = os.read(fd, 65536)
+            except OSError:
+                break
+            if not data:
+                break
+            bufs[fd] += data
+
+
 def run_pty(
     argv: list[str],
     cols: int = 80,
@@ -472,15 +487,7 @@ def run_pty(
                 os.killpg(p.pid, signal.SIGINT)
             if not ready and p.poll() is not None:
                 # Exited; a grandchild may still hold the pty open: read what is there, then stop.
-                for fd in list(open_fds):
-                    while select.select([fd], [], [], 0.2)[0]:
-                        try:
-                            data = os.read(fd, 65536)
-                        except OSError:
-                            break
-                        if not data:
-                            break
-                        bufs[fd] += data
+                _drain(open_fds, bufs)
                 break
         code = p.wait(timeout=max(1.0, deadline - time.monotonic()))
     finally:

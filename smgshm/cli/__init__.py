@@ -273,9 +273,7 @@ def accept_root_flags(cmd: click.Command) -> None:
 
 def main() -> None:
     """Console-script entry point."""
-    from smgshm.cli import serve
-
-    serve.PROCESS_ENTRY = True  # this process is smgshm itself (not a CliRunner in a test)
+    signals.PROCESS_ENTRY = True  # this process is smgshm itself (not a CliRunner in a test)
     signals.standard_streams()
     try:
         with _closed_stdout_exits():

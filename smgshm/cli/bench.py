@@ -17,6 +17,7 @@ from smgshm.cli.signals import stop_on_signals
 from smgshm.core.units import human_gb_per_s, human_size, parse_size
 
 if TYPE_CHECKING:
+    from smgshm.core.client.bench import BenchReport
     from smgshm.core.segments.io import ReaderMode
 
 
@@ -134,20 +135,7 @@ def bench(
       sudo smgshm bench --what-if huge-pages -n 5
     """
     if what_if:
-        from smgshm.core.client.whatif import DEFAULT_SIZES, run_what_if
-
-        chosen = _sizes(min_, max_, factor, sizes) if sizes else DEFAULT_SIZES
-        app.info(f"what-if {what_if}: {len(chosen)} sizes x {iterations} rounds in each dir")
-        with stop_on_signals() as stop:  # SIGTERM/SIGHUP unwind like Ctrl-C: child ended, scratch removed
-            what = run_what_if(chosen, iterations, shm_dir, stop=stop.event)
-        if what is None:
-            msg = f"what-if stopped by {stop.name}: nothing measured; its child, segments and scratch dir are gone"
-            if app.json:
-                jsonout.write_error(app, "interrupted", msg, None)
-            elif not app.quiet:
-                click.echo(msg, err=True)
-            click.get_current_context().exit(stop.exit_code or ExitCode.INTERRUPTED)
-        click.get_current_context().exit(app.emit(what, view.what_if_report))
+        _what_if(app, what_if, _sizes(min_, max_, factor, sizes) if sizes else None, iterations, shm_dir)
     from smgshm.core.client.bench import BenchOptions, run_bench
 
     opts = BenchOptions(_sizes(min_, max_, factor, sizes), warmup, iterations, verify, shm_dir)
@@ -176,6 +164,39 @@ def bench(
     # doctor's capacity check quotes the largest tensor bench moved through this shm dir.
     record_tensor_seen("smgshm bench", max(s.nbytes for s in report.sizes), shm_dir)
     code = ExitCode.OK
+    failed_gates = _failed_gates(report, min_shm_speedup, min_gbps)
+    if failed_gates:
+        code = ExitCode.CHECK_FAILED
+        # JSON keeps them in "warnings" as before (schema 1); a person sees a failure, first.
+        app.warnings.extend(failed_gates)
+        if jsonl:
+            for g in failed_gates:
+                app.err_console.print(Text("FAILED: ", style="bold red") + safe(g))
+    if jsonl:
+        click.get_current_context().exit(code)
+    click.get_current_context().exit(app.emit(report, view.bench_report(failed_gates), code))
+
+
+def _what_if(app: App, what_if: str, sizes: tuple[int, ...] | None, iterations: int, shm_dir: str) -> None:
+    """bench --what-if: the run in a private tmpfs beside the shm dir, then exit (never returns)."""
+    from smgshm.core.client.whatif import DEFAULT_SIZES, run_what_if
+
+    chosen = sizes or DEFAULT_SIZES
+    app.info(f"what-if {what_if}: {len(chosen)} sizes x {iterations} rounds in each dir")
+    with stop_on_signals() as stop:  # SIGTERM/SIGHUP unwind like Ctrl-C: child ended, scratch removed
+        report = run_what_if(chosen, iterations, shm_dir, stop=stop.event)
+    if report is None:
+        msg = f"what-if stopped by {stop.name}: nothing measured; its child, segments and scratch dir are gone"
+        if app.json:
+            jsonout.write_error(app, "interrupted", msg, None)
+        elif not app.quiet:
+            click.echo(msg, err=True)
+        click.get_current_context().exit(stop.exit_code or ExitCode.INTERRUPTED)
+    click.get_current_context().exit(app.emit(report, view.what_if_report))
+
+
+def _failed_gates(report: BenchReport, min_shm_speedup: float | None, min_gbps: float | None) -> list[str]:
+    """The CI gates (--min-shm-speedup, --min-gbps) the run did not pass, each in a sentence."""
     failed_gates: list[str] = []
     last = max(report.sizes, key=lambda s: s.nbytes)
     both = max((s for s in report.sizes if s.speedup is not None), key=lambda s: s.nbytes, default=None)
@@ -191,13 +212,4 @@ def bench(
             f"SHM {last.shm.gb_per_s:.2f} GB/s ({human_gb_per_s(last.shm.gb_per_s)}) at "
             f"{human_size(last.nbytes)} ({last.nbytes} B) is below --min-gbps {min_gbps} (GB = 1e9 B)"
         )
-    if failed_gates:
-        code = ExitCode.CHECK_FAILED
-        # JSON keeps them in "warnings" as before (schema 1); a person sees a failure, first.
-        app.warnings.extend(failed_gates)
-        if jsonl:
-            for g in failed_gates:
-                app.err_console.print(Text("FAILED: ", style="bold red") + safe(g))
-    if jsonl:
-        click.get_current_context().exit(code)
-    click.get_current_context().exit(app.emit(report, view.bench_report(failed_gates), code))
+    return failed_gates

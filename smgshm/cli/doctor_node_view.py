@@ -12,10 +12,8 @@ from typing import TYPE_CHECKING, Any
 from rich.text import Text
 
 from smgshm.cli.doctor_view import doctor_check, mark
-from smgshm.cli.fmt import escape, lossless, prose, safe
-from smgshm.cli.gc_view import display
+from smgshm.cli.fmt import TMPFS_KINDS, display, escape, lossless, prose, safe
 from smgshm.cli.jsonout import plain
-from smgshm.cli.node_view import KIND
 from smgshm.core.node.doctor import NodeCheckup, TmpfsCheckup, pod_label
 from smgshm.core.units import human_size
 
@@ -54,7 +52,7 @@ def report(app: App, r: NodeCheckup) -> None:
 def _block(app: App, c: TmpfsCheckup) -> None:
     t = c.tmpfs
     who = "pod -" if t.pod_uid is None else f"pod {escape(pod_label(t))} (uid {escape(t.pod_uid)})"
-    what = KIND[t.place.kind] + ("" if t.place.volume is None else f" {escape(t.place.volume)}")
+    what = TMPFS_KINDS[t.place.kind] + ("" if t.place.volume is None else f" {escape(t.place.volume)}")
     prose(app.console, mark(c.verdict) + Text(f" {who}, {what}: {escape(t.place.path)}"), 7)
     h = t.hidden
     states = ", ".join(f"{k} {n}" for k, n in c.counts.items() if n) or "none"

@@ -7,6 +7,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import click
 
@@ -14,6 +15,9 @@ from smgshm.cli import e2e_view as view
 from smgshm.cli.app import App
 from smgshm.cli.exitcodes import ExitCode
 from smgshm.cli.params import DURATION, HTTP_URL, complete_pids, require_gateways, shm_dir_option
+
+if TYPE_CHECKING:
+    from smgshm.core.e2e.run import E2eReport
 
 
 class _TerminatedError(BaseException):
@@ -208,22 +212,7 @@ def e2e(
     if sizes is not None:
         if gateway:
             raise click.UsageError("--sizes runs the embedded pair of gateways; it takes no --gateway")
-        try:
-            pxs = tuple(int(x) for x in sizes.split(","))
-        except ValueError:
-            raise click.BadParameter("a comma list of pixel sizes, e.g. 224,448,1344", param_hint="--sizes") from None
-        if not pxs or any(not 28 <= p <= 4096 for p in pxs):
-            raise click.BadParameter("each size must be 28..4096 px", param_hint="--sizes")
-        from smgshm.core.e2e.sweep import run_sweep
-
-        try:
-            with _unwind_on_term():
-                sweep = run_sweep(pxs, requests=requests, warmup=warmup, say=app.info, timeout_s=max(timeout, 60.0))
-        except _TerminatedError as t:
-            raise click.exceptions.Exit(128 + t.signum) from None
-        ok = all(r.failed == 0 for r in sweep.rows)
-        code = ExitCode.OK if ok else ExitCode.CHECK_FAILED
-        click.get_current_context().exit(app.emit(sweep, view.sweep_report, code))
+        _sweep(app, _pixel_sizes(sizes), requests, warmup, timeout)
 
     if running and sizes is not None:
         raise click.UsageError("--sizes runs the embedded pair of gateways; it takes no --running")
@@ -258,18 +247,48 @@ def e2e(
             )
     except _TerminatedError as t:
         raise click.exceptions.Exit(128 + t.signum) from None
-    from smgshm.core.host.capacity import record_tensor_seen
-
-    seen = [x.nbytes for r in report.runs for x in r.receipts.receipts]
-    seen += [s.nbytes or 0 for r in report.runs for s in r.shm_dir.segments]
-    if seen:  # doctor's capacity check quotes the largest tensor e2e saw
-        record_tensor_seen("smgshm e2e", max(seen), shm_dir)
+    _record_largest_tensor(report, shm_dir)
     code = ExitCode.OK
     if report.undetermined:
         code = ExitCode.UNDETERMINED
     elif not report.ok:
         code = ExitCode.CHECK_FAILED
     click.get_current_context().exit(app.emit(report, view.e2e_report, code))
+
+
+def _pixel_sizes(sizes: str) -> tuple[int, ...]:
+    """--sizes: a comma list of image sizes, each 28..4096 px; exit 2 otherwise."""
+    try:
+        pxs = tuple(int(x) for x in sizes.split(","))
+    except ValueError:
+        raise click.BadParameter("a comma list of pixel sizes, e.g. 224,448,1344", param_hint="--sizes") from None
+    if not pxs or any(not 28 <= p <= 4096 for p in pxs):
+        raise click.BadParameter("each size must be 28..4096 px", param_hint="--sizes")
+    return pxs
+
+
+def _sweep(app: App, pxs: tuple[int, ...], requests: int, warmup: int, timeout: float) -> None:
+    """e2e --sizes: the embedded pair of gateways at each size, then exit (never returns)."""
+    from smgshm.core.e2e.sweep import run_sweep
+
+    try:
+        with _unwind_on_term():
+            sweep = run_sweep(pxs, requests=requests, warmup=warmup, say=app.info, timeout_s=max(timeout, 60.0))
+    except _TerminatedError as t:
+        raise click.exceptions.Exit(128 + t.signum) from None
+    ok = all(r.failed == 0 for r in sweep.rows)
+    code = ExitCode.OK if ok else ExitCode.CHECK_FAILED
+    click.get_current_context().exit(app.emit(sweep, view.sweep_report, code))
+
+
+def _record_largest_tensor(report: E2eReport, shm_dir: str) -> None:
+    """doctor's capacity check quotes the largest tensor e2e saw (the receipts', the shm dir's)."""
+    from smgshm.core.host.capacity import record_tensor_seen
+
+    sizes = [x.nbytes for r in report.runs for x in r.receipts.receipts]
+    sizes += [s.nbytes or 0 for r in report.runs for s in r.shm_dir.segments]
+    if sizes:
+        record_tensor_seen("smgshm e2e", max(sizes), shm_dir)
 
 
 def _running_gateway(app: App, pid: int | None) -> tuple[str, str]:

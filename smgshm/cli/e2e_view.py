@@ -150,39 +150,7 @@ def headline(report: Any) -> Text:
 def e2e_report(app: App, report: Any) -> None:
     prose(app.console, headline(report), 2)
     for run in report.runs:
-        mark, style = _mark(run)
-        label = f"mode {run.label}" if report.embedded else run.label
-        head = Text(f"[{mark}] ", style=style) + Text(f"{label}: ", style="bold")
-        if _unreachable(run):
-            prose(app.console, head + safe(run.cause_info.message), indent=7)
-        else:
-            if not run.cause.lower().startswith(run.path):
-                head += Text(run.path + ": ", style=_STYLE.get(run.path, ""))
-            prose(app.console, head + safe(run.cause), indent=7)
-        if run.cause_info is not None and mark != "ok":
-            fix_line(app, cause_fix(run.cause_info))
-        ok = sum(1 for r in run.requests if r.ok)
-        line = f"       {ok}/{len(run.requests)} requests ok"
-        if ok:  # no latency of zero successful requests
-            line += f", p50 {human_ms(run.p50_ms)}"
-        if run.expected:
-            line += f"; expected {run.expected}"
-        prose(app.console, Text(line), 9)
-        for r in run.requests:
-            if not r.ok:
-                prose(app.console, Text(f"       HTTP {r.status}: ") + safe(r.error), 9)
-                break
-        if run.failure:
-            prose(app.console, Text("       failure: ", style="bold red") + safe(run.failure), indent=9)
-        for line_ in (_metrics_line(run.metrics), _shm_dir_line(run.shm_dir), _receipts_line(run.receipts)):
-            prose(app.console, Text("       ") + line_, 9)
-        if run.setting_source and not report.embedded:
-            said = f"mode {run.mode}, shm_min_bytes {run.shm_min_bytes}, dev_writable "
-            said += "unknown" if run.dev_writable is None else str(run.dev_writable).lower()
-            # The mode is the log's word: escaped with the rest.
-            prose(app.console, Text("       setting ", style="bold") + safe(f"{said} ({run.setting_source})"), 9)
-        if run.gateway_log:
-            prose(app.console, Text("       gateway log: ") + safe(run.gateway_log), 9)
+        _run_block(app, run, report.embedded)
     if len(report.runs) > 1:
         table = Table(box=None, pad_edge=False)
         for col in ("mode", "path", "p50", "requests"):
@@ -206,6 +174,48 @@ def e2e_report(app: App, report: Any) -> None:
             )
         else:
             prose(app.console, Text("nothing left behind: every gateway and receiver stopped, no segment remains"), 2)
+
+
+def _run_block(app: App, run: Any, embedded: bool) -> None:
+    """One gateway's run: its verdict and cause (with the fix when it failed), its requests, its three accounts."""
+    mark, style = _mark(run)
+    label = f"mode {run.label}" if embedded else run.label
+    head = Text(f"[{mark}] ", style=style) + Text(f"{label}: ", style="bold")
+    if _unreachable(run):
+        prose(app.console, head + safe(run.cause_info.message), indent=7)
+    else:
+        if not run.cause.lower().startswith(run.path):
+            head += Text(run.path + ": ", style=_STYLE.get(run.path, ""))
+        prose(app.console, head + safe(run.cause), indent=7)
+    if run.cause_info is not None and mark != "ok":
+        fix_line(app, cause_fix(run.cause_info))
+    _requests_lines(app, run)
+    for line_ in (_metrics_line(run.metrics), _shm_dir_line(run.shm_dir), _receipts_line(run.receipts)):
+        prose(app.console, Text("       ") + line_, 9)
+    if run.setting_source and not embedded:
+        said = f"mode {run.mode}, shm_min_bytes {run.shm_min_bytes}, dev_writable "
+        said += "unknown" if run.dev_writable is None else str(run.dev_writable).lower()
+        # The mode is the log's word: escaped with the rest.
+        prose(app.console, Text("       setting ", style="bold") + safe(f"{said} ({run.setting_source})"), 9)
+    if run.gateway_log:
+        prose(app.console, Text("       gateway log: ") + safe(run.gateway_log), 9)
+
+
+def _requests_lines(app: App, run: Any) -> None:
+    """How many requests passed (their p50), the first that failed, and the failure class."""
+    ok = sum(1 for r in run.requests if r.ok)
+    line = f"       {ok}/{len(run.requests)} requests ok"
+    if ok:  # no latency of zero successful requests
+        line += f", p50 {human_ms(run.p50_ms)}"
+    if run.expected:
+        line += f"; expected {run.expected}"
+    prose(app.console, Text(line), 9)
+    for r in run.requests:
+        if not r.ok:
+            prose(app.console, Text(f"       HTTP {r.status}: ") + safe(r.error), 9)
+            break
+    if run.failure:
+        prose(app.console, Text("       failure: ", style="bold red") + safe(run.failure), indent=9)
 
 
 def sweep_report(app: App, report: Any) -> None:

@@ -57,6 +57,11 @@ def escape(value: str | bytes) -> str:
     return "".join(out)
 
 
+def display(name: str) -> str:
+    """``escape`` with the common case (a printable ASCII name) answered without a per-char walk."""
+    return name if name.isascii() and name.isprintable() and "\\" not in name else escape(name)
+
+
 def safe(value: str | bytes, style: str = "") -> Text:
     """``escape`` as a rich Text: never markup, never terminal control."""
     return Text(escape(value), style=style)
@@ -241,6 +246,18 @@ def cause_fix(cause: Any) -> Text:
     if cause.fix_cmd:
         out += Text(": ") + safe(quote_cmd(cause.fix_cmd))
     return out
+
+
+def sharing_fix(sharing: str) -> str:
+    """The fix an operator can paste for a shm-sharing verdict (ns compare's, probe's): the cause catalogue's."""
+    from smgshm.core.causes import CATALOGUE, for_sharing
+
+    cause = for_sharing(sharing) if sharing in ("other_host", "private_tmpfs", "spelling", "undetermined") else None
+    return CATALOGUE[cause].fix + "." if cause is not None else ""
+
+
+# A node's tmpfs kinds (core/node/layout.py's Place.kind) as gc --node and doctor --node name them.
+TMPFS_KINDS = {"empty_dir": "emptyDir", "sandbox_shm": "sandbox shm", "host": "host /dev/shm"}
 
 
 def lossless(value: str | bytes) -> str:

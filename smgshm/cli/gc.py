@@ -15,6 +15,7 @@ from rich.text import Text
 from smgshm.cli import gc_view as view
 from smgshm.cli.app import App
 from smgshm.cli.exitcodes import ExitCode
+from smgshm.cli.fmt import display
 from smgshm.cli.params import DURATION, shm_dir_option
 
 if TYPE_CHECKING:
@@ -234,14 +235,14 @@ def run(
     except SmgshmError:
         if prometheus_file:  # the run failed: said with its time, no figures (the error follows, as without it)
             with contextlib.suppress(HostError):
-                record = textfile.RunRecord("gc", view.display(opts.shm_dir), started, time.time(), None)
+                record = textfile.RunRecord("gc", display(opts.shm_dir), started, time.time(), None)
                 textfile.write_textfile(prometheus_file, record)
         raise
     code = ExitCode.CHECK_FAILED if check and done.leaked_or_hazard > 0 else ExitCode.OK
     if prometheus_file:
         try:  # what is there now, after any --delete, and what the run did
             textfile.write_textfile(
-                prometheus_file, textfile.RunRecord("gc", view.display(opts.shm_dir), started, time.time(), done)
+                prometheus_file, textfile.RunRecord("gc", display(opts.shm_dir), started, time.time(), done)
             )
         except HostError as err:  # checked up front; still possible (a full disk): one document, exit 5
             app.warn(str(err))
@@ -337,8 +338,8 @@ def _node(
     others: tuple[Any, ...],
     npd: bool = False,
 ) -> None:
-    """gc --node: the node view (cli/node_view.py) under gc's own reap rule."""
-    from smgshm.cli import node_view
+    """gc --node: the node view (cli/gc_node_view.py) under gc's own reap rule."""
+    from smgshm.cli import gc_node_view as node_view
     from smgshm.core.segments import reaping
 
     if any(others):

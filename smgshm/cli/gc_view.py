@@ -19,7 +19,7 @@ from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 from rich.text import Text
 
-from smgshm.cli.fmt import command, escape, fill, hint, lossless, prose, width
+from smgshm.cli.fmt import command, display, escape, fill, hint, lossless, prose, width
 from smgshm.cli.jsonout import dumpb as _dumpb
 from smgshm.cli.jsonout import write_bytes
 from smgshm.core.units import human_duration, human_size
@@ -39,11 +39,6 @@ _RANK = {"hazard": 0, "leaked": 1, "held": 2, "stale": 3, "unknown": 4}
 NOTABLE = 20
 _FLUSH = 4096
 _K = TypeVar("_K", bound=str)  # a tally's key: a state's value or a kind
-
-
-def display(name: str) -> str:
-    """``fmt.escape`` with the common case (a printable ASCII name) answered without a per-char walk."""
-    return name if name.isascii() and name.isprintable() and "\\" not in name else escape(name)
 
 
 def segment_docs(segs: list[SegmentInfo]) -> list[dict[str, Any]]:

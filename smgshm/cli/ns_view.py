@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from rich.text import Text
 
-from smgshm.cli.fmt import fit_table, hint, kv_table, prose, safe
+from smgshm.cli.fmt import fit_table, hint, kv_table, prose, safe, sharing_fix
 from smgshm.core.units import human_size
 
 if TYPE_CHECKING:
@@ -49,11 +49,3 @@ def comparison(app: App, cmp: NamespaceComparison) -> None:
     fix = sharing_fix(cmp.sharing.value)
     if fix:
         hint(app, fix)
-
-
-def sharing_fix(sharing: str) -> str:
-    """The fix an operator can paste, per verdict: the cause catalogue's (core/causes.py)."""
-    from smgshm.core.causes import CATALOGUE, for_sharing
-
-    cause = for_sharing(sharing) if sharing in ("other_host", "private_tmpfs", "spelling", "undetermined") else None
-    return CATALOGUE[cause].fix + "." if cause is not None else ""

@@ -55,7 +55,7 @@ class HttpUrlType(_StrParam):
     name = "URL"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
-        from smgshm.core.gateway.http import UrlError, parse_url
+        from smgshm.core.address import UrlError, parse_url
 
         try:
             parse_url(str(value))
@@ -130,7 +130,7 @@ shm_dir_option = click.option(
 
 def listen_address(ctx: click.Context, param: click.Parameter, value: str) -> str:
     """An option's address to listen on: host:port ([v6]:port; port 0 picks one) or unix:PATH."""
-    from smgshm.core.transport.address import grpc_host_port
+    from smgshm.core.address import grpc_host_port
 
     try:
         grpc_host_port(value, listen=True)
@@ -141,8 +141,7 @@ def listen_address(ctx: click.Context, param: click.Parameter, value: str) -> st
 
 def worker_addresses(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
     """A worker's address to dial (or several): a port given is 1..65535; unix:PATH and gRPC's own forms pass."""
-    from smgshm.core.transport.address import grpc_host_port
-    from smgshm.core.transport.channel import grpc_target
+    from smgshm.core.address import grpc_host_port, grpc_target
 
     for address in (value,) if isinstance(value, str) else value or ():
         try:
@@ -154,17 +153,14 @@ def worker_addresses(ctx: click.Context, param: click.Parameter, value: Any) -> 
 
 def metrics_listen(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[str, int] | None:
     """``[HOST:]PORT`` to serve metrics on -> (host, port); HOST defaults to 127.0.0.1, port 0 picks one."""
-    from smgshm.core.transport.address import parse_port, split_host_port
+    from smgshm.core.address import parse_listen
 
     if value is None:
         return None
     try:
-        if ":" not in value:
-            return "127.0.0.1", parse_port(value, listen=True)
-        host, port = split_host_port(value, listen=True)
+        return parse_listen(value)
     except ValueError as err:
         raise click.BadParameter(f"{value!r} is not [HOST:]PORT: {err}") from None
-    return host or "127.0.0.1", port
 
 
 def require_gateways(pids: Iterable[int]) -> None:

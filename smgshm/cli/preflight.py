@@ -14,6 +14,7 @@ import click
 from smgshm.cli import preflight_view as view
 from smgshm.cli.app import App
 from smgshm.cli.exitcodes import ExitCode
+from smgshm.cli.fmt import display
 from smgshm.cli.params import BYTES, DURATION, shm_dir_option
 
 
@@ -146,7 +147,7 @@ def preflight(
     started = time.time()
     report = run_preflight(req)
     if textfile_path:
-        record = textfile.RunRecord("preflight", view.display(shm_dir), started, time.time(), report._done)
+        record = textfile.RunRecord("preflight", display(shm_dir), started, time.time(), report._done)
         textfile.write_textfile(textfile_path, record, "--textfile")  # a failure (exit 5) stops the gateway too
     if npd:
         click.get_current_context().exit(view.npd(report))

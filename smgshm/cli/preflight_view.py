@@ -6,8 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 
-from smgshm.cli.fmt import cause_fix, escape, fix_line, lossless, prose, safe
-from smgshm.cli.gc_view import display
+from smgshm.cli.fmt import cause_fix, display, escape, fix_line, lossless, prose, safe
 
 __all__ = ["display", "doc", "headline", "human", "npd"]
 from smgshm.cli.jsonout import plain

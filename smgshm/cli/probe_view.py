@@ -9,8 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from smgshm.cli.exitcodes import ExitCode
-from smgshm.cli.fmt import fit_table, hint, prose, safe
-from smgshm.cli.ns_view import sharing_fix
+from smgshm.cli.fmt import fit_table, hint, prose, safe, sharing_fix
 
 if TYPE_CHECKING:
     from smgshm.cli.app import App

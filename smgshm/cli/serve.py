@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import click
 
 from smgshm.cli import serve_view as view
+from smgshm.cli import signals
 from smgshm.cli.app import App
 from smgshm.cli.exitcodes import ExitCode
 from smgshm.cli.params import BYTES, DURATION, complete_dirs, complete_files, listen_address, shm_dir_option
@@ -24,10 +25,6 @@ if TYPE_CHECKING:
 # serve is gone within 2 s of the signal.
 STOP_GRACE_S = 1.0
 FD_CHECK_S = 1.0  # how often serve looks at the descriptors it has open
-# Set by the console entry point: once serve has stopped cleanly, the process leaves with
-# os._exit, skipping interpreter teardown (torch's and gRPC's take 2-3 s here, which would
-# break the promise above). Never set in-process (tests' CliRunner).
-PROCESS_ENTRY = False
 
 
 @click.command()
@@ -144,10 +141,10 @@ def serve(
       smg launch --worker-urls grpc://127.0.0.1:50051 --model-path ~/.cache/smgshm/model-qwen2vl-tiny \\
           --multimodal-tensor-transport shm
     """
+    from smgshm.core.address import is_loopback
     from smgshm.core.receiver.fds import MAX_CONNECTIONS, FdPressure, connection_cap, raise_fd_limit
     from smgshm.core.receiver.reader import MODEL_NAME, ReceiverConfig
     from smgshm.core.receiver.services import start_receiver
-    from smgshm.core.transport.address import is_loopback
 
     if not 0 <= fault_delay <= MAX_FAULT_DELAY_S:
         raise click.BadParameter(f"at most {MAX_FAULT_DELAY_S:g}s", param_hint="--fault-delay")
@@ -209,7 +206,7 @@ def serve(
     app.info("smgshm serve: stopping")
     running.stop(STOP_GRACE_S)
     code = ExitCode.CLOSED_PIPE if stdout_gone.is_set() else ExitCode.OK  # the receipts' reader left
-    if PROCESS_ENTRY:
+    if signals.PROCESS_ENTRY:  # os._exit: interpreter teardown (torch's, gRPC's) takes 2-3 s, past the promise above
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)

@@ -23,6 +23,11 @@ from typing import Any, TextIO
 from smgshm.cli.exitcodes import ExitCode
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# Set by the console entry point (``smgshm.cli.main``): this process is smgshm itself, so a command
+# that has stopped cleanly may leave with os._exit, skipping interpreter teardown (serve: torch's and
+# gRPC's take 2-3 s, past its promise to be gone within 2 s of a signal). Never set in-process (tests'
+# CliRunner).
+PROCESS_ENTRY = False
 _CODES = {signal.SIGINT: ExitCode.INTERRUPTED, signal.SIGTERM: ExitCode.TERMINATED, signal.SIGHUP: ExitCode.HANGUP}
 
 

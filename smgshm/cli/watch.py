@@ -248,11 +248,11 @@ def _exporter(app: App, session: WatchSession, where: tuple[str, int] | None, js
     if where is None:
         yield
         return
-    from smgshm.core.transport.address import is_loopback
+    from smgshm.core.address import is_loopback_host
     from smgshm.core.watch.export import WatchExporter
 
     host, port = where
-    if not is_loopback(f"[{host}]:{port}"):
+    if not is_loopback_host(host):
         app.warn(f"--serve-metrics on {host}: NOT loopback; any host that reaches it can read this host's SHM traffic")
     exporter = WatchExporter(session, host, port)
     if jsonl:
@@ -316,12 +316,12 @@ def _node_exporter(app: App, nw: Any, where: tuple[str, int] | None) -> Iterator
     if where is None:
         yield
         return
+    from smgshm.core.address import is_loopback_host
     from smgshm.core.node.metrics import collector
-    from smgshm.core.transport.address import is_loopback
     from smgshm.core.watch.export import MetricsServer
 
     host, port = where
-    if not is_loopback(f"[{host}]:{port}"):
+    if not is_loopback_host(host):
         app.warn(
             f"--serve-metrics on {host}: NOT loopback; any host that reaches it can read this node's pods' shm figures"
         )

@@ -146,46 +146,9 @@ def _family_problems(name: str, fam: Family, series: set[tuple[str, frozenset[tu
     if fam.type not in _SUFFIXES:
         say(f"no TYPE, or an untyped one ({fam.type})")
         return problems
-    if not _SNAKE.match(name):
-        say("not snake_case")
-    words = name.split("_")
-    if set(words) & _NON_BASE:
-        say(f"a non-base unit ({sorted(set(words) & _NON_BASE)}): use seconds, bytes, ratios")
-    if "per" in words and ("second" in words or "seconds" in words):
-        say("a rate as a metric: export the counter and let rate() divide")
-    if set(words) & _RATIO_WORDS and words[-1] != "ratio":
-        say("a ratio whose name does not end in _ratio")
-    core = words[:-1] if words[-1] == "total" else words
-    if set(core[:-1]) & _UNITS and core[-1] != "ratio":
-        say("its unit is not the last word of its name (before _total)")
-    if fam.type == "counter":
-        if not name.endswith("_total"):
-            say('a counter without the "_total" suffix')
-    elif name.endswith("_total"):
-        say('a non-counter with the "_total" suffix')
-    if fam.type in ("counter", "gauge") and name.endswith(("_bucket", "_sum", "_count")):
-        say("a _bucket/_sum/_count name on a non-histogram")
-    labelsets: dict[str, set[frozenset[str]]] = {}
-    for sname, labels, value in fam.samples:
-        key = (sname, frozenset(labels.items()))
-        if key in series:
-            problems.append(f"{sname}: a series twice ({labels})")
-        series.add(key)
-        for label in labels:
-            if not _SNAKE.match(label) or label.startswith("__"):
-                say(f"label {label!r} is not snake_case")
-        if "quantile" in labels and not (fam.type == "summary" and sname == name):
-            say('a "quantile" label off a summary\'s quantile samples')
-        if "le" in labels and not (fam.type == "histogram" and sname == name + "_bucket"):
-            say('an "le" label off a histogram\'s buckets')
-        if fam.type == "counter" and not (math.isfinite(value) and value >= 0):
-            say(f"a counter at {value}")
-        if fam.type == "summary" and sname == name:
-            q = labels.get("quantile")
-            if q is None or not 0 <= float(q) <= 1:
-                say(f"a summary sample without a quantile in [0, 1] ({labels})")
-        kind = sname[len(name) :]
-        labelsets.setdefault(kind, set()).add(frozenset(labels) - {"le", "quantile"})
+    for what in _name_problems(name, fam.type):
+        say(what)
+    labelsets = _sample_problems(name, fam, series, problems)
     if len({ls for sets in labelsets.values() for ls in sets}) > 1:
         say(f"samples with different label names: {labelsets}")
     if fam.type == "histogram":
@@ -193,6 +156,62 @@ def _family_problems(name: str, fam: Family, series: set[tuple[str, frozenset[tu
     if fam.type == "summary" and not {"_sum", "_count"} <= set(labelsets):
         say("a summary without _sum and _count")
     return problems
+
+
+def _name_problems(name: str, kind: str) -> list[str]:
+    """What a family's name breaks of the conventions: snake_case, base units, the unit last, _ratio, _total."""
+    out: list[str] = []
+    if not _SNAKE.match(name):
+        out.append("not snake_case")
+    words = name.split("_")
+    if set(words) & _NON_BASE:
+        out.append(f"a non-base unit ({sorted(set(words) & _NON_BASE)}): use seconds, bytes, ratios")
+    if "per" in words and ("second" in words or "seconds" in words):
+        out.append("a rate as a metric: export the counter and let rate() divide")
+    if set(words) & _RATIO_WORDS and words[-1] != "ratio":
+        out.append("a ratio whose name does not end in _ratio")
+    core = words[:-1] if words[-1] == "total" else words
+    if set(core[:-1]) & _UNITS and core[-1] != "ratio":
+        out.append("its unit is not the last word of its name (before _total)")
+    if kind == "counter":
+        if not name.endswith("_total"):
+            out.append('a counter without the "_total" suffix')
+    elif name.endswith("_total"):
+        out.append('a non-counter with the "_total" suffix')
+    if kind in ("counter", "gauge") and name.endswith(("_bucket", "_sum", "_count")):
+        out.append("a _bucket/_sum/_count name on a non-histogram")
+    return out
+
+
+def _sample_problems(
+    name: str, fam: Family, series: set[tuple[str, frozenset[tuple[str, str]]]], problems: list[str]
+) -> dict[str, set[frozenset[str]]]:
+    """What each sample breaks, added to ``problems``; the label names of each kind of sample (its suffix)."""
+    labelsets: dict[str, set[frozenset[str]]] = {}
+    for sname, labels, value in fam.samples:
+        key = (sname, frozenset(labels.items()))
+        if key in series:
+            problems.append(f"{sname}: a series twice ({labels})")
+        series.add(key)
+        said = [
+            f"label {label!r} is not snake_case"
+            for label in labels
+            if not _SNAKE.match(label) or label.startswith("__")
+        ]
+        if "quantile" in labels and not (fam.type == "summary" and sname == name):
+            said.append('a "quantile" label off a summary\'s quantile samples')
+        if "le" in labels and not (fam.type == "histogram" and sname == name + "_bucket"):
+            said.append('an "le" label off a histogram\'s buckets')
+        if fam.type == "counter" and not (math.isfinite(value) and value >= 0):
+            said.append(f"a counter at {value}")
+        if fam.type == "summary" and sname == name:
+            q = labels.get("quantile")
+            if q is None or not 0 <= float(q) <= 1:
+                said.append(f"a summary sample without a quantile in [0, 1] ({labels})")
+        problems += [f"{name}: {what}" for what in said]
+        kind = sname[len(name) :]
+        labelsets.setdefault(kind, set()).add(frozenset(labels) - {"le", "quantile"})
+    return labelsets
 
 
 def _histogram_problems(fam: Family) -> list[str]:

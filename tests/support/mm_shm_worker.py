@@ -81,6 +81,24 @@ def main() -> None:
                 )
             )
 
+    ports = int(os.environ.get("MM_SHM_WORKER_PORTS", "1"))
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=max(4, 4 * ports)),
+        interceptors=[_slow_interceptor()],
+        options=[("grpc.max_receive_message_length", 256 * 1024 * 1024)],
+    )
+    pb_grpc.add_VllmEngineServicer_to_server(Worker(), server)
+    bound = [server.add_insecure_port("127.0.0.1:0") for _ in range(ports)]
+    assert all(bound), "cannot bind"
+    server.start()
+    print(" ".join(f"127.0.0.1:{port}" for port in bound), flush=True)
+    server.wait_for_termination()
+
+
+def _slow_interceptor() -> Any:
+    """With ``MM_SHM_WORKER_SLOW_FILE``: once that file exists, every RPC answers late."""
+    import grpc
+
     slow_file = os.environ.get("MM_SHM_WORKER_SLOW_FILE", "")
     delay = float(os.environ.get("MM_SHM_WORKER_DELAY", "1.5"))
 
@@ -107,18 +125,7 @@ def main() -> None:
 
             return handler._replace(unary_unary=late)
 
-    ports = int(os.environ.get("MM_SHM_WORKER_PORTS", "1"))
-    server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=max(4, 4 * ports)),
-        interceptors=[Slow()],
-        options=[("grpc.max_receive_message_length", 256 * 1024 * 1024)],
-    )
-    pb_grpc.add_VllmEngineServicer_to_server(Worker(), server)
-    bound = [server.add_insecure_port("127.0.0.1:0") for _ in range(ports)]
-    assert all(bound), "cannot bind"
-    server.start()
-    print(" ".join(f"127.0.0.1:{port}" for port in bound), flush=True)
-    server.wait_for_termination()
+    return Slow()
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from smgshm.core.address import grpc_target
 from smgshm.core.causes import Cause, Found, for_verdict, found
 from smgshm.core.engines import DETECT_ORDER, Engine, engine_named
 from smgshm.core.errors import SmgshmError, TransportError
@@ -18,7 +19,7 @@ from smgshm.core.gateway.admin import GatewayWorker
 from smgshm.core.host.namespace import NamespaceComparison, compare_namespace_ids
 from smgshm.core.names import GATEWAY_PROBE_PREFIX, probe_file_pid
 from smgshm.core.paths import DEFAULT_SHM_DIR
-from smgshm.core.transport.channel import grpc_target, open_channel
+from smgshm.core.transport.channel import open_channel
 from smgshm.core.transport.decision import DEFAULT_SHM_MIN_BYTES, Decision, Mode, decide
 
 if TYPE_CHECKING:

@@ -307,8 +307,9 @@ def send(
     """
     import grpc
 
+    from smgshm.core.address import grpc_target
     from smgshm.core.host.facts import namespace_id
-    from smgshm.core.transport.channel import grpc_target, open_channel
+    from smgshm.core.transport.channel import open_channel
     from smgshm.rpc.v1 import diag_pb2, diag_pb2_grpc
 
     target = grpc_target(address)

@@ -135,7 +135,7 @@ def judged_gateways(
 ) -> list[JudgedGateway]:
     """The gateways whose workers doctor probes and lints: each found here with an HTTP port, and ``from_gateway``
     (its ``GET /workers`` already asked: ``from_gateway_workers``)."""
-    from smgshm.core.gateway.http import normalize_url
+    from smgshm.core.address import normalize_url
     from smgshm.core.host.namespace import read_namespace_id
 
     out = []

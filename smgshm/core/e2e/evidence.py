@@ -21,8 +21,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from smgshm.core.address import UrlError, parse_url
 from smgshm.core.errors import SmgshmError
-from smgshm.core.gateway.http import UrlError, parse_url
 from smgshm.core.gateway.metrics import MetricsSnapshot, UnusableCounterError, mm_delta
 from smgshm.core.names import GATEWAY_PREFIX, gateway_probe_name
 from smgshm.core.paths import DEFAULT_SHM_DIR

@@ -29,9 +29,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from smgshm.core.address import is_local_url
 from smgshm.core.e2e.evidence import listening_pid
 from smgshm.core.errors import SmgshmError, TransportError
-from smgshm.core.gateway.http import is_local_url, request
+from smgshm.core.gateway.http import request
 from smgshm.core.gateway.metrics import MetricsSnapshot, default_metrics_url, scrape
 
 HTTP_REQUESTS = "smg_http_requests_total"

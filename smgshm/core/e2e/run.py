@@ -17,9 +17,11 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from smgshm.core.address import is_local_url
 from smgshm.core.causes import Cause, Found, found
 from smgshm.core.e2e.evidence import (
     MetricsEvidence,
+    ReceiptBaseline,
     ReceiptEvidence,
     SegmentWatch,
     ShmDirEvidence,
@@ -32,8 +34,7 @@ from smgshm.core.e2e.owner import own_metrics
 from smgshm.core.e2e.verdict import FAILURE_TEXT, Context, Verdict, expectation, judge
 from smgshm.core.errors import HostError, SmgshmError
 from smgshm.core.gateway.chat import ChatOutcome, first_model, make_png, send_chat
-from smgshm.core.gateway.http import is_local_url
-from smgshm.core.gateway.metrics import MM_FAMILIES, scrape
+from smgshm.core.gateway.metrics import MM_FAMILIES, MetricsSnapshot, scrape
 from smgshm.core.gateway.process import RunningGateway
 from smgshm.core.host.capacity import shm_space
 from smgshm.core.host.facts import HostFacts, namespace_id, writable_error
@@ -171,105 +172,120 @@ def _observe(
             watch = SegmentWatch(opts.shm_dir).__enter__()
         except SmgshmError as err:
             watch_note = f"cannot watch {opts.shm_dir}: {err}"
-    total, done = opts.requests * len(targets), 0
     try:
-        for i in range(opts.requests):
-            for t in targets:
-                out = send_chat(
-                    t.url, model, png, stream=_stream_for(opts, i), api_key=opts.api_key, timeout_s=opts.timeout_s
-                )
-                t.outcomes.append(out)
-                done += 1
-                if on_request is not None:
-                    on_request(t.label, done, total, out)
-                else:
-                    say(f"{t.label}: request {i + 1}/{opts.requests}: HTTP {out.status} in {human_ms(out.elapsed_ms)}")
+        _send_requests(targets, opts, model, png, say, on_request)
         if watch is not None:
             watch.settle()
     finally:
         if watch is not None:
             watch.__exit__(None, None, None)
     # Without the caller's facts, read after the requests: what the shm dir is like now.
-    local_ns = namespace_id(opts.shm_dir, facts)
-    writable = writable_error(opts.shm_dir, facts) is None
-    runs = []
-    for t in targets:
-        m = dataclasses.replace(
-            metrics_delta(before[id(t)], scrape(t.metrics_url, 10.0, MM_FAMILIES)), owner=t.metrics_owner
-        )
-        # A gateway in another mount namespace (a container) writes its own tmpfs: this shm dir saw none
-        # of it, and its space, id and writability are the gateway's, read through /proc.
-        elsewhere = _gateway_tmpfs_elsewhere(t.pid, opts.shm_dir)
-        if elsewhere:
-            d = ShmDirEvidence(
-                False,
-                f"the gateway writes another tmpfs than {opts.shm_dir}: watch it with --shm-dir {elsewhere}",
-                opts.shm_dir,
-                t.pid,
+    local = _Local(namespace_id(opts.shm_dir, facts), writable_error(opts.shm_dir, facts) is None, watch, watch_note)
+    return [_account(t, opts, before[id(t)], baselines[id(t)], local) for t in targets]
+
+
+def _send_requests(
+    targets: list[_Target],
+    opts: E2eOptions,
+    model: str,
+    png: bytes,
+    say: Progress,
+    on_request: RequestProgress | None,
+) -> None:
+    """``opts.requests`` rounds, one request to each target per round; each outcome kept on its target."""
+    total, done = opts.requests * len(targets), 0
+    for i in range(opts.requests):
+        for t in targets:
+            out = send_chat(
+                t.url, model, png, stream=_stream_for(opts, i), api_key=opts.api_key, timeout_s=opts.timeout_s
             )
-        elif watch is not None and t.pid is not None:
-            d = watch.evidence(t.pid)
-        else:
-            # A local address whose listener cannot be seen is another user's process, not another host's.
-            remote = t.pid is None and not is_local_url(t.url)
-            note = watch_note or ("the gateway is not on this host" if remote else "")
-            d = ShmDirEvidence(False, note or "the gateway's pid is not visible from here", opts.shm_dir, t.pid)
-        r = receipts_since(baselines[id(t)], 5.0)
-        failed = sum(1 for o in t.outcomes if not o.ok)
-        size, free = shm_space(elsewhere or opts.shm_dir) if t.pid is not None else (None, None)
-        ns, can_write = local_ns, writable
-        if elsewhere:
-            ns = read_namespace_id(proc_root=f"/proc/{t.pid}/root")
-            can_write = writable_error(elsewhere) is None
-        ctx = Context(
-            t.mode,
-            t.shm_min_bytes,
-            t.engine,
-            ns,
-            t.worker_ns,
-            can_write,
-            opts.requests,
-            failed,
-            t.dev_writable,
-            size,
-            free,
+            t.outcomes.append(out)
+            done += 1
+            if on_request is not None:
+                on_request(t.label, done, total, out)
+            else:
+                say(f"{t.label}: request {i + 1}/{opts.requests}: HTTP {out.status} in {human_ms(out.elapsed_ms)}")
+
+
+@dataclass(frozen=True)
+class _Local:
+    """What this host saw of the requests: its shm dir's namespace id and writability, the watch on it."""
+
+    namespace_id: str
+    writable: bool
+    watch: SegmentWatch | None
+    watch_note: str  # why there is no watch, when it could not be started
+
+
+def _account(
+    t: _Target, opts: E2eOptions, before: MetricsSnapshot, baseline: ReceiptBaseline, local: _Local
+) -> GatewayRun:
+    """One gateway's run: its metrics, shm dir and receipts accounts of the requests, judged."""
+    m = dataclasses.replace(metrics_delta(before, scrape(t.metrics_url, 10.0, MM_FAMILIES)), owner=t.metrics_owner)
+    # A gateway in another mount namespace (a container) writes its own tmpfs: this shm dir saw none
+    # of it, and its space, id and writability are the gateway's, read through /proc.
+    elsewhere = _gateway_tmpfs_elsewhere(t.pid, opts.shm_dir)
+    d = _shm_dir_evidence(t, opts, local, elsewhere)
+    r = receipts_since(baseline, 5.0)
+    failed = sum(1 for o in t.outcomes if not o.ok)
+    size, free = shm_space(elsewhere or opts.shm_dir) if t.pid is not None else (None, None)
+    ns, can_write = local.namespace_id, local.writable
+    if elsewhere:
+        ns = read_namespace_id(proc_root=f"/proc/{t.pid}/root")
+        can_write = writable_error(elsewhere) is None
+    ctx = Context(
+        t.mode, t.shm_min_bytes, t.engine, ns, t.worker_ns, can_write, opts.requests, failed, t.dev_writable, size, free
+    )
+    v: Verdict = judge(ctx, m, d, r)
+    expected, as_expected = expectation(opts.expect, t.mode, t.expected, v)
+    cause = _cause(v, t, opts, elsewhere or opts.shm_dir)
+    if failed:
+        # Failed requests behind a dead worker: that is the cause, whatever the counters say.
+        cause = _unreachable_worker(t.workers, opts) or cause
+    return GatewayRun(
+        t.label,
+        t.url,
+        t.metrics_url,
+        t.mode,
+        t.shm_min_bytes,
+        t.engine,
+        t.worker_ns,
+        t.workers,
+        list(t.outcomes),
+        median([o.elapsed_ms for o in t.outcomes if o.ok], empty=0.0),
+        m,
+        d,
+        r,
+        v.path,
+        v.cause,
+        v.agree,
+        v.counts,
+        v.failure_class,
+        FAILURE_TEXT.get(v.failure_class, ""),
+        expected,
+        as_expected,
+        t.log,
+        t.dev_writable,
+        t.setting_source,
+        cause,
+    )
+
+
+def _shm_dir_evidence(t: _Target, opts: E2eOptions, local: _Local, elsewhere: str) -> ShmDirEvidence:
+    """What the shm dir showed of the gateway's segments, or why it shows nothing."""
+    if elsewhere:
+        return ShmDirEvidence(
+            False,
+            f"the gateway writes another tmpfs than {opts.shm_dir}: watch it with --shm-dir {elsewhere}",
+            opts.shm_dir,
+            t.pid,
         )
-        v: Verdict = judge(ctx, m, d, r)
-        expected, as_expected = expectation(opts.expect, t.mode, t.expected, v)
-        cause = _cause(v, t, opts, elsewhere or opts.shm_dir)
-        if failed:
-            # Failed requests behind a dead worker: that is the cause, whatever the counters say.
-            cause = _unreachable_worker(t.workers, opts) or cause
-        runs.append(
-            GatewayRun(
-                t.label,
-                t.url,
-                t.metrics_url,
-                t.mode,
-                t.shm_min_bytes,
-                t.engine,
-                t.worker_ns,
-                t.workers,
-                list(t.outcomes),
-                median([o.elapsed_ms for o in t.outcomes if o.ok], empty=0.0),
-                m,
-                d,
-                r,
-                v.path,
-                v.cause,
-                v.agree,
-                v.counts,
-                v.failure_class,
-                FAILURE_TEXT.get(v.failure_class, ""),
-                expected,
-                as_expected,
-                t.log,
-                t.dev_writable,
-                t.setting_source,
-                cause,
-            )
-        )
-    return runs
+    if local.watch is not None and t.pid is not None:
+        return local.watch.evidence(t.pid)
+    # A local address whose listener cannot be seen is another user's process, not another host's.
+    remote = t.pid is None and not is_local_url(t.url)
+    note = local.watch_note or ("the gateway is not on this host" if remote else "")
+    return ShmDirEvidence(False, note or "the gateway's pid is not visible from here", opts.shm_dir, t.pid)
 
 
 def _gateway_tmpfs_elsewhere(pid: int | None, shm_dir: str) -> str:
@@ -304,8 +320,9 @@ def _cause(v: Verdict, t: _Target, opts: E2eOptions, shm_dir: str) -> Found | No
 
 def _unreachable_worker(workers: list[str], opts: E2eOptions) -> Found | None:
     """The first of the gateway's gRPC workers that does not answer a connect (bounded), as a cause."""
+    from smgshm.core.address import grpc_target
     from smgshm.core.errors import TransportError
-    from smgshm.core.transport.channel import grpc_target, open_channel
+    from smgshm.core.transport.channel import open_channel
 
     for address in workers[:16]:
         try:

@@ -16,10 +16,16 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from smgshm.core.paths import DEFAULT_SHM_DIR
 from smgshm.core.stats import median
 from smgshm.core.units import human_ms
+
+if TYPE_CHECKING:
+    from smgshm.core.gateway.process import RunningGateway
+    from smgshm.core.receiver.modeldir import ModelDir
+    from smgshm.core.receiver.services import RunningReceiver
 
 DEFAULT_SIZES = (224, 448, 896, 1344, 1792, 2688)
 _SHM_WRITE = re.compile(r"smg_mm_timing mm_shm_write .*?nbytes=(\d+) elapsed_ms=([0-9.]+)")
@@ -83,21 +89,10 @@ def run_sweep(
 ) -> SweepReport:
     """The sweep on the embedded pair of gateways; everything stopped at the end (Ctrl-C too)."""
     from smgshm.core.client.bench import measure_host
-    from smgshm.core.gateway.chat import make_png, send_chat
-    from smgshm.core.gateway.process import (
-        GatewayConfig,
-        RunningGateway,
-        find_smg,
-        launch_gateway,
-        stop_gateways,
-        wait_ready,
-    )
+    from smgshm.core.gateway.process import find_smg, stop_gateways
 
     find_smg()
     from smgshm.core.receiver.modeldir import ensure_model_dir
-    from smgshm.core.receiver.reader import ReceiverConfig
-    from smgshm.core.receiver.receipts import fetch_receipts
-    from smgshm.core.receiver.services import start_receiver
 
     md = ensure_model_dir(None)
     say("measuring this host's fresh-page floor")
@@ -107,75 +102,11 @@ def run_sweep(
     rows: list[SweepRow] = []
     with contextlib.ExitStack() as stack:
         stack.callback(lambda: stop_gateways(gateways))
-        rcv = {}
-        for mode in ("inline", "shm"):
-            r = start_receiver(ReceiverConfig(model_dir=md.path), "127.0.0.1:0")
-            stack.callback(r.stop, 0)
-            rcv[mode] = r
-            gateways.append(
-                launch_gateway(
-                    GatewayConfig(
-                        worker_urls=(r.address,),
-                        model_path=md.path,
-                        transport=mode,
-                        log_mm_timing=True,
-                    )
-                )
-            )
-        for gw in gateways:
-            wait_ready(gw, 60.0)
-        gw_of = dict(zip(("inline", "shm"), gateways, strict=True))
+        pair = _start_pair(stack, gateways, md)
         for px in sizes:
-            png = make_png(px)
-            for mode in ("inline", "shm"):
-                for _ in range(warmup):
-                    send_chat(gw_of[mode].http_url, md.served_model_name, png, stream=False, timeout_s=timeout_s)
-            seq = {m: fetch_receipts(rcv[m].address, 0, 10.0)[1] for m in rcv}
-            tails = {m: _LogTail(gw_of[m].log_path) for m in gw_of}
-            lat: dict[str, list[float]] = {"inline": [], "shm": []}
-            failed = 0
-            for i in range(requests):
-                order = ("inline", "shm") if i % 2 == 0 else ("shm", "inline")  # alternate who goes first
-                for mode in order:
-                    out = send_chat(gw_of[mode].http_url, md.served_model_name, png, stream=False, timeout_s=timeout_s)
-                    if out.ok:
-                        lat[mode].append(out.elapsed_ms)
-                    else:
-                        failed += 1
-            shm_log, inline_log = tails["shm"].new_text(), tails["inline"].new_text()
-            # The gateway's logger writes from a background thread: its last line can land after
-            # the response. Wait (bounded) for one mm_shm_write line per SHM request that passed;
-            # the bound is generous (a loaded host), and costs nothing when the lines are there.
-            deadline = time.monotonic() + 10.0
-            while len(_shm_writes(shm_log)) < len(lat["shm"]) and time.monotonic() < deadline:
-                time.sleep(0.05)
-                shm_log += tails["shm"].new_text()
-            writes = _shm_writes(shm_log)
-            pre = [float(m.group(1)) for m in _PREPROCESS.finditer(shm_log + inline_log)]
-            got = {m: fetch_receipts(rcv[m].address, seq[m], 10.0)[0] for m in rcv}
-            pix = [r for r in got["shm"] if r.key == "pixel_values" and r.payload_kind == "shm" and not r.error_code]
-            nbytes = max((r.nbytes for r in got["shm"] + got["inline"] if r.key == "pixel_values"), default=0)
-            read = median([r.read_ns / 1e6 for r in pix], empty=None)
-            w = median(writes, empty=None)
-            floor_ms = nbytes / floor_bps * 1000 if floor_bps else 0.0
-            i50, s50 = median(lat["inline"], empty=0.0), median(lat["shm"], empty=0.0)
-            rows.append(
-                SweepRow(
-                    px,
-                    nbytes,
-                    requests,
-                    failed,
-                    i50,
-                    s50,
-                    i50 / s50 if s50 and i50 else None,
-                    w,
-                    read,
-                    median(pre, empty=None),
-                    floor_ms,
-                    floor_ms / w if w else None,
-                )
-            )
-            say(f"{px} px: inline {human_ms(i50)}, shm {human_ms(s50)}")
+            row = _measure_size(pair, px, requests, warmup, timeout_s, floor_bps)
+            rows.append(row)
+            say(f"{px} px: inline {human_ms(row.inline_p50_ms)}, shm {human_ms(row.shm_p50_ms)}")
     logs = [g.log_path for g in gateways]
     if all(r.failed == 0 for r in rows):  # a passing sweep leaves no log behind; a failing one names them
         from smgshm.core.e2e.run import remove_logs
@@ -183,3 +114,112 @@ def run_sweep(
         remove_logs(logs)
         logs = []
     return SweepReport(rows, host.fresh_page_gb_per_s, host.memcpy_gb_per_s, md.served_model_name, logs)
+
+
+@dataclass(frozen=True)
+class _Pair:
+    """The embedded pair: per mode ("inline", "shm") its gateway and its receiver; the model they serve."""
+
+    gateways: dict[str, RunningGateway]
+    receivers: dict[str, RunningReceiver]
+    model: str
+
+
+def _start_pair(stack: contextlib.ExitStack, gateways: list[RunningGateway], md: ModelDir) -> _Pair:
+    """A receiver and a gateway per mode, each stopped by ``stack`` (the gateways: by the caller's,
+    through ``gateways``), ready for requests."""
+    from smgshm.core.gateway.process import GatewayConfig, launch_gateway, wait_ready
+    from smgshm.core.receiver.reader import ReceiverConfig
+    from smgshm.core.receiver.services import start_receiver
+
+    rcv = {}
+    for mode in ("inline", "shm"):
+        r = start_receiver(ReceiverConfig(model_dir=md.path), "127.0.0.1:0")
+        stack.callback(r.stop, 0)
+        rcv[mode] = r
+        gateways.append(
+            launch_gateway(
+                GatewayConfig(
+                    worker_urls=(r.address,),
+                    model_path=md.path,
+                    transport=mode,
+                    log_mm_timing=True,
+                    shutdown_grace_s=1,
+                )
+            )
+        )
+    for gw in gateways:
+        wait_ready(gw, 60.0)
+    return _Pair(dict(zip(("inline", "shm"), gateways, strict=True)), rcv, md.served_model_name)
+
+
+def _measure_size(pair: _Pair, px: int, requests: int, warmup: int, timeout_s: float, floor_bps: float) -> SweepRow:
+    """One image size through both gateways: latencies, the gateway's writes, the worker's reads."""
+    from smgshm.core.gateway.chat import make_png, send_chat
+    from smgshm.core.receiver.receipts import fetch_receipts
+
+    png = make_png(px)
+    rcv = pair.receivers
+    for mode in ("inline", "shm"):
+        for _ in range(warmup):
+            send_chat(pair.gateways[mode].http_url, pair.model, png, stream=False, timeout_s=timeout_s)
+    seq = {m: fetch_receipts(rcv[m].address, 0, 10.0)[1] for m in rcv}
+    tails = {m: _LogTail(g.log_path) for m, g in pair.gateways.items()}
+    lat, failed = _alternate(pair, png, requests, timeout_s)
+    shm_log, inline_log = tails["shm"].new_text(), tails["inline"].new_text()
+    shm_log = _with_every_write(tails["shm"], shm_log, len(lat["shm"]))
+    writes = _shm_writes(shm_log)
+    pre = [float(m.group(1)) for m in _PREPROCESS.finditer(shm_log + inline_log)]
+    got = {m: fetch_receipts(rcv[m].address, seq[m], 10.0)[0] for m in rcv}
+    pix = [r for r in got["shm"] if r.key == "pixel_values" and r.payload_kind == "shm" and not r.error_code]
+    nbytes = max((r.nbytes for r in got["shm"] + got["inline"] if r.key == "pixel_values"), default=0)
+    read = median([r.read_ns / 1e6 for r in pix], empty=None)
+    w = median(writes, empty=None)
+    floor_ms = nbytes / floor_bps * 1000 if floor_bps else 0.0
+    i50, s50 = median(lat["inline"], empty=0.0), median(lat["shm"], empty=0.0)
+    return SweepRow(
+        px,
+        nbytes,
+        requests,
+        failed,
+        i50,
+        s50,
+        i50 / s50 if s50 and i50 else None,
+        w,
+        read,
+        median(pre, empty=None),
+        floor_ms,
+        floor_ms / w if w else None,
+    )
+
+
+def _alternate(pair: _Pair, png: bytes, requests: int, timeout_s: float) -> tuple[dict[str, list[float]], int]:
+    """``requests`` to each gateway, in alternation: the latencies of those that passed, per mode, and
+    how many failed."""
+    from smgshm.core.gateway.chat import send_chat
+
+    lat: dict[str, list[float]] = {"inline": [], "shm": []}
+    failed = 0
+    for i in range(requests):
+        order = ("inline", "shm") if i % 2 == 0 else ("shm", "inline")  # alternate who goes first
+        for mode in order:
+            out = send_chat(pair.gateways[mode].http_url, pair.model, png, stream=False, timeout_s=timeout_s)
+            if out.ok:
+                lat[mode].append(out.elapsed_ms)
+            else:
+                failed += 1
+    return lat, failed
+
+
+def _with_every_write(tail: _LogTail, log: str, passed: int) -> str:
+    """The shm gateway's log with one mm_shm_write line per SHM request that passed, or what came in 10 s.
+
+    The gateway's logger writes from a background thread: its last line can land after the
+    response. Wait (bounded) for them; the bound is generous (a loaded host), and costs nothing
+    when the lines are there.
+    """
+    deadline = time.monotonic() + 10.0
+    while len(_shm_writes(log)) < passed and time.monotonic() < deadline:
+        time.sleep(0.05)
+        log += tail.new_text()
+    return log

@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from smgshm.core.address import normalize_url
 from smgshm.core.errors import ServerError, TransportError
-from smgshm.core.gateway.http import PeerJsonError, check_ready, loads_json, normalize_url, request
+from smgshm.core.gateway.http import PeerJsonError, check_ready, loads_json, request
 
 
 @dataclass(frozen=True)

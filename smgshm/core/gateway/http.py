@@ -5,16 +5,14 @@ whole of it: name resolution, connect, the TLS handshake, every send and every r
 (the status line, each header byte, each chunk-size digit, the body) waits at most what
 is left of it. It has a cap on the body it will hold, and follows a redirect only to the
 same origin: a credential is never sent anywhere the caller did not name. URLs, the
-caller's or a redirect's, are parsed in one place (``parse_url``), and a peer's JSON is
+caller's or a redirect's, are parsed in one place (``address.parse_url``), and a peer's JSON is
 decoded in one place (``loads_json``), with a depth and a size limit.
 """
 
 from __future__ import annotations
 
-import contextlib
 import http.client
 import io
-import ipaddress
 import json
 import socket
 import time
@@ -22,81 +20,18 @@ import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any
 
+from smgshm.core.address import HttpUrl, UrlError, parse_url, resolve
 from smgshm.core.causes import CATALOGUE, Cause
 from smgshm.core.errors import GatewayNotReadyError, ServerError, SmgshmError, TransportError
 
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 MAX_JSON_DEPTH = 64  # SMG's documents nest a handful of levels; deeper is not SMG's, and recursion is finite
 _MAX_REDIRECTS = 3
-_ASCII = "".join(map(chr, range(0x21, 0x7F)))  # printable ASCII: kept as is in a request target
 _CHUNK = 64 * 1024
-
-
-class UrlError(SmgshmError):
-    """A URL that cannot be dialled: not http(s), no host, a port outside 1..65535, bad brackets.
-
-    The CLI turns one the user typed into a usage error (exit 2); a redirect's Location that
-    is one is the peer's fault, a TransportError (exit 4).
-    """
-
-    kind = "bad_url"
 
 
 class PeerJsonError(ServerError):
     """A peer's body that is not JSON within the limits: not JSON, too deep, too big (exit 1)."""
-
-
-@dataclass(frozen=True)
-class HttpUrl:
-    """A URL checked to be dialable: scheme, host, port (the default filled in) and request target."""
-
-    url: str
-    scheme: str
-    host: str
-    port: int
-    target: str  # path and query: what goes on the request line
-
-    @property
-    def origin(self) -> tuple[str, str, int]:
-        return self.scheme, self.host.lower(), self.port
-
-
-def parse_url(url: str) -> HttpUrl:
-    """``url`` checked and split; ``host:port[/path]`` gets ``http://``. UrlError says what is wrong.
-
-    The one URL parser: the caller's URLs and every redirect's Location go through it, so a
-    port out of range, unbalanced IPv6 brackets or a control character is an error here, never
-    a ValueError from deep inside urllib or socket.
-    """
-    if any(ord(c) < 0x21 or 0x7F <= ord(c) < 0xA0 for c in url):
-        # urlsplit would silently drop tabs and newlines; a space is not a URL either.
-        raise UrlError("not a URL: it holds a space or a control character", url=url[:200])
-    if "://" not in url:
-        url = "http://" + url
-    try:
-        parts = urllib.parse.urlsplit(url)
-        port = parts.port
-    except ValueError as err:  # "Invalid IPv6 URL", "Port out of range 0-65535", a port that is no number
-        raise UrlError(f"not a valid URL: {err}", url=url[:200]) from None
-    if parts.scheme not in ("http", "https"):
-        raise UrlError("not an http(s) URL", url=url[:200])
-    host = parts.hostname or ""
-    if not host:
-        raise UrlError("the URL names no host", url=url[:200])
-    if port == 0:
-        raise UrlError("port 0 cannot be dialled (ports are 1..65535)", url=url[:200])
-    try:
-        host.encode("idna")  # what the resolver and the Host header need; a 64-byte label is not a name
-    except UnicodeError as err:
-        raise UrlError(f"not a valid host name: {err}", url=url[:200]) from None
-    # The request line is ASCII: anything else in the path or query is sent percent-encoded (UTF-8).
-    target = urllib.parse.quote(urllib.parse.urlunsplit(("", "", parts.path or "/", parts.query, "")), safe=_ASCII)
-    return HttpUrl(url, parts.scheme, host, port or (443 if parts.scheme == "https" else 80), target)
-
-
-def normalize_url(url: str) -> str:
-    """``host:port`` and ``host:port/path`` get ``http://``; UrlError for anything not dialable."""
-    return parse_url(url).url
 
 
 def loads_json(data: bytes | str, *, max_bytes: int = DEFAULT_MAX_BYTES, max_depth: int = MAX_JSON_DEPTH) -> Any:
@@ -286,8 +221,6 @@ class _Bounded(http.client.HTTPConnection):
     raw: socket.socket | None = None
 
     def _dial(self, address: tuple[str, int], *_args: Any) -> socket.socket:
-        from smgshm.core.transport.channel import resolve  # the resolver's own wait can be 30 s
-
         last: OSError | None = None
         for family, kind, proto, _, addr in resolve(address[0], address[1], _left(self.deadline), self.endpoint):
             sock = socket.socket(family, kind, proto)
@@ -346,30 +279,3 @@ def _once(
         raise TransportError("endpoint unreachable", endpoint=url.url, detail=str(err)[:200]) from err
     finally:
         conn.close_all()
-
-
-def is_local_url(url: str) -> bool:
-    """Does ``url``'s host name this machine (loopback or one of its own addresses)?"""
-    from smgshm.core.transport.channel import resolve
-
-    try:
-        u = parse_url(url)
-        infos = resolve(u.host, u.port, 5.0, url)  # the resolver's own wait can be 30 s
-    except SmgshmError:  # not a URL, or its host does not resolve: not this machine as far as we know
-        return False
-    mine = _own_addresses()
-    for info in infos:
-        addr = ipaddress.ip_address(str(info[4][0]).split("%", 1)[0])
-        if addr.is_loopback or str(addr) in mine:
-            return True
-    return False
-
-
-def _own_addresses() -> set[str]:
-    import psutil
-
-    out: set[str] = set()
-    with contextlib.suppress(OSError):
-        for addrs in psutil.net_if_addrs().values():
-            out.update(a.address.split("%", 1)[0] for a in addrs if a.family in (socket.AF_INET, socket.AF_INET6))
-    return out

@@ -14,8 +14,9 @@ import re
 import time
 from dataclasses import dataclass, field, replace
 
+from smgshm.core.address import parse_url
 from smgshm.core.errors import ServerError, TransportError
-from smgshm.core.gateway.http import parse_url, request
+from smgshm.core.gateway.http import request
 
 DEFAULT_METRICS_PORT = 29000  # the gateway's --prometheus-port default
 MAX_METRICS_BYTES = 16 * 1024 * 1024

@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
+from smgshm.core.address import dial_host
 from smgshm.core.errors import SmgshmError
 from smgshm.core.host.proc import innermost_pid
 
@@ -171,15 +172,6 @@ def listening_ports(proc: str, pid: int, inodes: set[int]) -> list[tuple[str, in
             except ValueError:
                 continue
     return sorted(out, key=lambda a: (a[1], a[0]))
-
-
-def dial_host(address: str) -> str:
-    """Where to reach a socket bound to ``address`` from this host, URL-ready."""
-    if address in ("0.0.0.0", ""):  # noqa: S104 - a bound address read from /proc, dialled as loopback
-        return "127.0.0.1"
-    if address == "::":
-        return "[::1]"
-    return f"[{address}]" if ":" in address else address
 
 
 def classify_port(address: str, port: int, timeout_s: float = 2.0) -> ListeningPort:

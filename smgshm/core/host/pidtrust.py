@@ -264,40 +264,62 @@ class _Walk:
         """One thread's reach (a pair, as ``reaches`` says), else whether its maps were read (they are
         the process's: one address space for all threads)."""
         whose = "its" if tid == pid else f"its thread {tid}'s"
+        via = self._mount_reach(pid, base) or self._link_reach(pid, base, whose)
+        # Threads sharing one fd table: it is walked once.
+        if via is None and not any(same_fd_table(t, tid) for t in fd_tids):
+            fd_tids.append(tid)
+            via = self._fd_reach(pid, base, whose)
+        if via is not None:
+            return via
+        if mapped:
+            return True  # one address space for all threads
+        return self._maps_reach(base)
+
+    def _mount_reach(self, pid: int, base: str) -> tuple[str, str] | None:
+        """The filesystem mounted in the thread's mount namespace; on the way, the namespace handles
+        bind-mounted there and a procfs of another pid namespace are noted."""
         mntns = os.readlink(f"{base}/ns/mnt")
         table = self._table(mntns, base)
-        if table is not None:
-            where = mount_of(table, self.dev)
-            if where is not None:
-                return "mount", where.point
-            for m in nsfs_mounts(table):
-                self.handles.setdefault(m.root, (pid, f"a bind-mounted namespace file at {m.point}"))
-            if self.procfs_way is None and (way := self._procfs_mounts(table, base)) is not None:
-                self.procfs_way = f"pid {pid}, in another pid namespace, sees {way}"
+        if table is None:
+            return None
+        where = mount_of(table, self.dev)
+        if where is not None:
+            return "mount", where.point
+        for m in nsfs_mounts(table):
+            self.handles.setdefault(m.root, (pid, f"a bind-mounted namespace file at {m.point}"))
+        if self.procfs_way is None and (way := self._procfs_mounts(table, base)) is not None:
+            self.procfs_way = f"pid {pid}, in another pid namespace, sees {way}"
+        return None
+
+    def _link_reach(self, pid: int, base: str, whose: str) -> tuple[str, str] | None:
         for what in ("cwd", "root"):
             st = os.stat(f"{base}/{what}")  # the magic link: works on a detached mount
             if st.st_dev == self.dev:
                 return "reach", f"{whose} {what}"
             self._held(pid, f"{base}/{what}", st, f"{whose} {what}")
-        if not any(same_fd_table(t, tid) for t in fd_tids):  # threads sharing one fd table: walk it once
-            fd_tids.append(tid)
-            with os.scandir(f"{base}/fd") as fds:
-                for fd in fds:
-                    try:
-                        link = os.readlink(fd.path)
-                        if link.startswith("mnt:["):
-                            self.handles.setdefault(link, (pid, f"{whose} open fd {fd.name}"))
-                        elif link == "anon_inode:[pidfd]" or link.startswith("pidfd:["):
-                            self._pidfd(pid, f"{base}/fdinfo/{fd.name}", f"{whose} pidfd {fd.name}")
-                        elif link.startswith("/"):
-                            st = os.stat(fd.path)
-                            if st.st_dev == self.dev:
-                                return "reach", f"{whose} open fd {fd.name}"
-                            self._held(pid, fd.path, st, f"{whose} open fd {fd.name}")
-                    except FileNotFoundError:
-                        continue  # closed mid-walk
-        if mapped:
-            return True  # one address space for all threads
+        return None
+
+    def _fd_reach(self, pid: int, base: str, whose: str) -> tuple[str, str] | None:
+        """An open fd on the filesystem; on the way, the namespace handles and pidfds held are noted."""
+        with os.scandir(f"{base}/fd") as fds:
+            for fd in fds:
+                try:
+                    link = os.readlink(fd.path)
+                    if link.startswith("mnt:["):
+                        self.handles.setdefault(link, (pid, f"{whose} open fd {fd.name}"))
+                    elif link == "anon_inode:[pidfd]" or link.startswith("pidfd:["):
+                        self._pidfd(pid, f"{base}/fdinfo/{fd.name}", f"{whose} pidfd {fd.name}")
+                    elif link.startswith("/"):
+                        st = os.stat(fd.path)
+                        if st.st_dev == self.dev:
+                            return "reach", f"{whose} open fd {fd.name}"
+                        self._held(pid, fd.path, st, f"{whose} open fd {fd.name}")
+                except FileNotFoundError:
+                    continue  # closed mid-walk
+        return None
+
+    def _maps_reach(self, base: str) -> tuple[str, str] | bool:
+        """A mapped file on the filesystem, else whether the maps were read at all."""
         tag = f"{os.major(self.dev):02x}:{os.minor(self.dev):02x}".encode()
         with open(f"{base}/maps", "rb") as f:
             data = f.read()

@@ -22,6 +22,7 @@ from typing import Any
 import grpc
 
 from smgshm import __version__
+from smgshm.core.address import bound_address, grpc_host_port, listen_addrinfo
 from smgshm.core.engines import ENGINES, engine_named
 from smgshm.core.errors import TooManyTensorsError, TransportError, WireError
 from smgshm.core.receiver.faces import HandlerOverride, engine_modules, engine_servicer, raw_generate_handlers
@@ -32,7 +33,6 @@ from smgshm.core.receiver.reader import Receipt, ReceiverConfig, ReceiverState, 
 from smgshm.core.receiver.receipts import MAX_PER_CALL, ReceiptRing, receipt_as
 from smgshm.core.receiver.receipts import to_proto as receipt_proto
 from smgshm.core.receiver.reflection import enable_reflection
-from smgshm.core.transport.address import grpc_host_port
 from smgshm.core.transport.protowire import parse_excised, resolve
 from smgshm.core.transport.wire import Layout
 from smgshm.rpc.v1 import diag_pb2, diag_pb2_grpc
@@ -220,9 +220,9 @@ def bind_failure(address: str) -> str:
         return "the address is not host:port or unix:PATH, or the socket path is not usable"
     host, port = hp
     try:
-        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        family, sockaddr = listen_addrinfo(host, port)
         with socket.socket(family, socket.SOCK_STREAM) as sock:
-            sock.bind((host, port))
+            sock.bind(sockaddr)
     except OSError as err:
         if err.errno == errno.EADDRINUSE:
             return "address in use (another process listens on that port)"
@@ -294,5 +294,4 @@ def start_receiver(cfg: ReceiverConfig, address: str = "127.0.0.1:0") -> Running
         loop.call_soon_threadsafe(loop.stop)
         thread.join(5)
         raise
-    bound = address if address.startswith("unix:") else f"{address.rsplit(':', 1)[0]}:{port}"
-    return RunningReceiver(server, bound, engine_name, state, loop, thread, executor)
+    return RunningReceiver(server, bound_address(address, port), engine_name, state, loop, thread, executor)

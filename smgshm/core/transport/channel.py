@@ -1,47 +1,13 @@
-"""Dialing a worker: address forms, message limits, and a bounded wait for the connection."""
+"""Dialing a worker: message limits and a bounded wait for the connection (its address is read by ``address``)."""
 
 from __future__ import annotations
 
 import socket
-import threading
 import time
 from typing import Any
 
+from smgshm.core.address import grpc_host_port, grpc_target, resolve
 from smgshm.core.errors import TransportError
-from smgshm.core.transport.address import grpc_host_port
-
-
-def grpc_target(address: str) -> str:
-    """``grpc://h:p`` and ``h:p`` -> ``h:p``; ``unix:PATH`` as is; a DP ``@rank`` suffix stripped."""
-    a = address.strip()
-    for scheme in ("grpc://", "grpcs://"):
-        if a.startswith(scheme):
-            a = a[len(scheme) :]
-    if not a.startswith("unix:"):
-        a = a.split("/", 1)[0].split("@", 1)[0]
-    return a
-
-
-def resolve(host: str, port: int, timeout: float, target: str) -> list[Any]:
-    """getaddrinfo under a deadline (the resolver's own can be 30 s): a DNS failure says so."""
-    out: list[Any] = []
-    failure: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            out.extend(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM))
-        except OSError as err:
-            failure.append(err)
-
-    t = threading.Thread(target=run, daemon=True, name="smgshm-resolve")
-    t.start()
-    t.join(timeout)
-    if t.is_alive():
-        raise TransportError("cannot resolve host: the resolver did not answer in time", endpoint=target)
-    if failure:
-        err = failure[0]
-        raise TransportError("cannot resolve host", endpoint=target, detail=str(getattr(err, "strerror", err)))
-    return out
 
 
 def preflight(target: str, timeout: float) -> None:

@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from smgshm.core.address import listen_addrinfo, url_host
 from smgshm.core.errors import TransportError
 from smgshm.core.names import KINDS
 from smgshm.core.watch.figures import FLIGHT_BUCKETS_S
@@ -94,70 +95,85 @@ class _Collector:
         self.session = session
 
     def collect(self) -> Iterator[Any]:
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
-
         fig = self.session.exported()
         shm_dir = self.session.opts.shm_dir
-
-        def family(name: str) -> Any:
-            kind, labels, _, doc = METRICS[name]
-            labels = ("shm_dir", *(x for x in labels if x not in ("le", "quantile")))
-            if kind == "counter":  # prometheus_client adds the _total back
-                return CounterMetricFamily(PREFIX + name.removesuffix("_total"), doc, labels=labels)
-            if kind == "histogram":
-                return HistogramMetricFamily(PREFIX + name, doc, labels=labels)
-            if kind == "summary":
-                return Metric(PREFIX + name, doc, "summary")
-            return GaugeMetricFamily(PREFIX + name, doc, labels=labels)
-
-        by_kind = (
-            ("segments_created_total", fig["created_by_kind"]),
-            ("created_bytes_total", fig["created_bytes_by_kind"]),
-        )
-        for name, values in by_kind:
-            fam = family(name)
-            for kind in KINDS:
-                fam.add_metric([shm_dir, kind], values.get(kind, 0))
-            yield fam
-        for name, values in (("segments_ended_total", fig["ends"]), ("ended_bytes_total", fig["end_bytes"])):
-            fam = family(name)
-            for kind in KINDS:
-                for end in ENDS:
-                    fam.add_metric([shm_dir, kind, end], values.get((kind, end), 0))
-            yield fam
-        hist = family("time_in_flight_seconds")
-        cum, buckets = 0, []
-        for bound, n in zip((*FLIGHT_BUCKETS_S, float("inf")), fig["buckets"], strict=True):
-            cum += n
-            buckets.append(("+Inf" if bound == float("inf") else repr(bound), cum))
-        hist.add_metric([shm_dir], buckets, fig["flight_sum_s"])
-        yield hist
-        # A summary, as Prometheus has it for quantiles the client computes over a window of its
-        # own: the window is the interval; count and sum are the run's, as the histogram's.
-        last = fig["last"]
-        summary = family("interval_time_in_flight_seconds")
-        f = last.flight if last is not None else None
-        for q, ms in zip(QUANTILES, (f.p50_ms, f.p90_ms, f.p99_ms, f.max_ms) if f else (None,) * 4, strict=True):
-            summary.add_sample(summary.name, {"shm_dir": shm_dir, "quantile": q}, math.nan if ms is None else ms / 1e3)
-        summary.add_sample(summary.name + "_count", {"shm_dir": shm_dir}, cum)
-        summary.add_sample(summary.name + "_sum", {"shm_dir": shm_dir}, fig["flight_sum_s"])
-        yield summary
+        yield from _created_and_ended(fig, shm_dir)
+        yield from _time_in_flight(fig, shm_dir)
         for name in ("overflows_total", "dir_gone_total", "untracked_total", "orphans_seen_total"):
-            yield _one(family(name), shm_dir, fig[name.removesuffix("_total")])
-        if last is None:
-            return
-        for name, value in (
-            ("in_flight_segments", last.in_flight),
-            ("in_flight_bytes", last.in_flight_bytes),
-            ("orphan_segments", last.orphans),
-            ("orphan_bytes", last.orphan_bytes),
-        ):
-            yield _one(family(name), shm_dir, value)
-        gw = fig["last_traffic"]  # the last interval that carried tensors: idle ones keep the verdict
-        if gw is not None:
-            if gw.shm_byte_share is not None:
-                yield _one(family("gateway_shm_byte_ratio"), shm_dir, gw.shm_byte_share)
-            yield _one(family("gateway_eligible_inline"), shm_dir, 1.0 if gw.eligible_inline else 0.0)
+            yield _one(_family(name), shm_dir, fig[name.removesuffix("_total")])
+        yield from _last_interval(fig, shm_dir)
+
+
+def _family(name: str) -> Any:
+    """The empty family of ``METRICS[name]``, labelled by shm_dir and its own labels."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+
+    kind, labels, _, doc = METRICS[name]
+    labels = ("shm_dir", *(x for x in labels if x not in ("le", "quantile")))
+    if kind == "counter":  # prometheus_client adds the _total back
+        return CounterMetricFamily(PREFIX + name.removesuffix("_total"), doc, labels=labels)
+    if kind == "histogram":
+        return HistogramMetricFamily(PREFIX + name, doc, labels=labels)
+    if kind == "summary":
+        return Metric(PREFIX + name, doc, "summary")
+    return GaugeMetricFamily(PREFIX + name, doc, labels=labels)
+
+
+def _created_and_ended(fig: dict[str, Any], shm_dir: str) -> Iterator[Any]:
+    by_kind = (
+        ("segments_created_total", fig["created_by_kind"]),
+        ("created_bytes_total", fig["created_bytes_by_kind"]),
+    )
+    for name, values in by_kind:
+        fam = _family(name)
+        for kind in KINDS:
+            fam.add_metric([shm_dir, kind], values.get(kind, 0))
+        yield fam
+    for name, values in (("segments_ended_total", fig["ends"]), ("ended_bytes_total", fig["end_bytes"])):
+        fam = _family(name)
+        for kind in KINDS:
+            for end in ENDS:
+                fam.add_metric([shm_dir, kind, end], values.get((kind, end), 0))
+        yield fam
+
+
+def _time_in_flight(fig: dict[str, Any], shm_dir: str) -> Iterator[Any]:
+    hist = _family("time_in_flight_seconds")
+    cum, buckets = 0, []
+    for bound, n in zip((*FLIGHT_BUCKETS_S, float("inf")), fig["buckets"], strict=True):
+        cum += n
+        buckets.append(("+Inf" if bound == float("inf") else repr(bound), cum))
+    hist.add_metric([shm_dir], buckets, fig["flight_sum_s"])
+    yield hist
+    # A summary, as Prometheus has it for quantiles the client computes over a window of its
+    # own: the window is the interval; count and sum are the run's, as the histogram's.
+    last = fig["last"]
+    summary = _family("interval_time_in_flight_seconds")
+    f = last.flight if last is not None else None
+    for q, ms in zip(QUANTILES, (f.p50_ms, f.p90_ms, f.p99_ms, f.max_ms) if f else (None,) * 4, strict=True):
+        summary.add_sample(summary.name, {"shm_dir": shm_dir, "quantile": q}, math.nan if ms is None else ms / 1e3)
+    summary.add_sample(summary.name + "_count", {"shm_dir": shm_dir}, cum)
+    summary.add_sample(summary.name + "_sum", {"shm_dir": shm_dir}, fig["flight_sum_s"])
+    yield summary
+
+
+def _last_interval(fig: dict[str, Any], shm_dir: str) -> Iterator[Any]:
+    """The gauges of the last interval: none before the first one ends."""
+    last = fig["last"]
+    if last is None:
+        return
+    for name, value in (
+        ("in_flight_segments", last.in_flight),
+        ("in_flight_bytes", last.in_flight_bytes),
+        ("orphan_segments", last.orphans),
+        ("orphan_bytes", last.orphan_bytes),
+    ):
+        yield _one(_family(name), shm_dir, value)
+    gw = fig["last_traffic"]  # the last interval that carried tensors: idle ones keep the verdict
+    if gw is not None:
+        if gw.shm_byte_share is not None:
+            yield _one(_family("gateway_shm_byte_ratio"), shm_dir, gw.shm_byte_share)
+        yield _one(_family("gateway_eligible_inline"), shm_dir, 1.0 if gw.eligible_inline else 0.0)
 
 
 def _one(family: Any, shm_dir: str, value: float) -> Any:
@@ -264,9 +280,9 @@ class MetricsServer:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(collector)
         try:
-            info = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
-            server, handler = _server(info[0])
-            self._server = server((str(info[4][0]), port), handler)  # an inet sockaddr's host: a str already
+            family, sockaddr = listen_addrinfo(host, port)
+            server, handler = _server(family)
+            self._server = server((str(sockaddr[0]), port), handler)  # an inet sockaddr's host: a str already
         except OSError as err:
             raise TransportError(
                 "cannot listen for --serve-metrics",
@@ -281,8 +297,7 @@ class MetricsServer:
 
     @property
     def url(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}/metrics"
+        return f"http://{url_host(self.host)}:{self.port}/metrics"
 
     def stop(self) -> None:
         self._server.shutdown()

@@ -177,12 +177,7 @@ class SegmentTracker:
             elif kind == OPENED:
                 lv = live.get(e.name)
                 if lv is not None:
-                    if lv.creator_open:
-                        lv.creator_open = False
-                    else:
-                        lv.reads += 1
-                        if lv.first_read_ns is None:
-                            lv.first_read_ns = e.t_ns
+                    self._opened(lv, e)
             elif kind == CLOSED_NOWRITE:
                 lv = live.get(e.name)
                 if lv is not None:
@@ -192,35 +187,56 @@ class SegmentTracker:
             elif kind == CLOSED:
                 lv = live.get(e.name)
                 if lv is not None and e.nbytes is not None:
-                    if lv.nbytes is None and lv.observed:
-                        self.created_bytes += e.nbytes
-                        self.created_bytes_by_kind[lv.kind] = self.created_bytes_by_kind.get(lv.kind, 0) + e.nbytes
-                    self._resize(lv, e.nbytes)
+                    self._closed(lv, e.nbytes)
             elif kind == REMOVED:
                 lv = self._pop(e.name)
                 if lv is not None:
                     done.append(self._end(lv, e))
             elif kind == OVERFLOW:
-                for lv in live.values():
-                    lv.lost = True
-                    lv.note = "events were lost to an inotify queue overflow"
-                self._listed = set()
+                self._overflow()
             elif kind == RESCANNED:
-                if self._listed is not None:
-                    # Only a life the loss spanned can have ended unseen: one whose IN_CREATE was
-                    # read after the overflow is followed whole, its unlink still to be read.
-                    for n in [n for n, lv in live.items() if lv.lost and n not in self._listed]:
-                        lost = self._pop(n)
-                        if lost is not None:  # (it is: n was taken from live)
-                            done.append(lost.life(e.t_ns, e.t_ns, UNKNOWN, "unlinked while events were lost"))
-                self._listed = None
+                self._rescanned(e, done)
             elif kind == DIR_GONE:
-                for lv in live.values():
-                    done.append(lv.life(e.t_ns, e.t_ns, UNKNOWN, f"the shm dir went away ({e.detail})"))
-                live.clear()
-                self.in_flight_bytes = 0
-                self._listed = set()  # the re-watch listing starts from nothing
+                self._dir_gone(e, done)
         return done
+
+    @staticmethod
+    def _opened(lv: _Live, e: ShmEvent) -> None:
+        if lv.creator_open:
+            lv.creator_open = False
+        else:
+            lv.reads += 1
+            if lv.first_read_ns is None:
+                lv.first_read_ns = e.t_ns
+
+    def _closed(self, lv: _Live, nbytes: int) -> None:
+        """A close after a write: the size is known now."""
+        if lv.nbytes is None and lv.observed:
+            self.created_bytes += nbytes
+            self.created_bytes_by_kind[lv.kind] = self.created_bytes_by_kind.get(lv.kind, 0) + nbytes
+        self._resize(lv, nbytes)
+
+    def _overflow(self) -> None:
+        for lv in self._live.values():
+            lv.lost = True
+            lv.note = "events were lost to an inotify queue overflow"
+        self._listed = set()
+
+    def _rescanned(self, e: ShmEvent, done: list[SegmentLife]) -> None:
+        if self._listed is not None:
+            # Only a life the loss spanned can have ended unseen: one whose IN_CREATE was
+            # read after the overflow is followed whole, its unlink still to be read.
+            for n in [n for n, lv in self._live.items() if lv.lost and n not in self._listed]:
+                lv = self._pop(n)
+                done.append(lv.life(e.t_ns, e.t_ns, UNKNOWN, "unlinked while events were lost"))  # type: ignore[union-attr]
+        self._listed = None
+
+    def _dir_gone(self, e: ShmEvent, done: list[SegmentLife]) -> None:
+        for lv in self._live.values():
+            done.append(lv.life(e.t_ns, e.t_ns, UNKNOWN, f"the shm dir went away ({e.detail})"))
+        self._live.clear()
+        self.in_flight_bytes = 0
+        self._listed = set()  # the re-watch listing starts from nothing
 
     def _resize(self, lv: _Live, nbytes: int) -> None:
         self.in_flight_bytes += nbytes - (lv.nbytes or 0)

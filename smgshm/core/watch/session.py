@@ -85,7 +85,7 @@ class WatchSession:
                 self.watcher.close()
                 raise
             self._snap_t = self._first_snap_t = time.monotonic()
-            from smgshm.core.gateway.http import is_local_url
+            from smgshm.core.address import is_local_url
 
             # A gateway here writes to this shm dir: its size and writability tell why writes fail.
             self._gateway_dir = self.opts.shm_dir if is_local_url(self.opts.metrics_url) else None

@@ -69,20 +69,15 @@ class Witness:
         """Record the sightings of a batch of events, just read; ``stats``: lstats of some of its names
         made since they were read (the watcher's, at each close-after-write), taken instead of another.
         Called for every batch watch reads (tens of thousands a second): a tight loop, no call per event."""
-        touched: dict[str, None] | None = None  # to look at now
+        touched: dict[str, None] = {}  # to look at now
         alive, pending, fresh = self.alive, self.pending, self.fresh
         for e in events:
             kind = e.kind
             if kind == CLOSED:
-                if touched is None:
-                    touched = {}
                 touched[e.name] = None
-                if pending:
-                    pending.discard(e.name)
+                pending.discard(e.name)
             elif kind == CREATED:
                 if e.rescan or e.detail:  # listed, or renamed in: whole, no write to wait for
-                    if touched is None:
-                        touched = {}
                     touched[e.name] = None
                     if e.rescan:
                         self.listing.add(e.name)
@@ -99,24 +94,32 @@ class Witness:
                 if name in alive:
                     self._end(name)
             elif kind == RESCANNED:
-                # What the listing did not show is gone (its unlink was lost to an overflow, say).
-                listed = self.listing
-                for name in [n for n in alive if n not in listed]:
-                    self._end(name)
-                touched = {n: None for n in touched if n in listed} if touched else None
-                pending.intersection_update(listed)
-                for name in [n for n in fresh if n not in listed]:
-                    del fresh[name]
-                self.listing = set()
+                touched = self._rescanned(touched)
             elif kind == DIR_GONE:
-                # Another dir (or none) at the path now: its entries are another store's, this one's ended with it.
-                alive.clear()
-                self.ended.clear()
-                pending.clear()
-                fresh.clear()
-                touched, self.listing, self.store, self.unsaved = None, set(), None, 0
+                self._dir_gone()
+                touched = {}
         if touched:
             self._look(touched, stats)
+
+    def _rescanned(self, touched: dict[str, None]) -> dict[str, None]:
+        """What the listing did not show is gone (its unlink was lost to an overflow, say); the names
+        still to look at, of those it showed."""
+        listed, fresh = self.listing, self.fresh
+        for name in [n for n in self.alive if n not in listed]:
+            self._end(name)
+        self.pending.intersection_update(listed)
+        for name in [n for n in fresh if n not in listed]:
+            del fresh[name]
+        self.listing = set()
+        return {n: None for n in touched if n in listed}
+
+    def _dir_gone(self) -> None:
+        """Another dir (or none) at the path now: its entries are another store's, this one's ended with it."""
+        self.alive.clear()
+        self.ended.clear()
+        self.pending.clear()
+        self.fresh.clear()
+        self.listing, self.store, self.unsaved = set(), None, 0
 
     def _end(self, name: str) -> None:
         row = self.alive.pop(name, None)

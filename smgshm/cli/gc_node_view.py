@@ -17,16 +17,14 @@ from rich.text import Text
 
 from smgshm.cli import gc_view
 from smgshm.cli.exitcodes import ExitCode
-from smgshm.cli.fmt import command, fill, hint, lossless, prose, width
+from smgshm.cli.fmt import TMPFS_KINDS, command, display, fill, hint, lossless, prose, width
 from smgshm.core.units import human_size
 
 if TYPE_CHECKING:
     from smgshm.cli.app import App
-    from smgshm.core.node.scan import Tmpfs, TmpfsScan
+    from smgshm.core.node.scan import NodeLook, Tmpfs, TmpfsScan
     from smgshm.core.segments.judge import ScanOptions, SegmentInfo
     from smgshm.core.segments.reaping import Choice, ReapReport, ReapRule
-
-KIND = {"empty_dir": "emptyDir", "sandbox_shm": "sandbox shm", "host": "host /dev/shm"}
 
 
 @dataclass
@@ -58,13 +56,6 @@ def run(
     prometheus_file: str | None = None,
 ) -> int:
     """Look at the node, list and judge each tmpfs, ask once, reap per tmpfs, then show it all."""
-    import click
-
-    from smgshm.core.errors import SmgshmError
-    from smgshm.core.host.holders import holder_index_devs
-    from smgshm.core.host.mounts import mount_points_of
-    from smgshm.core.node import metrics
-    from smgshm.core.node.scan import TmpfsScan, look
     from smgshm.core.segments import reaping, textfile
 
     for stream in (sys.stdout, sys.stderr):  # any locale: what it cannot encode comes out escaped
@@ -73,13 +64,57 @@ def run(
     if prometheus_file:
         textfile.check_writable(prometheus_file)  # exit 5 before anything is scanned or deleted
     started = time.time()
+    node = _look(root, prometheus_file, started)
+    listed = _choose(node, opts, rule)
+    _confirm(app, [seg for _, _, choice in listed for seg in choice.chosen], yes, all_rows)
+    blocks = [Block(scan, segs, choice, reaping.reap_choice(scan, choice)) for scan, segs, choice in listed]
+    bad = sum(b.done.leaked_or_hazard for b in blocks)
+    code = ExitCode.CHECK_FAILED if check and bad else ExitCode.OK
+    if prometheus_file:  # what is there now, after any --delete: the exporter's series, one run's
+        _write_textfile(prometheus_file, blocks, started)
+    if npd:  # NPD's one line over every tmpfs (gc_view.npd's rules)
+        return _npd(blocks)
+    if app.json:
+        app.emit_rendered(
+            {
+                "node_root": display(node.root),
+                "pods_known": node.pods_known,
+                "tmpfs": [_doc(b) for b in blocks],
+                **_totals(blocks),
+            },
+            code,
+        )
+    elif raw:
+        _raw(blocks)
+    else:
+        _human(app, node.root, blocks, check, code == ExitCode.OK, all_rows)
+    return code
+
+
+def _look(root: str, prometheus_file: str | None, started: float) -> NodeLook:
+    """The node under ``root``; when it cannot be looked at, the textfile says so before the error goes on."""
+    from smgshm.core.errors import SmgshmError
+    from smgshm.core.node import metrics
+    from smgshm.core.node.scan import look
+
     try:
-        node = look(root)
+        return look(root)
     except SmgshmError:
         if prometheus_file:  # the run failed: its time and the error, no figures (zeros would lie)
             health = metrics.Health(time.time(), time.time() - started, 1)
             metrics.write_textfile(prometheus_file, [], health)
         raise
+
+
+def _choose(
+    node: NodeLook, opts: ScanOptions, rule: ReapRule | None
+) -> list[tuple[TmpfsScan, list[SegmentInfo], Choice]]:
+    """Each tmpfs listed and judged, its entries as listed, and what the rule chose to reap there."""
+    from smgshm.core.host.holders import holder_index_devs
+    from smgshm.core.host.mounts import mount_points_of
+    from smgshm.core.node.scan import TmpfsScan
+    from smgshm.core.segments import reaping
+
     # One walk of /proc and one read of every mount namespace's table, for every tmpfs at once.
     holders = holder_index_devs(t.place.dev for t in node.tmpfs)
     mounted = mount_points_of(t.place.path for t in node.tmpfs)
@@ -88,59 +123,58 @@ def run(
         scan = TmpfsScan(tmpfs, opts, holders=holders, mounted=mounted[tmpfs.place.path])
         segments: list[SegmentInfo] = []
         listed.append((scan, segments, reaping.choose(scan, rule, _into(segments))))
-    chosen = [seg for _, _, choice in listed for seg in choice.chosen]
+    return listed
+
+
+def _confirm(app: App, chosen: list[SegmentInfo], yes: bool, all_rows: bool) -> None:
+    """Say what will be deleted and, at a terminal without --yes, ask once for every tmpfs."""
+    import click
+
     if chosen:
         ask = not yes and sys.stdin.isatty() and not app.json
         if ask or not (app.json or app.quiet):
             gc_view.will_delete(app, chosen, all_rows)
         if ask:
             click.confirm(f"delete these {len(chosen)} segment(s)?", abort=True, err=True)
-    blocks = [Block(scan, segs, choice, reaping.reap_choice(scan, choice)) for scan, segs, choice in listed]
-    bad = sum(b.done.leaked_or_hazard for b in blocks)
-    code = ExitCode.CHECK_FAILED if check and bad else ExitCode.OK
-    if prometheus_file:  # what is there now, after any --delete: the exporter's series, one run's
-        figures = [
-            metrics.volume_figures(
-                b.scan.tmpfs,
-                b.done.after,
-                b.scan.others,
-                (b.scan.shm_total_bytes, b.done.used_bytes, b.done.free_bytes),
-            )
-            for b in blocks
-        ]
-        metrics.write_textfile(prometheus_file, figures, metrics.Health(time.time(), time.time() - started, 0))
-    if npd:  # NPD's one line over every tmpfs (gc_view.npd's rules)
-        from smgshm.core.segments.judge import Tally
 
-        after = Tally()
-        for b in blocks:
-            for k, n in b.done.after.counts.items():
-                after.counts[k] += n
-                after.bytes_by_state[k] += b.done.after.bytes_by_state[k]
-        gone = sum(d.deleted for b in blocks for d in b.done.deleted)
-        untrusted = [b for b in blocks if not b.scan.tmpfs.trust.trusted]
-        note = f"{len(untrusted)} of {len(blocks)} tmpfs not judged by pid" if untrusted else ""
-        return gc_view.npd(after, gone, note, where=f"node, {len(blocks)} tmpfs")
-    if app.json:
-        app.emit_rendered(
-            {
-                "node_root": gc_view.display(node.root),
-                "pods_known": node.pods_known,
-                "tmpfs": [_doc(b) for b in blocks],
-                **_totals(blocks),
-            },
-            code,
+
+def _write_textfile(prometheus_file: str, blocks: list[Block], started: float) -> None:
+    from smgshm.core.node import metrics
+
+    figures = [
+        metrics.volume_figures(
+            b.scan.tmpfs,
+            b.done.after,
+            b.scan.others,
+            (b.scan.shm_total_bytes, b.done.used_bytes, b.done.free_bytes),
         )
-    elif raw:
-        out = gc_view.Out()
-        for b in blocks:
-            head = f"{_field(_pod(b.scan.tmpfs))} {_field(_volume(b.scan.tmpfs))} "
-            for seg in b.segments:
-                out.write(head + gc_view.raw_row(seg))
-        out.flush()
-    else:
-        _human(app, node.root, blocks, check, code == ExitCode.OK, all_rows)
-    return code
+        for b in blocks
+    ]
+    metrics.write_textfile(prometheus_file, figures, metrics.Health(time.time(), time.time() - started, 0))
+
+
+def _npd(blocks: list[Block]) -> int:
+    """NPD's one line, over every tmpfs."""
+    from smgshm.core.segments.judge import Tally
+
+    after = Tally()
+    for b in blocks:
+        for k, n in b.done.after.counts.items():
+            after.counts[k] += n
+            after.bytes_by_state[k] += b.done.after.bytes_by_state[k]
+    gone = sum(d.deleted for b in blocks for d in b.done.deleted)
+    untrusted = [b for b in blocks if not b.scan.tmpfs.trust.trusted]
+    note = f"{len(untrusted)} of {len(blocks)} tmpfs not judged by pid" if untrusted else ""
+    return gc_view.npd(after, gone, note, where=f"node, {len(blocks)} tmpfs")
+
+
+def _raw(blocks: list[Block]) -> None:
+    out = gc_view.Out()
+    for b in blocks:
+        head = f"{_field(_pod(b.scan.tmpfs))} {_field(_volume(b.scan.tmpfs))} "
+        for seg in b.segments:
+            out.write(head + gc_view.raw_row(seg))
+    out.flush()
 
 
 def _pod(t: Tmpfs) -> str:
@@ -156,7 +190,7 @@ def _volume(t: Tmpfs) -> str:
 
 def _field(text: str) -> str:
     """One awk field: escaped, spaces too."""
-    return gc_view.display(text).replace(" ", "\\x20")
+    return display(text).replace(" ", "\\x20")
 
 
 def _totals(blocks: list[Block]) -> dict[str, Any]:
@@ -175,12 +209,12 @@ def _doc(b: Block) -> dict[str, Any]:
     pod = t.pod
     return {
         "kind": t.place.kind,
-        "path": gc_view.display(t.place.path),
+        "path": display(t.place.path),
         "path_hex": lossless(t.place.path),
-        "volume": None if t.place.volume is None else gc_view.display(t.place.volume),
-        "pod_uid": None if t.pod_uid is None else gc_view.display(t.pod_uid),
-        "namespace": None if pod is None else gc_view.display(pod.namespace),
-        "pod": None if pod is None else gc_view.display(pod.name),
+        "volume": None if t.place.volume is None else display(t.place.volume),
+        "pod_uid": None if t.pod_uid is None else display(t.pod_uid),
+        "namespace": None if pod is None else display(pod.namespace),
+        "pod": None if pod is None else display(pod.name),
         "shm_total_bytes": scan.shm_total_bytes,
         "shm_used_bytes": scan.shm_total_bytes - scan.shm_free_bytes,
         "shm_free_bytes": scan.shm_free_bytes,
@@ -197,7 +231,7 @@ def _doc(b: Block) -> dict[str, Any]:
         "bytes_by_kind": done.before.bytes_by_kind,
         "reclaimable_bytes": done.before.reclaimable_bytes,
         "other_families": [
-            {"family": gc_view.display(f), "count": n, "nbytes": scan.others.nbytes[f]}
+            {"family": display(f), "count": n, "nbytes": scan.others.nbytes[f]}
             for f, n in sorted(scan.others.counts.items())
         ],
         "segments": gc_view.segment_docs(b.segments),
@@ -215,7 +249,7 @@ def headline(root: str, blocks: list[Block], check: bool, ok: bool) -> str:
     after = _totals(blocks)["remaining_counts"]
     states = ", ".join(f"{n} {k}" for k, n in after.items() if n) or "none"
     gone = sum(d.deleted for b in blocks for d in b.done.deleted)
-    text = f"node {gc_view.display(root)}: {len(blocks)} tmpfs, {sum(after.values())} SMG segment(s): {states}"
+    text = f"node {display(root)}: {len(blocks)} tmpfs, {sum(after.values())} SMG segment(s): {states}"
     if gone:
         text = f"deleted {gone}; " + text
     if check:
@@ -241,8 +275,10 @@ def _human(app: App, root: str, blocks: list[Block], check: bool, ok: bool, all_
 
 def _block_lines(b: Block, all_rows: bool, cols: int = 80) -> list[str]:
     t, scan, done = b.scan.tmpfs, b.scan, b.done
-    who = "pod -" if t.pod_uid is None else f"pod {gc_view.display(_pod(t))} (uid {gc_view.display(t.pod_uid)})"
-    what = KIND[t.place.kind] + ("" if t.place.volume is None else f" {gc_view.display(t.place.volume)}")
+    if done is None:
+        raise RuntimeError("a block shown before it was reaped")
+    who = "pod -" if t.pod_uid is None else f"pod {display(_pod(t))} (uid {display(t.pod_uid)})"
+    what = TMPFS_KINDS[t.place.kind] + ("" if t.place.volume is None else f" {display(t.place.volume)}")
     hidden = f"hidden {human_size(t.hidden.nbytes)}"
     if t.hidden.files:
         hidden += f" ({t.hidden.files} unlinked file(s) still mapped)"
@@ -251,9 +287,9 @@ def _block_lines(b: Block, all_rows: bool, cols: int = 80) -> list[str]:
     lines = [
         fill(ln, cols, 4) + "\n"
         for ln in (
-            f"{who}, {what}: {gc_view.display(t.place.path)}",
+            f"{who}, {what}: {display(t.place.path)}",
             f"  size {human_size(scan.shm_total_bytes)}, used {human_size(done.used_bytes)}, {hidden}",
-            f"  liveness: {gc_view.display(t.trust.note)}",
+            f"  liveness: {display(t.trust.note)}",
         )
     ]
     states = ", ".join(
@@ -264,7 +300,7 @@ def _block_lines(b: Block, all_rows: bool, cols: int = 80) -> list[str]:
         states += f"{', ' if states else ''}deleted {len(freed)} ({human_size(sum(d.freed_bytes for d in freed))})"
     lines.append(fill(f"  SMG segments: {states or 'none'}", cols, 4) + "\n")
     fams = ", ".join(
-        f"{gc_view.display(f)} {n} ({human_size(scan.others.nbytes[f])})" for f, n in sorted(scan.others.counts.items())
+        f"{display(f)} {n} ({human_size(scan.others.nbytes[f])})" for f, n in sorted(scan.others.counts.items())
     )
     lines.append(fill(f"  other families: {fams or 'none'}", cols, 4) + "\n")
     rows = (
@@ -284,7 +320,7 @@ def _block_lines(b: Block, all_rows: bool, cols: int = 80) -> list[str]:
             lines.append(f"  ... {len(b.segments) - len(rows)} more (--all lists every entry)\n")
     for d in done.deleted:
         if not d.deleted:
-            lines.append(fill(f"  kept {gc_view.display(d.name)}: {gc_view.display(d.reason)}", cols, 4) + "\n")
+            lines.append(fill(f"  kept {display(d.name)}: {display(d.reason)}", cols, 4) + "\n")
     return lines
 
 
