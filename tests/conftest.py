@@ -531,8 +531,8 @@ def assert_fits(text: str, cols: int = 80, what: str = "output") -> None:
 from tests.support.cli_doctor import shm_dir  # noqa: E402, F401
 from tests.support.cli_gc import tmpfs_dir  # noqa: E402, F401
 from tests.support.cli_send import address  # noqa: E402, F401
-from tests.support.core_shmwatch import prefix, tmpfs  # noqa: E402, F401
 from tests.support.core_worker import model, vllm  # noqa: E402, F401
 from tests.support.e2e import gateways, model_dir  # noqa: E402, F401
 from tests.support.e2e_causes import private_shm  # noqa: E402, F401
 from tests.support.interop_generate import stack  # noqa: E402, F401
+from tests.support.watch_follow import prefix, tmpfs  # noqa: E402, F401

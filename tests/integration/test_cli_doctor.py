@@ -259,6 +259,7 @@ def test_embedded_default_on_the_real_dev_shm() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.trust  # no liveness warning on its private tmpfs: no pid namespace reaches it
 def test_embedded_default_on_a_private_tmpfs(shm_dir: str) -> None:
     assert is_tmpfs(shm_dir)
     doc = doctor("--shm-dir", shm_dir, exit=0)

@@ -18,7 +18,7 @@ from smgshm.core.errors import SmgshmError
 from smgshm.core.host.pagesize import SHMEM_ENABLED, load_last_what_if, page_policy
 from smgshm.core.names import SMGSHM_PREFIX
 from smgshm.core.paths import DEFAULT_SHM_DIR
-from tests.conftest import Children, mounted_tmpfs, run_cli, wait_for
+from tests.conftest import Children, mounted_tmpfs, own_smg_entries, run_cli, wait_for
 
 IS_ROOT = os.geteuid() == 0
 HAVE_THP = os.path.exists(SHMEM_ENABLED)
@@ -118,11 +118,12 @@ def _check_report(r: Any, sizes: tuple[int, ...]) -> None:
 
 @needs_thp
 def test_what_if_measures_both_dirs_and_leaves_no_mount() -> None:
-    before = set(os.listdir(DEFAULT_SHM_DIR))
+    before = own_smg_entries()
     r = run_what_if((1 * MIB, 4 * MIB), iterations=2)
     _check_report(r, (1 * MIB, 4 * MIB))
     assert scratch_mounts() == []
-    assert not [n for n in set(os.listdir(DEFAULT_SHM_DIR)) - before if n.startswith(SMGSHM_PREFIX)]
+    # Only this test's processes' segments count: other tests here write to /dev/shm meanwhile.
+    assert not [n for n in own_smg_entries() - before if n.startswith(SMGSHM_PREFIX)]
     # doctor quotes this run from now on, labelled as measured here.
     last = load_last_what_if()
     assert last is not None

@@ -1,4 +1,4 @@
-"""`smgshm e2e` against the real gateway: the path judged from metrics, the shm dir and receipts."""
+"""`smgshm e2e`, in-process: its options, its refusals and the parts of its verdict that need no gateway."""
 
 from __future__ import annotations
 

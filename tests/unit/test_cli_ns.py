@@ -1,4 +1,4 @@
-"""`smgshm ns`, `ns --pid` and `ns compare` against the real host and real children."""
+"""`smgshm ns`, `ns --pid` and `ns compare` in-process: ids, refusals and what they print."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The reference receiver: receive() on real /dev/shm segments, and its gRPC faces."""
+"""The reference receiver, in-process: receive() on /dev/shm segments it is handed, and its refusals."""
 
 from __future__ import annotations
 

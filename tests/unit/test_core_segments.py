@@ -1,4 +1,4 @@
-"""Segments on the real /dev/shm: the writer, the reader, and every hostile entry it must refuse."""
+"""Segments on /dev/shm, in-process: the writer, the reader, and the hostile entries they refuse."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ import pytest
 from smgshm.core.errors import HostError
 from smgshm.core.watch.follow import SegmentTracker, ShmWatcher
 from tests.conftest import make_file
-from tests.support.core_shmwatch import collect, removed
+from tests.support.watch_follow import collect, removed
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="mounting a private tmpfs needs root")
 

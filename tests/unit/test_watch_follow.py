@@ -1,4 +1,4 @@
-"""core/watch/follow.py against real directories: /dev/shm itself and private tmpfs mounts."""
+"""core/watch/follow.py in-process: the segment tracker fed events, and the watcher on a plain dir."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import time
 from smgshm.core.segments.io import read_segment, write_segment
 from smgshm.core.watch.follow import SegmentLife, SegmentTracker, ShmEvent, ShmWatcher
 from tests.conftest import SHM, make_file, remove_path
-from tests.support.core_shmwatch import collect, removed
+from tests.support.watch_follow import collect, removed
 
 _seq = iter(range(1_000_000))
 

@@ -1,4 +1,4 @@
-"""Shared by the tests of host_gateways (moved out of tests/test_host_gateways.py)."""
+"""Shared by the tests of running_gateways (moved out of tests/test_running_gateways.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""core/gatewayproc: the real gateway started, judged ready, and always stopped with nothing left."""
+"""core/gateway/process: the real gateway started, judged ready, and always stopped with nothing left."""
 
 from __future__ import annotations
 

@@ -19,9 +19,9 @@ from smgshm.core.gateway.process import GatewayConfig, start_gateway
 from smgshm.core.gateway.running import inspect_gateway
 from smgshm.core.receiver.modeldir import ensure_model_dir
 from tests.conftest import Children, start_serve
-from tests.support.host_gateways import doctor_doc, mine
 from tests.support.interop_gateway import PINNED_ID
 from tests.support.interop_generate import chat, png, serve_behind_gateway
+from tests.support.running_gateways import doctor_doc, mine
 
 
 @pytest.fixture

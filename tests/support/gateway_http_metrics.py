@@ -1,4 +1,4 @@
-"""Shared by the tests of core_http_metrics (moved out of tests/test_core_http_metrics.py)."""
+"""Shared by the tests of gateway_http_metrics (moved out of tests/test_gateway_http_metrics.py)."""
 
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ from smgshm.core.gateway.log import read_transport_config
 from smgshm.core.gateway.process import GatewayConfig, RunningGateway, start_gateway
 from smgshm.core.gateway.running import find_gateways
 from tests.conftest import Children, run_cli, wait_for
-from tests.support.host_gateways import doctor_doc, mine
+from tests.support.running_gateways import doctor_doc, mine
 
 needs_smg = pytest.mark.gateway  # skipped where smg is missing (tests/conftest.py)
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (to look at a process as another uid)")

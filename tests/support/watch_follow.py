@@ -1,4 +1,4 @@
-"""Shared by the tests of core_shmwatch (moved out of tests/test_core_shmwatch.py)."""
+"""Shared by the tests of watch_follow (moved out of tests/test_watch_follow.py)."""
 
 from __future__ import annotations
 

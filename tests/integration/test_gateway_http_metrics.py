@@ -14,7 +14,7 @@ from smgshm.core.errors import ServerError, TransportError
 from smgshm.core.gateway.http import request
 from smgshm.core.gateway.metrics import scrape
 from tests.conftest import closed_port
-from tests.support.core_http_metrics import SAMPLE
+from tests.support.gateway_http_metrics import SAMPLE
 
 Handler = Callable[[BaseHTTPRequestHandler], None]
 

@@ -1,9 +1,4 @@
-"""doctor finds real SMG gateways (`smg launch`) on this host and establishes their transport from evidence.
-
-Every gateway here is real, started through smgshm/core/gateway/process.py on free loopback ports and
-always stopped. The machine is shared: other runs' gateways may be found too, so each test judges
-only the gateway (by pid) it started.
-"""
+"""The gateway's transport established from evidence: its start-up log line, its metrics, the judge."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
-"""core/gateway/http.py and core/gateway/metrics.py against real HTTP servers on loopback."""
+"""core/gateway/http.py and core/gateway/metrics.py on text and URLs: parsing, bounds and refusals."""
 
 from __future__ import annotations
 
 from smgshm.core.gateway.metrics import default_metrics_url, mm_traffic, parse_metrics
-from tests.support.core_http_metrics import SAMPLE
+from tests.support.gateway_http_metrics import SAMPLE
 
 
 def test_parse_and_summarise_smg_counters() -> None:
