@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from smgshm.core.host import capacity
+from smgshm.core.host import capacity, place
 from smgshm.core.host.capacity import MAX_SEEN, SEEN_FILE, mount_key, record_tensor_seen, recorded_needs
 from smgshm.core.host.mounts import read_mounts, unique_mount_id
 from tests.conftest import SYSTEM_TMP, mounted_tmpfs
@@ -78,7 +78,7 @@ def test_another_mount_id_on_the_same_st_dev_does_not_inherit(
         assert _nbytes(d) == [1 << 20]
         dev = os.stat(d).st_dev
         renumbered = [dataclasses.replace(m, mount_id=m.mount_id + 1000) if m.dev == dev else m for m in read_mounts()]
-        monkeypatch.setattr(capacity, "read_mounts", lambda: renumbered)
+        monkeypatch.setattr(place, "read_mounts", lambda *_path: renumbered)  # the table the key reads
         assert _nbytes(d) == []
 
 

@@ -369,7 +369,14 @@ def _enlarge(usage: ShmUsage, need: int, free_first: bool = True) -> str:
 
 
 def _enlarge_cmd(usage: ShmUsage, need: int) -> list[str]:
-    return ["mount", "-o", f"remount,size={_gib(usage, need)}G", usage.shm_dir]
+    """The remount that enlarges the tmpfs, where it is mounted (core/host/place.py says why never by the
+    path as given); empty when that cannot be told."""
+    from smgshm.core.host.place import place_of, remount_argv
+
+    try:
+        return remount_argv(place_of(usage.shm_dir), f"size={_gib(usage, need)}G")
+    except OSError:
+        return []
 
 
 def check_page_policy(facts: HostFacts) -> tuple[list[Check], PagePolicy | None, dict[str, Any] | None]:

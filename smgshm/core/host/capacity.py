@@ -18,7 +18,8 @@ from dataclasses import asdict, dataclass, field
 
 from smgshm.core.engines import ENGINES
 from smgshm.core.errors import HostError
-from smgshm.core.host.mounts import mount_holding, read_mounts, unique_mount_id
+from smgshm.core.host.mounts import unique_mount_id
+from smgshm.core.host.place import place_of
 from smgshm.core.host.usercache import cache_dir, read_private, write_private
 from smgshm.core.names import SMG_FAMILY_PREFIX
 from smgshm.core.paths import BOOT_ID_PATH
@@ -215,14 +216,14 @@ def mount_key(shm_dir: str, boot_id: str | None = None) -> MountKey | None:
     """The mount ``shm_dir`` lies in; None when it cannot be told (then nothing is kept or quoted)."""
     boot = _boot_id() if boot_id is None else boot_id
     try:
-        real = os.path.realpath(shm_dir)
-        dev = os.stat(real).st_dev
-        where = mount_holding(read_mounts(), real, dev)
+        # The tmpfs itself, never a path resolved as text: /proc/PID/root/dev/shm is PID's, not ours.
+        place = place_of(shm_dir)
+        unique = unique_mount_id(shm_dir)  # statx through the path as given: the mount it lies in
     except OSError:
         return None
-    if not boot or where is None:
+    if not boot or place.mount is None:
         return None
-    return MountKey(boot, dev, where.mount_id, unique_mount_id(where.point))
+    return MountKey(boot, place.dev, place.mount.mount_id, unique)
 
 
 def _count(v: object) -> bool:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from smgshm.core.errors import HostError
 from smgshm.core.host.mounts import mount_holding, read_mounts
 from smgshm.core.host.namespace import namespace_id
+from smgshm.core.host.place import place_of
 from smgshm.core.names import probe_file_name
 from smgshm.core.paths import BOOT_ID_PATH, DEFAULT_SHM_DIR
 
@@ -42,10 +43,12 @@ def _read(path: str) -> str:
         return ""
 
 
-def _mount_of(shm_dir: str, mountinfo: str) -> tuple[str, str]:
-    """(fstype, options) of the mount whose mount point is ``shm_dir`` or its nearest parent."""
+def _mount_of(shm_dir: str, pid: int | None) -> tuple[str, str]:
+    """(fstype, options) of the mount ``shm_dir`` lies in: ``pid``'s view of it, or (None) the path as
+    given, seen where it is mounted (a /proc/PID/root/... path in PID's table, not in /proc's)."""
     try:
-        m = mount_holding(read_mounts(mountinfo), shm_dir)
+        table = None if pid is None else read_mounts(f"/proc/{pid}/mountinfo")
+        m = place_of(shm_dir).mount if table is None else mount_holding(table, shm_dir)
     except OSError:
         m = None
     if m is None:
@@ -76,7 +79,7 @@ def read_host_identity(shm_dir: str = DEFAULT_SHM_DIR, pid: int | None = None) -
         pst = os.stat(proc)
         uid, gid = pst.st_uid, pst.st_gid
         hostname = _read(f"{proc}/root/etc/hostname") or hostname
-    fstype, opts = _mount_of(shm_dir, f"{proc}/mountinfo")
+    fstype, opts = _mount_of(shm_dir, pid)
     boot_id = _read(BOOT_ID_PATH)
     return HostIdentity(
         namespace_id=namespace_id(boot_id, st.st_dev),  # `seen` was stat'ed following links, as SMG does

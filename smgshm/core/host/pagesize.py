@@ -86,8 +86,15 @@ def page_policy(
 
 
 def remount_argv(shm_dir: str = DEFAULT_SHM_DIR) -> list[str]:
-    """The command that gives ``shm_dir`` huge pages, as argv (for the operator to run, shell-quoted)."""
-    return ["mount", "-o", f"remount,huge={RECOMMENDED}", shm_dir]
+    """The command that gives the tmpfs of ``shm_dir`` huge pages, as argv (for the operator to run,
+    shell-quoted), in the mount namespace that holds it; empty when that cannot be told."""
+    from smgshm.core.host.place import place_of
+    from smgshm.core.host.place import remount_argv as remount
+
+    try:
+        return remount(place_of(shm_dir), f"huge={RECOMMENDED}")
+    except OSError:
+        return []
 
 
 _CACHE_NAME = "what-if-huge-pages.json"
