@@ -64,6 +64,7 @@ def test_each_pod_tmpfs_gets_the_host_checks_with_causes_and_fixes(node: dict[st
     assert "64 MiB default" in cap["summary"]
     assert "SMG gateway pid 1" in cap["summary"]
     assert "emptyDir medium: Memory sizeLimit: 1Gi" in cap["fix"]
+    assert cap["fix_cmd"] == []  # a pod's tmpfs is sized in its spec: no remount (nor a --node-root path)
     assert "gc --delete" not in cap["fix"]  # nothing leaked: freeing space is no fix for a dir too small
     probe = _checks(g)["probe files"]
     assert (probe["status"], probe["cause"], probe["code"]) == ("fail", "probe_file_left", 3)

@@ -274,12 +274,22 @@ def capacity_needs(inflight_bytes: int | None, findings: list[GatewayFinding], f
     return needs
 
 
+@dataclass(frozen=True)
+class FixPlace:
+    """Where a capacity fix acts. A pod's tmpfs (a memory emptyDir, a runtime's sandbox shm) is sized in
+    the pod's spec: a remount is undone at its next start, so none is offered. A path under a node root
+    (``--node-root /host``) is said as the node itself sees it."""
+
+    pod: bool = False
+    node_root: str = "/"
+
+
 def check_capacity(
-    usage: ShmUsage, needs: list[Need], writers: Sequence[str] = ()
+    usage: ShmUsage, needs: list[Need], writers: Sequence[str] = (), at: FixPlace = FixPlace()
 ) -> tuple[list[Check], CapacityVerdict]:
     """The shm dir's usage by family, then whether its free space holds the largest need. ``writers``: the SMG
     gateways known to write here (as a sentence names them): at the runtime's 64 MiB default that is a trap
-    (shm_too_small) even when no need is known."""
+    (shm_too_small) even when no need is known. ``at``: where its fix acts."""
     v = assess_capacity(usage, needs)
     fams = ", ".join(f"{f.family} {f.count:,} ({human_size(f.nbytes)})" for f in usage.families) or "empty"
     hidden = (
@@ -308,8 +318,8 @@ def check_capacity(
                 "warn",
                 f"{human_size(v.free_bytes)} free of the container runtime's 64 MiB default{written}: 64 MiB holds "
                 "a few images' tensors at most, and SMG's writes then fail and go inline",
-                _enlarge(usage, DOCKER_DEFAULT_SHM, free_first=False),
-                fix_cmd=_enlarge_cmd(usage, DOCKER_DEFAULT_SHM),
+                _enlarge(usage, DOCKER_DEFAULT_SHM, at, free_first=False),
+                fix_cmd=_enlarge_cmd(usage, DOCKER_DEFAULT_SHM, at),
                 cause=Cause.SHM_TOO_SMALL,
             )
         )
@@ -331,8 +341,8 @@ def check_capacity(
                 status,
                 f"{human_size(v.free_bytes)} free{docker} holds the largest need "
                 f"{times:,.1f} times: {human_size(v.largest.nbytes)} ({v.largest.source}){written}",
-                _enlarge(usage, v.largest.nbytes, free_first=not trap) if v.docker_default else "",
-                fix_cmd=_enlarge_cmd(usage, v.largest.nbytes) if v.docker_default else [],
+                _enlarge(usage, v.largest.nbytes, at, free_first=not trap) if v.docker_default else "",
+                fix_cmd=_enlarge_cmd(usage, v.largest.nbytes, at) if v.docker_default else [],
                 cause=Cause.SHM_TOO_SMALL if trap else None,
             )
         )
@@ -346,9 +356,9 @@ def check_capacity(
                 "fail" if v.explicit_unmet else "warn",
                 f"{human_size(v.free_bytes)} free{docker} is below the largest need "
                 f"{human_size(v.largest.nbytes)} ({v.largest.source}): SMG's writes fail and go inline",
-                _enlarge(usage, v.largest.nbytes, free_first=cause is not Cause.SHM_TOO_SMALL),
+                _enlarge(usage, v.largest.nbytes, at, free_first=cause is not Cause.SHM_TOO_SMALL),
                 Outcome.CHECK_FAILED if v.explicit_unmet else Outcome.OK,
-                fix_cmd=_enlarge_cmd(usage, v.largest.nbytes),
+                fix_cmd=_enlarge_cmd(usage, v.largest.nbytes, at),
                 cause=cause,
             )
         )
@@ -359,24 +369,35 @@ def _gib(usage: ShmUsage, need: int) -> int:
     return -(-max(usage.total_bytes, usage.used_bytes + 2 * need) // 2**30)
 
 
-def _enlarge(usage: ShmUsage, need: int, free_first: bool = True) -> str:
+def _enlarge(usage: ShmUsage, need: int, at: FixPlace, free_first: bool = True) -> str:
     gib = _gib(usage, need)
     free = f"free space ({shlex.join(smgshm_cmd(usage.shm_dir, 'gc', '--delete'))}) or " if free_first else ""
+    if at.pod:
+        return (
+            f"{free}give the pod a larger /dev/shm in its spec: emptyDir medium: Memory sizeLimit: {gib}Gi mounted "
+            "there (and container memory limits that cover it); a remount would not outlive the pod's next start"
+        )
     return (
         f"{free}enlarge the tmpfs (as root, below); containers: docker run "
         f"--shm-size={gib}g, Kubernetes emptyDir medium: Memory sizeLimit: {gib}Gi"
     )
 
 
-def _enlarge_cmd(usage: ShmUsage, need: int) -> list[str]:
+def _enlarge_cmd(usage: ShmUsage, need: int, at: FixPlace) -> list[str]:
     """The remount that enlarges the tmpfs, where it is mounted (core/host/place.py says why never by the
-    path as given); empty when that cannot be told."""
+    path as given) and as the node sees it; empty for a pod's tmpfs, or when that cannot be told."""
     from smgshm.core.host.place import place_of, remount_argv
 
+    if at.pod:
+        return []
     try:
-        return remount_argv(place_of(usage.shm_dir), f"size={_gib(usage, need)}G")
+        argv = remount_argv(place_of(usage.shm_dir), f"size={_gib(usage, need)}G")
     except OSError:
         return []
+    if not argv or at.node_root == "/":
+        return argv
+    inside = os.path.relpath(argv[-1], at.node_root)  # the mount point without the node root's prefix
+    return [] if inside.startswith("..") or argv[0] != "mount" else [*argv[:-1], "/" + inside.removeprefix(".")]
 
 
 def check_page_policy(facts: HostFacts) -> tuple[list[Check], PagePolicy | None, dict[str, Any] | None]:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from smgshm.core.causes import CATALOGUE, write_failure
 from smgshm.core.doctor.check import Check
-from smgshm.core.doctor.hostchecks import check_capacity
+from smgshm.core.doctor.hostchecks import FixPlace, check_capacity
 from smgshm.core.doctor.identity import check_namespace_id
 from smgshm.core.doctor.leaks import STRANDED_AFTER_S, leak_checks
 from smgshm.core.doctor.workers import probe_file_checks
@@ -130,7 +130,7 @@ def _checkup(root: str, t: Tmpfs, inflight: int | None, stranded_after_s: float,
     if gws or segments:  # SMG writes here: the budget and the largest tensors seen here are this tmpfs's needs
         needs = ([Need(INFLIGHT_SOURCE, inflight)] if inflight else []) + recorded_needs(path, boot_id=ident.boot_id)
     checks = [check_namespace_id(ident, path)]
-    capacity, _ = check_capacity(usage, needs, writers)
+    capacity, _ = check_capacity(usage, needs, writers, FixPlace(pod=t.place.kind != "host", node_root=root))
     checks += capacity
     checks.append(_held(t, scan.tally.reclaimable_bytes, usage.total_bytes))
     checks.append(_writable(path, ident, t.users))
