@@ -53,6 +53,10 @@ from tests.support.cli_doctor import (
     worst,
 )
 
+# Its checks judge leaks and liveness on private tmpfs: never beside a test that makes pid namespaces
+# (tests/conftest.py).
+pytestmark = pytest.mark.trust
+
 PY = sys.executable
 REAPERS = {"reaper: RemoveIPC", "reaper: tmpfiles"}
 HOST_CHECKS = ["shm usage", "capacity", "page size"]  # between leaks and the reapers (plus one per gateway)
@@ -259,7 +263,6 @@ def test_embedded_default_on_the_real_dev_shm() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.trust  # no liveness warning on its private tmpfs: no pid namespace reaches it
 def test_embedded_default_on_a_private_tmpfs(shm_dir: str) -> None:
     assert is_tmpfs(shm_dir)
     doc = doctor("--shm-dir", shm_dir, exit=0)

@@ -43,7 +43,7 @@ def test_shm_traffic_is_seen_in_the_metrics_and_the_log(children: Children, stac
     for _ in range(2):
         status, text = chat(gw, model, png(448), stream=False)
         assert status == 200, text[-2000:]
-    doc = doctor_doc()  # the real shm dir: the gateway writes there
+    doc = doctor_doc("--gateway-pid", str(gw.pid))  # the real shm dir: the gateway writes there
     entry, checks = mine(doc, gw.pid)
     assert entry["traffic"]["tensors"] == {"shm": 2, "inline": 4}
     t = checks[f"gateway {gw.pid} transport"]
@@ -84,7 +84,7 @@ def test_inline_traffic_of_a_gateway_without_a_log_is_inferred_from_metrics(
         "SHM is off (the default is inline) or failing"
     )
     assert f.fix.startswith("restart the gateway with --multimodal-tensor-transport auto")
-    doc = doctor_doc("--shm-dir", str(tmp_path))
+    doc = doctor_doc("--shm-dir", str(tmp_path), "--gateway-pid", str(gw.pid))
     entry, checks = mine(doc, gw.pid)
     assert entry["log"] is None
     t = checks[f"gateway {gw.pid} transport"]
@@ -97,7 +97,7 @@ def test_inline_traffic_with_its_log_names_the_setting(children: Children, stack
     _, gw, model = serve_behind_gateway(children, stack, tmp_path, "inline")
     status, text = chat(gw, model, png(448), stream=True)
     assert status == 200, text[-2000:]
-    doc = doctor_doc("--shm-dir", str(tmp_path))
+    doc = doctor_doc("--shm-dir", str(tmp_path), "--gateway-pid", str(gw.pid))
     _, checks = mine(doc, gw.pid)
     t = checks[f"gateway {gw.pid} transport"]
     assert t["status"] == "warn"

@@ -38,7 +38,7 @@ def test_doctor_finds_a_gateway_with_its_ports_and_reads_the_flag_from_its_log(
     gateways: list[RunningGateway], tmp_path: Path
 ) -> None:
     gw = launch(gateways, tmp_path / "gw.log", transport="shm")
-    doc = doctor_doc("--shm-dir", str(tmp_path))
+    doc = doctor_doc("--shm-dir", str(tmp_path), "--gateway-pid", str(gw.pid))
     entry, checks = mine(doc, gw.pid)
     assert set(entry) == {"gateway", "log_path", "log", "traffic", "finding"}
     g = entry["gateway"]
@@ -135,7 +135,7 @@ def test_mode_set_by_environment_is_read_from_the_log(
     config = read_transport_config(str(tmp_path / "gw.log"))
     assert config is not None
     assert config.mode == mode
-    doc = doctor_doc("--shm-dir", str(tmp_path))
+    doc = doctor_doc("--shm-dir", str(tmp_path), "--gateway-pid", str(gw.pid))
     _, checks = mine(doc, gw.pid)
     t = checks[f"gateway {gw.pid} transport"]
     if mode == "inline":
@@ -265,7 +265,7 @@ def test_a_gateway_in_other_pid_and_network_namespaces_is_seen_but_its_ports_not
     assert "another network namespace" in g.note
     assert "pid 1" in g.note
     # Its log is read through /proc/PID/fd, whatever mount namespace it lives in.
-    doc = doctor_doc("--shm-dir", str(tmp_path))
+    doc = doctor_doc("--shm-dir", str(tmp_path), "--gateway-pid", str(g.pid))
     _, checks = mine(doc, g.pid)
     assert "configured shm (log)" in checks[f"gateway {g.pid} transport"]["summary"]
 

@@ -12,7 +12,9 @@ pytestmark = pytest.mark.timeout(180)
 
 
 def doctor_doc(*args: str) -> dict[str, Any]:
-    """``smgshm --json doctor`` on a scratch shm dir; any verdict (other gateways here may fail it)."""
+    """``smgshm --json doctor`` on a scratch shm dir; any verdict (other gateways here may fail it). A test
+    names its gateway (--gateway-pid): doctor's bounded reading of every gateway's log here would
+    otherwise be spent on other tests' gateways first."""
     from smgshm.cli import cli
 
     res = CliRunner().invoke(cli, ["--json", "doctor", *args], catch_exceptions=False)
