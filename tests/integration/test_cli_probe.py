@@ -38,7 +38,7 @@ NOBODY = 65534
 StartReceiver = Callable[..., RunningReceiver]
 
 # The JSON schema of `probe`, pinned: fields may be added in schema 1, never dropped or renamed.
-RESULT_KEYS = {"local", "workers"}
+RESULT_KEYS = {"local", "workers", "cause_info"}
 LOCAL_KEYS = {
     "namespace_id",
     "writable",
