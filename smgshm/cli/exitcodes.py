@@ -28,7 +28,7 @@ DESCRIPTIONS: dict[ExitCode, str] = {
     ExitCode.USAGE: "usage error, including conflicting flags",
     ExitCode.CHECK_FAILED: "check failed: SHM unusable, byte mismatch or leftover segment, leaks found",
     ExitCode.UNREACHABLE: "endpoint unreachable, deadline exceeded, or wrong service",
-    ExitCode.HOST: "local environment: no or full shm dir, permission denied",
+    ExitCode.HOST: "local environment: no, too small or full shm dir, permission denied",
     ExitCode.UNDETERMINED: "undetermined: no namespace id advertised, this host's unreadable, or nothing to judge",
     ExitCode.INTERNAL: "internal error (a bug); rerun with --traceback",
     ExitCode.HANGUP: "stopped by SIGHUP (send: after unlinking its segments and printing a partial report)",
