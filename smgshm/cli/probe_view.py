@@ -29,7 +29,7 @@ def _headline(report: Any, code: ExitCode, expect: str, local_failures: list[str
     if code == ExitCode.UNREACHABLE:
         k = sum(1 for w in report.workers if w.verdict == "unreachable")
         more = f"; SHM not usable for {unusable} of {n}" if unusable > k else ""
-        return f"UNREACHABLE: {k} of {n} worker(s) did not answer{more}", "red"
+        return f"UNREACHABLE: {k} of {n} worker(s) did not answer (worker_unreachable){more}", "red"
     if code == ExitCode.UNDETERMINED:
         k = sum(1 for w in report.workers if w.verdict == "undetermined")
         said = [f"{k} of {n} worker(s) advertise no usable namespace id"] if k else []
