@@ -128,7 +128,7 @@ def _why_bad(run: Any) -> str:
     if run.path == "undetermined":
         return f"{run.label} undetermined{code}"
     if run.failure_class:
-        return f"{run.label} {run.failure_class}"
+        return f"{run.label} {run.failure_class}{code}"
     return f"{run.label} not {run.expected}{code}"
 
 

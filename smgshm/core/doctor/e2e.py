@@ -51,7 +51,18 @@ def check_e2e(
             out.append(Check(name, "fail", summary, f"see {fix_cmd} for each source", Outcome.UNDETERMINED))
         elif run.failure_class:
             log = f"; gateway log: {run.gateway_log}" if run.gateway_log else ""
-            out.append(Check(name, "fail", f"{run.failure} ({summary})", f"see {fix_cmd}{log}", Outcome.CHECK_FAILED))
+            cause = Cause(run.cause_info.code) if run.cause_info is not None else None
+            fix = f"{run.cause_info.fix}; " if run.cause_info is not None else ""
+            out.append(
+                Check(
+                    name,
+                    "fail",
+                    f"{run.failure} ({summary})",
+                    f"{fix}see {fix_cmd}{log}",
+                    Outcome.CHECK_FAILED,
+                    cause=cause,
+                )
+            )
         elif run.expected and not run.as_expected:
             out.append(
                 Check(name, "fail", f"expected {run.expected}: {summary}", f"see {fix_cmd}", Outcome.CHECK_FAILED)
