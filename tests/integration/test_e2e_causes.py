@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -311,6 +312,15 @@ def test_shm_to_a_worker_on_another_tmpfs_names_the_namespace_and_says_never_rea
     text = run_cli(*args, exit=3).stdout
     assert text.startswith("e2e: FAILED: gateway request_failed (namespace_private_tmpfs)"), text
     assert f"fix: {CATALOGUE[Cause.PRIVATE_TMPFS].fix}" in " ".join(text.split())
+    # doctor: the gateway wrote SHM, but no request of it succeeded: its transport check fails, never
+    # "SHM in use"; the worker's own check names the cause.
+    doc = run_cli("--json", "doctor", "--gateway-pid", str(gw.pid), "--no-e2e", exit=3).json
+    checks = {c["name"]: c for c in doc["result"]["checks"]}
+    t = checks[f"gateway {gw.pid} transport"]
+    assert (t["status"], t["code"]) == ("fail", 3), t
+    assert "SHM in use" not in t["summary"]
+    assert re.search(r"every one of its \d+ chat request\(s\) failed", t["summary"]), t["summary"]
+    assert checks[f"gateway {gw.pid} worker grpc://{worker}"]["cause"] == "namespace_private_tmpfs"
 
 
 def test_innermost_pid_is_the_pid_in_its_own_namespace(children: Children) -> None:
