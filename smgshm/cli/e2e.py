@@ -182,8 +182,9 @@ def e2e(
     cause and fix (tensors below shm_min_bytes are inline by design).
 
     Exit 0 as expected, 3 not (or a request failed, or something leaked), 4
-    gateway or metrics unreachable, not ready (HTTP 502/503/504: its worker not
-    registered yet) or redirecting to another origin, 1 when the gateway refuses
+    gateway, metrics or a worker of the gateway unreachable (worker_unreachable),
+    not ready (HTTP 502/503/504: its worker not registered yet) or redirecting to
+    another origin, 1 when the gateway refuses
     (HTTP 401/403: pass --api-key), 5 local environment (smg not installed), 6
     undetermined; 130, 143 or 129 after Ctrl-C, SIGTERM or SIGHUP, with every
     process it started stopped first.
@@ -249,7 +250,9 @@ def e2e(
         raise click.exceptions.Exit(128 + t.signum) from None
     _record_largest_tensor(report, shm_dir)
     code = ExitCode.OK
-    if report.undetermined:
+    if report.unreachable:  # a dead worker: the endpoint's fault, whatever else the run says
+        code = ExitCode.UNREACHABLE
+    elif report.undetermined:
         code = ExitCode.UNDETERMINED
     elif not report.ok:
         code = ExitCode.CHECK_FAILED

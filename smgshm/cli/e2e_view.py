@@ -118,17 +118,17 @@ def _mark(run: Any) -> tuple[str, str]:
 
 
 def _unreachable(run: Any) -> bool:
-    return run.cause_info is not None and run.cause_info.code == "worker_unreachable"
+    return bool(run.unreachable)
 
 
 def _why_bad(run: Any) -> str:
     if _unreachable(run):  # a dead worker leads: nothing else said about the run matters until it answers
-        return f"{run.label}: {run.cause_info.message}"
+        return f"{run.label}: {run.cause_info.message} ({run.cause_info.code})"
     code = f" ({run.cause_info.code})" if run.cause_info is not None else ""
     if run.path == "undetermined":
         return f"{run.label} undetermined{code}"
     if run.failure_class:
-        return f"{run.label} {run.failure_class}"
+        return f"{run.label} {run.failure_class}{code}"
     return f"{run.label} not {run.expected}{code}"
 
 

@@ -14,7 +14,7 @@ class ExitCode(enum.IntEnum):
     CHECK_FAILED = 3  # a verdict: SHM unusable, byte mismatch or leftover, leaks found
     UNREACHABLE = 4  # endpoint unreachable, deadline exceeded, wrong service
     HOST = 5  # local environment: no or full shm dir, permission denied
-    UNDETERMINED = 6  # the peer advertises no namespace id, or ours is unreadable
+    UNDETERMINED = 6  # the peer advertises no namespace id, ours is unreadable, or the check judged nothing
     INTERNAL = 70  # a bug in smgshm (sysexits EX_SOFTWARE)
     HANGUP = 129  # SIGHUP: a long run (send) stopped cleanly and reported what it did
     INTERRUPTED = 130  # Ctrl-C (SIGINT)
@@ -28,8 +28,8 @@ DESCRIPTIONS: dict[ExitCode, str] = {
     ExitCode.USAGE: "usage error, including conflicting flags",
     ExitCode.CHECK_FAILED: "check failed: SHM unusable, byte mismatch or leftover segment, leaks found",
     ExitCode.UNREACHABLE: "endpoint unreachable, deadline exceeded, or wrong service",
-    ExitCode.HOST: "local environment: no or full shm dir, permission denied",
-    ExitCode.UNDETERMINED: "undetermined: no namespace id advertised, or this host's is unreadable",
+    ExitCode.HOST: "local environment: no, too small or full shm dir, permission denied",
+    ExitCode.UNDETERMINED: "undetermined: no namespace id advertised, this host's unreadable, or nothing to judge",
     ExitCode.INTERNAL: "internal error (a bug); rerun with --traceback",
     ExitCode.HANGUP: "stopped by SIGHUP (send: after unlinking its segments and printing a partial report)",
     ExitCode.INTERRUPTED: "interrupted (Ctrl-C); send stops within a second and prints a partial report",

@@ -39,7 +39,11 @@ if TYPE_CHECKING:
 @click.option("--assume-dead", is_flag=True, help="Judge by this pid namespace's pids even where that is unsafe.")
 @click.option("--all-users", is_flag=True, help="As root, also delete other users' segments.")
 @click.option("-y", "--yes", is_flag=True, help="Do not ask before deleting (a non-TTY run never asks).")
-@click.option("--check", is_flag=True, help="Exit 3 when anything is leaked or hazardous (CI, cron).")
+@click.option(
+    "--check",
+    is_flag=True,
+    help="Exit 3 when anything is leaked or hazardous (CI, cron); 6 when every entry is unknown (nothing judged).",
+)
 @click.option(
     "--prometheus",
     "prometheus_file",
@@ -238,7 +242,13 @@ def run(
                 record = textfile.RunRecord("gc", display(opts.shm_dir), started, time.time(), None)
                 textfile.write_textfile(prometheus_file, record)
         raise
-    code = ExitCode.CHECK_FAILED if check and done.leaked_or_hazard > 0 else ExitCode.OK
+    code = ExitCode.OK
+    if check and done.leaked_or_hazard > 0:
+        code = ExitCode.CHECK_FAILED
+    elif check and done.nothing_judged:  # every entry unknown: a check of nothing never passes
+        code = ExitCode.UNDETERMINED
+        if app.json or raw:  # (people read it in the headline)
+            app.warn(f"check inconclusive: all {done.before.total} SMG segment(s) unknown; {view.unjudged(scan)}")
     if prometheus_file:
         try:  # what is there now, after any --delete, and what the run did
             textfile.write_textfile(
@@ -253,7 +263,7 @@ def run(
         done.before,
         done.after,
         done.deleted,
-        code == ExitCode.OK,
+        code,
         done.done_rows,
         (done.used_bytes, done.free_bytes),
     )

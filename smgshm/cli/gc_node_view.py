@@ -70,6 +70,11 @@ def run(
     blocks = [Block(scan, segs, choice, reaping.reap_choice(scan, choice)) for scan, segs, choice in listed]
     bad = sum(b.done.leaked_or_hazard for b in blocks)
     code = ExitCode.CHECK_FAILED if check and bad else ExitCode.OK
+    if check and not bad and _nothing_judged(blocks):  # every entry on the node unknown: never a pass
+        code = ExitCode.UNDETERMINED
+        if app.json or raw:  # (people read it in the headline)
+            n = sum(b.done.before.total for b in blocks)
+            app.warn(f"check inconclusive: all {n} SMG segment(s) unknown; {_unjudged(blocks)}")
     if prometheus_file:  # what is there now, after any --delete: the exporter's series, one run's
         _write_textfile(prometheus_file, blocks, started)
     if npd:  # NPD's one line over every tmpfs (gc_view.npd's rules)
@@ -87,8 +92,22 @@ def run(
     elif raw:
         _raw(blocks)
     else:
-        _human(app, node.root, blocks, check, code == ExitCode.OK, all_rows)
+        _human(app, node.root, blocks, check, code, all_rows)
     return code
+
+
+def _nothing_judged(blocks: list[Block]) -> bool:
+    """Every SMG entry of every tmpfs unknown, one at least: a --check of the node judged nothing."""
+    return any(b.done.nothing_judged for b in blocks) and all(
+        b.done.nothing_judged or not b.done.before.total for b in blocks
+    )
+
+
+def _unjudged(blocks: list[Block]) -> str:
+    """Why: how many tmpfs could not be judged by pid (each block says why), else each entry's reason."""
+    untrusted = sum(1 for b in blocks if b.done.nothing_judged and not b.scan.tmpfs.trust.trusted)
+    why = f"{untrusted} tmpfs not judged by pid (each says why below)" if untrusted else "each entry's reason says why"
+    return f"nothing could be judged: {why}"
 
 
 def _look(root: str, prometheus_file: str | None, started: float) -> NodeLook:
@@ -244,7 +263,7 @@ def _doc(b: Block) -> dict[str, Any]:
     }
 
 
-def headline(root: str, blocks: list[Block], check: bool, ok: bool) -> str:
+def headline(root: str, blocks: list[Block], check: bool, code: ExitCode) -> str:
     """The first line; it agrees with the exit code."""
     after = _totals(blocks)["remaining_counts"]
     states = ", ".join(f"{n} {k}" for k, n in after.items() if n) or "none"
@@ -252,15 +271,21 @@ def headline(root: str, blocks: list[Block], check: bool, ok: bool) -> str:
     text = f"node {display(root)}: {len(blocks)} tmpfs, {sum(after.values())} SMG segment(s): {states}"
     if gone:
         text = f"deleted {gone}; " + text
+    if check and code == ExitCode.UNDETERMINED:
+        return f"check inconclusive: {text}; {_unjudged(blocks)}"
     if check:
-        text = ("check passed: " if ok else "check failed: ") + text
+        text = ("check passed: " if code == ExitCode.OK else "check failed: ") + text
     return text
 
 
-def _human(app: App, root: str, blocks: list[Block], check: bool, ok: bool, all_rows: bool) -> None:
+def _human(app: App, root: str, blocks: list[Block], check: bool, code: ExitCode, all_rows: bool) -> None:
     after = _totals(blocks)["remaining_counts"]
-    style = "bold red" if not ok or after.get("leaked") or after.get("hazard") else "bold green"
-    prose(app.console, Text(headline(root, blocks, check, ok), style=style), 2)
+    style = "bold green"
+    if code == ExitCode.UNDETERMINED:
+        style = "bold yellow"
+    elif code != ExitCode.OK or after.get("leaked") or after.get("hazard"):
+        style = "bold red"
+    prose(app.console, Text(headline(root, blocks, check, code), style=style), 2)
     out, cols = gc_view.Out(), width(app.console)
     for b in blocks:
         app.console.file.flush()

@@ -19,6 +19,7 @@ from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 from rich.text import Text
 
+from smgshm.cli.exitcodes import ExitCode
 from smgshm.cli.fmt import command, display, escape, fill, hint, lossless, prose, width
 from smgshm.cli.jsonout import dumpb as _dumpb
 from smgshm.cli.jsonout import write_bytes
@@ -223,7 +224,7 @@ class JsonListing:
         before: Tally,
         after: Tally,
         deleted: list[Deletion],
-        ok: bool,
+        code: ExitCode,
         done_rows: set[int],
         usage: tuple[int, int],
     ) -> None:
@@ -241,7 +242,7 @@ class JsonListing:
             "remaining_shm_used_bytes": usage[0],
             "remaining_shm_free_bytes": usage[1],
         }
-        tail = {"ok": ok, "warnings": list(self.app.warnings)}
+        tail = {"ok": code == ExitCode.OK, "warnings": list(self.app.warnings)}
         self._write(b"]," + _dumpb(rest)[1:-1] + b"}," + _dumpb(tail)[1:] + b"\n")
 
 
@@ -260,7 +261,7 @@ class RawListing:
         before: Tally,
         after: Tally,
         deleted: list[Deletion],
-        ok: bool,
+        code: ExitCode,
         done_rows: set[int],
         usage: tuple[int, int],
     ) -> None:
@@ -305,7 +306,7 @@ class HumanListing:
         before: Tally,
         after: Tally,
         deleted: list[Deletion],
-        ok: bool,
+        code: ExitCode,
         done_rows: set[int],
         usage: tuple[int, int],
     ) -> None:
@@ -313,9 +314,13 @@ class HumanListing:
         app.console.file.flush()
         gone = [d for d in deleted if d.deleted]
         done_inos = {d.ino for d in gone}
-        style = "bold red" if not ok or after.counts["leaked"] or after.counts["hazard"] else "bold green"
+        style = "bold green"
+        if code == ExitCode.UNDETERMINED:
+            style = "bold yellow"
+        elif code != ExitCode.OK or after.counts["leaked"] or after.counts["hazard"]:
+            style = "bold red"
         cols = width(app.console)
-        prose(app.console, Text(headline(scan, before, after, deleted, self.check, ok), style=style), 2)
+        prose(app.console, Text(headline(scan, before, after, deleted, self.check, code), style=style), 2)
         for title, cells in (
             ("state", _tally_cells(after.counts, after.bytes_by_state)),
             ("kind", _tally_cells(after.counts_by_kind, after.bytes_by_kind)),
@@ -364,8 +369,8 @@ class HumanListing:
             command(app.err_console, argv, 6)
 
 
-def headline(scan: Scan, before: Tally, after: Tally, deleted: list[Deletion], check: bool, ok: bool) -> str:
-    """The first line; it agrees with the exit code (a --check verdict says passed or failed)."""
+def headline(scan: Scan, before: Tally, after: Tally, deleted: list[Deletion], check: bool, code: ExitCode) -> str:
+    """The first line; it agrees with the exit code (a --check verdict says passed, failed or inconclusive)."""
     where = display(scan.opts.shm_dir)
     states = ", ".join(f"{n} {k}" for k, n in after.counts.items() if n) or "none"
     gone = [d for d in deleted if d.deleted]
@@ -378,12 +383,28 @@ def headline(scan: Scan, before: Tally, after: Tally, deleted: list[Deletion], c
         )
     else:
         text = f"{after.total} SMG segment(s) in {where}: {states}"
+    if check and code == ExitCode.UNDETERMINED:
+        return f"check inconclusive: {text}; {unjudged(scan)}"
     if check:
         bad = after.counts["leaked"] + after.counts["hazard"]
-        text = ("check failed: " if not ok else "check passed: ") + text
+        text = ("check failed: " if code != ExitCode.OK else "check passed: ") + text
         if bad:
             text += f" ({bad} leaked or hazardous)"
     return text
+
+
+def unjudged(scan: Scan) -> str:
+    """Why a --check whose entries are all unknown judged nothing: the reason pids could not be trusted
+    when that is it (the same for every entry), else each entry's own (listed under it)."""
+    trust = scan.trust
+    if not trust.trusted and not scan.opts.assume_dead:
+        why = trust.note
+    elif trust.doubt_uids and not scan.opts.assume_dead:
+        uids = ", ".join(map(str, sorted(trust.doubt_uids)))
+        why = f"the pid namespaces of uid {uids}'s processes cannot be read"
+    else:
+        why = "each entry's reason says why"
+    return f"nothing could be judged: {why}"
 
 
 def _deletions(app: App, deleted: list[Deletion], all_rows: bool) -> None:

@@ -95,7 +95,8 @@ def probe(
     4 when one is unreachable, 6 when one advertises no id; the worst wins. With
     --from-gateway: 4 when the gateway is unreachable, not ready (HTTP
     502/503/504) or redirects to another origin (never followed), 1 when it
-    refuses (HTTP 401/403: pass --api-key) or is not SMG's admin API.
+    refuses (HTTP 401/403: pass --api-key) or is not SMG's admin API, 6
+    (no_workers) when it lists no workers: nothing was judged, so nothing passed.
 
     \b
     Examples:
@@ -115,9 +116,7 @@ def probe(
     if from_gateway:
         from smgshm.core.gateway.admin import list_workers
 
-        gateway = list_workers(from_gateway, api_key, timeout)
-        if not gateway:
-            app.warn(f"the gateway at {from_gateway} has no workers registered")
+        gateway = list_workers(from_gateway, api_key, timeout)  # none listed: the report says no_workers
         if len(gateway) > MAX_GATEWAY_WORKERS:
             app.warn(
                 f"the gateway lists {len(gateway)} workers: probing the first {MAX_GATEWAY_WORKERS}, "
@@ -150,6 +149,8 @@ def probe(
         codes.append(ExitCode.CHECK_FAILED)
     if not report.local.writable:
         codes.append(ExitCode.HOST)
+    if report.cause_info is not None:  # a gateway with no workers: its part judged nothing, never a pass
+        codes.append(ExitCode.UNDETERMINED)
     if not codes:
         codes.append(ExitCode.OK)
     worst = min(codes, key=lambda c: _SEVERITY.index(c) if c in _SEVERITY else -1)

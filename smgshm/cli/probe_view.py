@@ -29,10 +29,13 @@ def _headline(report: Any, code: ExitCode, expect: str, local_failures: list[str
     if code == ExitCode.UNREACHABLE:
         k = sum(1 for w in report.workers if w.verdict == "unreachable")
         more = f"; SHM not usable for {unusable} of {n}" if unusable > k else ""
-        return f"UNREACHABLE: {k} of {n} worker(s) did not answer{more}", "red"
+        return f"UNREACHABLE: {k} of {n} worker(s) did not answer (worker_unreachable){more}", "red"
     if code == ExitCode.UNDETERMINED:
         k = sum(1 for w in report.workers if w.verdict == "undetermined")
-        return f"UNDETERMINED: {k} of {n} worker(s) advertise no usable namespace id", "yellow"
+        said = [f"{k} of {n} worker(s) advertise no usable namespace id"] if k else []
+        if report.cause_info is not None:  # nothing judged (no_workers): said first, with its code
+            said.insert(0, f"{report.cause_info.message} ({report.cause_info.code})")
+        return "UNDETERMINED: " + "; ".join(said), "yellow"
     if code == ExitCode.HOST:
         return f"SHM not usable: {local_failures[0] if local_failures else 'this host cannot write segments'}", "red"
     if expect == "not-shared" and shared:
@@ -50,7 +53,10 @@ def probe_report(code: ExitCode, expect: str, local_failures: list[str]) -> Call
         prose(app.console, safe(head, f"bold {style}"), 2)
         if app.quiet:
             return  # -q: the verdict line only
-        _table(app, report)
+        if report.workers:
+            _table(app, report)
+        if report.cause_info is not None:
+            hint(app, report.cause_info.fix)
 
     return render
 

@@ -136,7 +136,7 @@ def send(
     Exit 0 when all verified, 1 when a request is refused before sending (an
     inline request over the receiver's message limit), 2 on bad arguments, 3 on
     a mismatch, a receiver error or a leftover segment, 4 when the receiver is
-    unreachable, 5 when /dev/shm here is full or not writable, 130/143/129 when
+    unreachable, 5 when /dev/shm here is too small, full or not writable, 130/143/129 when
     stopped by SIGINT/SIGTERM/SIGHUP.
 
     \b

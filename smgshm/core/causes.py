@@ -240,15 +240,22 @@ def found(cause: Cause, message: str = "", fix_cmd: Sequence[str] | None = None,
     return Found(cause.value, message or entry.meaning, fix or entry.fix, list(fix_cmd) if fix_cmd else None)
 
 
+def no_space(needed: int, size_bytes: int | None) -> Cause:
+    """Why a write of ``needed`` bytes found no space: too small when the tmpfs's total is below it, whatever is
+    free (no gc frees that), else full (the empty dir would hold it: freeing space helps)."""
+    if size_bytes is not None and needed and size_bytes < needed:
+        return Cause.SHM_TOO_SMALL
+    return Cause.SHM_FULL
+
+
 def write_failure(largest: int, size_bytes: int | None, free_bytes: int | None, writable: bool | None) -> Cause:
     """Why the gateway's SHM writes fail, as far as this host's shm dir tells (None: not known).
 
     ``largest``: a tensor size the writes needed (0: unknown). Full and too small are told
     apart by the dir's size: a full one frees up, a too small one never does."""
-    if size_bytes is not None and largest and size_bytes < largest:
-        return Cause.SHM_TOO_SMALL
-    if free_bytes is not None and largest and free_bytes < largest:
-        return Cause.SHM_FULL
+    short = (size_bytes is not None and size_bytes < largest) or (free_bytes is not None and free_bytes < largest)
+    if largest and short:
+        return no_space(largest, size_bytes)
     if writable is False:
         return Cause.SHM_PERMISSION
     return Cause.SHM_WRITES_FAILING

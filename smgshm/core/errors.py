@@ -80,9 +80,14 @@ class HostError(SmgshmError):
 
 
 class NoSpaceError(HostError):
-    """The shm dir cannot hold the segment; carries free and needed bytes."""
+    """The shm dir cannot hold the segment; carries needed, total and free bytes, and ``cause``, the code of
+    its cause (``shm_too_small`` when the total is below the need, whatever is free; else ``shm_full``)."""
 
     kind = "no_space"
+
+    def __init__(self, what: str, *, cause: str = "shm_full", **kw: Any) -> None:
+        super().__init__(what, **kw)
+        self.cause = cause
 
 
 class TransportError(SmgshmError):

@@ -27,6 +27,7 @@ import psutil
 import pytest
 
 from smgshm.cli.fmt import quote_cmd
+from smgshm.core.causes import CATALOGUE, Cause
 from smgshm.core.paths import smgshm_cmd
 from tests.conftest import (
     HAVE_SMG,
@@ -355,7 +356,7 @@ def test_nearly_full_tmpfs_warns(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @needs_root
-def test_tmpfs_too_full_for_a_tensor_fails_send_shm(tmp_path: Path) -> None:
+def test_tmpfs_too_small_for_a_tensor_fails_send_shm_as_too_small(tmp_path: Path) -> None:
     with mounted_tmpfs(tmp_path / f"tiny-{unique()}", "64k") as d:
         fill(os.path.join(d, "filler"), 48 * 1024)  # 16 KiB left: room for a probe, not a 1 MiB tensor
         doc = doctor("--shm-dir", d, exit=5)
@@ -365,11 +366,45 @@ def test_tmpfs_too_full_for_a_tensor_fails_send_shm(tmp_path: Path) -> None:
         s = c["send shm"]
         assert s["status"] == "fail"
         assert s["code"] == 5
-        assert s["summary"].startswith("shm dir is full")
+        # 64 KiB holds no 1 MiB tensor however empty: too small (enlarge it), whatever the filler takes.
+        assert s["summary"].startswith("shm dir is too small")
         assert "needed_bytes=1048576" in s["summary"]
-        assert shlex.join(["smgshm", "gc", "--delete", "--shm-dir", d]) in s["fix"]
+        assert s["cause"] == "shm_too_small"
+        assert "gc --delete" not in s["fix"]
         assert "--shm-size" in s["fix"]
         assert os.listdir(d) == ["filler"], "a failed SHM send must not leave a partial segment"
+
+
+@pytest.mark.slow
+@needs_root
+def test_an_empty_tmpfs_smaller_than_the_send_is_too_small_never_full(tmp_path: Path) -> None:
+    """An empty 1 MiB tmpfs cannot take doctor's send (two 1 MiB tensors at once): too small, with its fix
+    (enlarge it), never shm_full with gc --delete, which frees nothing there."""
+    with mounted_tmpfs(tmp_path / f"one-mib-{unique()}", "1m") as d:
+        doc = doctor("--shm-dir", d, exit=5)
+        s = checks(doc)["send shm"]
+        assert (s["status"], s["code"], s["cause"]) == ("fail", 5, "shm_too_small"), s
+        assert s["summary"].startswith("shm dir is too small")
+        assert "at_once_bytes=2097152" in s["summary"]
+        assert s["fix"] == CATALOGUE[Cause.SHM_TOO_SMALL].fix
+        assert os.listdir(d) == []
+        text = run_cli("doctor", "--shm-dir", d, "--no-e2e", "--no-gateways", exit=5).stdout
+        assert "(shm_too_small)" in text
+        assert "shm_full" not in text
+        assert "gc --delete" not in text
+
+
+@pytest.mark.slow
+@needs_root
+def test_a_tmpfs_that_would_hold_the_send_empty_is_full(tmp_path: Path) -> None:
+    """4 MiB would hold the send's 2 MiB at once; a filler leaves less than that free: full (free it)."""
+    with mounted_tmpfs(tmp_path / f"four-mib-{unique()}", "4m") as d:
+        fill(os.path.join(d, "filler"), 3 << 20)
+        s = checks(doctor("--shm-dir", d, exit=5))["send shm"]
+        assert (s["status"], s["cause"]) == ("fail", "shm_full"), s
+        assert s["summary"].startswith("shm dir is full")
+        assert shlex.join(["smgshm", "gc", "--delete", "--shm-dir", d]) in s["fix"]
+        assert os.listdir(d) == ["filler"]
 
 
 @pytest.mark.slow
@@ -388,9 +423,9 @@ def test_full_tmpfs_fails_writable_and_send_shm_with_exit_5(full_tmpfs: str) -> 
 
 
 @pytest.mark.slow
-def test_full_tmpfs_send_shm_says_full_and_how_to_fix(full_tmpfs: str) -> None:
+def test_full_tmpfs_send_shm_says_why_and_how_to_fix(full_tmpfs: str) -> None:
     s = checks(doctor("--shm-dir", full_tmpfs, exit=5))["send shm"]
-    assert "shm dir is full" in s["summary"], s
+    assert "shm dir is too small" in s["summary"], s  # 64 KiB holds no 1 MiB tensor, full or empty
     assert s["fix"], s
 
 

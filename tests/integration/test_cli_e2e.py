@@ -256,14 +256,25 @@ def test_dead_worker_is_the_headline_and_no_latency(
         "--timeout",
         "10s",
     ]
-    res = run_cli(*argv, exit=3)
+    # An endpoint unreachable (4), not "SHM not used" (3): its cause's code in the headline, as in JSON.
+    res = run_cli(*argv, exit=4)
     host_port = addr.removeprefix("grpc://")
     assert res.stdout.startswith("e2e: FAILED: gateway: worker "), res.stdout
-    assert f"{host_port} unreachable" in res.stdout.splitlines()[0]
+    head = " ".join(res.stdout.split("\n[", 1)[0].split())
+    assert f"{host_port} unreachable" in head
+    assert head.endswith("(worker_unreachable)"), head
     assert "p50" not in res.stdout
     assert "0/1 requests ok" in res.stdout
-    [run] = run_cli("--json", *argv, exit=3).json["result"]["runs"]
+    doc = run_cli("--json", *argv, exit=4).json
+    check_e2e_schema(doc)
+    [run] = doc["result"]["runs"]
     assert run["cause_info"]["code"] == "worker_unreachable"
+    assert doc["ok"] is False
+    # doctor's e2e check says the same: the endpoint's fault (4), with the cause.
+    argv = ["--json", "doctor", "--gateway-pid", str(gw.pid), "--from-gateway", gw.http_url]
+    doc = run_cli(*argv, "--metrics", gw.metrics_url, "--timeout", "5s", exit=4).json
+    e2e = {c["name"]: c for c in doc["result"]["checks"]}[f"e2e {gw.http_url}"]
+    assert (e2e["status"], e2e["code"], e2e["cause"]) == ("fail", 4, "worker_unreachable"), e2e
 
 
 @pytest.mark.slow

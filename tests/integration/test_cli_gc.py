@@ -538,6 +538,44 @@ def test_check_exit_codes(children: Children, tmp_dir: str) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.pidns
+@needs_unshare
+@pytest.mark.timeout(60)
+def test_check_of_only_unknown_segments_is_inconclusive_never_passed(children: Children, tmp_dir: str) -> None:
+    """A producer in another pid namespace reaches the dir: no pid there means anything, every segment is
+    unknown, and a --check that judged nothing exits 6 with how many and why (2 under --npd), never 0."""
+    _, name = first_line(children, ["unshare", "--pid", "--fork", "--mount-proc", PY, "-c", WRITER, tmp_dir])
+    extra = seg_name(dead_pid(children), seq=1)  # dead here: proves nothing either
+    make_file(tmp_dir, extra)
+
+    doc = gc_trusting(tmp_dir, "--check", exit=6)
+    assert doc["ok"] is False
+    assert doc["result"]["liveness_trusted"] is False
+    assert doc["result"]["counts"]["unknown"] == 2
+    [said] = [w for w in doc["warnings"] if w.startswith("check inconclusive")]
+    assert "all 2 SMG segment(s) unknown" in said
+    assert "another pid namespace" in said
+
+    text = run_cli("gc", "--shm-dir", tmp_dir, "--check", exit=6).stdout
+    head = " ".join(text.split("\nby state:", 1)[0].split())
+    assert head.startswith("check inconclusive: 2 SMG segment(s)"), head
+    assert "2 unknown" in head
+    assert "nothing could be judged: processes in another pid namespace" in head
+    assert "check passed" not in text
+    raw = run_cli("gc", "--shm-dir", tmp_dir, "--check", "--raw", exit=6)
+    assert "check inconclusive" in raw.stderr
+    assert run_cli("gc", "--shm-dir", tmp_dir, "--check", "--npd", exit=2).stdout.startswith("gc: 2 unknown")
+
+    # Judged by this namespace's pids, the dead producer's segment is leaked: a verdict again (3).
+    gc(tmp_dir, "--check", exit=3)
+    os.unlink(os.path.join(tmp_dir, extra))
+    os.unlink(os.path.join(tmp_dir, name))
+    # An empty dir is judged, untrusted or not: nothing there is nothing leaked.
+    assert gc_trusting(tmp_dir, "--check")["ok"] is True
+    assert run_cli("gc", "--shm-dir", tmp_dir, "--check").stdout.startswith("check passed: 0 SMG segment(s)")
+
+
+@pytest.mark.slow
 def test_json_schema(children: Children, tmp_dir: str) -> None:
     leak = seg_name(dead_pid(children), seq=0)
     held = seg_name(dead_pid(children), seq=1)

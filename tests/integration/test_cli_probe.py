@@ -38,7 +38,7 @@ NOBODY = 65534
 StartReceiver = Callable[..., RunningReceiver]
 
 # The JSON schema of `probe`, pinned: fields may be added in schema 1, never dropped or renamed.
-RESULT_KEYS = {"local", "workers"}
+RESULT_KEYS = {"local", "workers", "cause_info"}
 LOCAL_KEYS = {
     "namespace_id",
     "writable",
@@ -374,6 +374,9 @@ def test_closed_port_is_unreachable_within_the_connect_timeout() -> None:
     assert "connection refused" in w["reason"]
     assert w["address"] == dead
     assert (w["engine"], w["health"], w["decisions"], w["smgshm_receiver"]) == ("", None, {}, False)
+    assert w["cause_info"]["code"] == "worker_unreachable"
+    head = run_cli("probe", "--connect-timeout", "300ms", dead, exit=4).stdout.splitlines()[0]
+    assert head == "UNREACHABLE: 1 of 1 worker(s) did not answer (worker_unreachable)", head
 
 
 def test_several_workers_worst_exit_wins(vllm: RunningReceiver, start: StartReceiver) -> None:

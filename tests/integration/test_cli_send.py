@@ -14,6 +14,7 @@ from typing import Any
 import grpc
 import pytest
 
+from smgshm.core.causes import CATALOGUE, Cause
 from smgshm.core.transport.tensors import DTYPES, ITEMSIZE, make_tensor, tensor_bytes
 from tests.conftest import SHM, Children, closed_port, run_cli, smgshm_argv, start_serve, wait_for
 from tests.support.cli_send import own_segments, receiver_has_received
@@ -378,14 +379,28 @@ def tiny_tmpfs(tmp_path: Any) -> Iterator[str]:
 
 @pytest.mark.slow
 def test_full_shm_dir_exits_5_and_leaves_it_empty(children: Children, tiny_tmpfs: str) -> None:
+    """An empty 1 MiB shm dir cannot take a 4 MiB tensor: too small (enlarge it), never "full" with a gc
+    that frees nothing; with a filler in it, a tensor the empty dir would hold finds it full."""
     proc, doc = start_serve(children, "--shm-dir", tiny_tmpfs)
     try:
         assert doc["result"]["shm_dir"] == tiny_tmpfs
         out = run_cli("send", doc["result"]["address"], "--shm-dir", tiny_tmpfs, "--size", "4MiB", exit=5)
         assert "Error:" in out.stderr
-        assert "shm dir is full" in out.stderr
+        assert "shm dir is too small" in out.stderr
         assert "needed_bytes=4194304" in out.stderr
+        assert "gc --delete" not in out.stderr
         assert os.listdir(tiny_tmpfs) == []
+        err = run_cli("--json", "send", doc["result"]["address"], "--shm-dir", tiny_tmpfs, "--size", "4MiB", exit=5)
+        assert err.json["error"]["kind"] == "no_space"
+        assert err.json["error"]["hint"] == CATALOGUE[Cause.SHM_TOO_SMALL].fix
+
+        with open(os.path.join(tiny_tmpfs, "filler"), "wb") as f:
+            f.write(bytes(768 * 1024))
+        out = run_cli("send", doc["result"]["address"], "--shm-dir", tiny_tmpfs, "--size", "512KiB", exit=5)
+        assert "shm dir is full" in out.stderr
+        assert "gc --delete" in out.stderr
+        assert os.listdir(tiny_tmpfs) == ["filler"]
+        os.unlink(os.path.join(tiny_tmpfs, "filler"))
     finally:
         stop_serve(proc)  # before the fixture unmounts
 

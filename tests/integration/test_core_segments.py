@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from smgshm.core.causes import CATALOGUE, Cause
 from smgshm.core.errors import HostError, NoSpaceError, SegmentError
 from smgshm.core.segments.io import WriteStrategy, read_segment, write_segment
 from tests.support.core_segments import SHM, _make_file, _name, _read, needs_root
@@ -86,6 +87,32 @@ def test_full_tmpfs_raises_no_space_and_leaves_nothing(tmp_path: Path, strategy:
         assert isinstance(free, int)
         assert 0 <= free <= 1024 * 1024 < need
         assert os.listdir(d) == []
+
+
+@pytest.mark.parametrize("free", ["empty", "filled"])
+def test_a_tmpfs_whose_total_is_below_the_segment_is_too_small_whatever_is_free(tmp_path: Path, free: str) -> None:
+    """1 MiB never holds 2 MiB: too small (enlarge it; gc frees nothing), empty or not, never shm_full."""
+    with _tmpfs(tmp_path, "size=1m") as d:
+        if free == "filled":
+            (d / "filler").write_bytes(bytes(512 * 1024))
+        with pytest.raises(NoSpaceError) as ei:
+            write_segment(bytes(2 << 20), shm_dir=str(d))
+        err = ei.value
+        assert (err.cause, err.what) == ("shm_too_small", "shm dir is too small")
+        assert (err.fields["needed_bytes"], err.fields["total_bytes"]) == (2 << 20, 1 << 20)
+        assert err.hint == CATALOGUE[Cause.SHM_TOO_SMALL].fix
+        assert sorted(os.listdir(d)) == (["filler"] if free == "filled" else [])
+
+
+def test_a_tmpfs_that_would_hold_the_segment_empty_is_full(tmp_path: Path) -> None:
+    with _tmpfs(tmp_path, "size=1m") as d:
+        (d / "filler").write_bytes(bytes(768 * 1024))
+        with pytest.raises(NoSpaceError) as ei:
+            write_segment(bytes(512 * 1024), shm_dir=str(d))
+        assert (ei.value.cause, ei.value.what) == ("shm_full", "shm dir is full")
+        assert ei.value.hint is not None
+        assert f"gc --delete --shm-dir {d}" in ei.value.hint
+        assert os.listdir(d) == ["filler"]
 
 
 def test_no_inodes_left_is_no_space(tmp_path: Path) -> None:

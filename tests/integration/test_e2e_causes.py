@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -26,7 +27,7 @@ from smgshm.core.gateway.metrics import mm_traffic, scrape
 from smgshm.core.gateway.process import GatewayConfig, RunningGateway, start_gateway
 from smgshm.core.host.proc import innermost_pid, ns_pids
 from tests.conftest import Children, run_cli, smgshm_argv, wait_for
-from tests.support.e2e import needs_smg
+from tests.support.e2e import gateway, needs_smg
 from tests.support.e2e_causes import TOOLS, PrivateShm, e2e_in, router_pid, serve_in
 from tests.support.json_schema import check_e2e_schema
 
@@ -283,6 +284,43 @@ def test_e2e_from_the_host_does_not_judge_a_containers_tmpfs_by_its_own(
     [run] = run_cli(*args, "--shm-dir", theirs).json["result"]["runs"]
     assert (run["path"], run["agree"]) == ("shm", True)
     assert run["shm_tensors_by_source"] == {"metrics": 1, "shm dir": 1, "receipts": 1}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("private_shm", ["64m"], indirect=True)
+def test_shm_to_a_worker_on_another_tmpfs_names_the_namespace_and_says_never_read(
+    private_shm: PrivateShm, children: Children, gateways: list[RunningGateway], tmp_path: Path, model_dir: str
+) -> None:
+    """The gateway here, configured shm; its worker (a serve) in a mount namespace whose /dev/shm is
+    another tmpfs. Every request fails (the worker finds no such segment). e2e names the cause the ids
+    show (namespace_private_tmpfs) with its fix, and says the segments were never read."""
+    worker = serve_in(private_shm, children, model_dir)
+    gw = gateway(gateways, tmp_path, model_dir, worker, mode="shm")
+    args = ("e2e", "--gateway", gw.http_url, "--metrics", gw.metrics_url, "-n", "1", "--warmup", "0")
+    doc = run_cli("--json", *args, exit=3).json
+    check_e2e_schema(doc)
+    [run] = doc["result"]["runs"]
+    assert (run["path"], run["failure_class"]) == ("shm", "request_failed")
+    assert run["worker_namespace_id"] != doc["result"]["local_namespace_id"]
+    assert [r["error_code"] for r in run["receipts"]["receipts"] if r["payload_kind"] == "shm"] == ["missing"]
+    info = run["cause_info"]
+    assert info is not None, run["cause"]
+    assert (info["code"], info["fix"]) == ("namespace_private_tmpfs", CATALOGUE[Cause.PRIVATE_TMPFS].fix)
+    assert info["fix_cmd"] == ["smgshm", "probe", "--from-gateway", gw.http_url]
+    assert "never read" in run["cause"]
+    assert "after the write" not in run["cause"]
+    text = run_cli(*args, exit=3).stdout
+    assert text.startswith("e2e: FAILED: gateway request_failed (namespace_private_tmpfs)"), text
+    assert f"fix: {CATALOGUE[Cause.PRIVATE_TMPFS].fix}" in " ".join(text.split())
+    # doctor: the gateway wrote SHM, but no request of it succeeded: its transport check fails, never
+    # "SHM in use"; the worker's own check names the cause.
+    doc = run_cli("--json", "doctor", "--gateway-pid", str(gw.pid), "--no-e2e", exit=3).json
+    checks = {c["name"]: c for c in doc["result"]["checks"]}
+    t = checks[f"gateway {gw.pid} transport"]
+    assert (t["status"], t["code"]) == ("fail", 3), t
+    assert "SHM in use" not in t["summary"]
+    assert re.search(r"every one of its \d+ chat request\(s\) failed", t["summary"]), t["summary"]
+    assert checks[f"gateway {gw.pid} worker grpc://{worker}"]["cause"] == "namespace_private_tmpfs"
 
 
 def test_innermost_pid_is_the_pid_in_its_own_namespace(children: Children) -> None:

@@ -92,8 +92,9 @@ def test_retry_of_a_consumed_handle_is_reported_as_that_failure_class(
         "--no-stream",
     ]
     res = CliRunner().invoke(cli, argv, catch_exceptions=False)
-    assert res.exit_code == 3, res.stderr
+    assert res.exit_code == 4, res.stderr  # the dying worker is dead after: an endpoint unreachable
     [run] = json.loads(res.stdout)["result"]["runs"]
+    assert run["cause_info"]["code"] == "worker_unreachable"
     assert run["failure_class"] == "consumed_handle_retried"
     assert "retries reuse consumed handles" in run["failure"]
     missing = [r for r in run["receipts"]["receipts"] if r["payload_kind"] == "shm" and r["error_code"] == "missing"]

@@ -109,6 +109,23 @@ def test_a_tmpfs_no_process_uses_is_unknown_and_never_reaped(node: dict[str, Any
     assert a["deleted"] == []
 
 
+@pytest.mark.slow
+def test_check_of_a_node_whose_every_segment_is_unknown_is_inconclusive(node: dict[str, Any]) -> None:
+    """Both pods' containers exit: no tmpfs can be judged by pid, so a --check judged nothing: exit 6 with
+    the reason (2 under --npd), never "check passed"."""
+    root = node["root"]
+    for pod in ("a", "b"):
+        node[pod].stdin.close()
+        wait_for(lambda p=node[pod]: p.poll() is not None, what=f"pod {pod}'s pid 1 to exit")
+    doc = run_cli("--json", "gc", "--node", "--node-root", root, "--check", exit=6).json
+    assert doc["ok"] is False
+    assert {s["state"] for t in doc["result"]["tmpfs"] for s in t["segments"]} == {"unknown"}
+    assert any(w.startswith("check inconclusive: all 2 SMG segment(s) unknown") for w in doc["warnings"])
+    head = run_cli("gc", "--node", "--node-root", root, "--check", exit=6).stdout.splitlines()[0]
+    assert head.startswith("check inconclusive: node "), head
+    run_cli("gc", "--node", "--node-root", root, "--check", "--npd", exit=2)
+
+
 def test_a_symlink_in_the_kubelet_dir_is_not_followed_out_of_the_root(node: dict[str, Any], tmp_path: Path) -> None:
     pods = Path(node["root"]) / "var/lib/kubelet/pods"
     (pods / "cccccccc-0000-4000-8000-00000000000c").symlink_to("/")  # would reach /volumes/... on the host

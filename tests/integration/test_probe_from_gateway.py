@@ -14,10 +14,11 @@ from typing import Any
 
 import pytest
 
+from smgshm.core.causes import CATALOGUE, Cause
 from smgshm.core.host.namespace import read_namespace_id
 from smgshm.core.receiver.reader import ReceiverConfig
 from smgshm.core.receiver.services import RunningReceiver, start_receiver
-from tests.conftest import run_cli
+from tests.conftest import LoopbackHttp, run_cli
 
 KEY = "sekret"
 
@@ -267,3 +268,21 @@ def test_an_http_worker_without_ids_shows_a_dash_not_same() -> None:
     [row] = [ln for ln in out.splitlines() if "http://127.0.0.1:1" in ln and "not_grpc" in ln]
     assert "same" not in row, "neither side has an id: nothing to call the same"
     assert row.rstrip(" │|").rstrip().endswith("-"), row
+
+
+def test_a_gateway_with_no_workers_is_undetermined_never_usable() -> None:
+    """Nothing probed is nothing judged: no_workers, exit 6, in the headline and the JSON (never "SHM usable")."""
+    listing = json.dumps({"workers": [], "total": 0, "stats": {}}).encode()
+    with LoopbackHttp(lambda _path: listing, content_type="application/json") as gw:
+        doc = run_cli("--json", "probe", "--from-gateway", gw.base, exit=6).json
+        human = run_cli("--no-color", "probe", "--from-gateway", gw.base, exit=6).stdout
+        quiet = run_cli("-q", "probe", "--from-gateway", gw.base, exit=6).stdout
+    assert doc["ok"] is False
+    assert doc["result"]["workers"] == []
+    assert doc["result"]["cause_info"]["code"] == "no_workers"
+    assert doc["result"]["cause_info"]["fix"] == CATALOGUE[Cause.NO_WORKERS].fix
+    head = human.splitlines()[0]
+    assert head.startswith("UNDETERMINED: ")
+    assert "(no_workers)" in " ".join(human.split())
+    assert "usable" not in human
+    assert "(no_workers)" in " ".join(quiet.split())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from smgshm.core.causes import CATALOGUE, Cause, found
+from smgshm.core.causes import CATALOGUE, Cause, found, no_space, write_failure
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 BEGIN = "<!-- causes: generated from smgshm/core/causes.py by tests/unit/test_causes.py render_table(); do not edit -->"
@@ -45,6 +45,17 @@ def test_found_carries_code_message_fix_and_argv() -> None:
     plain = found(Cause.MODE_INLINE)
     assert plain.message == CATALOGUE[Cause.MODE_INLINE].meaning
     assert plain.fix_cmd is None
+
+
+def test_too_small_is_a_total_below_the_need_whatever_is_free_and_full_only_when_the_total_would_hold_it() -> None:
+    mib = 1 << 20
+    for free in (0, mib // 2, mib, None):  # an empty 1 MiB tmpfs is as too small as a filled one
+        assert no_space(4 * mib, mib) is Cause.SHM_TOO_SMALL
+        assert write_failure(4 * mib, mib, free, None) is Cause.SHM_TOO_SMALL
+    assert write_failure(mib, 4 * mib, mib // 2, None) is Cause.SHM_FULL
+    assert no_space(mib, 4 * mib) is Cause.SHM_FULL
+    assert no_space(mib, None) is Cause.SHM_FULL  # a total not known proves nothing too small
+    assert write_failure(mib, 4 * mib, 4 * mib, False) is Cause.SHM_PERMISSION
 
 
 def test_readme_table_matches_the_catalogue() -> None:

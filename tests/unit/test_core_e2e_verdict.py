@@ -103,3 +103,28 @@ def test_worker_side_processing_means_no_tensors() -> None:
     v = judge(ctx(), m, segs(), NO_RECEIPTS)
     assert v.path == "none"
     assert "--mm-processing worker" in v.cause
+
+
+PRIVATE = NS.rsplit(":", 1)[0] + ":43"  # same boot id, another tmpfs
+
+
+def test_shm_a_worker_cannot_open_names_the_namespace_and_says_never_read() -> None:
+    """Configured shm, the worker on another tmpfs: the gateway sends SHM, the worker finds no such segment
+    and the request fails. The path is shm by every account, but nothing was read: the cause is the
+    worker's tmpfs (namespace_private_tmpfs), and a refused receipt is never "read ... after the write"."""
+    missing = ReceiptSeen("w", "pixel_values", "shm", 0, "smg-tokenspeed-42-1-0", age_ms=7.0, error_code="missing")
+    inline = [ReceiptSeen("w", f"t{i}", "inline", 16) for i in range(2)]
+    r = ReceiptEvidence(True, "", ["w"], [missing, *inline])
+    v = judge(ctx("shm", worker_ns=PRIVATE, failed=1), metrics(shm=1, inline=2), segs("cleaned"), r)
+    assert (v.path, v.failure_class) == ("shm", "request_failed")
+    assert v.code is not None
+    assert v.code.value == "namespace_private_tmpfs"
+    assert "never read: the worker refused 1 of 1 (missing)" in v.cause
+    assert "after the write" not in v.cause
+    assert "the worker cannot open them: same host, but" in v.cause
+    # Without the shm dir's view, a worker that cannot see the tmpfs retried no consumed handle.
+    v = judge(ctx("shm", worker_ns=PRIVATE, failed=1), metrics(shm=1, inline=2), NO_DIR, r)
+    assert v.failure_class == "request_failed"
+    assert v.code is not None
+    # Ids that say the worker can open them: no namespace cause is guessed.
+    assert judge(ctx("shm", failed=1), metrics(shm=1, inline=2), segs("cleaned"), r).code is None

@@ -17,6 +17,17 @@ def test_parse_and_summarise_smg_counters() -> None:
     assert t.shm_byte_share > 0.99
 
 
+def test_chat_answers_are_counted_with_their_errors() -> None:
+    page = (
+        'smg_http_responses_total{path="/v1/chat/completions",status_code="200",error_code=""} 5\n'
+        'smg_http_responses_total{path="/v1/chat/completions",status_code="400",error_code="x"} 2\n'
+        'smg_http_responses_total{path="/v1/chat/completions",status_code="503",error_code="y"} 1\n'
+        'smg_http_responses_total{path="/workers",status_code="404",error_code=""} 9\n'
+    )
+    t = mm_traffic(parse_metrics(page))
+    assert (t.chat_responses, t.chat_errors) == (8, 3)
+
+
 def test_delta_counts_new_series_from_zero() -> None:
     before = parse_metrics('smg_mm_tensors_total{runtime="vllm",path="inline"} 2\n')
     after = parse_metrics(SAMPLE)

@@ -87,6 +87,22 @@ def test_inference_from_metrics_alone() -> None:
     assert judge("g", None, none).verdict == "no_traffic"
 
 
+def test_shm_written_but_every_chat_request_failed_is_a_failure_not_in_use() -> None:
+    shm = (
+        'smg_mm_tensors_total{runtime="vllm",path="shm"} 2\n'
+        'smg_mm_tensors_total{runtime="vllm",path="inline"} 4\n'
+        'smg_http_responses_total{path="/workers",status_code="200",error_code=""} 3\n'
+    )
+    failed = 'smg_http_responses_total{path="/v1/chat/completions",status_code="400",error_code="x"} 2\n'
+    f = judge("gateway pid 4242", None, _traffic(shm + failed))
+    assert (f.verdict, f.status, for_outcome(f.code)) == ("failing", "fail", 3)
+    assert "every one of its 2 chat request(s) failed" in f.summary
+    assert "SHM in use" not in f.summary
+    one_ok = 'smg_http_responses_total{path="/v1/chat/completions",status_code="200",error_code=""} 1\n'
+    assert judge("g", None, _traffic(shm + failed + one_ok)).status == "ok"  # one got through: in use
+    assert judge("g", None, _traffic(shm)).status == "ok"  # no chat answer counted: nothing says it failed
+
+
 def test_probe_failed_fix_names_the_probe_file_by_the_pid_in_its_namespace() -> None:
     """dev_writable=false: the fix names smg-tokenspeed-probe-<its pid in its own pid namespace>."""
     config = TransportConfig("/var/log/smg.log", 3, "shm", 65536, False, "")

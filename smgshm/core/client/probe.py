@@ -315,6 +315,7 @@ def probe_worker(address: str, opts: ProbeOptions, local: LocalChecks) -> Worker
 class ProbeReport:
     local: LocalChecks
     workers: list[WorkerReport]
+    cause_info: Found | None = None  # why nothing was judged: a gateway that lists no workers (no_workers)
 
 
 def probe(
@@ -327,6 +328,7 @@ def probe(
 
     With ``gateway`` (from ``GET /workers``), its gRPC workers are probed too and each
     report carries the label the gateway recorded; HTTP workers are listed as not_grpc.
+    A gateway that lists none makes the report's cause ``no_workers``: its part judged nothing.
     ``facts``: this host's, when the caller has read them already.
     """
     from concurrent.futures import ThreadPoolExecutor
@@ -355,7 +357,10 @@ def probe(
 
     with ThreadPoolExecutor(max_workers=min(16, max(1, len(jobs)))) as pool:
         workers = [with_cause(w) for w in pool.map(one, jobs)]
-    return ProbeReport(local, workers)
+    none = None
+    if gateway is not None and not gateway:  # asked about a gateway's workers, and it has none: nothing judged
+        none = found(Cause.NO_WORKERS, "the gateway lists no workers (GET /workers): nothing to probe, nothing judged")
+    return ProbeReport(local, workers, none)
 
 
 def cause_of(w: WorkerReport, local: LocalChecks, shm_dir: str = DEFAULT_SHM_DIR) -> Found | None:

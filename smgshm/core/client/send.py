@@ -17,9 +17,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from smgshm.core.errors import HostError, MessageTooLargeError, SmgshmError, TransportError
+from smgshm.core.errors import HostError, MessageTooLargeError, NoSpaceError, SmgshmError, TransportError
 from smgshm.core.paths import DEFAULT_SHM_DIR
-from smgshm.core.segments.io import ShmRef, WriteStrategy, unlink_segment, write_segment
+from smgshm.core.segments.io import ShmRef, WriteStrategy, no_space_error, unlink_segment, write_segment
 from smgshm.core.stats import percentiles
 from smgshm.core.transport.decision import DEFAULT_SHM_MIN_BYTES, Mode, decide
 from smgshm.core.transport.tensors import digest, expected_nbytes, make_tensor, tensor_bytes
@@ -122,6 +122,11 @@ class _StoppedError(Exception):
     """The caller's stop event was set while a request was being built or was in flight."""
 
 
+def at_once_bytes(opts: SendOptions) -> int:
+    """The SHM bytes a send holds at once, at most: each request's segments, ``concurrency`` requests."""
+    return expected_nbytes(opts.shape, opts.dtype) * opts.tensors * opts.concurrency
+
+
 class _Run:
     def __init__(
         self,
@@ -145,6 +150,7 @@ class _Run:
         self.lock = threading.Lock()
         self.numbers = itertools.count()
         self.nbytes = expected_nbytes(opts.shape, opts.dtype)
+        self.at_once = at_once_bytes(opts)
 
     def _path_for(self) -> str:
         engine = self.opts.layout.value
@@ -202,7 +208,10 @@ class _Run:
             outs: list[OutTensor] = []
             for v in views:
                 if path == "shm":
-                    ref = write_segment(v, shm_dir=o.shm_dir, strategy=o.strategy)
+                    try:
+                        ref = write_segment(v, shm_dir=o.shm_dir, strategy=o.strategy)
+                    except NoSpaceError:  # too small or full by what this run holds at once, not one segment
+                        raise no_space_error(o.shm_dir, self.nbytes, self.at_once) from None
                     created.append(ref)
                     outs.append(OutTensor(o.shape, o.dtype, shm=ref))
                 else:
@@ -329,10 +338,14 @@ def send(
             try:  # the gateway's probe, through the writer itself: a full dir raises NoSpaceError
                 ref = write_segment(b"x", shm_dir=opts.shm_dir)
                 unlink_segment(ref.name, ref.shm_dir)
+            except NoSpaceError:
+                if opts.mode is Mode.SHM:  # named by what the run would hold at once: too small, or full
+                    raise no_space_error(opts.shm_dir, 1, at_once_bytes(opts)) from None
+                writable = False  # auto: the gateway would stay inline, and so do we
             except HostError:
                 if opts.mode is Mode.SHM:
                     raise
-                writable = False  # auto: the gateway would stay inline, and so do we
+                writable = False
         run = _Run(
             opts, stub, diag_pb2, namespace_id(opts.shm_dir, facts), ident.namespace_id, writable, stop, on_progress
         )

@@ -43,11 +43,26 @@ def check_e2e(
         name = f"e2e {run.label}" if report.embedded else f"e2e {gateway}"
         evidence = ", ".join(run.shm_tensors_by_source) or "none"
         summary = f"{run.cause} (p50 {human_ms(run.p50_ms)}; evidence: {evidence})"
-        if run.path == "undetermined":
+        if run.unreachable:  # a dead worker: the endpoint's fault (4), with its cause and its own fix
+            info = run.cause_info
+            fix = f"{info.fix}: {shlex.join(info.fix_cmd)}" if info is not None and info.fix_cmd else f"see {fix_cmd}"
+            out.append(Check(name, "fail", summary, fix, Outcome.UNREACHABLE, cause=Cause.WORKER_UNREACHABLE))
+        elif run.path == "undetermined":
             out.append(Check(name, "fail", summary, f"see {fix_cmd} for each source", Outcome.UNDETERMINED))
         elif run.failure_class:
             log = f"; gateway log: {run.gateway_log}" if run.gateway_log else ""
-            out.append(Check(name, "fail", f"{run.failure} ({summary})", f"see {fix_cmd}{log}", Outcome.CHECK_FAILED))
+            cause = Cause(run.cause_info.code) if run.cause_info is not None else None
+            fix = f"{run.cause_info.fix}; " if run.cause_info is not None else ""
+            out.append(
+                Check(
+                    name,
+                    "fail",
+                    f"{run.failure} ({summary})",
+                    f"{fix}see {fix_cmd}{log}",
+                    Outcome.CHECK_FAILED,
+                    cause=cause,
+                )
+            )
         elif run.expected and not run.as_expected:
             out.append(
                 Check(name, "fail", f"expected {run.expected}: {summary}", f"see {fix_cmd}", Outcome.CHECK_FAILED)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from smgshm.core.causes import Cause, for_sharing
 from smgshm.core.doctor.check import Check
-from smgshm.core.errors import SmgshmError
+from smgshm.core.errors import NoSpaceError, SmgshmError
 from smgshm.core.names import probe_file_pid
 from smgshm.core.outcomes import Outcome
 from smgshm.core.paths import smgshm_cmd
@@ -109,6 +109,11 @@ def probe_check(w: WorkerReport, name: str) -> Check:
     return Check(name, "fail", f"{w.verdict}: {w.reason}", fix, code, cause=cause)
 
 
+def _space_cause(err: SmgshmError) -> Cause | None:
+    """The cause a segment write's ENOSPC was named by (too small or full); None for any other error."""
+    return Cause(err.cause) if isinstance(err, NoSpaceError) else None
+
+
 def check_send(address: str, facts: HostFacts, timeout: float, label: str = "") -> list[Check]:
     """A verified send of inline, then SHM, tensors to a smgshm receiver."""
     from smgshm.core.client.send import SendOptions, send
@@ -128,6 +133,7 @@ def check_send(address: str, facts: HostFacts, timeout: float, label: str = "") 
                     err.hint or "",
                     # A send that could not run is the host's fault or the receiver's reachability.
                     Outcome.HOST if err.outcome is Outcome.HOST else Outcome.UNREACHABLE,
+                    cause=_space_cause(err),
                 )
             )
             continue

@@ -99,6 +99,11 @@ class GatewayRun:
     def failed_requests(self) -> int:
         return sum(1 for r in self.requests if not r.ok)
 
+    @property
+    def unreachable(self) -> bool:
+        """Its requests failed behind a worker that does not answer (the cause worker_unreachable)."""
+        return self.cause_info is not None and self.cause_info.code == Cause.WORKER_UNREACHABLE.value
+
 
 @dataclass(frozen=True)
 class E2eReport:
@@ -114,6 +119,11 @@ class E2eReport:
     @property
     def undetermined(self) -> bool:
         return any(r.path == "undetermined" for r in self.runs)
+
+    @property
+    def unreachable(self) -> bool:
+        """A gateway's worker does not answer (worker_unreachable): an endpoint unreachable, not SHM unused."""
+        return any(r.unreachable for r in self.runs)
 
     @property
     def ok(self) -> bool:

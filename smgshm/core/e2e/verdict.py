@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from smgshm.core.causes import Cause, for_verdict, write_failure
-from smgshm.core.e2e.evidence import MetricsEvidence, ReceiptEvidence, ShmDirEvidence
-from smgshm.core.host.namespace import compare_namespace_ids
+from smgshm.core.e2e.evidence import MetricsEvidence, ReceiptEvidence, ReceiptSeen, ShmDirEvidence
+from smgshm.core.host.namespace import NamespaceComparison, Sharing, compare_namespace_ids
 from smgshm.core.names import gateway_probe_name
 from smgshm.core.stats import median
 from smgshm.core.transport.decision import DEFAULT_SHM_MIN_BYTES, PROBE_FAILS, Mode, decide, parse_mode
@@ -45,7 +45,9 @@ class Verdict:
     agree: bool  # every available source tells the same story
     counts: dict[str, int]  # SHM tensors per source (metrics, shm dir, receipts)
     failure_class: str = ""  # consumed_handle_retried | segment_left_behind | request_failed
-    code: Cause | None = None  # the catalogue's cause when the path is not shm (None: SHM as configured)
+    # the catalogue's cause when the path is not shm, or when it is but the worker cannot open the segments
+    # (None: SHM as configured)
+    code: Cause | None = None
 
 
 def shm_counts(m: MetricsEvidence, d: ShmDirEvidence, r: ReceiptEvidence) -> dict[str, int]:
@@ -99,7 +101,12 @@ def judge(ctx: Context, m: MetricsEvidence, d: ShmDirEvidence, r: ReceiptEvidenc
     n_shm = next(iter(counts.values()))
     n_inline = next(iter(inline_counts.values()), 0)
     if n_shm:
-        return Verdict("shm", _shm_cause(ctx, m, d, r, n_shm, n_inline), True, counts, failure)
+        text, code = _shm_cause(ctx, m, d, r, n_shm, n_inline), None
+        blocked = _cannot_open(ctx)
+        if blocked is not None and (ctx.failed_requests or _refused(r)):  # sent by SHM where it cannot be read
+            text += f"; the worker cannot open them: {blocked.reason}"
+            code = for_verdict(blocked.sharing.value, ctx.local_ns)
+        return Verdict("shm", text, True, counts, failure, code)
     if n_inline:
         path, cause, code = _inline_cause(ctx, m, d, r)
         return Verdict(path, cause, True, counts, failure, code)
@@ -160,11 +167,18 @@ def _shm_cause(
     if ctx.requests > 1:
         text += f" in each of {ctx.requests} requests"
     consumed = [s.in_flight_ms for s in d.segments if s.end == "consumed"] if d.available else []
-    ages = [x.age_ms for x in shm_receipts if x.age_ms > 0]
+    # A refused receipt was never read (its age is when the worker looked, not when it read).
+    ages = [x.age_ms for x in shm_receipts if x.age_ms > 0 and not x.error_code]
+    refused = _refused(r)
     if consumed:
         text += f", consumed in {human_ms(median(consumed))}"
     elif ages:
         text += f", read {human_ms(median(ages))} after the write"
+    elif refused:
+        codes = ", ".join(sorted({x.error_code for x in refused}))
+        text += f", never read: the worker refused {len(refused)} of {len(shm_receipts)} ({codes})"
+        if codes == "missing":
+            text += ": no such segment where it looks"
     if n_inline:
         each = " per request" if ctx.requests > 1 else ""
         text += f"; {n_inline // per or n_inline} tensor(s) inline{each} (below shm_min_bytes {_min_bytes(ctx)})"
@@ -255,11 +269,25 @@ def _why(ctx: Context, reason: str, largest: int, minb: int) -> tuple[str, Cause
     return f"inline: {reason}", Cause.ENGINE_INLINE_ONLY
 
 
+def _refused(r: ReceiptEvidence) -> list[ReceiptSeen]:
+    """The SHM tensors the worker's receipts say it could not read (missing, denied, ...)."""
+    return [x for x in r.receipts if x.payload_kind == "shm" and x.error_code] if r.available else []
+
+
+def _cannot_open(ctx: Context) -> NamespaceComparison | None:
+    """The namespace ids say the worker cannot open the gateway's segments (another host, another tmpfs):
+    the comparison that says why, or None when they say it can (or cannot tell)."""
+    cmp = compare_namespace_ids(ctx.local_ns, ctx.worker_ns)
+    return cmp if cmp.sharing in (Sharing.OTHER_HOST, Sharing.PRIVATE_TMPFS) else None
+
+
 def _failure_class(ctx: Context, d: ShmDirEvidence, r: ReceiptEvidence) -> str:
     """The failure classes of smg-facts §5.3 that the evidence can prove."""
     consumed = {s.name for s in d.segments if s.end == "consumed"} if d.available else set()
     missing = [x for x in r.receipts if x.payload_kind == "shm" and x.error_code == "missing"]
-    if ctx.failed_requests and missing and (not d.available or any(x.shm_name in consumed for x in missing)):
+    # A worker that cannot see the gateway's tmpfs never consumed a handle: its "missing" is its view.
+    unseen = not d.available and _cannot_open(ctx) is None
+    if ctx.failed_requests and missing and (unseen or any(x.shm_name in consumed for x in missing)):
         return "consumed_handle_retried"
     if d.available and d.left_behind:
         return "segment_left_behind"

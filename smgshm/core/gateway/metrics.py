@@ -25,7 +25,10 @@ TENSORS = "smg_mm_tensors_total"
 TENSOR_BYTES = "smg_mm_tensor_bytes_total"
 SHM_WRITE_FAILURES = "smg_mm_shm_write_failures_total"
 PROCESSING = "smg_mm_processing_total"
-MM_FAMILIES = frozenset({TENSORS, TENSOR_BYTES, SHM_WRITE_FAILURES, PROCESSING})  # all that mm_traffic reads
+# Every HTTP answer by path and status_code: the chat path's say whether the requests that carried tensors failed.
+HTTP_RESPONSES = "smg_http_responses_total"
+CHAT_PATH = "/v1/chat/completions"  # where image requests go (OpenAI chat)
+MM_FAMILIES = frozenset({TENSORS, TENSOR_BYTES, SHM_WRITE_FAILURES, PROCESSING, HTTP_RESPONSES})  # all mm_traffic reads
 
 Labels = frozenset[tuple[str, str]]
 
@@ -75,6 +78,8 @@ class MmTraffic:
     shm_write_failures: int
     processing: dict[str, int]  # by mode: router | worker
     exported: bool  # the gateway exports the smg_mm_* counters at all (they appear once traffic flowed)
+    chat_responses: int = 0  # its answers to chat requests (/v1/chat/completions)
+    chat_errors: int = 0  # of them, those with a status other than 2xx
 
     @property
     def total_tensors(self) -> int:
@@ -104,12 +109,17 @@ def mm_traffic(snap: MetricsSnapshot) -> MmTraffic:
     def ints(name: str, d: dict[str, float]) -> dict[str, int]:
         return {k: round(finite(name, v)) for k, v in d.items()}
 
+    # Answers are context, not the tensors' account: one unusable (NaN, Inf) is left out, never an error.
+    answers = snap.by_label(HTTP_RESPONSES, "status_code", path=CHAT_PATH)
+    chat = {k: round(v) for k, v in answers.items() if math.isfinite(v)}
     return MmTraffic(
         tensors=ints(TENSORS, snap.by_label(TENSORS, "path")),
         nbytes=ints(TENSOR_BYTES, snap.by_label(TENSOR_BYTES, "path")),
         shm_write_failures=round(finite(SHM_WRITE_FAILURES, snap.value(SHM_WRITE_FAILURES))),
         processing=ints(PROCESSING, snap.by_label(PROCESSING, "mode")),
         exported=snap.has(TENSORS) or snap.has(TENSOR_BYTES),
+        chat_responses=sum(chat.values()),
+        chat_errors=sum(n for status, n in chat.items() if not status.startswith("2")),
     )
 
 

@@ -9,11 +9,12 @@ quietly" unless the write-failure counter moved, so findings say which they cann
 from __future__ import annotations
 
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from smgshm.core.causes import CATALOGUE, Cause
 from smgshm.core.gateway.log import TransportConfig
-from smgshm.core.gateway.metrics import MmTraffic
+from smgshm.core.gateway.metrics import CHAT_PATH, MmTraffic
 from smgshm.core.names import gateway_probe_name
 from smgshm.core.outcomes import Outcome
 from smgshm.core.units import human_size
@@ -46,6 +47,31 @@ class ModeFinding:
 def fix_text(mode: str = "auto") -> str:
     flag = shlex.join([FIX_FLAG[0], mode])
     return f"restart the gateway with {flag} (or SMG_MM_TENSOR_TRANSPORT={shlex.quote(mode)}; the flag wins)"
+
+
+def _shm_written(found: Callable[..., ModeFinding], t: MmTraffic, mode: str, certain: str) -> ModeFinding:
+    """A gateway that wrote SHM since start: in use, unless no chat request of it succeeded (then every
+    request that carried SHM failed: a failure, never "in use")."""
+    shm_n, total = t.tensors.get("shm", 0), t.total_tensors
+    if t.chat_responses and t.chat_errors == t.chat_responses:
+        return found(
+            "failing",
+            "fail",
+            f"SHM written since start ({shm_n:,} of {total:,} tensors via shm), but every one of its "
+            f"{t.chat_responses:,} chat request(s) failed ({CHAT_PATH} answered no 2xx, metrics): "
+            "no request that carried SHM succeeded",
+            "its workers' checks say why (a worker on another tmpfs or host cannot open its segments: "
+            "namespace_private_tmpfs, namespace_other_host); the gateway's log has each error" + certain,
+            Outcome.CHECK_FAILED,
+        )
+    share = t.shm_byte_share
+    return found(
+        "shm",
+        "ok",
+        f"SHM in use since start: {shm_n:,} of {total:,} tensors via shm"
+        + (f", {share:.0%} of the bytes" if share is not None else "")
+        + (f" (mode={mode}, log)" if mode else " (metrics)"),
+    )
 
 
 def judge(
@@ -115,15 +141,8 @@ def judge(
         )
     shm_n = t.tensors.get("shm", 0) if t else 0
     inline_n = t.tensors.get("inline", 0) if t else 0
-    if shm_n:
-        share = t.shm_byte_share if t else None
-        return found(
-            "shm",
-            "ok",
-            f"SHM in use since start: {shm_n:,} of {total:,} tensors via shm"
-            + (f", {share:.0%} of the bytes" if share is not None else "")
-            + (f" (mode={mode}, log)" if mode else " (metrics)"),
-        )
+    if shm_n and t is not None:
+        return _shm_written(found, t, mode, certain)
     if mode == "inline":
         return found(
             "inline",

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from smgshm.core.causes import CATALOGUE, Cause, no_space
 from smgshm.core.errors import HandleError, HostError, NoSpaceError, SegmentError
 from smgshm.core.names import new_segment_name, validated_name
 from smgshm.core.paths import DEFAULT_SHM_DIR, smgshm_cmd
@@ -47,24 +48,46 @@ def owner_id() -> str:
     return f"smg:{os.getpid()}"
 
 
-def _free_bytes(shm_dir: str) -> int | None:
+def _space(shm_dir: str) -> tuple[int | None, int | None]:
+    """(total, free) bytes of the shm dir's filesystem; (None, None) when it cannot be read."""
     try:
         st = os.statvfs(shm_dir)
     except OSError:
-        return None
-    return st.f_bavail * st.f_frsize
+        return None, None
+    return st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
+
+
+def no_space_error(shm_dir: str, nbytes: int, at_once: int = 0) -> NoSpaceError:
+    """ENOSPC writing ``nbytes``, named by its cause: a tmpfs whose total is below what the writer holds at
+    once (``at_once``: its segments in flight together, this one's included; 0: this one alone) is too
+    small however empty it is (gc frees nothing); one that would hold it empty is full (free space, or
+    enlarge it)."""
+    total, free = _space(shm_dir)
+    need = max(nbytes, at_once)
+    cause = no_space(need, total)
+    if cause is Cause.SHM_TOO_SMALL:
+        what, hint = "shm dir is too small", CATALOGUE[cause].fix
+    else:
+        what = "shm dir is full"
+        hint = (
+            f"free space ({shlex.join(smgshm_cmd(shm_dir, 'gc', '--delete'))}) or enlarge the tmpfs "
+            "(docker --shm-size, emptyDir sizeLimit)"
+        )
+    return NoSpaceError(
+        what,
+        path=shm_dir,
+        needed_bytes=nbytes,
+        at_once_bytes=need if need > nbytes else None,
+        total_bytes=total,
+        free_bytes=free,
+        hint=hint,
+        cause=cause.value,
+    )
 
 
 def _host_error(err: OSError, shm_dir: str, path: str, nbytes: int) -> HostError:
     if err.errno == errno.ENOSPC:
-        return NoSpaceError(
-            "shm dir is full",
-            path=shm_dir,
-            needed_bytes=nbytes,
-            free_bytes=_free_bytes(shm_dir),
-            hint=f"free space ({shlex.join(smgshm_cmd(shm_dir, 'gc', '--delete'))}) or enlarge the tmpfs "
-            "(docker --shm-size, emptyDir sizeLimit)",
-        )
+        return no_space_error(shm_dir, nbytes)
     if err.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         return HostError(
             "cannot create a segment in the shm dir",
