@@ -9,6 +9,7 @@ names. So a process holding P really starts after, or before, gc first saw the s
 from __future__ import annotations
 
 import os
+import shlex
 import time
 from pathlib import Path
 
@@ -20,8 +21,8 @@ from smgshm.core.segments.judge import ScanOptions, State
 from smgshm.core.segments.reaping import ReapRule, choose, reap_choice
 from smgshm.core.segments.scan import Scan
 from smgshm.core.segments.sightings import Sightings
-from tests.conftest import Children
-from tests.support.cli_gc import PY, WRITER, gc, segs
+from tests.conftest import Children, make_file, run_cli
+from tests.support.cli_gc import PY, WRITER, dead_pid, gc, seg_name, segs
 from tests.support.gc_sightings import _forge, _plant, _store_path, needs_pidns, run_scenario
 
 # judges liveness trusted: never beside a test that makes pid namespaces (tests/conftest.py)
@@ -162,3 +163,66 @@ def test_a_planted_store_is_ignored_and_deletes_nothing(
         for f in (store, store + ".real", store + ".plant"):
             if os.path.lexists(f):
                 os.unlink(f)
+
+
+# --- a proven-dead producer's segment is reaped at once (issue #29: fixes that work when pasted) ------
+
+
+@pytest.fixture
+def trusting(monkeypatch: pytest.MonkeyPatch) -> None:
+    """gc's pid-namespace look, at this test's own process only: on a shared machine another job's
+    container can reach every filesystem at any moment (a procfs of the host's), and gc then rightly
+    trusts no pid; whether it does is tests/integration/test_gc_trust.py's to show, not these."""
+    from smgshm.core.host import pidtrust
+    from smgshm.core.segments import scan
+
+    monkeypatch.setattr(scan, "judge_trust", lambda d: pidtrust.judge_trust(d, pids=[os.getpid()]))
+
+
+@pytest.mark.usefixtures("trusting")
+def test_gcs_own_hint_reaps_a_just_leaked_segment_when_pasted(children: Children, tmpfs_dir: str) -> None:
+    """``smgshm gc`` lists a segment whose producer died a moment ago and hints ``smgshm gc ... --delete``:
+    pasted, that reaps it now (the listing saw it before the delete's pid check), not 10 minutes later."""
+    name = seg_name(dead_pid(children))
+    path = make_file(tmpfs_dir, name)
+    res = run_cli("gc", "--shm-dir", tmpfs_dir)
+    lines = res.stderr.splitlines()
+    at = next(i for i, ln in enumerate(lines) if "reap them with" in ln)
+    argv = shlex.split(lines[at + 1])
+    assert argv[:2] == ["smgshm", "gc"]
+    assert "--delete" in argv
+    doc = run_cli("--json", *argv[1:]).json  # as pasted: no --min-age, no --yes (a non-TTY run never asks)
+    assert doc["result"]["liveness_trusted"] is True
+    assert [(d["name"], d["deleted"]) for d in doc["result"]["deleted"]] == [(name, True)], doc["result"]["deleted"]
+    assert not os.path.lexists(path)
+
+
+@pytest.mark.usefixtures("trusting")
+def test_a_segment_first_seen_by_the_delete_itself_waits_until_the_next_run(children: Children, tmpfs_dir: str) -> None:
+    """Seen first by the very run whose pid check came before it: a process that joined another pid
+    namespace since could have written it, so --min-age keeps it, and says when it is reclaimable; the
+    next run's check comes after this run's sighting, and reaps it."""
+    name = seg_name(dead_pid(children))
+    path = make_file(tmpfs_dir, name)
+    doc = run_cli("--json", "gc", "--shm-dir", tmpfs_dir, "--delete", "--yes").json
+    assert doc["result"]["liveness_trusted"] is True
+    d = {x["name"]: x for x in doc["result"]["deleted"]}[name]
+    assert d["deleted"] is False
+    assert "younger than --min-age" in d["reason"]
+    assert "reclaimable in 10 min" in d["reason"]
+    assert segs(doc)[name]["proven_dead"] is False
+    doc = run_cli("--json", "gc", "--shm-dir", tmpfs_dir, "--delete", "--yes").json
+    assert segs(doc)[name]["proven_dead"] is True
+    assert {x["name"]: x["deleted"] for x in doc["result"]["deleted"]} == {name: True}
+    assert not os.path.lexists(path)
+
+
+def test_assume_dead_keeps_min_age_however_often_a_segment_was_seen(children: Children, tmpfs_dir: str) -> None:
+    name = seg_name(dead_pid(children))
+    path = make_file(tmpfs_dir, name)
+    gc(tmpfs_dir)  # a listing: a sighting
+    doc = gc(tmpfs_dir, "--delete", "--yes")  # (gc() passes --assume-dead)
+    assert segs(doc)[name]["state"] == "leaked"
+    assert segs(doc)[name]["proven_dead"] is False
+    assert {x["name"]: x["deleted"] for x in doc["result"]["deleted"]} == {name: False}
+    assert os.path.exists(path)

@@ -64,7 +64,7 @@ class PreflightRequest:
     pod_private: bool = False
     inflight_bytes: int = 0
     tensor_bytes: tuple[int, ...] = ()
-    min_age_s: float = 600.0  # for names judged by gc's rules only; a proof needs no age
+    min_age_s: float = 600.0  # for names judged by gc's rules only (as gc --delete); a proof needs no age
     timeout_s: float = 10.0
 
 
@@ -196,6 +196,7 @@ def decide_proof(req: PreflightRequest) -> tuple[Proof, Trust]:
                     "word), and no process preflight can see in another pid namespace reaches the tmpfs"
                 ),
                 seen.doubt_uids,
+                seen.since_ns,
             )
         )
     if rule == "none":
