@@ -168,17 +168,6 @@ def test_a_planted_store_is_ignored_and_deletes_nothing(
 # --- a proven-dead producer's segment is reaped at once (issue #29: fixes that work when pasted) ------
 
 
-@pytest.fixture
-def trusting(monkeypatch: pytest.MonkeyPatch) -> None:
-    """gc's pid-namespace look, at this test's own process only: on a shared machine another job's
-    container can reach every filesystem at any moment (a procfs of the host's), and gc then rightly
-    trusts no pid; whether it does is tests/integration/test_gc_trust.py's to show, not these."""
-    from smgshm.core.host import pidtrust
-    from smgshm.core.segments import scan
-
-    monkeypatch.setattr(scan, "judge_trust", lambda d: pidtrust.judge_trust(d, pids=[os.getpid()]))
-
-
 @pytest.mark.usefixtures("trusting")
 def test_gcs_own_hint_reaps_a_just_leaked_segment_when_pasted(children: Children, tmpfs_dir: str) -> None:
     """``smgshm gc`` lists a segment whose producer died a moment ago and hints ``smgshm gc ... --delete``:

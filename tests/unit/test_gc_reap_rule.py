@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import time
 
+from smgshm.core.doctor.leaks import leak_checks, reap_wait
 from smgshm.core.host import clock
 from smgshm.core.host.pidtrust import Trust
 from smgshm.core.node.judge import tmpfs_trust
@@ -106,3 +107,21 @@ def test_the_node_views_trust_carries_when_its_look_began() -> None:
     user = ShmUser(1, "pid:[1]", 1, 0, None)
     trust = tmpfs_trust([user], [PidSpace("pid:[1]", 1)], "pid:[4026531836]", frozenset(), since_ns=42)
     assert (trust.trusted, trust.since_ns) == (True, 42)
+
+
+def test_doctors_leak_fix_says_when_gc_reaps_what_this_scan_could_not_record() -> None:
+    """doctor's scan records its sightings, so the gc it suggests proves the leaks dead and reaps them at
+    once; a scan whose store could not be written leaves gc only --min-age, and the fix says when."""
+    leaked = SegmentInfo(
+        "smg-tokenspeed-7-1-0", "gateway", "regular", 1, 4096, 60.0, os.getuid(), 7, False, (), State.LEAKED, "",
+    )  # fmt: skip
+    assert reap_wait([leaked], stored=True) is None
+    assert reap_wait([leaked], stored=False) == 540.0
+    assert reap_wait([leaked._replace(proven_dead=True)], stored=False) is None
+    counts = {s.value: 0 for s in State} | {"leaked": 1}
+    cmd = ["smgshm", "gc", "--delete"]
+    (now,) = leak_checks(counts, [leaked], 4096, lambda *a: ["smgshm", "gc", *a])
+    assert (now.fix, now.fix_cmd) == ("reap them:", cmd)
+    (later,) = leak_checks(counts, [leaked], 4096, lambda *a: ["smgshm", "gc", *a], wait_s=540.0)
+    assert "the youngest in 9 min, with:" in later.fix
+    assert later.fix_cmd == cmd

@@ -44,6 +44,7 @@ TOO_YOUNG, OTHER_USER, NOT_SMG_NAME = "too_young", "other_user", "not_smg_name"
 ALREADY_GONE, SET_ASIDE_FAILED = "already_gone", "set_aside_failed"
 REPLACED, OPENED, MOUNTED = "replaced_since_scan", "opened_since_scan", "mounted_since_scan"
 KEPT_REASONS = (TOO_YOUNG, OTHER_USER, NOT_SMG_NAME, ALREADY_GONE, SET_ASIDE_FAILED, REPLACED, OPENED, MOUNTED)
+DEFAULT_MIN_AGE_S = 600.0  # gc --delete's --min-age (10m): what a pasted fix waits, where it waits
 
 
 def _renameat2(dfd: int, src: str, dst: str) -> None:
@@ -282,6 +283,7 @@ def reap_choice(scan: Scan, choice: Choice, on_action: Callable[[Deletion], None
 
 __all__ = [
     "BATCH",
+    "DEFAULT_MIN_AGE_S",
     "KEPT_REASONS",
     "Choice",
     "ReapReport",
