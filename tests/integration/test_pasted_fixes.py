@@ -54,3 +54,20 @@ def test_doctors_leak_and_probe_file_fixes_reap_a_dead_producers_files_when_past
     assert _deleted(pasted) == {segment: True, probe: True}, pasted["result"]["deleted"]
     assert not [n for n in os.listdir(tmpfs_dir) if n.startswith("smg-")]
 
+
+@pytest.mark.slow
+def test_watchs_leak_fix_is_said_once_and_reaps_when_pasted(children: Children, tmpfs_dir: str) -> None:
+    """watch's fix for a leaked orphan names gc's command once (it was "remove them: smgshm gc --delete:
+    smgshm gc --delete --shm-dir D", the catalogue's words and the command run together); pasted, the
+    command reaps the orphan now: watch recorded it before that gc's look at the pid namespaces."""
+    segment = seg_name(dead_pid(children))
+    make_file(tmpfs_dir, segment)
+    res = run_cli("--no-color", "watch", "--shm-dir", tmpfs_dir, "--orphan-after", "0s", "--duration", "2s")
+    (fix,) = [ln.strip() for ln in res.stdout.splitlines() if ln.strip().startswith("fix:")]
+    assert fix.count("smgshm gc") == 1, fix
+    assert fix.startswith("fix: remove them: smgshm gc"), fix
+    argv = shlex.split(fix.split(": ", 2)[2])
+    assert argv == ["smgshm", "gc", "--delete", "--shm-dir", tmpfs_dir]
+    pasted = run_cli("--json", *argv[1:]).json
+    assert _deleted(pasted) == {segment: True}, pasted["result"]["deleted"]
+    assert not os.path.lexists(os.path.join(tmpfs_dir, segment))
