@@ -184,6 +184,47 @@ def test_a_probe_file_left_stops_the_wrapper_unless_start_anyway(dshm: str) -> N
     assert pod.last.returncode == 0  # type: ignore[attr-defined]
 
 
+HOLD_PROBE = (
+    "import os, time; fd = os.open('/dev/shm/smg-tokenspeed-probe-1', os.O_RDONLY); "
+    "open('/dev/shm/ready', 'w').close(); time.sleep(600)"
+)
+
+
+@pytest.mark.parametrize("how", ["no_pod_private", "host_ipc", "host_ipc_pod_private", "nested_pid_namespace", "held"])
+def test_a_probe_file_lefts_fix_names_the_cause_that_holds(dshm: str, how: str) -> None:
+    """The fix said "pass --pod-private" to a run that had passed it, where the cause was the host's IPC
+    namespace (or a process of another pid namespace, or a holder): each cause gets its own fix."""
+    _crash_old_gateway(dshm)
+    flags, ipc, before = ["--pod-private"], True, ""
+    if how == "no_pod_private":
+        flags = []
+    elif how in ("host_ipc", "host_ipc_pod_private"):
+        ipc, flags = False, (["--pod-private"] if how == "host_ipc_pod_private" else [])
+    elif how == "nested_pid_namespace":
+        nested = shlex.join(
+            ["unshare", "--pid", "--fork", sys.executable, "-c", "import time; open('/dev/shm/ready', 'w').close(); "
+             "time.sleep(600)"]
+        )  # fmt: skip
+        before = f"{{ {nested} & }}; {WAIT_READY}; "
+    else:  # held: the proof holds, and a process of the pod keeps the probe file open
+        before = f"{{ {shlex.join([sys.executable, '-c', HOLD_PROBE])} & }}; {WAIT_READY}; "
+    argv = smgshm_argv("--json", "preflight", *flags, "--", sys.executable, "-c", NEW_GATEWAY)
+    lines = pod(argv, dshm, before=before, ipc=ipc)
+    r = json.loads(lines[0])["result"]
+    (cause,) = [c for c in r["causes"] if c["code"] == "probe_file_left"]
+    fix = cause["fix"]
+    assert ("pass --pod-private" in fix) is (how == "no_pod_private"), fix
+    expect = {
+        "no_pod_private": "if every process that writes SMG names in this tmpfs is in this pid namespace",
+        "host_ipc": "shares the host's IPC namespace",
+        "host_ipc_pod_private": "shares the host's IPC namespace",
+        "nested_pid_namespace": "another pid namespace",
+        "held": "end the process that holds it (open or mapped by",
+    }[how]
+    assert expect in fix, fix
+    assert r["proof"]["holds"] is (how == "held")
+
+
 def test_init_container_reclaims_every_smg_name_and_nothing_else(dshm: str) -> None:
     _crash_old_gateway(dshm)
     make_file(dshm, "smg-tokenspeed-7-1-0")  # young, another pid: the proof needs no age
