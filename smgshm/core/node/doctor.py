@@ -38,6 +38,7 @@ from smgshm.core.names import GATEWAY_PROBE_PREFIX
 from smgshm.core.node.scan import Tmpfs, TmpfsScan, look
 from smgshm.core.node.volumes import ShmUser
 from smgshm.core.outcomes import Outcome
+from smgshm.core.paths import same_dir
 from smgshm.core.segments.judge import ScanOptions, SegmentInfo
 from smgshm.core.units import human_size
 
@@ -92,7 +93,7 @@ class NodeCheckup:
 def node_gc_cmd(root: str, *args: str) -> list[str]:
     """``smgshm gc --node`` as argv to suggest: it names ``root`` unless that is /, so pasting it acts on the
     node examined."""
-    where = [] if os.path.realpath(root) == "/" else ["--node-root", root]
+    where = [] if same_dir(root, "/") else ["--node-root", root]  # (not by realpath: /proc/PID/root reads "/")
     return ["smgshm", "gc", "--node", *where, *args]
 
 
