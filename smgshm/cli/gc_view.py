@@ -374,8 +374,8 @@ class HumanListing:
         argv += ["--assume-dead"] if scan.opts.assume_dead else []
         proves = not scan.opts.assume_dead and scan.sightings.stored
         young = [d for d in deleted if d.kept == "too_young"]
-        if deleted and not young:
-            return  # kept for another reason (another user's, held since): each line says which
+        if deleted and (not young or self.youngest_unproven is None):
+            return  # the leaked left were kept for another reason (another user's, held since): each line says
         if proves and deleted:
             hint(
                 self.app,

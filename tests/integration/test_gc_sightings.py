@@ -206,6 +206,32 @@ def test_a_segment_first_seen_by_the_delete_itself_waits_until_the_next_run(chil
     assert not os.path.lexists(path)
 
 
+@pytest.mark.usefixtures("trusting")
+def test_a_delete_that_keeps_a_segment_by_min_age_hints_the_run_that_reaps_it(
+    children: Children, tmpfs_dir: str
+) -> None:
+    name = seg_name(dead_pid(children))
+    path = make_file(tmpfs_dir, name)
+    res = run_cli("gc", "--shm-dir", tmpfs_dir, "--delete")
+    assert f"kept {name}: younger than --min-age (0 s < 600 s): reclaimable in 10 min" in res.stdout
+    lines = res.stderr.splitlines()
+    at = next(i for i, ln in enumerate(lines) if "the next run's" in ln)
+    assert "so it reaps them at once:" in " ".join(lines[at : at + 3])
+    argv = shlex.split(next(ln for ln in lines[at:] if ln.strip().startswith("smgshm gc")))
+    assert argv == ["smgshm", "gc", "--shm-dir", tmpfs_dir, "--delete"]
+    run_cli(*argv[1:])
+    assert not os.path.lexists(path)
+
+
+def test_assume_dead_hints_when_min_age_lets_the_segment_go(children: Children, tmpfs_dir: str) -> None:
+    make_file(tmpfs_dir, seg_name(dead_pid(children)), age_s=60)
+    res = run_cli("gc", "--shm-dir", tmpfs_dir, "--assume-dead")
+    hint = " ".join(ln.strip() for ln in res.stderr.splitlines())
+    assert "--assume-dead proves no producer dead, so --min-age (10 min) keeps each until it is that old" in hint
+    assert "the youngest is reclaimable in 9 min" in hint
+    assert f"smgshm gc --shm-dir {tmpfs_dir} --delete --assume-dead" in hint
+
+
 def test_assume_dead_keeps_min_age_however_often_a_segment_was_seen(children: Children, tmpfs_dir: str) -> None:
     name = seg_name(dead_pid(children))
     path = make_file(tmpfs_dir, name)
