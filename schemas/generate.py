@@ -179,6 +179,12 @@ FIELD_OVERRIDES: dict[tuple[str, str], dict[str, Any]] = {
         "description": "seconds smgshm has seen it, on the boot clock (0.0: first seen now); null where no "
         "producer process is there to need it",
     },
+    ("SegmentInfo", "proven_dead"): {
+        "type": "boolean",
+        "description": "leaked, and proven so with no clock: its producer pid judged (not --assume-dead) in the "
+        "pid namespace(s) that write here, and the segment seen before the look that trusted that; gc --delete "
+        "takes it at any age (--min-age holds for the rest)",
+    },
 }
 # Fields a view leaves out of a result's object.
 SKIP_FIELDS = {("SegmentInfo", "dev")}

@@ -529,7 +529,7 @@ def assert_fits(text: str, cols: int = 80, what: str = "output") -> None:
 # registered here, where pytest finds them for every test (imported last: those modules import
 # this one's helpers).
 from tests.support.cli_doctor import shm_dir  # noqa: E402, F401
-from tests.support.cli_gc import tmpfs_dir  # noqa: E402, F401
+from tests.support.cli_gc import tmpfs_dir, trusting  # noqa: E402, F401
 from tests.support.cli_send import address  # noqa: E402, F401
 from tests.support.core_worker import model, vllm  # noqa: E402, F401
 from tests.support.e2e import gateways, model_dir  # noqa: E402, F401

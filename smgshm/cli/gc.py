@@ -27,7 +27,14 @@ if TYPE_CHECKING:
 @click.command()
 @click.option("--delete", is_flag=True, help="Unlink the leaked segments (read-only without it).")
 @click.option("--include-stale", is_flag=True, help="With --delete: also stale ones (producer alive but old).")
-@click.option("--min-age", type=DURATION, default="10m", show_default=True, help="Never delete anything younger.")
+@click.option(
+    "--min-age",
+    type=DURATION,
+    default="10m",
+    show_default=True,
+    help="Delete nothing younger, except a leaked segment proven so: its producer's pid is dead in the pid "
+    "namespace that wrote it, and an earlier scan (gc, doctor, watch) saw it before this run's pid check.",
+)
 @click.option(
     "--stale-after",
     type=DURATION,
@@ -130,7 +137,10 @@ def gc(
     line per entry for scripts; --json one document, written as it goes.
 
     --delete unlinks only leaked (and with --include-stale, stale) regular
-    files older than --min-age, owned by this uid. It shows what it will delete,
+    files owned by this uid: a leaked one at any age once its producer is
+    proven dead (its pid judged in the pid namespace that wrote it, not with
+    --assume-dead, and the segment seen by an earlier scan: gc, doctor or
+    watch), anything else only when older than --min-age. It shows what it will delete,
     asks on a TTY unless --yes (an answer other than y, or none, deletes nothing
     and is no error: exit 0), sets each aside under a private name, checks that
     it is the very inode judged (still regular, held by nobody) and only then
@@ -298,7 +308,7 @@ def _scan_and_reap(
         if app.json
         else view.RawListing(app, scan)
         if raw
-        else view.HumanListing(app, scan, all_rows, check)
+        else view.HumanListing(app, scan, all_rows, check, min_age)
     )
     rule = reaping.ReapRule.of(include_stale=include_stale, min_age_s=min_age, all_users=all_users) if delete else None
     with _no_cycle_collector():

@@ -59,12 +59,13 @@ def segment_docs(segs: list[SegmentInfo]) -> list[dict[str, Any]]:
             "producer_alive": alive,
             "holders": _holder_docs(held) if held else [],
             "state": state._value_,
-            "reason": reason,
+            "reason": why,
             "ino": ino,
             "nlink": nlink,
-            "seen_s": seen_s,
+            "seen_s": seen,
+            "proven_dead": dead,
         }
-        for name, kind, ftype, nbytes, alloc, age, uid, pid, alive, held, state, reason, ino, nlink, _, seen_s in segs
+        for name, kind, ftype, nbytes, alloc, age, uid, pid, alive, held, state, why, ino, nlink, _, seen, dead in segs
     ]
 
 
@@ -135,7 +136,7 @@ _HEADS: dict[tuple[str, str, int, str, int | None, bool | None], str] = {}
 
 
 def _row(s: SegmentInfo, state: str | None = None) -> str:
-    name, kind, _, _, alloc, age_s, _, pid, alive, _, st, _, _, _, _, _ = s
+    name, kind, _, _, alloc, age_s, _, pid, alive, _, st, _, _, _, _, _, _ = s
     age = _AGES.get(int(age_s)) or _age(age_s)
     # Everything before the name, made once per (state, kind, size, shown age, pid): a crowded
     # dir repeats a handful of them (this runs once per row of --all).
@@ -169,7 +170,7 @@ def why_line(reason: str, cols: int) -> str:
 
 def raw_row(s: SegmentInfo) -> str:
     """STATE KIND ALLOCATED_BYTES AGE_S PID NAME: one entry, single spaces, no header, nothing humanised."""
-    name, kind, _, _, alloc, age, _, pid, _, _, st, _, _, _, _, _ = s
+    name, kind, _, _, alloc, age, _, pid, _, _, st, _, _, _, _, _, _ = s
     if not (name.isascii() and name.isprintable() and "\\" not in name):  # display(), inline: once per row
         name = escape(name)
     if " " in name:
@@ -271,8 +272,9 @@ class RawListing:
 class HumanListing:
     """Tallies and the entries that matter most (bounded); with ``--all`` every row, spooled."""
 
-    def __init__(self, app: App, scan: Scan, all_rows: bool, check: bool) -> None:
-        self.app, self.check = app, check
+    def __init__(self, app: App, scan: Scan, all_rows: bool, check: bool, min_age_s: float = 600.0) -> None:
+        self.app, self.check, self.min_age_s = app, check, min_age_s
+        self.youngest_unproven: float | None = None  # age of the youngest leaked entry --min-age still keeps
         self.notable: list[tuple[tuple[int, int, int], SegmentInfo, int]] = []  # min-heap: least notable on top
         # Unlinked at creation, closed in finish(): --all keeps its rows on disk, not in memory.
         self.spool: IO[str] | None = None
@@ -283,7 +285,12 @@ class HumanListing:
         self.spool_buf: list[str] = []
 
     def add(self, seg: SegmentInfo, row: int) -> None:
-        rank = _RANK.get(seg.state._value_)
+        state = seg.state._value_
+        if state == "leaked" and not seg.proven_dead:
+            young = self.youngest_unproven
+            if young is None or seg.age_s < young:
+                self.youngest_unproven = seg.age_s
+        rank = _RANK.get(state)
         if rank is not None:
             notable = self.notable
             if len(notable) < NOTABLE:
@@ -362,11 +369,43 @@ class HumanListing:
             ),
             2,
         )
-        if after.counts["leaked"] and not deleted and not app.quiet:
-            argv = ["smgshm", "gc", "--shm-dir", scan.opts.shm_dir, "--delete"]
-            argv += ["--assume-dead"] if scan.opts.assume_dead else []
-            hint(app, "reap them with:")
-            command(app.err_console, argv, 6)
+        if after.counts["leaked"] and not app.quiet:
+            self._reap_hint(scan, deleted)
+
+    def _reap_hint(self, scan: Scan, deleted: list[Deletion]) -> None:
+        """How to reap what is left leaked, and when: a later run reaps at once what a pid check proves dead
+        and this run saw (it stored its sightings); --min-age waits for the rest (--assume-dead proves nothing)."""
+        argv = ["smgshm", "gc", "--shm-dir", scan.opts.shm_dir, "--delete"]
+        argv += ["--assume-dead"] if scan.opts.assume_dead else []
+        proves = not scan.opts.assume_dead and scan.sightings.stored
+        young = [d for d in deleted if d.kept == "too_young"]
+        if deleted and (not young or self.youngest_unproven is None):
+            return  # the leaked left were kept for another reason (another user's, held since): each line says
+        if proves and deleted:
+            hint(
+                self.app,
+                "the leaked kept by --min-age were first seen by this run, after its pid check; the next run's "
+                "check comes after this sighting, so it reaps them at once:",
+            )
+        elif proves:
+            hint(
+                self.app, "reap them with (at once, whatever their age: this run saw them before that run's pid check):"
+            )
+        elif self.youngest_unproven is not None:
+            wait = human_duration(max(0.0, self.min_age_s - self.youngest_unproven))
+            why = (
+                "--assume-dead proves no producer dead"
+                if scan.opts.assume_dead
+                else "this run could not store its sightings"
+            )
+            hint(
+                self.app,
+                f"{why}, so --min-age ({human_duration(self.min_age_s)}) keeps each until it is that old: "
+                f"the youngest is reclaimable in {wait}; reap them with:",
+            )
+        else:
+            hint(self.app, "reap them with:")
+        command(self.app.err_console, argv, 6)
 
 
 def headline(scan: Scan, before: Tally, after: Tally, deleted: list[Deletion], check: bool, code: ExitCode) -> str:

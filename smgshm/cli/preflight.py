@@ -49,7 +49,8 @@ from smgshm.cli.params import BYTES, DURATION, shm_dir_option
     type=DURATION,
     default="10m",
     show_default=True,
-    help="Names judged by gc's rules (not by a proof) are reclaimed only when older.",
+    help="Names judged by gc's rules (not by preflight's proof) are reclaimed only when older, as by gc --delete "
+    "(a leaked one whose producer gc proves dead, at any age).",
 )
 @click.option(
     "--timeout",

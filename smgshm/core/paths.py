@@ -10,9 +10,21 @@ DEFAULT_SHM_DIR = "/dev/shm"  # noqa: S108
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 
 
+def same_dir(a: str, b: str) -> bool:
+    """Whether ``a`` and ``b`` are the very same directory (device and inode); False when either cannot
+    be read. Not their paths resolved as text: ``os.path.realpath`` reads /proc/PID/root as "/", so
+    another mount namespace's /dev/shm (/proc/PID/root/dev/shm) would read as this one's."""
+    try:
+        sa, sb = os.stat(a), os.stat(b)
+    except OSError:
+        return False
+    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
+
+
 def smgshm_cmd(shm_dir: str, *args: str) -> list[str]:
     """A smgshm command line to suggest (argv, for shlex.join / quote_cmd): it names ``shm_dir``
-    unless that is the default, so pasting it acts on the dir examined, never on /dev/shm."""
-    if os.path.realpath(shm_dir) != os.path.realpath(DEFAULT_SHM_DIR):
+    unless that is the default directory itself, so pasting it acts on the dir examined, never on
+    this host's /dev/shm (``same_dir``: a tmpfs seen through /proc/PID/root is named)."""
+    if not same_dir(shm_dir, DEFAULT_SHM_DIR):
         args = (*args, "--shm-dir", shm_dir)
     return ["smgshm", *args]

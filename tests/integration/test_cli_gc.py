@@ -84,6 +84,7 @@ SEGMENT_KEYS = {
     "name_hex",
     "nlink",
     "seen_s",
+    "proven_dead",
 }
 HOLDER_KEYS = {"pid", "comm", "how"}
 DELETION_KEYS = {"name", "name_hex", "nbytes", "deleted", "reason", "ino", "freed_bytes"}

@@ -9,6 +9,7 @@ names. So a process holding P really starts after, or before, gc first saw the s
 from __future__ import annotations
 
 import os
+import shlex
 import time
 from pathlib import Path
 
@@ -20,8 +21,8 @@ from smgshm.core.segments.judge import ScanOptions, State
 from smgshm.core.segments.reaping import ReapRule, choose, reap_choice
 from smgshm.core.segments.scan import Scan
 from smgshm.core.segments.sightings import Sightings
-from tests.conftest import Children
-from tests.support.cli_gc import PY, WRITER, gc, segs
+from tests.conftest import Children, make_file, run_cli
+from tests.support.cli_gc import PY, WRITER, dead_pid, gc, seg_name, segs
 from tests.support.gc_sightings import _forge, _plant, _store_path, needs_pidns, run_scenario
 
 # judges liveness trusted: never beside a test that makes pid namespaces (tests/conftest.py)
@@ -162,3 +163,81 @@ def test_a_planted_store_is_ignored_and_deletes_nothing(
         for f in (store, store + ".real", store + ".plant"):
             if os.path.lexists(f):
                 os.unlink(f)
+
+
+# --- a proven-dead producer's segment is reaped at once (issue #29: fixes that work when pasted) ------
+
+
+@pytest.mark.usefixtures("trusting")
+def test_gcs_own_hint_reaps_a_just_leaked_segment_when_pasted(children: Children, tmpfs_dir: str) -> None:
+    """``smgshm gc`` lists a segment whose producer died a moment ago and hints ``smgshm gc ... --delete``:
+    pasted, that reaps it now (the listing saw it before the delete's pid check), not 10 minutes later."""
+    name = seg_name(dead_pid(children))
+    path = make_file(tmpfs_dir, name)
+    res = run_cli("gc", "--shm-dir", tmpfs_dir)
+    lines = res.stderr.splitlines()
+    at = next(i for i, ln in enumerate(lines) if "reap them with" in ln)
+    argv = shlex.split(lines[at + 1])
+    assert argv[:2] == ["smgshm", "gc"]
+    assert "--delete" in argv
+    doc = run_cli("--json", *argv[1:]).json  # as pasted: no --min-age, no --yes (a non-TTY run never asks)
+    assert doc["result"]["liveness_trusted"] is True
+    assert [(d["name"], d["deleted"]) for d in doc["result"]["deleted"]] == [(name, True)], doc["result"]["deleted"]
+    assert not os.path.lexists(path)
+
+
+@pytest.mark.usefixtures("trusting")
+def test_a_segment_first_seen_by_the_delete_itself_waits_until_the_next_run(children: Children, tmpfs_dir: str) -> None:
+    """Seen first by the very run whose pid check came before it: a process that joined another pid
+    namespace since could have written it, so --min-age keeps it, and says when it is reclaimable; the
+    next run's check comes after this run's sighting, and reaps it."""
+    name = seg_name(dead_pid(children))
+    path = make_file(tmpfs_dir, name)
+    doc = run_cli("--json", "gc", "--shm-dir", tmpfs_dir, "--delete", "--yes").json
+    assert doc["result"]["liveness_trusted"] is True
+    d = {x["name"]: x for x in doc["result"]["deleted"]}[name]
+    assert d["deleted"] is False
+    assert "younger than --min-age" in d["reason"]
+    assert "reclaimable in 10 min" in d["reason"]
+    assert segs(doc)[name]["proven_dead"] is False
+    doc = run_cli("--json", "gc", "--shm-dir", tmpfs_dir, "--delete", "--yes").json
+    assert segs(doc)[name]["proven_dead"] is True
+    assert {x["name"]: x["deleted"] for x in doc["result"]["deleted"]} == {name: True}
+    assert not os.path.lexists(path)
+
+
+@pytest.mark.usefixtures("trusting")
+def test_a_delete_that_keeps_a_segment_by_min_age_hints_the_run_that_reaps_it(
+    children: Children, tmpfs_dir: str
+) -> None:
+    name = seg_name(dead_pid(children))
+    path = make_file(tmpfs_dir, name)
+    res = run_cli("gc", "--shm-dir", tmpfs_dir, "--delete")
+    assert f"kept {name}: younger than --min-age (0 s < 600 s): reclaimable in 10 min" in res.stdout
+    lines = res.stderr.splitlines()
+    at = next(i for i, ln in enumerate(lines) if "the next run's" in ln)
+    assert "so it reaps them at once:" in " ".join(lines[at : at + 3])
+    argv = shlex.split(next(ln for ln in lines[at:] if ln.strip().startswith("smgshm gc")))
+    assert argv == ["smgshm", "gc", "--shm-dir", tmpfs_dir, "--delete"]
+    run_cli(*argv[1:])
+    assert not os.path.lexists(path)
+
+
+def test_assume_dead_hints_when_min_age_lets_the_segment_go(children: Children, tmpfs_dir: str) -> None:
+    make_file(tmpfs_dir, seg_name(dead_pid(children)), age_s=60)
+    res = run_cli("gc", "--shm-dir", tmpfs_dir, "--assume-dead")
+    hint = " ".join(ln.strip() for ln in res.stderr.splitlines())
+    assert "--assume-dead proves no producer dead, so --min-age (10 min) keeps each until it is that old" in hint
+    assert "the youngest is reclaimable in 9 min" in hint
+    assert f"smgshm gc --shm-dir {tmpfs_dir} --delete --assume-dead" in hint
+
+
+def test_assume_dead_keeps_min_age_however_often_a_segment_was_seen(children: Children, tmpfs_dir: str) -> None:
+    name = seg_name(dead_pid(children))
+    path = make_file(tmpfs_dir, name)
+    gc(tmpfs_dir)  # a listing: a sighting
+    doc = gc(tmpfs_dir, "--delete", "--yes")  # (gc() passes --assume-dead)
+    assert segs(doc)[name]["state"] == "leaked"
+    assert segs(doc)[name]["proven_dead"] is False
+    assert {x["name"]: x["deleted"] for x in doc["result"]["deleted"]} == {name: False}
+    assert os.path.exists(path)

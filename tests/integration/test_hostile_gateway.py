@@ -63,7 +63,9 @@ HOSTILE = "shm\x1b[2K\r\n[ok] forged: every tensor via SHM\x1b]0;pwned\x07\x9b1m
 # metrics' path and mode labels and its model's name; "count" what advances its counters ("chat" or
 # "scrape"); "garbage_after" scrapes after which /metrics answers what is not Prometheus text;
 # "chat_status" its chat reply's status; "write_every" seconds between segments it writes (and
-# removes) in /dev/shm, named as SMG's gateway names them, with the pid it sees.
+# removes) in /dev/shm, named as SMG's gateway names them, with the pid it sees; "metrics" to serve its
+# metrics on a port of their own too (SMG's --prometheus-port: no GET /workers there), with
+# "write_failures" as its SHM write-failure counter.
 FAKE = r"""
 import ctypes, http.server, json, os, sys, threading, time
 ctypes.CDLL(None).prctl(15, b"smg::router", 0, 0, 0)  # PR_SET_NAME: its comm is now SMG's title
@@ -109,9 +111,11 @@ class H(http.server.BaseHTTPRequestHandler):
             if counts["scrape"] > cfg.get("garbage_after", 1 << 30):
                 return self.reply(200, "\x1b[2J\n[ok] forged{" + label, "text/plain")
             n, lv = counts[cfg.get("count", "chat")], esc(label)
+            failed = f'smg_mm_shm_write_failures_total{{runtime="vllm"}} {cfg.get("write_failures")}\n'
             self.reply(200, f'smg_mm_tensors_total{{runtime="vllm",path="{lv}"}} {n}\n'
                             f'smg_mm_tensor_bytes_total{{runtime="vllm",path="{lv}"}} {n * 4816896}\n'
-                            f'smg_mm_processing_total{{model="m",mode="{lv}"}} {n}\n', "text/plain")
+                            f'smg_mm_processing_total{{model="m",mode="{lv}"}} {n}\n'
+                            + (failed if "write_failures" in cfg else ""), "text/plain")
         else:
             self.reply(404, "{}")
 
@@ -126,11 +130,20 @@ class H(http.server.BaseHTTPRequestHandler):
     def log_message(self, *a):
         pass
 
+class M(H):
+    def do_GET(self):
+        if self.path == "/workers":
+            return self.reply(404, "{}")
+        super().do_GET()
+
 port = 0
 if cfg.get("http"):
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
     port = srv.server_address[1]
     threading.Thread(target=srv.serve_forever, daemon=True).start()
+if cfg.get("metrics"):
+    msrv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), M)
+    threading.Thread(target=msrv.serve_forever, daemon=True).start()
 print("ready", port, flush=True)
 threading.Event().wait()
 """
@@ -240,6 +253,37 @@ def test_doctor_reads_a_fake_gateways_huge_logs_within_its_bound(children: Child
     assert entry["finding"]["verdict"] == "unknown"
     checks = {c["name"]: c for c in doc["result"]["checks"]}
     assert checks[f"gateway {pid} transport"]["status"] == "warn"
+
+
+@pytest.mark.slow
+def test_doctor_quotes_a_gateways_write_errors_from_its_log_defused(children: Children, shm_tmpfs: Path) -> None:
+    """A gateway whose SHM writes fail (its metrics count them): doctor's fix names its log and quotes the
+    last write errors there (issue #29), never "read the gateway's log" of a log it read. The lines are a
+    stranger's: each bounded, its control characters and colour codes gone, the forged line not quoted."""
+    log = shm_tmpfs / "gw.log"
+    error = "2026-12-04 10:00:0{n}  WARN t: Failed to write multimodal SHM tensor; falling back to inline error={e}\n"
+    log.write_text(
+        START.format(d=4, m="shm")
+        + "".join(error.format(n=n, e="No space left on device (os error 28)") for n in range(3))
+        + error.format(n=3, e=HOSTILE + "z" * 1000),
+        encoding="utf-8",
+    )
+    pid, _ = fake_gateway(children, {"logs": [str(log)], "http": True, "metrics": True, "write_failures": 4})
+    args = ("doctor", "--no-e2e", "--gateway-pid", str(pid), "--shm-dir", str(shm_tmpfs), "--timeout", "5s")
+    res = run("--json", *args, bound_s=60)
+    checks = {c["name"]: c for c in json.loads(res.stdout)["result"]["checks"]}
+    t = checks[f"gateway {pid} transport"]
+    assert (t["status"], t["cause"]) == ("fail", "shm_writes_failing"), t
+    fix = t["fix"]
+    assert f"the gateway's log {log} says why (its last 3 write error(s))" in fix, fix
+    assert fix.count("No space left on device") == 2
+    assert "\x1b" not in fix
+    assert "\x07" not in fix
+    assert "\u202e" not in fix
+    assert "z" * 300 not in fix, "a quoted line is bounded"
+    human = run("--no-color", *args, bound_s=60).stdout
+    assert_clean(human, "doctor's human output")
+    assert "says why (its last 3 write error(s))" in human
 
 
 @pytest.mark.slow

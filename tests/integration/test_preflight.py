@@ -120,12 +120,16 @@ def test_wrapper_reclaims_pid_1s_previous_incarnation_and_execs_the_gateway_as_p
     # The exec'd program is the gateway: pid 1, and the old incarnation's names are gone before it runs.
     assert gw["pid"] == 1
     assert gw["shm"] == sorted([kept["name"], "ready"])
-    # Idempotent: the next start reclaims nothing and may start. (The producer died with its pod; its young
-    # segment is judged by gc's rules, which keep it: leaked but younger than --min-age, or its pid taken by
-    # a thread of preflight's, too close in time to call it reused.)
+    # The producer died with its pod. Its young segment is judged by gc's rules, as gc --delete reaps: its
+    # pid is dead (or taken since) in this pid namespace, and the run before saw it before this run's look at
+    # the pid namespaces, so it is proven leaked and reclaimed at any age (no --min-age wait).
     doc, gw = _wrapper(dshm, "--pod-private")
-    assert (doc["result"]["verdict"], doc["result"]["reclaimed_count"]) == ("ok", 0)
-    assert [e["name"] for e in doc["result"]["kept"]] == [kept["name"]]
+    assert (doc["result"]["verdict"], doc["result"]["reclaimed_count"]) == ("ok", 1), doc["result"]
+    assert [e["name"] for e in doc["result"]["reclaimed"]] == [kept["name"]]
+    assert gw["shm"] == ["ready"]
+    # Idempotent: the next start reclaims nothing and may start.
+    doc, gw = _wrapper(dshm, "--pod-private")
+    assert (doc["result"]["verdict"], doc["result"]["reclaimed_count"], doc["result"]["kept"]) == ("ok", 0, [])
 
 
 @pytest.mark.parametrize("how", ["no_pod_private", "host_ipc", "nested_pid_namespace"])
@@ -178,6 +182,47 @@ def test_a_probe_file_left_stops_the_wrapper_unless_start_anyway(dshm: str) -> N
     assert json.loads(lines[0])["result"]["causes"][0]["code"] == "probe_file_left"
     assert json.loads(lines[1])["pid"] == 1  # exec'd anyway
     assert pod.last.returncode == 0  # type: ignore[attr-defined]
+
+
+HOLD_PROBE = (
+    "import os, time; fd = os.open('/dev/shm/smg-tokenspeed-probe-1', os.O_RDONLY); "
+    "open('/dev/shm/ready', 'w').close(); time.sleep(600)"
+)
+
+
+@pytest.mark.parametrize("how", ["no_pod_private", "host_ipc", "host_ipc_pod_private", "nested_pid_namespace", "held"])
+def test_a_probe_file_lefts_fix_names_the_cause_that_holds(dshm: str, how: str) -> None:
+    """The fix said "pass --pod-private" to a run that had passed it, where the cause was the host's IPC
+    namespace (or a process of another pid namespace, or a holder): each cause gets its own fix."""
+    _crash_old_gateway(dshm)
+    flags, ipc, before = ["--pod-private"], True, ""
+    if how == "no_pod_private":
+        flags = []
+    elif how in ("host_ipc", "host_ipc_pod_private"):
+        ipc, flags = False, (["--pod-private"] if how == "host_ipc_pod_private" else [])
+    elif how == "nested_pid_namespace":
+        nested = shlex.join(
+            ["unshare", "--pid", "--fork", sys.executable, "-c", "import time; open('/dev/shm/ready', 'w').close(); "
+             "time.sleep(600)"]
+        )  # fmt: skip
+        before = f"{{ {nested} & }}; {WAIT_READY}; "
+    else:  # held: the proof holds, and a process of the pod keeps the probe file open
+        before = f"{{ {shlex.join([sys.executable, '-c', HOLD_PROBE])} & }}; {WAIT_READY}; "
+    argv = smgshm_argv("--json", "preflight", *flags, "--", sys.executable, "-c", NEW_GATEWAY)
+    lines = pod(argv, dshm, before=before, ipc=ipc)
+    r = json.loads(lines[0])["result"]
+    (cause,) = [c for c in r["causes"] if c["code"] == "probe_file_left"]
+    fix = cause["fix"]
+    assert ("pass --pod-private" in fix) is (how == "no_pod_private"), fix
+    expect = {
+        "no_pod_private": "if every process that writes SMG names in this tmpfs is in this pid namespace",
+        "host_ipc": "shares the host's IPC namespace",
+        "host_ipc_pod_private": "shares the host's IPC namespace",
+        "nested_pid_namespace": "another pid namespace",
+        "held": "end the process that holds it (open or mapped by",
+    }[how]
+    assert expect in fix, fix
+    assert r["proof"]["holds"] is (how == "held")
 
 
 def test_init_container_reclaims_every_smg_name_and_nothing_else(dshm: str) -> None:

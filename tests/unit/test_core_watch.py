@@ -155,8 +155,21 @@ def test_orphans_name_leaked_or_stranded() -> None:
     leaked = orphans_cause([orphan("in_flight", True), orphan("leaked", False)], "/dev/shm")
     assert leaked is not None
     assert (leaked.code, leaked.fix_cmd) == ("segments_leaked", ["smgshm", "gc", "--delete", "--shm-dir", "/dev/shm"])
+    assert leaked.fix == "remove them", "the words introduce the command: never a second command run into it"
     stranded = orphans_cause([orphan("stale", True), orphan("held", True)], "/dev/shm")
     assert stranded is not None
     assert stranded.code == "segments_stranded"
     assert "1 orphan(s) stranded by live producer pid(s) 42 (1000 bytes)" in stranded.message
     assert orphans_cause([orphan("held", True), orphan("unjudged", None)], "/dev/shm") is None
+
+
+def test_watch_under_assume_dead_names_the_flag_and_when_gc_reaps() -> None:
+    from smgshm.core.watch.figures import Orphan
+    from smgshm.core.watch.orphans import orphans_cause
+
+    leaked = [Orphan("smg-tokenspeed-7-1-0", "gateway", 7, False, "leaked", "", 4096, 60.0, 0)]
+    cause = orphans_cause(leaked, "/tmp/d", assume_dead=True)
+    assert cause is not None
+    assert cause.fix_cmd == ["smgshm", "gc", "--delete", "--shm-dir", "/tmp/d", "--assume-dead"]
+    assert "the youngest in 9 min at the latest" in cause.fix
+    assert "smgshm" not in cause.fix

@@ -250,6 +250,8 @@ def _write_failure(finding: ModeFinding, pid: int, shm_dir: str, largest: int = 
     size, free = shm_space(shm_dir)
     need = max(largest, finding.mean_tensor_bytes or 0)
     cause = write_failure(need, size, free, probe_writable(shm_dir) is None)
+    if cause is Cause.SHM_WRITES_FAILING:
+        return finding  # nothing the dir tells: the finding's fix (its log's own words, where it was read) stands
     return replace(finding, cause=cause, fix=CATALOGUE[cause].fix)
 
 

@@ -22,18 +22,38 @@ STRANDED_AFTER_S = 300.0
 
 def check_leaks(shm_dir: str, stranded_after_s: float = STRANDED_AFTER_S) -> list[Check]:
     from smgshm.core.segments.judge import ScanOptions
-    from smgshm.core.segments.scan import scan_segments
+    from smgshm.core.segments.scan import Scan
 
     try:
-        r = scan_segments(ScanOptions(shm_dir, stale_after_s=stranded_after_s))
+        scan = Scan(ScanOptions(shm_dir, stale_after_s=stranded_after_s))
+        r = scan.report(sorted(scan, key=lambda s: s.name))
     except SmgshmError as err:
         return [Check("leaks", "fail", str(err), err.hint or "", Outcome.HOST)]
     out = leak_checks(
-        r.counts, r.segments, r.reclaimable_bytes, lambda *a: smgshm_cmd(shm_dir, "gc", *a), stranded_after_s
+        r.counts,
+        r.segments,
+        r.reclaimable_bytes,
+        lambda *a: smgshm_cmd(shm_dir, "gc", *a),
+        stranded_after_s,
+        reap_wait(r.segments, scan.sightings.stored),
     )
     if not r.liveness_trusted:
         out.append(Check("liveness", "warn", r.liveness_note))
     return out
+
+
+def reap_wait(segments: Sequence[SegmentInfo], stored: bool) -> float | None:
+    """How long until ``gc --delete`` (its default --min-age) reaps the youngest leaked segment of a scan that
+    stored its sightings (``stored``) or not: None at once. A scan's sightings come before any later gc's look
+    at the pid namespaces, so that gc proves each leaked one dead and reaps it at any age (reaping.keep_reason);
+    a scan that could not store them leaves gc only --min-age."""
+    from smgshm.core.segments.judge import State
+    from smgshm.core.segments.reaping import DEFAULT_MIN_AGE_S
+
+    if stored:
+        return None
+    ages = [s.age_s for s in segments if s.state is State.LEAKED and not s.proven_dead]
+    return max(0.0, DEFAULT_MIN_AGE_S - min(ages)) if ages else None
 
 
 def leak_checks(
@@ -42,21 +62,31 @@ def leak_checks(
     reclaimable_bytes: int,
     gc_cmd: Callable[..., list[str]],
     stranded_after_s: float = STRANDED_AFTER_S,
+    wait_s: float | None = None,
 ) -> list[Check]:
     """The leaks, stranded segments and hazards of one judged listing (``counts`` by state), each failure
     with the gc command that fixes it: ``gc_cmd(*gc_args)`` is its argv (``smgshm gc ...`` for this shm
-    dir; ``smgshm gc --node ...`` for a node's pod tmpfs)."""
+    dir; ``smgshm gc --node ...`` for a node's pod tmpfs). ``wait_s``: ``reap_wait``'s, how long until that
+    command reaps the youngest leaked segment (None: at once)."""
     from smgshm.core.segments.judge import State
 
     c = counts
     out = []
     if c["leaked"]:
+        when = (
+            "reap them:"
+            if not wait_s
+            else (
+                "reap them once older than gc's --min-age (this scan could not store its sightings, so gc proves "
+                f"no producer dead): the youngest in {human_duration(wait_s)}, with:"
+            )
+        )
         out.append(
             Check(
                 "leaks",
                 "fail",
                 f"{c['leaked']} leaked segment(s), {human_size(reclaimable_bytes)} reclaimable",
-                "reap them:",
+                when,
                 Outcome.CHECK_FAILED,
                 fix_cmd=gc_cmd("--delete"),
                 cause=Cause.SEGMENTS_LEAKED,

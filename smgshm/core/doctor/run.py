@@ -6,7 +6,6 @@ With no worker given it starts the reference receiver in this process on loopbac
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -19,7 +18,7 @@ from smgshm.core.doctor.reapers import check_reapers
 from smgshm.core.doctor.workers import check_send, check_workers
 from smgshm.core.gateway.admin import GatewayWorker
 from smgshm.core.host.facts import read_host_facts
-from smgshm.core.paths import DEFAULT_SHM_DIR
+from smgshm.core.paths import DEFAULT_SHM_DIR, same_dir
 
 
 @dataclass(frozen=True)
@@ -91,7 +90,7 @@ def run_doctor(
         if embedded is not None:
             embedded.stop(0)
     if e2e and (gateway or embedded is not None):
-        if os.path.realpath(shm_dir) == DEFAULT_SHM_DIR or gateway:
+        if same_dir(shm_dir, DEFAULT_SHM_DIR) or gateway:
             add(check_e2e(gateway, api_key, facts, timeout, metrics_url))
         else:  # SMG's gateway always writes /dev/shm: an embedded one would say nothing about this dir
             add([Check("e2e", "skip", f"skipped: SMG's gateway writes {DEFAULT_SHM_DIR}, not {shm_dir}")])

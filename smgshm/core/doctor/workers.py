@@ -31,7 +31,7 @@ def check_workers(
     shm_dir = facts.shm_dir
     opts = ProbeOptions(timeout=timeout, connect_timeout=timeout, shm_dir=shm_dir, verify=True)
     report = probe(addresses, opts, facts=facts)
-    gc_fix = smgshm_cmd(shm_dir, "gc", "--delete", "--min-age", "0")
+    gc_fix = smgshm_cmd(shm_dir, "gc", "--delete")  # gc's rule: a probe file proven dead goes at any age
     out = probe_file_checks(report.local.leftover_probe_files, report.local.probe_lookalikes, shm_dir, gc_fix)
     for w in report.workers:
         c = probe_check(w, f"probe {w.address}")

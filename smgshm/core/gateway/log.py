@@ -27,6 +27,10 @@ from dataclasses import dataclass, field, replace
 from smgshm.core.errors import HostError
 
 CONFIGURED = "Multimodal tensor transport configured"
+# What the gateway logs for each SHM write that failed (its error after it), before it sends the tensor inline.
+WRITE_ERROR = "Failed to write multimodal SHM tensor"
+MAX_WRITE_ERRORS = 3  # the last few of a run are quoted: the log is a stranger's, its lines are bounded data
+MAX_QUOTE = 240  # characters of one quoted line
 HEAD_BYTES = 1 << 20  # the start-up line is among a run's first lines
 TAIL_BYTES = 4 << 20  # a log appended across restarts has its last start near its end
 MAX_TOTAL_BYTES = 64 << 20  # all the logs of one inspection together
@@ -42,7 +46,7 @@ _WARNINGS = {
     # A log message's text, not a path we use:
     "/dev/shm is not writable": "the gateway's probe could not write /dev/shm: SHM falls back to inline",  # noqa: S108
 }
-_NEEDLES = re.compile(b"|".join(re.escape(n.encode()) for n in (CONFIGURED, *_WARNINGS)))
+_NEEDLES = re.compile(b"|".join(re.escape(n.encode()) for n in (CONFIGURED, WRITE_ERROR, *_WARNINGS)))
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,9 @@ class TransportConfig:
     starts: int = 1  # how many start-up lines the part read holds (a log appended across restarts)
     warnings: list[str] = field(default_factory=list)  # what the gateway said about the setting
     truncated: bool = False  # only part of the log was read (its head and tail, or what the budget allowed)
+    # The last few lines (at most MAX_WRITE_ERRORS) of the run that line began that say an SHM write failed, as
+    # ``quote`` makes them: colour codes gone, control characters replaced, each at most MAX_QUOTE characters.
+    write_errors: list[str] = field(default_factory=list)  # the run's last SHM write-error lines, quoted
 
     @property
     def where(self) -> str:
@@ -192,12 +199,23 @@ def read_transport_config(path: str, budget: LogBudget | None = None) -> Transpo
     return found
 
 
+def quote(line: str) -> str:
+    """A log line as smgshm may repeat it: colour codes gone, every character that is not printable (controls,
+    bidi overrides, line separators) as U+FFFD, at most MAX_QUOTE characters. The line is a stranger's."""
+    text = "".join(ch if ch.isprintable() else "\ufffd" for ch in _ANSI.sub("", line).strip())
+    return text if len(text) <= MAX_QUOTE else text[: MAX_QUOTE - 1] + "\u2026"
+
+
 def _last_start(path: str, chunks: list[tuple[bytes, bool]], budget: LogBudget) -> TransportConfig | None:
     found: TransportConfig | None = None
     starts, warnings = 0, []
     pending: list[str] = []
+    errors: list[str] = []  # the write errors since the last start line read
     for data, numbered in chunks:
         for no, line in _lines(data, numbered, budget):
+            if WRITE_ERROR in line:
+                errors.append(quote(line))
+                del errors[:-MAX_WRITE_ERRORS]
             for needle, meaning in _WARNINGS.items():
                 if needle in line and meaning not in pending:
                     pending.append(meaning)
@@ -205,7 +223,7 @@ def _last_start(path: str, chunks: list[tuple[bytes, bool]], budget: LogBudget) 
             if parsed is None:
                 continue
             starts += 1
-            warnings, pending = pending, []  # warnings belong to the start they precede
+            warnings, pending, errors = pending, [], []  # warnings belong to the start they precede
             clean = _ANSI.sub("", line).strip()
             stamp = " ".join(clean.split()[:2]) if clean[:1].isdigit() else ""
             found = TransportConfig(path, no, *parsed, timestamp=stamp)
@@ -213,7 +231,7 @@ def _last_start(path: str, chunks: list[tuple[bytes, bool]], budget: LogBudget) 
         return None
     # What came after the last start line belongs to the run that line began.
     late = [w for w in pending if w not in warnings]
-    return replace(found, starts=starts, warnings=warnings + late)
+    return replace(found, starts=starts, warnings=warnings + late, write_errors=errors)
 
 
 def read_open_log(pid: int, logs: Iterable[tuple[int, str]], budget: LogBudget | None = None) -> TransportConfig | None:

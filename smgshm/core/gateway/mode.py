@@ -44,6 +44,26 @@ class ModeFinding:
     cause: Cause | None = None  # the catalogue's cause of a warning or failure (None: none, or not knowable here)
 
 
+def write_errors_fix(config: TransportConfig | None) -> str:
+    """The fix for SHM writes that fail, for a cause no shm dir tells (not full, not too small, not a permission
+    this host sees): the catalogue's "read the gateway's log" where no log was read; where one was, its path and
+    its own words, the last few write errors of the run since its start line (``TransportConfig.write_errors``:
+    bounded, control characters replaced: a stranger's text), or that the part read holds none."""
+    check = "then check the shm dir's space and permissions as the gateway's uid sees them"
+    if config is None:
+        return CATALOGUE[Cause.SHM_WRITES_FAILING].fix
+    if not config.write_errors:
+        read = "the part smgshm read of " if config.truncated else ""
+        return f"read the gateway's log {config.path} for the write error ({read}it has none since its start); {check}"
+    n = len(config.write_errors)
+    said = "; ".join(f"\u201c{e}\u201d" for e in config.write_errors)
+    return f"the gateway's log {config.path} says why (its last {n} write error(s)): {said}; {check}"
+
+
+def _errors_said(config: TransportConfig) -> str:
+    return f"; SHM write errors since: {' | '.join(config.write_errors)}" if config.write_errors else ""
+
+
 def fix_text(mode: str = "auto") -> str:
     flag = shlex.join([FIX_FLAG[0], mode])
     return f"restart the gateway with {flag} (or SMG_MM_TENSOR_TRANSPORT={shlex.quote(mode)}; the flag wins)"
@@ -93,7 +113,8 @@ def judge(
                 f"log {config.where}",
                 f"mode={config.mode} shm_min_bytes={config.shm_min_bytes} "
                 f"dev_writable={str(config.dev_writable).lower()}"
-                + ("; part of the log was not read (a later start may be there)" if config.truncated else ""),
+                + ("; part of the log was not read (a later start may be there)" if config.truncated else "")
+                + _errors_said(config),
             )
         )
     threshold = config.shm_min_bytes if config and config.shm_min_bytes is not None else DEFAULT_SHM_MIN_BYTES
@@ -135,7 +156,7 @@ def judge(
             "fail",
             f"{t.shm_write_failures:,} SHM write failure(s) since start (metrics): those tensors went inline",
             # Full, too small or permission: doctor tells them apart when the gateway writes to its shm dir.
-            CATALOGUE[Cause.SHM_WRITES_FAILING].fix,
+            write_errors_fix(config),
             Outcome.CHECK_FAILED,
             Cause.SHM_WRITES_FAILING,
         )

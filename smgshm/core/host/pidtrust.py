@@ -29,8 +29,8 @@ for a while (an fd passed to it and since closed, a setns(2) in and back out wit
 a handle) and keeps nothing of it now; an fd kept only where no fd table shows it (in flight
 in a unix socket's queue, registered with io_uring); mounts outside a chrooted process's root,
 which its mountinfo leaves out; and anything that starts after the look (a new container, a join),
-whose segments ``--min-age`` keeps since they are younger than the look. Names mounted on in
-any mount namespace are listed by ``mounts.mount_points``.
+whose segments no sighting from before the look (``Trust.since_ns``) can cover, so ``--min-age``
+keeps them. Names mounted on in any mount namespace are listed by ``mounts.mount_points``.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ import stat
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from smgshm.core.host import clock
 from smgshm.core.host.mounts import Mount, mount_of, nsfs_mounts, read_mounts
 from smgshm.core.host.proc import (
     PROC_ROOT_INO,
@@ -66,6 +67,10 @@ class Trust:
     note: str
     # uids owning processes whose namespaces gc could not read: their segments stay unknown
     doubt_uids: frozenset[int] = field(default_factory=frozenset)
+    # When the look that decided it began (boot clock, ns; 0: not known). It says nothing of a segment
+    # written after it, which a process that joined since may have named by its own pid: only one seen
+    # before it (segments/sightings.py) has a trusted pid verdict that needs no age to reap on.
+    since_ns: int = 0
 
 
 def _holds_processes(root: str) -> bool:
@@ -396,7 +401,8 @@ def judge_trust(shm_dir: str, pids: Iterable[int] | None = None) -> Trust:
     pid namespace) and looked at like every other, whatever way it got there. A namespace with
     no process has no live producer: either its init died (nothing can ever be forked into it
     again: ENOMEM) or none was ever forked (no segment can carry its pids yet). A producer that
-    joins after this look writes a segment younger than the look, which ``--min-age`` keeps.
+    joins after this look writes a segment no scan saw before the look (``Trust.since_ns``): ``--min-age``
+    keeps it, where a segment seen before the look is reaped at any age (segments/reaping.py).
     Mount namespace handles are another matter (see ``_Walk.handle_hazard``): they hide a live
     producer's reach, not its existence.
     """
@@ -454,6 +460,7 @@ def first_user(shm_dir: str, pids: Iterable[int]) -> tuple[int, str] | None:
 def _walk_trust(shm_dir: str, dev: int, mine: str, pids: Iterable[int] | None) -> Trust:
     """The walk of ``judge_trust`` over ``pids`` (default: every process visible), relative to the pid
     namespace ``mine``."""
+    since = clock.boot_clock_ns()  # before anything is looked at: what is seen before it predates the look
     m = re.match(r"/proc/(\d+)/root(/|$)", shm_dir)
     if m:  # another process's view of its shm dir: its names carry that process's pids
         try:
@@ -518,7 +525,7 @@ def _walk_trust(shm_dir: str, dev: int, mine: str, pids: Iterable[int] | None) -
     note = "gc sees every pid namespace that shares this filesystem"
     if doubt:
         note += f"; the namespaces of uid(s) {', '.join(map(str, sorted(doubt)))} could not be read"
-    return Trust(True, note, frozenset(doubt))
+    return Trust(True, note, frozenset(doubt), since)
 
 
 __all__ = ["INIT_PID_NS", "Trust", "first_user", "judge_trust", "judge_visible_trust"]

@@ -27,7 +27,7 @@ from smgshm.core.causes import CATALOGUE, write_failure
 from smgshm.core.doctor.check import Check
 from smgshm.core.doctor.hostchecks import FixPlace, check_capacity
 from smgshm.core.doctor.identity import check_namespace_id
-from smgshm.core.doctor.leaks import STRANDED_AFTER_S, leak_checks
+from smgshm.core.doctor.leaks import STRANDED_AFTER_S, leak_checks, reap_wait
 from smgshm.core.doctor.workers import probe_file_checks
 from smgshm.core.errors import SmgshmError
 from smgshm.core.gateway.running import gateway_pids
@@ -38,6 +38,7 @@ from smgshm.core.names import GATEWAY_PROBE_PREFIX
 from smgshm.core.node.scan import Tmpfs, TmpfsScan, look
 from smgshm.core.node.volumes import ShmUser
 from smgshm.core.outcomes import Outcome
+from smgshm.core.paths import same_dir
 from smgshm.core.segments.judge import ScanOptions, SegmentInfo
 from smgshm.core.units import human_size
 
@@ -92,7 +93,7 @@ class NodeCheckup:
 def node_gc_cmd(root: str, *args: str) -> list[str]:
     """``smgshm gc --node`` as argv to suggest: it names ``root`` unless that is /, so pasting it acts on the
     node examined."""
-    where = [] if os.path.realpath(root) == "/" else ["--node-root", root]
+    where = [] if same_dir(root, "/") else ["--node-root", root]  # (not by realpath: /proc/PID/root reads "/")
     return ["smgshm", "gc", "--node", *where, *args]
 
 
@@ -137,9 +138,14 @@ def _checkup(root: str, t: Tmpfs, inflight: int | None, stranded_after_s: float,
     leftovers = [s.name for s in segments if s.kind == "gateway_probe"]
     lookalikes = [s.name for s in segments if s.name.startswith(GATEWAY_PROBE_PREFIX) and s.kind != "gateway_probe"]
     where = f" in pod {pod_label(t)}" if t.pod_uid is not None else ""
-    checks += probe_file_checks(leftovers, lookalikes, path, node_gc_cmd(root, "--delete", "--min-age", "0"), where)
+    checks += probe_file_checks(leftovers, lookalikes, path, node_gc_cmd(root, "--delete"), where)
     checks += leak_checks(
-        counts, segments, scan.tally.reclaimable_bytes, lambda *a: node_gc_cmd(root, *a), stranded_after_s
+        counts,
+        segments,
+        scan.tally.reclaimable_bytes,
+        lambda *a: node_gc_cmd(root, *a),
+        stranded_after_s,
+        reap_wait(segments, scan.sightings.stored),
     )
     checks.append(_liveness(t, segments))
     verdict = max((c.status for c in checks), key=lambda s: _RANK.get(s, 0))

@@ -25,8 +25,12 @@ from smgshm.core.segments.sightings import Sightings
 _NEVER = Bounds(math.inf, -math.inf, -1)  # reuse_bounds' shape for "cannot be told": neither alive nor dead
 
 
-def tmpfs_trust(users: Sequence[ShmUser], spaces: Sequence[PidSpace], mine: str, doubt: frozenset[int]) -> Trust:
-    """Whether a tmpfs's names can be judged by pid at all, and in which namespaces (the note says)."""
+def tmpfs_trust(
+    users: Sequence[ShmUser], spaces: Sequence[PidSpace], mine: str, doubt: frozenset[int], since_ns: int = 0
+) -> Trust:
+    """Whether a tmpfs's names can be judged by pid at all, and in which namespaces (the note says).
+    ``since_ns``: when the look at its users began (boot clock): a container started since may write here
+    in a pid namespace not among ``spaces``, so only a name seen before it is judged for good."""
     if mine != INIT_PID_NS:
         return Trust(
             False,
@@ -47,7 +51,7 @@ def tmpfs_trust(users: Sequence[ShmUser], spaces: Sequence[PidSpace], mine: str,
     note = f"judged in the pid namespace(s) of the {len(users)} process(es) that use it as /dev/shm: {named}"
     if doubt:
         note += f"; the /dev/shm of uid(s) {', '.join(map(str, sorted(doubt)))}'s processes could not be read"
-    return Trust(True, note, doubt)
+    return Trust(True, note, doubt, since_ns)
 
 
 class PodJudge(Judge):

@@ -42,9 +42,9 @@ from smgshm.core.host.identity import HostIdentity, probe_writable, read_host_id
 from smgshm.core.host.pidtrust import INIT_PID_NS, Trust, first_user, judge_trust, judge_visible_trust
 from smgshm.core.host.proc import comm, live_pids
 from smgshm.core.names import gateway_probe_name
-from smgshm.core.paths import smgshm_cmd
+from smgshm.core.paths import DEFAULT_SHM_DIR, smgshm_cmd
 from smgshm.core.segments.judge import Bounds, Judge, ScanOptions, SegmentInfo, State
-from smgshm.core.segments.reaping import Choice, ReapReport, keep_reason, reap_choice
+from smgshm.core.segments.reaping import OTHER_USER, Choice, ReapReport, keep_reason, reap_choice
 from smgshm.core.segments.scan import Deletion, Scan
 from smgshm.core.units import human_size
 
@@ -64,7 +64,7 @@ class PreflightRequest:
     pod_private: bool = False
     inflight_bytes: int = 0
     tensor_bytes: tuple[int, ...] = ()
-    min_age_s: float = 600.0  # for names judged by gc's rules only; a proof needs no age
+    min_age_s: float = 600.0  # for names judged by gc's rules only (as gc --delete); a proof needs no age
     timeout_s: float = 10.0
 
 
@@ -196,6 +196,7 @@ def decide_proof(req: PreflightRequest) -> tuple[Proof, Trust]:
                     "word), and no process preflight can see in another pid namespace reaches the tmpfs"
                 ),
                 seen.doubt_uids,
+                seen.since_ns,
             )
         )
     if rule == "none":
@@ -276,6 +277,7 @@ class _Run:
         self.req, self.deadline, self.cancel = req, deadline, cancel
         self.pid = os.getpid()
         self.reaping = threading.Event()  # set while a batch may hold entries set aside (segments/reaping.py)
+        self.kept_class: dict[str, str] = {}  # why gc's steps kept a chosen name (reaping.KEPT_REASONS), by name
 
     def check(self) -> None:
         if self.cancel.is_set() or time.monotonic() >= self.deadline:
@@ -317,6 +319,7 @@ class _Run:
                     report.reclaimed.append(_entry(seg, freed=d.freed_bytes))
             else:
                 kept.append(_entry(seg, d.reason))
+                self.kept_class[seg.name] = d.kept
         self._kept(report, kept, gone)
         self._gate(report, ident, done)
         return report
@@ -336,6 +339,11 @@ class _Run:
                 continue
             proven = self.req.mode == "init_container" or seg.producer_pid == dead_pid
             why = keep_reason(seg, uid=uid, all_users=True, min_age_s=0.0 if proven else self.req.min_age_s)
+            if why and why[0] == OTHER_USER:  # (gc's sentence names gc's --all-users, which preflight has not)
+                why = (
+                    OTHER_USER,
+                    f"owned by uid {seg.uid}: preflight runs as uid {uid}, and only root removes another's",
+                )
             if why:
                 refused.append(
                     Deletion(
@@ -387,7 +395,8 @@ class _Run:
         if req.mode == "wrapper":
             report.probe_file = gateway_probe_name(self.pid)
             if _exists(os.path.join(req.shm_dir, report.probe_file)):
-                why = next((e.reason for e in report.kept if e.name == report.probe_file), "it could not be removed")
+                entry = next((e for e in report.kept if e.name == report.probe_file), None)
+                why = entry.reason if entry is not None else "it could not be removed"
                 report.causes.append(
                     found(
                         Cause.PROBE_FILE_LEFT,
@@ -395,11 +404,7 @@ class _Run:
                             f"{report.probe_file} is still there ({why}): the gateway preflight starts keeps pid "
                             f"{self.pid}, its writability probe will fail (EEXIST) and SHM stays off for its life"
                         ),
-                        fix=(
-                            f"if every process that writes SMG names in this tmpfs is in this pid namespace, pass "
-                            f"--pod-private; else remove {report.probe_file} by hand once no gateway with pid "
-                            f"{self.pid} runs, then start the gateway"
-                        ),
+                        fix=self._probe_fix(report, entry),
                     )
                 )
         err = probe_writable(req.shm_dir)
@@ -450,6 +455,48 @@ class _Run:
             report.verdict, report.may_start = "fail", False
         elif report.kept_counts.get("unknown"):  # a proof that does not hold where nothing needs it: ok
             report.verdict = "unknown"
+
+    def _probe_fix(self, report: PreflightReport, entry: Entry | None) -> str:
+        """The fix for the gateway's probe file left in place: the one for the cause that holds here. The
+        proof by pid does not hold because the container shares the host's IPC namespace (whatever the flags),
+        for want of --pod-private (a container's pid namespace), or despite it (a process of another pid
+        namespace that reaches the tmpfs; in the host's pid namespace, gc's walk says which), or it holds
+        and the file was kept for its own sake (held open, not a regular file, another uid's)."""
+        name, pid = report.probe_file or gateway_probe_name(self.pid), self.pid
+        by_hand = f"remove {name} by hand once no gateway with pid {pid} runs"
+        start = "then start the gateway"
+        if not report.proof.holds:
+            container = report.pid_namespace != INIT_PID_NS
+            if container and report.ipc_namespace == INIT_IPC_NS:
+                return (
+                    "--pod-private cannot hold while this container shares the host's IPC namespace (--ipc=host, "
+                    "hostIPC: its /dev/shm is the host's, which processes of other pid namespaces write): give it a "
+                    f"{DEFAULT_SHM_DIR} of its own (no --ipc=host or hostIPC; a memory emptyDir there), or {by_hand} "
+                    f"in any pid namespace on this host, {start}"
+                )
+            if container and not self.req.pod_private:
+                return (
+                    f"if every process that writes SMG names in this tmpfs is in this pid namespace, pass "
+                    f"--pod-private; else {by_hand} in any pid namespace that writes there, {start}"
+                )
+            return (
+                f"the proof by pid does not hold here ({report.proof.note}): end that reach, or {by_hand} in any "
+                f"pid namespace that reaches this tmpfs, {start}"
+            )
+        # The proof holds (pid {pid} is preflight's own): the file itself was kept.
+        state = entry.state if entry is not None else ""
+        kept = self.kept_class.get(name, "")
+        if state == "held":
+            return (
+                f"end the process that holds it ({entry.reason if entry else ''}), or have it close the file, {start}"
+            )
+        if state == "hazard":
+            return (
+                f"it is no file a gateway wrote: inspect and remove it by hand (unmount what is mounted on it), {start}"
+            )
+        if kept == OTHER_USER:
+            return f"run preflight as root, or as the uid that owns {name}; or remove it by hand as that uid, {start}"
+        return f"remove {name} by hand (no gateway has pid {pid}: it is preflight's, which execs the gateway), {start}"
 
 
 def _exists(path: str) -> bool:

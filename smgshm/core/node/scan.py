@@ -52,6 +52,7 @@ class NodeLook:
 
 def look(root: str, pids: Iterable[int] | None = None) -> NodeLook:
     """Find and tie every tmpfs under the node ``root`` (HostError when the root cannot be opened)."""
+    since = clock.boot_clock_ns()  # before the processes are read: each tmpfs's trust is of this look
     everyone = live_pids() if pids is None else list(pids)
     with NodeRoot(root) as node:
         places, names, where = list(node.places()), pod_names(node.fd), node.path
@@ -72,7 +73,7 @@ def look(root: str, pids: Iterable[int] | None = None) -> NodeLook:
         if uid is None:  # a sandbox's: the pod its processes' cgroups agree on
             found = {u.pod_uid for u in mine_users}
             uid = found.pop() if len(found) == 1 else None
-        trust = tmpfs_trust(mine_users, used, mine, users.doubt_uids(p.pod_uid, (s.ns for s in used)))
+        trust = tmpfs_trust(mine_users, used, mine, users.doubt_uids(p.pod_uid, (s.ns for s in used)), since)
         out.append(Tmpfs(p, uid, names.get(uid) if uid else None, mine_users, used, trust, hidden[p.dev]))
     return NodeLook(where, out, len(names))
 

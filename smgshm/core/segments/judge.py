@@ -13,6 +13,11 @@ stepped. Pid reuse is proven only when that process started, on the boot clock, 
 first saw the segment (segments/sightings.py); staleness only when smgshm first saw the segment
 at least --stale-after ago. Where the wall clock alone says reused or stale (``reuse_bounds``), the
 entry is unknown, with a reason that says so, and kept: a step can fake either.
+
+A leaked verdict is ``proven_dead`` when the pid was judged under trust (not --assume-dead) and a
+sighting shows the segment there before the trust's look began (``Trust.since_ns``): then no process
+that joined another pid namespace since can have written it under its own pid, and gc --delete
+needs no age to reap it (segments/reaping.py).
 """
 
 from __future__ import annotations
@@ -75,6 +80,10 @@ class SegmentInfo(NamedTuple):
     # How long smgshm has seen it, on the boot clock (0.0: first seen now); None where no producer
     # process is there to need it. What proves stale, and what --min-age reads for a stale one.
     seen_s: float | None = None
+    # Leaked, and proven so with no clock: its producer pid judged (not --assume-dead) in the pid namespace(s)
+    # that write here, and the segment seen (a sighting) before the look that trusted that judgement, so
+    # no process that joined since can have written it. gc --delete takes it at any age (reaping.keep_reason).
+    proven_dead: bool = False
 
     @property
     def frees_bytes(self) -> int:
@@ -254,6 +263,7 @@ class Judge:
         keep_append, new_append = keep.append, new.append
         judge_pid = not self.opts.assume_dead
         trusted, doubt, stale_after = self.trust.trusted, self.trust.doubt_uids, self.opts.stale_after_s
+        looked = self.trust.since_ns  # a sighting before it proves the segment older than the trust's look
         if tally is not None:  # Tally.add, inline: a call per entry is a tenth of this loop
             t_counts, t_bytes, t_kcounts, t_kbytes = (
                 tally.counts,
@@ -283,7 +293,7 @@ class Judge:
             ftype = "regular" if mode & _IFMT == _IFREG else _TYPES.get(mode & _IFMT, "other")
             age = now - mtime
             # Its sighting (a row of the store): every regular entry with a pid is recorded, the leaked too.
-            row, seen_s = None, None
+            row, seen_s, sight, proven_dead = None, None, None, False
             if pid is not None and ftype == "regular" and dev == dir_dev:
                 row = index.get(ino) if index else None
                 if row is not None and s_ctimes[row] == st.st_ctime_ns and s_uids[row] == uid:
@@ -306,6 +316,11 @@ class Judge:
             else:  # a regular file on this filesystem nobody holds, with a producer pid: the pid decides
                 bounds = starts[pid] if pid in starts else starts.setdefault(pid, self.bounds(pid))
                 proven = False  # reuse proven on the boot clock
+                if row is not None:
+                    sight = sights.first_seen(row, name)  # boot clock, ns
+                    if sight is None:  # the same inode and ctime, another name: another entry
+                        keep.pop()
+                        new_append((ino, uid, st.st_ctime_ns, name))
                 if bounds is None:
                     alive = False  # no process has that pid: whenever the segment was written
                 else:
@@ -314,10 +329,6 @@ class Judge:
                     written = mtime if not nanos or nanos / 1e9 < mtime else nanos / 1e9
                     # By the wall clock: written before the process holding the pid started, or near it.
                     alive = True if written >= bounds[0] else False if written < bounds[1] else None
-                    sight = None if row is None else sights.first_seen(row, name)  # boot clock, ns
-                    if row is not None and sight is None:  # the same inode and ctime, another name: another entry
-                        keep.pop()
-                        new_append((ino, uid, st.st_ctime_ns, name))
                     seen_s = 0.0 if sight is None else (boot_now - sight) / 1e9
                     # The producer existed before its segment: a process that started after smgshm saw it is not it.
                     proven = sight is not None and bounds[2] > sight
@@ -338,6 +349,8 @@ class Judge:
                     else:  # Each sentence is made once per pid: a crowded dir repeats a handful of pids.
                         state, dead = State.LEAKED, said.get(("dead", pid, kind))
                         reason = self._dead_reason(kind, pid) if dead is None else dead
+                    # By a trusted pid, and there before the look that trusted it: no age needed.
+                    proven_dead = judge_pid and sight is not None and sight < looked
                 elif seen_s is not None and seen_s >= stale_after:
                     state = State.STALE
                     reason = f"producer pid {pid} lives, but smgshm has seen the segment for {seen_s:.0f} s"
@@ -378,6 +391,7 @@ class Judge:
                     nlink,
                     dev,
                     seen_s,
+                    proven_dead,
                 ),
             )
             if tally is not None:

@@ -32,6 +32,7 @@ from smgshm.core.host.mounts import mount_points
 from smgshm.core.names import aside_name, in_family
 from smgshm.core.segments.judge import SegmentInfo, State, Tally
 from smgshm.core.segments.scan import Deletion, Scan
+from smgshm.core.units import human_duration
 
 RENAME_NOREPLACE = 1  # linux/fs.h
 BATCH = 1024  # entries set aside per holder walk: bounds both the walk count and the aside window
@@ -43,6 +44,7 @@ TOO_YOUNG, OTHER_USER, NOT_SMG_NAME = "too_young", "other_user", "not_smg_name"
 ALREADY_GONE, SET_ASIDE_FAILED = "already_gone", "set_aside_failed"
 REPLACED, OPENED, MOUNTED = "replaced_since_scan", "opened_since_scan", "mounted_since_scan"
 KEPT_REASONS = (TOO_YOUNG, OTHER_USER, NOT_SMG_NAME, ALREADY_GONE, SET_ASIDE_FAILED, REPLACED, OPENED, MOUNTED)
+DEFAULT_MIN_AGE_S = 600.0  # gc --delete's --min-age (10m): what a pasted fix waits, where it waits
 
 
 def _renameat2(dfd: int, src: str, dst: str) -> None:
@@ -56,16 +58,24 @@ def _renameat2(dfd: int, src: str, dst: str) -> None:
 def keep_reason(seg: SegmentInfo, *, uid: int, all_users: bool, min_age_s: float) -> tuple[str, str] | None:
     """Why a chosen segment is kept before anything is tried, (class, sentence); None: it may be deleted.
 
-    --min-age reads the wall-clock age (mtime) of a leaked segment, whose producer is proven dead: a
-    step of the clock only reaps it a little sooner or later, which is harmless. A stale one's
-    producer lives, so its age is the boot clock's, how long smgshm has seen it (segments/sightings.py)."""
+    A leaked segment proven so with no clock (``SegmentInfo.proven_dead``: its producer's pid judged in
+    the pid namespace that wrote it, and the segment seen before the look that trusted that) needs no age:
+    nothing can read or remove it, and waiting only leaves its memory taken. --min-age holds for the rest:
+    what is judged by age (stale: its producer lives, so its age is the boot clock's, how long smgshm has
+    seen it, segments/sightings.py), and a leaked verdict not proven so: judged with --assume-dead, or first
+    seen by this very scan, after the look (a process that joined another pid namespace since may have
+    written it under its own pid). For those it reads the wall-clock age (mtime): a step of the clock only
+    reaps one a little sooner or later."""
     if not in_family(seg.name):
         return NOT_SMG_NAME, "not an SMG name"
-    if seg.state is State.STALE and seg.seen_s is not None:
+    if seg.state is State.LEAKED and seg.proven_dead:
+        pass  # proven dead: any age
+    elif seg.state is State.STALE and seg.seen_s is not None:
         if seg.seen_s < min_age_s:
             return TOO_YOUNG, f"seen for less than --min-age ({seg.seen_s:.0f} s < {min_age_s:.0f} s, boot clock)"
     elif seg.age_s < min_age_s:
-        return TOO_YOUNG, f"younger than --min-age ({seg.age_s:.0f} s < {min_age_s:.0f} s)"
+        wait = human_duration(max(0.0, min_age_s - seg.age_s))
+        return TOO_YOUNG, f"younger than --min-age ({seg.age_s:.0f} s < {min_age_s:.0f} s): reclaimable in {wait}"
     if seg.uid != uid and not (uid == 0 and all_users):
         return OTHER_USER, f"owned by uid {seg.uid} (root with --all-users may delete other users' segments)"
     return None
@@ -279,6 +289,7 @@ def reap_choice(scan: Scan, choice: Choice, on_action: Callable[[Deletion], None
 
 __all__ = [
     "BATCH",
+    "DEFAULT_MIN_AGE_S",
     "KEPT_REASONS",
     "Choice",
     "ReapReport",

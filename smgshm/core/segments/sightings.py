@@ -248,6 +248,7 @@ class Sightings:
         self.header: bytes | None = None
         self.file = ""
         self.note = ""  # why nothing was loaded, for the curious
+        self.stored = False  # after ``save``: the store holds every sighting this scan made (a later scan's proofs)
         self.stamp: tuple[int, int, int, int] | None = None  # the file read (``changed``)
         store = store_file(shm_dir, dir_dev, self.directory)
         if store is None:
@@ -290,6 +291,7 @@ class Sightings:
         meanwhile: a stored sighting neither seen again nor made since the scan began is dropped (the
         listing would have seen it). False when nothing was written (nothing changed, or it could not be)."""
         if self.header is None or (not self.new and len(self.keep) == len(self.inos)):
+            self.stored = self.header is not None  # nothing new to write: what it saw is stored already
             return False
         now = clock.boot_clock_ns()
         keep = self.keep
@@ -313,6 +315,7 @@ class Sightings:
             )
             is not None
         )
+        self.stored = ok and len(new) == len(self.new)
         if ok:
             self._sweep()
         return ok

@@ -17,8 +17,10 @@ from collections.abc import Callable
 from smgshm.core.causes import Cause, Found, found
 from smgshm.core.errors import SmgshmError
 from smgshm.core.segments.judge import ScanOptions, SegmentInfo
+from smgshm.core.segments.reaping import DEFAULT_MIN_AGE_S
 from smgshm.core.segments.scan import judge_entry
 from smgshm.core.segments.sightings import Sightings
+from smgshm.core.units import human_duration
 from smgshm.core.watch.figures import Orphan, WatchOptions
 from smgshm.core.watch.follow import SegmentLife, SegmentTracker
 
@@ -111,15 +113,26 @@ class OrphanJudge:
         return o, judged
 
 
-def orphans_cause(orphans: list[Orphan], shm_dir: str) -> Found | None:
+def orphans_cause(orphans: list[Orphan], shm_dir: str, assume_dead: bool = False) -> Found | None:
     """The listed orphans' cause: leaked (their producer is dead) first, as gc frees them; else stranded
-    (their producer lives, nobody reads them: SMG never removes its own while it lives); None for neither."""
+    (their producer lives, nobody reads them: SMG never removes its own while it lives); None for neither.
+
+    The fix for leaked ones is gc's command, said once (its words introduce it). watch recorded each as it
+    saw it (watch/witness.py), before any later gc's look at the pid namespaces, so that gc proves them dead
+    and reaps them at once; judged with ``assume_dead`` they are proven nothing, and gc (told --assume-dead
+    too) reaps each only past its --min-age: the fix says when."""
     leaked = [o for o in orphans if o.state == "leaked"]
     if leaked:
+        cmd = ["smgshm", "gc", "--delete", "--shm-dir", shm_dir, *(["--assume-dead"] if assume_dead else [])]
+        fix = "remove them"
+        if assume_dead:
+            wait = max(0.0, DEFAULT_MIN_AGE_S - min(o.age_s for o in leaked))
+            fix = (
+                "remove them once older than gc's --min-age (--assume-dead proves no producer dead): the youngest "
+                f"in {human_duration(wait)} at the latest"
+            )
         return found(
-            Cause.SEGMENTS_LEAKED,
-            f"{len(leaked)} orphan(s) leaked by a dead producer ({_bytes(leaked)})",
-            ["smgshm", "gc", "--delete", "--shm-dir", shm_dir],
+            Cause.SEGMENTS_LEAKED, f"{len(leaked)} orphan(s) leaked by a dead producer ({_bytes(leaked)})", cmd, fix
         )
     stranded = [o for o in orphans if o.producer_alive and o.state in ("in_flight", "stale")]
     if stranded:

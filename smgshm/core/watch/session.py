@@ -185,7 +185,7 @@ class WatchSession:
             events_read=d[8],
             watching=w.watching,
             gateway=self._scrape(),
-            cause_info=orphans_cause(listed, self.opts.shm_dir),
+            cause_info=orphans_cause(listed, self.opts.shm_dir, self.opts.assume_dead),
         )
         with self.lock:
             self.last = stats
@@ -257,7 +257,7 @@ class WatchSession:
             events_read=w.events_read,
             gateway=gw,
             notes=notes,
-            cause_info=orphans_cause(last.orphan_list, self.opts.shm_dir) if last else None,
+            cause_info=orphans_cause(last.orphan_list, self.opts.shm_dir, self.opts.assume_dead) if last else None,
         )
 
     def exported(self) -> dict[str, Any]:
