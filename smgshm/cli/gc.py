@@ -10,7 +10,6 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import click
-from rich.text import Text
 
 from smgshm.cli import gc_view as view
 from smgshm.cli.app import App
@@ -316,12 +315,8 @@ def _scan_and_reap(
     chosen = choice.chosen
     if chosen:
         progress.stop()  # a question or a list under a live bar would be drawn over
-        ask = not yes and sys.stdin.isatty() and not app.json
-        if ask or not (app.json or app.quiet):  # a question always comes with what it is about
-            view.will_delete(app, chosen, all_rows)
-        if ask and not app.confirm(f"delete these {len(chosen)} segment(s)?"):
-            app.err_console.print(Text("nothing deleted: the answer was not yes"))
-            choice = reaping.Choice([], choice.refused, {})  # a declined delete is a listing: exit 0 (3 with --check)
+        if not view.confirm_delete(app, chosen, yes, all_rows):
+            choice = reaping.Choice([], choice.refused, {})
             chosen = choice.chosen
     ticks = iter(range(1, len(chosen) + 1))
     done = reaping.reap_choice(scan, choice, lambda _d: progress(next(ticks), len(chosen), "deleted"))

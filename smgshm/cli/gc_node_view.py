@@ -66,7 +66,9 @@ def run(
     started = time.time()
     node = _look(root, prometheus_file, started)
     listed = _choose(node, opts, rule)
-    _confirm(app, [seg for _, _, choice in listed for seg in choice.chosen], yes, all_rows)
+    chosen = [seg for _, _, choice in listed for seg in choice.chosen]
+    if chosen and not gc_view.confirm_delete(app, chosen, yes, all_rows):  # declined: every tmpfs is a listing
+        listed = [(scan, segs, reaping.Choice([], choice.refused, {})) for scan, segs, choice in listed]
     blocks = [Block(scan, segs, choice, reaping.reap_choice(scan, choice)) for scan, segs, choice in listed]
     bad = sum(b.done.leaked_or_hazard for b in blocks)
     code = ExitCode.CHECK_FAILED if check and bad else ExitCode.OK
@@ -143,18 +145,6 @@ def _choose(
         segments: list[SegmentInfo] = []
         listed.append((scan, segments, reaping.choose(scan, rule, _into(segments))))
     return listed
-
-
-def _confirm(app: App, chosen: list[SegmentInfo], yes: bool, all_rows: bool) -> None:
-    """Say what will be deleted and, at a terminal without --yes, ask once for every tmpfs."""
-    import click
-
-    if chosen:
-        ask = not yes and sys.stdin.isatty() and not app.json
-        if ask or not (app.json or app.quiet):
-            gc_view.will_delete(app, chosen, all_rows)
-        if ask:
-            click.confirm(f"delete these {len(chosen)} segment(s)?", abort=True, err=True)
 
 
 def _write_textfile(prometheus_file: str, blocks: list[Block], started: float) -> None:

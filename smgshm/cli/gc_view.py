@@ -465,6 +465,19 @@ def _deletions(app: App, deleted: list[Deletion], all_rows: bool) -> None:
     out.flush()
 
 
+def confirm_delete(app: App, chosen: list[SegmentInfo], yes: bool, all_rows: bool) -> bool:
+    """gc's one question, for ``gc --delete`` and ``gc --node --delete`` alike: say what will be deleted
+    and, at a terminal without --yes, ask once. False when the answer was not yes (said on stderr): a
+    declined delete is a listing, exit 0 (3 with --check), never click's "Aborted!" and exit 1."""
+    ask = not yes and sys.stdin.isatty() and not app.json
+    if ask or not (app.json or app.quiet):  # a question always comes with what it is about
+        will_delete(app, chosen, all_rows)
+    if ask and not app.confirm(f"delete these {len(chosen)} segment(s)?"):
+        app.err_console.print(Text("nothing deleted: the answer was not yes"))
+        return False
+    return True
+
+
 def will_delete(app: App, chosen: list[SegmentInfo], all_rows: bool) -> None:
     """Before anything is deleted, on stderr: which entries, and what they hold."""
     total = sum(s.frees_bytes for s in chosen)
@@ -529,6 +542,7 @@ __all__ = [
     "JsonListing",
     "Progress",
     "RawListing",
+    "confirm_delete",
     "deletion_doc",
     "display",
     "fit_row",

@@ -34,6 +34,7 @@ from tests.support.cli_gc import (
     SHM,
     SLEEPER,
     WRITER,
+    asked_on_a_terminal,
     dead_pid,
     deletions,
     first_line,
@@ -864,29 +865,9 @@ def test_after_delete_the_usage_shown_is_read_again(children: Children, tmp_path
 
 
 def _asked(children: Children, d: str, *extra: str) -> tuple[subprocess.Popen[str], int, str]:
-    """``gc --delete`` with a pty for stdin, returned once it has asked (the pty's master end, and
-    what stderr said up to the question)."""
-    import pty
-    import select
-
-    master, slave = pty.openpty()
-    try:
-        p = children.spawn(
-            [PY, "-m", "smgshm", "gc", "--shm-dir", d, *JUDGE, "--delete", "--min-age", "0", *extra],
-            stdin=slave,
-            env={**os.environ, "COLUMNS": "200"},
-        )
-    finally:
-        os.close(slave)
-    assert p.stderr is not None
-    said, deadline = b"", time.monotonic() + 60
-    while b"[y/N]: " not in said:
-        assert time.monotonic() < deadline, f"gc never asked: {said!r}"
-        if select.select([p.stderr], [], [], 1.0)[0]:
-            chunk = os.read(p.stderr.fileno(), 4096)
-            assert chunk, f"gc ended without asking (exit {p.wait(timeout=10)}): {said!r}"
-            said += chunk
-    return p, master, said.decode()
+    """``gc --delete`` with a pty for stdin, returned once it has asked."""
+    argv = [PY, "-m", "smgshm", "gc", "--shm-dir", d, *JUDGE, "--delete", "--min-age", "0", *extra]
+    return asked_on_a_terminal(children, argv)
 
 
 @pytest.mark.parametrize(("answer", "what"), [(b"n\n", "no"), (b"\n", "empty"), (b"\x04", "end of input")])

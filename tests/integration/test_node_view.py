@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import Children, run_cli, smgshm_argv, wait_for
+from tests.support.cli_gc import asked_on_a_terminal
 from tests.support.node import HIDDEN, POD_A, POD_B, dshm, laid_out, needs_root_and_unshare, start_pod
 
 # judges liveness trusted: never beside a test that makes pid namespaces (tests/conftest.py)
@@ -266,3 +267,26 @@ def test_a_process_whose_dev_shm_is_a_symlink_is_never_judged_dead_elsewhere(nod
         reg.reap()
     (seg,) = [s for s in _blocks(doc)[POD_B[2]]["segments"] if s["name"] == name]
     assert seg["state"] == "unknown", seg
+
+
+@pytest.mark.slow
+def test_declining_the_node_wide_delete_deletes_nothing_and_is_no_error(
+    node: dict[str, Any], children: Children
+) -> None:
+    """gc --node asks the one question gc asks, and a "no" is a listing (exit 0), as for gc --delete: never
+    click's "Aborted!" and exit 1."""
+    root = node["root"]
+    before = sorted(os.listdir(dshm(Path(root), POD_A[2])))
+    assert any(n.startswith("smg-") for n in before), before
+    argv = smgshm_argv("gc", "--node", "--node-root", root, "--delete", "--min-age", "0")
+    p, master, said = asked_on_a_terminal(children, argv)
+    try:
+        assert "delete these" in said
+        os.write(master, b"n\n")
+        _, err = p.communicate(timeout=60)
+    finally:
+        os.close(master)
+    assert p.returncode == 0, err
+    assert "nothing deleted: the answer was not yes" in err
+    assert "Aborted" not in err
+    assert sorted(os.listdir(dshm(Path(root), POD_A[2]))) == before

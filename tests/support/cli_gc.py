@@ -135,3 +135,25 @@ def trusting(monkeypatch: pytest.MonkeyPatch) -> None:
     from smgshm.core.segments import scan
 
     monkeypatch.setattr(scan, "judge_trust", lambda d: pidtrust.judge_trust(d, pids=[os.getpid()]))
+
+
+def asked_on_a_terminal(children: Children, argv: list[str]) -> tuple[subprocess.Popen[str], int, str]:
+    """``argv`` (a gc that deletes) with a pty for stdin, returned once it has asked (the pty's master
+    end, and what stderr said up to the question)."""
+    import pty
+    import select
+
+    master, slave = pty.openpty()
+    try:
+        p = children.spawn(argv, stdin=slave, env={**os.environ, "COLUMNS": "200"})
+    finally:
+        os.close(slave)
+    assert p.stderr is not None
+    said, deadline = b"", time.monotonic() + 60
+    while b"[y/N]: " not in said:
+        assert time.monotonic() < deadline, f"gc never asked: {said!r}"
+        if select.select([p.stderr], [], [], 1.0)[0]:
+            chunk = os.read(p.stderr.fileno(), 4096)
+            assert chunk, f"gc ended without asking (exit {p.wait(timeout=10)}): {said!r}"
+            said += chunk
+    return p, master, said.decode()
