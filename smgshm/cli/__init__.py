@@ -182,7 +182,12 @@ def _print_man_path(ctx: click.Context, _param: click.Parameter, value: bool) ->
 @click.group(cls=RootGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option("--json", "json_", is_flag=True, help="Write one JSON document to stdout (schema_version 1).")
 @click.option("--no-color", is_flag=True, help="No colour (also when NO_COLOR is set or output is not a TTY).")
-@click.option("-q", "--quiet", is_flag=True, help="Only the result and errors; no progress or hints.")
+@click.option(
+    "-q",
+    "--quiet",
+    is_flag=True,
+    help="No progress or hints; gc, watch and doctor print nothing unless something failed.",
+)
 @click.option("--traceback", is_flag=True, help="Show the Python traceback of an internal error.")
 @click.version_option(__version__, "-V", "--version", prog_name="smgshm")
 @click.option(

@@ -73,6 +73,10 @@ class App:
             self.err_console.print()  # the prompt's line ends: what follows starts on its own
         return answer.strip().lower() in ("y", "yes")
 
+    def silent(self, code: ExitCode) -> bool:
+        """--quiet and nothing failed: gc, watch and doctor print nothing at all (a cron line stays quiet)."""
+        return self.quiet and not self.json and code == ExitCode.OK
+
     def emit(self, result: Any, human: Any, code: ExitCode = ExitCode.OK) -> ExitCode:
         """Write the result: one JSON document, or the human renderer's output."""
         if not self.json:

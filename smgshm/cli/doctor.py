@@ -205,6 +205,8 @@ def doctor(
             gateway_workers=listed,
         )
     worst = for_outcome(outcomes.worst(c.code for c in report.failed))
+    if app.silent(worst):  # --quiet and nothing failed: nothing to say
+        click.get_current_context().exit(worst)
     click.get_current_context().exit(app.emit(report, view.report, worst))
 
 
@@ -229,5 +231,6 @@ def _node(app: App, root: str, inflight_bytes: int | None, stranded_after_s: flo
     worst = for_outcome(outcomes.worst(c.code for c in report.failed))
     if app.json:
         ctx.exit(app.emit_rendered(node_view.doc(report), worst))
-    node_view.report(app, report)
+    if not app.silent(worst):
+        node_view.report(app, report)
     ctx.exit(worst)

@@ -93,7 +93,7 @@ def run(
         )
     elif raw:
         _raw(blocks)
-    else:
+    elif not app.silent(code):
         _human(app, node.root, blocks, check, code, all_rows)
     return code
 

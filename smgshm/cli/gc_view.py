@@ -318,6 +318,8 @@ class HumanListing:
         usage: tuple[int, int],
     ) -> None:
         app, out = self.app, Out()
+        if app.silent(code):
+            return
         app.console.file.flush()
         gone = [d for d in deleted if d.deleted]
         done_inos = {d.ino for d in gone}

@@ -205,7 +205,7 @@ def watch(
     code = ExitCode.CHECK_FAILED if check and summary.orphans_seen else ExitCode.OK
     if jsonl:
         view.jsonl_summary(summary)
-    else:
+    elif not app.silent(code):  # --quiet and no orphan failed a --check: nothing to say
         app.emit(view.summary_record(summary) if app.json else summary, view.summary_report, code)
     click.get_current_context().exit(code)
 
