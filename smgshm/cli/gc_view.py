@@ -338,6 +338,7 @@ class HumanListing:
                 cells.append(f"deleted {len(gone)} ({human_size(sum(d.freed_bytes for d in gone))} freed)")
             prose(app.console, Text(f"by {title}: " + (", ".join(cells) or "none")), 4)
         top = [(seg, row) for _, seg, row in sorted(self.notable, reverse=True)]
+        listed: set[int] = set()  # the inodes of the rows marked deleted below: their deletion is said once
         if self.spool is not None:
             # One listing: every row once, the reason under each entry that matters most.
             why = {row: seg.reason for seg, row in top}
@@ -357,10 +358,12 @@ class HumanListing:
             out.write(HEADER)
             for seg, _ in top:
                 was = "deleted" if seg.ino in done_inos and seg.state.value in ("leaked", "stale") else None
+                if was:
+                    listed.add(seg.ino)
                 out.write(fit_row(_row(seg, was), cols))
                 out.write(why_line(seg.reason, cols))
             out.flush()
-        _deletions(app, deleted, all_rows=self.spool is not None)
+        _deletions(app, deleted, all_rows=self.spool is not None, listed=listed)
         used, free = usage  # read again after any delete
         prose(
             app.console,
@@ -448,12 +451,16 @@ def unjudged(scan: Scan) -> str:
     return f"nothing could be judged: {why}"
 
 
-def _deletions(app: App, deleted: list[Deletion], all_rows: bool) -> None:
+def _deletions(app: App, deleted: list[Deletion], all_rows: bool, listed: set[int]) -> None:
+    """What --delete did, each segment once: --all marked every deleted row in its listing, the entries
+    that matter most marked theirs (``listed``): here what was kept, and why, and any deleted not marked."""
+    if all_rows:
+        deleted = [d for d in deleted if not d.deleted]
+    deleted = [d for d in deleted if not (d.deleted and d.ino in listed)]
     if not deleted:
         return
     out, cols = Out(), width(app.console)
-    # --all marked the deleted rows in its listing already: here only what was kept, and why.
-    shown = [d for d in deleted if not d.deleted] if all_rows else deleted[:NOTABLE]
+    shown = deleted if all_rows else deleted[:NOTABLE]
     for d in shown:
         if d.deleted:
             out.write(

@@ -730,7 +730,8 @@ def test_human_output_tells_the_story(children: Children, tmp_dir: str) -> None:
     assert "will delete 1 segment(s), 4.0 KiB:" in res.stderr
     assert name in res.stderr
     assert lines[0] == f"deleted 1, freed 4.0 KiB; 0 SMG segment(s) left in {tmp_dir}: none"
-    assert f"deleted {name}: freed 4.0 KiB" in res.stdout
+    assert any(ln.startswith("deleted ") and ln.endswith(f"  {name}") for ln in lines), res.stdout
+    assert res.stdout.count(name) == 1, "each reaped segment is listed once: its row, marked deleted"
     assert not [ln for ln in lines if ln.startswith("leaked") and name in ln], "a deleted entry is not listed leaked"
     assert "--delete" not in res.stderr.split("will delete")[0]
     assert not os.path.lexists(os.path.join(tmp_dir, name))
