@@ -67,7 +67,8 @@ def run(
     node = _look(root, prometheus_file, started)
     listed = _choose(node, opts, rule)
     chosen = [seg for _, _, choice in listed for seg in choice.chosen]
-    if chosen and not gc_view.confirm_delete(app, chosen, yes, all_rows):  # declined: every tmpfs is a listing
+    pods = [_pod(scan.tmpfs) for scan, _, choice in listed for _seg in choice.chosen]  # the question names each's pod
+    if chosen and not gc_view.confirm_delete(app, chosen, yes, all_rows, pods):  # declined: every tmpfs is a listing
         listed = [(scan, segs, reaping.Choice([], choice.refused, {})) for scan, segs, choice in listed]
     blocks = [Block(scan, segs, choice, reaping.reap_choice(scan, choice)) for scan, segs, choice in listed]
     bad = sum(b.done.leaked_or_hazard for b in blocks)

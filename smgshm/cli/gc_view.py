@@ -474,27 +474,31 @@ def _deletions(app: App, deleted: list[Deletion], all_rows: bool, listed: set[in
     out.flush()
 
 
-def confirm_delete(app: App, chosen: list[SegmentInfo], yes: bool, all_rows: bool) -> bool:
+def confirm_delete(
+    app: App, chosen: list[SegmentInfo], yes: bool, all_rows: bool, pods: list[str] | None = None
+) -> bool:
     """gc's one question, for ``gc --delete`` and ``gc --node --delete`` alike: say what will be deleted
     and, at a terminal without --yes, ask once. False when the answer was not yes (said on stderr): a
     declined delete is a listing, exit 0 (3 with --check), never click's "Aborted!" and exit 1."""
     ask = not yes and sys.stdin.isatty() and not app.json
     if ask or not (app.json or app.quiet):  # a question always comes with what it is about
-        will_delete(app, chosen, all_rows)
+        will_delete(app, chosen, all_rows, pods)
     if ask and not app.confirm(f"delete these {len(chosen)} segment(s)?"):
         app.err_console.print(Text("nothing deleted: the answer was not yes"))
         return False
     return True
 
 
-def will_delete(app: App, chosen: list[SegmentInfo], all_rows: bool) -> None:
-    """Before anything is deleted, on stderr: which entries, and what they hold."""
+def will_delete(app: App, chosen: list[SegmentInfo], all_rows: bool, pods: list[str] | None = None) -> None:
+    """Before anything is deleted, on stderr: which entries, and what they hold; with ``pods`` (gc --node:
+    each entry's pod, namespace/name) which pod's tmpfs each is in."""
     total = sum(s.frees_bytes for s in chosen)
     app.err_console.print(Text(f"will delete {len(chosen)} segment(s), {human_size(total)}:"))
     shown = chosen if all_rows else chosen[:NOTABLE]
     err, cols = Out(sys.stderr), width(app.err_console)
-    for s in shown:
-        line = f"  {display(s.name)}  {human_size(s.allocated_bytes)}, {s.state.value}: {escape(s.reason)}"
+    for i, s in enumerate(shown):
+        where = "" if pods is None else f" in pod {display(pods[i])}"
+        line = f"  {display(s.name)}{where}  {human_size(s.allocated_bytes)}, {s.state.value}: {escape(s.reason)}"
         err.write(fill(line, cols, 4) + "\n")
     if len(shown) < len(chosen):
         err.write(f"  ... and {len(chosen) - len(shown)} more (--all lists them)\n")

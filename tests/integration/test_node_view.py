@@ -282,6 +282,8 @@ def test_declining_the_node_wide_delete_deletes_nothing_and_is_no_error(
     p, master, said = asked_on_a_terminal(children, argv)
     try:
         assert "delete these" in said
+        (line,) = [ln for ln in said.splitlines() if "smg-" in ln]  # the one leaked, in pod A
+        assert " in pod team-a/engine-0  " in line, said
         os.write(master, b"n\n")
         _, err = p.communicate(timeout=60)
     finally:
