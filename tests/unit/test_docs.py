@@ -67,6 +67,17 @@ def test_readme_commands_table_lists_every_command() -> None:
         assert f"| `smgshm {name}" in table, f"README's commands table has no row for {name}"
 
 
+def test_readme_exit_codes_say_how_watch_ends_on_ctrl_c_and_sigterm() -> None:
+    """watch exits 0 (3 with --check and an orphan) after SIGINT or SIGTERM, not 130 or 143
+    (tests/integration/test_cli_watch.py::test_ctrl_c_and_sigterm_print_the_summary): the table says so."""
+    text = (ROOT / "README.md").read_text()
+    table = text.split("## Exit codes", 1)[1].split("\n\n", 2)[1]
+    rows = {ln.split("|")[1].strip(): ln for ln in table.splitlines() if ln.startswith("| 1")}
+    for code in ("130", "143"):
+        assert "not `watch`" in rows[code].lower(), rows[code]
+        assert " 0 " in rows[code].split("`watch`", 1)[1], rows[code]
+
+
 def test_readme_guarantees_name_tests_that_exist() -> None:
     """Each row of "What smgshm guarantees" names test files and functions that are really there."""
     import re
