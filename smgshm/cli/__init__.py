@@ -147,7 +147,10 @@ class RootGroup(click.Group):
             raise
         except (click.exceptions.Exit, click.ClickException, click.Abort):
             raise
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as stop:
+            said = getattr(stop, "said", None)  # core.errors.Interrupted: what the run stopped, in one line
+            if said:
+                click.echo(f"interrupted: {said}", err=True)
             raise click.exceptions.Exit(ExitCode.INTERRUPTED) from None
         except Exception as err:
             app = ctx.obj if isinstance(ctx.obj, App) else None

@@ -7,6 +7,15 @@ from typing import Any
 from smgshm.core.outcomes import Outcome
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during a run, raised once the run has stopped what it started: ``said`` is that, in one
+    line (what it stopped, and what became of the files it made), for the CLI to print before exit 130."""
+
+    def __init__(self, said: str) -> None:
+        super().__init__(said)
+        self.said = said
+
+
 class SmgshmError(Exception):
     """Base of every error the core raises on purpose.
 

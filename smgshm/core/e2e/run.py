@@ -16,6 +16,7 @@ import dataclasses
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from smgshm.core.address import is_local_url
 from smgshm.core.causes import Cause, Found, found
@@ -32,7 +33,7 @@ from smgshm.core.e2e.evidence import (
 )
 from smgshm.core.e2e.owner import own_metrics
 from smgshm.core.e2e.verdict import FAILURE_TEXT, Context, Verdict, expectation, judge
-from smgshm.core.errors import HostError, SmgshmError
+from smgshm.core.errors import HostError, Interrupted, SmgshmError
 from smgshm.core.gateway.chat import ChatOutcome, first_model, make_png, send_chat
 from smgshm.core.gateway.metrics import MM_FAMILIES, MetricsSnapshot, scrape
 from smgshm.core.gateway.process import RunningGateway
@@ -42,6 +43,9 @@ from smgshm.core.host.namespace import read_namespace_id
 from smgshm.core.paths import DEFAULT_SHM_DIR
 from smgshm.core.stats import median
 from smgshm.core.units import human_ms
+
+if TYPE_CHECKING:
+    from smgshm.core.receiver.modeldir import ModelDir
 
 EMBEDDED_MODES = ("shm", "auto", "inline")
 
@@ -415,19 +419,48 @@ def run_embedded(
     """The embedded default: a receiver and a real gateway per mode, all stopped at the end.
 
     ``facts``: this host's, when the caller has read them already (doctor)."""
-    from smgshm.core.gateway.process import GatewayConfig, find_smg, launch_gateway, stop_gateways, wait_ready
+    from smgshm.core.gateway.process import find_smg
 
     find_smg()  # before anything starts: the one clear error when smg is missing
     # SMG's gateway writes /dev/shm whatever the caller's shm dir: watch and read there.
     opts = dataclasses.replace(opts, shm_dir=DEFAULT_SHM_DIR)
     from smgshm.core.receiver.modeldir import ensure_model_dir
-    from smgshm.core.receiver.reader import ReceiverConfig
-    from smgshm.core.receiver.services import start_receiver
 
     md = ensure_model_dir(opts.model_dir)
     local_ns = namespace_id(opts.shm_dir, facts)
     png = make_png(opts.image_size)
     gateways: list[RunningGateway] = []
+    try:
+        runs = _embedded(opts, md, png, gateways, say, facts, on_request)
+    except KeyboardInterrupt as err:  # the gateways and receivers are stopped: say so, and of their logs
+        raise _interrupted(opts, gateways) from err
+    removed = [n for gw in gateways for n in gw.removed_segments]
+    left = [gw.pid for gw in gateways if _group_alive(gw.pid)]
+    report = E2eReport(
+        True, opts.model or md.served_model_name, opts.image_size, len(png), local_ns, runs, removed, left
+    )
+    if report.ok and not opts.keep_logs and opts.log_dir is None:
+        # Nothing to look at: a passing run leaves no log behind (a failing one names its logs).
+        remove_logs([gw.log_path for gw in gateways])
+        report = dataclasses.replace(report, runs=[dataclasses.replace(r, gateway_log="") for r in runs])
+    return report
+
+
+def _embedded(
+    opts: E2eOptions,
+    md: ModelDir,
+    png: bytes,
+    gateways: list[RunningGateway],
+    say: Progress,
+    facts: HostFacts | None,
+    on_request: RequestProgress | None,
+) -> list[GatewayRun]:
+    """Start a receiver and a gateway per mode (each gateway appended to ``gateways`` as it starts), run the
+    requests, and stop them all, whatever happens."""
+    from smgshm.core.gateway.process import GatewayConfig, launch_gateway, stop_gateways, wait_ready
+    from smgshm.core.receiver.reader import ReceiverConfig
+    from smgshm.core.receiver.services import start_receiver
+
     with contextlib.ExitStack() as stack:
         # Registered first, so it runs last: after the receivers, all gateways at once.
         stack.callback(lambda: stop_gateways(gateways))
@@ -478,17 +511,21 @@ def run_embedded(
             if setting is not None:
                 t.shm_min_bytes, t.dev_writable = setting.shm_min_bytes, setting.dev_writable
                 t.setting_source = "its start-up log line"
-        runs = _observe(targets, opts, opts.model or md.served_model_name, png, say, facts, on_request)
-    removed = [n for gw in gateways for n in gw.removed_segments]
-    left = [gw.pid for gw in gateways if _group_alive(gw.pid)]
-    report = E2eReport(
-        True, opts.model or md.served_model_name, opts.image_size, len(png), local_ns, runs, removed, left
-    )
-    if report.ok and not opts.keep_logs and opts.log_dir is None:
-        # Nothing to look at: a passing run leaves no log behind (a failing one names its logs).
-        remove_logs([gw.log_path for gw in gateways])
-        report = dataclasses.replace(report, runs=[dataclasses.replace(r, gateway_log="") for r in runs])
-    return report
+        return _observe(targets, opts, opts.model or md.served_model_name, png, say, facts, on_request)
+
+
+def _interrupted(opts: E2eOptions, gateways: list[RunningGateway]) -> Interrupted:
+    """Ctrl-C, after every gateway and receiver was stopped: one line of what was stopped; the gateways'
+    logs are removed (made in the temp dir, nothing to look at), or named when kept (--keep-logs,
+    --gateway-log-dir)."""
+    logs = [gw.log_path for gw in gateways if gw.log_path]
+    what = f"stopped {len(gateways)} gateway(s) ({', '.join(opts.modes)}) and their receivers"
+    if not logs:
+        return Interrupted(what)
+    if opts.keep_logs or opts.log_dir is not None:
+        return Interrupted(f"{what}; their logs are kept: {', '.join(dict.fromkeys(logs))}")
+    remove_logs(logs)
+    return Interrupted(f"{what}; removed their {len(dict.fromkeys(logs))} log(s)")
 
 
 def _new_log(log_dir: str | None, mode: str) -> str | None:
