@@ -51,7 +51,7 @@ def report(app: App, r: NodeCheckup) -> None:
 
 def _block(app: App, c: TmpfsCheckup) -> None:
     t = c.tmpfs
-    who = "pod -" if t.pod_uid is None else f"pod {escape(pod_label(t))} (uid {escape(t.pod_uid)})"
+    who = "no pod" if t.pod_uid is None else f"pod {escape(pod_label(t))} (uid {escape(t.pod_uid)})"
     what = TMPFS_KINDS[t.place.kind] + ("" if t.place.volume is None else f" {escape(t.place.volume)}")
     prose(app.console, mark(c.verdict) + Text(f" {who}, {what}: {escape(t.place.path)}"), 7)
     h = t.hidden

@@ -67,7 +67,7 @@ def run(
     node = _look(root, prometheus_file, started)
     listed = _choose(node, opts, rule)
     chosen = [seg for _, _, choice in listed for seg in choice.chosen]
-    pods = [_pod(scan.tmpfs) for scan, _, choice in listed for _seg in choice.chosen]  # the question names each's pod
+    pods = [_whose(scan.tmpfs) for scan, _, choice in listed for _seg in choice.chosen]  # the question names pods
     if chosen and not gc_view.confirm_delete(app, chosen, yes, all_rows, pods):  # declined: every tmpfs is a listing
         listed = [(scan, segs, reaping.Choice([], choice.refused, {})) for scan, segs, choice in listed]
     blocks = [Block(scan, segs, choice, reaping.reap_choice(scan, choice)) for scan, segs, choice in listed]
@@ -193,6 +193,11 @@ def _pod(t: Tmpfs) -> str:
     return t.pod_uid or "-"
 
 
+def _whose(t: Tmpfs) -> str:
+    """For people: ``pod NAMESPACE/NAME`` (or its uid), or ``no pod`` (the host's /dev/shm)."""
+    return "no pod" if t.pod_uid is None else f"pod {_pod(t)}"
+
+
 def _volume(t: Tmpfs) -> str:
     p = t.place
     return p.kind if p.volume is None else f"{p.kind}:{p.volume}"
@@ -293,7 +298,7 @@ def _block_lines(b: Block, all_rows: bool, cols: int = 80) -> list[str]:
     t, scan, done = b.scan.tmpfs, b.scan, b.done
     if done is None:
         raise RuntimeError("a block shown before it was reaped")
-    who = "pod -" if t.pod_uid is None else f"pod {display(_pod(t))} (uid {display(t.pod_uid)})"
+    who = "no pod" if t.pod_uid is None else f"pod {display(_pod(t))} (uid {display(t.pod_uid)})"
     what = TMPFS_KINDS[t.place.kind] + ("" if t.place.volume is None else f" {display(t.place.volume)}")
     hidden = f"hidden {human_size(t.hidden.nbytes)}"
     if t.hidden.files:

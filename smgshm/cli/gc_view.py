@@ -491,13 +491,13 @@ def confirm_delete(
 
 def will_delete(app: App, chosen: list[SegmentInfo], all_rows: bool, pods: list[str] | None = None) -> None:
     """Before anything is deleted, on stderr: which entries, and what they hold; with ``pods`` (gc --node:
-    each entry's pod, namespace/name) which pod's tmpfs each is in."""
+    each entry's ``pod namespace/name``, or ``no pod``) which pod's tmpfs each is in."""
     total = sum(s.frees_bytes for s in chosen)
     app.err_console.print(Text(f"will delete {len(chosen)} segment(s), {human_size(total)}:"))
     shown = chosen if all_rows else chosen[:NOTABLE]
     err, cols = Out(sys.stderr), width(app.err_console)
     for i, s in enumerate(shown):
-        where = "" if pods is None else f" in pod {display(pods[i])}"
+        where = "" if pods is None else f" in {display(pods[i])}"
         line = f"  {display(s.name)}{where}  {human_size(s.allocated_bytes)}, {s.state.value}: {escape(s.reason)}"
         err.write(fill(line, cols, 4) + "\n")
     if len(shown) < len(chosen):

@@ -292,3 +292,22 @@ def test_declining_the_node_wide_delete_deletes_nothing_and_is_no_error(
     assert "nothing deleted: the answer was not yes" in err
     assert "Aborted" not in err
     assert sorted(os.listdir(dshm(Path(root), POD_A[2]))) == before
+
+
+def test_a_tmpfs_of_no_pod_is_said_so_not_dashed(tmp_path: Path) -> None:
+    """Human output has no ``-`` for an unknown figure: the host's /dev/shm is "no pod" (raw keeps its field)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    root = tmp_path / "node"
+    shm = root / "dev" / "shm"
+    shm.mkdir(parents=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "smgshm-test", str(shm)], check=True)
+    try:
+        text = run_cli("gc", "--node", "--node-root", str(root)).stdout
+        assert f"no pod, host /dev/shm: {shm}" in text, text
+        assert "pod -" not in text
+        text = run_cli("doctor", "--node", "--node-root", str(root)).stdout
+        assert "no pod, host /dev/shm" in text, text
+        assert "pod -" not in text
+    finally:
+        subprocess.run(["umount", str(shm)], check=True)
