@@ -193,7 +193,8 @@ def _run_block(app: App, run: Any, embedded: bool) -> None:
     for line_ in (_metrics_line(run.metrics), _shm_dir_line(run.shm_dir), _receipts_line(run.receipts)):
         prose(app.console, Text("       ") + line_, 9)
     if run.setting_source and not embedded:
-        said = f"mode {run.mode}, shm_min_bytes {run.shm_min_bytes}, dev_writable "
+        least = "unknown" if run.shm_min_bytes is None else human_size(run.shm_min_bytes)  # never raw bytes
+        said = f"mode {run.mode}, shm_min_bytes {least}, dev_writable "
         said += "unknown" if run.dev_writable is None else str(run.dev_writable).lower()
         # The mode is the log's word: escaped with the rest.
         prose(app.console, Text("       setting ", style="bold") + safe(f"{said} ({run.setting_source})"), 9)
