@@ -477,6 +477,7 @@ def _walk_trust(shm_dir: str, dev: int, mine: str, pids: Iterable[int] | None) -
             )
     walk = _Walk(dev, mine)
     doubt: set[int] = set()
+    unread: list[int] = []  # the processes whose namespaces could not be read: named in the note
     everyone = live_pids() if pids is None else list(pids)
     for pid in everyone:
         try:
@@ -493,6 +494,7 @@ def _walk_trust(shm_dir: str, dev: int, mine: str, pids: Iterable[int] | None) -
             uid = uid_of(pid)
             if uid is not None:
                 doubt.add(uid)
+                unread.append(pid)
             continue
         if via is not None and via[0] == "mount":
             return Trust(
@@ -524,8 +526,16 @@ def _walk_trust(shm_dir: str, dev: int, mine: str, pids: Iterable[int] | None) -
         )
     note = "gc sees every pid namespace that shares this filesystem"
     if doubt:
-        note += f"; the namespaces of uid(s) {', '.join(map(str, sorted(doubt)))} could not be read"
+        uids = ", ".join(map(str, sorted(doubt)))
+        note += f"; the namespaces of uid(s) {uids}'s processes could not be read ({_named(unread)})"
     return Trust(True, note, frozenset(doubt), since)
+
+
+def _named(pids: list[int], most: int = 5) -> str:
+    """``pid 12``, ``pids 12, 34``, or the first ``most`` and how many more."""
+    shown = ", ".join(map(str, pids[:most]))
+    more = f" and {len(pids) - most} more" if len(pids) > most else ""
+    return f"pid{'s' if len(pids) > 1 else ''} {shown}{more}"
 
 
 __all__ = ["INIT_PID_NS", "Trust", "first_user", "judge_trust", "judge_visible_trust"]
