@@ -24,5 +24,15 @@ def test_processes_whose_namespaces_cannot_be_read_are_named(tmp_path: Path, mon
 
 
 def test_many_unread_processes_are_named_up_to_five() -> None:
-    assert pidtrust._named([1, 2, 3, 4, 5, 6, 7]) == "pids 1, 2, 3, 4, 5 and 2 more"
-    assert pidtrust._named([9]) == "pid 9"
+    assert pidtrust.name_pids([1, 2, 3, 4, 5, 6, 7]) == "pids 1, 2, 3, 4, 5 and 2 more"
+    assert pidtrust.name_pids([9]) == "pid 9"
+
+
+def test_a_node_tmpfs_note_names_the_unread_processes() -> None:
+    from smgshm.core.node.judge import tmpfs_trust
+    from smgshm.core.node.volumes import PidSpace, ShmUser
+
+    user = ShmUser(pid=1, pidns="pid:[1]", depth=2, uid=0, pod_uid="")
+    spaces = [PidSpace("pid:[1]", 1)]
+    trust = tmpfs_trust([user], spaces, "pid:[4026531836]", frozenset({1234}), unread_pids=(77, 78))
+    assert "uid(s) 1234's processes could not be read (pids 77, 78)" in trust.note, trust.note

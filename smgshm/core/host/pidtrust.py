@@ -527,11 +527,11 @@ def _walk_trust(shm_dir: str, dev: int, mine: str, pids: Iterable[int] | None) -
     note = "gc sees every pid namespace that shares this filesystem"
     if doubt:
         uids = ", ".join(map(str, sorted(doubt)))
-        note += f"; the namespaces of uid(s) {uids}'s processes could not be read ({_named(unread)})"
+        note += f"; the namespaces of uid(s) {uids}'s processes could not be read ({name_pids(unread)})"
     return Trust(True, note, frozenset(doubt), since)
 
 
-def _named(pids: list[int], most: int = 5) -> str:
+def name_pids(pids: list[int], most: int = 5) -> str:
     """``pid 12``, ``pids 12, 34``, or the first ``most`` and how many more."""
     shown = ", ".join(map(str, pids[:most]))
     more = f" and {len(pids) - most} more" if len(pids) > most else ""

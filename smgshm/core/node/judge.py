@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from smgshm.core.host.clock import WallClock
 from smgshm.core.host.holders import Holder
-from smgshm.core.host.pidtrust import INIT_PID_NS, Trust
+from smgshm.core.host.pidtrust import INIT_PID_NS, Trust, name_pids
 from smgshm.core.node.volumes import PidSpace, ShmUser
 from smgshm.core.segments.judge import Bounds, Judge, ScanOptions, reuse_bounds
 from smgshm.core.segments.sightings import Sightings
@@ -26,7 +26,12 @@ _NEVER = Bounds(math.inf, -math.inf, -1)  # reuse_bounds' shape for "cannot be t
 
 
 def tmpfs_trust(
-    users: Sequence[ShmUser], spaces: Sequence[PidSpace], mine: str, doubt: frozenset[int], since_ns: int = 0
+    users: Sequence[ShmUser],
+    spaces: Sequence[PidSpace],
+    mine: str,
+    doubt: frozenset[int],
+    since_ns: int = 0,
+    unread_pids: Sequence[int] = (),
 ) -> Trust:
     """Whether a tmpfs's names can be judged by pid at all, and in which namespaces (the note says).
     ``since_ns``: when the look at its users began (boot clock): a container started since may write here
@@ -51,6 +56,7 @@ def tmpfs_trust(
     note = f"judged in the pid namespace(s) of the {len(users)} process(es) that use it as /dev/shm: {named}"
     if doubt:
         note += f"; the /dev/shm of uid(s) {', '.join(map(str, sorted(doubt)))}'s processes could not be read"
+        note += f" ({name_pids(list(unread_pids))})" if unread_pids else ""
     return Trust(True, note, doubt, since_ns)
 
 

@@ -73,7 +73,9 @@ def look(root: str, pids: Iterable[int] | None = None) -> NodeLook:
         if uid is None:  # a sandbox's: the pod its processes' cgroups agree on
             found = {u.pod_uid for u in mine_users}
             uid = found.pop() if len(found) == 1 else None
-        trust = tmpfs_trust(mine_users, used, mine, users.doubt_uids(p.pod_uid, (s.ns for s in used)), since)
+        unread = users.doubtful(p.pod_uid, [s.ns for s in used])
+        doubt = frozenset(u.uid for u in unread)
+        trust = tmpfs_trust(mine_users, used, mine, doubt, since, unread_pids=[u.pid for u in unread])
         out.append(Tmpfs(p, uid, names.get(uid) if uid else None, mine_users, used, trust, hidden[p.dev]))
     return NodeLook(where, out, len(names))
 

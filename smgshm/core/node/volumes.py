@@ -74,10 +74,12 @@ class Users:
         anyway). The kubelet mounts a pod's emptyDir into that pod's containers only, and every
         process of a pod is in its pod's cgroup, so for a pod's emptyDir (``pod_uid``) only its own
         pod's unread processes (or ones whose cgroup is unread too) count; for any other tmpfs, all."""
+        return frozenset(u.uid for u in self.doubtful(pod_uid, judged_in))
+
+    def doubtful(self, pod_uid: str | None, judged_in: Iterable[str]) -> list[Unread]:
+        """The unread processes behind ``doubt_uids`` (their pids name them in the note)."""
         known = set(judged_in)
-        return frozenset(
-            u.uid for u in self.unread if u.pidns not in known and (pod_uid is None or u.pod_uid in (None, pod_uid))
-        )
+        return [u for u in self.unread if u.pidns not in known and (pod_uid is None or u.pod_uid in (None, pod_uid))]
 
 
 def _cgroup_pod(pid: int) -> str | None:
