@@ -99,11 +99,12 @@ def preflight(
     \b
     - wrapper (`preflight [opts] -- smg launch ...`): preflight is pid P, writes
       nothing, and execs the gateway, which keeps P. So every name carrying P was
-      written by an earlier, dead process holding P in this pid namespace. That holds
-      only if every process writing SMG names in the tmpfs is in this pid namespace:
-      in a container say so with --pod-private; preflight still reclaims nothing by
-      pid when a process it can see in another pid namespace reaches the tmpfs, or
-      the container shares the host's IPC namespace (--ipc=host, hostIPC).
+      written by an earlier, dead process holding P in this pid namespace. That
+      holds only if every process writing SMG names in the tmpfs is in this pid
+      namespace: in a container say so with --pod-private; preflight still
+      reclaims nothing by pid when a process it can see in another pid namespace
+      reaches the tmpfs, or the container shares the host's IPC namespace
+      (--ipc=host, hostIPC).
     - --init-container: run before any app container of the pod, so every SMG name
       in the pod's tmpfs is a previous incarnation's; refused when any process but
       preflight and its parents uses the tmpfs.

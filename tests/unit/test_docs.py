@@ -51,6 +51,19 @@ def test_help_has_summary_and_examples(path: str, cmd: click.Command) -> None:
     assert (MAN1 / f"{('smgshm ' + path).strip().replace(' ', '-')}.1").exists()
 
 
+@pytest.mark.parametrize(("path", "cmd"), _commands(), ids=lambda v: v if isinstance(v, str) else "")
+def test_help_prose_fits_80_columns(path: str, cmd: click.Command) -> None:
+    """Prose and options fit 80 columns; an example (a command to paste) is kept whole, whatever its width."""
+    out = run_cli(*path.split(), "--help", env={"COLUMNS": "80"}).stdout
+    examples = False
+    for line in out.splitlines():
+        if line.strip() == "Examples:":
+            examples = True
+        elif line.startswith("Options:"):
+            examples = False
+        assert examples or len(line) <= 80, line
+
+
 def test_man_names_are_whole_summaries() -> None:
     for page in PAGES:
         name = page.read_text().split(".SH NAME\n", 1)[1].splitlines()[0]
