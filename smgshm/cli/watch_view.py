@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Group
-from rich.table import Table
 from rich.text import Text
 
 from smgshm.cli.fmt import Trimmed, cause_fix, escape, fit_table, fix_line, kv_table, lossless, prose, safe, width
@@ -121,7 +121,7 @@ def dashboard(st: IntervalStats, summary: WatchSummary) -> Group:
         rows.append(("", Text("fix: ", style="cyan") + cause_fix(st.cause_info)))
     parts: list[Any] = [Trimmed(kv_table(rows))]
     if st.orphan_list:
-        parts.append(orphan_table(st.orphan_list[:10]))
+        parts.append(OrphanRows(st.orphan_list[:10]))
     return Group(*parts)
 
 
@@ -140,21 +140,18 @@ def orphan_row(o: Orphan, cols: int = 10**6) -> list[Text]:
     return [cells, Text("  ") + safe(o.name)]
 
 
-def orphan_table(orphans: list[Orphan]) -> Table:
-    table = Table(box=None, title="orphans (oldest first)", title_justify="left")
-    table.add_column("name", overflow="fold")
-    for col in ("kind", "size", "age", "producer", "gc state"):
-        table.add_column(col, no_wrap=True)
-    for o in orphans:
-        table.add_row(
-            safe(o.name),
-            o.kind,
-            human_size(o.nbytes),
-            human_duration(o.age_s),
-            _pid(o),
-            Text(o.state, style=_STATE_STYLE.get(o.state, "")),
-        )
-    return table
+class OrphanRows:
+    """The live view's orphans, as a pipe shows them (orphan_row): fixed columns, then each name whole on its
+    row, or on a line of its own when the terminal is too narrow for it (a table column folded it)."""
+
+    def __init__(self, orphans: list[Orphan]) -> None:
+        self.orphans = orphans
+
+    def __rich_console__(self, _console: Any, options: Any) -> Iterator[Text]:
+        yield Text("orphans (oldest first)", style="italic")
+        yield Text(ORPHAN_HEADER)
+        for o in self.orphans:
+            yield from orphan_row(o, options.max_width)
 
 
 # -- the end: the whole run ------------------------------------------------------------------
