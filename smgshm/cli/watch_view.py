@@ -40,7 +40,7 @@ def known_rate(per_s: float, bytes_per_s: float) -> str:
 
 def _pid(o: Orphan) -> str:
     if o.producer_pid is None:
-        return "-"
+        return "none in name"  # said, never a bare "-"
     return f"{o.producer_pid} ({ {True: 'alive', False: 'dead', None: 'unknown'}[o.producer_alive] })"
 
 

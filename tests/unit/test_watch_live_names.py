@@ -19,3 +19,12 @@ def test_a_long_orphan_name_is_whole_on_a_line_of_its_own_at_80_columns() -> Non
     assert max(len(ln) for ln in lines) <= 80, lines
     assert f"  {name}" in lines, lines
     assert lines[2].startswith("gateway "), lines
+
+
+def test_an_orphan_with_no_pid_in_its_name_says_so_not_a_dash() -> None:
+    from smgshm.cli.watch_view import orphan_row
+
+    orphan = Orphan("smg-x", "other", None, None, "unknown", "no pid", None, 3.0, 0)
+    (row,) = orphan_row(orphan)
+    assert "none in name" in row.plain, row.plain
+    assert " - " not in row.plain, row.plain
