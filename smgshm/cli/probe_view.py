@@ -67,15 +67,15 @@ def _table(app: App, report: Any) -> None:
     for col in ("worker", "engine", "health", "verdict", "auto", *(("gw label",) if labelled else ())):
         table.add_column(col, no_wrap=True)
     for w in report.workers:
-        health = "-"
+        health = "unknown"  # every unknown figure said, never a bare "-"
         if w.health is not None:
             ok = w.health.engine_healthy is not False and w.health.grpc_health == "SERVING"
             health = "ok" if ok else f"{'healthy' if w.health.engine_healthy else 'unhealthy'}/{w.health.grpc_health}"
-        auto = w.decisions["auto"].path if w.decisions else "-"
+        auto = w.decisions["auto"].path if w.decisions else "unknown"
         # "same" only for an id both sides have: two missing ids agree on nothing.
         same = bool(w.gateway_label) and w.gateway_label == w.namespace_id
-        label = () if not labelled else (safe("same") if same else safe(w.gateway_label or "-"),)
-        table.add_row(safe(w.address), safe(w.engine or "-"), health, w.verdict, auto, *label)
+        label = () if not labelled else (safe("same") if same else safe(w.gateway_label or "none"),)
+        table.add_row(safe(w.address), safe(w.engine or "unknown"), health, w.verdict, auto, *label)
     fit_table(app.console, table)
     for w in report.workers:
         why = w.reason + (f"; verify: {w.verify.message}" if w.verify is not None else "")

@@ -60,3 +60,11 @@ def test_a_command_wider_than_the_terminal_continues_with_a_backslash_and_pastes
         ["bash", "-c", 'printf "%s\\n" ' + out.replace("smgshm", "", 1)], capture_output=True, text=True, check=True
     ).stdout.splitlines()
     assert said == argv[1:]
+
+
+def test_probes_table_says_unknown_figures_never_a_dash() -> None:
+    from tests.conftest import run_cli
+
+    res = run_cli("probe", "127.0.0.1:1", "127.0.0.1:2", exit=4, env={"COLUMNS": "80"})
+    rows = [ln.split() for ln in res.stdout.splitlines() if ln.startswith("127.0.0.1:") and ln.endswith("unknown")]
+    assert rows == [[f"127.0.0.1:{n}", "unknown", "unknown", "unreachable", "unknown"] for n in (1, 2)], res.stdout

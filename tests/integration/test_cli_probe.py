@@ -406,7 +406,7 @@ def test_several_workers_human_output(vllm: RunningReceiver, start: StartReceive
     assert set(rows) == {vllm.address, sg.address, dead}, res.stdout
     assert rows[vllm.address][1:] == ["vllm", "ok", "shared", "shm"]
     assert rows[sg.address][1:] == ["sglang", "ok", "undetermined", "inline"]
-    assert rows[dead][1:] == ["-", "-", "unreachable", "-"]
+    assert rows[dead][1:] == ["unknown", "unknown", "unreachable", "unknown"]
     assert f"hint: {dead}:" in res.stderr
     assert f"hint: {sg.address}:" in res.stderr
 

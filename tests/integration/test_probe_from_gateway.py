@@ -259,7 +259,7 @@ def test_probe_from_a_gateway_not_ready_exits_4_and_one_that_refuses_exits_1() -
 
 
 @pytest.mark.slow
-def test_an_http_worker_without_ids_shows_a_dash_not_same() -> None:
+def test_an_http_worker_without_ids_shows_none_not_same() -> None:
     srv, url = _gateway([_worker("http://127.0.0.1:1", "", mode="http")])
     try:
         out = run_cli("--no-color", "probe", "--from-gateway", url).stdout
@@ -267,7 +267,7 @@ def test_an_http_worker_without_ids_shows_a_dash_not_same() -> None:
         srv.shutdown()
     [row] = [ln for ln in out.splitlines() if "http://127.0.0.1:1" in ln and "not_grpc" in ln]
     assert "same" not in row, "neither side has an id: nothing to call the same"
-    assert row.rstrip(" │|").rstrip().endswith("-"), row
+    assert row.rstrip(" │|").rstrip().endswith("none"), row
 
 
 def test_a_gateway_with_no_workers_is_undetermined_never_usable() -> None:
