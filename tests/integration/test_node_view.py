@@ -309,5 +309,8 @@ def test_a_tmpfs_of_no_pod_is_said_so_not_dashed(tmp_path: Path) -> None:
         text = run_cli("doctor", "--node", "--node-root", str(root)).stdout
         assert "no pod, host /dev/shm" in text, text
         assert "pod -" not in text
+        for command in ("gc", "doctor"):  # -q and nothing failed: nothing at all (a cron line)
+            quiet = run_cli("-q", command, "--node", "--node-root", str(root))
+            assert (quiet.stdout, quiet.stderr) == ("", ""), command
     finally:
         subprocess.run(["umount", str(shm)], check=True)
