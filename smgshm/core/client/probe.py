@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from smgshm.core.address import grpc_target
-from smgshm.core.causes import Cause, Found, for_verdict, found
+from smgshm.core.causes import CATALOGUE, Cause, Found, for_verdict, found
 from smgshm.core.engines import DETECT_ORDER, Engine, engine_named
 from smgshm.core.errors import SmgshmError, TransportError
 from smgshm.core.gateway.admin import GatewayWorker
@@ -368,11 +368,4 @@ def cause_of(w: WorkerReport, local: LocalChecks, shm_dir: str = DEFAULT_SHM_DIR
     code = for_verdict(w.verdict, local.namespace_id, w.engine)
     if code is None:
         return None
-    cmd: list[str] | None = None
-    if code is Cause.LOCAL_ID_UNREADABLE:
-        cmd = ["smgshm", "ns", "--shm-dir", shm_dir]
-    elif code is Cause.VERIFY_FAILED:
-        cmd = ["smgshm", "probe", "--verify", w.address]
-    elif code is Cause.ID_SPELLING:
-        cmd = ["smgshm", "ns", "--shm-dir", shm_dir]
-    return found(code, f"{w.address}: {w.reason}", cmd)
+    return found(code, f"{w.address}: {w.reason}", CATALOGUE[code].command(w.address, shm_dir))

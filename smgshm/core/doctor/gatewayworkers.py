@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from smgshm.core.causes import CATALOGUE, Cause, for_verdict
 from smgshm.core.doctor.check import Check
-from smgshm.core.doctor.workers import PROBE_FIXES
+from smgshm.core.doctor.workers import PROBE_OUTCOMES
 from smgshm.core.errors import GatewayNotReadyError, SmgshmError
 from smgshm.core.outcomes import Outcome
 from smgshm.core.units import human_duration
@@ -162,8 +162,8 @@ def _worker_check(
             name,
             "fail",
             f"worker {w.url} unreachable: {r.reason}; the gateway's requests to it fail",
-            PROBE_FIXES["unreachable"][0],
-            Outcome.UNREACHABLE,
+            CATALOGUE[Cause.WORKER_UNREACHABLE].fix,
+            PROBE_OUTCOMES["unreachable"],
             cause=Cause.WORKER_UNREACHABLE,
         )
     if r.verdict == "shared":
@@ -180,11 +180,10 @@ def _worker_check(
                 cause=Cause.STALE_NAMESPACE_LABEL,
             )
         return Check(name, "ok", f"{r.engine}: /dev/shm shared with this host (ids match)")
-    fix, code = PROBE_FIXES.get(r.verdict, ("", Outcome.CHECK_FAILED))
-    # Judged against the gateway's id, else this host's.
+    code = PROBE_OUTCOMES.get(r.verdict, Outcome.CHECK_FAILED)
+    # Judged against the gateway's id, else this host's; its fix is the catalogue's.
     verdict_cause = for_verdict(r.verdict, g.namespace_id or local_id, r.engine or w.runtime_type)
-    if verdict_cause in (Cause.LOCAL_ID_UNREADABLE, Cause.ENGINE_INLINE_ONLY):
-        fix = CATALOGUE[verdict_cause].fix
+    fix = CATALOGUE[verdict_cause].fix if verdict_cause is not None else ""
     summary = f"worker {w.url}: {r.verdict}: {r.reason}"
     if inline:  # the gateway sends it nothing through SHM: a fact, not a failure
         return Check(name, "ok", f"{summary} (the gateway is {g.mode}: no SHM is sent)")
