@@ -15,7 +15,7 @@ from smgshm.core.e2e.evidence import MetricsEvidence, ReceiptEvidence, ReceiptSe
 from smgshm.core.host.namespace import NamespaceComparison, Sharing, compare_namespace_ids
 from smgshm.core.names import gateway_probe_name
 from smgshm.core.stats import median
-from smgshm.core.transport.decision import DEFAULT_SHM_MIN_BYTES, PROBE_FAILS, Mode, decide, parse_mode
+from smgshm.core.transport.decision import DEFAULT_SHM_MIN_BYTES, Decision, Mode, decide, parse_mode
 from smgshm.core.units import human_ms, human_size
 
 
@@ -210,8 +210,8 @@ def _inline_cause(ctx: Context, m: MetricsEvidence, d: ShmDirEvidence, r: Receip
 
     writable = ctx.writable and ctx.gateway_writable is not False
 
-    def rule(md: Mode) -> tuple[str, str]:
-        dec = decide(
+    def rule(md: Mode) -> Decision:
+        return decide(
             md,
             nbytes=largest,
             engine=ctx.engine,
@@ -220,35 +220,33 @@ def _inline_cause(ctx: Context, m: MetricsEvidence, d: ShmDirEvidence, r: Receip
             writable=writable,
             shm_min_bytes=minb,
         )
-        return dec.path, dec.reason
 
     if mode is not None:
-        path, reason = rule(mode)
-        if path == "shm":
+        dec = rule(mode)
+        if dec.path == "shm":
             return (
                 "undetermined",
-                (f"the gateway sent inline although its rule says shm ({reason}); see its log"),
+                (f"the gateway sent inline although its rule says shm ({dec.reason}); see its log"),
                 Cause.INLINE_AGAINST_RULE,
             )
         if mode in (Mode.INLINE, Mode.RDMA):
             return "inline", f"inline: mode is {mode.value}", Cause.MODE_INLINE
-        if not writable and ctx.gateway_writable is False and reason == PROBE_FAILS:
+        if ctx.gateway_writable is False and dec.cause is Cause.SHM_PERMISSION:
             pid = d.name_pid if d.available and d.name_pid is not None else "<pid>"
             return (
                 "inline",
                 (
-                    f"inline: {reason} (dev_writable=false in its log): SHM is off for its life; a "
+                    f"inline: {dec.reason} (dev_writable=false in its log): SHM is off for its life; a "
                     f"leftover {gateway_probe_name(pid)} (it removes the file as its probe fails) "
                     "or a /dev/shm it cannot write"
                 ),
                 Cause.GATEWAY_PROBE_FAILED,
             )
-        text, code = _why(ctx, reason, largest, minb)
-        return "inline", text, code
+        return ("inline", *_why(dec, largest, minb))
     # A remote gateway: its mode cannot be read. What auto would do tells the cause apart.
-    path, reason = rule(Mode.AUTO)
-    if path == "inline":
-        text, code = _why(ctx, reason, largest, minb)
+    dec = rule(Mode.AUTO)
+    if dec.path == "inline":
+        text, code = _why(dec, largest, minb)
         return "inline", text + " (or mode is inline)", code
     return (
         "inline",
@@ -257,16 +255,14 @@ def _inline_cause(ctx: Context, m: MetricsEvidence, d: ShmDirEvidence, r: Receip
     )
 
 
-def _why(ctx: Context, reason: str, largest: int, minb: int) -> tuple[str, Cause]:
-    if reason.startswith("auto:"):
-        sharing = compare_namespace_ids(ctx.local_ns, ctx.worker_ns).sharing.value
-        code = for_verdict(sharing, ctx.local_ns) or Cause.NO_NAMESPACE_ID
-        return f"inline: the worker advertises another namespace id ({reason})", code
-    if "below shm_min_bytes" in reason:
-        return f"inline: every tensor is below shm_min_bytes {minb} (largest {largest} B)", Cause.BELOW_SHM_MIN_BYTES
-    if reason == PROBE_FAILS:
-        return f"inline: {reason}", Cause.SHM_PERMISSION
-    return f"inline: {reason}", Cause.ENGINE_INLINE_ONLY
+def _why(dec: Decision, largest: int, minb: int) -> tuple[str, Cause]:
+    """An inline decision's sentence, and its cause as ``decide`` decided it."""
+    code = dec.cause or Cause.ENGINE_INLINE_ONLY  # an inline decision always names one
+    if code is Cause.BELOW_SHM_MIN_BYTES:
+        return f"inline: every tensor is below shm_min_bytes {minb} (largest {largest} B)", code
+    if code in (Cause.SHM_PERMISSION, Cause.ENGINE_INLINE_ONLY, Cause.NOT_GRPC, Cause.MODE_INLINE):
+        return f"inline: {dec.reason}", code
+    return f"inline: the worker advertises another namespace id ({dec.reason})", code  # auto's namespace check
 
 
 def _refused(r: ReceiptEvidence) -> list[ReceiptSeen]:
