@@ -9,9 +9,11 @@ from typing import Any
 import pytest
 
 from smgshm.core.causes import Cause
+from smgshm.core.client.probe import ProbeVerdict
 from smgshm.core.closed import Closed
 from smgshm.core.doctor.check import Status
 from smgshm.core.gateway.running import Inspect
+from smgshm.core.host.namespace import Sharing
 from smgshm.core.names import KINDS
 from smgshm.core.segments.judge import FileType, State
 
@@ -34,6 +36,7 @@ def _at(schema: str, *path: str) -> Any:
         ("gc.schema.json", ("$defs", "segment", "properties", "file_type"), [t.value for t in FileType]),
         ("doctor.schema.json", ("$defs", "Check", "properties", "status"), [s.value for s in Status]),
         ("doctor.schema.json", ("$defs", "GatewayProcess", "properties", "inspect"), [i.value for i in Inspect]),
+        ("probe.schema.json", ("$defs", "WorkerReport", "properties", "verdict"), [v.value for v in ProbeVerdict]),
     ],
 )
 def test_a_schemas_closed_set_is_the_enums_values(schema: str, path: tuple[str, ...], values: list[str]) -> None:
@@ -53,3 +56,7 @@ def test_a_closed_member_is_its_value_wherever_it_is_shown() -> None:
     assert {"fifo": 1}[FileType.FIFO] == 1
     assert json.dumps([Status.WARN]) == '["warn"]'
     assert isinstance(Inspect.GONE, Closed)
+
+
+def test_every_namespace_verdict_is_a_probe_verdict() -> None:
+    assert {s.value for s in Sharing} <= {v.value for v in ProbeVerdict}
