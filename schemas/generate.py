@@ -41,6 +41,7 @@ from smgshm.cli.jsonout import SCHEMA_VERSION
 from smgshm.core.causes import Cause
 from smgshm.core.client.probe import ProbeVerdict
 from smgshm.core.doctor.check import Status
+from smgshm.core.e2e.verdict import TensorPath
 from smgshm.core.errors import SmgshmError
 from smgshm.core.gateway.running import Inspect
 from smgshm.core.names import KINDS
@@ -156,6 +157,7 @@ FIELD_OVERRIDES: dict[tuple[str, str], dict[str, Any]] = {
     ("SegmentSeen", "end"): {"enum": [*_ENDS, "left_behind"]},
     ("Check", "status"): {"enum": [s.value for s in Status]},
     ("WorkerReport", "verdict"): {"enum": [v.value for v in ProbeVerdict]},
+    ("GatewayRun", "path"): {"enum": [p.value for p in TensorPath]},
     ("GatewayProcess", "inspect"): {"enum": [i.value for i in Inspect]},
     # gc's entries (a NamedTuple for speed; gc_view.segment_docs writes its fields as they are)
     ("SegmentInfo", "name"): {"type": "string", "description": _DISPLAY},

@@ -12,6 +12,7 @@ from smgshm.core.causes import Cause
 from smgshm.core.client.probe import ProbeVerdict
 from smgshm.core.closed import Closed
 from smgshm.core.doctor.check import Status
+from smgshm.core.e2e.verdict import TensorPath
 from smgshm.core.gateway.running import Inspect
 from smgshm.core.host.namespace import Sharing
 from smgshm.core.names import KINDS
@@ -37,6 +38,7 @@ def _at(schema: str, *path: str) -> Any:
         ("doctor.schema.json", ("$defs", "Check", "properties", "status"), [s.value for s in Status]),
         ("doctor.schema.json", ("$defs", "GatewayProcess", "properties", "inspect"), [i.value for i in Inspect]),
         ("probe.schema.json", ("$defs", "WorkerReport", "properties", "verdict"), [v.value for v in ProbeVerdict]),
+        ("e2e.schema.json", ("$defs", "GatewayRun", "properties", "path"), [p.value for p in TensorPath]),
     ],
 )
 def test_a_schemas_closed_set_is_the_enums_values(schema: str, path: tuple[str, ...], values: list[str]) -> None:
