@@ -220,7 +220,8 @@ CATALOGUE: dict[Cause, Entry] = {
     ),
     Cause.PD_DECODE_NAMESPACE: Entry(
         "a PD decode worker in another namespace than the gateway: under auto every request goes inline",
-        "run the decode workers where they share the gateway's /dev/shm",
+        "run the decode workers where they share the gateway's /dev/shm, or run the gateway with "
+        f"{TRANSPORT_FLAG} shm (no namespace check; the prefill worker reads the pixels)",
     ),
     Cause.SEGMENTS_STRANDED: Entry(
         "a live gateway's segments that no worker will read: SMG never removes its own while it lives",
