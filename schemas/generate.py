@@ -39,10 +39,14 @@ import smgshm.core
 from smgshm.cli.exitcodes import for_outcome
 from smgshm.cli.jsonout import SCHEMA_VERSION
 from smgshm.core.causes import Cause
+from smgshm.core.client.probe import ProbeVerdict
+from smgshm.core.doctor.check import Status
+from smgshm.core.e2e.verdict import TensorPath
 from smgshm.core.errors import SmgshmError
+from smgshm.core.gateway.running import Inspect
 from smgshm.core.names import KINDS
 from smgshm.core.outcomes import Outcome
-from smgshm.core.segments.judge import State
+from smgshm.core.segments.judge import FileType, State
 from smgshm.core.watch import events, life
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
@@ -151,16 +155,16 @@ FIELD_OVERRIDES: dict[tuple[str, str], dict[str, Any]] = {
     ("Orphan", "state"): {"enum": [s.value for s in State] + ["gone", "unjudged"]},
     ("SegmentLife", "end"): {"enum": [*_ENDS, None]},
     ("SegmentSeen", "end"): {"enum": [*_ENDS, "left_behind"]},
-    ("Check", "status"): {"enum": ["ok", "warn", "fail", "skip", "info", "unknown"]},
-    ("GatewayProcess", "inspect"): {"enum": ["ok", "partial", "permission_denied", "gone"]},
+    ("Check", "status"): {"enum": [s.value for s in Status]},
+    ("WorkerReport", "verdict"): {"enum": [v.value for v in ProbeVerdict]},
+    ("GatewayRun", "path"): {"enum": [p.value for p in TensorPath]},
+    ("GatewayProcess", "inspect"): {"enum": [i.value for i in Inspect]},
     # gc's entries (a NamedTuple for speed; gc_view.segment_docs writes its fields as they are)
     ("SegmentInfo", "name"): {"type": "string", "description": _DISPLAY},
-    ("SegmentInfo", "file_type"): {
-        "enum": ["regular", "symlink", "fifo", "directory", "socket", "char_device", "block_device", "other"]
-    },
+    ("SegmentInfo", "file_type"): {"enum": [t.value for t in FileType]},
     ("SegmentInfo", "nbytes"): {"type": "integer", "description": "apparent size"},
     ("SegmentInfo", "allocated_bytes"): {"type": "integer", "description": "memory it holds"},
-    ("SegmentInfo", "age_s"): {"type": "number", "description": "seconds since the later of its name's time and mtime"},
+    ("SegmentInfo", "age_s"): {"type": "number"},  # described by its comment (judge.SegmentInfo)
     ("SegmentInfo", "producer_pid"): {"type": ["integer", "null"], "description": "from its name; null: none in it"},
     ("SegmentInfo", "producer_alive"): {"type": ["boolean", "null"], "description": "null: not known"},
     ("SegmentInfo", "holders"): {

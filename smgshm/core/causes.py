@@ -59,10 +59,22 @@ class Cause(enum.Enum):
     PREFLIGHT_TIMEOUT = "preflight_timeout"
 
 
+ADDRESS = "{address}"  # in an Entry's cmd: the worker's address, filled per instance by Entry.command
+SHM_DIR = "{shm_dir}"  # in an Entry's cmd: the shm dir examined, filled per instance by Entry.command
+
+
 @dataclass(frozen=True)
 class Entry:
     meaning: str  # what the code means, for the README table and a fix-less display
     fix: str  # the concrete fix, in words
+    cmd: tuple[str, ...] = ()  # the argv of a command that applies; ADDRESS and SHM_DIR stand for the instance's
+
+    def command(self, address: str = "", shm_dir: str = "") -> list[str] | None:
+        """``cmd`` filled in for one instance (None: no command applies)."""
+        if not self.cmd:
+            return None
+        fill = {ADDRESS: address, SHM_DIR: shm_dir}
+        return [fill.get(arg, arg) for arg in self.cmd]
 
 
 _SHARE = (
@@ -79,6 +91,7 @@ CATALOGUE: dict[Cause, Entry] = {
     Cause.ID_SPELLING: Entry(
         "the ids name the same tmpfs but are spelled differently; the gateway compares strings",
         "advertise the id exactly as `smgshm ns` prints it (or as SMG's servicer computes it)",
+        ("smgshm", "ns", "--shm-dir", SHM_DIR),
     ),
     Cause.NO_NAMESPACE_ID: Entry(
         "the worker advertises no (or a malformed) shm_namespace_id, so auto stays inline",
@@ -88,6 +101,7 @@ CATALOGUE: dict[Cause, Entry] = {
     Cause.LOCAL_ID_UNREADABLE: Entry(
         "this host's namespace id is unreadable (boot id or the shm dir cannot be read)",
         "make /proc/sys/kernel/random/boot_id and the shm dir readable; `smgshm ns` shows what is read",
+        ("smgshm", "ns", "--shm-dir", SHM_DIR),
     ),
     Cause.MODE_INLINE: Entry(
         "the gateway's transport mode is inline (or rdma): it never uses SHM",
@@ -133,6 +147,7 @@ CATALOGUE: dict[Cause, Entry] = {
     Cause.VERIFY_FAILED: Entry(
         "the receiver could not read the canary segment byte-exactly",
         "read the receiver's error; rerun smgshm probe --verify after fixing it",
+        ("smgshm", "probe", "--verify", ADDRESS),
     ),
     Cause.NOT_GRPC: Entry(
         "a non-gRPC worker: SMG sends it tensors inline only",
@@ -205,7 +220,8 @@ CATALOGUE: dict[Cause, Entry] = {
     ),
     Cause.PD_DECODE_NAMESPACE: Entry(
         "a PD decode worker in another namespace than the gateway: under auto every request goes inline",
-        "run the decode workers where they share the gateway's /dev/shm",
+        "run the decode workers where they share the gateway's /dev/shm, or run the gateway with "
+        f"{TRANSPORT_FLAG} shm (no namespace check; the prefill worker reads the pixels)",
     ),
     Cause.SEGMENTS_STRANDED: Entry(
         "a live gateway's segments that no worker will read: SMG never removes its own while it lives",

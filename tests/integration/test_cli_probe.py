@@ -68,7 +68,7 @@ WORKER_KEYS = {
 HEALTH_KEYS = {"engine_healthy", "engine_message", "grpc_health"}
 COMPARISON_KEYS = {"local", "peer", "sharing", "reason"}
 VERIFY_KEYS = {"ok", "code", "message"}
-DECISION_KEYS = {"path", "reason"}
+DECISION_KEYS = {"path", "reason", "cause"}
 MODES = {"inline", "shm", "auto"}
 
 

@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from smgshm.core.causes import Cause, found
+from smgshm.core.e2e import verdict
 from smgshm.core.e2e.evidence import MetricsEvidence, ReceiptEvidence, ReceiptSeen, SegmentSeen, ShmDirEvidence
 from smgshm.core.e2e.verdict import Context, judge
+from smgshm.core.transport.decision import Mode, decide
 
 NS = "5ef74ec3-1111-4000-8000-000000000000:27"
 FOREIGN = "00000000-0000-4000-8000-000000000000:1"
@@ -17,7 +25,7 @@ def ctx(mode: str = "", worker_ns: str = NS, failed: int = 0, requests: int = 1)
 def metrics(shm: int = 0, inline: int = 0, failures: int = 0, **kw: object) -> MetricsEvidence:
     tensors = {k: v for k, v in (("shm", shm), ("inline", inline)) if v}
     nbytes = {k: v for k, v in (("shm", shm * PIX), ("inline", inline * 16 if shm else inline * PIX)) if v}
-    return MetricsEvidence("http://gw/metrics", True, tensors=tensors, nbytes=nbytes, shm_write_failures=failures, **kw)  # type: ignore[arg-type]
+    return MetricsEvidence("http://gw/metrics", True, tensors=tensors, nbytes=nbytes, shm_write_failures=failures, **kw)
 
 
 def segs(*ends: str) -> ShmDirEvidence:
@@ -128,3 +136,39 @@ def test_shm_a_worker_cannot_open_names_the_namespace_and_says_never_read() -> N
     assert v.code is not None
     # Ids that say the worker can open them: no namespace cause is guessed.
     assert judge(ctx("shm", failed=1), metrics(shm=1, inline=2), segs("cleaned"), r).code is None
+
+
+@pytest.mark.parametrize(
+    ("context", "nbytes", "cause"),
+    [
+        (ctx("auto", worker_ns=FOREIGN), PIX, Cause.OTHER_HOST),
+        (ctx("auto", worker_ns=""), PIX, Cause.NO_NAMESPACE_ID),
+        (ctx("", worker_ns=""), PIX, Cause.NO_NAMESPACE_ID),  # a remote gateway: what auto would do
+        (ctx("shm"), 100, Cause.BELOW_SHM_MIN_BYTES),
+        (replace(ctx("auto"), writable=False), PIX, Cause.SHM_PERMISSION),
+        (replace(ctx("auto"), gateway_writable=False), PIX, Cause.GATEWAY_PROBE_FAILED),
+        (replace(ctx("auto"), engine="sglang"), PIX, Cause.ENGINE_INLINE_ONLY),
+    ],
+)
+def test_the_cause_is_the_decisions_not_read_back_from_its_prose(
+    monkeypatch: pytest.MonkeyPatch, context: Context, nbytes: int, cause: Cause
+) -> None:
+    """Whatever the gateway's rule says in words, the verdict's code is the cause the rule decided."""
+
+    def reworded(*args: Any, **kw: Any) -> Any:
+        return replace(decide(*args, **kw), reason="reworded")
+
+    monkeypatch.setattr(verdict, "decide", reworded)
+    m = MetricsEvidence("http://gw/metrics", True, tensors={"inline": 1}, nbytes={"inline": nbytes})
+    v = judge(context, m, NO_DIR, NO_RECEIPTS)
+    assert v.path == "inline"
+    assert v.code is cause
+    assert found(v.code, v.cause).code == cause.value  # what e2e's JSON and its "fix:" line carry
+
+
+def test_a_decision_carries_its_cause() -> None:
+    big: dict[str, Any] = {"nbytes": PIX, "engine": "vllm", "local_ns": NS, "worker_ns": NS, "writable": True}
+    assert decide(Mode.AUTO, **big).cause is None
+    assert decide(Mode.INLINE, **big).cause is Cause.MODE_INLINE
+    assert decide(Mode.AUTO, **{**big, "worker_ns": ""}).cause is Cause.NO_NAMESPACE_ID
+    assert decide(Mode.AUTO, **{**big, "over_grpc": False}).cause is Cause.NOT_GRPC

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from smgshm.core.address import grpc_target
-from smgshm.core.causes import Cause, Found, for_verdict, found
+from smgshm.core.causes import CATALOGUE, Cause, Found, for_verdict, found
+from smgshm.core.closed import Closed
 from smgshm.core.engines import DETECT_ORDER, Engine, engine_named
 from smgshm.core.errors import SmgshmError, TransportError
 from smgshm.core.gateway.admin import GatewayWorker
@@ -57,12 +58,27 @@ class VerifyResult:
     message: str
 
 
+class ProbeVerdict(Closed):
+    """A worker's probe verdict: the namespace ids' (host.namespace.Sharing's values), or what the probe
+    found past them (the canary unreadable), or what stopped it (no answer, no gRPC)."""
+
+    SHARED = "shared"
+    OTHER_HOST = "other_host"
+    PRIVATE_TMPFS = "private_tmpfs"
+    UNDETERMINED = "undetermined"
+    SPELLING = "spelling"
+    UNREACHABLE = "unreachable"
+    UID_MISMATCH = "uid_mismatch"
+    VERIFY_FAILED = "verify_failed"
+    NOT_GRPC = "not_grpc"
+
+
 @dataclass(frozen=True)
 class WorkerReport:
     """One worker's probe: facts, the namespace verdict and SMG's three decisions."""
 
     address: str
-    verdict: str  # shared | other_host | private_tmpfs | undetermined | unreachable | uid_mismatch
+    verdict: str  # a ProbeVerdict: the ids' (Sharing), or what the probe found past them, or what stopped it
     reason: str
     engine: str = ""
     health: Health | None = None
@@ -259,7 +275,7 @@ def probe_worker(address: str, opts: ProbeOptions, local: LocalChecks) -> Worker
     try:
         channel = open_channel(target, opts.connect_timeout)
     except TransportError as err:
-        return WorkerReport(address, "unreachable", str(err), elapsed_ms=(time.monotonic() - t0) * 1e3)
+        return WorkerReport(address, ProbeVerdict.UNREACHABLE, str(err), elapsed_ms=(time.monotonic() - t0) * 1e3)
     try:
         engine, hc = _detect(channel, target, opts)
         grpc_health = _grpc_health(channel, engine.full_service, opts.timeout)
@@ -273,13 +289,13 @@ def probe_worker(address: str, opts: ProbeOptions, local: LocalChecks) -> Worker
         ident = _receiver_identity(channel, opts.timeout)
         verify = verify_canary(channel, opts) if opts.verify and ident is not None else None
     except TransportError as err:
-        return WorkerReport(address, "unreachable", str(err), elapsed_ms=(time.monotonic() - t0) * 1e3)
+        return WorkerReport(address, ProbeVerdict.UNREACHABLE, str(err), elapsed_ms=(time.monotonic() - t0) * 1e3)
     finally:
         channel.close()
     cmp = compare_namespace_ids(local.namespace_id, ns)
-    verdict, reason = cmp.sharing.value, cmp.reason
+    verdict, reason = ProbeVerdict(cmp.sharing.value), cmp.reason
     if verify is not None and not verify.ok and cmp.shared:
-        verdict = "uid_mismatch" if verify.code == "permission" else "verify_failed"
+        verdict = ProbeVerdict.UID_MISMATCH if verify.code == "permission" else ProbeVerdict.VERIFY_FAILED
         reason = verify.message
         if ident is not None and verify.code == "permission":
             reason = f"the receiver runs as uid {ident.uid}; segments are 0600 owned by uid {os.getuid()}"
@@ -342,7 +358,7 @@ def probe(
         if gw is not None and not gw.grpc:
             reason = f"a {gw.connection_mode or 'non-gRPC'} worker: SMG sends it tensors inline only"
             report = WorkerReport(
-                address, "not_grpc", reason, engine=gw.runtime_type, gateway_label=gw.label_namespace_id
+                address, ProbeVerdict.NOT_GRPC, reason, engine=gw.runtime_type, gateway_label=gw.label_namespace_id
             )
             if gw.connection_mode == "zmq":  # SMG's direct-ZMQ lane refuses SHM payloads: its own cause
                 report = replace(report, cause_info=found(Cause.ZMQ_LANE, f"{address}: {reason}"))
@@ -368,11 +384,4 @@ def cause_of(w: WorkerReport, local: LocalChecks, shm_dir: str = DEFAULT_SHM_DIR
     code = for_verdict(w.verdict, local.namespace_id, w.engine)
     if code is None:
         return None
-    cmd: list[str] | None = None
-    if code is Cause.LOCAL_ID_UNREADABLE:
-        cmd = ["smgshm", "ns", "--shm-dir", shm_dir]
-    elif code is Cause.VERIFY_FAILED:
-        cmd = ["smgshm", "probe", "--verify", w.address]
-    elif code is Cause.ID_SPELLING:
-        cmd = ["smgshm", "ns", "--shm-dir", shm_dir]
-    return found(code, f"{w.address}: {w.reason}", cmd)
+    return found(code, f"{w.address}: {w.reason}", CATALOGUE[code].command(w.address, shm_dir))

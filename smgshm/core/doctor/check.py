@@ -6,13 +6,25 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from smgshm.core.causes import Cause
+from smgshm.core.closed import Closed
 from smgshm.core.outcomes import Outcome
+
+
+class Status(Closed):
+    """A check's status."""
+
+    OK = "ok"
+    WARN = "warn"
+    FAIL = "fail"
+    SKIP = "skip"
+    INFO = "info"  # advice, never counted as a warning
+    UNKNOWN = "unknown"  # cannot be judged (doctor --node): never a failure, never a warning
 
 
 @dataclass(frozen=True)
 class Check:
     name: str
-    status: str  # ok | warn | fail | skip | info (advice, never counted as a warning)
+    status: str  # a Status: info is advice, never counted as a warning; unknown cannot be judged
     summary: str
     fix: str = ""
     code: Outcome = Outcome.OK  # what this check asks the run to end as (JSON: its exit code)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from smgshm.core.causes import CATALOGUE, Cause, for_verdict
 from smgshm.core.doctor.check import Check
-from smgshm.core.doctor.workers import PROBE_FIXES
+from smgshm.core.doctor.workers import PROBE_OUTCOMES
 from smgshm.core.errors import GatewayNotReadyError, SmgshmError
 from smgshm.core.outcomes import Outcome
 from smgshm.core.units import human_duration
@@ -108,7 +108,7 @@ def check_gateway_workers(
                     f"{g.who} workers",
                     "warn",
                     f"no worker registered at {g.http_url}",
-                    "register its workers (--worker-urls, or POST /workers)",
+                    CATALOGUE[Cause.NO_WORKERS].fix,
                     cause=Cause.NO_WORKERS,
                 )
             )
@@ -162,8 +162,8 @@ def _worker_check(
             name,
             "fail",
             f"worker {w.url} unreachable: {r.reason}; the gateway's requests to it fail",
-            PROBE_FIXES["unreachable"][0],
-            Outcome.UNREACHABLE,
+            CATALOGUE[Cause.WORKER_UNREACHABLE].fix,
+            PROBE_OUTCOMES["unreachable"],
             cause=Cause.WORKER_UNREACHABLE,
         )
     if r.verdict == "shared":
@@ -175,16 +175,15 @@ def _worker_check(
                 f"the gateway recorded shm_namespace_id {label or '(none)'!r} at registration "
                 f"but the worker advertises {r.namespace_id!r}: under auto it stays inline (labels are read "
                 "once)",
-                "re-register the worker (DELETE then POST /workers) or restart the gateway",
+                CATALOGUE[Cause.STALE_NAMESPACE_LABEL].fix,
                 Outcome.CHECK_FAILED,
                 cause=Cause.STALE_NAMESPACE_LABEL,
             )
         return Check(name, "ok", f"{r.engine}: /dev/shm shared with this host (ids match)")
-    fix, code = PROBE_FIXES.get(r.verdict, ("", Outcome.CHECK_FAILED))
-    # Judged against the gateway's id, else this host's.
+    code = PROBE_OUTCOMES.get(r.verdict, Outcome.CHECK_FAILED)
+    # Judged against the gateway's id, else this host's; its fix is the catalogue's.
     verdict_cause = for_verdict(r.verdict, g.namespace_id or local_id, r.engine or w.runtime_type)
-    if verdict_cause in (Cause.LOCAL_ID_UNREADABLE, Cause.ENGINE_INLINE_ONLY):
-        fix = CATALOGUE[verdict_cause].fix
+    fix = CATALOGUE[verdict_cause].fix if verdict_cause is not None else ""
     summary = f"worker {w.url}: {r.verdict}: {r.reason}"
     if inline:  # the gateway sends it nothing through SHM: a fact, not a failure
         return Check(name, "ok", f"{summary} (the gateway is {g.mode}: no SHM is sent)")
@@ -206,7 +205,7 @@ def lint(g: JudgedGateway, workers: list[GatewayWorker]) -> list[Check]:
                     "warn",
                     f"worker {w.url} sets {w.transport_override}: SMG ignores per-worker transport settings although "
                     f"its docs promise them; the gateway's setting ({g.mode or 'not known'}) applies",
-                    "set the transport on the gateway (--multimodal-tensor-transport, --multimodal-shm-min-bytes)",
+                    CATALOGUE[Cause.WORKER_OVERRIDE_IGNORED].fix,
                     cause=Cause.WORKER_OVERRIDE_IGNORED,
                 )
             )
@@ -226,8 +225,7 @@ def lint(g: JudgedGateway, workers: list[GatewayWorker]) -> list[Check]:
                     "warn",
                     f"model {model} is served by workers of mixed or empty namespace ids ({shown}): under {under} a "
                     "retry can send an SHM handle to a worker that cannot open it",
-                    "serve one model from workers of one namespace (one host, one shared tmpfs), the others under "
-                    "another model name or gateway",
+                    CATALOGUE[Cause.MIXED_NAMESPACE_IDS].fix,
                     cause=Cause.MIXED_NAMESPACE_IDS,
                 )
             )
@@ -241,8 +239,7 @@ def lint(g: JudgedGateway, workers: list[GatewayWorker]) -> list[Check]:
                         "fail",
                         f"PD decode worker {w.url} is in namespace {w.label_namespace_id or '(none)'}, not {own}: "
                         "under auto every request of this pair goes inline, although decode never gets pixels",
-                        "put the decode worker on the gateway's tmpfs, or run the gateway with "
-                        "--multimodal-tensor-transport shm (no namespace check; the prefill worker reads the pixels)",
+                        CATALOGUE[Cause.PD_DECODE_NAMESPACE].fix,
                         Outcome.CHECK_FAILED,
                         cause=Cause.PD_DECODE_NAMESPACE,
                     )

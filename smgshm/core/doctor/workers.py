@@ -7,7 +7,7 @@ import shlex
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from smgshm.core.causes import Cause, for_sharing
+from smgshm.core.causes import Cause, for_sharing, found
 from smgshm.core.doctor.check import Check
 from smgshm.core.errors import NoSpaceError, SmgshmError
 from smgshm.core.names import probe_file_pid
@@ -75,38 +75,33 @@ def probe_file_checks(
     return out
 
 
-# Each probe verdict that is not "shared": its fix and the outcome it asks for.
-PROBE_FIXES: dict[str, tuple[str, Outcome]] = {
-    "other_host": ("SHM needs gateway and worker on one host", Outcome.CHECK_FAILED),
-    "private_tmpfs": (
-        "share one tmpfs: --ipc=host, --ipc=container:<gateway>, or an emptyDir "
-        "{medium: Memory} mounted at /dev/shm in both containers",
-        Outcome.CHECK_FAILED,
-    ),
-    "uid_mismatch": ("run the gateway and the worker as the same uid (segments are 0600)", Outcome.CHECK_FAILED),
-    "verify_failed": (
-        "see the reason; the worker could not read a segment this host wrote",
-        Outcome.CHECK_FAILED,
-    ),
-    "undetermined": (
-        "the worker must advertise shm_namespace_id; SGLang/TRT-LLM/MLX always get inline",
-        Outcome.UNDETERMINED,
-    ),
-    "unreachable": ("check the address and that the worker's gRPC server is up", Outcome.UNREACHABLE),
+# Each probe verdict that is not "shared": the outcome it asks for (its fix is the catalogue's, by its cause).
+PROBE_OUTCOMES: dict[str, Outcome] = {
+    "other_host": Outcome.CHECK_FAILED,
+    "private_tmpfs": Outcome.CHECK_FAILED,
+    "uid_mismatch": Outcome.CHECK_FAILED,
+    "verify_failed": Outcome.CHECK_FAILED,
+    "undetermined": Outcome.UNDETERMINED,
+    "unreachable": Outcome.UNREACHABLE,
 }
 
 
 def probe_check(w: WorkerReport, name: str) -> Check:
-    """One worker's probe as a check: shared is ok; anything else fails with its fix."""
+    """One worker's probe as a check: shared is ok; anything else fails with the fix probe reports for it."""
     if w.verdict == "shared":
         how = "verified with a canary segment" if w.verify and w.verify.ok else "ids match"
         return Check(name, "ok", f"{w.engine}: /dev/shm shared ({how})")
-    fix, code = PROBE_FIXES.get(w.verdict, ("", Outcome.CHECK_FAILED))
-    # probe's own cause when it named one (this host's id unreadable is not the worker's missing id).
-    cause = Cause(w.cause_info.code) if w.cause_info is not None else for_sharing(w.verdict)
-    if cause in (Cause.LOCAL_ID_UNREADABLE, Cause.ENGINE_INLINE_ONLY) and w.cause_info is not None:
-        fix = w.cause_info.fix
-    return Check(name, "fail", f"{w.verdict}: {w.reason}", fix, code, cause=cause)
+    code = PROBE_OUTCOMES.get(w.verdict, Outcome.CHECK_FAILED)
+    # probe's own cause, as probe reports it (this host's id unreadable is not the worker's missing id).
+    info = w.cause_info
+    if info is None:
+        cause = for_sharing(w.verdict)
+        info = found(cause) if cause is not None else None
+    if info is None:
+        return Check(name, "fail", f"{w.verdict}: {w.reason}", "", code)
+    return Check(
+        name, "fail", f"{w.verdict}: {w.reason}", info.fix, code, fix_cmd=info.fix_cmd or [], cause=Cause(info.code)
+    )
 
 
 def _space_cause(err: SmgshmError) -> Cause | None:

@@ -32,7 +32,7 @@ from smgshm.core.e2e.evidence import (
     receipts_since,
 )
 from smgshm.core.e2e.owner import own_metrics
-from smgshm.core.e2e.verdict import FAILURE_TEXT, Context, Verdict, expectation, judge
+from smgshm.core.e2e.verdict import FAILURE_TEXT, Context, TensorPath, Verdict, expectation, judge
 from smgshm.core.errors import HostError, Interrupted, SmgshmError
 from smgshm.core.gateway.chat import ChatOutcome, first_model, make_png, send_chat
 from smgshm.core.gateway.metrics import MM_FAMILIES, MetricsSnapshot, scrape
@@ -86,7 +86,7 @@ class GatewayRun:
     metrics: MetricsEvidence
     shm_dir: ShmDirEvidence
     receipts: ReceiptEvidence
-    path: str
+    path: str  # which path its tensors took (a TensorPath)
     cause: str
     agree: bool
     shm_tensors_by_source: dict[str, int]
@@ -122,7 +122,7 @@ class E2eReport:
 
     @property
     def undetermined(self) -> bool:
-        return any(r.path == "undetermined" for r in self.runs)
+        return any(r.path == TensorPath.UNDETERMINED for r in self.runs)
 
     @property
     def unreachable(self) -> bool:

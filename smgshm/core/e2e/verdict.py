@@ -11,11 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from smgshm.core.causes import Cause, for_verdict, write_failure
+from smgshm.core.closed import Closed
 from smgshm.core.e2e.evidence import MetricsEvidence, ReceiptEvidence, ReceiptSeen, ShmDirEvidence
 from smgshm.core.host.namespace import NamespaceComparison, Sharing, compare_namespace_ids
 from smgshm.core.names import gateway_probe_name
 from smgshm.core.stats import median
-from smgshm.core.transport.decision import DEFAULT_SHM_MIN_BYTES, PROBE_FAILS, Mode, decide, parse_mode
+from smgshm.core.transport.decision import DEFAULT_SHM_MIN_BYTES, Decision, Mode, decide, parse_mode
 from smgshm.core.units import human_ms, human_size
 
 
@@ -38,9 +39,18 @@ class Context:
     shm_free_bytes: int | None = None
 
 
+class TensorPath(Closed):
+    """Which path a gateway's tensors took, as e2e judges it."""
+
+    SHM = "shm"
+    INLINE = "inline"
+    NONE = "none"  # no multimodal tensor was sent
+    UNDETERMINED = "undetermined"  # the sources disagree, or there is none: never a guess
+
+
 @dataclass(frozen=True)
 class Verdict:
-    path: str  # shm | inline | none | undetermined
+    path: TensorPath
     cause: str  # one sentence, the gateway's reason
     agree: bool  # every available source tells the same story
     counts: dict[str, int]  # SHM tensors per source (metrics, shm dir, receipts)
@@ -70,7 +80,7 @@ def judge(ctx: Context, m: MetricsEvidence, d: ShmDirEvidence, r: ReceiptEvidenc
     failure = _failure_class(ctx, d, r)
     if not counts:
         return Verdict(
-            "undetermined",
+            TensorPath.UNDETERMINED,
             "no evidence: no smg_mm_* metrics, no shm dir view and no receipts",
             False,
             counts,
@@ -80,7 +90,7 @@ def judge(ctx: Context, m: MetricsEvidence, d: ShmDirEvidence, r: ReceiptEvidenc
     if len(set(counts.values())) > 1:
         said = ", ".join(f"{k} {v}" for k, v in counts.items())
         return Verdict(
-            "undetermined",
+            TensorPath.UNDETERMINED,
             f"the sources disagree on SHM tensors: {said}",
             False,
             counts,
@@ -91,7 +101,7 @@ def judge(ctx: Context, m: MetricsEvidence, d: ShmDirEvidence, r: ReceiptEvidenc
     if len(set(inline_counts.values())) > 1:
         said = ", ".join(f"{k} {v}" for k, v in inline_counts.items())
         return Verdict(
-            "undetermined",
+            TensorPath.UNDETERMINED,
             f"the sources disagree on inline tensors: {said}",
             False,
             counts,
@@ -106,7 +116,7 @@ def judge(ctx: Context, m: MetricsEvidence, d: ShmDirEvidence, r: ReceiptEvidenc
         if blocked is not None and (ctx.failed_requests or _refused(r)):  # sent by SHM where it cannot be read
             text += f"; the worker cannot open them: {blocked.reason}"
             code = for_verdict(blocked.sharing.value, ctx.local_ns)
-        return Verdict("shm", text, True, counts, failure, code)
+        return Verdict(TensorPath.SHM, text, True, counts, failure, code)
     if n_inline:
         path, cause, code = _inline_cause(ctx, m, d, r)
         return Verdict(path, cause, True, counts, failure, code)
@@ -114,7 +124,7 @@ def judge(ctx: Context, m: MetricsEvidence, d: ShmDirEvidence, r: ReceiptEvidenc
     # its smg_mm_tensors_* families never appear, but its own processing counter says why.
     if m.processing.get("worker"):
         return Verdict(
-            "none",
+            TensorPath.NONE,
             "no multimodal tensors: the gateway runs --mm-processing worker (media go as refs)",
             True,
             counts,
@@ -123,7 +133,7 @@ def judge(ctx: Context, m: MetricsEvidence, d: ShmDirEvidence, r: ReceiptEvidenc
         )
     if ctx.failed_requests == ctx.requests:
         return Verdict(
-            "none",
+            TensorPath.NONE,
             "no multimodal tensors: every request failed before the gateway sent any",
             True,
             counts,
@@ -131,7 +141,7 @@ def judge(ctx: Context, m: MetricsEvidence, d: ShmDirEvidence, r: ReceiptEvidenc
             Cause.NO_MM_TENSORS,
         )
     return Verdict(
-        "none",
+        TensorPath.NONE,
         "no multimodal tensors were sent (is the model a vision model?)",
         True,
         counts,
@@ -185,20 +195,22 @@ def _shm_cause(
     return text
 
 
-def _inline_cause(ctx: Context, m: MetricsEvidence, d: ShmDirEvidence, r: ReceiptEvidence) -> tuple[str, str, Cause]:
+def _inline_cause(
+    ctx: Context, m: MetricsEvidence, d: ShmDirEvidence, r: ReceiptEvidence
+) -> tuple[TensorPath, str, Cause]:
     sizes = [x.nbytes for x in r.receipts] if r.available else []
     if not sizes and m.available and m.tensors.get("inline"):
         sizes = [m.nbytes.get("inline", 0)]  # an upper bound of the largest tensor
     largest = max(sizes, default=0)
     if m.available and m.shm_write_failures:
         return (
-            "inline",
+            TensorPath.INLINE,
             f"inline: SHM writes are failing (write failures +{m.shm_write_failures})",
             write_failure(largest, ctx.shm_size_bytes, ctx.shm_free_bytes, ctx.writable),
         )
     if d.available and d.probe_file_left:
         return (
-            "inline",
+            TensorPath.INLINE,
             (
                 f"inline: the gateway's probe file is left over ({d.probe_file_left}): its writability "
                 "probe fails, so SHM stays off"
@@ -210,8 +222,8 @@ def _inline_cause(ctx: Context, m: MetricsEvidence, d: ShmDirEvidence, r: Receip
 
     writable = ctx.writable and ctx.gateway_writable is not False
 
-    def rule(md: Mode) -> tuple[str, str]:
-        dec = decide(
+    def rule(md: Mode) -> Decision:
+        return decide(
             md,
             nbytes=largest,
             engine=ctx.engine,
@@ -220,53 +232,49 @@ def _inline_cause(ctx: Context, m: MetricsEvidence, d: ShmDirEvidence, r: Receip
             writable=writable,
             shm_min_bytes=minb,
         )
-        return dec.path, dec.reason
 
     if mode is not None:
-        path, reason = rule(mode)
-        if path == "shm":
+        dec = rule(mode)
+        if dec.path == "shm":
             return (
-                "undetermined",
-                (f"the gateway sent inline although its rule says shm ({reason}); see its log"),
+                TensorPath.UNDETERMINED,
+                (f"the gateway sent inline although its rule says shm ({dec.reason}); see its log"),
                 Cause.INLINE_AGAINST_RULE,
             )
         if mode in (Mode.INLINE, Mode.RDMA):
-            return "inline", f"inline: mode is {mode.value}", Cause.MODE_INLINE
-        if not writable and ctx.gateway_writable is False and reason == PROBE_FAILS:
+            return TensorPath.INLINE, f"inline: mode is {mode.value}", Cause.MODE_INLINE
+        if ctx.gateway_writable is False and dec.cause is Cause.SHM_PERMISSION:
             pid = d.name_pid if d.available and d.name_pid is not None else "<pid>"
             return (
-                "inline",
+                TensorPath.INLINE,
                 (
-                    f"inline: {reason} (dev_writable=false in its log): SHM is off for its life; a "
+                    f"inline: {dec.reason} (dev_writable=false in its log): SHM is off for its life; a "
                     f"leftover {gateway_probe_name(pid)} (it removes the file as its probe fails) "
                     "or a /dev/shm it cannot write"
                 ),
                 Cause.GATEWAY_PROBE_FAILED,
             )
-        text, code = _why(ctx, reason, largest, minb)
-        return "inline", text, code
+        return (TensorPath.INLINE, *_why(dec, largest, minb))
     # A remote gateway: its mode cannot be read. What auto would do tells the cause apart.
-    path, reason = rule(Mode.AUTO)
-    if path == "inline":
-        text, code = _why(ctx, reason, largest, minb)
-        return "inline", text + " (or mode is inline)", code
+    dec = rule(Mode.AUTO)
+    if dec.path == "inline":
+        text, code = _why(dec, largest, minb)
+        return TensorPath.INLINE, text + " (or mode is inline)", code
     return (
-        "inline",
+        TensorPath.INLINE,
         "inline: mode is inline (the worker's id matches this host's, so auto or shm would use SHM)",
         Cause.MODE_INLINE,
     )
 
 
-def _why(ctx: Context, reason: str, largest: int, minb: int) -> tuple[str, Cause]:
-    if reason.startswith("auto:"):
-        sharing = compare_namespace_ids(ctx.local_ns, ctx.worker_ns).sharing.value
-        code = for_verdict(sharing, ctx.local_ns) or Cause.NO_NAMESPACE_ID
-        return f"inline: the worker advertises another namespace id ({reason})", code
-    if "below shm_min_bytes" in reason:
-        return f"inline: every tensor is below shm_min_bytes {minb} (largest {largest} B)", Cause.BELOW_SHM_MIN_BYTES
-    if reason == PROBE_FAILS:
-        return f"inline: {reason}", Cause.SHM_PERMISSION
-    return f"inline: {reason}", Cause.ENGINE_INLINE_ONLY
+def _why(dec: Decision, largest: int, minb: int) -> tuple[str, Cause]:
+    """An inline decision's sentence, and its cause as ``decide`` decided it."""
+    code = dec.cause or Cause.ENGINE_INLINE_ONLY  # an inline decision always names one
+    if code is Cause.BELOW_SHM_MIN_BYTES:
+        return f"inline: every tensor is below shm_min_bytes {minb} (largest {largest} B)", code
+    if code in (Cause.SHM_PERMISSION, Cause.ENGINE_INLINE_ONLY, Cause.NOT_GRPC, Cause.MODE_INLINE):
+        return f"inline: {dec.reason}", code
+    return f"inline: the worker advertises another namespace id ({dec.reason})", code  # auto's namespace check
 
 
 def _refused(r: ReceiptEvidence) -> list[ReceiptSeen]:
@@ -318,5 +326,5 @@ def expectation(expect: str | None, mode: str, default: str, v: Verdict) -> tupl
     if expect:
         return expect, v.path == expect
     if parse_mode(mode) in (Mode.AUTO, Mode.SHM):
-        return "shm", v.path != "inline" or v.code is Cause.BELOW_SHM_MIN_BYTES
+        return TensorPath.SHM, v.path != TensorPath.INLINE or v.code is Cause.BELOW_SHM_MIN_BYTES
     return default, not default or v.path == default

@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from smgshm.core.address import dial_host
+from smgshm.core.closed import Closed
 from smgshm.core.errors import SmgshmError
 from smgshm.core.host.proc import innermost_pid
 
@@ -60,8 +61,17 @@ class GatewayProcess:
     http_url: str = ""
     metrics_url: str = ""
     logs: list[OpenLog] = field(default_factory=list)  # regular files it has open for writing
-    inspect: str = "ok"  # ok | partial | permission_denied | gone
+    inspect: str = "ok"  # how far it could be inspected (an Inspect)
     note: str = ""
+
+
+class Inspect(Closed):
+    """How far a gateway process could be inspected."""
+
+    OK = "ok"
+    PARTIAL = "partial"
+    PERMISSION_DENIED = "permission_denied"
+    GONE = "gone"
 
 
 def _read(path: str, limit: int = 1 << 16) -> str:

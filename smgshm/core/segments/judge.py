@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
+from smgshm.core.closed import Closed
 from smgshm.core.host import clock
 from smgshm.core.host.clock import WallClock
 from smgshm.core.host.holders import Holder
@@ -64,10 +65,10 @@ class SegmentInfo(NamedTuple):
 
     name: str  # os.fsdecode form: lossless, undecodable bytes as surrogates; show it escaped
     kind: Kind
-    file_type: str  # regular | symlink | fifo | directory | socket | char_device | block_device
+    file_type: str  # what it is (a FileType)
     nbytes: int
     allocated_bytes: int
-    age_s: float
+    age_s: float  # seconds since its mtime (wall clock)
     uid: int
     producer_pid: int | None
     producer_alive: bool | None
@@ -98,14 +99,27 @@ class ScanOptions:
     assume_dead: bool = False
 
 
+class FileType(Closed):
+    """What an entry is (its st_mode's type), as gc's JSON names it."""
+
+    REGULAR = "regular"
+    SYMLINK = "symlink"
+    FIFO = "fifo"
+    DIRECTORY = "directory"
+    SOCKET = "socket"
+    CHAR_DEVICE = "char_device"
+    BLOCK_DEVICE = "block_device"
+    OTHER = "other"
+
+
 _TYPES = {
-    stat.S_IFREG: "regular",
-    stat.S_IFLNK: "symlink",
-    stat.S_IFIFO: "fifo",
-    stat.S_IFDIR: "directory",
-    stat.S_IFSOCK: "socket",
-    stat.S_IFCHR: "char_device",
-    stat.S_IFBLK: "block_device",
+    stat.S_IFREG: FileType.REGULAR,
+    stat.S_IFLNK: FileType.SYMLINK,
+    stat.S_IFIFO: FileType.FIFO,
+    stat.S_IFDIR: FileType.DIRECTORY,
+    stat.S_IFSOCK: FileType.SOCKET,
+    stat.S_IFCHR: FileType.CHAR_DEVICE,
+    stat.S_IFBLK: FileType.BLOCK_DEVICE,
 }
 
 
@@ -290,7 +304,7 @@ class Judge:
                 if pid >= pid_limit:
                     pid = None
             dev, ino, nlink, mtime, mode, uid = st.st_dev, st.st_ino, st.st_nlink, st.st_mtime, st.st_mode, st.st_uid
-            ftype = "regular" if mode & _IFMT == _IFREG else _TYPES.get(mode & _IFMT, "other")
+            ftype = FileType.REGULAR if mode & _IFMT == _IFREG else _TYPES.get(mode & _IFMT, FileType.OTHER)
             age = now - mtime
             # Its sighting (a row of the store): every regular entry with a pid is recorded, the leaked too.
             row, seen_s, sight, proven_dead = None, None, None, False

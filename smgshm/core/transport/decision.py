@@ -8,6 +8,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from smgshm.core.causes import Cause, for_verdict
 from smgshm.core.engines import SHM_ENGINES
 from smgshm.core.host.namespace import compare_namespace_ids
 
@@ -34,10 +35,11 @@ def parse_mode(text: str | None) -> Mode | None:
 
 @dataclass(frozen=True)
 class Decision:
-    """Where one tensor goes, and why, in one sentence."""
+    """Where one tensor goes, and why: in one sentence, and as the catalogue's cause of inline."""
 
     path: str  # "inline" | "shm"
     reason: str
+    cause: Cause | None = None  # why it goes inline, as decided (None: shm)
 
     @property
     def shm(self) -> bool:
@@ -57,16 +59,19 @@ def decide(
 ) -> Decision:
     """The gateway's ``resolve_mm_shm_enabled`` plus its size rule, for one tensor."""
     if mode in (Mode.INLINE, Mode.RDMA):
-        return Decision("inline", f"mode {mode.value} never uses SHM")
-    if engine not in SHM_ENGINES or not over_grpc:
-        return Decision("inline", f"{engine} workers take tensors inline only")
+        return Decision("inline", f"mode {mode.value} never uses SHM", Cause.MODE_INLINE)
+    if not over_grpc:
+        return Decision("inline", f"{engine} workers take tensors inline only", Cause.NOT_GRPC)
+    if engine not in SHM_ENGINES:
+        return Decision("inline", f"{engine} workers take tensors inline only", Cause.ENGINE_INLINE_ONLY)
     if mode is Mode.AUTO:
         cmp = compare_namespace_ids(local_ns, worker_ns)
         if not cmp.shared:
-            return Decision("inline", f"auto: {cmp.reason}")
+            cause = for_verdict(cmp.sharing.value, local_ns) or Cause.NO_NAMESPACE_ID
+            return Decision("inline", f"auto: {cmp.reason}", cause)
     if not writable:
-        return Decision("inline", PROBE_FAILS)
+        return Decision("inline", PROBE_FAILS, Cause.SHM_PERMISSION)
     if nbytes < shm_min_bytes:
-        return Decision("inline", f"{nbytes} B is below shm_min_bytes {shm_min_bytes}")
+        return Decision("inline", f"{nbytes} B is below shm_min_bytes {shm_min_bytes}", Cause.BELOW_SHM_MIN_BYTES)
     why = "namespace ids match" if mode is Mode.AUTO else "mode shm asserts a shared /dev/shm"
     return Decision("shm", f"{mode.value}: {why} and {nbytes} B >= {shm_min_bytes}")
