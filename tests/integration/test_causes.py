@@ -17,8 +17,6 @@ from tests.conftest import Children, closed_port, run_cli, start_serve, wait_for
 from tests.support.causes import _doctor, _e2e_run, _launched, _listed, _spawn_json, needs_unshare
 from tests.support.e2e import gateway, mm_shm_worker, needs_smg
 
-README = Path(__file__).resolve().parents[2] / "README.md"
-
 
 def test_probe_json_carries_the_cause_of_an_unreachable_worker() -> None:
     addr = f"127.0.0.1:{closed_port()}"

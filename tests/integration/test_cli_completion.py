@@ -30,7 +30,6 @@ import pytest
 from tests.conftest import Children, run_cli, wait_for
 from tests.support.cli_completion import COMMANDS, SMGSHM, man_pages
 
-SHM = "/dev/shm"
 SHELLS = ["bash", "zsh", "fish"]
 
 

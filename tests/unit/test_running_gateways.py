@@ -11,13 +11,6 @@ from smgshm.core.causes import Cause
 from smgshm.core.gateway.log import TransportConfig, parse_transport_line, read_transport_config
 from smgshm.core.gateway.metrics import mm_traffic, parse_metrics
 from smgshm.core.gateway.mode import judge
-from smgshm.core.gateway.process import GatewayConfig, RunningGateway, start_gateway
-
-
-def launch(gateways: list[RunningGateway], log: Path, **kw: Any) -> RunningGateway:
-    gw = start_gateway(GatewayConfig(log_path=str(log), **kw), ready_timeout_s=60)
-    gateways.append(gw)
-    return gw
 
 
 def test_transport_line_parsing_text_ansi_and_json() -> None:
