@@ -50,7 +50,38 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+def _stopped(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(f"stopped by {signal.Signals(signum).name}")
+
+
+# A run ended by SIGTERM or SIGHUP (a CI timeout, `kill`, a closed terminal) unwinds as Ctrl-C does:
+# every fixture's teardown runs (its mounts unmounted, its children reaped) before the process ends.
+for _sig in (signal.SIGTERM, signal.SIGHUP):
+    with contextlib.suppress(ValueError):  # only the main thread may set a handler
+        signal.signal(_sig, _stopped)
+
+
+def _unmount_under(top: str) -> None:
+    """Unmount whatever is still mounted at or below ``top`` (deepest and topmost first), lazily where
+    busy: the net under every test's own cleanup, for a test whose teardown never ran (a worker
+    killed outright) or failed. Only this session's dir is looked at."""
+    from smgshm.core.host.mounts import read_mounts
+
+    for _ in range(64):  # bounded: a mount that will not go is left to the lazy unmount
+        try:
+            points = [m.point for m in read_mounts() if m.point == top or m.point.startswith(top + "/")]
+        except OSError:
+            return
+        if not points:
+            return
+        for point in sorted(points, key=len, reverse=True):  # a point twice: stacked, the top goes first
+            if subprocess.run(["umount", point], capture_output=True, timeout=30).returncode != 0:
+                subprocess.run(["umount", "-l", point], capture_output=True, timeout=30)
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
+    if IS_ROOT:
+        _unmount_under(SESSION_TMP)
     shutil.rmtree(SESSION_TMP, ignore_errors=True)
 
 
