@@ -21,6 +21,19 @@ def same_dir(a: str, b: str) -> bool:
     return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
 
 
+def node_path(path: str, node_root: str) -> str | None:
+    """``path`` (under ``node_root``, as this process reaches it) as the node itself names it: without the
+    root's prefix, so a fix pasted on the node acts on that very path. Lexical, never resolved (a
+    ``/proc/PID/root`` root resolves to "/"); None when ``path`` is not below ``node_root``."""
+    root = os.path.normpath(node_root)
+    if root == "/":
+        return os.path.normpath(path)
+    inside = os.path.relpath(os.path.normpath(path), root)
+    if inside == ".":
+        return "/"
+    return None if inside == ".." or inside.startswith("../") else "/" + inside
+
+
 def smgshm_cmd(shm_dir: str, *args: str) -> list[str]:
     """A smgshm command line to suggest (argv, for shlex.join / quote_cmd): it names ``shm_dir``
     unless that is the default directory itself, so pasting it acts on the dir examined, never on

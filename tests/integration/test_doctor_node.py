@@ -64,13 +64,13 @@ def test_each_pod_tmpfs_gets_the_host_checks_with_causes_and_fixes(node: dict[st
     assert "64 MiB default" in cap["summary"]
     assert "SMG gateway pid 1" in cap["summary"]
     assert "emptyDir medium: Memory sizeLimit: 1Gi" in cap["fix"]
-    assert cap["fix_cmd"] == []  # a pod's tmpfs is sized in its spec: no remount (nor a --node-root path)
+    assert cap["fix_cmd"] is None  # a pod's tmpfs is sized in its spec: no remount (nor a --node-root path)
     assert "gc --delete" not in cap["fix"]  # nothing leaked: freeing space is no fix for a dir too small
     probe = _checks(g)["probe files"]
     assert (probe["status"], probe["cause"], probe["code"]) == ("fail", "probe_file_left", 3)
     assert "pid 7 in pod team-g/smg-gateway-0" in probe["summary"]
     path = str(dshm(Path(root), POD_G[2]) / PROBE)
-    assert probe["fix_cmd"] == ["rm", "--", path]
+    assert probe["fix_cmd"] == ["rm", "--", "/" + os.path.relpath(path, root)]  # the path on the node itself
     # gc's rule reaps a probe file proven dead at any age: the same command as the leaks' fix, no --min-age 0.
     assert probe["fix"].startswith(shlex.join(["smgshm", "gc", "--node", "--node-root", root, "--delete"]) + ", ")
     assert probe["names_hex"] == [PROBE.encode().hex()]

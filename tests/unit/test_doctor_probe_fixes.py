@@ -38,7 +38,7 @@ def test_doctor_reports_the_fix_probe_reports(verdict: str, local_id: str, cause
     check = probe_check(replace(w, cause_info=probed), f"probe {ADDR}")
     assert check.cause is cause
     assert check.fix == probed.fix == CATALOGUE[cause].fix
-    assert check.fix_cmd == (probed.fix_cmd or [])
+    assert check.fix_cmd == probed.fix_cmd
 
 
 def test_a_fix_command_is_filled_in_from_the_catalogue_once() -> None:

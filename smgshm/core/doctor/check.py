@@ -28,9 +28,10 @@ class Check:
     summary: str
     fix: str = ""
     code: Outcome = Outcome.OK  # what this check asks the run to end as (JSON: its exit code)
-    # The command of the fix as argv (shown shell-quoted, so pasting it does only what it says),
-    # and the exact bytes (hex) of the entry names the check is about: names may be invalid UTF-8.
-    fix_cmd: list[str] = field(default_factory=list)
+    # The command of the fix as argv (shown shell-quoted, so pasting it does only what it says; None: no
+    # command is safe to run blind), and the exact bytes (hex) of the entry names the check is about: names
+    # may be invalid UTF-8.
+    fix_cmd: list[str] | None = None
     names_hex: list[str] = field(default_factory=list)
     cause: Cause | None = None  # the catalogue's cause of a failure or warning (JSON: its code, or null)
 

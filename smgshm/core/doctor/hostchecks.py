@@ -37,7 +37,7 @@ from smgshm.core.host.pagesize import (
     remount_argv,
 )
 from smgshm.core.outcomes import Outcome
-from smgshm.core.paths import DEFAULT_SHM_DIR, smgshm_cmd
+from smgshm.core.paths import DEFAULT_SHM_DIR, node_path, smgshm_cmd
 from smgshm.core.units import human_duration, human_size
 
 
@@ -344,7 +344,7 @@ def check_capacity(
                 f"{human_size(v.free_bytes)} free{docker} holds the largest need "
                 f"{times:,.1f} times: {human_size(v.largest.nbytes)} ({v.largest.source}){written}",
                 _enlarge(usage, v.largest.nbytes, at, free_first=not trap) if v.docker_default else "",
-                fix_cmd=_enlarge_cmd(usage, v.largest.nbytes, at) if v.docker_default else [],
+                fix_cmd=_enlarge_cmd(usage, v.largest.nbytes, at) if v.docker_default else None,
                 cause=Cause.SHM_TOO_SMALL if trap else None,
             )
         )
@@ -385,21 +385,21 @@ def _enlarge(usage: ShmUsage, need: int, at: FixPlace, free_first: bool = True) 
     )
 
 
-def _enlarge_cmd(usage: ShmUsage, need: int, at: FixPlace) -> list[str]:
+def _enlarge_cmd(usage: ShmUsage, need: int, at: FixPlace) -> list[str] | None:
     """The remount that enlarges the tmpfs, where it is mounted (core/host/place.py says why never by the
-    path as given) and as the node sees it; empty for a pod's tmpfs, or when that cannot be told."""
+    path as given) and as the node sees it; None for a pod's tmpfs, or when that cannot be told."""
     from smgshm.core.host.place import place_of, remount_argv
 
     if at.pod:
-        return []
+        return None
     try:
         argv = remount_argv(place_of(usage.shm_dir), f"size={_gib(usage, need)}G")
     except OSError:
-        return []
+        return None
     if not argv or at.node_root == "/":
-        return argv
-    inside = os.path.relpath(argv[-1], at.node_root)  # the mount point without the node root's prefix
-    return [] if inside.startswith("..") or argv[0] != "mount" else [*argv[:-1], "/" + inside.removeprefix(".")]
+        return argv or None
+    inside = node_path(argv[-1], at.node_root)  # the mount point without the node root's prefix
+    return None if inside is None or argv[0] != "mount" else [*argv[:-1], inside]
 
 
 def check_page_policy(facts: HostFacts) -> tuple[list[Check], PagePolicy | None, dict[str, Any] | None]:
@@ -417,7 +417,7 @@ def check_page_policy(facts: HostFacts) -> tuple[list[Check], PagePolicy | None,
     where = "measured here" if last else "measured elsewhere"
     # Advice, not a warning, in two lines at most (this and the command); what it costs is in doctor --help.
     summary = f"4 KiB pages; huge: SMG's writer {b / a:.1f}x faster ({where})"
-    return [Check("page size", "info", summary, fix_cmd=remount_argv(shm_dir))], p, last
+    return [Check("page size", "info", summary, fix_cmd=remount_argv(shm_dir) or None)], p, last
 
 
 def run_host_checks(

@@ -67,7 +67,7 @@ def check_identity(facts: HostFacts) -> list[Check]:
                 f"cannot create a 0600 segment: {probe_err}",
                 fix,
                 Outcome.HOST,
-                fix_cmd=smgshm_cmd(shm_dir, "gc", "--delete") if full else [],
+                fix_cmd=smgshm_cmd(shm_dir, "gc", "--delete") if full else None,
                 cause=Cause.SHM_FULL if full else Cause.SHM_PERMISSION,
             )
         )

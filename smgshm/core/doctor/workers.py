@@ -42,11 +42,12 @@ def check_workers(
 
 
 def probe_file_checks(
-    leftovers: list[str], lookalikes: list[str], shm_dir: str, gc_fix: list[str], where: str = ""
+    leftovers: list[str], lookalikes: list[str], shm_dir: str | None, gc_fix: list[str], where: str = ""
 ) -> list[Check]:
     """A failure per leftover gateway probe file of ``shm_dir`` (the next gateway with its pid finds the dir
     unwritable and stays inline; ``where`` says in which pid namespace), a warning per look-alike. ``gc_fix``:
-    the gc command that reaps it once its pid is dead; else it is removed by hand."""
+    the gc command that reaps it once its pid is dead; else it is removed by hand, by its path in ``shm_dir``
+    as the one who pastes it sees it (None: no such path, so no command)."""
     out = []
     for name in leftovers:
         pid = probe_file_pid(name)
@@ -57,7 +58,7 @@ def probe_file_checks(
                 f"leftover {name}: a gateway with pid {pid}{where} will stay inline",
                 f"{shlex.join(gc_fix)}, or once no gateway has pid {pid}{where}, remove it:",
                 Outcome.CHECK_FAILED,
-                fix_cmd=["rm", "--", os.path.join(shm_dir, name)],
+                fix_cmd=None if shm_dir is None else ["rm", "--", os.path.join(shm_dir, name)],
                 names_hex=[os.fsencode(name).hex()],
                 cause=Cause.PROBE_FILE_LEFT,
             )
@@ -99,9 +100,7 @@ def probe_check(w: WorkerReport, name: str) -> Check:
         info = found(cause) if cause is not None else None
     if info is None:
         return Check(name, "fail", f"{w.verdict}: {w.reason}", "", code)
-    return Check(
-        name, "fail", f"{w.verdict}: {w.reason}", info.fix, code, fix_cmd=info.fix_cmd or [], cause=Cause(info.code)
-    )
+    return Check(name, "fail", f"{w.verdict}: {w.reason}", info.fix, code, fix_cmd=info.fix_cmd, cause=Cause(info.code))
 
 
 def _space_cause(err: SmgshmError) -> Cause | None:

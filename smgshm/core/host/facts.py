@@ -8,12 +8,12 @@ commands take it as an option and read for themselves when they are given none.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 from smgshm.core.errors import HostError
 from smgshm.core.host.identity import HostIdentity, probe_writable, read_host_identity
 from smgshm.core.host.namespace import read_namespace_id
+from smgshm.core.paths import same_dir
 
 
 @dataclass(frozen=True)
@@ -35,8 +35,9 @@ class HostFacts:
         return self.identity.boot_id if self.identity is not None else ""
 
     def about(self, shm_dir: str) -> bool:
-        """Do these facts describe ``shm_dir`` (the same directory, however it is spelled)?"""
-        return os.path.realpath(self.shm_dir) == os.path.realpath(shm_dir)
+        """Do these facts describe ``shm_dir`` (the same directory, however it is spelled: by device and inode,
+        as ``same_dir`` tells, never by the path resolved as text)?"""
+        return same_dir(self.shm_dir, shm_dir)
 
 
 def read_host_facts(shm_dir: str) -> HostFacts:

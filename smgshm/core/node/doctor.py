@@ -38,7 +38,7 @@ from smgshm.core.names import GATEWAY_PROBE_PREFIX
 from smgshm.core.node.scan import Tmpfs, TmpfsScan, look
 from smgshm.core.node.volumes import ShmUser
 from smgshm.core.outcomes import Outcome
-from smgshm.core.paths import same_dir
+from smgshm.core.paths import node_path, same_dir
 from smgshm.core.segments.judge import ScanOptions, SegmentInfo
 from smgshm.core.units import human_size
 
@@ -138,7 +138,8 @@ def _checkup(root: str, t: Tmpfs, inflight: int | None, stranded_after_s: float,
     leftovers = [s.name for s in segments if s.kind == "gateway_probe"]
     lookalikes = [s.name for s in segments if s.name.startswith(GATEWAY_PROBE_PREFIX) and s.kind != "gateway_probe"]
     where = f" in pod {pod_label(t)}" if t.pod_uid is not None else ""
-    checks += probe_file_checks(leftovers, lookalikes, path, node_gc_cmd(root, "--delete"), where)
+    on_node = node_path(path, root)  # the rm is pasted on the node: its path there, not under --node-root
+    checks += probe_file_checks(leftovers, lookalikes, on_node, node_gc_cmd(root, "--delete"), where)
     checks += leak_checks(
         counts,
         segments,

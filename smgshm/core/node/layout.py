@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -70,20 +71,35 @@ def list_dirs(fd: int, limit: int) -> list[str]:
     return sorted(out)
 
 
+_THROUGH_ROOT = re.compile(r"^/proc/([0-9]+)/root(?:/|$)")
+
+
+def _mount_tables(root: str) -> list[Mount]:
+    """The mounts a root reached through ``/proc/PID/root`` may hold (PID's table: another mount namespace's
+    tmpfs is in no table of this one), then this process's. Mount ids are the kernel's, one space for every
+    namespace, so the two tables merge by id."""
+    m = _THROUGH_ROOT.match(root)
+    theirs = read_mounts(f"/proc/{m.group(1)}/mountinfo") if m is not None else []
+    return [*theirs, *read_mounts()]
+
+
 class NodeRoot:
     """The node root, open: places under it are found by fd, paths are only for showing and reaping."""
 
     def __init__(self, root: str) -> None:
-        try:  # the operator's choice of root may be a link (one it may not read: EACCES); nothing below it
-            self.path = os.path.realpath(root)
+        # The operator's choice of root may be a link (nothing below it may be): the kernel follows it as it
+        # opens it, magic links too. Its path is kept as given, never resolved as text: realpath reads
+        # /proc/PID/root as "/", which would put this process's own / in place of PID's.
+        self.path = os.path.normpath(os.path.abspath(root))
+        try:
             self.fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError as err:
             raise HostError(f"cannot open the node root: {err.strerror}", path=root) from err
         try:
-            self.mounts: dict[int, Mount] = {m.mount_id: m for m in read_mounts()}
+            self.mounts: dict[int, Mount] = {m.mount_id: m for m in _mount_tables(self.path)}
         except OSError as err:
             os.close(self.fd)
-            raise HostError(f"cannot read this process's mount table: {err.strerror}", path=root) from err
+            raise HostError(f"cannot read the mount table that holds it: {err.strerror}", path=root) from err
 
     def close(self) -> None:
         if self.fd >= 0:
