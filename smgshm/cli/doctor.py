@@ -157,9 +157,13 @@ def doctor(
     its size, writability judged from its figures (nothing is written),
     leftover probe files, and leaks judged in the pod's own pid namespaces
     (fix: gc --node --delete). A tmpfs whose names cannot be judged by pid (no
-    process uses it, namespaces that disagree) is unknown: never a failure.
+    process uses it, namespaces that disagree) is unknown: never a failure,
+    never a pass.
 
-    Exit with the worst code of the checks: 4, 5, 3, 6, 1, then 0.
+    Exit with the worst code of the checks: 4, 5, 3, 6, 1, then 0. A check
+    that judged nothing (a gateway with no workers, every segment unknown, no
+    log and no tensor that shows a gateway's setting) is unknown with code 6:
+    never a pass.
 
     \b
     Examples:
@@ -170,7 +174,7 @@ def doctor(
       smgshm doctor --gateway-pid 4242
       smgshm doctor --node --node-root /host --inflight-bytes 2GiB
     """
-    from smgshm.core import outcomes
+    from smgshm.core.doctor.check import run_outcome
 
     if node:
         _node(app, node_root, inflight_bytes, stranded_after_s, no_gateways)
@@ -204,7 +208,7 @@ def doctor(
             stranded_after_s=stranded_after_s,
             gateway_workers=listed,
         )
-    worst = for_outcome(outcomes.worst(c.code for c in report.failed))
+    worst = for_outcome(run_outcome(report.checks))
     if app.silent(worst):  # --quiet and nothing failed: nothing to say
         click.get_current_context().exit(worst)
     click.get_current_context().exit(app.emit(report, view.report, worst))
@@ -217,7 +221,7 @@ _HOST_ONLY = ("workers", "from_gateway", "gateway_logs", "metrics_url", "e2e", "
 def _node(app: App, root: str, inflight_bytes: int | None, stranded_after_s: float, no_gateways: bool) -> None:
     """doctor --node: doctor's host checks on every pod tmpfs of the node (core/node/doctor.py)."""
     from smgshm.cli import doctor_node_view as node_view
-    from smgshm.core import outcomes
+    from smgshm.core.doctor.check import run_outcome
     from smgshm.core.node.doctor import run_node_doctor
 
     ctx = click.get_current_context()
@@ -228,7 +232,7 @@ def _node(app: App, root: str, inflight_bytes: int | None, stranded_after_s: flo
     if given:
         raise click.UsageError(f"--node checks the node's pod tmpfs: it does not combine with {', '.join(given)}")
     report = run_node_doctor(root, inflight_bytes, stranded_after_s, gateways=not no_gateways)
-    worst = for_outcome(outcomes.worst(c.code for c in report.failed))
+    worst = for_outcome(run_outcome(report.checks))
     if app.json:
         ctx.exit(app.emit_rendered(node_view.doc(report), worst))
     if not app.silent(worst):

@@ -60,13 +60,23 @@ def doctor_check(app: App, check: Any, show_cause: bool = False) -> None:
         command(app.console, check.fix_cmd, 12)
 
 
+def _named(checks: list[Any]) -> str:
+    return ", ".join(c.name for c in checks[:3]) + (", ..." if len(checks) > 3 else "")
+
+
 def headline(app: App, report: Any) -> None:
-    """The first line, in the exit code's terms: failed (naming the first failures), passed with warnings,
-    or passed."""
+    """The first line, in the exit code's terms: failed (naming the first failures), inconclusive (naming what
+    judged nothing: never a pass), passed with warnings, or passed."""
+    from smgshm.core.doctor.check import deciding
+
     warned = [c for c in report.checks if c.status == "warn"]
+    unjudged = [c for c in deciding(report.checks) if c.status == "unknown"]
     if report.failed:
-        names = ", ".join(c.name for c in report.failed[:3]) + (", ..." if len(report.failed) > 3 else "")
-        line, style = f"{len(report.failed)} check(s) failed: {names}", "bold red"
+        line, style = f"{len(report.failed)} check(s) failed: {_named(report.failed)}", "bold red"
+        if unjudged:
+            line += f"; {len(unjudged)} inconclusive: {_named(unjudged)}"
+    elif unjudged:
+        line, style = f"inconclusive: {len(unjudged)} check(s) judged nothing: {_named(unjudged)}", "bold yellow"
     elif warned:
         line, style = f"passed with {len(warned)} warning(s)", "bold yellow"
     else:

@@ -171,7 +171,7 @@ def test_gateway_not_ready_and_no_workers_at_a_real_gateway_with_none(
     assert (c["e2e"]["status"], c["e2e"]["cause"], c["e2e"]["code"]) == ("fail", "gateway_not_ready", 4)
     assert c["e2e"]["fix"] == fix
     none = c[f"gateway {gw.pid} workers"]
-    assert (none["status"], none["cause"]) == ("warn", "no_workers")
+    assert (none["status"], none["cause"], none["code"]) == ("unknown", "no_workers", 6)
     assert none["fix"] == CATALOGUE[Cause.NO_WORKERS].fix
     assert "(gateway_not_ready)" in text
     assert "(no_workers)" in text

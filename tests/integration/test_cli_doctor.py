@@ -711,6 +711,19 @@ def test_from_gateway_with_no_grpc_workers_is_judged_not_refused(gateway: FakeGa
     assert doc["result"]["workers"] == [doc["result"]["embedded_receiver"]] != [""]
 
 
+@pytest.mark.slow
+def test_from_gateway_with_no_workers_is_inconclusive_never_passed(gateway: FakeGateway, shm_dir: str) -> None:
+    """A gateway that lists no worker: its SHM was judged on nothing, so doctor is inconclusive (exit 6), naming
+    no_workers first, in JSON and in the headline (it was a warning, exit 0)."""
+    url = gateway.serve([])
+    args = ("doctor", "--no-gateways", "--from-gateway", url, "--shm-dir", shm_dir, "--no-e2e")
+    doc = doctor(*args[2:], exit=6)
+    none = checks(doc)[f"gateway {url} workers"]
+    assert (none["status"], none["cause"], none["code"]) == ("unknown", "no_workers", 6)
+    text = run_cli(*args, exit=6, env={"COLUMNS": "200"}).stdout
+    assert text.splitlines()[0] == f"doctor: inconclusive: 1 check(s) judged nothing: gateway {url} workers"
+
+
 def test_from_gateway_unreachable_exits_4() -> None:
     url = f"http://127.0.0.1:{closed_port()}"
     res = run_cli("--json", "doctor", "--no-gateways", "--from-gateway", url, "--timeout", "1s", exit=4)

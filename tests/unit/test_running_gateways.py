@@ -76,8 +76,29 @@ def test_inference_from_metrics_alone() -> None:
         'path="inline"} 32\n'
     )
     assert judge("g", None, small).verdict == "unknown", "tiny tensors say nothing about the setting"
+
+
+def test_nothing_that_shows_the_setting_is_inconclusive_never_a_pass() -> None:
+    """No log, and metrics with no multimodal tensor (or tensors too small to say), or nothing at all: the
+    check judged nothing, so it fails as undetermined (exit 6), with the fix that gets the evidence."""
+    small = _traffic(
+        'smg_mm_tensors_total{runtime="vllm",path="inline"} 2\nsmg_mm_tensor_bytes_total{runtime="vllm",'
+        'path="inline"} 32\n'
+    )
     none = _traffic("smg_http_requests_total 4\n")
-    assert judge("g", None, none).verdict == "no_traffic"
+    hint = "smgshm e2e --gateway http://127.0.0.1:30000"
+    for traffic in (none, small, None):
+        f = judge("g", None, traffic, e2e_hint=hint)
+        assert (f.verdict, f.status, for_outcome(f.code)) == ("unknown", "unknown", 6), traffic
+        assert f.summary.endswith("its transport setting is unknown")
+        assert f.fix == f"pass the log it wrote at its start: smgshm doctor --gateway-log FILE; for certainty: {hint}"
+    assert (
+        "mean 16 B: below shm_min_bytes 64.0 KiB, inline by design whatever" in judge("g", None, small).summary
+    )  # sizes for people
+    # With the log, the setting is known: tiny tensors or none yet are no failure.
+    logged = TransportConfig("/var/log/smg.log", 3, "auto", 65536, True, "")
+    assert judge("g", logged, small).status == "ok"
+    assert (judge("g", logged, none).verdict, judge("g", logged, none).status) == ("no_traffic", "ok")
 
 
 def test_shm_written_but_every_chat_request_failed_is_a_failure_not_in_use() -> None:
@@ -103,3 +124,17 @@ def test_probe_failed_fix_names_the_probe_file_by_the_pid_in_its_namespace() -> 
     assert (f.verdict, for_outcome(f.code), f.cause) == ("probe_failed", 5, Cause.GATEWAY_PROBE_FAILED)
     assert f.fix.startswith("a leftover smg-tokenspeed-probe-1 (the gateway removes it as its probe fails")
     assert "smg-tokenspeed-probe-<pid>" in judge("gateway pid 4242", config, None).fix
+
+
+def test_configured_shm_whose_tensors_all_went_inline_is_a_failure() -> None:
+    """A configured SHM path that does not happen (no write failed, yet every large tensor went inline) fails
+    as SHM not used (exit 3), naming where to look; it was a warning, exit 0."""
+    big = _traffic(
+        'smg_mm_tensors_total{runtime="vllm",path="inline"} 10\n'
+        'smg_mm_tensor_bytes_total{runtime="vllm",path="inline"} 10000000\n'
+    )
+    logged = TransportConfig("/var/log/smg.log", 3, "shm", 65536, True, "")
+    f = judge("g", logged, big, http_url="http://127.0.0.1:30000")
+    assert (f.verdict, f.status, for_outcome(f.code)) == ("inline", "fail", 3)
+    assert "configured shm (log) yet all 10 tensors since start went inline" in f.summary
+    assert f.fix.endswith("smgshm probe --from-gateway http://127.0.0.1:30000")

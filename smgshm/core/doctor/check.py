@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from smgshm.core.causes import Cause
 from smgshm.core.closed import Closed
-from smgshm.core.outcomes import Outcome
+from smgshm.core.outcomes import Outcome, worst
 
 
 class Status(Closed):
@@ -18,7 +18,9 @@ class Status(Closed):
     FAIL = "fail"
     SKIP = "skip"
     INFO = "info"  # advice, never counted as a warning
-    UNKNOWN = "unknown"  # cannot be judged (doctor --node): never a failure, never a warning
+    # Could not be judged: never a failure, never a warning. With code UNDETERMINED it is a check that judged
+    # nothing (no workers, every segment unknown, nothing showing the setting): the run is inconclusive, exit 6.
+    UNKNOWN = "unknown"
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,17 @@ class Check:
     fix_cmd: list[str] | None = None
     names_hex: list[str] = field(default_factory=list)
     cause: Cause | None = None  # the catalogue's cause of a failure or warning (JSON: its code, or null)
+
+
+def deciding(checks: Iterable[Check]) -> list[Check]:
+    """The checks that decide the run's exit code: each failure, and each that judged nothing (unknown, with
+    the code it asks for): a check of nothing never passes."""
+    return [c for c in checks if c.status == Status.FAIL or (c.status == Status.UNKNOWN and c.code != Outcome.OK)]
+
+
+def run_outcome(checks: Iterable[Check]) -> Outcome:
+    """What a run of ``checks`` ends as: the worst code among those that decide it (outcomes.SEVERITY)."""
+    return worst(c.code for c in deciding(checks))
 
 
 # How a group of checks hands its results on as each finishes (doctor shows them live).

@@ -102,13 +102,14 @@ def check_gateway_workers(
                 )
             )
             continue
-        if not workers:
+        if not workers:  # nothing to judge its SHM by: never a pass (exit 6), as probe --from-gateway says
             out.append(
                 Check(
                     f"{g.who} workers",
-                    "warn",
-                    f"no worker registered at {g.http_url}",
+                    "unknown",
+                    f"no worker registered at {g.http_url}: nothing to judge its SHM by",
                     CATALOGUE[Cause.NO_WORKERS].fix,
+                    Outcome.UNDETERMINED,
                     cause=Cause.NO_WORKERS,
                 )
             )

@@ -227,7 +227,7 @@ def check_gateways(findings: list[GatewayFinding], shm_dir: str = DEFAULT_SHM_DI
                 finding.status,
                 finding.summary,
                 finding.fix,
-                finding.code if finding.status == "fail" else Outcome.OK,
+                finding.code if finding.status in ("fail", "unknown") else Outcome.OK,
                 cause=_cause(finding),
             )
         )

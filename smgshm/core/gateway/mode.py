@@ -34,7 +34,7 @@ class ModeFinding:
     """What can be said about one gateway's transport, with its evidence and fix."""
 
     verdict: str  # shm | inline | off_or_failing | failing | probe_failed | no_traffic | unknown
-    status: str  # ok | warn | fail (doctor's)
+    status: str  # ok | warn | fail | unknown (doctor's: unknown judged nothing, its code is UNDETERMINED)
     summary: str
     fix: str = ""
     code: Outcome = Outcome.OK  # what a failing finding asks the run to end as (JSON: its exit code)
@@ -92,6 +92,49 @@ def _shm_written(found: Callable[..., ModeFinding], t: MmTraffic, mode: str, cer
         + (f", {share:.0%} of the bytes" if share is not None else "")
         + (f" (mode={mode}, log)" if mode else " (metrics)"),
     )
+
+
+def _all_inline(
+    found: Callable[..., ModeFinding], t: MmTraffic, mode: str, threshold: int, http_url: str, certain: str
+) -> ModeFinding:
+    """Every tensor since start went inline: what that says of the setting, by their mean size."""
+    inline_n = t.tensors.get("inline", 0)
+    inline_mean = t.nbytes.get("inline", 0) / inline_n
+    if inline_mean >= threshold:
+        if mode == "auto":
+            return found(
+                "inline",
+                "warn",
+                f"configured auto (log) but all {inline_n:,} tensors since start went inline "
+                f"(mean {human_size(inline_mean)}): the worker's shm_namespace_id does not match the "
+                "gateway's",
+                "compare them: " + shlex.join(["smgshm", "probe", "--from-gateway", http_url or "URL"]) + certain,
+            )
+        if mode == "shm":  # a configured SHM path that does not happen: a failure, whatever the reason
+            return found(
+                "inline",
+                "fail",
+                f"configured shm (log) yet all {inline_n:,} tensors since start went inline "
+                f"(mean {human_size(inline_mean)}) and no write failed: its workers do not take SHM",
+                "see each worker's engine and lane (SGLang, TRT-LLM, MLX and the ZMQ lane take tensors inline "
+                "only): " + shlex.join(["smgshm", "probe", "--from-gateway", http_url or "URL"]) + certain,
+                Outcome.CHECK_FAILED,
+            )
+        return found(
+            "off_or_failing",
+            "warn",
+            f"multimodal tensors went inline since start ({inline_n:,} tensors, mean "
+            f"{human_size(inline_mean)}): SHM is off (the default is inline) or failing",
+            fix_text(),
+            cause=Cause.MODE_INLINE,
+        )
+    small = (
+        f"{inline_n:,} tensors since start, all inline, mean {human_size(inline_mean)}: below "
+        f"shm_min_bytes {human_size(threshold)}, inline by design"
+    )
+    if mode:
+        return found("unknown", "ok", f"{small} (mode={mode}, log){certain}", cause=Cause.BELOW_SHM_MIN_BYTES)
+    return _setting_unknown(found, f"{small} whatever the setting, and no log read", certain)
 
 
 def judge(
@@ -176,55 +219,24 @@ def judge(
     if mode == "rdma":
         return found("inline", "ok", "configured rdma (log): tensors go by RDMA or inline, never SHM")
     if inline_n and t is not None:
-        inline_mean = t.nbytes.get("inline", 0) / inline_n
-        if inline_mean >= threshold:
-            if mode == "auto":
-                return found(
-                    "inline",
-                    "warn",
-                    f"configured auto (log) but all {inline_n:,} tensors since start went inline "
-                    f"(mean {human_size(inline_mean)}): the worker's shm_namespace_id does not match the "
-                    "gateway's",
-                    "compare them: " + shlex.join(["smgshm", "probe", "--from-gateway", http_url or "URL"]) + certain,
-                )
-            if mode == "shm":
-                return found(
-                    "unknown",
-                    "warn",
-                    f"configured shm (log) yet {inline_n:,} tensors since start went inline "
-                    f"(mean {human_size(inline_mean)}) and no write failed: the workers may not take SHM "
-                    "(SGLang, TRT-LLM, MLX, ZMQ)" + certain,
-                )
-            return found(
-                "off_or_failing",
-                "warn",
-                f"multimodal tensors went inline since start ({inline_n:,} tensors, mean "
-                f"{human_size(inline_mean)}): SHM is off (the default is inline) or failing",
-                fix_text(),
-                cause=Cause.MODE_INLINE,
-            )
-        return found(
-            "unknown",
-            "ok" if mode else "warn",
-            f"{inline_n:,} tensors since start, all inline, mean {inline_mean:,.0f} B: below "
-            f"shm_min_bytes {threshold:,}, so they say nothing about the setting"
-            + (f" (mode={mode}, log)" if mode else "")
-            + certain,
-            cause=Cause.BELOW_SHM_MIN_BYTES,
-        )
+        return _all_inline(found, t, mode, threshold, http_url, certain)
     if mode in ("shm", "auto"):
         return found("no_traffic", "ok", f"configured {mode} (log); no multimodal tensor since start yet")
     if t is not None:
         worker = t.processing.get("worker", 0)
-        why = (
-            f"{worker:,} request(s) preprocessed by the worker (--mm-processing worker): no gateway SHM"
-            if worker
-            else "no multimodal tensor since start (metrics): nothing shows the setting"
-        )
-        return found("no_traffic", "ok", why + certain)
+        if worker:
+            why = f"{worker:,} request(s) preprocessed by the worker (--mm-processing worker): no gateway SHM"
+            return found("no_traffic", "ok", why + certain)
+        return _setting_unknown(found, "no multimodal tensor since start (metrics) and no log read", certain)
+    return _setting_unknown(found, "no log and no metrics at hand", certain)
+
+
+def _setting_unknown(found: Callable[..., ModeFinding], why: str, certain: str) -> ModeFinding:
+    """Nothing shows the gateway's transport setting: a check that judged nothing, never a pass (exit 6)."""
     return found(
         "unknown",
-        "warn",
-        "no log and no metrics at hand: its transport setting is unknown",
-        "pass its log: smgshm doctor --gateway-log FILE" + certain,
+        "unknown",
+        f"{why}: its transport setting is unknown",
+        "pass the log it wrote at its start: smgshm doctor --gateway-log FILE" + certain,
+        Outcome.UNDETERMINED,
     )
