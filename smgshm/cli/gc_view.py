@@ -352,9 +352,8 @@ class HumanListing:
             out.flush()
             self.spool.close()
         elif top:
-            shown = "every entry is listed above" if self.spool is not None else "--all lists every entry"
             more = f"{len(top)} of {before.total - before.counts['in_flight']}"
-            app.console.print(Text(f"entries that matter most ({more}; {shown}):"))
+            app.console.print(Text(f"entries that matter most ({more}; --all lists every entry):"))
             out.write(HEADER)
             for seg, _ in top:
                 was = "deleted" if seg.ino in done_inos and seg.state.value in ("leaked", "stale") else None
