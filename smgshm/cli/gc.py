@@ -64,7 +64,11 @@ if TYPE_CHECKING:
     help="With --check: a node-problem-detector plugin's output, one line "
     "of at most 80 characters; exit 0 OK, 1 leaked or hazardous, 2 unknown or error.",
 )
-@click.option("--watch", type=DURATION, help="Re-scan every DURATION and show growth per state.")
+@click.option(
+    "--watch",
+    type=DURATION,
+    help="Re-scan every DURATION and show growth per state; Ctrl-C or SIGTERM ends it with its summary, exit 0.",
+)
 @click.option("--watch-count", type=click.IntRange(1), help="With --watch: stop after this many scans.")
 @click.option(
     "--all",
@@ -393,7 +397,13 @@ def _no_cycle_collector() -> Iterator[None]:
 
 
 def _watch(app: App, opts: ScanOptions, every: float, count: int | None) -> None:
-    """Re-scan until interrupted (or --watch-count scans): one line per scan, growth per state."""
+    """Re-scan until interrupted (or --watch-count scans): one line per scan, growth per state.
+
+    Ctrl-C and SIGTERM are how a watch without --watch-count ends (as ``smgshm watch``): the scan under
+    way finishes, then the summary, and exit 0; SIGHUP ends it the same way with its own code (129)."""
+    import signal
+
+    from smgshm.cli.signals import stop_on_signals
     from smgshm.core.segments.scan import Scan
 
     def counts() -> tuple[int, dict[str, int]]:
@@ -402,13 +412,17 @@ def _watch(app: App, opts: ScanOptions, every: float, count: int | None) -> None
             pass
         return scan.tally.total, dict(scan.tally.counts)
 
-    total, first = counts()
-    prev, n = first, 1
-    view.gc_watch_line(app, total, first, None)
-    while count is None or n < count:
-        time.sleep(every)
-        total, cur = counts()
-        view.gc_watch_line(app, total, cur, {k: cur[k] - prev[k] for k in cur})
-        prev, n = cur, n + 1
-    summary = {"scans": n, "first": first, "last": prev, "growth": {k: prev[k] - first[k] for k in prev}}
-    app.emit_rendered(summary)  # for people, each scan's line was the output
+    with stop_on_signals() as stop:
+        total, first = counts()
+        prev, n = first, 1
+        view.gc_watch_line(app, total, first, None)
+        while (count is None or n < count) and not stop.event.wait(every):
+            total, cur = counts()
+            view.gc_watch_line(app, total, cur, {k: cur[k] - prev[k] for k in cur})
+            prev, n = cur, n + 1
+    growth = {k: prev[k] - first[k] for k in prev}
+    if stop.signum is not None:
+        view.gc_watch_stopped(app, stop.name, n, growth)
+    code = ExitCode.HANGUP if stop.signum == signal.SIGHUP else ExitCode.OK
+    summary = {"scans": n, "first": first, "last": prev, "growth": growth}
+    click.get_current_context().exit(app.emit_rendered(summary, code))  # for people, each scan's line was the output

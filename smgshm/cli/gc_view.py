@@ -512,6 +512,18 @@ def gc_watch_line(app: App, total: int, counts: dict[str, int], growth: dict[str
     prose(app.console, Text(f"{stamp} {total} segments: " + ", ".join(parts)), 9)
 
 
+def gc_watch_stopped(app: App, signame: str, scans: int, growth: dict[str, int]) -> None:
+    """On stderr, once a signal ended gc --watch: after how many scans, and what grew since the first."""
+    if app.json or app.quiet:
+        return
+    grew = ", ".join(f"{k} {n:+d}" for k, n in growth.items() if n) or "none"
+    prose(
+        app.err_console,
+        Text(f"gc --watch: stopped by {signame} after {scans} scan(s); growth since the first: {grew}"),
+        2,
+    )
+
+
 class Progress:
     """Progress on a TTY stderr for the whole run (scan, then delete); it appears only once the
     run has taken half a second, so a handful of entries never shows a bar."""
@@ -559,6 +571,7 @@ __all__ = [
     "display",
     "fit_row",
     "gc_watch_line",
+    "gc_watch_stopped",
     "headline",
     "raw_row",
     "segment_doc",
