@@ -14,7 +14,8 @@ from rich.text import Text
 from smgshm.cli.doctor_view import doctor_check, mark
 from smgshm.cli.fmt import TMPFS_KINDS, display, escape, lossless, prose, safe
 from smgshm.cli.jsonout import plain
-from smgshm.core.node.doctor import NodeCheckup, TmpfsCheckup, pod_label
+from smgshm.core.node.doctor import NodeCheckup, TmpfsCheckup
+from smgshm.core.node.scan import pod_label
 from smgshm.core.units import human_size
 
 if TYPE_CHECKING:

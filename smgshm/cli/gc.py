@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -13,13 +13,14 @@ import click
 
 from smgshm.cli import gc_view as view
 from smgshm.cli.app import App
-from smgshm.cli.exitcodes import ExitCode
+from smgshm.cli.exitcodes import ExitCode, for_outcome
 from smgshm.cli.fmt import display
 from smgshm.cli.params import DURATION, shm_dir_option
 
 if TYPE_CHECKING:
-    from smgshm.core.segments.judge import ScanOptions
-    from smgshm.core.segments.reaping import ReapReport
+    from smgshm.core.segments.gcrun import GcRun
+    from smgshm.core.segments.judge import ScanOptions, SegmentInfo
+    from smgshm.core.segments.reaping import ReapRule
     from smgshm.core.segments.scan import Scan
 
 
@@ -63,7 +64,11 @@ if TYPE_CHECKING:
     help="With --check: a node-problem-detector plugin's output, one line "
     "of at most 80 characters; exit 0 OK, 1 leaked or hazardous, 2 unknown or error.",
 )
-@click.option("--watch", type=DURATION, help="Re-scan every DURATION and show growth per state.")
+@click.option(
+    "--watch",
+    type=DURATION,
+    help="Re-scan every DURATION and show growth per state; Ctrl-C or SIGTERM ends it with its summary, exit 0.",
+)
 @click.option("--watch-count", type=click.IntRange(1), help="With --watch: stop after this many scans.")
 @click.option(
     "--all",
@@ -192,9 +197,7 @@ def gc(
     if raw and app.json:
         raise click.UsageError("--raw and --json are two outputs: pick one")
     if npd:
-        click.get_current_context().exit(
-            _npd(opts, delete=delete, include_stale=include_stale, min_age=min_age, all_users=all_users)
-        )
+        click.get_current_context().exit(_npd(opts, _rule(delete, include_stale, min_age, all_users)))
     code = run(
         app,
         opts,
@@ -225,7 +228,8 @@ def run(
     all_rows: bool,
     raw: bool,
 ) -> ExitCode:
-    """Scan (streamed into the chosen listing), choose, show, ask, reap, then finish the listing."""
+    """Scan (streamed into the chosen listing), then the shared gc run (core/segments/gcrun.py), then finish
+    the listing."""
     from smgshm.core.errors import HostError, SmgshmError
     from smgshm.core.segments import textfile
 
@@ -233,17 +237,15 @@ def run(
         textfile.check_writable(prometheus_file)  # exit 5 before anything is scanned or deleted
     started = time.time()
     try:
-        listing, scan, done = _scan_and_reap(
+        listing, done = _scan_and_reap(
             app,
             opts,
-            delete=delete,
-            include_stale=include_stale,
-            min_age=min_age,
-            all_users=all_users,
+            _rule(delete, include_stale, min_age, all_users),
             yes=yes,
             all_rows=all_rows,
             raw=raw,
             check=check,
+            min_age=min_age,
         )
     except SmgshmError:
         if prometheus_file:  # the run failed: said with its time, no figures (the error follows, as without it)
@@ -251,17 +253,15 @@ def run(
                 record = textfile.RunRecord("gc", display(opts.shm_dir), started, time.time(), None)
                 textfile.write_textfile(prometheus_file, record)
         raise
-    code = ExitCode.OK
-    if check and done.leaked_or_hazard > 0:
-        code = ExitCode.CHECK_FAILED
-    elif check and done.nothing_judged:  # every entry unknown: a check of nothing never passes
-        code = ExitCode.UNDETERMINED
-        if app.json or raw:  # (people read it in the headline)
-            app.warn(f"check inconclusive: all {done.before.total} SMG segment(s) unknown; {view.unjudged(scan)}")
+    (part,) = done.parts
+    scan, report = part.scan, part.report
+    code = for_outcome(done.outcome) if check else ExitCode.OK
+    if code == ExitCode.UNDETERMINED and (app.json or raw):  # (people read it in the headline)
+        app.warn(f"check inconclusive: all {done.before.total} SMG segment(s) unknown; {view.unjudged(scan)}")
     if prometheus_file:
         try:  # what is there now, after any --delete, and what the run did
             textfile.write_textfile(
-                prometheus_file, textfile.RunRecord("gc", display(opts.shm_dir), started, time.time(), done)
+                prometheus_file, textfile.RunRecord("gc", display(opts.shm_dir), started, time.time(), report)
             )
         except HostError as err:  # checked up front; still possible (a full disk): one document, exit 5
             app.warn(str(err))
@@ -269,30 +269,35 @@ def run(
     # --all marks the deleted rows: never "deleted X", then "leaked X"
     listing.finish(
         scan,
-        done.before,
-        done.after,
-        done.deleted,
+        report.before,
+        report.after,
+        report.deleted,
         code,
-        done.done_rows,
-        (done.used_bytes, done.free_bytes),
+        report.done_rows,
+        (report.used_bytes, report.free_bytes),
     )
     return code
+
+
+def _rule(delete: bool, include_stale: bool, min_age: float, all_users: bool) -> ReapRule | None:
+    """gc's reap rule (None without --delete: a listing)."""
+    from smgshm.core.segments.reaping import ReapRule
+
+    return ReapRule.of(include_stale=include_stale, min_age_s=min_age, all_users=all_users) if delete else None
 
 
 def _scan_and_reap(
     app: App,
     opts: ScanOptions,
+    rule: ReapRule | None,
     *,
-    delete: bool,
-    include_stale: bool,
-    min_age: float,
-    all_users: bool,
     yes: bool,
     all_rows: bool,
     raw: bool,
     check: bool,
-) -> tuple[view.JsonListing | view.RawListing | view.HumanListing, Scan, ReapReport]:
-    from smgshm.core.segments import reaping
+    min_age: float,
+) -> tuple[view.JsonListing | view.RawListing | view.HumanListing, GcRun[Scan]]:
+    from smgshm.core.segments import gcrun
     from smgshm.core.segments.scan import Scan
 
     for stream in (sys.stdout, sys.stderr):  # any locale: what it cannot encode comes out escaped
@@ -309,31 +314,29 @@ def _scan_and_reap(
         if raw
         else view.HumanListing(app, scan, all_rows, check, min_age)
     )
-    rule = reaping.ReapRule.of(include_stale=include_stale, min_age_s=min_age, all_users=all_users) if delete else None
-    with _no_cycle_collector():
-        choice = reaping.choose(scan, rule, listing.add)
-    chosen = choice.chosen
-    if chosen:
+
+    def confirm(chosen: Sequence[tuple[Scan, SegmentInfo]]) -> bool:
         progress.stop()  # a question or a list under a live bar would be drawn over
-        if not view.confirm_delete(app, chosen, yes, all_rows):
-            choice = reaping.Choice([], choice.refused, {})
-            chosen = choice.chosen
-    ticks = iter(range(1, len(chosen) + 1))
-    done = reaping.reap_choice(scan, choice, lambda _d: progress(next(ticks), len(chosen), "deleted"))
-    progress.stop()
-    return listing, scan, done
+        return view.confirm_delete(app, [seg for _, seg in chosen], yes, all_rows)
+
+    try:
+        with _no_cycle_collector():
+            return listing, gcrun.run(
+                [scan], rule, lambda _scan: listing.add, confirm, lambda n, of: progress(n, of, "deleted")
+            )
+    finally:
+        progress.stop()
 
 
-def _npd(opts: ScanOptions, *, delete: bool, include_stale: bool, min_age: float, all_users: bool) -> int:
-    """gc --check --npd: scan (and reap, with --delete) as gc does, then NPD's one line (cli/npd.py)."""
-    from smgshm.core.segments import reaping
+def _npd(opts: ScanOptions, rule: ReapRule | None) -> int:
+    """gc --check --npd: the shared gc run (never asked), then NPD's one line (cli/npd.py)."""
+    from smgshm.core.segments import gcrun
     from smgshm.core.segments.scan import Scan
 
     scan = Scan(opts)
-    rule = reaping.ReapRule.of(include_stale=include_stale, min_age_s=min_age, all_users=all_users) if delete else None
-    done = reaping.reap_choice(scan, reaping.choose(scan, rule, lambda _s, _r: None))
+    done = gcrun.run([scan], rule)
     note = "" if scan.trust.trusted or opts.assume_dead else scan.trust.note
-    return view.npd(done.after, sum(d.deleted for d in done.deleted), note)
+    return view.npd(done.after, done.deleted, note)
 
 
 def _node(
@@ -355,13 +358,12 @@ def _node(
 ) -> None:
     """gc --node: the node view (cli/gc_node_view.py) under gc's own reap rule."""
     from smgshm.cli import gc_node_view as node_view
-    from smgshm.core.segments import reaping
 
     if any(others):
         raise click.UsageError("--node does not combine with --watch or --assume-dead")
     if raw and app.json:
         raise click.UsageError("--raw and --json are two outputs: pick one")
-    rule = reaping.ReapRule.of(include_stale=include_stale, min_age_s=min_age, all_users=all_users) if delete else None
+    rule = _rule(delete, include_stale, min_age, all_users)
     with _no_cycle_collector():  # as gc's own listing: a tenth of the time, for nothing
         code = node_view.run(
             app,
@@ -395,7 +397,13 @@ def _no_cycle_collector() -> Iterator[None]:
 
 
 def _watch(app: App, opts: ScanOptions, every: float, count: int | None) -> None:
-    """Re-scan until interrupted (or --watch-count scans): one line per scan, growth per state."""
+    """Re-scan until interrupted (or --watch-count scans): one line per scan, growth per state.
+
+    Ctrl-C and SIGTERM are how a watch without --watch-count ends (as ``smgshm watch``): the scan under
+    way finishes, then the summary, and exit 0; SIGHUP ends it the same way with its own code (129)."""
+    import signal
+
+    from smgshm.cli.signals import stop_on_signals
     from smgshm.core.segments.scan import Scan
 
     def counts() -> tuple[int, dict[str, int]]:
@@ -404,13 +412,17 @@ def _watch(app: App, opts: ScanOptions, every: float, count: int | None) -> None
             pass
         return scan.tally.total, dict(scan.tally.counts)
 
-    total, first = counts()
-    prev, n = first, 1
-    view.gc_watch_line(app, total, first, None)
-    while count is None or n < count:
-        time.sleep(every)
-        total, cur = counts()
-        view.gc_watch_line(app, total, cur, {k: cur[k] - prev[k] for k in cur})
-        prev, n = cur, n + 1
-    summary = {"scans": n, "first": first, "last": prev, "growth": {k: prev[k] - first[k] for k in prev}}
-    app.emit_rendered(summary)  # for people, each scan's line was the output
+    with stop_on_signals() as stop:
+        total, first = counts()
+        prev, n = first, 1
+        view.gc_watch_line(app, total, first, None)
+        while (count is None or n < count) and not stop.event.wait(every):
+            total, cur = counts()
+            view.gc_watch_line(app, total, cur, {k: cur[k] - prev[k] for k in cur})
+            prev, n = cur, n + 1
+    growth = {k: prev[k] - first[k] for k in prev}
+    if stop.signum is not None:
+        view.gc_watch_stopped(app, stop.name, n, growth)
+    code = ExitCode.HANGUP if stop.signum == signal.SIGHUP else ExitCode.OK
+    summary = {"scans": n, "first": first, "last": prev, "growth": growth}
+    click.get_current_context().exit(app.emit_rendered(summary, code))  # for people, each scan's line was the output

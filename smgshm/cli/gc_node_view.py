@@ -9,20 +9,22 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 
 from smgshm.cli import gc_view
-from smgshm.cli.exitcodes import ExitCode
+from smgshm.cli.exitcodes import ExitCode, for_outcome
 from smgshm.cli.fmt import TMPFS_KINDS, command, display, fill, hint, lossless, prose, width
+from smgshm.core.node.scan import pod_label
 from smgshm.core.units import human_size
 
 if TYPE_CHECKING:
     from smgshm.cli.app import App
     from smgshm.core.node.scan import NodeLook, Tmpfs, TmpfsScan
+    from smgshm.core.segments.gcrun import GcRun
     from smgshm.core.segments.judge import ScanOptions, SegmentInfo
     from smgshm.core.segments.reaping import Choice, ReapReport, ReapRule
 
@@ -35,11 +37,6 @@ class Block:
     segments: list[SegmentInfo]
     choice: Choice
     done: ReapReport
-
-
-def _into(segments: list[SegmentInfo]) -> Callable[[SegmentInfo, int], None]:
-    """``reaping.choose``'s on_entry: each entry listed is kept in ``segments``."""
-    return lambda seg, _row: segments.append(seg)
 
 
 def run(
@@ -55,8 +52,9 @@ def run(
     npd: bool = False,
     prometheus_file: str | None = None,
 ) -> int:
-    """Look at the node, list and judge each tmpfs, ask once, reap per tmpfs, then show it all."""
-    from smgshm.core.segments import reaping, textfile
+    """Look at the node, then the shared gc run over its tmpfs (core/segments/gcrun.py), then show it all."""
+    from smgshm.core.node.scan import tmpfs_scans
+    from smgshm.core.segments import gcrun, textfile
 
     for stream in (sys.stdout, sys.stderr):  # any locale: what it cannot encode comes out escaped
         if hasattr(stream, "reconfigure"):
@@ -65,45 +63,41 @@ def run(
         textfile.check_writable(prometheus_file)  # exit 5 before anything is scanned or deleted
     started = time.time()
     node = _look(root, prometheus_file, started)
-    listed = _choose(node, opts, rule)
-    chosen = [seg for _, _, choice in listed for seg in choice.chosen]
-    pods = [_whose(scan.tmpfs) for scan, _, choice in listed for _seg in choice.chosen]  # the question names pods
-    if chosen and not gc_view.confirm_delete(app, chosen, yes, all_rows, pods):  # declined: every tmpfs is a listing
-        listed = [(scan, segs, reaping.Choice([], choice.refused, {})) for scan, segs, choice in listed]
-    blocks = [Block(scan, segs, choice, reaping.reap_choice(scan, choice)) for scan, segs, choice in listed]
-    bad = sum(b.done.leaked_or_hazard for b in blocks)
-    code = ExitCode.CHECK_FAILED if check and bad else ExitCode.OK
-    if check and not bad and _nothing_judged(blocks):  # every entry on the node unknown: never a pass
-        code = ExitCode.UNDETERMINED
-        if app.json or raw:  # (people read it in the headline)
-            n = sum(b.done.before.total for b in blocks)
-            app.warn(f"check inconclusive: all {n} SMG segment(s) unknown; {_unjudged(blocks)}")
+    listed: dict[int, list[SegmentInfo]] = {}  # each tmpfs's entries as listed, by its scan's id
+
+    def listing(scan: TmpfsScan) -> gcrun.OnEntry:
+        segments = listed[id(scan)] = []
+        return lambda seg, _row: segments.append(seg)
+
+    def confirm(chosen: Sequence[tuple[TmpfsScan, SegmentInfo]]) -> bool:  # the question names each one's pod
+        pods = [_whose(scan.tmpfs) for scan, _ in chosen]
+        return gc_view.confirm_delete(app, [seg for _, seg in chosen], yes, all_rows, pods)
+
+    done = gcrun.run(tmpfs_scans(node, opts), rule, listing, confirm)
+    blocks = [Block(p.scan, listed[id(p.scan)], p.choice, p.report) for p in done.parts]
+    code = for_outcome(done.outcome) if check else ExitCode.OK
+    if code == ExitCode.UNDETERMINED and (app.json or raw):  # (people read it in the headline)
+        app.warn(f"check inconclusive: all {done.before.total} SMG segment(s) unknown; {_unjudged(blocks)}")
     if prometheus_file:  # what is there now, after any --delete: the exporter's series, one run's
         _write_textfile(prometheus_file, blocks, started)
     if npd:  # NPD's one line over every tmpfs (gc_view.npd's rules)
-        return _npd(blocks)
+        return _npd(blocks, done)
     if app.json:
         app.emit_rendered(
             {
                 "node_root": display(node.root),
                 "pods_known": node.pods_known,
                 "tmpfs": [_doc(b) for b in blocks],
-                **_totals(blocks),
+                "counts": done.before.counts,
+                "remaining_counts": done.after.counts,
             },
             code,
         )
     elif raw:
         _raw(blocks)
     elif not app.silent(code):
-        _human(app, node.root, blocks, check, code, all_rows)
+        _human(app, node.root, blocks, done, check, code, all_rows)
     return code
-
-
-def _nothing_judged(blocks: list[Block]) -> bool:
-    """Every SMG entry of every tmpfs unknown, one at least: a --check of the node judged nothing."""
-    return any(b.done.nothing_judged for b in blocks) and all(
-        b.done.nothing_judged or not b.done.before.total for b in blocks
-    )
 
 
 def _unjudged(blocks: list[Block]) -> str:
@@ -128,26 +122,6 @@ def _look(root: str, prometheus_file: str | None, started: float) -> NodeLook:
         raise
 
 
-def _choose(
-    node: NodeLook, opts: ScanOptions, rule: ReapRule | None
-) -> list[tuple[TmpfsScan, list[SegmentInfo], Choice]]:
-    """Each tmpfs listed and judged, its entries as listed, and what the rule chose to reap there."""
-    from smgshm.core.host.holders import holder_index_devs
-    from smgshm.core.host.mounts import mount_points_of
-    from smgshm.core.node.scan import TmpfsScan
-    from smgshm.core.segments import reaping
-
-    # One walk of /proc and one read of every mount namespace's table, for every tmpfs at once.
-    holders = holder_index_devs(t.place.dev for t in node.tmpfs)
-    mounted = mount_points_of(t.place.path for t in node.tmpfs)
-    listed: list[tuple[TmpfsScan, list[SegmentInfo], Choice]] = []
-    for tmpfs in node.tmpfs:
-        scan = TmpfsScan(tmpfs, opts, holders=holders, mounted=mounted[tmpfs.place.path])
-        segments: list[SegmentInfo] = []
-        listed.append((scan, segments, reaping.choose(scan, rule, _into(segments))))
-    return listed
-
-
 def _write_textfile(prometheus_file: str, blocks: list[Block], started: float) -> None:
     from smgshm.core.node import metrics
 
@@ -163,39 +137,25 @@ def _write_textfile(prometheus_file: str, blocks: list[Block], started: float) -
     metrics.write_textfile(prometheus_file, figures, metrics.Health(time.time(), time.time() - started, 0))
 
 
-def _npd(blocks: list[Block]) -> int:
+def _npd(blocks: list[Block], done: GcRun[TmpfsScan]) -> int:
     """NPD's one line, over every tmpfs."""
-    from smgshm.core.segments.judge import Tally
-
-    after = Tally()
-    for b in blocks:
-        for k, n in b.done.after.counts.items():
-            after.counts[k] += n
-            after.bytes_by_state[k] += b.done.after.bytes_by_state[k]
-    gone = sum(d.deleted for b in blocks for d in b.done.deleted)
     untrusted = [b for b in blocks if not b.scan.tmpfs.trust.trusted]
     note = f"{len(untrusted)} of {len(blocks)} tmpfs not judged by pid" if untrusted else ""
-    return gc_view.npd(after, gone, note, where=f"node, {len(blocks)} tmpfs")
+    return gc_view.npd(done.after, done.deleted, note, where=f"node, {len(blocks)} tmpfs")
 
 
 def _raw(blocks: list[Block]) -> None:
     out = gc_view.Out()
     for b in blocks:
-        head = f"{_field(_pod(b.scan.tmpfs))} {_field(_volume(b.scan.tmpfs))} "
+        head = f"{_field(pod_label(b.scan.tmpfs))} {_field(_volume(b.scan.tmpfs))} "
         for seg in b.segments:
             out.write(head + gc_view.raw_row(seg))
     out.flush()
 
 
-def _pod(t: Tmpfs) -> str:
-    if t.pod is not None:
-        return f"{t.pod.namespace}/{t.pod.name}"
-    return t.pod_uid or "-"
-
-
 def _whose(t: Tmpfs) -> str:
     """For people: ``pod NAMESPACE/NAME`` (or its uid), or ``no pod`` (the host's /dev/shm)."""
-    return "no pod" if t.pod_uid is None else f"pod {_pod(t)}"
+    return "no pod" if t.pod_uid is None else f"pod {pod_label(t)}"
 
 
 def _volume(t: Tmpfs) -> str:
@@ -206,17 +166,6 @@ def _volume(t: Tmpfs) -> str:
 def _field(text: str) -> str:
     """One awk field: escaped, spaces too."""
     return display(text).replace(" ", "\\x20")
-
-
-def _totals(blocks: list[Block]) -> dict[str, Any]:
-    counts: dict[str, int] = {}
-    remaining: dict[str, int] = {}
-    for b in blocks:
-        for k, n in b.done.before.counts.items():
-            counts[k] = counts.get(k, 0) + n
-        for k, n in b.done.after.counts.items():
-            remaining[k] = remaining.get(k, 0) + n
-    return {"counts": counts, "remaining_counts": remaining}
 
 
 def _doc(b: Block) -> dict[str, Any]:
@@ -259,14 +208,13 @@ def _doc(b: Block) -> dict[str, Any]:
     }
 
 
-def headline(root: str, blocks: list[Block], check: bool, code: ExitCode) -> str:
+def headline(root: str, blocks: list[Block], done: GcRun[TmpfsScan], check: bool, code: ExitCode) -> str:
     """The first line; it agrees with the exit code."""
-    after = _totals(blocks)["remaining_counts"]
-    states = ", ".join(f"{n} {k}" for k, n in after.items() if n) or "none"
-    gone = sum(d.deleted for b in blocks for d in b.done.deleted)
-    text = f"node {display(root)}: {len(blocks)} tmpfs, {sum(after.values())} SMG segment(s): {states}"
-    if gone:
-        text = f"deleted {gone}; " + text
+    after = done.after
+    states = ", ".join(f"{n} {k}" for k, n in after.counts.items() if n) or "none"
+    text = f"node {display(root)}: {len(blocks)} tmpfs, {after.total} SMG segment(s): {states}"
+    if done.deleted:
+        text = f"deleted {done.deleted}; " + text
     if check and code == ExitCode.UNDETERMINED:
         return f"check inconclusive: {text}; {_unjudged(blocks)}"
     if check:
@@ -274,21 +222,21 @@ def headline(root: str, blocks: list[Block], check: bool, code: ExitCode) -> str
     return text
 
 
-def _human(app: App, root: str, blocks: list[Block], check: bool, code: ExitCode, all_rows: bool) -> None:
-    after = _totals(blocks)["remaining_counts"]
+def _human(
+    app: App, root: str, blocks: list[Block], done: GcRun[TmpfsScan], check: bool, code: ExitCode, all_rows: bool
+) -> None:
     style = "bold green"
     if code == ExitCode.UNDETERMINED:
         style = "bold yellow"
-    elif code != ExitCode.OK or after.get("leaked") or after.get("hazard"):
+    elif code != ExitCode.OK or done.leaked_or_hazard:
         style = "bold red"
-    prose(app.console, Text(headline(root, blocks, check, code), style=style), 2)
+    prose(app.console, Text(headline(root, blocks, done, check, code), style=style), 2)
     out, cols = gc_view.Out(), width(app.console)
     for b in blocks:
         app.console.file.flush()
         out.write("\n" + "".join(_block_lines(b, all_rows, cols)))
         out.flush()
-    leaked = sum(b.done.after.counts["leaked"] for b in blocks)
-    if leaked and not any(b.done.deleted for b in blocks) and not app.quiet:
+    if done.after.counts["leaked"] and not any(b.done.deleted for b in blocks) and not app.quiet:
         argv = ["smgshm", "gc", "--node", "--node-root", root, "--delete"]
         hint(app, "reap them with:")
         command(app.err_console, argv, 6)
@@ -298,7 +246,7 @@ def _block_lines(b: Block, all_rows: bool, cols: int = 80) -> list[str]:
     t, scan, done = b.scan.tmpfs, b.scan, b.done
     if done is None:
         raise RuntimeError("a block shown before it was reaped")
-    who = "no pod" if t.pod_uid is None else f"pod {display(_pod(t))} (uid {display(t.pod_uid)})"
+    who = "no pod" if t.pod_uid is None else f"pod {display(pod_label(t))} (uid {display(t.pod_uid)})"
     what = TMPFS_KINDS[t.place.kind] + ("" if t.place.volume is None else f" {display(t.place.volume)}")
     hidden = f"hidden {human_size(t.hidden.nbytes)}"
     if t.hidden.files:

@@ -352,9 +352,8 @@ class HumanListing:
             out.flush()
             self.spool.close()
         elif top:
-            shown = "every entry is listed above" if self.spool is not None else "--all lists every entry"
             more = f"{len(top)} of {before.total - before.counts['in_flight']}"
-            app.console.print(Text(f"entries that matter most ({more}; {shown}):"))
+            app.console.print(Text(f"entries that matter most ({more}; --all lists every entry):"))
             out.write(HEADER)
             for seg, _ in top:
                 was = "deleted" if seg.ino in done_inos and seg.state.value in ("leaked", "stale") else None
@@ -513,6 +512,18 @@ def gc_watch_line(app: App, total: int, counts: dict[str, int], growth: dict[str
     prose(app.console, Text(f"{stamp} {total} segments: " + ", ".join(parts)), 9)
 
 
+def gc_watch_stopped(app: App, signame: str, scans: int, growth: dict[str, int]) -> None:
+    """On stderr, once a signal ended gc --watch: after how many scans, and what grew since the first."""
+    if app.json or app.quiet:
+        return
+    grew = ", ".join(f"{k} {n:+d}" for k, n in growth.items() if n) or "none"
+    prose(
+        app.err_console,
+        Text(f"gc --watch: stopped by {signame} after {scans} scan(s); growth since the first: {grew}"),
+        2,
+    )
+
+
 class Progress:
     """Progress on a TTY stderr for the whole run (scan, then delete); it appears only once the
     run has taken half a second, so a handful of entries never shows a bar."""
@@ -560,6 +571,7 @@ __all__ = [
     "display",
     "fit_row",
     "gc_watch_line",
+    "gc_watch_stopped",
     "headline",
     "raw_row",
     "segment_doc",

@@ -35,7 +35,7 @@ from smgshm.core.host.capacity import INFLIGHT_SOURCE, Need, recorded_needs, shm
 from smgshm.core.host.identity import HostIdentity, read_host_identity
 from smgshm.core.host.proc import innermost_pid
 from smgshm.core.names import GATEWAY_PROBE_PREFIX
-from smgshm.core.node.scan import Tmpfs, TmpfsScan, look
+from smgshm.core.node.scan import Tmpfs, TmpfsScan, look, pod_label
 from smgshm.core.node.volumes import ShmUser
 from smgshm.core.outcomes import Outcome
 from smgshm.core.paths import node_path, same_dir
@@ -95,11 +95,6 @@ def node_gc_cmd(root: str, *args: str) -> list[str]:
     node examined."""
     where = [] if same_dir(root, "/") else ["--node-root", root]  # (not by realpath: /proc/PID/root reads "/")
     return ["smgshm", "gc", "--node", *where, *args]
-
-
-def pod_label(t: Tmpfs) -> str:
-    """``namespace/name`` of the tmpfs's pod, its uid when its log dir is not there, or "-"."""
-    return f"{t.pod.namespace}/{t.pod.name}" if t.pod is not None else t.pod_uid or "-"
 
 
 def run_node_doctor(
@@ -255,4 +250,4 @@ def _liveness(t: Tmpfs, segments: list[SegmentInfo]) -> Check:
     return Check("liveness", "ok", t.trust.note)
 
 
-__all__ = ["GatewayUse", "NodeCheckup", "TmpfsCheckup", "node_gc_cmd", "pod_label", "run_node_doctor"]
+__all__ = ["GatewayUse", "NodeCheckup", "TmpfsCheckup", "node_gc_cmd", "run_node_doctor"]

@@ -32,7 +32,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -43,9 +43,10 @@ from smgshm.core.host.pidtrust import INIT_PID_NS, Trust, first_user, judge_trus
 from smgshm.core.host.proc import comm, live_pids
 from smgshm.core.names import gateway_probe_name
 from smgshm.core.paths import DEFAULT_SHM_DIR, smgshm_cmd
+from smgshm.core.segments import gcrun
 from smgshm.core.segments.judge import Bounds, Judge, ScanOptions, SegmentInfo, State
-from smgshm.core.segments.reaping import OTHER_USER, Choice, ReapReport, keep_reason, reap_choice
-from smgshm.core.segments.scan import Deletion, Scan
+from smgshm.core.segments.reaping import OTHER_USER, ReapReport, ReapRule, keep_reason, reapable
+from smgshm.core.segments.scan import Scan
 from smgshm.core.units import human_size
 
 if TYPE_CHECKING:
@@ -264,6 +265,25 @@ class _Scan(Scan):
         return trust, judge
 
 
+@dataclass(frozen=True)
+class _ProofRule(ReapRule):
+    """gc's rule for the leaked, with preflight's proof: a name it proves dead (the wrapper's pid, or every
+    name in an init container) needs no age, and gc's sentences name preflight's flags, not gc's."""
+
+    proven_pid: int | None = None
+    all_proven: bool = False
+
+    def keep(self, seg: SegmentInfo) -> tuple[str, str] | None:
+        proven = self.all_proven or seg.producer_pid == self.proven_pid
+        why = keep_reason(seg, uid=self.uid, all_users=self.all_users, min_age_s=0.0 if proven else self.min_age_s)
+        if why and why[0] == OTHER_USER:  # (gc's sentence names gc's --all-users, which preflight has not)
+            why = (
+                OTHER_USER,
+                f"owned by uid {seg.uid}: preflight runs as uid {self.uid}, and only root removes another's",
+            )
+        return None if why is None else (why[0], f"{seg.reason}; kept: {why[1]}")
+
+
 def _entry(seg: SegmentInfo, reason: str | None = None, freed: int = 0) -> Entry:
     return Entry(
         seg.name, seg.kind, seg.state.value, seg.allocated_bytes, seg.producer_pid, reason or seg.reason, freed
@@ -304,10 +324,17 @@ class _Run:
         )
         dead_pid = self.pid if req.mode == "wrapper" and proof.holds else None
         scan = _Scan(ScanOptions(req.shm_dir), trust, dead_pid, req.mode == "init_container" and proof.holds)
-        segs = list(scan)
-        self.check()
-        chosen, refused, kept = self._choose(segs, dead_pid)
-        done = report._done = self._reap(scan, chosen, refused)
+        rule = _ProofRule(
+            frozenset({State.LEAKED}), req.min_age_s, True, proven_pid=dead_pid, all_proven=req.mode == "init_container"
+        )
+        segs: list[SegmentInfo] = []
+        try:  # gc's run (segments/gcrun.py): list, choose by the proof's rule, reap, count; preflight never asks
+            run = gcrun.run([scan], rule, lambda _scan: lambda seg, _row: segs.append(seg), self._go, self._between)
+        finally:
+            self.reaping.clear()
+        done = report._done = run.parts[0].report
+        want = reapable(rule.states)
+        kept = [_entry(seg) for seg in segs if not want(seg)]  # never a candidate: kept as judged
         gone = {d.ino for d in done.deleted if d.deleted}
         by_ino = {s.ino: s for s in segs}
         for d in done.deleted:
@@ -324,49 +351,17 @@ class _Run:
         self._gate(report, ident, done)
         return report
 
-    def _choose(
-        self, segs: list[SegmentInfo], dead_pid: int | None
-    ) -> tuple[list[SegmentInfo], list[Deletion], list[Entry]]:
-        """The leaked to reclaim, the leaked refused before trying (gc's Deletion, with its ``kept`` class),
-        and the rest, kept with why. A proof needs no age; gc's rules take --min-age."""
-        uid = os.getuid()
-        chosen: list[SegmentInfo] = []
-        refused: list[Deletion] = []
-        kept: list[Entry] = []
-        for seg in segs:
-            if seg.state is not State.LEAKED or seg.file_type != "regular":
-                kept.append(_entry(seg))
-                continue
-            proven = self.req.mode == "init_container" or seg.producer_pid == dead_pid
-            why = keep_reason(seg, uid=uid, all_users=True, min_age_s=0.0 if proven else self.req.min_age_s)
-            if why and why[0] == OTHER_USER:  # (gc's sentence names gc's --all-users, which preflight has not)
-                why = (
-                    OTHER_USER,
-                    f"owned by uid {seg.uid}: preflight runs as uid {uid}, and only root removes another's",
-                )
-            if why:
-                refused.append(
-                    Deletion(
-                        seg.name, seg.allocated_bytes, False, f"{seg.reason}; kept: {why[1]}", seg.ino, kept=why[0]
-                    )
-                )
-            else:
-                chosen.append(seg)
-        return chosen, refused, kept
-
-    def _reap(self, scan: Scan, chosen: list[SegmentInfo], refused: list[Deletion]) -> ReapReport:
-        def between(_d: Deletion) -> None:
-            # Called after each batch's entries are settled (none is left aside): a safe place to stop.
-            if time.monotonic() >= self.deadline or self.cancel.is_set():
-                raise _TimedOutError
-
+    def _go(self, _chosen: Sequence[tuple[Scan, SegmentInfo]]) -> bool:
+        """gc's confirmation, for preflight: no question (nothing asks before a gateway starts), only the deadline;
+        from here a batch may hold entries set aside (``reaping``)."""
         self.check()
-        choice = Choice(chosen, refused, {seg.ino: row for row, seg in enumerate(chosen)})
         self.reaping.set()
-        try:
-            return reap_choice(scan, choice, between)
-        finally:
-            self.reaping.clear()
+        return True
+
+    def _between(self, _tried: int, _chosen: int) -> None:
+        # Called after each batch's entries are settled (none is left aside): a safe place to stop.
+        if time.monotonic() >= self.deadline or self.cancel.is_set():
+            raise _TimedOutError
 
     def _kept(self, report: PreflightReport, kept: list[Entry], gone: set[int]) -> None:
         kept.sort(key=lambda e: (e.state != "unknown", e.name))

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field, replace
 from smgshm.core.errors import HostError
 from smgshm.core.host import clock
 from smgshm.core.host.clock import WallClock
-from smgshm.core.host.holders import Holder, holder_index
+from smgshm.core.host.holders import Holder, holder_index, holder_index_devs
+from smgshm.core.host.mounts import mount_points_of
 from smgshm.core.host.pidtrust import Trust
 from smgshm.core.host.proc import fd_mount_id, live_pids
 from smgshm.core.names import SMG_FAMILY_PREFIX
@@ -41,6 +42,11 @@ class Tmpfs:
     spaces: tuple[PidSpace, ...]  # their pid namespaces
     trust: Trust
     hidden: Hidden
+
+
+def pod_label(t: Tmpfs) -> str:
+    """``namespace/name`` of the tmpfs's pod, its uid when its log dir is not there, or "-"."""
+    return f"{t.pod.namespace}/{t.pod.name}" if t.pod is not None else t.pod_uid or "-"
 
 
 @dataclass(frozen=True)
@@ -156,4 +162,13 @@ class TmpfsScan(Scan):
         self.sightings.save()  # as gc's Scan: a whole listing records what it saw, the next scan's proofs
 
 
-__all__ = ["OTHER", "NodeLook", "Others", "Tmpfs", "TmpfsScan", "look"]
+def tmpfs_scans(node: NodeLook, opts: ScanOptions) -> Iterator[TmpfsScan]:
+    """gc's scan of each tmpfs of ``node`` in turn, each judged in its pod's pid namespaces (gc --node)."""
+    # One walk of /proc and one read of every mount namespace's table, for every tmpfs at once.
+    holders = holder_index_devs(t.place.dev for t in node.tmpfs)
+    mounted = mount_points_of(t.place.path for t in node.tmpfs)
+    for tmpfs in node.tmpfs:
+        yield TmpfsScan(tmpfs, opts, holders=holders, mounted=mounted[tmpfs.place.path])
+
+
+__all__ = ["OTHER", "NodeLook", "Others", "Tmpfs", "TmpfsScan", "look", "pod_label", "tmpfs_scans"]

@@ -210,6 +210,11 @@ class ReapRule:
         """gc's rule: the leaked, and with ``include_stale`` the stale too."""
         return cls(frozenset({State.LEAKED, State.STALE} if include_stale else {State.LEAKED}), min_age_s, all_users)
 
+    def keep(self, seg: SegmentInfo) -> tuple[str, str] | None:
+        """Why a reapable ``seg`` is kept before anything is tried, (class, sentence); None: it may go.
+        gc's rule is ``keep_reason``'s; preflight's own proof overrides this (core/node/preflight.py)."""
+        return keep_reason(seg, uid=self.uid, all_users=self.all_users, min_age_s=self.min_age_s)
+
 
 @dataclass(frozen=True)
 class Choice:
@@ -236,7 +241,7 @@ def choose(
     for row, seg in enumerate(entries):
         on_entry(seg, row)
         if want(seg):
-            why = keep_reason(seg, uid=rule.uid, all_users=rule.all_users, min_age_s=rule.min_age_s)
+            why = rule.keep(seg)
             if why:
                 refused.append(Deletion(seg.name, seg.allocated_bytes, False, why[1], seg.ino, kept=why[0]))
             else:
