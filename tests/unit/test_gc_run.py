@@ -175,3 +175,23 @@ def test_the_checks_outcome(tmp_path: Path, tmpfs: list[list[State]], outcome: O
     assert run.outcome is outcome
     assert run.nothing_judged is (outcome is Outcome.UNDETERMINED)
     assert run.before.total == sum(map(len, tmpfs))
+
+
+def test_look_alikes_alone_judge_nothing_either_way() -> None:
+    """Names in SMG's family that carry no producer pid (look-alikes, gc's set-asides) are no producer's: alone
+    they make no check inconclusive; beside a producer's name all unknown, the check still judged nothing."""
+    from smgshm.core.names import Kind
+    from smgshm.core.segments.judge import Tally
+
+    def tally(*kinds: Kind) -> Tally:
+        t = Tally()
+        for k in kinds:
+            t.counts["unknown"] += 1
+            t.counts_by_kind[k] += 1
+            t.total += 1
+        return t
+
+    assert not Tally().judged_nothing  # an empty dir is judged
+    assert not tally("other", "gc_aside").judged_nothing
+    assert tally("gateway").judged_nothing
+    assert tally("gateway", "other").judged_nothing

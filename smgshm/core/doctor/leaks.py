@@ -93,15 +93,13 @@ def leak_checks(
                 cause=Cause.SEGMENTS_LEAKED,
             )
         )
-    elif (ours := [s for s in segments if s.producer_pid is not None]) and all(
-        s.state is State.UNKNOWN for s in ours
-    ):  # every name that carries a producer unknown: a check of nothing never passes (look-alikes are no one's)
-        why = Counter(s.reason for s in ours).most_common(1)[0][0]
+    elif _judged_nothing(segments):  # gc --check's rule: a check of nothing never passes
+        why = Counter(s.reason for s in segments).most_common(1)[0][0]
         out.append(
             Check(
                 "leaks",
                 "unknown",
-                f"{len(ours)} SMG segment(s), none could be judged: {why}",
+                f"{len(segments)} SMG segment(s), none could be judged: {why}",
                 "judge them where their producers' pid namespace is seen (as root, on the host), or list them:",
                 Outcome.UNDETERMINED,
                 fix_cmd=gc_cmd("--all"),
@@ -141,3 +139,12 @@ def leak_checks(
             )
         )
     return out
+
+
+def _judged_nothing(segments: Sequence[SegmentInfo]) -> bool:
+    from smgshm.core.segments.judge import Tally
+
+    tally = Tally()
+    for s in segments:
+        tally.add(s)
+    return tally.judged_nothing

@@ -56,7 +56,7 @@ class GcRun(Generic[S]):
     def nothing_judged(self) -> bool:
         """Every SMG entry found, on every tmpfs, is unknown (one at least): a check of them judged nothing.
         An empty tmpfs is judged (nothing there is nothing leaked), so it neither makes nor spoils this."""
-        return self.before.total > 0 and self.before.counts["unknown"] == self.before.total
+        return self.before.judged_nothing
 
     @property
     def outcome(self) -> Outcome:

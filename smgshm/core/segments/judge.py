@@ -500,6 +500,9 @@ class Judge:
         return State.UNKNOWN, "the name carries no producer pid", None
 
 
+PRODUCED_KINDS: tuple[Kind, ...] = ("gateway", "gateway_probe", "smgshm", "smgshm_probe")  # names carrying a pid
+
+
 class Tally:
     """Counts and bytes per state and per kind; reclaimable bytes (leaked, single-link)."""
 
@@ -521,6 +524,15 @@ class Tally:
         self.total += 1
         if st == "leaked":
             self.reclaimable_bytes += n if seg.nlink <= 1 else 0
+
+    @property
+    def judged_nothing(self) -> bool:
+        """Every entry is unknown, and one at least is named as SMG names what it writes (a kind that carries a
+        producer pid): a check of them judged nothing, so it is inconclusive, never passed. An empty dir is
+        judged (nothing there is nothing leaked); look-alikes and gc's set-asides carry no pid, are no
+        producer's, and alone judge nothing either way."""
+        produced = sum(self.counts_by_kind[k] for k in PRODUCED_KINDS)
+        return produced > 0 and self.counts["unknown"] == self.total
 
     def remove(self, seg: SegmentInfo) -> None:
         st, n = seg.state._value_, seg.allocated_bytes

@@ -270,7 +270,7 @@ class ReapReport:
     def nothing_judged(self) -> bool:
         """Every SMG entry the scan found is unknown (one at least): a --check of them judged nothing, so it
         is inconclusive, never passed. An empty dir is judged: nothing there is nothing leaked."""
-        return self.before.total > 0 and self.before.counts["unknown"] == self.before.total
+        return self.before.judged_nothing
 
 
 def reap_choice(scan: Scan, choice: Choice, on_action: Callable[[Deletion], None] | None = None) -> ReapReport:
