@@ -40,12 +40,11 @@ from smgshm.cli.exitcodes import for_outcome
 from smgshm.cli.jsonout import SCHEMA_VERSION
 from smgshm.core.causes import Cause
 from smgshm.core.client.probe import ProbeVerdict
-from smgshm.core.doctor.check import Status
 from smgshm.core.e2e.verdict import TensorPath
 from smgshm.core.errors import SmgshmError
 from smgshm.core.gateway.running import Inspect
 from smgshm.core.names import KINDS
-from smgshm.core.outcomes import Outcome
+from smgshm.core.outcomes import Outcome, Status
 from smgshm.core.segments.judge import FileType, State
 from smgshm.core.watch import events, life
 

@@ -148,7 +148,7 @@ def send(
     """
     from smgshm.core.client.send import SendOptions
     from smgshm.core.client.send import send as run_send
-    from smgshm.core.transport.decision import Mode
+    from smgshm.core.gateway.setting import Mode
     from smgshm.core.transport.wire import Layout
 
     opts = SendOptions(

@@ -10,6 +10,8 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable
 
+from smgshm.core.closed import Closed
+
 
 class Outcome(enum.Enum):
     OK = "ok"  # success, or the check passed
@@ -34,3 +36,17 @@ SEVERITY: tuple[Outcome, ...] = (
 def worst(outcomes: Iterable[Outcome]) -> Outcome:
     """The most severe of ``outcomes``; OK when there is none."""
     return min(outcomes, key=SEVERITY.index, default=Outcome.OK)
+
+
+class Status(Closed):
+    """A check's status (doctor's, and a finding's that becomes one): what one check says, beside the
+    outcome it asks the run to end as."""
+
+    OK = "ok"
+    WARN = "warn"
+    FAIL = "fail"
+    SKIP = "skip"
+    INFO = "info"  # advice, never counted as a warning
+    # Could not be judged: never a failure, never a warning. With code UNDETERMINED it is a check that judged
+    # nothing (no workers, every segment unknown, nothing showing the setting): the run is inconclusive, exit 6.
+    UNKNOWN = "unknown"

@@ -11,7 +11,8 @@ from smgshm.core.causes import Cause, found
 from smgshm.core.e2e import verdict
 from smgshm.core.e2e.evidence import MetricsEvidence, ReceiptEvidence, ReceiptSeen, SegmentSeen, ShmDirEvidence
 from smgshm.core.e2e.verdict import Context, judge
-from smgshm.core.transport.decision import Mode, decide
+from smgshm.core.gateway.setting import Mode
+from smgshm.core.transport.decision import decide
 
 NS = "5ef74ec3-1111-4000-8000-000000000000:27"
 FOREIGN = "00000000-0000-4000-8000-000000000000:1"

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from smgshm.core.transport.decision import DEFAULT_SHM_MIN_BYTES, Decision, Mode, decide, parse_mode
+from smgshm.core.gateway.setting import DEFAULT_SHM_MIN_BYTES, Mode, parse_mode
+from smgshm.core.transport.decision import Decision, decide
 
 A = "5ef74ec3-1111-4000-8000-000000000000"
 B = "5ef74ec3-2222-4000-8000-000000000000"

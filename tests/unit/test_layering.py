@@ -22,7 +22,8 @@ imports below it inside its layer (``test_steps_are_the_longest_chain``), so no 
 - domains: ``host`` is the floor every other domain reads the machine through (step 0);
   ``segments`` are judged by host facts (holders, pid trust, the boot clock) and ``gateway`` finds
   SMG's gateways among host's processes and reads the shm dir's space (step 1, peers); ``transport``
-  carries segments on the wire (``segments.io.ShmRef``) and compares namespace ids (step 2).
+  carries segments on the wire (``segments.io.ShmRef``), compares namespace ids and decides by SMG's
+  transport setting (``gateway.setting``) (step 2).
 - jobs: ``watch``, ``receiver`` and ``client`` each do one job, peers (step 0); ``e2e`` runs the
   real gateway against a receiver, with client's bench floor and watch's segment tracker as its
   evidence (step 1); ``doctor``'s checks run client's probe and send, a receiver, and e2e (step 2);
@@ -343,7 +344,8 @@ def test_the_checks_see_a_planted_violation() -> None:
     assert not _crossings({"smgshm.core.node.doctor": {"smgshm.core.doctor.run", "smgshm.core.host.proc"}})
     raised = {**RANKS, "gateway": (DOMAINS, 2)}  # a step higher than gateway's imports need
     assert _misstated_steps(raised, _package_arrows(_internal_arrows(CORE_MODULES))) == [
-        "gateway: step 2, but its imports inside its layer make it 1"
+        "gateway: step 2, but its imports inside its layer make it 1",
+        "transport: step 2, but its imports inside its layer make it 3",  # it reads gateway's setting
     ]
     assert _circles({"a": {"b"}, "b": {"a"}, "c": set()}) == [["a", "b"]]
     # The CLI: a view importing another command's view, a helper importing a command, the root

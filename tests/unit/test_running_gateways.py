@@ -11,6 +11,7 @@ from smgshm.core.causes import Cause
 from smgshm.core.gateway.log import TransportConfig, parse_transport_line, read_transport_config
 from smgshm.core.gateway.metrics import mm_traffic, parse_metrics
 from smgshm.core.gateway.mode import judge
+from smgshm.core.gateway.setting import Mode
 
 
 def test_transport_line_parsing_text_ansi_and_json() -> None:
@@ -96,7 +97,7 @@ def test_nothing_that_shows_the_setting_is_inconclusive_never_a_pass() -> None:
         "mean 16 B: below shm_min_bytes 64.0 KiB, inline by design whatever" in judge("g", None, small).summary
     )  # sizes for people
     # With the log, the setting is known: tiny tensors or none yet are no failure.
-    logged = TransportConfig("/var/log/smg.log", 3, "auto", 65536, True, "")
+    logged = TransportConfig("/var/log/smg.log", 3, Mode.AUTO, 65536, True, "")
     assert judge("g", logged, small).status == "ok"
     assert (judge("g", logged, none).verdict, judge("g", logged, none).status) == ("no_traffic", "ok")
 
@@ -119,7 +120,7 @@ def test_shm_written_but_every_chat_request_failed_is_a_failure_not_in_use() -> 
 
 def test_probe_failed_fix_names_the_probe_file_by_the_pid_in_its_namespace() -> None:
     """dev_writable=false: the fix names smg-tokenspeed-probe-<its pid in its own pid namespace>."""
-    config = TransportConfig("/var/log/smg.log", 3, "shm", 65536, False, "")
+    config = TransportConfig("/var/log/smg.log", 3, Mode.SHM, 65536, False, "")
     f = judge("gateway pid 4242", config, None, name_pid=1)
     assert (f.verdict, for_outcome(f.code), f.cause) == ("probe_failed", 5, Cause.GATEWAY_PROBE_FAILED)
     assert f.fix.startswith("a leftover smg-tokenspeed-probe-1 (the gateway removes it as its probe fails")
@@ -133,7 +134,7 @@ def test_configured_shm_whose_tensors_all_went_inline_is_a_failure() -> None:
         'smg_mm_tensors_total{runtime="vllm",path="inline"} 10\n'
         'smg_mm_tensor_bytes_total{runtime="vllm",path="inline"} 10000000\n'
     )
-    logged = TransportConfig("/var/log/smg.log", 3, "shm", 65536, True, "")
+    logged = TransportConfig("/var/log/smg.log", 3, Mode.SHM, 65536, True, "")
     f = judge("g", logged, big, http_url="http://127.0.0.1:30000")
     assert (f.verdict, f.status, for_outcome(f.code)) == ("inline", "fail", 3)
     assert "configured shm (log) yet all 10 tensors since start went inline" in f.summary

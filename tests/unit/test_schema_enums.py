@@ -11,11 +11,13 @@ import pytest
 from smgshm.core.causes import Cause
 from smgshm.core.client.probe import ProbeVerdict
 from smgshm.core.closed import Closed
-from smgshm.core.doctor.check import Status
 from smgshm.core.e2e.verdict import TensorPath
+from smgshm.core.gateway.mode import Verdict
 from smgshm.core.gateway.running import Inspect
+from smgshm.core.gateway.setting import Mode
 from smgshm.core.host.namespace import Sharing
 from smgshm.core.names import KINDS
+from smgshm.core.outcomes import Status
 from smgshm.core.segments.judge import FileType, State
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
@@ -39,6 +41,9 @@ def _at(schema: str, *path: str) -> Any:
         ("doctor.schema.json", ("$defs", "GatewayProcess", "properties", "inspect"), [i.value for i in Inspect]),
         ("probe.schema.json", ("$defs", "WorkerReport", "properties", "verdict"), [v.value for v in ProbeVerdict]),
         ("e2e.schema.json", ("$defs", "GatewayRun", "properties", "path"), [p.value for p in TensorPath]),
+        ("doctor.schema.json", ("$defs", "ModeFinding", "properties", "verdict"), [v.value for v in Verdict]),
+        ("doctor.schema.json", ("$defs", "ModeFinding", "properties", "status"), [s.value for s in Status]),
+        ("doctor.schema.json", ("$defs", "TransportConfig", "properties", "mode"), [m.value for m in Mode]),
     ],
 )
 def test_a_schemas_closed_set_is_the_enums_values(schema: str, path: tuple[str, ...], values: list[str]) -> None:

@@ -17,11 +17,12 @@ from smgshm.core.closed import Closed
 from smgshm.core.engines import DETECT_ORDER, Engine, engine_named
 from smgshm.core.errors import SmgshmError, TransportError
 from smgshm.core.gateway.admin import GatewayWorker
+from smgshm.core.gateway.setting import DEFAULT_SHM_MIN_BYTES, Mode
 from smgshm.core.host.namespace import NamespaceComparison, compare_namespace_ids
 from smgshm.core.names import GATEWAY_PROBE_PREFIX, probe_file_pid
 from smgshm.core.paths import DEFAULT_SHM_DIR
 from smgshm.core.transport.channel import open_channel
-from smgshm.core.transport.decision import DEFAULT_SHM_MIN_BYTES, Decision, Mode, decide
+from smgshm.core.transport.decision import Decision, decide
 
 if TYPE_CHECKING:
     from smgshm.core.host.facts import HostFacts

@@ -18,10 +18,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from smgshm.core.errors import HostError, MessageTooLargeError, NoSpaceError, SmgshmError, TransportError
+from smgshm.core.gateway.setting import DEFAULT_SHM_MIN_BYTES, Mode
 from smgshm.core.paths import DEFAULT_SHM_DIR
 from smgshm.core.segments.io import ShmRef, WriteStrategy, no_space_error, unlink_segment, write_segment
 from smgshm.core.stats import percentiles
-from smgshm.core.transport.decision import DEFAULT_SHM_MIN_BYTES, Mode, decide
+from smgshm.core.transport.decision import decide
 from smgshm.core.transport.tensors import digest, expected_nbytes, make_tensor, tensor_bytes
 from smgshm.core.transport.verify import Sent, judge, receipt_key
 from smgshm.core.transport.wire import Layout, OutTensor, Request, build_multimodal

@@ -6,27 +6,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from smgshm.core.causes import Cause
-from smgshm.core.closed import Closed
-from smgshm.core.outcomes import Outcome, worst
-
-
-class Status(Closed):
-    """A check's status."""
-
-    OK = "ok"
-    WARN = "warn"
-    FAIL = "fail"
-    SKIP = "skip"
-    INFO = "info"  # advice, never counted as a warning
-    # Could not be judged: never a failure, never a warning. With code UNDETERMINED it is a check that judged
-    # nothing (no workers, every segment unknown, nothing showing the setting): the run is inconclusive, exit 6.
-    UNKNOWN = "unknown"
+from smgshm.core.outcomes import Outcome, Status, worst
 
 
 @dataclass(frozen=True)
 class Check:
     name: str
-    status: str  # a Status: info is advice, never counted as a warning; unknown cannot be judged
+    status: Status  # info is advice, never counted as a warning; unknown cannot be judged
     summary: str
     fix: str = ""
     code: Outcome = Outcome.OK  # what this check asks the run to end as (JSON: its exit code)

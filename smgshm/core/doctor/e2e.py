@@ -8,7 +8,7 @@ from smgshm.core.causes import Cause
 from smgshm.core.doctor.check import Check
 from smgshm.core.errors import GatewayNotReadyError, SmgshmError
 from smgshm.core.host.facts import HostFacts
-from smgshm.core.outcomes import Outcome
+from smgshm.core.outcomes import Outcome, Status
 from smgshm.core.paths import smgshm_cmd
 from smgshm.core.units import human_ms
 
@@ -29,12 +29,12 @@ def check_e2e(
         try:
             find_smg()
         except SmgshmError:
-            return [Check("e2e", "skip", "skipped: SMG's gateway is not installed here", PIP_HINT)]
+            return [Check("e2e", Status.SKIP, "skipped: SMG's gateway is not installed here", PIP_HINT)]
     try:
         report = run_against(gateway, opts, facts=facts) if gateway else run_embedded(opts, facts=facts)
     except SmgshmError as err:
         cause = Cause.GATEWAY_NOT_READY if isinstance(err, GatewayNotReadyError) else None
-        return [Check("e2e", "fail", str(err), err.hint or "", err.outcome, cause=cause)]
+        return [Check("e2e", Status.FAIL, str(err), err.hint or "", err.outcome, cause=cause)]
     out = []
     for run in report.runs:
         # The metrics it read (the gateway's own, found or proven): the command works when pasted.
@@ -46,9 +46,9 @@ def check_e2e(
         if run.unreachable:  # a dead worker: the endpoint's fault (4), with its cause and its own fix
             info = run.cause_info
             fix = f"{info.fix}: {shlex.join(info.fix_cmd)}" if info is not None and info.fix_cmd else f"see {fix_cmd}"
-            out.append(Check(name, "fail", summary, fix, Outcome.UNREACHABLE, cause=Cause.WORKER_UNREACHABLE))
+            out.append(Check(name, Status.FAIL, summary, fix, Outcome.UNREACHABLE, cause=Cause.WORKER_UNREACHABLE))
         elif run.path == "undetermined":
-            out.append(Check(name, "fail", summary, f"see {fix_cmd} for each source", Outcome.UNDETERMINED))
+            out.append(Check(name, Status.FAIL, summary, f"see {fix_cmd} for each source", Outcome.UNDETERMINED))
         elif run.failure_class:
             log = f"; gateway log: {run.gateway_log}" if run.gateway_log else ""
             cause = Cause(run.cause_info.code) if run.cause_info is not None else None
@@ -56,7 +56,7 @@ def check_e2e(
             out.append(
                 Check(
                     name,
-                    "fail",
+                    Status.FAIL,
                     f"{run.failure} ({summary})",
                     f"{fix}see {fix_cmd}{log}",
                     Outcome.CHECK_FAILED,
@@ -65,18 +65,22 @@ def check_e2e(
             )
         elif run.expected and not run.as_expected:
             out.append(
-                Check(name, "fail", f"expected {run.expected}: {summary}", f"see {fix_cmd}", Outcome.CHECK_FAILED)
+                Check(name, Status.FAIL, f"expected {run.expected}: {summary}", f"see {fix_cmd}", Outcome.CHECK_FAILED)
             )
         elif run.path != "shm" and not report.embedded:
-            out.append(Check(name, "warn", summary, "see the cause; smgshm probe --from-gateway shows each worker"))
+            out.append(
+                Check(name, Status.WARN, summary, "see the cause; smgshm probe --from-gateway shows each worker")
+            )
         else:
-            out.append(Check(name, "ok", summary))
+            out.append(Check(name, Status.OK, summary))
     kept = [f"{run.label}: {run.gateway_log}" for run in report.runs if run.gateway_log]
     if kept:  # say where the logs it kept are, whatever the verdict
-        out.append(Check("e2e logs", "info", "gateway logs kept: " + "; ".join(kept)))
+        out.append(Check("e2e logs", Status.INFO, "gateway logs kept: " + "; ".join(kept)))
     if report.removed_at_stop or report.processes_left:
         what = f"{len(report.removed_at_stop)} segment(s), {len(report.processes_left)} process(es)"
         out.append(
-            Check("e2e cleanup", "fail", f"left behind: {what}", "a bug in smgshm: report it", Outcome.CHECK_FAILED)
+            Check(
+                "e2e cleanup", Status.FAIL, f"left behind: {what}", "a bug in smgshm: report it", Outcome.CHECK_FAILED
+            )
         )
     return out

@@ -12,7 +12,8 @@ from smgshm.core.causes import CATALOGUE, Cause, for_verdict
 from smgshm.core.doctor.check import Check
 from smgshm.core.doctor.workers import PROBE_OUTCOMES
 from smgshm.core.errors import GatewayNotReadyError, SmgshmError
-from smgshm.core.outcomes import Outcome
+from smgshm.core.gateway.setting import SHM_MODES, Mode
+from smgshm.core.outcomes import Outcome, Status
 from smgshm.core.units import human_duration
 
 if TYPE_CHECKING:
@@ -26,7 +27,6 @@ RPC_TIMEOUT_S = 2.0  # each connect and RPC of a worker's probe
 PROBE_BUDGET_S = 10.0  # every worker's probe together; what has not answered by then is said so
 MAX_WORKERS = 64  # probed per doctor run; the rest are named as skipped
 POOL = 32
-SHM_MODES = ("auto", "shm")
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ class JudgedGateway:
 
     who: str  # the checks' name prefix: "gateway 4242" | "gateway http://10.0.0.5:30000"
     http_url: str
-    mode: str = ""  # its transport as logged ("": not known)
+    mode: Mode | None = None  # its transport as logged (None: not known)
     namespace_id: str = ""  # its own shm_namespace_id when known (a gateway here sharing the shm dir)
     probe: bool = True  # probe its workers (False: doctor probes them already, as --worker addresses)
     workers: tuple[GatewayWorker, ...] | None = None  # its GET /workers, when already asked (--from-gateway)
@@ -95,7 +95,7 @@ def check_gateway_workers(
             out.append(
                 Check(
                     f"{g.who} workers",
-                    "warn",
+                    Status.WARN,
                     f"cannot list its workers: {workers}",
                     workers.hint or "check that its HTTP port answers GET /workers",
                     cause=Cause.GATEWAY_NOT_READY if not_ready else Cause.WORKERS_UNLISTED,
@@ -106,7 +106,7 @@ def check_gateway_workers(
             out.append(
                 Check(
                     f"{g.who} workers",
-                    "unknown",
+                    Status.UNKNOWN,
                     f"no worker registered at {g.http_url}: nothing to judge its SHM by",
                     CATALOGUE[Cause.NO_WORKERS].fix,
                     Outcome.UNDETERMINED,
@@ -130,7 +130,7 @@ def _worker_check(
         cause = Cause.ZMQ_LANE if w.connection_mode == "zmq" else Cause.NOT_GRPC
         return Check(
             name,
-            "warn" if g.mode in SHM_MODES else "skip",
+            Status.WARN if g.mode in SHM_MODES else Status.SKIP,
             f"a {w.connection_mode or 'non-gRPC'} worker: SMG sends it tensors inline only",
             CATALOGUE[cause].fix,
             cause=cause,
@@ -138,19 +138,19 @@ def _worker_check(
     if skipped:
         return Check(
             name,
-            "skip",
+            Status.SKIP,
             f"not probed: doctor probes the first {MAX_WORKERS} workers",
             f"probe it: smgshm probe {w.url}",
         )
     if r is None:
         return Check(
             name,
-            "warn",
+            Status.WARN,
             f"no answer to the probe within {human_duration(waited)}",
             f"probe it alone: smgshm probe {w.url}",
             cause=Cause.WORKER_SLOW,
         )
-    inline = g.mode in ("inline", "rdma")
+    inline = g.mode in (Mode.INLINE, Mode.RDMA)
     if r.verdict in ("shared", "other_host", "private_tmpfs", "undetermined") and g.namespace_id:
         # What counts is the gateway's own namespace, not the one of the shm dir doctor was given.
         from smgshm.core.host.namespace import compare_namespace_ids
@@ -161,7 +161,7 @@ def _worker_check(
     if r.verdict == "unreachable":
         return Check(
             name,
-            "fail",
+            Status.FAIL,
             f"worker {w.url} unreachable: {r.reason}; the gateway's requests to it fail",
             CATALOGUE[Cause.WORKER_UNREACHABLE].fix,
             PROBE_OUTCOMES["unreachable"],
@@ -169,10 +169,10 @@ def _worker_check(
         )
     if r.verdict == "shared":
         label = w.label_namespace_id  # what the gateway decides by: its record, not what the worker says now
-        if g.mode == "auto" and label != r.namespace_id:
+        if g.mode == Mode.AUTO and label != r.namespace_id:
             return Check(
                 name,
-                "fail",
+                Status.FAIL,
                 f"the gateway recorded shm_namespace_id {label or '(none)'!r} at registration "
                 f"but the worker advertises {r.namespace_id!r}: under auto it stays inline (labels are read "
                 "once)",
@@ -180,17 +180,17 @@ def _worker_check(
                 Outcome.CHECK_FAILED,
                 cause=Cause.STALE_NAMESPACE_LABEL,
             )
-        return Check(name, "ok", f"{r.engine}: /dev/shm shared with this host (ids match)")
+        return Check(name, Status.OK, f"{r.engine}: /dev/shm shared with this host (ids match)")
     code = PROBE_OUTCOMES.get(r.verdict, Outcome.CHECK_FAILED)
     # Judged against the gateway's id, else this host's; its fix is the catalogue's.
     verdict_cause = for_verdict(r.verdict, g.namespace_id or local_id, r.engine or w.runtime_type)
     fix = CATALOGUE[verdict_cause].fix if verdict_cause is not None else ""
     summary = f"worker {w.url}: {r.verdict}: {r.reason}"
     if inline:  # the gateway sends it nothing through SHM: a fact, not a failure
-        return Check(name, "ok", f"{summary} (the gateway is {g.mode}: no SHM is sent)")
-    if r.verdict == "undetermined" and g.mode == "shm":  # shm makes no namespace check: it may still read
-        return Check(name, "warn", summary, fix, cause=verdict_cause)
-    return Check(name, "fail", summary, fix, code, cause=verdict_cause)
+        return Check(name, Status.OK, f"{summary} (the gateway is {g.mode}: no SHM is sent)")
+    if r.verdict == "undetermined" and g.mode == Mode.SHM:  # shm makes no namespace check: it may still read
+        return Check(name, Status.WARN, summary, fix, cause=verdict_cause)
+    return Check(name, Status.FAIL, summary, fix, code, cause=verdict_cause)
 
 
 def lint(g: JudgedGateway, workers: list[GatewayWorker]) -> list[Check]:
@@ -203,7 +203,7 @@ def lint(g: JudgedGateway, workers: list[GatewayWorker]) -> list[Check]:
             out.append(
                 Check(
                     f"{g.who} config {w.url}",
-                    "warn",
+                    Status.WARN,
                     f"worker {w.url} sets {w.transport_override}: SMG ignores per-worker transport settings although "
                     f"its docs promise them; the gateway's setting ({g.mode or 'not known'}) applies",
                     CATALOGUE[Cause.WORKER_OVERRIDE_IGNORED].fix,
@@ -223,7 +223,7 @@ def lint(g: JudgedGateway, workers: list[GatewayWorker]) -> list[Check]:
             out.append(
                 Check(
                     f"{g.who} config model {model}",
-                    "warn",
+                    Status.WARN,
                     f"model {model} is served by workers of mixed or empty namespace ids ({shown}): under {under} a "
                     "retry can send an SHM handle to a worker that cannot open it",
                     CATALOGUE[Cause.MIXED_NAMESPACE_IDS].fix,
@@ -233,11 +233,11 @@ def lint(g: JudgedGateway, workers: list[GatewayWorker]) -> list[Check]:
         prefill = {w.label_namespace_id for w in ws if w.worker_type == "prefill"}
         own = g.namespace_id or (next(iter(prefill)) if len(prefill) == 1 else "")
         for w in ws:
-            if g.mode == "auto" and w.worker_type == "decode" and own and w.label_namespace_id != own:
+            if g.mode == Mode.AUTO and w.worker_type == "decode" and own and w.label_namespace_id != own:
                 out.append(
                     Check(
                         f"{g.who} config {w.url}",
-                        "fail",
+                        Status.FAIL,
                         f"PD decode worker {w.url} is in namespace {w.label_namespace_id or '(none)'}, not {own}: "
                         "under auto every request of this pair goes inline, although decode never gets pixels",
                         CATALOGUE[Cause.PD_DECODE_NAMESPACE].fix,

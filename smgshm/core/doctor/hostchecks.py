@@ -16,7 +16,7 @@ from smgshm.core.errors import SmgshmError
 from smgshm.core.gateway.admin import GatewayWorker
 from smgshm.core.gateway.log import LogBudget, TransportConfig, read_open_log, read_transport_config
 from smgshm.core.gateway.metrics import MM_FAMILIES, MmTraffic, mm_traffic, scrape
-from smgshm.core.gateway.mode import ModeFinding, judge
+from smgshm.core.gateway.mode import ModeFinding, Verdict, judge
 from smgshm.core.gateway.running import GATEWAY_TITLE, GatewayProcess, find_gateways
 from smgshm.core.host.capacity import (
     DOCKER_DEFAULT_SHM,
@@ -36,7 +36,7 @@ from smgshm.core.host.pagesize import (
     page_policy,
     remount_argv,
 )
-from smgshm.core.outcomes import Outcome
+from smgshm.core.outcomes import Outcome, Status
 from smgshm.core.paths import DEFAULT_SHM_DIR, node_path, smgshm_cmd
 from smgshm.core.units import human_duration, human_size
 
@@ -123,7 +123,7 @@ def gateway_findings(logs: list[str], timeout: float, pids: tuple[int, ...] | No
         try:
             config = read_transport_config(path)
         except SmgshmError as err:  # the operator named it: unreadable is a failure, said as such
-            unreadable = ModeFinding("unknown", "fail", str(err), "", Outcome.HOST)
+            unreadable = ModeFinding(Verdict.UNKNOWN, Status.FAIL, str(err), "", Outcome.HOST)
             out.append(GatewayFinding(None, path, None, None, unreadable))
             continue
         out.append(GatewayFinding(None, path, config, None, judge(f"log {path}", config, None)))
@@ -163,19 +163,19 @@ def check_gateways(findings: list[GatewayFinding], shm_dir: str = DEFAULT_SHM_DI
     """One check per gateway and one of its transport. ``largest``: the largest tensor known to have been
     written to ``shm_dir`` (0: none known), which tells a full dir from a too small one."""
     if not findings:
-        return [Check("gateways", "ok", "no SMG gateway (process title smg::router) is visible here")]
+        return [Check("gateways", Status.OK, "no SMG gateway (process title smg::router) is visible here")]
     out = []
     for f in findings:
         g = f.gateway
         if g is None:
             if f.finding.status == "fail":
-                out.append(Check(f"gateway log {f.log_path}", "fail", f.finding.summary, "", f.finding.code))
+                out.append(Check(f"gateway log {f.log_path}", Status.FAIL, f.finding.summary, "", f.finding.code))
                 continue
             if f.log is None:
                 out.append(
                     Check(
                         f"gateway log {f.log_path}",
-                        "warn",
+                        Status.WARN,
                         "no 'Multimodal tensor transport configured' line in it (rotated, or not SMG's log)",
                         "pass the log the gateway wrote at its start",
                     )
@@ -210,16 +210,16 @@ def check_gateways(findings: list[GatewayFinding], shm_dir: str = DEFAULT_SHM_DI
             out.append(
                 Check(
                     f"gateway {g.pid}",
-                    "warn",
+                    Status.WARN,
                     "cannot inspect: " + "; ".join(parts),
                     f"run smgshm as root or as uid {g.uid}",
                 )
             )
             continue
         if g.inspect == "gone":
-            out.append(Check(f"gateway {g.pid}", "skip", "exited while being inspected"))
+            out.append(Check(f"gateway {g.pid}", Status.SKIP, "exited while being inspected"))
             continue
-        out.append(Check(f"gateway {g.pid}", "ok", "; ".join(parts)))
+        out.append(Check(f"gateway {g.pid}", Status.OK, "; ".join(parts)))
         finding = _write_failure(f.finding, g.pid, shm_dir, largest)
         out.append(
             Check(
@@ -304,7 +304,7 @@ def check_capacity(
     out = [
         Check(
             "shm usage",
-            "ok",
+            Status.OK,
             f"{usage.shm_dir}: {human_size(usage.used_bytes)} used of {human_size(usage.total_bytes)}; "
             f"by family: {fams}{hidden}{cut}",
         )
@@ -317,7 +317,7 @@ def check_capacity(
         out.append(
             Check(
                 "capacity",
-                "warn",
+                Status.WARN,
                 f"{human_size(v.free_bytes)} free of the container runtime's 64 MiB default{written}: 64 MiB holds "
                 "a few images' tensors at most, and SMG's writes then fail and go inline",
                 _enlarge(usage, DOCKER_DEFAULT_SHM, at, free_first=False),
@@ -329,14 +329,14 @@ def check_capacity(
         out.append(
             Check(
                 "capacity",
-                "ok",
+                Status.OK,
                 f"{human_size(v.free_bytes)} free{docker}; no in-flight budget known",
                 "pass --inflight-bytes (the gateway's --multimodal-max-inflight-bytes)",
             )
         )
     elif v.fits:
         times = v.free_bytes / v.largest.nbytes if v.largest.nbytes else float("inf")
-        status = "warn" if v.docker_default else "ok"
+        status = Status.WARN if v.docker_default else Status.OK
         out.append(
             Check(
                 "capacity",
@@ -355,7 +355,7 @@ def check_capacity(
         out.append(
             Check(
                 "capacity",
-                "fail" if v.explicit_unmet else "warn",
+                Status.FAIL if v.explicit_unmet else Status.WARN,
                 f"{human_size(v.free_bytes)} free{docker} is below the largest need "
                 f"{human_size(v.largest.nbytes)} ({v.largest.source}): SMG's writes fail and go inline",
                 _enlarge(usage, v.largest.nbytes, at, free_first=cause is not Cause.SHM_TOO_SMALL),
@@ -407,17 +407,21 @@ def check_page_policy(facts: HostFacts) -> tuple[list[Check], PagePolicy | None,
     try:
         p = page_policy(shm_dir, identity=facts.identity)
     except SmgshmError as err:
-        return [Check("page size", "skip", str(err))], None, None
+        return [Check("page size", Status.SKIP, str(err))], None, None
     last = load_last_what_if(boot_id=facts.boot_id or None)
     if p.huge_pages or p.huge_pages is None:
-        return [Check("page size", "ok", f"{shm_dir}: {p.reason}")], p, last
+        return [Check("page size", Status.OK, f"{shm_dir}: {p.reason}")], p, last
     if not p.shmem_enabled or p.shmem_enabled == "deny":
-        return [Check("page size", "ok", f"{shm_dir}: 4 KiB pages ({p.reason}); nothing to gain by a remount")], p, last
+        return (
+            [Check("page size", Status.OK, f"{shm_dir}: 4 KiB pages ({p.reason}); nothing to gain by a remount")],
+            p,
+            last,
+        )
     a, b = (last or ELSEWHERE)["smg_writer_gb_per_s"]
     where = "measured here" if last else "measured elsewhere"
     # Advice, not a warning, in two lines at most (this and the command); what it costs is in doctor --help.
     summary = f"4 KiB pages; huge: SMG's writer {b / a:.1f}x faster ({where})"
-    return [Check("page size", "info", summary, fix_cmd=remount_argv(shm_dir) or None)], p, last
+    return [Check("page size", Status.INFO, summary, fix_cmd=remount_argv(shm_dir) or None)], p, last
 
 
 def run_host_checks(
@@ -443,7 +447,7 @@ def run_host_checks(
     # A tensor size, not the in-flight budget (a sum of many): what a single write needed.
     largest = max((n.nbytes for n in needs if n.source != INFLIGHT_SOURCE), default=0)
     if gateway_pids == ():
-        add([Check("gateways", "skip", "skipped (--no-gateways): the gateways running here were not looked at")])
+        add([Check("gateways", Status.SKIP, "skipped (--no-gateways): the gateways running here were not looked at")])
     elif findings or not gateway_pids:  # a --gateway-pid not found is said below, not as "none here"
         add(check_gateways(findings, facts.shm_dir, largest))
     seen = {f.gateway.pid for f in findings if f.gateway is not None}
@@ -452,7 +456,7 @@ def run_host_checks(
             [
                 Check(
                     f"gateway {pid}",
-                    "fail",
+                    Status.FAIL,
                     f"no SMG gateway (process title {GATEWAY_TITLE}) runs here with pid {pid}",
                     "list them with smgshm doctor (without --gateway-pid)",
                     Outcome.UNREACHABLE,
@@ -464,7 +468,7 @@ def run_host_checks(
     try:
         usage = shm_usage(facts.shm_dir)
     except SmgshmError as err:
-        add([Check("shm usage", "fail", str(err), err.hint or "", Outcome.HOST)])
+        add([Check("shm usage", Status.FAIL, str(err), err.hint or "", Outcome.HOST)])
     if usage is not None:
         checks, verdict = check_capacity(usage, needs)
         add(checks)

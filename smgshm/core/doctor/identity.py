@@ -6,7 +6,7 @@ from smgshm.core.causes import CATALOGUE, Cause
 from smgshm.core.doctor.check import Check
 from smgshm.core.host.facts import HostFacts
 from smgshm.core.host.identity import HostIdentity
-from smgshm.core.outcomes import Outcome
+from smgshm.core.outcomes import Outcome, Status
 from smgshm.core.paths import smgshm_cmd
 from smgshm.core.units import human_size
 
@@ -18,7 +18,7 @@ def check_identity(facts: HostFacts) -> list[Check]:
     shm_dir, ident, err = facts.shm_dir, facts.identity, facts.identity_error
     if ident is None:
         hint = err.hint if err is not None else None
-        return [Check("shm dir", "fail", str(err), hint or "mount a tmpfs at /dev/shm", Outcome.HOST)]
+        return [Check("shm dir", Status.FAIL, str(err), hint or "mount a tmpfs at /dev/shm", Outcome.HOST)]
 
     out = [check_namespace_id(ident, shm_dir)]
     size = f"{human_size(ident.shm_total_bytes)}, {human_size(ident.shm_free_bytes)} free"
@@ -26,7 +26,7 @@ def check_identity(facts: HostFacts) -> list[Check]:
         out.append(
             Check(
                 "shm dir",
-                "warn",
+                Status.WARN,
                 f"{shm_dir} is {ident.fstype}, not tmpfs ({size})",
                 "mount a tmpfs at /dev/shm: SHM through a disk filesystem is slow",
             )
@@ -35,7 +35,7 @@ def check_identity(facts: HostFacts) -> list[Check]:
         out.append(
             Check(
                 "shm dir",
-                "warn",
+                Status.WARN,
                 f"{shm_dir} is 64 MiB: Docker's default --shm-size ({size})",
                 "give the gateway's container --shm-size=8g (or --ipc=host); one 64 MiB tensor fills it",
             )
@@ -44,14 +44,14 @@ def check_identity(facts: HostFacts) -> list[Check]:
         out.append(
             Check(
                 "shm dir",
-                "warn",
+                Status.WARN,
                 f"{shm_dir} is nearly full ({size})",
                 "reap leaks, or enlarge it:",
                 fix_cmd=smgshm_cmd(shm_dir, "gc", "--delete"),
             )
         )
     else:
-        out.append(Check("shm dir", "ok", f"{shm_dir}: {ident.fstype or '?'}, {size}"))
+        out.append(Check("shm dir", Status.OK, f"{shm_dir}: {ident.fstype or '?'}, {size}"))
     probe_err = facts.writable_error
     if probe_err:
         full = "No space" in probe_err
@@ -63,7 +63,7 @@ def check_identity(facts: HostFacts) -> list[Check]:
         out.append(
             Check(
                 "writable",
-                "fail",
+                Status.FAIL,
                 f"cannot create a 0600 segment: {probe_err}",
                 fix,
                 Outcome.HOST,
@@ -72,7 +72,9 @@ def check_identity(facts: HostFacts) -> list[Check]:
             )
         )
     else:
-        out.append(Check("writable", "ok", "a 0600 segment can be created and removed, as the gateway's probe does"))
+        out.append(
+            Check("writable", Status.OK, "a 0600 segment can be created and removed, as the gateway's probe does")
+        )
     return out
 
 
@@ -83,18 +85,18 @@ def check_namespace_id(ident: HostIdentity, shm_dir: str) -> Check:
     if ident.namespace_id and parse_namespace_id(ident.namespace_id) is None:
         return Check(
             "namespace id",
-            "fail",
+            Status.FAIL,
             f"{ident.namespace_id!r} is malformed: the gateway stays inline",
             "check /proc/sys/kernel/random/boot_id (a UUID) and the shm dir",
             Outcome.UNDETERMINED,
             cause=Cause.LOCAL_ID_UNREADABLE,
         )
     if ident.namespace_id:
-        return Check("namespace id", "ok", f"{ident.namespace_id} (boot_id:st_dev of {shm_dir})")
+        return Check("namespace id", Status.OK, f"{ident.namespace_id} (boot_id:st_dev of {shm_dir})")
     # As probe and e2e name it: one fact, one cause.
     return Check(
         "namespace id",
-        "fail",
+        Status.FAIL,
         "unreadable: under auto the gateway stays inline",
         CATALOGUE[Cause.LOCAL_ID_UNREADABLE].fix,
         Outcome.UNDETERMINED,

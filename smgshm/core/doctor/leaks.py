@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from smgshm.core.causes import Cause
 from smgshm.core.doctor.check import Check
 from smgshm.core.errors import SmgshmError
-from smgshm.core.outcomes import Outcome
+from smgshm.core.outcomes import Outcome, Status
 from smgshm.core.paths import smgshm_cmd
 from smgshm.core.units import human_duration, human_size
 
@@ -29,7 +29,7 @@ def check_leaks(shm_dir: str, stranded_after_s: float = STRANDED_AFTER_S) -> lis
         scan = Scan(ScanOptions(shm_dir, stale_after_s=stranded_after_s))
         r = scan.report(sorted(scan, key=lambda s: s.name))
     except SmgshmError as err:
-        return [Check("leaks", "fail", str(err), err.hint or "", Outcome.HOST)]
+        return [Check("leaks", Status.FAIL, str(err), err.hint or "", Outcome.HOST)]
     out = leak_checks(
         r.counts,
         r.segments,
@@ -39,7 +39,7 @@ def check_leaks(shm_dir: str, stranded_after_s: float = STRANDED_AFTER_S) -> lis
         reap_wait(r.segments, scan.sightings.stored),
     )
     if not r.liveness_trusted:
-        out.append(Check("liveness", "warn", r.liveness_note))
+        out.append(Check("liveness", Status.WARN, r.liveness_note))
     return out
 
 
@@ -85,7 +85,7 @@ def leak_checks(
         out.append(
             Check(
                 "leaks",
-                "fail",
+                Status.FAIL,
                 f"{c['leaked']} leaked segment(s), {human_size(reclaimable_bytes)} reclaimable",
                 when,
                 Outcome.CHECK_FAILED,
@@ -98,7 +98,7 @@ def leak_checks(
         out.append(
             Check(
                 "leaks",
-                "unknown",
+                Status.UNKNOWN,
                 f"{len(segments)} SMG segment(s), none could be judged: {why}",
                 "judge them where their producers' pid namespace is seen (as root, on the host), or list them:",
                 Outcome.UNDETERMINED,
@@ -107,7 +107,7 @@ def leak_checks(
         )
     else:
         unknown = f" ({c['unknown']} unknown)" if c["unknown"] else ""
-        out.append(Check("leaks", "ok", f"{len(segments)} SMG segment(s), none leaked{unknown}"))
+        out.append(Check("leaks", Status.OK, f"{len(segments)} SMG segment(s), none leaked{unknown}"))
     stranded = [s for s in segments if s.state is State.STALE and s.kind == "gateway"]
     if stranded:
         nbytes = sum(s.frees_bytes for s in stranded)
@@ -116,7 +116,7 @@ def leak_checks(
         out.append(
             Check(
                 "stranded",
-                "fail",
+                Status.FAIL,
                 f"{len(stranded)} segment(s) of live gateway pid(s) {', '.join(map(str, pids))} older than {after} "
                 f"with no reader: {human_size(nbytes)} held (a worker died or refused a request before reading)",
                 "no worker will read them, and SMG never removes its own while it lives (not even on SIGTERM; a "
@@ -130,7 +130,7 @@ def leak_checks(
         out.append(
             Check(
                 "hazards",
-                "fail",
+                Status.FAIL,
                 f"{c['hazard']} non-regular entr(ies) or mount points named like segments (SMG's reader refuses them; "
                 "a FIFO hangs it)",
                 "inspect and remove them by hand; they are listed by:",

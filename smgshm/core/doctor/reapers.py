@@ -7,6 +7,7 @@ import os
 import re
 
 from smgshm.core.doctor.check import Check
+from smgshm.core.outcomes import Status
 from smgshm.core.paths import DEFAULT_SHM_DIR
 
 
@@ -27,7 +28,7 @@ def check_reapers(uid: int | None = None) -> list[Check]:
         out.append(
             Check(
                 "reaper: RemoveIPC",
-                "warn",
+                Status.WARN,
                 f"systemd-logind RemoveIPC is on and uid {uid} is not a system "
                 "user: its /dev/shm segments vanish when its last session ends",
                 "set RemoveIPC=no in /etc/systemd/logind.conf, or run the gateway as a system user",
@@ -35,7 +36,7 @@ def check_reapers(uid: int | None = None) -> list[Check]:
         )
     else:
         why = "no systemd-logind" if not logind else "off" if remove_ipc is False else f"uid {uid} is a system user"
-        out.append(Check("reaper: RemoveIPC", "ok", f"not a risk here ({why})"))
+        out.append(Check("reaper: RemoveIPC", Status.OK, f"not a risk here ({why})"))
     rules: list[str] = []
     for d in ("/etc/tmpfiles.d", "/run/tmpfiles.d", "/usr/lib/tmpfiles.d"):
         for path in sorted(glob.glob(f"{d}/*.conf")):
@@ -53,11 +54,11 @@ def check_reapers(uid: int | None = None) -> list[Check]:
         out.append(
             Check(
                 "reaper: tmpfiles",
-                "warn",
+                Status.WARN,
                 f"tmpfiles ages out /dev/shm: {aging[0]}",
                 "exclude smg-* with an x line, e.g. 'x /dev/shm/smg-*'",
             )
         )
     else:
-        out.append(Check("reaper: tmpfiles", "ok", "no tmpfiles rule ages out /dev/shm"))
+        out.append(Check("reaper: tmpfiles", Status.OK, "no tmpfiles rule ages out /dev/shm"))
     return out

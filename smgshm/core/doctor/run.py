@@ -18,6 +18,7 @@ from smgshm.core.doctor.reapers import check_reapers
 from smgshm.core.doctor.workers import check_send, check_workers
 from smgshm.core.gateway.admin import GatewayWorker
 from smgshm.core.host.facts import read_host_facts
+from smgshm.core.outcomes import Status
 from smgshm.core.paths import DEFAULT_SHM_DIR, same_dir
 
 
@@ -69,7 +70,7 @@ def run_doctor(
     if any(c.name == "shm dir" and c.status == "fail" for c in checks):
         # Nothing below can mean anything without a shm dir; say so instead of failing obscurely.
         for name in ("probe", "send", "leaks"):
-            add([Check(name, "skip", f"skipped: {shm_dir} is not usable")])
+            add([Check(name, Status.SKIP, f"skipped: {shm_dir} is not usable")])
         add(check_reapers())
         return DoctorReport(checks, "", list(workers))
     embedded = None
@@ -93,7 +94,7 @@ def run_doctor(
         if same_dir(shm_dir, DEFAULT_SHM_DIR) or gateway:
             add(check_e2e(gateway, api_key, facts, timeout, metrics_url))
         else:  # SMG's gateway always writes /dev/shm: an embedded one would say nothing about this dir
-            add([Check("e2e", "skip", f"skipped: SMG's gateway writes {DEFAULT_SHM_DIR}, not {shm_dir}")])
+            add([Check("e2e", Status.SKIP, f"skipped: SMG's gateway writes {DEFAULT_SHM_DIR}, not {shm_dir}")])
     add(check_leaks(shm_dir, stranded_after_s))
     host = run_host_checks(
         add, facts, timeout, gateway_logs, inflight_bytes, gateway_pids, api_key, gateway, gateway_workers

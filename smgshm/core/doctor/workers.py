@@ -11,7 +11,7 @@ from smgshm.core.causes import Cause, for_sharing, found
 from smgshm.core.doctor.check import Check
 from smgshm.core.errors import NoSpaceError, SmgshmError
 from smgshm.core.names import probe_file_pid
-from smgshm.core.outcomes import Outcome
+from smgshm.core.outcomes import Outcome, Status
 from smgshm.core.paths import smgshm_cmd
 from smgshm.core.units import human_ms
 
@@ -54,7 +54,7 @@ def probe_file_checks(
         out.append(
             Check(
                 "probe files",
-                "fail",
+                Status.FAIL,
                 f"leftover {name}: a gateway with pid {pid}{where} will stay inline",
                 f"{shlex.join(gc_fix)}, or once no gateway has pid {pid}{where}, remove it:",
                 Outcome.CHECK_FAILED,
@@ -67,7 +67,7 @@ def probe_file_checks(
         out.append(
             Check(
                 "probe files",
-                "warn",
+                Status.WARN,
                 f"{name} is named like a gateway's probe file but carries no pid: no gateway's, none is blocked",
                 "nothing to do for SMG (gc lists it as other); remove it if it is yours",
                 names_hex=[os.fsencode(name).hex()],
@@ -91,7 +91,7 @@ def probe_check(w: WorkerReport, name: str) -> Check:
     """One worker's probe as a check: shared is ok; anything else fails with the fix probe reports for it."""
     if w.verdict == "shared":
         how = "verified with a canary segment" if w.verify and w.verify.ok else "ids match"
-        return Check(name, "ok", f"{w.engine}: /dev/shm shared ({how})")
+        return Check(name, Status.OK, f"{w.engine}: /dev/shm shared ({how})")
     code = PROBE_OUTCOMES.get(w.verdict, Outcome.CHECK_FAILED)
     # probe's own cause, as probe reports it (this host's id unreadable is not the worker's missing id).
     info = w.cause_info
@@ -99,8 +99,10 @@ def probe_check(w: WorkerReport, name: str) -> Check:
         cause = for_sharing(w.verdict)
         info = found(cause) if cause is not None else None
     if info is None:
-        return Check(name, "fail", f"{w.verdict}: {w.reason}", "", code)
-    return Check(name, "fail", f"{w.verdict}: {w.reason}", info.fix, code, fix_cmd=info.fix_cmd, cause=Cause(info.code))
+        return Check(name, Status.FAIL, f"{w.verdict}: {w.reason}", "", code)
+    return Check(
+        name, Status.FAIL, f"{w.verdict}: {w.reason}", info.fix, code, fix_cmd=info.fix_cmd, cause=Cause(info.code)
+    )
 
 
 def _space_cause(err: SmgshmError) -> Cause | None:
@@ -111,7 +113,7 @@ def _space_cause(err: SmgshmError) -> Cause | None:
 def check_send(address: str, facts: HostFacts, timeout: float, label: str = "") -> list[Check]:
     """A verified send of inline, then SHM, tensors to a smgshm receiver."""
     from smgshm.core.client.send import SendOptions, send
-    from smgshm.core.transport.decision import Mode
+    from smgshm.core.gateway.setting import Mode
 
     out = []
     for mode in (Mode.INLINE, Mode.SHM):
@@ -122,7 +124,7 @@ def check_send(address: str, facts: HostFacts, timeout: float, label: str = "") 
             out.append(
                 Check(
                     f"send {mode.value}{label}",
-                    "fail",
+                    Status.FAIL,
                     str(err),
                     err.hint or "",
                     # A send that could not run is the host's fault or the receiver's reachability.
@@ -136,7 +138,7 @@ def check_send(address: str, facts: HostFacts, timeout: float, label: str = "") 
             out.append(
                 Check(
                     f"send {mode.value}{label}",
-                    "ok",
+                    Status.OK,
                     f"{p.requests} requests, {p.tensors} tensors byte-exact via "
                     f"{p.path}, nothing left behind (p50 {human_ms(p.p50_ms)})",
                 )
@@ -152,7 +154,7 @@ def check_send(address: str, facts: HostFacts, timeout: float, label: str = "") 
             out.append(
                 Check(
                     f"send {mode.value}{label}",
-                    "fail",
+                    Status.FAIL,
                     what,
                     fix,
                     Outcome.UNREACHABLE if r.unreachable else Outcome.CHECK_FAILED,

@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from smgshm.core.causes import Cause, for_verdict, write_failure
 from smgshm.core.closed import Closed
 from smgshm.core.e2e.evidence import MetricsEvidence, ReceiptEvidence, ReceiptSeen, ShmDirEvidence
+from smgshm.core.gateway.setting import DEFAULT_SHM_MIN_BYTES, Mode, parse_mode
 from smgshm.core.host.namespace import NamespaceComparison, Sharing, compare_namespace_ids
 from smgshm.core.names import gateway_probe_name
 from smgshm.core.stats import median
-from smgshm.core.transport.decision import DEFAULT_SHM_MIN_BYTES, Decision, Mode, decide, parse_mode
+from smgshm.core.transport.decision import Decision, decide
 from smgshm.core.units import human_ms, human_size
 
 

@@ -25,6 +25,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 
 from smgshm.core.errors import HostError
+from smgshm.core.gateway.setting import Mode, parse_mode
 
 CONFIGURED = "Multimodal tensor transport configured"
 # What the gateway logs for each SHM write that failed (its error after it), before it sends the tensor inline.
@@ -55,7 +56,7 @@ class TransportConfig:
 
     path: str
     line_no: int  # 0: not known (the line is in the tail of a log whose middle was not read)
-    mode: str  # inline | shm | auto | rdma (as logged)
+    mode: Mode  # as logged
     shm_min_bytes: int | None
     dev_writable: bool | None
     timestamp: str  # the line's own leading timestamp, as printed
@@ -98,18 +99,19 @@ def _field(line: str, key: str) -> str | None:
     return m.group(1) if m else None
 
 
-def parse_transport_line(line: str) -> tuple[str, int | None, bool | None] | None:
-    """(mode, shm_min_bytes, dev_writable) of one log line, or None if it is not the line."""
+def parse_transport_line(line: str) -> tuple[Mode, int | None, bool | None] | None:
+    """(mode, shm_min_bytes, dev_writable) of one log line, or None if it is not the line (a mode SMG does
+    not have included: no setting is read from it)."""
     line = _ANSI.sub("", line)
     if CONFIGURED not in line:
         return None
-    mode = _field(line, "mode")
+    mode = parse_mode(_field(line, "mode"))
     if mode is None:
         return None
     size = _field(line, "shm_min_bytes")
     writable = _field(line, "dev_writable")
     return (
-        mode.lower(),
+        mode,
         int(size) if size is not None and size.isascii() and size.isdigit() else None,
         {"true": True, "false": False}.get((writable or "").lower()),
     )

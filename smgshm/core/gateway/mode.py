@@ -13,13 +13,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from smgshm.core.causes import CATALOGUE, Cause
+from smgshm.core.closed import Closed
 from smgshm.core.gateway.log import TransportConfig
 from smgshm.core.gateway.metrics import CHAT_PATH, MmTraffic
+from smgshm.core.gateway.setting import DEFAULT_SHM_MIN_BYTES, SHM_MODES, Mode
 from smgshm.core.names import gateway_probe_name
-from smgshm.core.outcomes import Outcome
+from smgshm.core.outcomes import Outcome, Status
 from smgshm.core.units import human_size
 
-DEFAULT_SHM_MIN_BYTES = 65536  # SMG's built-in default (smg-facts §2.3)
 FIX_FLAG = ["--multimodal-tensor-transport", "auto"]
 
 
@@ -29,17 +30,29 @@ class Evidence:
     says: str
 
 
+class Verdict(Closed):
+    """What a gateway's transport is, as its evidence shows it."""
+
+    SHM = "shm"  # it writes SHM, and requests that carried it succeed
+    INLINE = "inline"  # its tensors go inline, by its setting or despite it
+    OFF_OR_FAILING = "off_or_failing"  # large tensors inline, and nothing tells off from failing quietly
+    FAILING = "failing"  # SHM writes fail, or every request that carried SHM failed
+    PROBE_FAILED = "probe_failed"  # its start-up probe of /dev/shm failed: inline for its life
+    NO_TRAFFIC = "no_traffic"  # its setting is known, no multimodal tensor yet
+    UNKNOWN = "unknown"  # nothing tells its setting (or tiny tensors, inline by design)
+
+
 @dataclass(frozen=True)
 class ModeFinding:
     """What can be said about one gateway's transport, with its evidence and fix."""
 
-    verdict: str  # shm | inline | off_or_failing | failing | probe_failed | no_traffic | unknown
-    status: str  # ok | warn | fail | unknown (doctor's: unknown judged nothing, its code is UNDETERMINED)
+    verdict: Verdict
+    status: Status  # doctor's: unknown judged nothing, and its code is UNDETERMINED
     summary: str
     fix: str = ""
     code: Outcome = Outcome.OK  # what a failing finding asks the run to end as (JSON: its exit code)
     evidence: list[Evidence] = field(default_factory=list)
-    mode: str = ""  # as logged, when a log was read
+    mode: Mode | None = None  # as logged, when a log was read
     mean_tensor_bytes: int | None = None  # over every path since start
     cause: Cause | None = None  # the catalogue's cause of a warning or failure (None: none, or not knowable here)
 
@@ -64,19 +77,19 @@ def _errors_said(config: TransportConfig) -> str:
     return f"; SHM write errors since: {' | '.join(config.write_errors)}" if config.write_errors else ""
 
 
-def fix_text(mode: str = "auto") -> str:
+def fix_text(mode: Mode = Mode.AUTO) -> str:
     flag = shlex.join([FIX_FLAG[0], mode])
     return f"restart the gateway with {flag} (or SMG_MM_TENSOR_TRANSPORT={shlex.quote(mode)}; the flag wins)"
 
 
-def _shm_written(found: Callable[..., ModeFinding], t: MmTraffic, mode: str, certain: str) -> ModeFinding:
+def _shm_written(found: Callable[..., ModeFinding], t: MmTraffic, mode: Mode | None, certain: str) -> ModeFinding:
     """A gateway that wrote SHM since start: in use, unless no chat request of it succeeded (then every
     request that carried SHM failed: a failure, never "in use")."""
     shm_n, total = t.tensors.get("shm", 0), t.total_tensors
     if t.chat_responses and t.chat_errors == t.chat_responses:
         return found(
-            "failing",
-            "fail",
+            Verdict.FAILING,
+            Status.FAIL,
             f"SHM written since start ({shm_n:,} of {total:,} tensors via shm), but every one of its "
             f"{t.chat_responses:,} chat request(s) failed ({CHAT_PATH} answered no 2xx, metrics): "
             "no request that carried SHM succeeded",
@@ -86,8 +99,8 @@ def _shm_written(found: Callable[..., ModeFinding], t: MmTraffic, mode: str, cer
         )
     share = t.shm_byte_share
     return found(
-        "shm",
-        "ok",
+        Verdict.SHM,
+        Status.OK,
         f"SHM in use since start: {shm_n:,} of {total:,} tensors via shm"
         + (f", {share:.0%} of the bytes" if share is not None else "")
         + (f" (mode={mode}, log)" if mode else " (metrics)"),
@@ -95,25 +108,25 @@ def _shm_written(found: Callable[..., ModeFinding], t: MmTraffic, mode: str, cer
 
 
 def _all_inline(
-    found: Callable[..., ModeFinding], t: MmTraffic, mode: str, threshold: int, http_url: str, certain: str
+    found: Callable[..., ModeFinding], t: MmTraffic, mode: Mode | None, threshold: int, http_url: str, certain: str
 ) -> ModeFinding:
     """Every tensor since start went inline: what that says of the setting, by their mean size."""
     inline_n = t.tensors.get("inline", 0)
     inline_mean = t.nbytes.get("inline", 0) / inline_n
     if inline_mean >= threshold:
-        if mode == "auto":
+        if mode == Mode.AUTO:
             return found(
-                "inline",
-                "warn",
+                Verdict.INLINE,
+                Status.WARN,
                 f"configured auto (log) but all {inline_n:,} tensors since start went inline "
                 f"(mean {human_size(inline_mean)}): the worker's shm_namespace_id does not match the "
                 "gateway's",
                 "compare them: " + shlex.join(["smgshm", "probe", "--from-gateway", http_url or "URL"]) + certain,
             )
-        if mode == "shm":  # a configured SHM path that does not happen: a failure, whatever the reason
+        if mode == Mode.SHM:  # a configured SHM path that does not happen: a failure, whatever the reason
             return found(
-                "inline",
-                "fail",
+                Verdict.INLINE,
+                Status.FAIL,
                 f"configured shm (log) yet all {inline_n:,} tensors since start went inline "
                 f"(mean {human_size(inline_mean)}) and no write failed: its workers do not take SHM",
                 "see each worker's engine and lane (SGLang, TRT-LLM, MLX and the ZMQ lane take tensors inline "
@@ -121,8 +134,8 @@ def _all_inline(
                 Outcome.CHECK_FAILED,
             )
         return found(
-            "off_or_failing",
-            "warn",
+            Verdict.OFF_OR_FAILING,
+            Status.WARN,
             f"multimodal tensors went inline since start ({inline_n:,} tensors, mean "
             f"{human_size(inline_mean)}): SHM is off (the default is inline) or failing",
             fix_text(),
@@ -133,7 +146,9 @@ def _all_inline(
         f"shm_min_bytes {human_size(threshold)}, inline by design"
     )
     if mode:
-        return found("unknown", "ok", f"{small} (mode={mode}, log){certain}", cause=Cause.BELOW_SHM_MIN_BYTES)
+        return found(
+            Verdict.UNKNOWN, Status.OK, f"{small} (mode={mode}, log){certain}", cause=Cause.BELOW_SHM_MIN_BYTES
+        )
     return _setting_unknown(found, f"{small} whatever the setting, and no log read", certain)
 
 
@@ -172,19 +187,24 @@ def judge(
                 f"tensors since start by path: {paths}; shm write failures {t.shm_write_failures}",
             )
         )
-    mode = config.mode if config else ""
+    mode = config.mode if config else None
     certain = f"; for certainty: {e2e_hint}" if e2e_hint else ""
 
     def found(
-        verdict: str, status: str, summary: str, fix: str = "", code: Outcome = Outcome.OK, cause: Cause | None = None
+        verdict: Verdict,
+        status: Status,
+        summary: str,
+        fix: str = "",
+        code: Outcome = Outcome.OK,
+        cause: Cause | None = None,
     ) -> ModeFinding:
         return ModeFinding(verdict, status, f"{who}: {summary}", fix, code, ev, mode, mean, cause)
 
     # The setting itself first: the log is the only source that states it.
-    if config is not None and mode in ("shm", "auto") and config.dev_writable is False:
+    if config is not None and mode in SHM_MODES and config.dev_writable is False:
         return found(
-            "probe_failed",
-            "fail",
+            Verdict.PROBE_FAILED,
+            Status.FAIL,
             f"configured {mode} but its /dev/shm probe failed (dev_writable=false, log): "
             "every tensor goes inline for the life of this process",
             f"a leftover {gateway_probe_name('<pid>' if name_pid is None else name_pid)} (the gateway removes "
@@ -195,8 +215,8 @@ def judge(
         )
     if t is not None and t.shm_write_failures:
         return found(
-            "failing",
-            "fail",
+            Verdict.FAILING,
+            Status.FAIL,
             f"{t.shm_write_failures:,} SHM write failure(s) since start (metrics): those tensors went inline",
             # Full, too small or permission: doctor tells them apart when the gateway writes to its shm dir.
             write_errors_fix(config),
@@ -207,26 +227,26 @@ def judge(
     inline_n = t.tensors.get("inline", 0) if t else 0
     if shm_n and t is not None:
         return _shm_written(found, t, mode, certain)
-    if mode == "inline":
+    if mode == Mode.INLINE:
         return found(
-            "inline",
-            "warn",
+            Verdict.INLINE,
+            Status.WARN,
             "configured inline (log): SHM is off"
             + (f"; {inline_n:,} tensors went inline since start" if inline_n else ""),
             fix_text(),
             cause=Cause.MODE_INLINE,
         )
-    if mode == "rdma":
-        return found("inline", "ok", "configured rdma (log): tensors go by RDMA or inline, never SHM")
+    if mode == Mode.RDMA:
+        return found(Verdict.INLINE, Status.OK, "configured rdma (log): tensors go by RDMA or inline, never SHM")
     if inline_n and t is not None:
         return _all_inline(found, t, mode, threshold, http_url, certain)
-    if mode in ("shm", "auto"):
-        return found("no_traffic", "ok", f"configured {mode} (log); no multimodal tensor since start yet")
+    if mode in SHM_MODES:
+        return found(Verdict.NO_TRAFFIC, Status.OK, f"configured {mode} (log); no multimodal tensor since start yet")
     if t is not None:
         worker = t.processing.get("worker", 0)
         if worker:
             why = f"{worker:,} request(s) preprocessed by the worker (--mm-processing worker): no gateway SHM"
-            return found("no_traffic", "ok", why + certain)
+            return found(Verdict.NO_TRAFFIC, Status.OK, why + certain)
         return _setting_unknown(found, "no multimodal tensor since start (metrics) and no log read", certain)
     return _setting_unknown(found, "no log and no metrics at hand", certain)
 
@@ -234,8 +254,8 @@ def judge(
 def _setting_unknown(found: Callable[..., ModeFinding], why: str, certain: str) -> ModeFinding:
     """Nothing shows the gateway's transport setting: a check that judged nothing, never a pass (exit 6)."""
     return found(
-        "unknown",
-        "unknown",
+        Verdict.UNKNOWN,
+        Status.UNKNOWN,
         f"{why}: its transport setting is unknown",
         "pass the log it wrote at its start: smgshm doctor --gateway-log FILE" + certain,
         Outcome.UNDETERMINED,

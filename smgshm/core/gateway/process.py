@@ -29,6 +29,7 @@ from typing import Any
 
 from smgshm.core.errors import HostError, ServerError, SmgshmError, TransportError
 from smgshm.core.gateway.http import PeerJsonError, loads_json, request
+from smgshm.core.gateway.setting import Mode
 from smgshm.core.names import parse_name
 from smgshm.core.paths import DEFAULT_SHM_DIR
 
@@ -95,7 +96,7 @@ class GatewayConfig:
 class TransportSetting:
     """The gateway's own start-up line: the one authoritative account of its setting (smg-facts §5.5)."""
 
-    mode: str
+    mode: Mode
     shm_min_bytes: int
     dev_writable: bool
 

@@ -37,7 +37,7 @@ from smgshm.core.host.proc import innermost_pid
 from smgshm.core.names import GATEWAY_PROBE_PREFIX
 from smgshm.core.node.scan import Tmpfs, TmpfsScan, look, pod_label
 from smgshm.core.node.volumes import ShmUser
-from smgshm.core.outcomes import Outcome
+from smgshm.core.outcomes import Outcome, Status
 from smgshm.core.paths import node_path, same_dir
 from smgshm.core.segments.judge import ScanOptions, SegmentInfo
 from smgshm.core.units import human_size
@@ -118,7 +118,7 @@ def _checkup(root: str, t: Tmpfs, inflight: int | None, stranded_after_s: float,
         segments = list(scan)
         usage = shm_usage(path)
     except SmgshmError as err:  # gone or changed since the node was looked at: said, and the run goes on
-        return TmpfsCheckup(t, "fail", [Check("shm dir", "fail", str(err), err.hint or "", Outcome.HOST)])
+        return TmpfsCheckup(t, "fail", [Check("shm dir", Status.FAIL, str(err), err.hint or "", Outcome.HOST)])
     gws = [GatewayUse(u.pid, _ns_pid(u.pid)) for u in t.users if u.pid in titled]
     writers = [f"SMG gateway pid {g.ns_pid if g.ns_pid is not None else '?'} (pid {g.pid} here)" for g in gws]
     counts = dict(scan.tally.counts)
@@ -182,12 +182,12 @@ def _held(t: Tmpfs, leaked: int, total: int) -> Check:
     if total and h.nbytes >= HIDDEN_WARN_SHARE * total:
         return Check(
             "held bytes",
-            "warn",
+            Status.WARN,
             summary + ": gc cannot free them; SMG's writes find the space gone",
             "find the process that maps them (its /proc/PID/maps lists the file as deleted): the space "
             "comes back when it unmaps them or exits",
         )
-    return Check("held bytes", "ok", summary)
+    return Check("held bytes", Status.OK, summary)
 
 
 def _may_write(st: os.stat_result, uid: int) -> bool | None:
@@ -205,7 +205,7 @@ def _writable(path: str, ident: HostIdentity, users: tuple[ShmUser, ...]) -> Che
     try:
         st = os.stat(path)
     except OSError as err:
-        return Check("writable", "fail", f"cannot read the tmpfs's dir: {err.strerror}", "", Outcome.HOST)
+        return Check("writable", Status.FAIL, f"cannot read the tmpfs's dir: {err.strerror}", "", Outcome.HOST)
     mode = f"mode {stat.S_IMODE(st.st_mode):04o}, owner uid {st.st_uid}"
     ro = "ro" in ident.mount_options.split(",")
     denied = sorted({u.uid for u in users if _may_write(st, u.uid) is False})
@@ -219,20 +219,20 @@ def _writable(path: str, ident: HostIdentity, users: tuple[ShmUser, ...]) -> Che
         else:
             why, fix = f"{human_size(free)} free, less than a page", CATALOGUE[cause].fix
         return Check(
-            "writable", "fail", f"a gateway's probe file cannot be created: {why}", fix, Outcome.HOST, cause=cause
+            "writable", Status.FAIL, f"a gateway's probe file cannot be created: {why}", fix, Outcome.HOST, cause=cause
         )
     maybe = sorted({u.uid for u in users if _may_write(st, u.uid) is None})
     if maybe:
         return Check(
             "writable",
-            "warn",
+            Status.WARN,
             f"uid(s) {', '.join(map(str, maybe))} of its processes may create files "
             f"in it only through a group ({mode}); not judged from here",
             "mode 1777 lets every uid of the pod write (a memory emptyDir is)",
         )
     return Check(
         "writable",
-        "ok",
+        Status.OK,
         f"{mode}, {human_size(free)} free: a gateway's probe file can be created "
         "(judged from the figures: nothing was written)",
     )
@@ -242,12 +242,12 @@ def _liveness(t: Tmpfs, segments: list[SegmentInfo]) -> Check:
     """Whether the names could be judged by pid: unknown (never a failure) where they could not."""
     unknown = [s for s in segments if s.state.value == "unknown" and s.producer_pid is not None]
     if not t.trust.trusted and not any(s.producer_pid is not None for s in segments):
-        return Check("liveness", "skip", f"no SMG name to judge; and none could be: {t.trust.note}")
+        return Check("liveness", Status.SKIP, f"no SMG name to judge; and none could be: {t.trust.note}")
     if not t.trust.trusted:
-        return Check("liveness", "unknown", f"unknown, {len(unknown)} SMG name(s) kept: {t.trust.note}")
+        return Check("liveness", Status.UNKNOWN, f"unknown, {len(unknown)} SMG name(s) kept: {t.trust.note}")
     if unknown:
-        return Check("liveness", "unknown", f"{len(unknown)} SMG name(s) unknown, kept: {unknown[0].reason}")
-    return Check("liveness", "ok", t.trust.note)
+        return Check("liveness", Status.UNKNOWN, f"{len(unknown)} SMG name(s) unknown, kept: {unknown[0].reason}")
+    return Check("liveness", Status.OK, t.trust.note)
 
 
 __all__ = ["GatewayUse", "NodeCheckup", "TmpfsCheckup", "node_gc_cmd", "run_node_doctor"]

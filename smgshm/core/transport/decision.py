@@ -5,32 +5,14 @@ probe, send and bench all explain a choice with this, the way the gateway makes 
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 
 from smgshm.core.causes import Cause, for_verdict
 from smgshm.core.engines import SHM_ENGINES
+from smgshm.core.gateway.setting import DEFAULT_SHM_MIN_BYTES, Mode
 from smgshm.core.host.namespace import compare_namespace_ids
 
-DEFAULT_SHM_MIN_BYTES = 64 * 1024
 PROBE_FAILS = "the gateway's writability probe of /dev/shm fails"
-
-
-class Mode(enum.Enum):
-    INLINE = "inline"
-    SHM = "shm"
-    AUTO = "auto"
-    RDMA = "rdma"
-
-
-def parse_mode(text: str | None) -> Mode | None:
-    """``TransportMode::parse``: trimmed and lowercased; ``None`` when unknown or empty."""
-    if not text or not text.strip():
-        return None
-    try:
-        return Mode(text.strip().lower())
-    except ValueError:
-        return None
 
 
 @dataclass(frozen=True)
