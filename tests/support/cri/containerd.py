@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.conftest import _unmount_under
-from tests.support.cri.image import IMAGE, write_layout_tar
+from tests.support.cri.image import BUSYBOX, IMAGE, write_layout_tar
 
 BINARIES = ("containerd", "ctr", "runc", "containerd-shim-runc-v2")
 CRI_NAMESPACE = "k8s.io"  # the containerd namespace the CRI plugin keeps its images and containers in
@@ -79,9 +79,28 @@ disabled_plugins = [
 """
 
 
+def _static_elf(path: str) -> bool:
+    """Whether ``path`` is a 64-bit little-endian ELF with no program interpreter (PT_INTERP): a static
+    binary, which runs alone in an image of one file. Debian's plain ``busybox`` is dynamic."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64)
+            if head[:6] != b"\x7fELF\x02\x01":
+                return False
+            phoff = int.from_bytes(head[32:40], "little")
+            phentsize, phnum = int.from_bytes(head[54:56], "little"), int.from_bytes(head[56:58], "little")
+            f.seek(phoff)
+            table = f.read(phentsize * phnum)
+    except OSError:
+        return False
+    return all(int.from_bytes(table[i : i + 4], "little") != 3 for i in range(0, len(table), phentsize))
+
+
 def missing_binaries() -> list[str]:
-    """The binaries a private containerd needs that are not on PATH (Debian: containerd, runc)."""
-    return [b for b in BINARIES if shutil.which(b) is None] + ([] if os.path.exists("/bin/busybox") else ["busybox"])
+    """What a private containerd and its image need that is not here (Debian: containerd, runc,
+    busybox-static)."""
+    missing = [b for b in BINARIES if shutil.which(b) is None]
+    return missing + ([] if _static_elf(BUSYBOX) else ["a static /bin/busybox (busybox-static)"])
 
 
 @dataclass
