@@ -1,0 +1,1 @@
+"""A kubelet stand-in of the project's own: a private containerd, local busybox images and pods made over CRI."""
