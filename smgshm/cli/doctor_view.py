@@ -42,16 +42,16 @@ def mark(status: str) -> Text:
 
 def doctor_check(app: App, check: Any, show_cause: bool = False) -> None:
     """One line per check, then its fix on the next line (and an advice's command). The catalogue's cause
-    code ends the line of a failure or warning (as JSON's "cause": alert on it); ``show_cause``: after the
-    check's name instead, whatever its status."""
+    code ends the line of a failure, warning or check that judged nothing (as JSON's "cause": alert on it);
+    ``show_cause``: after the check's name instead, whatever its status."""
     code = check.cause.value if getattr(check, "cause", None) is not None else ""
     cause = f" ({code})" if show_cause and code else ""
     # Summaries carry strangers' strings (log paths, names): escaped, never raw control characters.
     head = mark(check.status) + Text(" ") + safe(f"{check.name}{cause}: ", "bold") + safe(check.summary)
-    if code and not show_cause and check.status in ("fail", "warn"):
+    if code and not show_cause and check.status in ("fail", "warn", "unknown"):
         head += Text(f" ({code})")
     prose(app.console, head, 7)
-    if check.status not in ("fail", "warn", "info"):
+    if check.status not in ("fail", "warn", "info", "unknown"):  # unknown: its fix gets what it lacked
         return
     if check.fix and check.status != "info":
         fix_line(app, check.fix)
