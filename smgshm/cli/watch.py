@@ -138,8 +138,8 @@ def watch(
     summary of the whole run, then the exit code.
     An inotify queue overflow is said and followed by a rescan; the shm dir
     removed or mounted over is said and watched again. Exit 3 with --check
-    and an orphan seen; 4 when --metrics is unreachable at the start (later
-    failed scrapes are said per interval) or --serve-metrics cannot listen;
+    and an orphan seen; 4 when --serve-metrics cannot listen (a failed --metrics
+    scrape, the first too, is said and survived: the next answer counts);
     5 when the shm dir cannot be watched.
 
     \b
@@ -200,6 +200,8 @@ def watch(
         hooks = {"on_life": view.jsonl_life, "on_event": view.jsonl_event, "on_orphan": view.jsonl_orphan}
     session = WatchSession(opts, **hooks)
     with session, _exporter(app, session, serve_metrics, jsonl), _stop_on_sigterm():
+        if session.first_scrape_error:  # survived as any later failed scrape: the next answer is the baseline
+            app.warn(f"--metrics: the first scrape failed, watching on: {session.first_scrape_error}")
         _run(app, session, jsonl, duration, count)
     summary = session.summary()
     code = ExitCode.CHECK_FAILED if check and summary.orphans_seen else ExitCode.OK

@@ -17,9 +17,8 @@ from dataclasses import dataclass, field
 
 from smgshm.core.causes import CATALOGUE, Cause, Found, found, write_failure
 from smgshm.core.gateway.metrics import MetricsSnapshot, UnusableCounterError, mm_delta
+from smgshm.core.gateway.setting import DEFAULT_SHM_MIN_BYTES
 from smgshm.core.units import human_size
-
-DEFAULT_SHM_MIN_BYTES = 65536  # the gateway's --multimodal-shm-min-bytes default (smg-facts §2.3)
 
 
 @dataclass(frozen=True)

@@ -60,6 +60,7 @@ class WatchSession:
         self._first_snap: MetricsSnapshot | None = None
         self._snap: MetricsSnapshot | None = None
         self._snap_t = self._first_snap_t = 0.0
+        self.first_scrape_error = ""  # the first scrape failed (survived): why
         self._gateway_dir: str | None = None  # the shm dir the gateway writes to, when it runs here
         self.last: IntervalStats | None = None
         self.last_traffic: GatewayRates | None = None  # the gateway's rates over the last interval with tensors
@@ -76,17 +77,21 @@ class WatchSession:
         self.close()
 
     def open(self) -> None:
-        """Start watching; the first scrape fails loudly (a wrong URL should not wait for an interval)."""
+        """Start watching, with a first scrape as the baseline of the gateway's rates. A failed one is survived
+        as every later one is (``first_scrape_error`` says why; the next interval's scrape is the baseline):
+        one bad answer from a stalling endpoint never ends a watch meant to run unattended."""
         self.watcher.open()
         if self.opts.metrics_url:
+            from smgshm.core.address import is_local_url
+
+            self._snap_t = self._first_snap_t = time.monotonic()
             try:
                 self._snap = self._first_snap = scrape(self.opts.metrics_url, self.opts.metrics_timeout_s, MM_FAMILIES)
+            except SmgshmError as err:
+                self.first_scrape_error = str(err)
             except BaseException:
                 self.watcher.close()
                 raise
-            self._snap_t = self._first_snap_t = time.monotonic()
-            from smgshm.core.address import is_local_url
-
             # A gateway here writes to this shm dir: its size and writability tell why writes fail.
             self._gateway_dir = self.opts.shm_dir if is_local_url(self.opts.metrics_url) else None
         self._t0 = self._last_report = time.monotonic()
@@ -205,7 +210,11 @@ class WatchSession:
             snap = scrape(url, self.opts.metrics_timeout_s, MM_FAMILIES)
         except SmgshmError as err:
             return failed_rates(url, dt, str(err))
-        rates = gateway_rates(self._snap, snap, dt, self.opts.shm_min_bytes, self._gateway_dir) if self._snap else None
+        if self._snap is None:  # no earlier answer: this one is the baseline (the first scrape failed)
+            self._snap = self._first_snap = snap
+            self._snap_t = self._first_snap_t = now
+            return failed_rates(url, dt, "no earlier answer to count from: this scrape is the baseline")
+        rates = gateway_rates(self._snap, snap, dt, self.opts.shm_min_bytes, self._gateway_dir)
         self._snap, self._snap_t = snap, now
         return rates
 
