@@ -477,6 +477,36 @@ def test_two_pid1_gateways_over_one_shm_dir_are_never_credited_with_each_others_
     assert (v.path, v.cause) == ("inline", "inline: mode is inline")
 
 
+UNTITLED_WRITER = r"""
+import os, sys, time
+print("ready", flush=True)
+n = 0
+while True:  # SMG's names, by a process that never calls itself smg::router
+    with open(f"/dev/shm/smg-tokenspeed-{os.getpid()}-{time.time_ns()}-{n}", "wb") as f:
+        f.write(b"x" * 4096)
+    n += 1
+    time.sleep(0.03)
+"""
+
+
+@pytest.mark.slow
+def test_an_untitled_pid1_writer_over_the_shm_dir_is_a_rival_too(children: Children, shm_tmpfs: Path) -> None:
+    """Any process can write SMG's names: an untitled one that is pid 1 of its own pid namespace over the same
+    tmpfs writes the very names a pid-1 gateway would. The gateway is never credited with them: the shm dir
+    is no evidence, and the note names the writer (only smg::router processes counted before)."""
+    gw, _ = fake_gateway(children, {}, shm=shm_tmpfs)
+    argv = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child", "sh", "-c"]
+    argv += ['mount --bind "$0" /dev/shm && exec "$@"', str(shm_tmpfs), PY, "-c", UNTITLED_WRITER]
+    p = children.spawn(argv)
+    assert p.stdout is not None
+    assert p.stdout.readline().strip() == "ready"
+    [writer] = [c.pid for c in psutil.Process(p.pid).children(recursive=True) if c.name() != "sh"]
+    d = watch_writes(shm_tmpfs, [gw])[gw]
+    assert (d.available, d.segments, d.name_pid) == (False, [], 1), d
+    assert d.note.startswith("cannot tell its segments from those of process(es) "), d.note
+    assert f"{writer} (" in d.note
+
+
 @pytest.mark.slow
 def test_a_pid1_gateway_over_another_shm_dir_is_no_rival_and_never_credited(
     children: Children, shm_tmpfs: Path, tmp_path: Path

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from smgshm.core.address import UrlError, parse_url
 from smgshm.core.errors import SmgshmError
 from smgshm.core.gateway.metrics import MetricsSnapshot, UnusableCounterError, mm_delta
+from smgshm.core.host.proc import comm
 from smgshm.core.names import GATEWAY_PREFIX, gateway_probe_name
 from smgshm.core.paths import DEFAULT_SHM_DIR
 
@@ -226,11 +227,20 @@ class SegmentWatch:
         if writers.get(pid, (name_pid, _writes_into(pid, self.shm_dir)))[1] is False:
             return f"gateway pid {pid} writes another /dev/shm: the segments named with pid {name_pid} here are not its"
         rivals = sorted(p for p, (n, into) in writers.items() if p != pid and n == name_pid and into is not False)
-        if not rivals:
+        if rivals:
+            return (
+                f"cannot tell its segments from those of gateway pid {', '.join(map(str, rivals))}: each is pid "
+                f"{name_pid} in its own pid namespace and may write {self.shm_dir}"
+            )
+        # Any process can write SMG's names, titled smg::router or not: one with the same pid in its own
+        # namespace that may write here is as much a writer of them as a gateway.
+        others = _same_pid_writers(pid, name_pid, self.shm_dir)
+        if not others:
             return ""
+        shown = ", ".join(f"{p} ({comm(p)})" for p in others[:3]) + (", ..." if len(others) > 3 else "")
         return (
-            f"cannot tell its segments from those of gateway pid {', '.join(map(str, rivals))}: each is pid "
-            f"{name_pid} in its own pid namespace and may write {self.shm_dir}"
+            f"cannot tell its segments from those of process(es) {shown}: each is pid {name_pid} in its own "
+            f"pid namespace and may write {self.shm_dir}"
         )
 
 
@@ -255,6 +265,29 @@ def _gateway_writers(shm_dir: str) -> dict[int, tuple[int, bool | None]]:
     for pid in gateway_pids():
         name_pid = _name_pid(pid)
         out[pid] = (name_pid, _writes_into(pid, shm_dir))
+    return out
+
+
+def _same_pid_writers(pid: int, name_pid: int, shm_dir: str) -> list[int]:
+    """Every other process here that has ``name_pid`` in its own pid namespace and whose /dev/shm is
+    ``shm_dir``'s filesystem: each could write the names credited to gateway ``pid``. Kernel threads write
+    no files. Unlike a gateway's (titled smg::router, counted when it cannot be looked at), an untitled
+    process counts only when its /dev/shm is seen to be this one: a process whose root cannot be read (one
+    outside this user namespace, as some VMs' pid 1) would otherwise make every pid-1 gateway's names
+    doubtful forever."""
+    from smgshm.core.host.proc import innermost_pid, is_kernel_thread, live_pids
+
+    out = []
+    for p in live_pids():
+        if p == pid:
+            continue
+        try:
+            if innermost_pid(p) != name_pid:
+                continue
+        except OSError:
+            continue  # gone
+        if not is_kernel_thread(p) and _writes_into(p, shm_dir) is True:
+            out.append(p)
     return out
 
 

@@ -77,6 +77,20 @@ def innermost_pid(pid: int, proc: str = "/proc") -> int | None:
     return ns[-1] if ns else None
 
 
+PF_KTHREAD = 0x00200000  # linux/sched.h: a kernel thread (no files, no /dev/shm of its own)
+
+
+def is_kernel_thread(pid: int) -> bool:
+    """Whether ``pid`` is a kernel thread (its stat's flags say so); False when that cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        flags = int(stat[stat.rindex(b")") + 2 :].split()[6])  # field 9, after the comm's closing paren
+    except (OSError, ValueError, IndexError):
+        return False
+    return bool(flags & PF_KTHREAD)
+
+
 def in_nested_pid_ns(pid: int) -> bool | None:
     """Whether ``pid`` lives in a pid namespace below this one (None: the ns links decide).
     OSError when the process is gone."""
