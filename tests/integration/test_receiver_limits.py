@@ -389,6 +389,31 @@ def test_silent_connections_at_the_fd_limit_keep_health_out_only_briefly(childre
 
 
 @pytest.mark.slow
+def test_idle_connections_that_sent_the_preface_keep_health_out_only_briefly(children: Children) -> None:
+    """300 connections that send the HTTP/2 preface and SETTINGS, then nothing: past the handshake, they held
+    every descriptor until they closed (the health check never got in); an idle one is now let go."""
+    from smgshm.core.receiver.fds import IDLE_TIMEOUT_S
+
+    proc, address = _serve_limited(children, "128")
+    conns = []
+    for _ in range(300):
+        s = socket.socket()
+        s.settimeout(5)
+        s.connect(("127.0.0.1", int(address.rsplit(":", 1)[1])))
+        s.sendall(PREFACE + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00")  # the preface, an empty SETTINGS
+        conns.append(s)
+    try:
+        took = _health_in(address, wait_for_ready=True)
+        print(f"\nserve under ulimit -n 128 with 300 idle HTTP/2 connections: HealthCheck answered in {took:.2f} s")
+        assert took < 3 * IDLE_TIMEOUT_S  # was: never (DEADLINE_EXCEEDED at 20 s)
+    finally:
+        for s in conns:
+            s.close()
+    proc.terminate()
+    proc.communicate(timeout=30)
+
+
+@pytest.mark.slow
 def test_serve_raises_its_soft_fd_limit_and_answers_at_once(children: Children) -> None:
     proc, address = _serve_limited(children, "128:4096")
     conns = _silent(int(address.rsplit(":", 1)[1]), 300)

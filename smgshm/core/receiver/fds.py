@@ -4,8 +4,9 @@ gRPC accepts until the process runs out of descriptors; under ``ulimit -n 128``,
 that connected and sent nothing kept every other client out for as long as they stayed (and
 a segment could not be opened meanwhile). So serve raises its soft limit to the hard one at
 start-up, lets gRPC hold at most ``connection_cap`` connections (one more is closed at once),
-drops a connection that has not sent its HTTP/2 preface within ``HANDSHAKE_TIMEOUT_S``, and
-says when the descriptors in use reach the cap.
+drops a connection that has not sent its HTTP/2 preface within ``HANDSHAKE_TIMEOUT_S`` and one
+with no call under way for ``IDLE_TIMEOUT_S`` (300 that sent the preface and stayed idle kept
+every other client out until they closed), and says when the descriptors in use reach the cap.
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ FD_RESERVE = 64  # never taken by connections: segments being read, /proc, logs,
 MAX_CONNECTIONS = 1024  # far more than gateways and tools hold; each costs gRPC memory
 MAX_SOFT_LIMIT = 65536  # raised at most this far: enough for the cap, sane for select() users
 HANDSHAKE_TIMEOUT_S = 3.0  # a gRPC client sends its preface at once; a silent one is let go
+# A connection with no call under way for this long is closed (GOAWAY): one that sent its preface and
+# then nothing would hold its descriptor for good. A gateway's channel reconnects at its next call.
+IDLE_TIMEOUT_S = 5.0
 
 
 def raise_fd_limit() -> tuple[int, int]:

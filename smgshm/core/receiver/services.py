@@ -26,7 +26,7 @@ from smgshm.core.address import bound_address, grpc_host_port, listen_addrinfo
 from smgshm.core.engines import ENGINES, engine_named
 from smgshm.core.errors import TooManyTensorsError, TransportError, WireError
 from smgshm.core.receiver.faces import HandlerOverride, engine_modules, engine_servicer, raw_generate_handlers
-from smgshm.core.receiver.fds import HANDSHAKE_TIMEOUT_S, connection_cap
+from smgshm.core.receiver.fds import HANDSHAKE_TIMEOUT_S, IDLE_TIMEOUT_S, connection_cap
 from smgshm.core.receiver.memory import Trimmer
 from smgshm.core.receiver.modeldir import MODEL_TYPE, WORKER_MODEL_TYPE, ensure_model_dir
 from smgshm.core.receiver.reader import Receipt, ReceiverConfig, ReceiverState, receive
@@ -241,6 +241,7 @@ async def _build(cfg: ReceiverConfig, state: ReceiverState, executor: Executor, 
         # Connections never take the descriptors a read needs, and a silent one is let go (fds.py).
         ("grpc.max_allowed_incoming_connections", connection_cap()),
         ("grpc.server_handshake_timeout_ms", int(HANDSHAKE_TIMEOUT_S * 1000)),
+        ("grpc.max_connection_idle_ms", int(IDLE_TIMEOUT_S * 1000)),
     ]
     server = grpc.aio.server(options=opts)
     engine, engine_name = engine_servicer(state, executor)
