@@ -22,6 +22,8 @@ import functools
 from collections.abc import Iterable
 from typing import Any
 
+from smgshm.core.errors import TooManyTensorsError
+
 _LEN = 2  # wire type of length-delimited fields
 MAX_FIELDS = 1 << 16  # fields walked in Python per message (~0.1 s); beyond, protobuf's own (C) parse
 MAX_DEPTH = 32  # the engines' messages nest 5 deep down to a TensorData
@@ -80,17 +82,33 @@ def _leads_to_target(desc: Any, targets: frozenset[Target], memo: dict[str, bool
 
 
 class _Walk:
-    def __init__(self, targets: frozenset[Target]) -> None:
+    def __init__(self, targets: frozenset[Target], cap: tuple[str, int] | None = None) -> None:
         self.targets = targets
         self.memo: dict[str, bool] = {}
         self.payloads: dict[bytes, memoryview] = {}
         self.fields = 0
+        self.cap = cap  # (a message's full name, how many of it may be sent)
+        self.seen = 0  # messages of the capped type walked into, as sent
+
+    def _count(self, name: str) -> None:
+        """A message ``name`` walked into: past the cap of its type, refused here, before the rest is walked
+        or anything is parsed."""
+        if self.cap is None or name != self.cap[0]:
+            return
+        self.seen += 1
+        if self.seen > self.cap[1]:
+            raise TooManyTensorsError(
+                f"too many tensors in one request: more than {self.cap[1]} sent (refused at the "
+                f"{self.seen}th, before the rest was read)",
+                limit=self.cap[1],
+            )
 
     def message(self, desc: Any, buf: memoryview, depth: int) -> list[bytes | memoryview] | None:
         """``buf`` as pieces with every target value replaced by a marker; None when unchanged."""
         if depth > MAX_DEPTH:
             raise _NotExactError
         name = desc.full_name
+        self._count(name)
         pieces: list[bytes | memoryview] = []
         changed = False
         kept = pos = 0  # buf[kept:field start] is still to be copied as it is
@@ -138,15 +156,17 @@ class _Walk:
 
 
 def excise(
-    cls: Any, raw: bytes | memoryview, targets: frozenset[Target]
+    cls: Any, raw: bytes | memoryview, targets: frozenset[Target], cap: tuple[str, int] | None = None
 ) -> tuple[bytes, dict[bytes, memoryview] | None]:
     """(what protobuf is to parse as a ``cls``, the target payloads by marker as views into ``raw``).
 
     Every target field of the first holds a marker, the key of its payload in the dict; the
     dict is None when the walk cannot follow ``raw`` exactly and the first is ``raw`` as sent.
+    ``cap``: (a message type on the way to a target, N): TooManyTensorsError as soon as the walk meets
+    the N+1st sent (a map key given 9M times is refused at its 1025th entry, not after protobuf built it).
     """
     buf = memoryview(raw).cast("B")
-    walk = _Walk(targets)
+    walk = _Walk(targets, cap)
     try:
         pieces = walk.message(cls.DESCRIPTOR, buf, 0)
     except _NotExactError:

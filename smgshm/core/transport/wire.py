@@ -120,7 +120,9 @@ def parse_excised_message(
     from google.protobuf.message import DecodeError
 
     try:
-        body, payloads = excise(cls, raw, frozenset({inline_target(engine_pb2(layout))}))
+        target = inline_target(engine_pb2(layout))
+        cap = None if max_tensors is None else (target[0], max_tensors)  # sent TensorData: never fewer than counted
+        body, payloads = excise(cls, raw, frozenset({target}), cap)
         if max_tensors is not None:
             check_tensor_count(_COUNTS[cls.DESCRIPTOR.name](layout, as_on_the_wire(cls).FromString(body)), max_tensors)
         msg = cls()
