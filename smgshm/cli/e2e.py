@@ -203,6 +203,8 @@ def e2e(
         running = True
     if running and gateway:
         raise click.UsageError("--running finds the gateway itself; it takes no --gateway")
+    if running and sizes is not None:  # before looking for it: --running makes `gateway` set below
+        raise click.UsageError("--sizes runs the embedded pair of gateways; it takes no --running")
     if gateway_pid is not None:
         require_gateways((gateway_pid,))
     if running:
@@ -214,9 +216,6 @@ def e2e(
         if gateway:
             raise click.UsageError("--sizes runs the embedded pair of gateways; it takes no --gateway")
         _sweep(app, _pixel_sizes(sizes), requests, warmup, timeout)
-
-    if running and sizes is not None:
-        raise click.UsageError("--sizes runs the embedded pair of gateways; it takes no --running")
     if gateway and (modes or advertise_namespace_id or model_dir or keep_logs or gateway_log_dir):
         raise click.UsageError(
             "--mode, --advertise-namespace-id, --model-dir, --keep-logs and --gateway-log-dir are for the embedded "
