@@ -81,11 +81,53 @@ _COMMANDS = {
 }
 
 
+@contextmanager
+def _whole_words() -> Iterator[None]:
+    """click's help wraps with textwrap's defaults, which break a word at its hyphens and cut one longer
+    than the line: "non-" then "regular", a flag split in two. Within this, click's wrapper does neither
+    (click builds it inside ``wrap_text`` from ``click._textwrap``, so that name is what is swapped)."""
+    from click import _textwrap
+
+    base = _textwrap.TextWrapper
+
+    class Whole(base):  # type: ignore[valid-type,misc]
+        def __init__(self, *args: Any, **kw: Any) -> None:
+            super().__init__(*args, **{**kw, "break_on_hyphens": False, "break_long_words": False})
+
+    _textwrap.TextWrapper = Whole  # type: ignore[misc]
+    try:
+        yield
+    finally:
+        _textwrap.TextWrapper = base  # type: ignore[misc]
+
+
+class _HelpFormatter(click.HelpFormatter):
+    """--help as click lays it out, with every word, flag and name whole (``_whole_words``)."""
+
+    def write_text(self, text: str) -> None:
+        with _whole_words():
+            super().write_text(text)
+
+    def write_dl(self, rows: Any, col_max: int = 30, col_spacing: int = 2) -> None:
+        with _whole_words():
+            super().write_dl(rows, col_max, col_spacing)
+
+    def write_usage(self, prog: str, args: str = "", prefix: str | None = None) -> None:
+        with _whole_words():
+            super().write_usage(prog, args, prefix)
+
+
+class _Context(click.Context):
+    formatter_class = _HelpFormatter
+
+
 class RootGroup(click.Group):
     """Translates exceptions once: SmgshmError -> its code, Ctrl-C -> 130, a bug -> 70.
 
     Subcommands load on first use; ``commands`` (help, docs, tests) loads them all.
     """
+
+    context_class = _Context
 
     @property
     def commands(self) -> MutableMapping[str, click.Command]:  # as click.Group declares it
@@ -214,18 +256,18 @@ def cli(ctx: click.Context, json_: bool, no_color: bool, quiet: bool, traceback:
 
     \b
     Examples:
-      smgshm doctor                     # every check, with the fix for each failure
-      smgshm e2e                        # SMG's real gateway, shm/auto/inline: which path?
-      smgshm serve                      # the reference receiver, on 127.0.0.1:50051
-      smgshm ns                         # this host's shm_namespace_id
-      smgshm ns compare ID_A ID_B       # do two ids share /dev/shm?
-      smgshm probe 127.0.0.1:50051      # does this worker share /dev/shm with me?
-      smgshm send 127.0.0.1:50051       # verified tensors through /dev/shm
-      smgshm bench                      # inline vs SHM by size: the shm_min_bytes to set
-      smgshm gc                         # what leaked?
-      smgshm watch                      # SHM traffic live: in flight, consumed, orphans
-      smgshm preflight -- smg launch    # reclaim a restarted pid 1's leftovers, then start SMG
-      smgshm completion bash            # the shell completion script
+      smgshm doctor                   # every check, each failure with its fix
+      smgshm e2e                      # SMG's gateway per mode: which path?
+      smgshm serve                    # the reference receiver, 127.0.0.1:50051
+      smgshm ns                       # this host's shm_namespace_id
+      smgshm ns compare ID_A ID_B     # do two ids share /dev/shm?
+      smgshm probe 127.0.0.1:50051    # does this worker share /dev/shm?
+      smgshm send 127.0.0.1:50051     # verified tensors through /dev/shm
+      smgshm bench                    # inline vs SHM by size: shm_min_bytes
+      smgshm gc                       # what leaked?
+      smgshm watch                    # SHM traffic live: in flight, orphans
+      smgshm preflight -- smg launch  # reclaim leftovers, then start SMG
+      smgshm completion bash          # the shell completion script
     """
     # gRPC's C core logs its own copy of errors we already report in one line (e.g. a busy
     # port); grpc is imported lazily, so this takes effect. An operator's setting wins.
@@ -266,6 +308,7 @@ def accept_root_flags(cmd: click.Command) -> None:
     Click parses options per command, so ``smgshm gc --check --json`` was a usage error.
     Copies are added only where the command has no option of that spelling itself.
     """
+    cmd.context_class = _Context  # its --help keeps words whole, as the root's does
     taken = {opt for p in cmd.params for opt in (*p.opts, *p.secondary_opts)}
     helps = {opt: p.help for p in cli.params if isinstance(p, click.Option) for opt in p.opts}
     for name, spellings in _LATE_FLAGS:

@@ -194,7 +194,8 @@ def e2e(
       smgshm e2e
       smgshm e2e --gateway http://127.0.0.1:30000 --expect shm
       smgshm e2e --running --expect shm
-      smgshm e2e --gateway http://gw:30000 --metrics http://gw:29000/metrics -n 10 --json
+      smgshm e2e --gateway http://gw:30000 --metrics http://gw:29000/metrics \\
+          -n 10 --json
       smgshm e2e --sizes 224,448,1344,2688 -n 5
     """
     from smgshm.core.e2e.run import EMBEDDED_MODES, E2eOptions, run_against, run_embedded
