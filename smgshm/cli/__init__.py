@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from rich.console import Console
 from rich.text import Text
 
 from smgshm import __version__
@@ -38,18 +39,29 @@ class CliError(click.ClickException):
         self._exit_code = code
 
     def show(self, file: Any = None) -> None:
-        from smgshm.cli.fmt import escape, safe
+        from smgshm.cli.fmt import prose, safe
 
-        # Messages carry peers' and the filesystem's strings: escaped. One line each, never
-        # wrapped: scripts grep "Error: " lines.
-        console = self.app.err_console if self.app else None
-        if console is None:
-            hint = f"\nhint: {escape(self.err.hint)}" if self.err.hint else ""
-            click.echo(f"Error: {escape(str(self.err))}{hint}", err=True)
-            return
-        console.print(Text("Error: ", style="bold red") + safe(str(self.err)), soft_wrap=True)
+        # Messages carry peers' and the filesystem's strings: escaped. Wrapped at the terminal's width
+        # (80 when piped) as all prose is, between words: a path or a flag is never cut, and one longer
+        # than the line has a line of its own. "Error: " still starts the first line.
+        console = _err_console(self.app)
+        prose(console, Text("Error: ", style="bold red") + safe(str(self.err)), 7)
         if self.err.hint:
-            console.print(Text("hint: ", style="cyan") + safe(self.err.hint), soft_wrap=True)
+            prose(console, Text("hint: ", style="cyan") + safe(self.err.hint), 6)
+
+
+def _err_console(app: App | None) -> Console:
+    """Where errors are said: the invocation's stderr console, or (before it exists) a plain one."""
+    if app is not None:
+        return app.err_console
+    return Console(file=sys.stderr, no_color=True, highlight=False, soft_wrap=True)
+
+
+def _say_err(app: App | None, head: str, text: str, style: str = "") -> None:
+    """One message on stderr (``Error:``, ``hint:``, ``interrupted:``), escaped and wrapped as prose."""
+    from smgshm.cli.fmt import prose, safe
+
+    prose(_err_console(app), Text(head, style=style) + safe(text), len(head))
 
 
 @contextmanager
@@ -192,7 +204,7 @@ class RootGroup(click.Group):
         except KeyboardInterrupt as stop:
             said = getattr(stop, "said", None)  # core.errors.Interrupted: what the run stopped, in one line
             if said:
-                click.echo(f"interrupted: {said}", err=True)
+                _say_err(ctx.obj if isinstance(ctx.obj, App) else None, "interrupted: ", said)
             raise click.exceptions.Exit(ExitCode.INTERRUPTED) from None
         except Exception as err:
             app = ctx.obj if isinstance(ctx.obj, App) else None
@@ -202,8 +214,8 @@ class RootGroup(click.Group):
                 _npd_unknown(f"internal error: {type(err).__name__}: {err}")
             if app is not None and app.json:
                 jsonout.write_error(app, "internal", f"{type(err).__name__}: {err}", "rerun with --traceback")
-            click.echo(f"Error: internal error: {type(err).__name__}: {err}", err=True)
-            click.echo("hint: this is a bug in smgshm; rerun with --traceback and report it", err=True)
+            _say_err(app, "Error: ", f"internal error: {type(err).__name__}: {err}", "bold red")
+            _say_err(app, "hint: ", "this is a bug in smgshm; rerun with --traceback and report it", "cyan")
             raise click.exceptions.Exit(ExitCode.INTERNAL) from err
 
 
