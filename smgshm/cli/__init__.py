@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Iterator, MutableMapping
@@ -205,7 +206,7 @@ class RootGroup(click.Group):
             said = getattr(stop, "said", None)  # core.errors.Interrupted: what the run stopped, in one line
             if said:
                 _say_err(ctx.obj if isinstance(ctx.obj, App) else None, "interrupted: ", said)
-            raise click.exceptions.Exit(ExitCode.INTERRUPTED) from None
+            raise click.exceptions.Exit(signals.interrupt_code(stop)) from None
         except Exception as err:
             app = ctx.obj if isinstance(ctx.obj, App) else None
             if (app is not None and app.traceback) or os.environ.get("SMGSHM_DEBUG") == "1":
@@ -344,10 +345,23 @@ def main() -> None:
                 cli.main(prog_name="smgshm")
             finally:  # here, not at interpreter exit, where a closed stdout is exit 120 and a traceback
                 sys.stdout.flush()
-    except KeyboardInterrupt:
-        sys.exit(ExitCode.INTERRUPTED)
+    except KeyboardInterrupt as stop:  # outside a command's run (parsing): the signal's code all the same
+        sys.exit(signals.interrupt_code(stop))
     except click.exceptions.Exit as end:  # only _closed_stdout_exits raises it out here
         sys.exit(end.exit_code)
+    except SystemExit as end:
+        if end.code in _INTERRUPTED:
+            # Stopped by a signal, its clean-up done and said: leave now. Interpreter exit would join every
+            # worker thread still blocked in a peer's call that will not answer (a probe's connect), for up
+            # to its whole timeout after the operator asked it to stop.
+            for stream in (sys.stdout, sys.stderr):
+                with contextlib.suppress(OSError, ValueError):
+                    stream.flush()
+            os._exit(int(end.code))
+        raise
+
+
+_INTERRUPTED = {ExitCode.INTERRUPTED, ExitCode.TERMINATED, ExitCode.HANGUP}
 
 
 __all__ = ["App", "CliError", "cli", "main"]
