@@ -94,3 +94,10 @@ def test_sweep_table_says_which_figures_were_not_seen(
 def test_the_size_rule_names_sizes_as_sizes(nbytes: int, said: str) -> None:
     d = decide(Mode.SHM, nbytes=nbytes, engine="vllm", local_ns="a:1", worker_ns="a:1", writable=True)
     assert said in d.reason
+
+
+def test_watch_says_none_ended_where_no_segment_was_consumed() -> None:
+    from smgshm.cli.watch_view import flight_text
+    from smgshm.core.watch.figures import FlightTimes
+
+    assert flight_text(FlightTimes(0, None, None, None, None)) == "none ended"
