@@ -70,44 +70,38 @@ def _stopped(children: Children, stall: Stall, sig: int, tmp: Path, *args: str) 
     return p.returncode, err.strip().splitlines()
 
 
-@pytest.mark.slow
-@SIGS
-def test_e2e_against_a_gateway_says_what_it_stopped_on_each_signal(
-    children: Children, stall: Stall, tmp_path: Path, sig: int
-) -> None:
-    url = f"http://127.0.0.1:{stall.port}"
-    code, lines = _stopped(children, stall, sig, tmp_path, "e2e", "--gateway", url)
-    assert code == CODES[sig], lines
-    assert lines, "stopped without a word"
-    assert lines[-1] == (
-        f"interrupted: stopped testing {url} with 0 of 3 measured request(s) answered; "
-        "it started no gateway and made no log"
-    ), lines
-    assert not list(tmp_path.iterdir()), "it made no file"
-
-
-@pytest.mark.slow
-@SIGS
-def test_doctor_stopped_in_its_checks_says_how_far_it_got(
-    children: Children, stall: Stall, tmp_path: Path, sig: int
-) -> None:
-    """Outside its e2e part (a worker's probe that hangs): the same line on each signal, with its code."""
-    worker = f"127.0.0.1:{stall.port}"
-    code, lines = _stopped(children, stall, sig, tmp_path, "doctor", "--no-e2e", "--timeout", "2m", "-w", worker)
-    assert code == CODES[sig], lines
-    assert lines, "stopped without a word"
-    assert re.fullmatch(
+# (smgshm's arguments, with {peer} the stalled peer's host:port; the one line it must end with, a regex)
+CASES = {
+    # e2e against a gateway that never answers: how far its requests got, and that it made nothing
+    "e2e --gateway": (
+        ("e2e", "--gateway", "http://{peer}"),
+        r"interrupted: stopped testing http://{peer} with 0 of 3 measured request\(s\) answered; "
+        r"it started no gateway and made no log",
+    ),
+    # doctor outside its e2e part (a worker's probe hangs): after which check
+    "doctor, in its checks": (
+        ("doctor", "--no-e2e", "--timeout", "2m", "-w", "{peer}"),
         r"interrupted: doctor stopped after \d+ check\(s\) \(the last: [^)]+\); everything it had started is "
         r"stopped, and it made no log",
-        lines[-1],
-    ), lines
+    ),
+    # doctor before any check (--from-gateway's GET /workers hangs)
+    "doctor, before its checks": (
+        ("doctor", "--timeout", "2m", "--from-gateway", "http://{peer}"),
+        r"interrupted: doctor stopped before its checks began; it had started nothing and made no log",
+    ),
+}
 
 
 @pytest.mark.slow
 @SIGS
-def test_doctor_stopped_before_its_checks_says_so(children: Children, stall: Stall, tmp_path: Path, sig: int) -> None:
-    """--from-gateway's GET /workers hangs, before any check: still one line and the signal's code."""
-    url = f"http://127.0.0.1:{stall.port}"
-    code, lines = _stopped(children, stall, sig, tmp_path, "doctor", "--timeout", "2m", "--from-gateway", url)
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_signal_ends_e2e_and_doctor_with_one_line_of_what_it_stopped(
+    children: Children, stall: Stall, tmp_path: Path, sig: int, case: str
+) -> None:
+    args, said = CASES[case]
+    peer = f"127.0.0.1:{stall.port}"
+    code, lines = _stopped(children, stall, sig, tmp_path, *(a.format(peer=peer) for a in args))
     assert code == CODES[sig], lines
-    assert lines[-1:] == ["interrupted: doctor stopped before its checks began; it had started nothing and made no log"]
+    assert lines, "stopped without a word"
+    assert re.fullmatch(said.replace("{peer}", re.escape(peer)), lines[-1]), lines
+    assert not list(tmp_path.iterdir()), "it made no file"
