@@ -249,7 +249,10 @@ def _node(app: App, root: str, inflight_bytes: int | None, stranded_after_s: flo
     ]
     if given:
         raise click.UsageError(f"--node checks the node's pod tmpfs: it does not combine with {', '.join(given)}")
-    report = run_node_doctor(root, inflight_bytes, stranded_after_s, gateways=not no_gateways)
+    try:
+        report = run_node_doctor(root, inflight_bytes, stranded_after_s, gateways=not no_gateways)
+    except KeyboardInterrupt as err:  # it reads and judges; it starts, writes and deletes nothing
+        raise Interrupted("doctor --node stopped while judging the node's tmpfs; it had changed nothing") from err
     worst = for_outcome(outcomes.worst(c.code for c in report.failed))
     if app.json:
         ctx.exit(app.emit_rendered(node_view.doc(report), worst))
