@@ -51,6 +51,27 @@ class CliError(click.ClickException):
             prose(console, Text("hint: ", style="cyan") + safe(self.err.hint), 6)
 
 
+class _WrappedUsageError(click.UsageError):
+    """A usage error said as click says it (usage, the --help hint), its ``Error:`` line wrapped as prose."""
+
+    def __init__(self, err: click.UsageError, app: App | None) -> None:
+        super().__init__(err.format_message(), err.ctx)
+        self.app = app
+
+    def show(self, file: Any = None) -> None:
+        import io
+
+        from smgshm.cli.fmt import prose
+
+        said = io.StringIO()
+        super().show(said)
+        head, _, error = said.getvalue().rstrip("\n").rpartition("\n")
+        console = _err_console(self.app)
+        if head:
+            console.print(Text(head), soft_wrap=True)
+        prose(console, Text(error), 7)  # click's own words, markup-free: "Error: ..." (7 wide)
+
+
 def _err_console(app: App | None) -> Console:
     """Where errors are said: the invocation's stderr console, or (before it exists) a plain one."""
     if app is not None:
@@ -178,7 +199,10 @@ class RootGroup(click.Group):
         self, info_name: str | None, args: list[str], parent: click.Context | None = None, **extra: Any
     ) -> click.Context:
         with _closed_stdout_exits():  # the root's --help and --version, said while parsing
-            return super().make_context(info_name, args, parent, **extra)
+            try:
+                return super().make_context(info_name, args, parent, **extra)
+            except click.UsageError as err:
+                raise _WrappedUsageError(err, None) from err
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -199,7 +223,7 @@ class RootGroup(click.Group):
                 npd_emit(NpdStatus.UNKNOWN, f"usage error: {err.format_message()}")
             if app is not None and app.json:
                 jsonout.write_error(app, "usage", err.format_message(), None)
-            raise
+            raise _WrappedUsageError(err, app) from err
         except (click.exceptions.Exit, click.ClickException, click.Abort):
             raise
         except KeyboardInterrupt as stop:

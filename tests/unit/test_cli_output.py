@@ -129,3 +129,19 @@ def test_a_table_too_wide_becomes_records_never_cut_cells(capsys: pytest.Capture
     assert all(len(ln) <= 40 and ln == ln.rstrip() for ln in narrow), narrow
     assert "…" not in "".join(narrow)
     assert " ".join(" ".join(narrow).split()).count("1.2 GiB/s") == 1, "every cell, whole"
+
+
+def test_a_long_usage_error_wraps_as_prose_after_clicks_usage_lines() -> None:
+    from tests.conftest import run_cli
+
+    for args in (
+        ("e2e", "--gateway", "http://127.0.0.1:9", "--keep-logs", "--mode", "shm"),  # the command's own
+        ("--no-such-root-option-" + "x" * 70,),  # click's, while parsing the root
+    ):
+        err = run_cli(*args, exit=2, env={"COLUMNS": "80"}).stderr
+        lines = err.splitlines()
+        assert lines[0].startswith("Usage: "), err
+        at = next(i for i, ln in enumerate(lines) if ln.startswith("Error: "))
+        assert all(len(ln) <= 80 for ln in lines if " " in ln.strip()), err  # only one over-long word may be wider
+        assert all(ln.startswith(" " * 7) for ln in lines[at + 1 :]), err
+        assert len(lines) > at + 1, f"the error wrapped: {err}"
