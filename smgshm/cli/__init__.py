@@ -229,7 +229,10 @@ class RootGroup(click.Group):
         except KeyboardInterrupt as stop:
             said = getattr(stop, "said", None)  # core.errors.Interrupted: what the run stopped, in one line
             if said:
-                _say_err(ctx.obj if isinstance(ctx.obj, App) else None, "interrupted: ", said)
+                app = ctx.obj if isinstance(ctx.obj, App) else None
+                if app is not None and app.json:  # the one document on stdout, as bench --what-if's
+                    jsonout.write_error(app, "interrupted", said, None)
+                _say_err(app, "interrupted: ", said)
             raise click.exceptions.Exit(signals.interrupt_code(stop)) from None
         except Exception as err:
             app = ctx.obj if isinstance(ctx.obj, App) else None

@@ -40,3 +40,14 @@ def test_doctor_node_stopped_says_it_changed_nothing(monkeypatch: pytest.MonkeyP
     assert res.stderr.strip().splitlines()[-1] == (
         "interrupted: doctor --node stopped while judging the node's tmpfs; it had changed nothing"
     )
+
+
+def test_under_json_an_interrupt_is_one_error_document_of_kind_interrupted(monkeypatch: pytest.MonkeyPatch) -> None:
+    def stopped(*_a: Any, **_k: Any) -> Any:
+        raise Terminated(signal.SIGHUP)
+
+    monkeypatch.setattr("smgshm.core.node.doctor.run_node_doctor", stopped)
+    doc = run_cli("--json", "doctor", "--node", exit=129).json  # its schema checked by run_cli
+    assert doc["ok"] is False
+    assert doc["error"]["kind"] == "interrupted"
+    assert doc["error"]["message"].startswith("doctor --node stopped while judging")
