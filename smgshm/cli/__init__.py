@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Iterator, MutableMapping
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from rich.console import Console
 from rich.text import Text
 
 from smgshm import __version__
@@ -38,18 +40,50 @@ class CliError(click.ClickException):
         self._exit_code = code
 
     def show(self, file: Any = None) -> None:
-        from smgshm.cli.fmt import escape, safe
+        from smgshm.cli.fmt import prose, safe
 
-        # Messages carry peers' and the filesystem's strings: escaped. One line each, never
-        # wrapped: scripts grep "Error: " lines.
-        console = self.app.err_console if self.app else None
-        if console is None:
-            hint = f"\nhint: {escape(self.err.hint)}" if self.err.hint else ""
-            click.echo(f"Error: {escape(str(self.err))}{hint}", err=True)
-            return
-        console.print(Text("Error: ", style="bold red") + safe(str(self.err)), soft_wrap=True)
+        # Messages carry peers' and the filesystem's strings: escaped. Wrapped at the terminal's width
+        # (80 when piped) as all prose is, between words: a path or a flag is never cut, and one longer
+        # than the line has a line of its own. "Error: " still starts the first line.
+        console = _err_console(self.app)
+        prose(console, Text("Error: ", style="bold red") + safe(str(self.err)), 7)
         if self.err.hint:
-            console.print(Text("hint: ", style="cyan") + safe(self.err.hint), soft_wrap=True)
+            prose(console, Text("hint: ", style="cyan") + safe(self.err.hint), 6)
+
+
+class _WrappedUsageError(click.UsageError):
+    """A usage error said as click says it (usage, the --help hint), its ``Error:`` line wrapped as prose."""
+
+    def __init__(self, err: click.UsageError, app: App | None) -> None:
+        super().__init__(err.format_message(), err.ctx)
+        self.app = app
+
+    def show(self, file: Any = None) -> None:
+        import io
+
+        from smgshm.cli.fmt import prose
+
+        said = io.StringIO()
+        super().show(said)
+        head, _, error = said.getvalue().rstrip("\n").rpartition("\n")
+        console = _err_console(self.app)
+        if head:
+            console.print(Text(head), soft_wrap=True)
+        prose(console, Text(error), 7)  # click's own words, markup-free: "Error: ..." (7 wide)
+
+
+def _err_console(app: App | None) -> Console:
+    """Where errors are said: the invocation's stderr console, or (before it exists) a plain one."""
+    if app is not None:
+        return app.err_console
+    return Console(file=sys.stderr, no_color=True, highlight=False, soft_wrap=True)
+
+
+def _say_err(app: App | None, head: str, text: str, style: str = "") -> None:
+    """One message on stderr (``Error:``, ``hint:``, ``interrupted:``), escaped and wrapped as prose."""
+    from smgshm.cli.fmt import prose, safe
+
+    prose(_err_console(app), Text(head, style=style) + safe(text), len(head))
 
 
 @contextmanager
@@ -81,11 +115,53 @@ _COMMANDS = {
 }
 
 
+@contextmanager
+def _whole_words() -> Iterator[None]:
+    """click's help wraps with textwrap's defaults, which break a word at its hyphens and cut one longer
+    than the line: "non-" then "regular", a flag split in two. Within this, click's wrapper does neither
+    (click builds it inside ``wrap_text`` from ``click._textwrap``, so that name is what is swapped)."""
+    from click import _textwrap
+
+    base = _textwrap.TextWrapper
+
+    class Whole(base):  # type: ignore[valid-type,misc]
+        def __init__(self, *args: Any, **kw: Any) -> None:
+            super().__init__(*args, **{**kw, "break_on_hyphens": False, "break_long_words": False})
+
+    _textwrap.TextWrapper = Whole  # type: ignore[misc]
+    try:
+        yield
+    finally:
+        _textwrap.TextWrapper = base  # type: ignore[misc]
+
+
+class _HelpFormatter(click.HelpFormatter):
+    """--help as click lays it out, with every word, flag and name whole (``_whole_words``)."""
+
+    def write_text(self, text: str) -> None:
+        with _whole_words():
+            super().write_text(text)
+
+    def write_dl(self, rows: Any, col_max: int = 30, col_spacing: int = 2) -> None:
+        with _whole_words():
+            super().write_dl(rows, col_max, col_spacing)
+
+    def write_usage(self, prog: str, args: str = "", prefix: str | None = None) -> None:
+        with _whole_words():
+            super().write_usage(prog, args, prefix)
+
+
+class _Context(click.Context):
+    formatter_class = _HelpFormatter
+
+
 class RootGroup(click.Group):
     """Translates exceptions once: SmgshmError -> its code, Ctrl-C -> 130, a bug -> 70.
 
     Subcommands load on first use; ``commands`` (help, docs, tests) loads them all.
     """
+
+    context_class = _Context
 
     @property
     def commands(self) -> MutableMapping[str, click.Command]:  # as click.Group declares it
@@ -123,7 +199,10 @@ class RootGroup(click.Group):
         self, info_name: str | None, args: list[str], parent: click.Context | None = None, **extra: Any
     ) -> click.Context:
         with _closed_stdout_exits():  # the root's --help and --version, said while parsing
-            return super().make_context(info_name, args, parent, **extra)
+            try:
+                return super().make_context(info_name, args, parent, **extra)
+            except click.UsageError as err:
+                raise _WrappedUsageError(err, None) from err
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -144,14 +223,17 @@ class RootGroup(click.Group):
                 npd_emit(NpdStatus.UNKNOWN, f"usage error: {err.format_message()}")
             if app is not None and app.json:
                 jsonout.write_error(app, "usage", err.format_message(), None)
-            raise
+            raise _WrappedUsageError(err, app) from err
         except (click.exceptions.Exit, click.ClickException, click.Abort):
             raise
         except KeyboardInterrupt as stop:
             said = getattr(stop, "said", None)  # core.errors.Interrupted: what the run stopped, in one line
             if said:
-                click.echo(f"interrupted: {said}", err=True)
-            raise click.exceptions.Exit(ExitCode.INTERRUPTED) from None
+                app = ctx.obj if isinstance(ctx.obj, App) else None
+                if app is not None and app.json:  # the one document on stdout, as bench --what-if's
+                    jsonout.write_error(app, "interrupted", said, None)
+                _say_err(app, "interrupted: ", said)
+            raise click.exceptions.Exit(signals.interrupt_code(stop)) from None
         except Exception as err:
             app = ctx.obj if isinstance(ctx.obj, App) else None
             if (app is not None and app.traceback) or os.environ.get("SMGSHM_DEBUG") == "1":
@@ -160,8 +242,8 @@ class RootGroup(click.Group):
                 _npd_unknown(f"internal error: {type(err).__name__}: {err}")
             if app is not None and app.json:
                 jsonout.write_error(app, "internal", f"{type(err).__name__}: {err}", "rerun with --traceback")
-            click.echo(f"Error: internal error: {type(err).__name__}: {err}", err=True)
-            click.echo("hint: this is a bug in smgshm; rerun with --traceback and report it", err=True)
+            _say_err(app, "Error: ", f"internal error: {type(err).__name__}: {err}", "bold red")
+            _say_err(app, "hint: ", "this is a bug in smgshm; rerun with --traceback and report it", "cyan")
             raise click.exceptions.Exit(ExitCode.INTERNAL) from err
 
 
@@ -214,18 +296,18 @@ def cli(ctx: click.Context, json_: bool, no_color: bool, quiet: bool, traceback:
 
     \b
     Examples:
-      smgshm doctor                     # every check, with the fix for each failure
-      smgshm e2e                        # SMG's real gateway, shm/auto/inline: which path?
-      smgshm serve                      # the reference receiver, on 127.0.0.1:50051
-      smgshm ns                         # this host's shm_namespace_id
-      smgshm ns compare ID_A ID_B       # do two ids share /dev/shm?
-      smgshm probe 127.0.0.1:50051      # does this worker share /dev/shm with me?
-      smgshm send 127.0.0.1:50051       # verified tensors through /dev/shm
-      smgshm bench                      # inline vs SHM by size: the shm_min_bytes to set
-      smgshm gc                         # what leaked?
-      smgshm watch                      # SHM traffic live: in flight, consumed, orphans
-      smgshm preflight -- smg launch    # reclaim a restarted pid 1's leftovers, then start SMG
-      smgshm completion bash            # the shell completion script
+      smgshm doctor                   # every check, each failure with its fix
+      smgshm e2e                      # SMG's gateway per mode: which path?
+      smgshm serve                    # the reference receiver, 127.0.0.1:50051
+      smgshm ns                       # this host's shm_namespace_id
+      smgshm ns compare ID_A ID_B     # do two ids share /dev/shm?
+      smgshm probe 127.0.0.1:50051    # does this worker share /dev/shm?
+      smgshm send 127.0.0.1:50051     # verified tensors through /dev/shm
+      smgshm bench                    # inline vs SHM by size: shm_min_bytes
+      smgshm gc                       # what leaked?
+      smgshm watch                    # SHM traffic live: in flight, orphans
+      smgshm preflight -- smg launch  # reclaim leftovers, then start SMG
+      smgshm completion bash          # the shell completion script
     """
     # gRPC's C core logs its own copy of errors we already report in one line (e.g. a busy
     # port); grpc is imported lazily, so this takes effect. An operator's setting wins.
@@ -266,6 +348,7 @@ def accept_root_flags(cmd: click.Command) -> None:
     Click parses options per command, so ``smgshm gc --check --json`` was a usage error.
     Copies are added only where the command has no option of that spelling itself.
     """
+    cmd.context_class = _Context  # its --help keeps words whole, as the root's does
     taken = {opt for p in cmd.params for opt in (*p.opts, *p.secondary_opts)}
     helps = {opt: p.help for p in cli.params if isinstance(p, click.Option) for opt in p.opts}
     for name, spellings in _LATE_FLAGS:
@@ -289,10 +372,23 @@ def main() -> None:
                 cli.main(prog_name="smgshm")
             finally:  # here, not at interpreter exit, where a closed stdout is exit 120 and a traceback
                 sys.stdout.flush()
-    except KeyboardInterrupt:
-        sys.exit(ExitCode.INTERRUPTED)
+    except KeyboardInterrupt as stop:  # outside a command's run (parsing): the signal's code all the same
+        sys.exit(signals.interrupt_code(stop))
     except click.exceptions.Exit as end:  # only _closed_stdout_exits raises it out here
         sys.exit(end.exit_code)
+    except SystemExit as end:
+        if end.code in _INTERRUPTED:
+            # Stopped by a signal, its clean-up done and said: leave now. Interpreter exit would join every
+            # worker thread still blocked in a peer's call that will not answer (a probe's connect), for up
+            # to its whole timeout after the operator asked it to stop.
+            for stream in (sys.stdout, sys.stderr):
+                with contextlib.suppress(OSError, ValueError):
+                    stream.flush()
+            os._exit(int(end.code))
+        raise
+
+
+_INTERRUPTED = {ExitCode.INTERRUPTED, ExitCode.TERMINATED, ExitCode.HANGUP}
 
 
 __all__ = ["App", "CliError", "cli", "main"]

@@ -50,11 +50,11 @@ class App:
 
     def warn(self, message: str) -> None:
         """A warning: kept for the JSON document and always said on stderr (unless --quiet)."""
-        from smgshm.cli.fmt import safe
+        from smgshm.cli.fmt import prose, safe
 
         self.warnings.append(message)
-        if not self.quiet:  # one line, escaped (a stranger's name can hold a newline); grep-able
-            self.err_console.print(Text("warning: ", style="yellow") + safe(message), soft_wrap=True)
+        if not self.quiet:  # escaped (a stranger's name can hold a newline); wrapped as all prose, words whole
+            prose(self.err_console, Text("warning: ", style="yellow") + safe(message), 9)
 
     def info(self, message: str) -> None:
         """Progress or status on stderr; silent under --quiet and --json."""

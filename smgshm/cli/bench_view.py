@@ -63,14 +63,16 @@ def _report(app: App, report: Any) -> None:
         inl = r.inline
         table.add_row(
             human_size(r.nbytes),
-            human_ms(inl.p50_ms) if inl else "n/a",
+            human_ms(inl.p50_ms) if inl else "too big",
             human_ms(r.shm.p50_ms),
-            f"{r.speedup:.1f}x" if r.speedup else "-",
+            f"{r.speedup:.1f}x" if r.speedup else "no inline",
             human_gb_per_s(r.shm.gb_per_s),
             "/".join(f"{ms:.1f}" if ms >= 10 else f"{ms:.2f}" for ms in (r.shm_write_ms, r.shm_rpc_ms, r.shm_read_ms)),
             f"{r.shm_fraction_of_memcpy:.0%}",
         )
     fit_table(app.console, table)
+    if any(r.inline is None for r in report.sizes):  # each unknown cell says why, here in full
+        prose(app.console, "too big: larger than one gRPC message, so inline was not sent (no inline: no x)", 2)
     prose(
         app.console,
         f"host: {h.cpu_count} cpus; memcpy {human_gb_per_s(h.memcpy_gb_per_s)}; "
@@ -85,7 +87,7 @@ def _report(app: App, report: Any) -> None:
         s = int(30 * r.shm.gb_per_s / top)
         i = int(30 * r.inline.gb_per_s / top) if r.inline else 0
         app.console.print(Text(f"{human_size(r.nbytes):>10} shm    {'#' * s} {human_gb_per_s(r.shm.gb_per_s)}"))
-        inline = f"{'=' * i} {human_gb_per_s(r.inline.gb_per_s)}" if r.inline else "n/a"
+        inline = f"{'=' * i} {human_gb_per_s(r.inline.gb_per_s)}" if r.inline else "not sent (too big)"
         app.console.print(Text(f"{'':>10} inline {inline}"))
 
 

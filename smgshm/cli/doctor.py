@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from smgshm.cli import doctor_view as view
@@ -16,6 +18,11 @@ from smgshm.cli.params import (
     shm_dir_option,
     worker_addresses,
 )
+from smgshm.cli.signals import unwinds
+from smgshm.core.errors import Interrupted
+
+if TYPE_CHECKING:
+    from smgshm.core.doctor.check import Check
 
 
 @click.command()
@@ -89,6 +96,9 @@ from smgshm.cli.params import (
     help="With --node: where the host's / is mounted (a DaemonSet's hostPath, e.g. /host).",
 )
 @click.pass_obj
+# SIGTERM and SIGHUP unwind as Ctrl-C does (its e2e part's gateways stopped, their logs removed or named),
+# and each ends with one line of what was stopped, then 130, 143 or 129.
+@unwinds("doctor stopped before its checks began; it had started nothing and made no log")
 def doctor(
     app: App,
     workers: tuple[str, ...],
@@ -163,7 +173,8 @@ def doctor(
     Exit with the worst code of the checks: 4, 5, 3, 6, 1, then 0. A check
     that judged nothing (a gateway with no workers, every segment unknown, no
     log and no tensor that shows a gateway's setting) is unknown with code 6:
-    never a pass.
+    never a pass. 130, 143 or 129 after Ctrl-C, SIGTERM or SIGHUP, with one
+    line saying what it stopped (and what became of its e2e gateways' logs).
 
     \b
     Examples:
@@ -192,22 +203,32 @@ def doctor(
         # None listed is the gateway's state, not a usage error: its checks say so (no_workers), and its
         # e2e check meets a gateway not ready (gateway_not_ready).
         addresses += [w.url for w in listed if w.grpc]
+    done: list[str] = []  # the checks finished, for the line an interrupt ends with
+
     with view.progress(app) as say:
-        report = run_doctor(
-            addresses,
-            shm_dir=shm_dir,
-            timeout=timeout,
-            on_check=say,
-            gateway_logs=list(gateway_logs),
-            inflight_bytes=inflight_bytes,
-            gateway=from_gateway,
-            api_key=api_key,
-            e2e=e2e,
-            metrics_url=metrics_url,
-            gateway_pids=() if no_gateways else (gateway_pids or None),
-            stranded_after_s=stranded_after_s,
-            gateway_workers=listed,
-        )
+
+        def on_check(check: Check) -> None:
+            done.append(check.name)
+            say(check)
+
+        try:
+            report = run_doctor(
+                addresses,
+                shm_dir=shm_dir,
+                timeout=timeout,
+                on_check=on_check,
+                gateway_logs=list(gateway_logs),
+                inflight_bytes=inflight_bytes,
+                gateway=from_gateway,
+                api_key=api_key,
+                e2e=e2e,
+                metrics_url=metrics_url,
+                gateway_pids=() if no_gateways else (gateway_pids or None),
+                stranded_after_s=stranded_after_s,
+                gateway_workers=listed,
+            )
+        except KeyboardInterrupt as err:
+            raise _interrupted(err, done) from err
     worst = for_outcome(run_outcome(report.checks))
     if app.silent(worst):  # --quiet and nothing failed: nothing to say
         click.get_current_context().exit(worst)
@@ -231,10 +252,23 @@ def _node(app: App, root: str, inflight_bytes: int | None, stranded_after_s: flo
     ]
     if given:
         raise click.UsageError(f"--node checks the node's pod tmpfs: it does not combine with {', '.join(given)}")
-    report = run_node_doctor(root, inflight_bytes, stranded_after_s, gateways=not no_gateways)
+    try:
+        report = run_node_doctor(root, inflight_bytes, stranded_after_s, gateways=not no_gateways)
+    except KeyboardInterrupt as err:  # it reads and judges; it starts, writes and deletes nothing
+        raise Interrupted("doctor --node stopped while judging the node's tmpfs; it had changed nothing") from err
     worst = for_outcome(run_outcome(report.checks))
     if app.json:
         ctx.exit(app.emit_rendered(node_view.doc(report), worst))
     if not app.silent(worst):
         node_view.report(app, report)
     ctx.exit(worst)
+
+
+def _interrupted(stop: KeyboardInterrupt, done: list[str]) -> Interrupted:
+    """doctor's one line after an interrupt: where it stopped, and what it had started (its e2e part says
+    its own: the gateways and receivers stopped, their logs removed or named)."""
+    after = f"after {len(done)} check(s)" + (f" (the last: {done[-1]})" if done else "")
+    said = getattr(stop, "said", None)
+    if said:
+        return Interrupted(f"doctor stopped at its e2e check {after}: {said}")
+    return Interrupted(f"doctor stopped {after}; everything it had started is stopped, and it made no log")

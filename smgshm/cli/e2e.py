@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-import signal
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
-from types import FrameType
 from typing import TYPE_CHECKING
 
 import click
@@ -15,37 +10,10 @@ from smgshm.cli import e2e_view as view
 from smgshm.cli.app import App
 from smgshm.cli.exitcodes import ExitCode
 from smgshm.cli.params import DURATION, HTTP_URL, complete_pids, require_gateways, shm_dir_option
+from smgshm.cli.signals import unwinds
 
 if TYPE_CHECKING:
     from smgshm.core.e2e.run import E2eReport
-
-
-class _TerminatedError(BaseException):
-    """SIGTERM/SIGHUP as an exception: the run unwinds (every gateway and receiver stopped) and exits 128+n."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
-
-
-@contextmanager
-def _unwind_on_term() -> Iterator[None]:
-    """SIGTERM and SIGHUP unwind like Ctrl-C does instead of killing the process outright."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum: int, _frame: FrameType | None) -> None:
-        for sig in (signal.SIGTERM, signal.SIGHUP):
-            signal.signal(sig, signal.SIG_IGN)  # a second one must not cut the cleanup short
-        raise _TerminatedError(signum)
-
-    old = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for sig, prev in old.items():
-            signal.signal(sig, prev)
 
 
 @click.command()
@@ -129,6 +97,9 @@ def _unwind_on_term() -> Iterator[None]:
 @click.option("--timeout", type=DURATION, default="60s", show_default=True, help="Per request.")
 @shm_dir_option
 @click.pass_obj
+# SIGTERM and SIGHUP unwind as Ctrl-C does (every gateway and receiver stopped, their logs removed or
+# named), and each ends with the one line of what was stopped, then 130, 143 or 129.
+@unwinds("stopped before any gateway was started or request sent; it made no log")
 def e2e(
     app: App,
     gateway: str | None,
@@ -187,14 +158,16 @@ def e2e(
     another origin, 1 when the gateway refuses
     (HTTP 401/403: pass --api-key), 5 local environment (smg not installed), 6
     undetermined; 130, 143 or 129 after Ctrl-C, SIGTERM or SIGHUP, with every
-    process it started stopped first.
+    process it started stopped first and one line saying what it stopped and
+    what became of the gateways' logs.
 
     \b
     Examples:
       smgshm e2e
       smgshm e2e --gateway http://127.0.0.1:30000 --expect shm
       smgshm e2e --running --expect shm
-      smgshm e2e --gateway http://gw:30000 --metrics http://gw:29000/metrics -n 10 --json
+      smgshm e2e --gateway http://gw:30000 --metrics http://gw:29000/metrics \\
+          -n 10 --json
       smgshm e2e --sizes 224,448,1344,2688 -n 5
     """
     from smgshm.core.e2e.run import EMBEDDED_MODES, E2eOptions, run_against, run_embedded
@@ -203,6 +176,8 @@ def e2e(
         running = True
     if running and gateway:
         raise click.UsageError("--running finds the gateway itself; it takes no --gateway")
+    if running and sizes is not None:  # before looking for it: --running makes `gateway` set below
+        raise click.UsageError("--sizes runs the embedded pair of gateways; it takes no --running")
     if gateway_pid is not None:
         require_gateways((gateway_pid,))
     if running:
@@ -214,9 +189,6 @@ def e2e(
         if gateway:
             raise click.UsageError("--sizes runs the embedded pair of gateways; it takes no --gateway")
         _sweep(app, _pixel_sizes(sizes), requests, warmup, timeout)
-
-    if running and sizes is not None:
-        raise click.UsageError("--sizes runs the embedded pair of gateways; it takes no --running")
     if gateway and (modes or advertise_namespace_id or model_dir or keep_logs or gateway_log_dir):
         raise click.UsageError(
             "--mode, --advertise-namespace-id, --model-dir, --keep-logs and --gateway-log-dir are for the embedded "
@@ -239,15 +211,12 @@ def e2e(
         keep_logs=keep_logs,
         log_dir=gateway_log_dir,
     )
-    try:
-        with _unwind_on_term(), view.request_progress(app) as on_request:
-            report = (
-                run_against(gateway, opts, app.info, on_request=on_request)
-                if gateway
-                else run_embedded(opts, app.info, on_request=on_request)
-            )
-    except _TerminatedError as t:
-        raise click.exceptions.Exit(128 + t.signum) from None
+    with view.request_progress(app) as on_request:
+        report = (
+            run_against(gateway, opts, app.info, on_request=on_request)
+            if gateway
+            else run_embedded(opts, app.info, on_request=on_request)
+        )
     _record_largest_tensor(report, shm_dir)
     code = ExitCode.OK
     if report.unreachable:  # a dead worker: the endpoint's fault, whatever else the run says
@@ -274,11 +243,7 @@ def _sweep(app: App, pxs: tuple[int, ...], requests: int, warmup: int, timeout: 
     """e2e --sizes: the embedded pair of gateways at each size, then exit (never returns)."""
     from smgshm.core.e2e.sweep import run_sweep
 
-    try:
-        with _unwind_on_term():
-            sweep = run_sweep(pxs, requests=requests, warmup=warmup, say=app.info, timeout_s=max(timeout, 60.0))
-    except _TerminatedError as t:
-        raise click.exceptions.Exit(128 + t.signum) from None
+    sweep = run_sweep(pxs, requests=requests, warmup=warmup, say=app.info, timeout_s=max(timeout, 60.0))
     ok = all(r.failed == 0 for r in sweep.rows)
     code = ExitCode.OK if ok else ExitCode.CHECK_FAILED
     click.get_current_context().exit(app.emit(sweep, view.sweep_report, code))

@@ -156,7 +156,7 @@ def e2e_report(app: App, report: Any) -> None:
         for col in ("mode", "path", "p50", "requests"):
             table.add_column(col, justify="right" if col != "path" else "left", no_wrap=True)
         for run in report.runs:
-            p50 = human_ms(run.p50_ms) if any(r.ok for r in run.requests) else "-"
+            p50 = human_ms(run.p50_ms) if any(r.ok for r in run.requests) else "none ok"  # no latency to show
             table.add_row(run.label, run.path, p50, str(len(run.requests)))
         fit_table(app.console, table)
     img = f"{report.image_size}x{report.image_size} PNG ({human_size(report.image_bytes)})"
@@ -230,16 +230,16 @@ def sweep_report(app: App, report: Any) -> None:
     for col in ("px", "pixels", "inline ms", "shm ms", "x", "write ms", "read ms", "floor ms", "prep ms"):
         table.add_column(col, justify="right", no_wrap=True)
 
-    def ms(v: float | None) -> str:
-        return "n/a" if v is None else f"{v:.1f}" if v < 100 else f"{v:.0f}"
+    def ms(v: float | None) -> str:  # None: the log or the receipts showed none
+        return "not seen" if v is None else f"{v:.1f}" if v < 100 else f"{v:.0f}"
 
     for r in report.rows:
         table.add_row(
             str(r.image_px),
             human_size(r.pixel_nbytes),
-            ms(r.inline_p50_ms),
-            ms(r.shm_p50_ms),
-            f"{r.speedup:.2f}x" if r.speedup else "-",
+            ms(r.inline_p50_ms) if r.inline_p50_ms else "none ok",
+            ms(r.shm_p50_ms) if r.shm_p50_ms else "none ok",
+            f"{r.speedup:.2f}x" if r.speedup else "none ok",  # one side had no successful request
             ms(r.shm_write_ms),
             ms(r.worker_read_ms),
             ms(r.floor_ms),

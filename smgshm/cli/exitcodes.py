@@ -16,7 +16,7 @@ class ExitCode(enum.IntEnum):
     HOST = 5  # local environment: no or full shm dir, permission denied
     UNDETERMINED = 6  # the peer advertises no namespace id, ours is unreadable, or the check judged nothing
     INTERNAL = 70  # a bug in smgshm (sysexits EX_SOFTWARE)
-    HANGUP = 129  # SIGHUP: a long run (send) stopped cleanly and reported what it did
+    HANGUP = 129  # SIGHUP: a long run (send, e2e, doctor) stopped cleanly and said what it did
     INTERRUPTED = 130  # Ctrl-C (SIGINT)
     CLOSED_PIPE = 141  # stdout's reader left (`| head`): 128 + SIGPIPE, as a shell reports `cat | head`
     TERMINATED = 143  # SIGTERM: as SIGHUP (``timeout``, systemd, kubectl delete)
@@ -31,10 +31,11 @@ DESCRIPTIONS: dict[ExitCode, str] = {
     ExitCode.HOST: "local environment: no, too small or full shm dir, permission denied",
     ExitCode.UNDETERMINED: "undetermined: no namespace id advertised, this host's unreadable, or nothing to judge",
     ExitCode.INTERNAL: "internal error (a bug); rerun with --traceback",
-    ExitCode.HANGUP: "stopped by SIGHUP (send: after unlinking its segments and printing a partial report)",
-    ExitCode.INTERRUPTED: "interrupted (Ctrl-C); send stops within a second and prints a partial report",
+    ExitCode.HANGUP: "stopped by SIGHUP, as by Ctrl-C (send, e2e, doctor)",
+    ExitCode.INTERRUPTED: "interrupted (Ctrl-C): send stops within a second and prints a partial report; e2e and "
+    "doctor stop what they started and say so in one line (their gateways' logs removed or named)",
     ExitCode.CLOSED_PIPE: "stdout closed by its reader (| head): the rest of the output dropped quietly",
-    ExitCode.TERMINATED: "stopped by SIGTERM (send: after unlinking its segments and printing a partial report)",
+    ExitCode.TERMINATED: "stopped by SIGTERM, as by Ctrl-C (send, e2e, doctor)",
 }
 
 

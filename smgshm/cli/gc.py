@@ -160,8 +160,9 @@ def gc(
       smgshm gc --delete --yes
       smgshm gc --node --node-root /host --delete --yes
       smgshm gc --check --npd        # a node-problem-detector custom plugin
-      # cron, every 10 minutes:
-      #   */10 * * * * root smgshm -q gc --delete --check --prometheus /var/lib/node_exporter/smgshm.prom
+      # cron, every 10 minutes (/etc/cron.d/smgshm; cron sets PROM for the line):
+      #   PROM=/var/lib/node_exporter/smgshm.prom
+      #   */10 * * * * root smgshm -q gc --delete --check --prometheus $PROM
     """
     from smgshm.core.segments.judge import ScanOptions
 

@@ -61,8 +61,10 @@ def compare(app: App, id_a: str, id_b: str | None, shm_dir: str) -> None:
 
     \b
     Examples:
-      smgshm ns compare "$(kubectl exec worker -- smgshm --json ns | jq -r .result.namespace_id)"
-      smgshm ns compare 5ef74ec3-0000-4000-8000-000000000000:27 5ef74ec3-0000-4000-8000-000000000000:31
+      ID=$(kubectl exec worker -- smgshm --json ns | jq -r .result.namespace_id)
+      smgshm ns compare "$ID"
+      smgshm ns compare 5ef74ec3-0000-4000-8000-000000000000:27 \\
+          5ef74ec3-0000-4000-8000-000000000000:31
     """
     from smgshm.core.host.namespace import Sharing, compare_namespace_ids, read_namespace_id
 

@@ -122,10 +122,12 @@ def preflight(
 
     \b
     Examples:
-      smgshm preflight --pod-private --inflight-bytes 1GiB -- smg launch --port 30000
+      smgshm preflight --pod-private --inflight-bytes 1GiB -- \\
+          smg launch --port 30000
       smgshm preflight --init-container --inflight-bytes 1GiB
       smgshm preflight --npd --inflight-bytes 1GiB
-      smgshm preflight --textfile /var/lib/node_exporter/smgshm-preflight.prom -- smg launch
+      smgshm preflight --textfile /var/lib/node_exporter/smgshm-preflight.prom \\
+          -- smg launch
     """
     from smgshm.core.node.preflight import Mode, PreflightRequest, run_preflight
 

@@ -104,7 +104,7 @@ def probe(
       smgshm probe --verify grpc://worker-0:50051 grpc://worker-1:50051
       smgshm probe --from-gateway http://127.0.0.1:30000 --api-key "$SMG_API_KEY"
       # Kubernetes exec probe in the gateway's pod:
-      #   command: ["smgshm", "-q", "probe", "--expect", "shared", "127.0.0.1:50051"]
+      #   command: [smgshm, -q, probe, --expect, shared, 127.0.0.1:50051]
     """
     from smgshm.core.client.probe import MAX_GATEWAY_WORKERS, ProbeOptions
     from smgshm.core.client.probe import probe as run_probe

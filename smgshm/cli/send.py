@@ -142,7 +142,8 @@ def send(
     \b
     Examples:
       smgshm send 127.0.0.1:50051
-      smgshm send --transport inline --dtype bfloat16 --shape 3x448x448 -n 20 -c 4 127.0.0.1:50051
+      smgshm send --transport inline --dtype bfloat16 --shape 3x448x448 \\
+          -n 20 -c 4 127.0.0.1:50051
       smgshm send --layout tokenspeed --size 64MiB --tensors 3 worker:50051
       smgshm send --duration 10m -c 8 --size 4MiB 127.0.0.1:50051       # a soak
     """

@@ -135,10 +135,12 @@ def serve(
     \b
     Examples:
       smgshm serve
-      smgshm serve --listen 0.0.0.0:50051      # reachable from other hosts: says so loudly
-      smg launch --worker-urls grpc://127.0.0.1:50051 --multimodal-tensor-transport auto
+      smgshm serve --listen 0.0.0.0:50051  # other hosts reach it: said loudly
+      smg launch --worker-urls grpc://127.0.0.1:50051 \\
+          --multimodal-tensor-transport auto
       smgshm serve --model-dir ~/.cache/smgshm/model-qwen2vl-tiny --log-receipts -
-      smg launch --worker-urls grpc://127.0.0.1:50051 --model-path ~/.cache/smgshm/model-qwen2vl-tiny \\
+      smg launch --worker-urls grpc://127.0.0.1:50051 \\
+          --model-path ~/.cache/smgshm/model-qwen2vl-tiny \\
           --multimodal-tensor-transport shm
     """
     from smgshm.core.address import is_loopback

@@ -10,6 +10,7 @@ core polls; the command then reports what it did and exits 128 + the signal's nu
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import sys
@@ -18,7 +19,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import FrameType
-from typing import Any, TextIO
+from typing import Any, ParamSpec, TextIO, TypeVar
 
 from smgshm.cli.exitcodes import ExitCode
 
@@ -70,6 +71,77 @@ def stop_on_signals() -> Iterator[Stop]:
     finally:
         for sig, prev in old.items():
             signal.signal(sig, prev)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP raised as Ctrl-C is (``unwind_on_signals``): every ``except KeyboardInterrupt`` and
+    ``finally`` of the run applies alike (gateways and receivers stopped, logs removed or named, the one
+    line of what was stopped), and the exit code is still the signal's."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@contextmanager
+def unwind_on_signals() -> Iterator[None]:
+    """Within the block SIGTERM and SIGHUP unwind the run as Ctrl-C does (``Terminated``), instead of
+    killing the process outright with what it started still running. For a run that blocks in calls it
+    cannot poll an event from (e2e, doctor); a run that polls one uses ``stop_on_signals``."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)  # a second one must not cut the clean-up short
+        raise Terminated(signum)
+
+    old = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, prev in old.items():
+            signal.signal(sig, prev)
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def unwinds(said: str) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]:
+    """A command whose whole run unwinds on SIGTERM/SIGHUP as on Ctrl-C (``unwind_on_signals``) and always
+    ends an interrupt with one line: the core's (``Interrupted.said``: what it stopped, its logs), else
+    ``said``, for an interrupt where the command had started nothing (looking for a gateway, parsing)."""
+
+    def wrap(run: Callable[_P, _R]) -> Callable[_P, _R]:
+        @functools.wraps(run)
+        def command(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+            from smgshm.core.errors import Interrupted
+
+            try:
+                with unwind_on_signals():
+                    return run(*args, **kwargs)
+            except KeyboardInterrupt as err:
+                if getattr(err, "said", None):
+                    raise
+                raise Interrupted(said) from err
+
+        return command
+
+    return wrap
+
+
+def interrupt_code(stop: BaseException) -> ExitCode:
+    """The exit code of a run ended by a signal: 130 for Ctrl-C, 143 SIGTERM, 129 SIGHUP, as the table says;
+    the signal is found on the exception or on the one it was raised from (core's ``Interrupted``)."""
+    seen: BaseException | None = stop
+    while seen is not None:
+        signum = getattr(seen, "signum", None)
+        if signum is not None:
+            return _CODES.get(signal.Signals(signum), ExitCode.INTERRUPTED)
+        seen = seen.__cause__ or seen.__context__
+    return ExitCode.INTERRUPTED
 
 
 # -- a closed stdout or stderr -------------------------------------------------------------------

@@ -156,7 +156,8 @@ def watch(
       smgshm watch --duration 60s --check --json          # CI: orphans -> exit 3
       smgshm watch --jsonl | jq -c 'select(.type=="segment")'
       smgshm watch --serve-metrics 9464 -q                # a per-node exporter
-      smgshm watch --node --node-root /host --serve-metrics 0.0.0.0:9464 -q   # a DaemonSet
+      # a DaemonSet's, for every pod's /dev/shm on its node:
+      smgshm watch --node --node-root /host --serve-metrics 0.0.0.0:9464 -q
     """
     from smgshm.core.watch.figures import WatchOptions
     from smgshm.core.watch.session import WatchSession

@@ -24,7 +24,7 @@ _STATE_STYLE = {"leaked": "red", "hazard": "magenta", "stale": "yellow", "held":
 
 def flight_text(f: FlightTimes) -> str:
     if not f.count:
-        return "-"
+        return "none ended"  # said, never a bare "-"
     return f"p50 {human_ms(f.p50_ms)}, p90 {human_ms(f.p90_ms)}, p99 {human_ms(f.p99_ms)}, max {human_ms(f.max_ms)}"
 
 

@@ -49,7 +49,7 @@ def test_non_smgshm_worker_verdict_from_metrics_and_shm_dir(
         assert [s["end"] for s in run["shm_dir"]["segments"]] == ["consumed", "consumed"]
         assert all(s["nbytes"] in (4816896, None) for s in run["shm_dir"]["segments"])  # None: unlinked before stat
         assert run["cause"].startswith("SHM: ")
-        assert "below shm_min_bytes 65536" in run["cause"]
+        assert "below shm_min_bytes 64.0 KiB" in run["cause"]
     else:
         assert m["tensors"] == {"inline": 6}
         assert run["shm_dir"]["segments"] == []

@@ -28,3 +28,11 @@ def test_smg_missing_exits_5_naming_pip(monkeypatch: pytest.MonkeyPatch, tmp_pat
 def test_gateway_log_options_are_for_the_embedded_default_only() -> None:
     res = run_cli("e2e", "--gateway", "http://127.0.0.1:9", "--keep-logs", exit=2)
     assert "--keep-logs" in res.stderr
+
+
+def test_sizes_with_running_is_refused_by_name_before_any_gateway_is_looked_for() -> None:
+    """--running --sizes is a usage error naming --running (it once fell to the --gateway refusal, after a
+    /proc scan for the running gateway, leaving its own refusal unreachable)."""
+    for args in (("--running",), ("--gateway-pid", "1")):
+        res = run_cli("e2e", *args, "--sizes", "224", exit=2)
+        assert "it takes no --running" in res.stderr, res.stderr

@@ -43,7 +43,7 @@ def test_shm_when_metrics_and_segments_agree() -> None:
     assert (v.path, v.agree) == ("shm", True)
     assert v.counts == {"metrics": 1, "shm dir": 1}
     assert v.cause.startswith("SHM: 1 tensor(s) 4.6 MiB via shm, consumed in 3.00 ms")
-    assert "below shm_min_bytes 65536" in v.cause
+    assert "below shm_min_bytes 64.0 KiB" in v.cause
 
 
 def test_sources_that_disagree_are_undetermined() -> None:

@@ -25,7 +25,8 @@ def _help_examples() -> list[str]:
 
     def walk(cmd: click.Command) -> None:
         _, sep, block = (cmd.help or "").partition("Examples:")
-        if sep:
+        if sep:  # a long example goes on over continuation lines: one command line
+            block = re.sub(r"\\\n\s*", " ", block)
             out.extend(ln.strip() for ln in block.splitlines() if ln.strip().startswith("smgshm"))
         if isinstance(cmd, click.Group):
             for sub in cmd.commands.values():

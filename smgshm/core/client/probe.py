@@ -372,8 +372,13 @@ def probe(
             return report
         return replace(report, cause_info=cause_of(report, local, opts.shm_dir))
 
-    with ThreadPoolExecutor(max_workers=min(16, max(1, len(jobs)))) as pool:
+    pool = ThreadPoolExecutor(max_workers=min(16, max(1, len(jobs))))
+    try:
         workers = [with_cause(w) for w in pool.map(one, jobs)]
+    except BaseException:  # Ctrl-C (or SIGTERM as one): never wait out a worker that does not answer
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
     none = None
     if gateway is not None and not gateway:  # asked about a gateway's workers, and it has none: nothing judged
         none = found(Cause.NO_WORKERS, "the gateway lists no workers (GET /workers): nothing to probe, nothing judged")

@@ -357,7 +357,28 @@ def run_against(
 ) -> E2eReport:
     """e2e against a running gateway; TransportError when it (or its metrics) cannot be reached.
 
-    ``facts``: this host's, when the caller has read them already (doctor)."""
+    ``facts``: this host's, when the caller has read them already (doctor). Ctrl-C: ``Interrupted``
+    saying how far the requests got (nothing was started, so nothing else is to be said)."""
+    answered: list[ChatOutcome] = []
+    try:
+        return _run_against(gateway_url, opts, say, facts, on_request, answered)
+    except KeyboardInterrupt as err:
+        if isinstance(err, Interrupted):
+            raise
+        raise Interrupted(
+            f"stopped testing {gateway_url} with {len(answered)} of {opts.requests} measured request(s) answered; "
+            "it started no gateway and made no log"
+        ) from err
+
+
+def _run_against(
+    gateway_url: str,
+    opts: E2eOptions,
+    say: Progress,
+    facts: HostFacts | None,
+    on_request: RequestProgress | None,
+    answered: list[ChatOutcome],
+) -> E2eReport:
     from smgshm.core.gateway.admin import list_workers
 
     grpc_workers = [w for w in list_workers(gateway_url, opts.api_key, 5.0) if w.grpc]
@@ -376,6 +397,7 @@ def run_against(
         [w.url for w in grpc_workers],
         "",
     )
+    target.outcomes = answered  # the caller's list: how far it got, if interrupted
     if pid is not None:
         _read_setting(target, pid)
     # Before any chat request: its own counters, or a refusal (never a neighbour's on port 29000).
@@ -518,14 +540,20 @@ def _interrupted(opts: E2eOptions, gateways: list[RunningGateway]) -> Interrupte
     """Ctrl-C, after every gateway and receiver was stopped: one line of what was stopped; the gateways'
     logs are removed (made in the temp dir, nothing to look at), or named when kept (--keep-logs,
     --gateway-log-dir)."""
-    logs = [gw.log_path for gw in gateways if gw.log_path]
     what = f"stopped {len(gateways)} gateway(s) ({', '.join(opts.modes)}) and their receivers"
+    return interrupted(what, gateways, keep=opts.keep_logs or opts.log_dir is not None)
+
+
+def interrupted(what: str, gateways: list[RunningGateway], *, keep: bool = False) -> Interrupted:
+    """``what`` was stopped: the one line, with what became of the gateways' logs (removed, or named when
+    ``keep``). Every run that starts gateways ends a Ctrl-C through here (e2e, its --sizes sweep)."""
+    logs = list(dict.fromkeys(gw.log_path for gw in gateways if gw.log_path))
     if not logs:
         return Interrupted(what)
-    if opts.keep_logs or opts.log_dir is not None:
-        return Interrupted(f"{what}; their logs are kept: {', '.join(dict.fromkeys(logs))}")
+    if keep:
+        return Interrupted(f"{what}; their logs are kept: {', '.join(logs)}")
     remove_logs(logs)
-    return Interrupted(f"{what}; removed their {len(dict.fromkeys(logs))} log(s)")
+    return Interrupted(f"{what}; removed their {len(logs)} log(s)")
 
 
 def _new_log(log_dir: str | None, mode: str) -> str | None:

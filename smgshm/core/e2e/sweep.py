@@ -100,13 +100,19 @@ def run_sweep(
     floor_bps = host.fresh_page_gb_per_s * 1e9
     gateways: list[RunningGateway] = []
     rows: list[SweepRow] = []
-    with contextlib.ExitStack() as stack:
-        stack.callback(lambda: stop_gateways(gateways))
-        pair = _start_pair(stack, gateways, md)
-        for px in sizes:
-            row = _measure_size(pair, px, requests, warmup, timeout_s, floor_bps)
-            rows.append(row)
-            say(f"{px} px: inline {human_ms(row.inline_p50_ms)}, shm {human_ms(row.shm_p50_ms)}")
+    try:
+        with contextlib.ExitStack() as stack:
+            stack.callback(lambda: stop_gateways(gateways))
+            pair = _start_pair(stack, gateways, md)
+            for px in sizes:
+                row = _measure_size(pair, px, requests, warmup, timeout_s, floor_bps)
+                rows.append(row)
+                say(f"{px} px: inline {human_ms(row.inline_p50_ms)}, shm {human_ms(row.shm_p50_ms)}")
+    except KeyboardInterrupt as err:  # all stopped by now: say so, and remove their logs (made in the temp dir)
+        from smgshm.core.e2e.run import interrupted
+
+        what = f"stopped the sweep's {len(gateways)} gateway(s) and their receivers"
+        raise interrupted(f"{what} after {len(rows)} of {len(sizes)} size(s)", gateways) from err
     logs = [g.log_path for g in gateways]
     if all(r.failed == 0 for r in rows):  # a passing sweep leaves no log behind; a failing one names them
         from smgshm.core.e2e.run import remove_logs

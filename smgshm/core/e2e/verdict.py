@@ -191,8 +191,8 @@ def _shm_cause(
         if codes == "missing":
             text += ": no such segment where it looks"
     if n_inline:
-        each = " per request" if ctx.requests > 1 else ""
-        text += f"; {n_inline // per or n_inline} tensor(s) inline{each} (below shm_min_bytes {_min_bytes(ctx)})"
+        each, least = " per request" if ctx.requests > 1 else "", human_size(_min_bytes(ctx))
+        text += f"; {n_inline // per or n_inline} tensor(s) inline{each} (below shm_min_bytes {least})"
     return text
 
 
@@ -272,7 +272,7 @@ def _why(dec: Decision, largest: int, minb: int) -> tuple[str, Cause]:
     """An inline decision's sentence, and its cause as ``decide`` decided it."""
     code = dec.cause or Cause.ENGINE_INLINE_ONLY  # an inline decision always names one
     if code is Cause.BELOW_SHM_MIN_BYTES:
-        return f"inline: every tensor is below shm_min_bytes {minb} (largest {largest} B)", code
+        return f"inline: every tensor is below shm_min_bytes {human_size(minb)} (largest {human_size(largest)})", code
     if code in (Cause.SHM_PERMISSION, Cause.ENGINE_INLINE_ONLY, Cause.NOT_GRPC, Cause.MODE_INLINE):
         return f"inline: {dec.reason}", code
     return f"inline: the worker advertises another namespace id ({dec.reason})", code  # auto's namespace check

@@ -11,6 +11,7 @@ from smgshm.core.causes import Cause, for_verdict
 from smgshm.core.engines import SHM_ENGINES
 from smgshm.core.gateway.setting import DEFAULT_SHM_MIN_BYTES, Mode
 from smgshm.core.host.namespace import compare_namespace_ids
+from smgshm.core.units import human_size
 
 PROBE_FAILS = "the gateway's writability probe of /dev/shm fails"
 
@@ -53,7 +54,14 @@ def decide(
             return Decision("inline", f"auto: {cmp.reason}", cause)
     if not writable:
         return Decision("inline", PROBE_FAILS, Cause.SHM_PERMISSION)
+    size, least = _sizes(nbytes, shm_min_bytes)
     if nbytes < shm_min_bytes:
-        return Decision("inline", f"{nbytes} B is below shm_min_bytes {shm_min_bytes}", Cause.BELOW_SHM_MIN_BYTES)
+        return Decision("inline", f"{size} is below shm_min_bytes {least}", Cause.BELOW_SHM_MIN_BYTES)
     why = "namespace ids match" if mode is Mode.AUTO else "mode shm asserts a shared /dev/shm"
-    return Decision("shm", f"{mode.value}: {why} and {nbytes} B >= {shm_min_bytes}")
+    return Decision("shm", f"{mode.value}: {why} and {size} >= {least}")
+
+
+def _sizes(nbytes: int, shm_min_bytes: int) -> tuple[str, str]:
+    """The two sizes a rule compares, for people; exact bytes when the rounded forms would read as equal."""
+    a, b = human_size(nbytes), human_size(shm_min_bytes)
+    return (f"{nbytes} B", f"{shm_min_bytes} B") if a == b else (a, b)
