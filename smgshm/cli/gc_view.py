@@ -145,7 +145,7 @@ def _row(s: SegmentInfo, state: str | None = None) -> str:
     if head is None:
         if len(_HEADS) > 65536:
             _HEADS.clear()  # bounded: a stranger can make every size differ
-        shown = "-" if pid is None else f"{pid}{' (dead)' if alive is False else ''}"
+        shown = "no pid" if pid is None else f"{pid}{' (dead)' if alive is False else ''}"
         head = _HEADS[key] = f"{key[0]:<10}{kind:<14}{_size(alloc):>10} {age:>11} {shown:>14}  "
     return head + (name if name.isascii() and name.isprintable() and "\\" not in name else escape(name)) + "\n"
 

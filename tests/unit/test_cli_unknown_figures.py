@@ -8,7 +8,8 @@ import pytest
 
 from smgshm.cli.app import App
 from smgshm.core.client.bench import SizeResult, Stats
-from smgshm.core.transport.decision import Mode, decide
+from smgshm.core.gateway.setting import Mode
+from smgshm.core.transport.decision import decide
 
 
 def _cells(out: str) -> list[list[str]]:
@@ -101,3 +102,18 @@ def test_watch_says_none_ended_where_no_segment_was_consumed() -> None:
     from smgshm.core.watch.figures import FlightTimes
 
     assert flight_text(FlightTimes(0, None, None, None, None)) == "none ended"
+
+
+def test_a_gc_row_whose_name_carries_no_pid_says_so() -> None:
+    """A look-alike's row says "no pid" in the PID column, never a bare "-" (--raw keeps "-": a field)."""
+    import os
+
+    from smgshm.cli import gc_view
+    from smgshm.core.segments.judge import SegmentInfo, State
+
+    seg = SegmentInfo(
+        "smg-tokenspeed-probe-", "other", "regular", 0, 0, 5.0, os.getuid(), None, None, (), State.UNKNOWN, "x", 1, 1, 0
+    )
+    cells = gc_view._row(seg).split()
+    assert cells[-3:-1] == ["no", "pid"], cells
+    assert gc_view.raw_row(seg).split()[4] == "-"
