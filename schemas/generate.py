@@ -44,6 +44,7 @@ from smgshm.core.e2e.verdict import TensorPath
 from smgshm.core.errors import SmgshmError
 from smgshm.core.gateway.running import Inspect
 from smgshm.core.names import KINDS
+from smgshm.core.node.layout import TmpfsKind
 from smgshm.core.outcomes import Outcome, Status
 from smgshm.core.segments.judge import FileType, State
 from smgshm.core.watch import events, life
@@ -442,7 +443,7 @@ def gc_defs(b: Builder) -> dict[str, Any]:
     node_tmpfs = _obj(
         {
             "kind": {
-                "enum": ["empty_dir", "sandbox_shm", "host"],
+                "enum": [k.value for k in TmpfsKind],
                 "description": "a memory emptyDir, a runtime's sandbox shm, or the host's /dev/shm",
             },
             "path": _s("string", "escaped for display"),

@@ -51,6 +51,7 @@ def run(
     raw: bool,
     npd: bool = False,
     prometheus_file: str | None = None,
+    state_dirs: Sequence[tuple[str, ...]] = (),
 ) -> int:
     """Look at the node, then the shared gc run over its tmpfs (core/segments/gcrun.py), then show it all."""
     from smgshm.core.node.scan import tmpfs_scans
@@ -62,7 +63,7 @@ def run(
     if prometheus_file:
         textfile.check_writable(prometheus_file)  # exit 5 before anything is scanned or deleted
     started = time.time()
-    node = _look(root, prometheus_file, started)
+    node = _look(root, prometheus_file, started, state_dirs)
     listed: dict[int, list[SegmentInfo]] = {}  # each tmpfs's entries as listed, by its scan's id
 
     def listing(scan: TmpfsScan) -> gcrun.OnEntry:
@@ -107,14 +108,14 @@ def _unjudged(blocks: list[Block]) -> str:
     return f"nothing could be judged: {why}"
 
 
-def _look(root: str, prometheus_file: str | None, started: float) -> NodeLook:
+def _look(root: str, prometheus_file: str | None, started: float, state_dirs: Sequence[tuple[str, ...]]) -> NodeLook:
     """The node under ``root``; when it cannot be looked at, the textfile says so before the error goes on."""
     from smgshm.core.errors import SmgshmError
     from smgshm.core.node import metrics
     from smgshm.core.node.scan import look
 
     try:
-        return look(root)
+        return look(root, state_dirs=state_dirs)
     except SmgshmError:
         if prometheus_file:  # the run failed: its time and the error, no figures (zeros would lie)
             health = metrics.Health(time.time(), time.time() - started, 1)

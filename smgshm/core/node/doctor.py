@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from smgshm.core.causes import CATALOGUE, write_failure
@@ -98,13 +99,17 @@ def node_gc_cmd(root: str, *args: str) -> list[str]:
 
 
 def run_node_doctor(
-    root: str, inflight_bytes: int | None = None, stranded_after_s: float = STRANDED_AFTER_S, gateways: bool = True
+    root: str,
+    inflight_bytes: int | None = None,
+    stranded_after_s: float = STRANDED_AFTER_S,
+    gateways: bool = True,
+    state_dirs: Sequence[tuple[str, ...]] = (),
 ) -> NodeCheckup:
     """doctor's host checks on every tmpfs of the node under ``root`` (HostError when it cannot be opened).
 
     ``inflight_bytes``: the gateways' in-flight budget, a need of each tmpfs SMG writes (a gateway uses it, or it
     holds SMG names). ``gateways``: look for SMG gateways among each tmpfs's processes (``--no-gateways``: not)."""
-    node = look(root)
+    node = look(root, state_dirs=state_dirs)
     titled = set(gateway_pids()) if gateways else set()
     out = [_checkup(root, t, inflight_bytes, stranded_after_s, titled) for t in node.tmpfs]
     return NodeCheckup(node.root, node.pods_known, out)

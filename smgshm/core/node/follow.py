@@ -60,6 +60,7 @@ class NodeWatchOptions:
     max_volumes: int = 256
     max_update_entries: int = 10_000
     stale_after_s: float = 3600.0
+    state_dirs: tuple[tuple[str, ...], ...] = ()  # custom runtime state dirs under the root (layout.NodeRoot)
 
 
 @dataclass
@@ -200,7 +201,7 @@ class NodeWatch:
         t0, wall0 = time.monotonic(), time.time()
         errors: list[str] = []
         try:
-            node = look(self.opts.root)
+            node = look(self.opts.root, state_dirs=self.opts.state_dirs)
         except SmgshmError as err:
             if raise_errors:
                 raise

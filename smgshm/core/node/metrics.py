@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from smgshm.core.node.layout import TmpfsKind
 from smgshm.core.node.scan import Others, Tmpfs
 from smgshm.core.segments.judge import State, Tally
 
@@ -112,7 +113,7 @@ def volume_labels(t: Tmpfs) -> tuple[str, str, str, str, str]:
         label(pod.name if pod else None),
         label(t.pod_uid),
         label(t.place.volume),
-        t.place.kind,
+        t.place.kind.value,
     )
 
 
@@ -220,8 +221,8 @@ def families(volumes: Iterable[VolumeFigures], health: Health) -> Iterator[Metri
             per_volume["segment_bytes"].add_metric([*v.labels, s], v.bytes_by_state.get(s, 0))
     yield from per_volume.values()
     kinds = family("volumes")
-    for k in ("empty_dir", "sandbox_shm", "host"):
-        kinds.add_metric([k], sum(1 for v in vols if v.labels[4] == k))
+    for k in TmpfsKind:
+        kinds.add_metric([k.value], sum(1 for v in vols if v.labels[4] == k))
     yield kinds
     yield _one(family("unfollowed_volumes"), health.unfollowed)
     for name, attr in (("all_segments", "counts"), ("all_segment_bytes", "bytes_by_state")):

@@ -1,0 +1,89 @@
+"""Where the node view looks (issue #30, items 3 and 5).
+
+Each runtime's sandbox shm as a real tmpfs where that runtime mounts it (containerd's default state dir,
+k3s/RKE2's, k0s', CRI-O's storage run root, a custom ``--runtime-state-dir``); thousands of stale pod
+dirs with one real leak beyond the 4096 the view used to read."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import mounted_tmpfs, run_cli
+from tests.support.node import laid_out, needs_root_and_unshare
+
+SANDBOX = "5a" * 32  # a sandbox id as runtimes make them: 64 hex digits
+# (the layout, the sandbox shm's path under the node root)
+RUNTIMES = [
+    ("containerd", f"run/containerd/io.containerd.grpc.v1.cri/sandboxes/{SANDBOX}/shm"),
+    ("k3s", f"run/k3s/containerd/io.containerd.grpc.v1.cri/sandboxes/{SANDBOX}/shm"),
+    ("k0s", f"run/k0s/containerd/io.containerd.grpc.v1.cri/sandboxes/{SANDBOX}/shm"),
+    # CRI-O: SetupShm mounts it in the sandbox container's run dir, <runroot>/<driver>-containers/<id>/userdata
+    ("cri-o", f"run/containers/storage/overlay-containers/{SANDBOX}/userdata/shm"),
+]
+
+
+def _tmpfs(doc: dict[str, Any]) -> list[tuple[str, str, str | None]]:
+    return sorted((t["kind"], t["path"], t["volume"]) for t in doc["result"]["tmpfs"])
+
+
+@needs_root_and_unshare
+@pytest.mark.parametrize(("runtime", "rel"), RUNTIMES, ids=[r for r, _ in RUNTIMES])
+def test_each_runtimes_sandbox_shm_is_found(tmp_path: Path, runtime: str, rel: str) -> None:
+    root = tmp_path / "node"
+    with mounted_tmpfs(root / rel, "4m"):
+        doc = run_cli("--json", "gc", "--node", "--node-root", str(root)).json
+        assert _tmpfs(doc) == [("sandbox_shm", str(root / rel), SANDBOX)], runtime
+
+
+@needs_root_and_unshare
+def test_a_custom_runtime_state_dir_is_read_as_containerds_and_as_cri_os(tmp_path: Path) -> None:
+    """--runtime-state-dir (repeatable, under the node root): a containerd state dir and a CRI-O runroot
+    elsewhere are found only when given."""
+    root = tmp_path / "node"
+    cd = root / f"opt/ctr/state/io.containerd.grpc.v1.cri/sandboxes/{SANDBOX}/shm"
+    crio = root / f"var/crio/run/vfs-containers/{SANDBOX}/userdata/shm"
+    (root / "var/lib/kubelet/pods").mkdir(parents=True)
+    with mounted_tmpfs(cd, "4m"), mounted_tmpfs(crio, "4m"):
+        plain = run_cli("--json", "gc", "--node", "--node-root", str(root)).json
+        assert _tmpfs(plain) == []
+        args = ("--runtime-state-dir", "/opt/ctr/state", "--runtime-state-dir", "var/crio/run")
+        doc = run_cli("--json", "gc", "--node", "--node-root", str(root), *args, "--check").json
+        assert _tmpfs(doc) == [("sandbox_shm", str(cd), SANDBOX), ("sandbox_shm", str(crio), SANDBOX)]
+        for command in ("doctor", "watch"):  # the same flag on each node command
+            run_cli(command, "--help").stdout.index("--runtime-state-dir")
+    run_cli("gc", "--node", "--runtime-state-dir", "../etc", exit=2)
+
+
+def _plain_dirs(parent: Path, n: int, name: str) -> list[str]:
+    """``n`` empty dirs named by ``name(i)`` in ``parent``; their names in the order the kernel lists them."""
+    parent.mkdir(parents=True, exist_ok=True)
+    for i in range(n):
+        (parent / name(i)).mkdir()
+    return [e.name for e in os.scandir(parent)]
+
+
+def _uid(i: int) -> str:
+    return f"{i:08x}-0000-4000-8000-{i:012x}"
+
+
+@needs_root_and_unshare
+@pytest.mark.trust
+def test_a_leak_beyond_4096_stale_pod_dirs_is_found_and_named(tmp_path: Path) -> None:
+    """6,000 stale pod dirs (the kubelet's known accumulation) and as many log dirs: the view reads them all
+    (it read the first 4096 and said "check passed ... 0 tmpfs"). One pod beyond the old cut, in the order
+    the kernel lists the dir, has a real tmpfs with a leaked name: found, named from its log dir, leaked."""
+    root = tmp_path / "node"
+    listed = _plain_dirs(root / "var/lib/kubelet/pods", 6000, _uid)
+    uid = listed[5000]  # past the first 4096 read before
+    logs = _plain_dirs(root / "var/log/pods", 6000, lambda i: f"stale_pod-{i}_{_uid(10_000 + i)}")
+    assert len(logs) == 6000
+    with laid_out(root, [(("team-z", "engine-9", uid), "4m", "dead")]):
+        doc = run_cli("--json", "gc", "--node", "--node-root", str(root), "--check", exit=3).json
+    (t,) = [t for t in doc["result"]["tmpfs"] if t["pod_uid"] == uid]
+    assert (t["namespace"], t["pod"], t["kind"]) == ("team-z", "engine-9", "empty_dir")
+    assert [s["state"] for s in t["segments"]] == ["leaked"]
+    assert doc["result"]["pods_known"] == 6001
