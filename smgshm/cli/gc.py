@@ -49,7 +49,9 @@ if TYPE_CHECKING:
 @click.option(
     "--check",
     is_flag=True,
-    help="Exit 3 when anything is leaked or hazardous (CI, cron); 6 when every entry is unknown (nothing judged).",
+    help="Exit 3 when anything is leaked or hazardous (CI, cron); 6 when every entry is unknown (nothing judged), "
+    "or, with --node, when the node view cannot see the whole node (no kubelet or runtime dir under --node-root, "
+    "or not in the host's pid namespace: no hostPID).",
 )
 @click.option(
     "--prometheus",

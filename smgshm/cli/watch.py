@@ -301,6 +301,8 @@ def _node(
     deadline = None if duration is None else time.monotonic() + duration
     with nw, _node_exporter(app, nw, serve_metrics), _stop_on_sigterm():
         view.node_line(app, nw, None)
+        view.node_unseen(app, nw.unseen, None)
+        said = nw.unseen
         scans = 1
         try:
             while count is None or scans < count:
@@ -311,6 +313,8 @@ def _node(
                 if done is not None:
                     scans += done.full
                     view.node_line(app, nw, done)
+                    view.node_unseen(app, nw.unseen, said)
+                    said = nw.unseen
         except KeyboardInterrupt:
             pass
     click.get_current_context().exit(ExitCode.OK)

@@ -1,4 +1,4 @@
-"""The node view's tmpfs kinds and the --runtime-state-dir spelling: pure, no mount or process."""
+"""The node view's closed sets and the --runtime-state-dir spelling: pure, no mount or process."""
 
 from __future__ import annotations
 
@@ -6,10 +6,17 @@ import pytest
 
 from smgshm.cli.fmt import TMPFS_KINDS
 from smgshm.core.node.layout import TmpfsKind, state_dir_parts
+from smgshm.core.node.metrics import METRICS
+from smgshm.core.node.sight import Blind
 
 
 def test_every_tmpfs_kind_has_its_human_name() -> None:
     assert set(TMPFS_KINDS) == {k.value for k in TmpfsKind}
+
+
+def test_the_view_unknown_metric_names_every_reason_in_its_help() -> None:
+    help_text = METRICS["view_unknown"][3]
+    assert all(r.value in help_text for r in Blind)
 
 
 @pytest.mark.parametrize(

@@ -81,10 +81,11 @@ class NodeCheckup:
     root: str
     pods_known: int
     tmpfs: list[TmpfsCheckup]
+    node_checks: list[Check] = field(default_factory=list)  # a warning per thing the view cannot see (sight.py)
 
     @property
     def checks(self) -> list[Check]:
-        return [c for t in self.tmpfs for c in t.checks]
+        return [*self.node_checks, *(c for t in self.tmpfs for c in t.checks)]
 
     @property
     def failed(self) -> list[Check]:
@@ -112,7 +113,9 @@ def run_node_doctor(
     node = look(root, state_dirs=state_dirs)
     titled = set(gateway_pids()) if gateways else set()
     out = [_checkup(root, t, inflight_bytes, stranded_after_s, titled) for t in node.tmpfs]
-    return NodeCheckup(node.root, node.pods_known, out)
+    # A view that cannot see the whole node warns: what it shows may be all right, but it is not all.
+    blind = [Check("node view", Status.WARN, f"unknown: {u.message}", u.hint) for u in node.unseen]
+    return NodeCheckup(node.root, node.pods_known, out, blind)
 
 
 def _checkup(root: str, t: Tmpfs, inflight: int | None, stranded_after_s: float, titled: set[int]) -> TmpfsCheckup:

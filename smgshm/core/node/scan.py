@@ -23,6 +23,7 @@ from smgshm.core.names import SMG_FAMILY_PREFIX
 from smgshm.core.node.judge import PodJudge, tmpfs_trust
 from smgshm.core.node.layout import NodeRoot, Place
 from smgshm.core.node.pods import PodName, pod_names_at
+from smgshm.core.node.sight import Unseen, unseen
 from smgshm.core.node.volumes import Hidden, PidSpace, ShmUser, hidden_bytes, pid_spaces, pidns_of_self, shm_users
 from smgshm.core.segments.judge import Judge, ScanOptions, SegmentInfo
 from smgshm.core.segments.scan import Scan
@@ -54,6 +55,7 @@ class NodeLook:
     root: str
     tmpfs: list[Tmpfs]
     pods_known: int  # pod log dirs read
+    unseen: list[Unseen] = field(default_factory=list)  # what it could not see (sight.py): the node is unknown
 
 
 def look(root: str, pids: Iterable[int] | None = None, state_dirs: Sequence[tuple[str, ...]] = ()) -> NodeLook:
@@ -63,6 +65,7 @@ def look(root: str, pids: Iterable[int] | None = None, state_dirs: Sequence[tupl
     everyone = live_pids() if pids is None else list(pids)
     with NodeRoot(root, state_dirs) as node:
         places, where = list(node.places()), node.path
+        blind = unseen(where, node.found, node.missing, pidns_of_self(), state_dirs)
     by_dev: dict[int, Place] = {}
     for p in places:
         by_dev.setdefault(p.dev, p)  # one tmpfs, one block (its first place)
@@ -87,7 +90,7 @@ def look(root: str, pids: Iterable[int] | None = None, state_dirs: Sequence[tupl
         doubt = frozenset(u.uid for u in unread)
         trust = tmpfs_trust(mine_users, used, mine, doubt, since, unread_pids=[u.pid for u in unread])
         out.append(Tmpfs(p, uid, names.get(uid) if uid else None, mine_users, used, trust, hidden[p.dev]))
-    return NodeLook(where, out, known)
+    return NodeLook(where, out, known, blind)
 
 
 @dataclass
