@@ -44,6 +44,8 @@ from smgshm.core.e2e.verdict import TensorPath
 from smgshm.core.errors import SmgshmError
 from smgshm.core.gateway.running import Inspect
 from smgshm.core.names import KINDS
+from smgshm.core.node.layout import TmpfsKind
+from smgshm.core.node.sight import Blind
 from smgshm.core.outcomes import Outcome, Status
 from smgshm.core.segments.judge import FileType, State
 from smgshm.core.watch import events, life
@@ -433,6 +435,17 @@ def gc_defs(b: Builder) -> dict[str, Any]:
             "node_root": _s("string", "where the node's / is mounted (--node-root)"),
             "pods_known": _s("integer", "pod log dirs read"),
             "tmpfs": {"type": "array", "items": {"$ref": "#/$defs/node_tmpfs"}, "description": "one per tmpfs"},
+            "unseen": {
+                "type": "array",
+                "items": _obj(
+                    {
+                        "reason": {"enum": [r.value for r in Blind]},
+                        "message": _s("string", "what cannot be seen, naming the mount or privilege missing"),
+                        "hint": _s("string"),
+                    }
+                ),
+                "description": "what the node view cannot see (none: it sees the whole node); any makes --check 6",
+            },
             "counts": {"$ref": f"{COMMON}#/$defs/state_counts"},
             "remaining_counts": {"$ref": f"{COMMON}#/$defs/state_counts"},
         },
@@ -442,7 +455,7 @@ def gc_defs(b: Builder) -> dict[str, Any]:
     node_tmpfs = _obj(
         {
             "kind": {
-                "enum": ["empty_dir", "sandbox_shm", "host"],
+                "enum": [k.value for k in TmpfsKind],
                 "description": "a memory emptyDir, a runtime's sandbox shm, or the host's /dev/shm",
             },
             "path": _s("string", "escaped for display"),
@@ -527,6 +540,11 @@ def doctor_node_defs(b: Builder) -> dict[str, Any]:
             "verdict": verdict,
             "verdicts": _obj({v: _s("integer") for v in ("fail", "warn", "unknown", "ok")}, "tmpfs per verdict"),
             "tmpfs": {"type": "array", "items": {"$ref": "#/$defs/node_doctor_tmpfs"}},
+            "node_checks": {
+                "type": "array",
+                "items": {"$ref": "#/$defs/Check"},
+                "description": "the node's own: a warning for each thing the node view cannot see",
+            },
         },
         "doctor --node: the host checks on every pod's /dev/shm on this node, a block per tmpfs",
     )

@@ -15,6 +15,7 @@ from smgshm.cli.params import (
     HTTP_URL,
     complete_pids,
     require_gateways,
+    runtime_state_dir_option,
     shm_dir_option,
     worker_addresses,
 )
@@ -95,6 +96,7 @@ if TYPE_CHECKING:
     type=click.Path(file_okay=False),
     help="With --node: where the host's / is mounted (a DaemonSet's hostPath, e.g. /host).",
 )
+@runtime_state_dir_option
 @click.pass_obj
 # SIGTERM and SIGHUP unwind as Ctrl-C does (its e2e part's gateways stopped, their logs removed or named),
 # and each ends with one line of what was stopped, then 130, 143 or 129.
@@ -115,6 +117,7 @@ def doctor(
     shm_dir: str,
     node: bool,
     node_root: str,
+    state_dirs: tuple[tuple[str, ...], ...],
 ) -> None:
     """Check everything SMG's SHM transport needs here, and say how to fix what fails.
 
@@ -188,7 +191,7 @@ def doctor(
     from smgshm.core.doctor.check import run_outcome
 
     if node:
-        _node(app, node_root, inflight_bytes, stranded_after_s, no_gateways)
+        _node(app, node_root, inflight_bytes, stranded_after_s, no_gateways, state_dirs)
     from smgshm.core.doctor.run import run_doctor
 
     if no_gateways and gateway_pids:
@@ -239,7 +242,14 @@ def doctor(
 _HOST_ONLY = ("workers", "from_gateway", "gateway_logs", "metrics_url", "e2e", "gateway_pids", "shm_dir", "api_key")
 
 
-def _node(app: App, root: str, inflight_bytes: int | None, stranded_after_s: float, no_gateways: bool) -> None:
+def _node(
+    app: App,
+    root: str,
+    inflight_bytes: int | None,
+    stranded_after_s: float,
+    no_gateways: bool,
+    state_dirs: tuple[tuple[str, ...], ...],
+) -> None:
     """doctor --node: doctor's host checks on every pod tmpfs of the node (core/node/doctor.py)."""
     from smgshm.cli import doctor_node_view as node_view
     from smgshm.core.doctor.check import run_outcome
@@ -253,7 +263,9 @@ def _node(app: App, root: str, inflight_bytes: int | None, stranded_after_s: flo
     if given:
         raise click.UsageError(f"--node checks the node's pod tmpfs: it does not combine with {', '.join(given)}")
     try:
-        report = run_node_doctor(root, inflight_bytes, stranded_after_s, gateways=not no_gateways)
+        report = run_node_doctor(
+            root, inflight_bytes, stranded_after_s, gateways=not no_gateways, state_dirs=state_dirs
+        )
     except KeyboardInterrupt as err:  # it reads and judges; it starts, writes and deletes nothing
         raise Interrupted("doctor --node stopped while judging the node's tmpfs; it had changed nothing") from err
     worst = for_outcome(run_outcome(report.checks))

@@ -37,7 +37,10 @@ def headline(report: NodeCheckup) -> tuple[str, str]:
     n = tally(report)
     parts = ", ".join(f"{n[v]} {'failed' if v == 'fail' else v}" for v in VERDICTS if n[v]) or "none found"
     line = f"doctor: node {display(report.root)}: {len(report.tmpfs)} tmpfs: {parts}"
-    style = "bold red" if n["fail"] else "bold yellow" if n["warn"] or n["unknown"] else "bold green"
+    if report.node_checks:  # what it cannot see: first, since "none found" may be blindness
+        line += f"; node view unknown ({len(report.node_checks)} warning(s))"
+    warned = n["warn"] or n["unknown"] or report.node_checks
+    style = "bold red" if n["fail"] else "bold yellow" if warned else "bold green"
     return line, style
 
 
@@ -45,6 +48,8 @@ def report(app: App, r: NodeCheckup) -> None:
     """The node's verdict, then each tmpfs's block (--quiet: the verdict)."""
     line, style = headline(r)
     prose(app.console, safe(line, style), 6)
+    for check in r.node_checks:
+        doctor_check(app, check, show_cause=True)
     for t in [] if app.quiet else r.tmpfs:
         app.console.print()
         _block(app, t)
@@ -75,13 +80,14 @@ def _pct(share: float) -> str:
 def doc(r: NodeCheckup) -> dict[str, Any]:
     """The --json result: the node's tally and each tmpfs's figures and checks (doctor's check objects)."""
     n = tally(r)
-    worst = next((v for v in VERDICTS if n[v]), "ok")
+    worst = next((v for v in VERDICTS if n[v] or (v == "warn" and r.node_checks)), "ok")
     return {
         "node_root": display(r.root),
         "pods_known": r.pods_known,
         "verdict": worst,
         "verdicts": n,
         "tmpfs": [_tmpfs_doc(t) for t in r.tmpfs],
+        "node_checks": plain(r.node_checks),
     }
 
 

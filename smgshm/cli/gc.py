@@ -15,7 +15,7 @@ from smgshm.cli import gc_view as view
 from smgshm.cli.app import App
 from smgshm.cli.exitcodes import ExitCode, for_outcome
 from smgshm.cli.fmt import display
-from smgshm.cli.params import DURATION, shm_dir_option
+from smgshm.cli.params import DURATION, runtime_state_dir_option, shm_dir_option
 
 if TYPE_CHECKING:
     from smgshm.core.segments.gcrun import GcRun
@@ -49,7 +49,9 @@ if TYPE_CHECKING:
 @click.option(
     "--check",
     is_flag=True,
-    help="Exit 3 when anything is leaked or hazardous (CI, cron); 6 when every entry is unknown (nothing judged).",
+    help="Exit 3 when anything is leaked or hazardous (CI, cron); 6 when every entry is unknown (nothing judged), "
+    "or, with --node, when the node view cannot see the whole node (no kubelet or runtime dir under --node-root, "
+    "or not in the host's pid namespace: no hostPID).",
 )
 @click.option(
     "--prometheus",
@@ -89,8 +91,8 @@ if TYPE_CHECKING:
 @click.option(
     "--node",
     is_flag=True,
-    help="Every pod's /dev/shm on this node (kubelet emptyDirs, runtime sandbox "
-    "shm, the host's), a block per tmpfs, each judged in its own pod's pid namespaces.",
+    help="Every pod's /dev/shm on this node (kubelet emptyDirs; containerd's, k3s/RKE2's, k0s' and CRI-O's "
+    "sandbox shm; the host's), a block per tmpfs, each judged in its own pod's pid namespaces.",
 )
 @click.option(
     "--node-root",
@@ -99,6 +101,7 @@ if TYPE_CHECKING:
     type=click.Path(file_okay=False),
     help="With --node: where the host's / is mounted (a DaemonSet's hostPath, e.g. /host).",
 )
+@runtime_state_dir_option
 @click.pass_obj
 def gc(
     app: App,
@@ -118,6 +121,7 @@ def gc(
     shm_dir: str,
     node: bool,
     node_root: str,
+    state_dirs: tuple[tuple[str, ...], ...],
     npd: bool,
 ) -> None:
     """List every smg-* entry of the shm dir and say whether it leaked; reap leaks safely.
@@ -188,6 +192,7 @@ def gc(
             prometheus_file=prometheus_file,
             others=(watch is not None, assume_dead),
             npd=npd,
+            state_dirs=state_dirs,
         )
         return
     if watch is not None:
@@ -356,6 +361,7 @@ def _node(
     prometheus_file: str | None,
     others: tuple[Any, ...],
     npd: bool = False,
+    state_dirs: tuple[tuple[str, ...], ...] = (),
 ) -> None:
     """gc --node: the node view (cli/gc_node_view.py) under gc's own reap rule."""
     from smgshm.cli import gc_node_view as node_view
@@ -377,6 +383,7 @@ def _node(
             raw=raw,
             npd=npd,
             prometheus_file=prometheus_file,
+            state_dirs=state_dirs,
         )
     click.get_current_context().exit(code)
 

@@ -19,11 +19,13 @@ from smgshm.cli import gc_view
 from smgshm.cli.exitcodes import ExitCode, for_outcome
 from smgshm.cli.fmt import TMPFS_KINDS, command, display, fill, hint, lossless, prose, width
 from smgshm.core.node.scan import pod_label
+from smgshm.core.node.sight import Blind
 from smgshm.core.units import human_size
 
 if TYPE_CHECKING:
     from smgshm.cli.app import App
     from smgshm.core.node.scan import NodeLook, Tmpfs, TmpfsScan
+    from smgshm.core.node.sight import Unseen
     from smgshm.core.segments.gcrun import GcRun
     from smgshm.core.segments.judge import ScanOptions, SegmentInfo
     from smgshm.core.segments.reaping import Choice, ReapReport, ReapRule
@@ -51,6 +53,7 @@ def run(
     raw: bool,
     npd: bool = False,
     prometheus_file: str | None = None,
+    state_dirs: Sequence[tuple[str, ...]] = (),
 ) -> int:
     """Look at the node, then the shared gc run over its tmpfs (core/segments/gcrun.py), then show it all."""
     from smgshm.core.node.scan import tmpfs_scans
@@ -62,7 +65,7 @@ def run(
     if prometheus_file:
         textfile.check_writable(prometheus_file)  # exit 5 before anything is scanned or deleted
     started = time.time()
-    node = _look(root, prometheus_file, started)
+    node = _look(root, prometheus_file, started, state_dirs)
     listed: dict[int, list[SegmentInfo]] = {}  # each tmpfs's entries as listed, by its scan's id
 
     def listing(scan: TmpfsScan) -> gcrun.OnEntry:
@@ -76,18 +79,24 @@ def run(
     done = gcrun.run(tmpfs_scans(node, opts), rule, listing, confirm)
     blocks = [Block(p.scan, listed[id(p.scan)], p.choice, p.report) for p in done.parts]
     code = for_outcome(done.outcome) if check else ExitCode.OK
-    if code == ExitCode.UNDETERMINED and (app.json or raw):  # (people read it in the headline)
+    if code == ExitCode.OK and check and node.unseen:  # a blind view passes nothing (core/node/sight.py)
+        code = ExitCode.UNDETERMINED
+    if not npd:
+        for u in node.unseen:  # said on stderr and in --json's warnings, whatever the check
+            app.warn(f"node view unknown: {u.message}; hint: {u.hint}")
+    if code == ExitCode.UNDETERMINED and (app.json or raw) and not node.unseen:  # (people read it in the headline)
         app.warn(f"check inconclusive: all {done.before.total} SMG segment(s) unknown; {_unjudged(blocks)}")
     if prometheus_file:  # what is there now, after any --delete: the exporter's series, one run's
-        _write_textfile(prometheus_file, blocks, started)
+        _write_textfile(prometheus_file, blocks, started, node.unseen)
     if npd:  # NPD's one line over every tmpfs (gc_view.npd's rules)
-        return _npd(blocks, done)
+        return _npd(blocks, done, node.unseen)
     if app.json:
         app.emit_rendered(
             {
                 "node_root": display(node.root),
                 "pods_known": node.pods_known,
                 "tmpfs": [_doc(b) for b in blocks],
+                "unseen": [{"reason": u.reason, "message": u.message, "hint": u.hint} for u in node.unseen],
                 "counts": done.before.counts,
                 "remaining_counts": done.after.counts,
             },
@@ -96,7 +105,7 @@ def run(
     elif raw:
         _raw(blocks)
     elif not app.silent(code):
-        _human(app, node.root, blocks, done, check, code, all_rows)
+        _human(app, node, blocks, done, check, code, all_rows)
     return code
 
 
@@ -107,14 +116,14 @@ def _unjudged(blocks: list[Block]) -> str:
     return f"nothing could be judged: {why}"
 
 
-def _look(root: str, prometheus_file: str | None, started: float) -> NodeLook:
+def _look(root: str, prometheus_file: str | None, started: float, state_dirs: Sequence[tuple[str, ...]]) -> NodeLook:
     """The node under ``root``; when it cannot be looked at, the textfile says so before the error goes on."""
     from smgshm.core.errors import SmgshmError
     from smgshm.core.node import metrics
     from smgshm.core.node.scan import look
 
     try:
-        return look(root)
+        return look(root, state_dirs=state_dirs)
     except SmgshmError:
         if prometheus_file:  # the run failed: its time and the error, no figures (zeros would lie)
             health = metrics.Health(time.time(), time.time() - started, 1)
@@ -122,7 +131,7 @@ def _look(root: str, prometheus_file: str | None, started: float) -> NodeLook:
         raise
 
 
-def _write_textfile(prometheus_file: str, blocks: list[Block], started: float) -> None:
+def _write_textfile(prometheus_file: str, blocks: list[Block], started: float, unseen: Sequence[Unseen]) -> None:
     from smgshm.core.node import metrics
 
     figures = [
@@ -134,11 +143,19 @@ def _write_textfile(prometheus_file: str, blocks: list[Block], started: float) -
         )
         for b in blocks
     ]
-    metrics.write_textfile(prometheus_file, figures, metrics.Health(time.time(), time.time() - started, 0))
+    health = metrics.Health(time.time(), time.time() - started, 0, unseen=tuple(u.reason for u in unseen))
+    metrics.write_textfile(prometheus_file, figures, health)
 
 
-def _npd(blocks: list[Block], done: GcRun[TmpfsScan]) -> int:
-    """NPD's one line, over every tmpfs."""
+def _npd(blocks: list[Block], done: GcRun[TmpfsScan], unseen: Sequence[Unseen]) -> int:
+    """NPD's one line, over every tmpfs; a blind view (sight.py) is Unknown unless a leak was found anyway."""
+    from smgshm.cli.npd import NpdStatus, npd_emit
+
+    c = done.after.counts
+    if unseen and not (c["leaked"] or c["hazard"]):
+        why = {Blind.NODE_ROOT: "no kubelet/runtime dir under --node-root", Blind.HOST_PID: "no hostPID"}
+        said = "; ".join(dict.fromkeys(why.get(u.reason, "--runtime-state-dir missing") for u in unseen))
+        return npd_emit(NpdStatus.UNKNOWN, f"gc: node view unknown: {said}")
     untrusted = [b for b in blocks if not b.scan.tmpfs.trust.trusted]
     note = f"{len(untrusted)} of {len(blocks)} tmpfs not judged by pid" if untrusted else ""
     return gc_view.npd(done.after, done.deleted, note, where=f"node, {len(blocks)} tmpfs")
@@ -208,13 +225,22 @@ def _doc(b: Block) -> dict[str, Any]:
     }
 
 
-def headline(root: str, blocks: list[Block], done: GcRun[TmpfsScan], check: bool, code: ExitCode) -> str:
+def headline(
+    root: str,
+    blocks: list[Block],
+    done: GcRun[TmpfsScan],
+    check: bool,
+    code: ExitCode,
+    unseen: Sequence[Unseen] = (),
+) -> str:
     """The first line; it agrees with the exit code."""
     after = done.after
     states = ", ".join(f"{n} {k}" for k, n in after.counts.items() if n) or "none"
     text = f"node {display(root)}: {len(blocks)} tmpfs, {after.total} SMG segment(s): {states}"
     if done.deleted:
         text = f"deleted {done.deleted}; " + text
+    if check and code == ExitCode.UNDETERMINED and unseen:
+        return f"check inconclusive: {text}; the node view is unknown: {display(unseen[0].message)}"
     if check and code == ExitCode.UNDETERMINED:
         return f"check inconclusive: {text}; {_unjudged(blocks)}"
     if check:
@@ -223,14 +249,15 @@ def headline(root: str, blocks: list[Block], done: GcRun[TmpfsScan], check: bool
 
 
 def _human(
-    app: App, root: str, blocks: list[Block], done: GcRun[TmpfsScan], check: bool, code: ExitCode, all_rows: bool
+    app: App, node: NodeLook, blocks: list[Block], done: GcRun[TmpfsScan], check: bool, code: ExitCode, all_rows: bool
 ) -> None:
+    root = node.root
     style = "bold green"
-    if code == ExitCode.UNDETERMINED:
+    if code == ExitCode.UNDETERMINED or node.unseen:
         style = "bold yellow"
-    elif code != ExitCode.OK or done.leaked_or_hazard:
+    if code not in (ExitCode.OK, ExitCode.UNDETERMINED) or done.leaked_or_hazard:
         style = "bold red"
-    prose(app.console, Text(headline(root, blocks, done, check, code), style=style), 2)
+    prose(app.console, Text(headline(root, blocks, done, check, code, node.unseen), style=style), 2)
     out, cols = gc_view.Out(), width(app.console)
     for b in blocks:
         app.console.file.flush()

@@ -128,6 +128,29 @@ shm_dir_option = click.option(
 )
 
 
+def _state_dirs(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[tuple[str, ...], ...]:
+    from smgshm.core.node.layout import state_dir_parts
+
+    try:
+        return tuple(state_dir_parts(v) for v in value)
+    except ValueError as err:
+        raise click.BadParameter(str(err), ctx, param) from err
+
+
+runtime_state_dir_option = click.option(
+    "--runtime-state-dir",
+    "state_dirs",
+    multiple=True,
+    metavar="DIR",
+    callback=_state_dirs,
+    shell_complete=complete_dirs,
+    help="With --node: a container runtime's state dir besides the known ones, under the node root "
+    "(repeatable): read as containerd's `state` (DIR/io.containerd.grpc.v1.cri/sandboxes/ID/shm) and as "
+    "CRI-O's storage runroot (DIR/DRIVER-containers/ID/userdata/shm). Known without it: run/containerd, "
+    "run/k3s/containerd (k3s, RKE2), run/k0s/containerd, run/containers/storage (CRI-O).",
+)
+
+
 def listen_address(ctx: click.Context, param: click.Parameter, value: str) -> str:
     """An option's address to listen on: host:port ([v6]:port; port 0 picks one) or unix:PATH."""
     from smgshm.core.address import grpc_host_port

@@ -13,7 +13,7 @@ import click
 from smgshm.cli import watch_view as view
 from smgshm.cli.app import App
 from smgshm.cli.exitcodes import ExitCode
-from smgshm.cli.params import BYTES, DURATION, HTTP_URL, metrics_listen, shm_dir_option
+from smgshm.cli.params import BYTES, DURATION, HTTP_URL, metrics_listen, runtime_state_dir_option, shm_dir_option
 from smgshm.core.names import SMG_FAMILY_PREFIX
 
 if TYPE_CHECKING:
@@ -81,6 +81,7 @@ if TYPE_CHECKING:
     type=click.Path(file_okay=False),
     help="With --node: where the host's / is mounted (a DaemonSet's hostPath, e.g. /host).",
 )
+@runtime_state_dir_option
 @click.option(
     "--rescan-every",
     type=DURATION,
@@ -113,6 +114,7 @@ def watch(
     shm_dir: str,
     node: bool,
     node_root: str,
+    state_dirs: tuple[tuple[str, ...], ...],
     rescan_every: float,
     max_volumes: int,
 ) -> None:
@@ -177,7 +179,7 @@ def watch(
                 "shm_min_bytes",
             ),
         )
-        _node(app, node_root, interval, rescan_every, max_volumes, serve_metrics, duration, count)
+        _node(app, node_root, interval, rescan_every, max_volumes, serve_metrics, duration, count, state_dirs)
         return
     if app.json and jsonl:
         raise click.UsageError("--json and --jsonl are two output formats: choose one")
@@ -288,17 +290,22 @@ def _node(
     serve_metrics: tuple[str, int] | None,
     duration: float | None,
     count: int | None,
+    state_dirs: tuple[tuple[str, ...], ...] = (),
 ) -> None:
     """watch --node: full scans and updates until --duration, --count (full scans) or Ctrl-C/SIGTERM."""
     from smgshm.core.node.follow import NodeWatch, NodeWatchOptions
 
     if interval <= 0 or rescan_every <= 0:
         raise click.BadParameter("must be more than 0", param_hint="--interval/--rescan-every")
-    opts = NodeWatchOptions(root=root, rescan_every_s=rescan_every, update_every_s=interval, max_volumes=max_volumes)
+    opts = NodeWatchOptions(
+        root=root, rescan_every_s=rescan_every, update_every_s=interval, max_volumes=max_volumes, state_dirs=state_dirs
+    )
     nw = NodeWatch(opts)
     deadline = None if duration is None else time.monotonic() + duration
     with nw, _node_exporter(app, nw, serve_metrics), _stop_on_sigterm():
         view.node_line(app, nw, None)
+        view.node_unseen(app, nw.unseen, None)
+        said = nw.unseen
         scans = 1
         try:
             while count is None or scans < count:
@@ -309,6 +316,8 @@ def _node(
                 if done is not None:
                     scans += done.full
                     view.node_line(app, nw, done)
+                    view.node_unseen(app, nw.unseen, said)
+                    said = nw.unseen
         except KeyboardInterrupt:
             pass
     click.get_current_context().exit(ExitCode.OK)

@@ -227,6 +227,21 @@ def node_line(app: App, nw: Any, done: Any) -> None:
         prose(app.console, safe("  " + err, "yellow"), 4)
 
 
+def node_unseen(app: App, unseen: list[Any], before: list[Any] | None) -> None:
+    """A log line on stderr when what the node view cannot see changes (and at the first full scan): each thing,
+    naming the mount or privilege missing, or that it sees the whole node again. Said under -q too: an
+    exporter run quiet in a DaemonSet otherwise shows a blind node as a quiet one (its metric says it too)."""
+    said = [(u.reason, u.message) for u in unseen]
+    if before is not None and said == [(u.reason, u.message) for u in before]:
+        return
+    stamp = time.strftime("%H:%M:%S")
+    for u in unseen:
+        line = f"{stamp} warning: node view unknown ({u.reason}): {u.message}; hint: {u.hint}"
+        app.err_console.print(safe(line, "yellow"), soft_wrap=True)
+    if not unseen and before:
+        app.err_console.print(safe(f"{stamp} node view sees the whole node again"), soft_wrap=True)
+
+
 # -- --jsonl ---------------------------------------------------------------------------------
 
 

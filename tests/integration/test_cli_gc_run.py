@@ -30,6 +30,7 @@ def test_gc_and_gc_node_agree_on_the_same_tmpfs(tmp_path: Path) -> None:
     root = tmp_path / "node"
     shm = root / "dev" / "shm"
     shm.mkdir(parents=True)
+    (root / "var/lib/kubelet/pods").mkdir(parents=True)  # a node's root (with none, the view is unknown: exit 6)
     with mounted_tmpfs(shm, "4m"):
         one, node = _both(root, shm, "--check", exit=0)  # empty: judged, nothing leaked
         assert one["remaining_counts"] == node["remaining_counts"] == dict.fromkeys(one["counts"], 0)

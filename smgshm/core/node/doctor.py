@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from smgshm.core.causes import CATALOGUE, write_failure
@@ -80,10 +81,11 @@ class NodeCheckup:
     root: str
     pods_known: int
     tmpfs: list[TmpfsCheckup]
+    node_checks: list[Check] = field(default_factory=list)  # a warning per thing the view cannot see (sight.py)
 
     @property
     def checks(self) -> list[Check]:
-        return [c for t in self.tmpfs for c in t.checks]
+        return [*self.node_checks, *(c for t in self.tmpfs for c in t.checks)]
 
     @property
     def failed(self) -> list[Check]:
@@ -98,16 +100,22 @@ def node_gc_cmd(root: str, *args: str) -> list[str]:
 
 
 def run_node_doctor(
-    root: str, inflight_bytes: int | None = None, stranded_after_s: float = STRANDED_AFTER_S, gateways: bool = True
+    root: str,
+    inflight_bytes: int | None = None,
+    stranded_after_s: float = STRANDED_AFTER_S,
+    gateways: bool = True,
+    state_dirs: Sequence[tuple[str, ...]] = (),
 ) -> NodeCheckup:
     """doctor's host checks on every tmpfs of the node under ``root`` (HostError when it cannot be opened).
 
     ``inflight_bytes``: the gateways' in-flight budget, a need of each tmpfs SMG writes (a gateway uses it, or it
     holds SMG names). ``gateways``: look for SMG gateways among each tmpfs's processes (``--no-gateways``: not)."""
-    node = look(root)
+    node = look(root, state_dirs=state_dirs)
     titled = set(gateway_pids()) if gateways else set()
     out = [_checkup(root, t, inflight_bytes, stranded_after_s, titled) for t in node.tmpfs]
-    return NodeCheckup(node.root, node.pods_known, out)
+    # A view that cannot see the whole node warns: what it shows may be all right, but it is not all.
+    blind = [Check("node view", Status.WARN, f"unknown: {u.message}", u.hint) for u in node.unseen]
+    return NodeCheckup(node.root, node.pods_known, out, blind)
 
 
 def _checkup(root: str, t: Tmpfs, inflight: int | None, stranded_after_s: float, titled: set[int]) -> TmpfsCheckup:

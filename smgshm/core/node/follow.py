@@ -38,6 +38,7 @@ from smgshm.core.names import SMG_FAMILY_PREFIX
 from smgshm.core.node.judge import PodJudge
 from smgshm.core.node.metrics import Health, VolumeFigures, statvfs_bytes, volume_figures
 from smgshm.core.node.scan import Others, Tmpfs, TmpfsScan, look
+from smgshm.core.node.sight import Unseen
 from smgshm.core.segments.judge import ScanOptions, State, Tally
 
 # inotify(7): the events that change what a listing shows (creation, a write's end, an unlink, a
@@ -60,6 +61,7 @@ class NodeWatchOptions:
     max_volumes: int = 256
     max_update_entries: int = 10_000
     stale_after_s: float = 3600.0
+    state_dirs: tuple[tuple[str, ...], ...] = ()  # custom runtime state dirs under the root (layout.NodeRoot)
 
 
 @dataclass
@@ -104,6 +106,7 @@ class NodeWatch:
         self.health = Health(counters=dict(self.counters))
         self.lock = threading.Lock()
         self._figures: tuple[list[VolumeFigures], Health] = ([], self.health)
+        self.unseen: list[Unseen] = []  # what the last full scan could not see (sight.py), for the log
         self._ino: Any = None
         self._poller: Any = None
         self._next_full = 0.0
@@ -200,14 +203,16 @@ class NodeWatch:
         t0, wall0 = time.monotonic(), time.time()
         errors: list[str] = []
         try:
-            node = look(self.opts.root)
+            node = look(self.opts.root, state_dirs=self.opts.state_dirs)
         except SmgshmError as err:
             if raise_errors:
                 raise
             self.counters["scans"] += 1
             self.counters["scan_errors"] += 1
             self._next_full = time.monotonic() + self.opts.rescan_every_s
-            self.health = Health(wall0, time.monotonic() - t0, 1, self.health.unfollowed, dict(self.counters))
+            self.health = Health(
+                wall0, time.monotonic() - t0, 1, self.health.unfollowed, dict(self.counters), self.health.unseen
+            )
             self._publish()
             return Pass(True, len(self.volumes), 0, time.monotonic() - t0, [str(err)])
         found = node.tmpfs[: self.opts.max_volumes]
@@ -238,7 +243,9 @@ class NodeWatch:
         now = time.monotonic()
         self._next_full = now + self.opts.rescan_every_s
         self._next_update = now + self.opts.update_every_s
-        self.health = Health(time.time(), now - t0, len(errors), unfollowed, dict(self.counters))
+        unseen = tuple(u.reason for u in node.unseen)
+        self.health = Health(time.time(), now - t0, len(errors), unfollowed, dict(self.counters), unseen)
+        self.unseen = node.unseen
         self._publish()
         return Pass(True, len(self.volumes), len(self.volumes), now - t0, errors)
 

@@ -18,7 +18,9 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from smgshm.core.node.layout import TmpfsKind
 from smgshm.core.node.scan import Others, Tmpfs
+from smgshm.core.node.sight import Blind
 from smgshm.core.segments.judge import State, Tally
 
 if TYPE_CHECKING:  # prometheus_client is imported where it is used
@@ -60,6 +62,14 @@ METRICS: dict[str, tuple[str, tuple[str, ...], str, str]] = {
         "1 when its segments can be judged by pid (a pid namespace uses it), else 0: all unknown",
     ),
     "volumes": ("gauge", ("kind",), ALWAYS, "tmpfs followed on the node, by kind"),
+    "view_unknown": (
+        "gauge",
+        ("reason",),
+        ALWAYS,
+        "1 when the node view cannot see the whole node for this reason (node_root: no kubelet or runtime dir "
+        "under the node root, a mount missing; runtime_state_dir: a --runtime-state-dir not there; host_pid: "
+        "not in the host's pid namespace, hostPID missing), else 0",
+    ),
     "unfollowed_volumes": ("gauge", (), ALWAYS, "tmpfs found beyond the limit of tmpfs followed (not in the series)"),
     "all_segments": ("gauge", ("state",), ALWAYS, "SMG segments of every tmpfs followed, by state"),
     "all_segment_bytes": ("gauge", ("state",), ALWAYS, "Allocated bytes of the SMG segments of every tmpfs followed"),
@@ -112,7 +122,7 @@ def volume_labels(t: Tmpfs) -> tuple[str, str, str, str, str]:
         label(pod.name if pod else None),
         label(t.pod_uid),
         label(t.place.volume),
-        t.place.kind,
+        t.place.kind.value,
     )
 
 
@@ -144,6 +154,7 @@ class Health:
     last_scan_errors: int = 0
     unfollowed: int = 0
     counters: dict[str, int] | None = field(default=None)  # scans, scan_errors, updates, events, overflows
+    unseen: tuple[Blind, ...] = ()  # why the last full scan could not see the whole node (sight.py)
 
 
 def volume_figures(t: Tmpfs, tally: Tally, others: Others, usage: tuple[int, int, int]) -> VolumeFigures:
@@ -220,9 +231,13 @@ def families(volumes: Iterable[VolumeFigures], health: Health) -> Iterator[Metri
             per_volume["segment_bytes"].add_metric([*v.labels, s], v.bytes_by_state.get(s, 0))
     yield from per_volume.values()
     kinds = family("volumes")
-    for k in ("empty_dir", "sandbox_shm", "host"):
-        kinds.add_metric([k], sum(1 for v in vols if v.labels[4] == k))
+    for k in TmpfsKind:
+        kinds.add_metric([k.value], sum(1 for v in vols if v.labels[4] == k))
     yield kinds
+    blind = family("view_unknown")
+    for reason in Blind:
+        blind.add_metric([reason.value], 1 if reason in health.unseen else 0)
+    yield blind
     yield _one(family("unfollowed_volumes"), health.unfollowed)
     for name, attr in (("all_segments", "counts"), ("all_segment_bytes", "bytes_by_state")):
         fam = family(name)

@@ -12,9 +12,10 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+from collections.abc import Collection
 from typing import NamedTuple
 
-from smgshm.core.node.layout import POD_LOGS, list_dirs, open_dir
+from smgshm.core.node.layout import POD_LOGS, each_dir, open_dir
 
 MAX_CGROUP_BYTES = 64 * 1024  # a process's cgroup file: one line per hierarchy (a dozen on cgroup v1)
 # A pod uid: a UUID (the API server's), or 32 hex digits (a static pod's: a hash of its manifest).
@@ -29,23 +30,40 @@ class PodName(NamedTuple):
     name: str
 
 
-def pod_names(root_fd: int, limit: int = 4096) -> dict[str, PodName]:
-    """Pod uid -> (namespace, name), from the kubelet's pod log dirs under the node root open at
-    ``root_fd``; {} where there are none. A dir name that cannot be the kubelet's is skipped, and a uid
-    two dirs name differently is left out: which is right cannot be told."""
+def pod_names(root_fd: int, wanted: Collection[str]) -> tuple[dict[str, PodName], int]:
+    """Pod uid -> (namespace, name) for the uids ``wanted``, from the kubelet's pod log dirs under the node
+    root open at ``root_fd``, and how many log dirs were read. Every dir is read (streamed: a node with
+    thousands of stale ones is read whole) and only the wanted are kept. A dir name that cannot be the
+    kubelet's is skipped, and a uid two dirs name differently is left out: which is right cannot be told."""
     try:
         fd = open_dir(root_fd, POD_LOGS)
     except OSError:
-        return {}
+        return {}, 0
     out: dict[str, PodName | None] = {}
+    read = 0
     try:
-        for entry in list_dirs(fd, limit):
+        for entry in each_dir(fd):
             if (m := _LOG_DIR.fullmatch(entry)) is not None:
-                name = PodName(m[1], m[2])
-                out[m[3]] = name if out.get(m[3], name) == name else None
+                read += 1
+                if m[3] in wanted:
+                    name = PodName(m[1], m[2])
+                    out[m[3]] = name if out.get(m[3], name) == name else None
     finally:
         os.close(fd)
-    return {uid: name for uid, name in out.items() if name is not None}
+    return {uid: name for uid, name in out.items() if name is not None}, read
+
+
+def pod_names_at(root: str, wanted: Collection[str]) -> tuple[dict[str, PodName], int]:
+    """``pod_names`` under the node root at the path ``root`` (opened as NodeRoot opens it); ({}, 0) when it
+    cannot be opened now. Names are only shown, never acted on: read after the processes, by path."""
+    try:
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return {}, 0
+    try:
+        return pod_names(fd, wanted)
+    finally:
+        os.close(fd)
 
 
 def pod_uid_in(cgroup: bytes) -> str | None:
@@ -62,4 +80,4 @@ def pod_uid_of(pid: int) -> str | None:
     return None
 
 
-__all__ = ["PodName", "pod_names", "pod_uid_in", "pod_uid_of"]
+__all__ = ["PodName", "pod_names", "pod_names_at", "pod_uid_in", "pod_uid_of"]

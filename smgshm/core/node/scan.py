@@ -9,7 +9,7 @@ the pod judge in place of the host's, so gc's listing, reaping and tallies apply
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
 from smgshm.core.errors import HostError
@@ -22,7 +22,8 @@ from smgshm.core.host.proc import fd_mount_id, live_pids
 from smgshm.core.names import SMG_FAMILY_PREFIX
 from smgshm.core.node.judge import PodJudge, tmpfs_trust
 from smgshm.core.node.layout import NodeRoot, Place
-from smgshm.core.node.pods import PodName, pod_names
+from smgshm.core.node.pods import PodName, pod_names_at
+from smgshm.core.node.sight import Unseen, unseen
 from smgshm.core.node.volumes import Hidden, PidSpace, ShmUser, hidden_bytes, pid_spaces, pidns_of_self, shm_users
 from smgshm.core.segments.judge import Judge, ScanOptions, SegmentInfo
 from smgshm.core.segments.scan import Scan
@@ -54,19 +55,25 @@ class NodeLook:
     root: str
     tmpfs: list[Tmpfs]
     pods_known: int  # pod log dirs read
+    unseen: list[Unseen] = field(default_factory=list)  # what it could not see (sight.py): the node is unknown
 
 
-def look(root: str, pids: Iterable[int] | None = None) -> NodeLook:
-    """Find and tie every tmpfs under the node ``root`` (HostError when the root cannot be opened)."""
+def look(root: str, pids: Iterable[int] | None = None, state_dirs: Sequence[tuple[str, ...]] = ()) -> NodeLook:
+    """Find and tie every tmpfs under the node ``root`` (HostError when the root cannot be opened);
+    ``state_dirs``: custom runtime state dirs under it (layout.NodeRoot)."""
     since = clock.boot_clock_ns()  # before the processes are read: each tmpfs's trust is of this look
     everyone = live_pids() if pids is None else list(pids)
-    with NodeRoot(root) as node:
-        places, names, where = list(node.places()), pod_names(node.fd), node.path
+    with NodeRoot(root, state_dirs) as node:
+        places, where = list(node.places()), node.path
+        blind = unseen(where, node.found, node.missing, pidns_of_self(), state_dirs)
     by_dev: dict[int, Place] = {}
     for p in places:
         by_dev.setdefault(p.dev, p)  # one tmpfs, one block (its first place)
     places = list(by_dev.values())
     users = shm_users(everyone)
+    # Pod names for the pods seen only (the log dirs are streamed, not kept): the places' and the users' uids.
+    wanted = {p.pod_uid for p in places} | {u.pod_uid for us in users.by_dev.values() for u in us}
+    names, known = pod_names_at(where, {w for w in wanted if w})
     depth = {u.pidns: u.depth for p in places for u in users.by_dev.get(p.dev, ())}
     spaces = pid_spaces(depth, everyone)
     hidden = hidden_bytes([p.dev for p in places], everyone)
@@ -83,7 +90,7 @@ def look(root: str, pids: Iterable[int] | None = None) -> NodeLook:
         doubt = frozenset(u.uid for u in unread)
         trust = tmpfs_trust(mine_users, used, mine, doubt, since, unread_pids=[u.pid for u in unread])
         out.append(Tmpfs(p, uid, names.get(uid) if uid else None, mine_users, used, trust, hidden[p.dev]))
-    return NodeLook(where, out, len(names))
+    return NodeLook(where, out, known, blind)
 
 
 @dataclass

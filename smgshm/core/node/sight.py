@@ -1,0 +1,84 @@
+"""What the node view cannot see, said for the whole node: never a quiet "0 tmpfs, none".
+
+A look that finds nothing to judge may be right (a node with no pod) or blind. Two blindnesses are
+told apart from the inside, and each makes the node's verdict ``unknown`` (gc --node --check exit 6,
+NPD 2, a doctor --node warning, the exporter's ``smgshm_node_view_unknown`` and a log line):
+
+- **a mount missing**: under the node root there is neither the kubelet's pods dir nor any runtime's
+  sandboxes dir (an empty or wrong ``--node-root``, a DaemonSet whose hostPath is not the host's /);
+  a ``--runtime-state-dir`` given that is not there is said on its own;
+- **a privilege missing**: smgshm's pid namespace is not the host's initial one (a DaemonSet without
+  ``hostPID: true``): pods' processes are not all visible, so no tmpfs can be tied to its pods' pid
+  namespaces, and a tmpfs no visible process uses would look unused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from smgshm.core.closed import Closed
+from smgshm.core.host.pidtrust import INIT_PID_NS
+from smgshm.core.node.layout import KUBELET_PODS, runtime_layouts
+
+
+class Blind(Closed):
+    """Why the node view cannot see the whole node (the exporter's ``reason`` label)."""
+
+    NODE_ROOT = "node_root"  # no kubelet pods dir and no runtime sandboxes dir under the root
+    STATE_DIR = "runtime_state_dir"  # a --runtime-state-dir that is not there
+    HOST_PID = "host_pid"  # not in the host's pid namespace
+
+
+@dataclass(frozen=True)
+class Unseen:
+    """One thing the node view cannot see, with the mount or privilege it lacks."""
+
+    reason: Blind
+    message: str
+    hint: str
+
+
+def unseen(
+    root: str,
+    found: Sequence[str],
+    missing_state_dirs: Sequence[str],
+    pidns: str,
+    state_dirs: Sequence[tuple[str, ...]] = (),
+) -> list[Unseen]:
+    """What a look at ``root`` could not see: ``found`` the layout dirs that were there, ``missing_state_dirs``
+    the custom ones that were not, ``pidns`` this process's pid namespace (``pid:[...]``; "" unreadable)."""
+    out: list[Unseen] = []
+    if not found:
+        looked = ", ".join(["/".join(KUBELET_PODS), *runtime_layouts(state_dirs)])
+        out.append(
+            Unseen(
+                Blind.NODE_ROOT,
+                f"node root {root} has no kubelet pods dir and no container runtime's sandboxes dir "
+                f"(looked for {looked}): a mount is missing, so no pod's /dev/shm can be seen",
+                "mount the host's / there (a DaemonSet's hostPath /, with mountPropagation: HostToContainer) "
+                "and pass it as --node-root; for a runtime elsewhere, --runtime-state-dir",
+            )
+        )
+    for d in missing_state_dirs:
+        out.append(
+            Unseen(
+                Blind.STATE_DIR,
+                f"runtime state dir {d} is not under node root {root}: its sandboxes' /dev/shm cannot be seen",
+                "give the runtime's state dir (containerd's `state`, CRI-O's storage `runroot`) as mounted "
+                "under the node root",
+            )
+        )
+    if pidns != INIT_PID_NS:
+        out.append(
+            Unseen(
+                Blind.HOST_PID,
+                f"smgshm runs outside the host's pid namespace ({pidns or 'unreadable'}): pods' processes are "
+                "not all visible, so no tmpfs can be judged by pid",
+                "run it in the host's pid namespace (a DaemonSet needs hostPID: true)",
+            )
+        )
+    return out
+
+
+__all__ = ["Blind", "Unseen", "unseen"]
