@@ -19,7 +19,9 @@ def _docs(path: Path) -> list[dict[str, Any]]:
 
 
 def _manifests() -> list[Path]:
-    return sorted(K8S.glob("*.yaml"))
+    """The Kubernetes objects of deploy/k8s (the kustomize base and the gateway example), without
+    the base's kustomization.yaml, which is kustomize's input, not an object."""
+    return sorted(p for p in K8S.glob("*.yaml") if p.name != "kustomization.yaml")
 
 
 def _all_docs() -> Iterator[tuple[Path, dict[str, Any]]]:
