@@ -27,14 +27,13 @@ import yaml
 
 from smgshm import __version__
 from tests.support.deploy import DEPLOY
-from tests.support.kustomize import OVERLAYS, SANDBOXES, kustomize, pod_spec, with_opt_ins
+from tests.support.kustomize import OVERLAYS, SANDBOXES, SANDBOXES_IN_POD, kustomize, pod_spec, with_opt_ins
 from tests.unit.test_deploy import _parse
 
 pytestmark = pytest.mark.slow  # each renders with kubectl and validates with a child process
 
 IMAGE = f"registry.example.com/smgshm/smgshm-node:{__version__}"
 CORE_API_GROUPS = ("v1", "apps/v1", "batch/v1", "networking.k8s.io/v1", "scheduling.k8s.io/v1")
-SANDBOXES_IN_POD = "/host/run/containerd/io.containerd.grpc.v1.cri/sandboxes"  # core/node/layout.py SANDBOXES
 
 
 def _validator() -> Path:
@@ -117,15 +116,12 @@ def test_each_overlay_mounts_its_runtimes_sandboxes_where_the_node_view_reads(ov
         vols = {v["name"]: v for v in spec["volumes"]}
         mounts = {m["name"]: m for m in c["volumeMounts"]}
         want = SANDBOXES[overlay]
-        if want is None:
-            assert "sandboxes" not in vols, (overlay, kind)
-            continue
         host = vols["sandboxes"]["hostPath"]
         # DirectoryOrCreate: the pod starts on a node without the dir (README: Fleet says why)
         assert host == {"path": want, "type": "DirectoryOrCreate"}, (overlay, kind)
         assert mounts["sandboxes"] == {
             "name": "sandboxes",
-            "mountPath": SANDBOXES_IN_POD,
+            "mountPath": SANDBOXES_IN_POD[overlay],
             "readOnly": True,
             "mountPropagation": "HostToContainer",
         }
@@ -134,9 +130,10 @@ def test_each_overlay_mounts_its_runtimes_sandboxes_where_the_node_view_reads(ov
 
 
 def test_the_node_view_reads_the_sandboxes_path_the_overlays_mount() -> None:
-    from smgshm.core.node.layout import SANDBOXES as LAYOUT
+    from smgshm.core.node.layout import CONTAINERD_STATES, CRI_SANDBOXES, CRIO_RUN_ROOTS
 
-    assert "/host/" + "/".join(LAYOUT) == SANDBOXES_IN_POD
+    assert "/host/" + "/".join((*CONTAINERD_STATES[0], *CRI_SANDBOXES)) == SANDBOXES_IN_POD["containerd"]
+    assert "/host/" + "/".join(CRIO_RUN_ROOTS[0]) == SANDBOXES_IN_POD["cri-o"]
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)

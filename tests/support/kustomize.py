@@ -17,11 +17,16 @@ from tests.support.deploy import DEPLOY
 
 OVERLAYS = ("containerd", "k3s-rke2", "cri-o")
 OPT_IN = ("reclaim-cronjob", "grafana-dashboard")
-# Each runtime's sandboxes dir on the host; None: no runtime dir is mounted (README: Fleet).
+# Each runtime's dir on the host that holds its pods' sandbox shm, and where the exporter mounts it.
 SANDBOXES = {
     "containerd": "/run/containerd/io.containerd.grpc.v1.cri/sandboxes",
     "k3s-rke2": "/run/k3s/containerd/io.containerd.grpc.v1.cri/sandboxes",
-    "cri-o": None,
+    "cri-o": "/run/containers/storage",
+}
+SANDBOXES_IN_POD = {
+    "containerd": "/host/run/containerd/io.containerd.grpc.v1.cri/sandboxes",  # core/node/layout.py's
+    "k3s-rke2": "/host/run/containerd/io.containerd.grpc.v1.cri/sandboxes",
+    "cri-o": "/host/run/containers/storage",  # CRI-O's storage run dir, as core/node/layout.py reads it
 }
 
 
