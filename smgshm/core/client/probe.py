@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from smgshm.core.address import grpc_target
-from smgshm.core.causes import CATALOGUE, Cause, Found, for_verdict, found
+from smgshm.core.causes import Cause, Found, Where, for_verdict, found
 from smgshm.core.closed import Closed
 from smgshm.core.engines import DETECT_ORDER, Engine, engine_named
 from smgshm.core.errors import SmgshmError, TransportError
@@ -384,4 +384,4 @@ def cause_of(w: WorkerReport, local: LocalChecks, shm_dir: str = DEFAULT_SHM_DIR
     code = for_verdict(w.verdict, local.namespace_id, w.engine)
     if code is None:
         return None
-    return found(code, f"{w.address}: {w.reason}", CATALOGUE[code].command(w.address, shm_dir))
+    return found(code, f"{w.address}: {w.reason}", Where(shm_dir, address=w.address, running="probe"))

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from smgshm.core.causes import Cause
+from smgshm.core.causes import CATALOGUE, Cause, Where
 from smgshm.core.closed import Closed
 from smgshm.core.outcomes import Outcome
 
@@ -33,6 +33,17 @@ class Check:
     fix_cmd: list[str] = field(default_factory=list)
     names_hex: list[str] = field(default_factory=list)
     cause: Cause | None = None  # the catalogue's cause of a failure or warning (JSON: its code, or null)
+
+
+def cause_check(
+    name: str, status: str, summary: str, cause: Cause, code: Outcome = Outcome.OK, where: Where | None = None
+) -> Check:
+    """A check that fails or warns for ``cause``: the catalogue's fix, and its next step's command for what
+    ``where`` names (the catalogue builds it: no check writes its own text or command for a cause; none that
+    would only run doctor again)."""
+    entry = CATALOGUE[cause]
+    step = entry.next_step(replace(where or Where(), running="doctor"))
+    return Check(name, status, summary, entry.fix, code, fix_cmd=step or [], cause=cause)
 
 
 # How a group of checks hands its results on as each finishes (doctor shows them live).

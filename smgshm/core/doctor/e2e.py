@@ -45,8 +45,10 @@ def check_e2e(
         summary = f"{run.cause} (p50 {human_ms(run.p50_ms)}; evidence: {evidence})"
         if run.unreachable:  # a dead worker: the endpoint's fault (4), with its cause and its own fix
             info = run.cause_info
-            fix = f"{info.fix}: {shlex.join(info.fix_cmd)}" if info is not None and info.fix_cmd else f"see {fix_cmd}"
-            out.append(Check(name, "fail", summary, fix, Outcome.UNREACHABLE, cause=Cause.WORKER_UNREACHABLE))
+            fix, step = (info.fix, info.fix_cmd or []) if info is not None else (f"see {fix_cmd}", [])
+            out.append(
+                Check(name, "fail", summary, fix, Outcome.UNREACHABLE, fix_cmd=step, cause=Cause.WORKER_UNREACHABLE)
+            )
         elif run.path == "undetermined":
             out.append(Check(name, "fail", summary, f"see {fix_cmd} for each source", Outcome.UNDETERMINED))
         elif run.failure_class:

@@ -8,8 +8,8 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from smgshm.core.causes import CATALOGUE, Cause, for_verdict
-from smgshm.core.doctor.check import Check
+from smgshm.core.causes import CATALOGUE, Cause, Where, for_verdict
+from smgshm.core.doctor.check import Check, cause_check
 from smgshm.core.doctor.workers import PROBE_OUTCOMES
 from smgshm.core.errors import GatewayNotReadyError, SmgshmError
 from smgshm.core.outcomes import Outcome
@@ -124,6 +124,7 @@ def _worker_check(
     g: JudgedGateway, w: GatewayWorker, r: WorkerReport | None, skipped: bool, waited: float, local_id: str = ""
 ) -> Check:
     name = f"{g.who} worker {w.url}"
+    at = Where(address=w.url)  # a next step names the worker
     if not w.grpc:
         # Configured for SHM, the gateway still sends this worker every tensor inline: said, with its cause.
         cause = Cause.ZMQ_LANE if w.connection_mode == "zmq" else Cause.NOT_GRPC
@@ -139,16 +140,12 @@ def _worker_check(
             name,
             "skip",
             f"not probed: doctor probes the first {MAX_WORKERS} workers",
-            f"probe it: smgshm probe {w.url}",
+            "probe it alone:",
+            fix_cmd=["smgshm", "probe", w.url],
         )
     if r is None:
-        return Check(
-            name,
-            "warn",
-            f"no answer to the probe within {human_duration(waited)}",
-            f"probe it alone: smgshm probe {w.url}",
-            cause=Cause.WORKER_SLOW,
-        )
+        waited_s = human_duration(waited)
+        return cause_check(name, "warn", f"no answer to the probe within {waited_s}", Cause.WORKER_SLOW, where=at)
     inline = g.mode in ("inline", "rdma")
     if r.verdict in ("shared", "other_host", "private_tmpfs", "undetermined") and g.namespace_id:
         # What counts is the gateway's own namespace, not the one of the shm dir doctor was given.
@@ -158,13 +155,13 @@ def _worker_check(
         reason = cmp.reason.replace("this host", "the gateway").replace(" here", " at the gateway")
         r = replace(r, verdict=cmp.sharing.value, reason=reason)
     if r.verdict == "unreachable":
-        return Check(
+        return cause_check(
             name,
             "fail",
             f"worker {w.url} unreachable: {r.reason}; the gateway's requests to it fail",
-            CATALOGUE[Cause.WORKER_UNREACHABLE].fix,
+            Cause.WORKER_UNREACHABLE,
             PROBE_OUTCOMES["unreachable"],
-            cause=Cause.WORKER_UNREACHABLE,
+            at,
         )
     if r.verdict == "shared":
         label = w.label_namespace_id  # what the gateway decides by: its record, not what the worker says now
@@ -183,13 +180,14 @@ def _worker_check(
     code = PROBE_OUTCOMES.get(r.verdict, Outcome.CHECK_FAILED)
     # Judged against the gateway's id, else this host's; its fix is the catalogue's.
     verdict_cause = for_verdict(r.verdict, g.namespace_id or local_id, r.engine or w.runtime_type)
-    fix = CATALOGUE[verdict_cause].fix if verdict_cause is not None else ""
     summary = f"worker {w.url}: {r.verdict}: {r.reason}"
     if inline:  # the gateway sends it nothing through SHM: a fact, not a failure
         return Check(name, "ok", f"{summary} (the gateway is {g.mode}: no SHM is sent)")
+    if verdict_cause is None:
+        return Check(name, "fail", summary, "", code)
     if r.verdict == "undetermined" and g.mode == "shm":  # shm makes no namespace check: it may still read
-        return Check(name, "warn", summary, fix, cause=verdict_cause)
-    return Check(name, "fail", summary, fix, code, cause=verdict_cause)
+        return cause_check(name, "warn", summary, verdict_cause, where=at)
+    return cause_check(name, "fail", summary, verdict_cause, code, at)
 
 
 def lint(g: JudgedGateway, workers: list[GatewayWorker]) -> list[Check]:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from smgshm.core.causes import CATALOGUE, Cause
-from smgshm.core.doctor.check import Check
+from smgshm.core.causes import CATALOGUE, Cause, Where
+from smgshm.core.doctor.check import Check, cause_check
 from smgshm.core.host.facts import HostFacts
 from smgshm.core.host.identity import HostIdentity
 from smgshm.core.outcomes import Outcome
@@ -54,23 +54,9 @@ def check_identity(facts: HostFacts) -> list[Check]:
         out.append(Check("shm dir", "ok", f"{shm_dir}: {ident.fstype or '?'}, {size}"))
     probe_err = facts.writable_error
     if probe_err:
-        full = "No space" in probe_err
-        fix = (
-            "enlarge the tmpfs (docker --shm-size, emptyDir sizeLimit) or free space:"
-            if full
-            else "run as a uid that may write the shm dir; SMG's gateway would stay inline"
-        )
-        out.append(
-            Check(
-                "writable",
-                "fail",
-                f"cannot create a 0600 segment: {probe_err}",
-                fix,
-                Outcome.HOST,
-                fix_cmd=smgshm_cmd(shm_dir, "gc", "--delete") if full else [],
-                cause=Cause.SHM_FULL if full else Cause.SHM_PERMISSION,
-            )
-        )
+        cause = Cause.SHM_FULL if "No space" in probe_err else Cause.SHM_PERMISSION
+        summary = f"cannot create a 0600 segment: {probe_err}"
+        out.append(cause_check("writable", "fail", summary, cause, Outcome.HOST, Where(shm_dir)))
     else:
         out.append(Check("writable", "ok", "a 0600 segment can be created and removed, as the gateway's probe does"))
     return out

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from smgshm.core.address import is_local_url
-from smgshm.core.causes import Cause, Found, found
+from smgshm.core.causes import Cause, Found, Where, found
 from smgshm.core.e2e.evidence import (
     MetricsEvidence,
     ReceiptBaseline,
@@ -315,21 +315,10 @@ def _gateway_tmpfs_elsewhere(pid: int | None, shm_dir: str) -> str:
 
 
 def _cause(v: Verdict, t: _Target, opts: E2eOptions, shm_dir: str) -> Found | None:
-    """The verdict's cause from the catalogue, with a command that applies to this gateway."""
+    """The verdict's cause from the catalogue, its next step naming this gateway and the shm dir it writes."""
     if v.code is None:
         return None
-    cmd: list[str] | None = None
-    if v.code in (Cause.OTHER_HOST, Cause.PRIVATE_TMPFS, Cause.ID_SPELLING, Cause.NO_NAMESPACE_ID):
-        cmd = ["smgshm", "probe", "--from-gateway", t.url]
-    elif v.code in (Cause.PROBE_FILE_LEFT, Cause.GATEWAY_PROBE_FAILED, Cause.SHM_FULL):
-        cmd = ["smgshm", "gc", "--shm-dir", shm_dir]
-    elif v.code in (Cause.SHM_WRITES_FAILING, Cause.SHM_PERMISSION, Cause.SHM_TOO_SMALL):
-        cmd = ["smgshm", "doctor", "--shm-dir", shm_dir]
-    elif v.code is Cause.LOCAL_ID_UNREADABLE:
-        cmd = ["smgshm", "ns", "--shm-dir", shm_dir]
-    elif v.code is Cause.NO_EVIDENCE and not opts.metrics_url:
-        cmd = ["smgshm", "e2e", "--gateway", t.url, "--metrics", "URL"]
-    return found(v.code, v.cause, cmd)
+    return found(v.code, v.cause, Where(shm_dir, t.url, opts.metrics_url or "", running="e2e"))
 
 
 def _unreachable_worker(workers: list[str], opts: E2eOptions) -> Found | None:
@@ -342,7 +331,7 @@ def _unreachable_worker(workers: list[str], opts: E2eOptions) -> Found | None:
         try:
             open_channel(grpc_target(address), min(opts.timeout_s, 2.0)).close()
         except TransportError as err:
-            return found(Cause.WORKER_UNREACHABLE, f"worker {address} unreachable: {err}", ["smgshm", "probe", address])
+            return found(Cause.WORKER_UNREACHABLE, f"worker {address} unreachable: {err}", Where(address=address))
         except SmgshmError:
             continue  # not an address smgshm can dial: say nothing rather than guess
     return None

@@ -14,7 +14,7 @@ import os
 import time
 from collections.abc import Callable
 
-from smgshm.core.causes import Cause, Found, found
+from smgshm.core.causes import Cause, Found, Where, found
 from smgshm.core.errors import SmgshmError
 from smgshm.core.segments.judge import ScanOptions, SegmentInfo
 from smgshm.core.segments.reaping import DEFAULT_MIN_AGE_S
@@ -123,8 +123,7 @@ def orphans_cause(orphans: list[Orphan], shm_dir: str, assume_dead: bool = False
     too) reaps each only past its --min-age: the fix says when."""
     leaked = [o for o in orphans if o.state == "leaked"]
     if leaked:
-        cmd = ["smgshm", "gc", "--delete", "--shm-dir", shm_dir, *(["--assume-dead"] if assume_dead else [])]
-        fix = "remove them"
+        fix = ""  # the catalogue's
         if assume_dead:
             wait = max(0.0, DEFAULT_MIN_AGE_S - min(o.age_s for o in leaked))
             fix = (
@@ -132,7 +131,10 @@ def orphans_cause(orphans: list[Orphan], shm_dir: str, assume_dead: bool = False
                 f"in {human_duration(wait)} at the latest"
             )
         return found(
-            Cause.SEGMENTS_LEAKED, f"{len(leaked)} orphan(s) leaked by a dead producer ({_bytes(leaked)})", cmd, fix
+            Cause.SEGMENTS_LEAKED,
+            f"{len(leaked)} orphan(s) leaked by a dead producer ({_bytes(leaked)})",
+            Where(shm_dir, assume_dead=assume_dead),
+            fix,
         )
     stranded = [o for o in orphans if o.producer_alive and o.state in ("in_flight", "stale")]
     if stranded:

@@ -1,0 +1,88 @@
+"""One path from cause to output: e2e, probe, watch and doctor give a cause the catalogue's next step, filled
+in from what each knows (the shm dir, the gateway, the worker); none keeps a command table of its own."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from smgshm.core.causes import CATALOGUE, Cause, Where
+from smgshm.core.client.probe import LocalChecks, WorkerReport, cause_of
+from smgshm.core.e2e.run import E2eOptions, _cause, _Target
+from smgshm.core.e2e.verdict import TensorPath, Verdict
+
+CORE = Path(__file__).resolve().parents[2] / "smgshm" / "core"
+GATEWAY = "http://127.0.0.1:30000"
+SHM_DIR = "/tmp/smgshm unit shm"  # never read: the commands name it
+
+
+def _e2e(code: Cause, shm_dir: str = SHM_DIR) -> dict[str, object] | None:
+    target = _Target("gateway", GATEWAY, f"{GATEWAY}/metrics", None, "auto", None, "vllm", "", [], "")
+    verdict = Verdict(TensorPath.INLINE, "the gateway's reason", True, {}, code=code)
+    info = _cause(verdict, target, E2eOptions(shm_dir=shm_dir), shm_dir)
+    return dataclasses.asdict(info) if info is not None else None
+
+
+@pytest.mark.parametrize("code", list(Cause))
+def test_e2es_json_for_a_cause_carries_the_catalogues_fix_and_command(code: Cause) -> None:
+    info = _e2e(code)
+    assert info is not None
+    assert info["code"] == code.value
+    assert info["fix"] == CATALOGUE[code].fix
+    step = CATALOGUE[code].next_step(Where(SHM_DIR, GATEWAY, running="e2e"))
+    assert info["fix_cmd"] == step
+
+
+@pytest.mark.parametrize(
+    ("verdict", "code"), [("spelling", Cause.ID_SPELLING), ("undetermined", Cause.LOCAL_ID_UNREADABLE)]
+)
+def test_e2e_and_probe_give_one_command_for_one_cause(verdict: str, code: Cause) -> None:
+    """e2e's own table sent a misspelled id to probe --from-gateway, probe sent it to ns: now both say ns."""
+    local = LocalChecks("" if code is Cause.LOCAL_ID_UNREADABLE else "ns-a", True, "", [], 1 << 30)
+    probed = cause_of(WorkerReport("127.0.0.1:50051", verdict, "the reason"), local, SHM_DIR)
+    assert probed is not None
+    assert probed.code == code.value
+    e2e = _e2e(code)
+    assert e2e is not None
+    assert probed.fix_cmd == e2e["fix_cmd"] == ["smgshm", "ns", "--shm-dir", SHM_DIR]
+
+
+def test_a_full_dir_gets_the_gc_that_frees_it_from_e2e_and_watch() -> None:
+    """e2e and watch suggested a gc that only lists (smgshm gc) for a full dir: gc --delete frees it."""
+    e2e = _e2e(Cause.SHM_FULL)
+    assert e2e is not None
+    assert e2e["fix_cmd"] == ["smgshm", "gc", "--delete", "--shm-dir", SHM_DIR]
+
+
+def test_no_core_module_builds_a_command_for_a_cause_of_its_own() -> None:
+    """found() takes the caller's knowledge (a Where), never an argv; no module but the catalogue passes one."""
+    for path in CORE.rglob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "found"):
+                continue
+            args = [*node.args[2:3], *(k.value for k in node.keywords if k.arg in ("where", "fix_cmd"))]
+            for arg in args:
+                assert not isinstance(arg, (ast.List, ast.Tuple, ast.ListComp)), f"{path}:{node.lineno}"
+                if isinstance(arg, ast.Call) and isinstance(arg.func, ast.Name):
+                    assert arg.func.id == "Where", f"{path}:{node.lineno}: a command of its own"
+
+
+def test_doctors_checks_of_a_gateways_workers_quote_nothing_into_their_fix() -> None:
+    """A worker URL from the gateway's GET /workers went into the fix's words unquoted (``probe it: smgshm probe
+    URL``); it is an argv now, shown shell-quoted, and a slow worker's fix is the catalogue's."""
+    from smgshm.core.doctor.gatewayworkers import JudgedGateway, _worker_check
+    from smgshm.core.gateway.admin import GatewayWorker
+
+    url = "grpc://h:1;reboot"
+    w = GatewayWorker("id", url, "grpc", "vllm", "", True, "ready", "m", "regular", "")
+    g = JudgedGateway("gateway 7", GATEWAY, "auto", "")
+    slow = _worker_check(g, w, None, False, 5.0)
+    assert slow.cause is Cause.WORKER_SLOW
+    assert (slow.fix, slow.fix_cmd) == (CATALOGUE[Cause.WORKER_SLOW].fix, ["smgshm", "probe", url])
+    skipped = _worker_check(g, w, None, True, 5.0)
+    assert url not in skipped.fix
+    assert skipped.fix_cmd == ["smgshm", "probe", url]
