@@ -239,7 +239,7 @@ def verify_canary(channel: Any, opts: ProbeOptions) -> VerifyResult:
     """Write a 4 KiB segment, have the receiver read it, and always clean up."""
     from smgshm.core.segments.io import unlink_segment, write_segment
     from smgshm.core.transport.tensors import digest
-    from smgshm.core.transport.verify import Sent, judge, receipt_key
+    from smgshm.core.transport.verify import ProblemKind, Sent, judge, receipt_key
     from smgshm.core.transport.wire import Layout, OutTensor, Request, build_multimodal
     from smgshm.rpc.v1 import diag_pb2, diag_pb2_grpc
 
@@ -262,7 +262,7 @@ def verify_canary(channel: Any, opts: ProbeOptions) -> VerifyResult:
     if verdict.ok:
         return VerifyResult(True, "ok", "the receiver read the canary segment byte-exactly")
     issue = verdict.issues[0]
-    if issue.kind == "receiver_error":
+    if issue.kind is ProblemKind.RECEIVER_ERROR:
         code, _, message = issue.message.partition(": ")
         return VerifyResult(False, code, message)
     return VerifyResult(False, "mismatch", f"{issue.key}: {issue.message}")

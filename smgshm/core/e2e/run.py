@@ -32,7 +32,7 @@ from smgshm.core.e2e.evidence import (
     receipts_since,
 )
 from smgshm.core.e2e.owner import own_metrics
-from smgshm.core.e2e.verdict import FAILURE_TEXT, Context, TensorPath, Verdict, expectation, judge
+from smgshm.core.e2e.verdict import FAILURE_TEXT, Context, FailureClass, TensorPath, Verdict, expectation, judge
 from smgshm.core.errors import HostError, Interrupted, SmgshmError
 from smgshm.core.gateway.chat import ChatOutcome, first_model, make_png, send_chat
 from smgshm.core.gateway.metrics import MM_FAMILIES, MetricsSnapshot, scrape
@@ -90,7 +90,7 @@ class GatewayRun:
     cause: str
     agree: bool
     shm_tensors_by_source: dict[str, int]
-    failure_class: str
+    failure_class: FailureClass  # the empty string: none
     failure: str
     expected: str  # the path expected ("" no expectation)
     as_expected: bool

@@ -24,7 +24,7 @@ import stat
 from dataclasses import dataclass, field
 
 from smgshm.core.causes import CATALOGUE, write_failure
-from smgshm.core.doctor.check import Check
+from smgshm.core.doctor.check import Check, Status
 from smgshm.core.doctor.hostchecks import FixPlace, check_capacity
 from smgshm.core.doctor.identity import check_namespace_id
 from smgshm.core.doctor.leaks import STRANDED_AFTER_S, leak_checks, reap_wait
@@ -44,7 +44,9 @@ from smgshm.core.units import human_size
 
 # Unlinked files still mapped this much of the size: gc cannot free them, and SMG's writes find the space gone.
 HIDDEN_WARN_SHARE = 0.25
-_RANK = {"fail": 3, "warn": 2, "unknown": 1}  # a block's verdict: its worst check ("ok" below them all)
+# A block's verdict: its worst check, worst first (ok: none of the others; info and skip count as ok).
+VERDICTS = (Status.FAIL, Status.WARN, Status.UNKNOWN, Status.OK)
+_RANK = {v: len(VERDICTS) - i for i, v in enumerate(VERDICTS)}
 
 
 @dataclass(frozen=True)
@@ -60,7 +62,7 @@ class TmpfsCheckup:
     """One tmpfs's checks, the verdict they make, and the figures they were drawn from."""
 
     tmpfs: Tmpfs
-    verdict: str  # fail | warn | unknown | ok: the worst of its checks
+    verdict: Status  # one of VERDICTS: the worst of its checks
     checks: list[Check]
     namespace_id: str = ""
     shm_total_bytes: int = 0
@@ -123,7 +125,7 @@ def _checkup(root: str, t: Tmpfs, inflight: int | None, stranded_after_s: float,
         segments = list(scan)
         usage = shm_usage(path)
     except SmgshmError as err:  # gone or changed since the node was looked at: said, and the run goes on
-        return TmpfsCheckup(t, "fail", [Check("shm dir", "fail", str(err), err.hint or "", Outcome.HOST)])
+        return TmpfsCheckup(t, Status.FAIL, [Check("shm dir", "fail", str(err), err.hint or "", Outcome.HOST)])
     gws = [GatewayUse(u.pid, _ns_pid(u.pid)) for u in t.users if u.pid in titled]
     writers = [f"SMG gateway pid {g.ns_pid if g.ns_pid is not None else '?'} (pid {g.pid} here)" for g in gws]
     counts = dict(scan.tally.counts)
@@ -148,10 +150,10 @@ def _checkup(root: str, t: Tmpfs, inflight: int | None, stranded_after_s: float,
         reap_wait(segments, scan.sightings.stored),
     )
     checks.append(_liveness(t, segments))
-    verdict = max((c.status for c in checks), key=lambda s: _RANK.get(s, 0))
+    verdict = max((Status(c.status) for c in checks), key=lambda s: _RANK.get(s, 0), default=Status.OK)
     return TmpfsCheckup(
         t,
-        verdict if verdict in _RANK else "ok",
+        verdict if verdict in _RANK else Status.OK,
         checks,
         ident.namespace_id,
         usage.total_bytes,

@@ -16,6 +16,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from smgshm.core.closed import Closed
 from smgshm.core.errors import HostError
 from smgshm.core.host.mounts import Mount, read_mounts
 from smgshm.core.host.proc import fd_mount_id
@@ -30,11 +31,19 @@ MAX_VOLUMES = 256  # emptyDirs per pod
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
+class PlaceKind(Closed):
+    """Where a tmpfs of the node lives."""
+
+    EMPTY_DIR = "empty_dir"  # a pod's memory emptyDir (the kubelet's path names the pod)
+    SANDBOX_SHM = "sandbox_shm"  # a runtime's sandbox /dev/shm (containerd)
+    HOST = "host"  # the host's own /dev/shm
+
+
 @dataclass(frozen=True)
 class Place:
     """One tmpfs found where a pod's (or the host's) /dev/shm lives."""
 
-    kind: str  # empty_dir | sandbox_shm | host
+    kind: PlaceKind
     path: str  # as this process sees it: the node root joined with the components opened
     pod_uid: str | None  # from the kubelet's path (empty_dir); a sandbox's comes from its processes
     volume: str | None  # the emptyDir's name, the sandbox id; None for the host's
@@ -131,7 +140,7 @@ class NodeRoot:
                         for vol in list_dirs(vols, MAX_VOLUMES):
                             if (got := self.tmpfs_at(vols, vol)) is not None:
                                 path = self.join(*KUBELET_PODS, uid, *EMPTY_DIRS, vol)
-                                yield Place("empty_dir", path, uid, vol, *got)
+                                yield Place(PlaceKind.EMPTY_DIR, path, uid, vol, *got)
                     finally:
                         os.close(vols)
             finally:
@@ -146,7 +155,7 @@ class NodeRoot:
                         continue
                     try:
                         if (got := self.tmpfs_at(fd, "shm")) is not None:
-                            yield Place("sandbox_shm", self.join(*SANDBOXES, box, "shm"), None, box, *got)
+                            yield Place(PlaceKind.SANDBOX_SHM, self.join(*SANDBOXES, box, "shm"), None, box, *got)
                     finally:
                         os.close(fd)
             finally:
@@ -155,7 +164,7 @@ class NodeRoot:
             dev = open_dir(self.fd, HOST_SHM[:1])
             try:
                 if (got := self.tmpfs_at(dev, HOST_SHM[1])) is not None:
-                    yield Place("host", self.join(*HOST_SHM), None, None, *got)
+                    yield Place(PlaceKind.HOST, self.join(*HOST_SHM), None, None, *got)
             finally:
                 os.close(dev)
 

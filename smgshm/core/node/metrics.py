@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from smgshm.core.node.layout import PlaceKind
 from smgshm.core.node.scan import Others, Tmpfs
 from smgshm.core.segments.judge import State, Tally
 
@@ -220,7 +221,7 @@ def families(volumes: Iterable[VolumeFigures], health: Health) -> Iterator[Metri
             per_volume["segment_bytes"].add_metric([*v.labels, s], v.bytes_by_state.get(s, 0))
     yield from per_volume.values()
     kinds = family("volumes")
-    for k in ("empty_dir", "sandbox_shm", "host"):
+    for k in PlaceKind:
         kinds.add_metric([k], sum(1 for v in vols if v.labels[4] == k))
     yield kinds
     yield _one(family("unfollowed_volumes"), health.unfollowed)

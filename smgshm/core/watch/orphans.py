@@ -16,12 +16,12 @@ from collections.abc import Callable
 
 from smgshm.core.causes import Cause, Found, Where, found
 from smgshm.core.errors import SmgshmError
-from smgshm.core.segments.judge import ScanOptions, SegmentInfo
+from smgshm.core.segments.judge import ScanOptions, SegmentInfo, State
 from smgshm.core.segments.reaping import DEFAULT_MIN_AGE_S
 from smgshm.core.segments.scan import judge_entry
 from smgshm.core.segments.sightings import Sightings
 from smgshm.core.units import human_duration
-from smgshm.core.watch.figures import Orphan, WatchOptions
+from smgshm.core.watch.figures import Orphan, Unseen, WatchOptions
 from smgshm.core.watch.follow import SegmentLife, SegmentTracker
 
 _MAX_JUDGED_PER_STEP = 4  # each judgement walks /proc (tens of ms): a leaking host must not stall the watch
@@ -85,7 +85,7 @@ class OrphanJudge:
                 life.kind,
                 life.producer_pid,
                 None,
-                "unjudged",
+                Unseen.UNJUDGED,
                 "not judged yet",
                 life.nbytes,
                 age,
@@ -94,7 +94,9 @@ class OrphanJudge:
         else:
             info, _, err = seen
             if info is None:
-                state, reason = ("unknown", err) if err else ("gone", "unlinked since; its unlink event is queued")
+                state, reason = (
+                    (State.UNKNOWN, err) if err else (Unseen.GONE, "unlinked since; its unlink event is queued")
+                )
                 o = Orphan(life.name, life.kind, life.producer_pid, None, state, reason, life.nbytes, age, life.reads)
             else:
                 o = Orphan(
@@ -102,7 +104,7 @@ class OrphanJudge:
                     life.kind,
                     life.producer_pid,
                     info.producer_alive,
-                    info.state.value,
+                    info.state,
                     info.reason,
                     life.nbytes if life.nbytes is not None else info.nbytes,
                     age,
@@ -121,7 +123,7 @@ def orphans_cause(orphans: list[Orphan], shm_dir: str, assume_dead: bool = False
     saw it (watch/witness.py), before any later gc's look at the pid namespaces, so that gc proves them dead
     and reaps them at once; judged with ``assume_dead`` they are proven nothing, and gc (told --assume-dead
     too) reaps each only past its --min-age: the fix says when."""
-    leaked = [o for o in orphans if o.state == "leaked"]
+    leaked = [o for o in orphans if o.state == State.LEAKED]
     if leaked:
         fix = ""  # the catalogue's
         if assume_dead:
@@ -136,7 +138,7 @@ def orphans_cause(orphans: list[Orphan], shm_dir: str, assume_dead: bool = False
             Where(shm_dir, assume_dead=assume_dead),
             fix,
         )
-    stranded = [o for o in orphans if o.producer_alive and o.state in ("in_flight", "stale")]
+    stranded = [o for o in orphans if o.producer_alive and o.state in (State.IN_FLIGHT, State.STALE)]
     if stranded:
         pids = ", ".join(str(p) for p in sorted({o.producer_pid for o in stranded if o.producer_pid is not None}))
         return found(
