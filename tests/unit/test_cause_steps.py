@@ -6,10 +6,12 @@ from __future__ import annotations
 import ast
 import dataclasses
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
-from smgshm.core.causes import CATALOGUE, Cause, Where
+from smgshm.core.causes import CATALOGUE, Cause, Where, found
 from smgshm.core.client.probe import LocalChecks, WorkerReport, cause_of
 from smgshm.core.e2e.run import E2eOptions, _cause, _Target
 from smgshm.core.e2e.verdict import TensorPath, Verdict
@@ -86,3 +88,44 @@ def test_doctors_checks_of_a_gateways_workers_quote_nothing_into_their_fix() -> 
     skipped = _worker_check(g, w, None, True, 5.0)
     assert url not in skipped.fix
     assert skipped.fix_cmd == ["smgshm", "probe", url]
+
+
+def _doctor_e2e(monkeypatch: pytest.MonkeyPatch, **run: object) -> list[Any]:
+    """doctor's e2e check over one gateway run (e2e itself replaced: no gateway, no request)."""
+    from smgshm.core.doctor.e2e import check_e2e
+
+    fields: dict[str, object] = {
+        "label": "gateway",
+        "metrics_url": f"{GATEWAY}/metrics",
+        "shm_tensors_by_source": {},
+        "cause": "the gateway's reason",
+        "p50_ms": 1.0,
+        "unreachable": False,
+        "path": "inline",
+        "failure_class": "",
+        "expected": "",
+        "as_expected": True,
+        "gateway_log": "",
+        "cause_info": None,
+    }
+    fields.update(run)
+    report = SimpleNamespace(runs=[SimpleNamespace(**fields)], embedded=False, removed_at_stop=[], processes_left=[])
+    monkeypatch.setattr("smgshm.core.e2e.run.run_against", lambda *_a, **_k: report)
+    return [c for c in check_e2e(GATEWAY, None, SimpleNamespace(shm_dir=SHM_DIR), 1.0) if c.name.startswith("e2e ")]  # type: ignore[arg-type]
+
+
+def test_doctors_e2e_check_gives_the_e2e_cause_with_its_fix_and_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    """It said "see the cause; smgshm probe --from-gateway shows each worker" (no URL: not pasteable) whatever
+    the cause; now the catalogue's fix and e2e's command for it, never one that only runs doctor again."""
+    private = found(Cause.PRIVATE_TMPFS, "worker in another tmpfs", Where(SHM_DIR, GATEWAY, running="e2e"))
+    (check,) = _doctor_e2e(monkeypatch, cause_info=private)
+    assert (check.status, check.cause) == ("warn", Cause.PRIVATE_TMPFS)
+    assert (check.fix, check.fix_cmd) == (
+        CATALOGUE[Cause.PRIVATE_TMPFS].fix,
+        ["smgshm", "probe", "--from-gateway", GATEWAY],
+    )
+    failing = found(Cause.SHM_PERMISSION, "refused", Where(SHM_DIR, GATEWAY, running="e2e"))
+    (check,) = _doctor_e2e(monkeypatch, cause_info=failing)
+    assert (check.fix, check.fix_cmd) == (CATALOGUE[Cause.SHM_PERMISSION].fix, [])
+    (check,) = _doctor_e2e(monkeypatch)
+    assert check.fix_cmd == ["smgshm", "probe", "--from-gateway", GATEWAY]

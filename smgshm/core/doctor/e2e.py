@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shlex
 
-from smgshm.core.causes import Cause
+from smgshm.core.causes import Cause, Found
 from smgshm.core.doctor.check import Check
 from smgshm.core.errors import GatewayNotReadyError, SmgshmError
 from smgshm.core.host.facts import HostFacts
@@ -44,8 +44,7 @@ def check_e2e(
         evidence = ", ".join(run.shm_tensors_by_source) or "none"
         summary = f"{run.cause} (p50 {human_ms(run.p50_ms)}; evidence: {evidence})"
         if run.unreachable:  # a dead worker: the endpoint's fault (4), with its cause and its own fix
-            info = run.cause_info
-            fix, step = (info.fix, info.fix_cmd or []) if info is not None else (f"see {fix_cmd}", [])
+            fix, step = _as_doctor(run.cause_info) if run.cause_info is not None else (f"see {fix_cmd}", [])
             out.append(
                 Check(name, "fail", summary, fix, Outcome.UNREACHABLE, fix_cmd=step, cause=Cause.WORKER_UNREACHABLE)
             )
@@ -69,8 +68,14 @@ def check_e2e(
             out.append(
                 Check(name, "fail", f"expected {run.expected}: {summary}", f"see {fix_cmd}", Outcome.CHECK_FAILED)
             )
+        elif run.path != "shm" and not report.embedded and run.cause_info is not None:
+            fix, step = _as_doctor(run.cause_info)
+            out.append(Check(name, "warn", summary, fix, fix_cmd=step, cause=Cause(run.cause_info.code)))
         elif run.path != "shm" and not report.embedded:
-            out.append(Check(name, "warn", summary, "see the cause; smgshm probe --from-gateway shows each worker"))
+            each = ["smgshm", "probe", "--from-gateway", gateway] if gateway else []
+            out.append(
+                Check(name, "warn", summary, "probe the gateway's workers: it names each one's cause", fix_cmd=each)
+            )
         else:
             out.append(Check(name, "ok", summary))
     kept = [f"{run.label}: {run.gateway_log}" for run in report.runs if run.gateway_log]
@@ -82,3 +87,10 @@ def check_e2e(
             Check("e2e cleanup", "fail", f"left behind: {what}", "a bug in smgshm: report it", Outcome.CHECK_FAILED)
         )
     return out
+
+
+def _as_doctor(info: Found) -> tuple[str, list[str]]:
+    """e2e's cause as doctor's check gives it: the catalogue's fix, and e2e's next step for it unless that only
+    runs doctor again (doctor's own checks of the shm dir are in this run)."""
+    step = info.fix_cmd or []
+    return info.fix, [] if step[1:2] == ["doctor"] else step
