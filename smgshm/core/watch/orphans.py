@@ -119,24 +119,23 @@ def orphans_cause(orphans: list[Orphan], shm_dir: str, assume_dead: bool = False
     """The listed orphans' cause: leaked (their producer is dead) first, as gc frees them; else stranded
     (their producer lives, nobody reads them: SMG never removes its own while it lives); None for neither.
 
-    The fix for leaked ones is gc's command, said once (its words introduce it). watch recorded each as it
-    saw it (watch/witness.py), before any later gc's look at the pid namespaces, so that gc proves them dead
-    and reaps them at once; judged with ``assume_dead`` they are proven nothing, and gc (told --assume-dead
-    too) reaps each only past its --min-age: the fix says when."""
+    The fix for leaked ones is the catalogue's, with gc's command. watch recorded each as it saw it
+    (watch/witness.py), before any later gc's look at the pid namespaces, so that gc proves them dead and
+    reaps them at once; judged with ``assume_dead`` they are proven nothing, and gc (told --assume-dead too)
+    reaps each only past its --min-age: the message says when."""
     leaked = [o for o in orphans if o.state == State.LEAKED]
     if leaked:
-        fix = ""  # the catalogue's
+        when = ""
         if assume_dead:
             wait = max(0.0, DEFAULT_MIN_AGE_S - min(o.age_s for o in leaked))
-            fix = (
-                "remove them once older than gc's --min-age (--assume-dead proves no producer dead): the youngest "
+            when = (
+                ": gc reaps them once older than its --min-age (--assume-dead proves no producer dead), the youngest "
                 f"in {human_duration(wait)} at the latest"
             )
         return found(
             Cause.SEGMENTS_LEAKED,
-            f"{len(leaked)} orphan(s) leaked by a dead producer ({_bytes(leaked)})",
+            f"{len(leaked)} orphan(s) leaked by a dead producer ({_bytes(leaked)}){when}",
             Where(shm_dir, assume_dead=assume_dead),
-            fix,
         )
     stranded = [o for o in orphans if o.producer_alive and o.state in (State.IN_FLIGHT, State.STALE)]
     if stranded:
