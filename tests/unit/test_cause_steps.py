@@ -160,3 +160,15 @@ def test_a_cause_gets_the_catalogues_fix_but_where_a_reason_is_listed() -> None:
             assert where in OWN_FIX, f"{where}: a fix of its own for a cause (the catalogue's is the one)"
             seen.add(where)
     assert seen == set(OWN_FIX), f"listed but gone: {set(OWN_FIX) - seen}"
+
+
+def test_doctors_namespace_id_check_gives_the_catalogues_fix_and_ns_for_its_dir() -> None:
+    """A malformed id had a fix of its own ("check /proc/sys/kernel/random/boot_id (a UUID) and the shm dir")."""
+    from smgshm.core.doctor.identity import check_namespace_id
+    from smgshm.core.host.identity import HostIdentity
+
+    for ns_id in ("not-an-id", ""):
+        ident = HostIdentity(ns_id, "", 0, SHM_DIR, 0, 0, 1, "", "h", 1 << 30, 1 << 30, "tmpfs", "rw")
+        c = check_namespace_id(ident, SHM_DIR)
+        assert c.cause is Cause.LOCAL_ID_UNREADABLE
+        assert (c.fix, c.fix_cmd) == (CATALOGUE[Cause.LOCAL_ID_UNREADABLE].fix, ["smgshm", "ns", "--shm-dir", SHM_DIR])

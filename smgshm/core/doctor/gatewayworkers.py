@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from smgshm.core.causes import CATALOGUE, Cause, Where, for_verdict
+from smgshm.core.causes import Cause, Where, for_verdict
 from smgshm.core.doctor.check import Check, cause_check
 from smgshm.core.doctor.workers import PROBE_OUTCOMES
 from smgshm.core.errors import GatewayNotReadyError, SmgshmError
@@ -92,25 +92,12 @@ def check_gateway_workers(
     for g, workers in zip(gateways, listed, strict=True):
         if isinstance(workers, SmgshmError):
             not_ready = isinstance(workers, GatewayNotReadyError)
-            out.append(
-                Check(
-                    f"{g.who} workers",
-                    "warn",
-                    f"cannot list its workers: {workers}",
-                    workers.hint or "check that its HTTP port answers GET /workers",
-                    cause=Cause.GATEWAY_NOT_READY if not_ready else Cause.WORKERS_UNLISTED,
-                )
-            )
+            cause = Cause.GATEWAY_NOT_READY if not_ready else Cause.WORKERS_UNLISTED
+            out.append(cause_check(f"{g.who} workers", "warn", f"cannot list its workers: {workers}", cause))
             continue
         if not workers:
             out.append(
-                Check(
-                    f"{g.who} workers",
-                    "warn",
-                    f"no worker registered at {g.http_url}",
-                    CATALOGUE[Cause.NO_WORKERS].fix,
-                    cause=Cause.NO_WORKERS,
-                )
+                cause_check(f"{g.who} workers", "warn", f"no worker registered at {g.http_url}", Cause.NO_WORKERS)
             )
             continue
         if g.probe:
@@ -128,12 +115,11 @@ def _worker_check(
     if not w.grpc:
         # Configured for SHM, the gateway still sends this worker every tensor inline: said, with its cause.
         cause = Cause.ZMQ_LANE if w.connection_mode == "zmq" else Cause.NOT_GRPC
-        return Check(
+        return cause_check(
             name,
             "warn" if g.mode in SHM_MODES else "skip",
             f"a {w.connection_mode or 'non-gRPC'} worker: SMG sends it tensors inline only",
-            CATALOGUE[cause].fix,
-            cause=cause,
+            cause,
         )
     if skipped:
         return Check(
@@ -166,15 +152,14 @@ def _worker_check(
     if r.verdict == "shared":
         label = w.label_namespace_id  # what the gateway decides by: its record, not what the worker says now
         if g.mode == "auto" and label != r.namespace_id:
-            return Check(
+            return cause_check(
                 name,
                 "fail",
                 f"the gateway recorded shm_namespace_id {label or '(none)'!r} at registration "
                 f"but the worker advertises {r.namespace_id!r}: under auto it stays inline (labels are read "
                 "once)",
-                CATALOGUE[Cause.STALE_NAMESPACE_LABEL].fix,
+                Cause.STALE_NAMESPACE_LABEL,
                 Outcome.CHECK_FAILED,
-                cause=Cause.STALE_NAMESPACE_LABEL,
             )
         return Check(name, "ok", f"{r.engine}: /dev/shm shared with this host (ids match)")
     code = PROBE_OUTCOMES.get(r.verdict, Outcome.CHECK_FAILED)
@@ -198,13 +183,12 @@ def lint(g: JudgedGateway, workers: list[GatewayWorker]) -> list[Check]:
     for w in workers:
         if w.transport_override:
             out.append(
-                Check(
+                cause_check(
                     f"{g.who} config {w.url}",
                     "warn",
                     f"worker {w.url} sets {w.transport_override}: SMG ignores per-worker transport settings although "
                     f"its docs promise them; the gateway's setting ({g.mode or 'not known'}) applies",
-                    CATALOGUE[Cause.WORKER_OVERRIDE_IGNORED].fix,
-                    cause=Cause.WORKER_OVERRIDE_IGNORED,
+                    Cause.WORKER_OVERRIDE_IGNORED,
                 )
             )
     if not shm:
@@ -218,13 +202,12 @@ def lint(g: JudgedGateway, workers: list[GatewayWorker]) -> list[Check]:
         if len(ws) > 1 and (len(ids) > 1 or ids == [""]):
             shown = ", ".join(f"{w.url} {w.label_namespace_id or '(none)'}" for w in ws)
             out.append(
-                Check(
+                cause_check(
                     f"{g.who} config model {model}",
                     "warn",
                     f"model {model} is served by workers of mixed or empty namespace ids ({shown}): under {under} a "
                     "retry can send an SHM handle to a worker that cannot open it",
-                    CATALOGUE[Cause.MIXED_NAMESPACE_IDS].fix,
-                    cause=Cause.MIXED_NAMESPACE_IDS,
+                    Cause.MIXED_NAMESPACE_IDS,
                 )
             )
         prefill = {w.label_namespace_id for w in ws if w.worker_type == "prefill"}
@@ -232,14 +215,13 @@ def lint(g: JudgedGateway, workers: list[GatewayWorker]) -> list[Check]:
         for w in ws:
             if g.mode == "auto" and w.worker_type == "decode" and own and w.label_namespace_id != own:
                 out.append(
-                    Check(
+                    cause_check(
                         f"{g.who} config {w.url}",
                         "fail",
                         f"PD decode worker {w.url} is in namespace {w.label_namespace_id or '(none)'}, not {own}: "
                         "under auto every request of this pair goes inline, although decode never gets pixels",
-                        CATALOGUE[Cause.PD_DECODE_NAMESPACE].fix,
+                        Cause.PD_DECODE_NAMESPACE,
                         Outcome.CHECK_FAILED,
-                        cause=Cause.PD_DECODE_NAMESPACE,
                     )
                 )
     return out

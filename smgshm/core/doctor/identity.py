@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from smgshm.core.causes import CATALOGUE, Cause, Where
+from smgshm.core.causes import Cause, Where
 from smgshm.core.doctor.check import Check, cause_check
 from smgshm.core.host.facts import HostFacts
 from smgshm.core.host.identity import HostIdentity
@@ -66,23 +66,12 @@ def check_namespace_id(ident: HostIdentity, shm_dir: str) -> Check:
     """The shm_namespace_id a gateway writing to ``shm_dir`` advertises: well formed, or why not."""
     from smgshm.core.host.namespace import parse_namespace_id
 
+    at = Where(shm_dir)  # ns reads the id of this dir: what is read, and what is not
     if ident.namespace_id and parse_namespace_id(ident.namespace_id) is None:
-        return Check(
-            "namespace id",
-            "fail",
-            f"{ident.namespace_id!r} is malformed: the gateway stays inline",
-            "check /proc/sys/kernel/random/boot_id (a UUID) and the shm dir",
-            Outcome.UNDETERMINED,
-            cause=Cause.LOCAL_ID_UNREADABLE,
-        )
+        malformed = f"{ident.namespace_id!r} is malformed: the gateway stays inline"
+        return cause_check("namespace id", "fail", malformed, Cause.LOCAL_ID_UNREADABLE, Outcome.UNDETERMINED, at)
     if ident.namespace_id:
         return Check("namespace id", "ok", f"{ident.namespace_id} (boot_id:st_dev of {shm_dir})")
     # As probe and e2e name it: one fact, one cause.
-    return Check(
-        "namespace id",
-        "fail",
-        "unreadable: under auto the gateway stays inline",
-        CATALOGUE[Cause.LOCAL_ID_UNREADABLE].fix,
-        Outcome.UNDETERMINED,
-        cause=Cause.LOCAL_ID_UNREADABLE,
-    )
+    unreadable = "unreadable: under auto the gateway stays inline"
+    return cause_check("namespace id", "fail", unreadable, Cause.LOCAL_ID_UNREADABLE, Outcome.UNDETERMINED, at)
