@@ -64,14 +64,13 @@ class Cause(enum.Enum):
 class Where:
     """What the caller knows of the object a cause concerns, for the command of its next step to name it:
     the shm dir examined (as the command must be given it: never this host's /dev/shm for another's), the
-    gateway's URL, its metrics URL, the worker's address; ``assume_dead``: the caller judged with gc's
+    gateway's URL, the worker's address; ``assume_dead``: the caller judged with gc's
     --assume-dead, so the gc it suggests must be told so too. "" (False): not known, not named.
     ``running``: the command the caller is (doctor, probe): a step that would only run it again to look
     (doctor for doctor) is none."""
 
     shm_dir: str = ""
     gateway_url: str = ""
-    metrics_url: str = ""
     address: str = ""
     assume_dead: bool = False
     running: str = ""  # the smgshm command the caller runs: a step that only looks never suggests it again

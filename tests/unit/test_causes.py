@@ -25,7 +25,7 @@ def render_table() -> str:
 
 
 # What the README's table names in each next step: placeholders for the dir, gateway and worker of a run.
-SHAPE = Where(shm_dir="DIR", gateway_url="URL", metrics_url="METRICS", address="ADDRESS")
+SHAPE = Where(shm_dir="DIR", gateway_url="URL", address="ADDRESS")
 
 
 def test_every_cause_has_a_code_a_sentence_and_a_fix() -> None:
@@ -54,9 +54,7 @@ def test_found_carries_code_message_fix_and_argv() -> None:
     assert plain.fix_cmd is None
 
 
-HOSTILE = Where(
-    shm_dir="/tmp/a dir; rm -rf ~", gateway_url="http://h:1/$(id)", metrics_url="http://h:2/m", address="h:3 `x`"
-)
+HOSTILE = Where(shm_dir="/tmp/a dir; rm -rf ~", gateway_url="http://h:1/$(id)", address="h:3 `x`")
 
 
 def test_every_cause_has_one_fix_text_and_one_next_step_builder_in_the_catalogue() -> None:

@@ -318,7 +318,7 @@ def _cause(v: Verdict, t: _Target, opts: E2eOptions, shm_dir: str) -> Found | No
     """The verdict's cause from the catalogue, its next step naming this gateway and the shm dir it writes."""
     if v.code is None:
         return None
-    return found(v.code, v.cause, Where(shm_dir, t.url, opts.metrics_url or "", running="e2e"))
+    return found(v.code, v.cause, Where(shm_dir, t.url, running="e2e"))
 
 
 def _unreachable_worker(workers: list[str], opts: E2eOptions) -> Found | None:
