@@ -99,12 +99,14 @@ def _render(app: App, report: Any, signal_name: str) -> None:
         app.console.print(Text(f"... and {len(report.problems) - 10} more (see --json)"))
     if app.quiet:
         return
+    from smgshm.core.transport.verify import ProblemKind
+
     kinds = {p.kind for p in report.problems}
     msgs = " ".join(p.message for p in report.problems)
     if "permission" in msgs:
         uid = report.receiver_uid
         hint(app, f"the receiver runs as uid {uid}; segments are 0600 and owned by this process's uid")
-    if "leftover" in kinds and not report.receiver_unlinks:
+    if ProblemKind.LEFTOVER in kinds and not report.receiver_unlinks:
         hint(
             app,
             "the receiver keeps segments (unlink after read is off); SMG's gateway relies on the worker to unlink "

@@ -3,15 +3,16 @@
 probe, e2e, doctor and watch name a cause with a ``Cause``; its ``value`` is the code
 carried in JSON (never renamed: alerting keys on it). ``found`` builds the instance a
 report carries: the catalogue's meaning and fix, the case's own sentence, and the
-argv of a command that applies (it may name a dir or an address, so it is built per
-instance and shell-quoted only when shown). The README's table of causes is checked
+argv of the cause's next step (each entry's ``step``, built from what the caller knows:
+a ``Where`` naming the shm dir, gateway or worker; shell-quoted only when shown). Every
+command suggested for a cause is built here, none by its callers. The README's table of causes is checked
 against this module by tests/test_causes.py.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from smgshm.core.engines import ENGINES
@@ -59,22 +60,76 @@ class Cause(enum.Enum):
     PREFLIGHT_TIMEOUT = "preflight_timeout"
 
 
-ADDRESS = "{address}"  # in an Entry's cmd: the worker's address, filled per instance by Entry.command
-SHM_DIR = "{shm_dir}"  # in an Entry's cmd: the shm dir examined, filled per instance by Entry.command
+@dataclass(frozen=True)
+class Where:
+    """What the caller knows of the object a cause concerns, for the command of its next step to name it:
+    the shm dir examined (as the command must be given it: never this host's /dev/shm for another's), the
+    gateway's URL, the worker's address; ``assume_dead``: the caller judged with gc's
+    --assume-dead, so the gc it suggests must be told so too. "" (False): not known, not named.
+    ``running``: the command the caller is (doctor, probe): a step that would only run it again to look
+    (doctor for doctor) is none."""
+
+    shm_dir: str = ""
+    gateway_url: str = ""
+    address: str = ""
+    assume_dead: bool = False
+    running: str = ""  # the smgshm command the caller runs: a step that only looks never suggests it again
+
+
+Step = Callable[[Where], "list[str] | None"]
+
+
+def _on_dir(*args: str, look: bool = False) -> Step:
+    """``smgshm ARGS --shm-dir DIR``: a command acting on the shm dir examined (none when it is not known).
+    ``look``: it only diagnoses, so it is none for a caller running that command already."""
+
+    def step(w: Where) -> list[str] | None:
+        if not w.shm_dir or (look and w.running == args[0]):
+            return None
+        return ["smgshm", *args, "--shm-dir", w.shm_dir]
+
+    return step
+
+
+def _on_worker(*args: str, look: bool = False) -> Step:
+    """``smgshm ARGS ADDRESS``: a command acting on the worker named (none when no worker is). ``look``: as
+    for ``_on_dir``."""
+
+    def step(w: Where) -> list[str] | None:
+        if not w.address or (look and w.running == args[0]):
+            return None
+        return ["smgshm", *args, w.address]
+
+    return step
+
+
+def _gateway_workers(w: Where) -> list[str] | None:
+    """probe of each worker of the gateway named: which of them the cause holds for (a look: none in probe)."""
+    return ["smgshm", "probe", "--from-gateway", w.gateway_url] if w.gateway_url and w.running != "probe" else None
+
+
+def _reap_leaked(w: Where) -> list[str] | None:
+    """gc deleting the leaked segments of the dir examined, told --assume-dead when they were judged so."""
+    if not w.shm_dir:
+        return None
+    return ["smgshm", "gc", "--delete", "--shm-dir", w.shm_dir, *(["--assume-dead"] if w.assume_dead else [])]
+
+
+def _none(_w: Where) -> list[str] | None:
+    """No command applies: the fix's words say what to do."""
+    return None
 
 
 @dataclass(frozen=True)
 class Entry:
     meaning: str  # what the code means, for the README table and a fix-less display
     fix: str  # the concrete fix, in words
-    cmd: tuple[str, ...] = ()  # the argv of a command that applies; ADDRESS and SHM_DIR stand for the instance's
+    step: Step = _none  # the argv of the command that applies, from what the caller knows (Where)
 
-    def command(self, address: str = "", shm_dir: str = "") -> list[str] | None:
-        """``cmd`` filled in for one instance (None: no command applies)."""
-        if not self.cmd:
-            return None
-        fill = {ADDRESS: address, SHM_DIR: shm_dir}
-        return [fill.get(arg, arg) for arg in self.cmd]
+    def next_step(self, where: Where) -> list[str] | None:
+        """The command of this cause's next step for the object ``where`` names (None: none applies); argv,
+        shell-quoted when shown."""
+        return self.step(where)
 
 
 _SHARE = (
@@ -86,22 +141,24 @@ CATALOGUE: dict[Cause, Entry] = {
     Cause.OTHER_HOST: Entry(
         "the worker runs on another host or VM (boot ids differ): it cannot open this host's segments",
         f"SHM needs gateway and worker on one host; keep {TRANSPORT_FLAG} inline (or auto) for remote workers",
+        _gateway_workers,
     ),
-    Cause.PRIVATE_TMPFS: Entry("same host, but the worker's /dev/shm is a different tmpfs", _SHARE),
+    Cause.PRIVATE_TMPFS: Entry("same host, but the worker's /dev/shm is a different tmpfs", _SHARE, _gateway_workers),
     Cause.ID_SPELLING: Entry(
         "the ids name the same tmpfs but are spelled differently; the gateway compares strings",
-        "advertise the id exactly as `smgshm ns` prints it (or as SMG's servicer computes it)",
-        ("smgshm", "ns", "--shm-dir", SHM_DIR),
+        "advertise the id exactly as SMG's servicer computes it, which ns prints",
+        _on_dir("ns", look=True),
     ),
     Cause.NO_NAMESPACE_ID: Entry(
         "the worker advertises no (or a malformed) shm_namespace_id, so auto stays inline",
         "the worker must advertise shm_namespace_id (vLLM field 10, TokenSpeed scheduler_info); SGLang, TRT-LLM "
         "and MLX never do and always get inline",
+        _gateway_workers,
     ),
     Cause.LOCAL_ID_UNREADABLE: Entry(
         "this host's namespace id is unreadable (boot id or the shm dir cannot be read)",
-        "make /proc/sys/kernel/random/boot_id and the shm dir readable; `smgshm ns` shows what is read",
-        ("smgshm", "ns", "--shm-dir", SHM_DIR),
+        "make /proc/sys/kernel/random/boot_id and the shm dir readable; ns shows what is read",
+        _on_dir("ns", look=True),
     ),
     Cause.MODE_INLINE: Entry(
         "the gateway's transport mode is inline (or rdma): it never uses SHM",
@@ -118,27 +175,34 @@ CATALOGUE: dict[Cause, Entry] = {
     ),
     Cause.SHM_WRITES_FAILING: Entry(
         "the gateway's SHM writes fail, so those tensors go inline",
-        "read the gateway's log for the write error; check the shm dir's space and permissions (smgshm doctor)",
+        "read the gateway's log for the write error; check the shm dir's space and permissions with doctor",
+        _on_dir("doctor", look=True),
     ),
     Cause.SHM_FULL: Entry(
         "the shm dir is full: the gateway's SHM writes fail",
-        "free the shm dir: remove leaked segments (smgshm gc --delete), or enlarge it",
+        "free the shm dir (enlarge it, or remove leaked segments with gc)",
+        _on_dir("gc", "--delete"),
     ),
     Cause.SHM_TOO_SMALL: Entry(
         "the shm dir is smaller than one tensor: the gateway's SHM writes fail however empty it is",
-        "enlarge the shm dir (docker --shm-size, a larger emptyDir sizeLimit); nothing leaked, gc frees nothing",
+        "enlarge the shm dir (docker --shm-size, a larger emptyDir sizeLimit); nothing leaked, gc frees nothing; "
+        "doctor says by how much",
+        _on_dir("doctor", look=True),
     ),
     Cause.SHM_PERMISSION: Entry(
         "this host cannot create a 0600 segment in the shm dir (permission)",
-        "give the gateway's uid write access to the shm dir (mode 1777 on /dev/shm)",
+        "give the gateway's uid write access to the shm dir (mode 1777 on /dev/shm); doctor checks it",
+        _on_dir("doctor", look=True),
     ),
     Cause.GATEWAY_PROBE_FAILED: Entry(
         "the gateway's writability probe of /dev/shm failed at start (dev_writable=false): SHM is off for its life",
-        "remove a leftover probe file or make /dev/shm writable (smgshm gc), then restart the gateway",
+        "restart the gateway after removing a leftover probe file or making /dev/shm writable; gc lists what is there",
+        _on_dir("gc", look=True),
     ),
     Cause.PROBE_FILE_LEFT: Entry(
         "a leftover smg-tokenspeed-probe-<pid> file makes the gateway with that pid find /dev/shm unwritable",
-        "remove the leftover probe file (smgshm gc --delete), then restart the gateway",
+        "restart the gateway after removing the leftover probe file with gc",
+        _on_dir("gc", "--delete"),
     ),
     Cause.UID_MISMATCH: Entry(
         "the worker runs as another uid and cannot open the 0600 segments",
@@ -146,8 +210,8 @@ CATALOGUE: dict[Cause, Entry] = {
     ),
     Cause.VERIFY_FAILED: Entry(
         "the receiver could not read the canary segment byte-exactly",
-        "read the receiver's error; rerun smgshm probe --verify after fixing it",
-        ("smgshm", "probe", "--verify", ADDRESS),
+        "read the receiver's error, fix it and verify again",
+        _on_worker("probe", "--verify"),
     ),
     Cause.NOT_GRPC: Entry(
         "a non-gRPC worker: SMG sends it tensors inline only",
@@ -168,6 +232,7 @@ CATALOGUE: dict[Cause, Entry] = {
     Cause.WORKER_UNREACHABLE: Entry(
         "the worker does not answer",
         "check the address and that the worker's gRPC server is up (--connect-timeout to wait longer)",
+        _on_worker("probe", look=True),
     ),
     Cause.GATEWAY_NOT_READY: Entry(
         "the gateway answers 502/503/504 (an error, exit 4): no worker of it is registered and healthy yet",
@@ -180,7 +245,8 @@ CATALOGUE: dict[Cause, Entry] = {
     Cause.SOME_WORKERS_INLINE: Entry(
         "SHM-eligible tensors went inline while others went by SHM: some of the gateway's workers do not take "
         "SHM (another namespace, an inline-only engine or lane); its counters cannot tell which",
-        "smgshm doctor names each worker's cause (or smgshm probe --from-gateway URL)",
+        "doctor names each worker's cause, as does probing the gateway's workers",
+        _gateway_workers,
     ),
     Cause.SOURCES_DISAGREE: Entry(
         "the sources of evidence (metrics, shm dir, receipts) tell different stories (a worker shared with "
@@ -193,7 +259,8 @@ CATALOGUE: dict[Cause, Entry] = {
     ),
     Cause.WORKER_SLOW: Entry(
         "a worker the gateway lists did not answer doctor's probe within its budget",
-        "probe it alone: smgshm probe ADDRESS",
+        "probe it alone, with a longer --timeout if it answers slowly",
+        _on_worker("probe", look=True),
     ),
     Cause.STALE_NAMESPACE_LABEL: Entry(
         "the gateway recorded another shm_namespace_id at registration than the worker advertises now "
@@ -230,7 +297,8 @@ CATALOGUE: dict[Cause, Entry] = {
     ),
     Cause.SEGMENTS_LEAKED: Entry(
         "segments whose producer is dead and that no process holds: nothing will read or remove them",
-        "remove them: smgshm gc --delete",
+        "remove them with gc",
+        _reap_leaked,
     ),
     Cause.PREFLIGHT_TIMEOUT: Entry(
         "preflight did not finish its checks within --timeout: nothing is known, so the gateway must not start",
@@ -250,10 +318,11 @@ class Found:
     fix_cmd: list[str] | None = None  # a command that applies, as argv; shell-quote when shown
 
 
-def found(cause: Cause, message: str = "", fix_cmd: Sequence[str] | None = None, fix: str = "") -> Found:
-    """The instance of ``cause``: the case's sentence (default: the catalogue's meaning) and its fix."""
+def found(cause: Cause, message: str = "", where: Where | None = None, fix: str = "") -> Found:
+    """The instance of ``cause``: the case's sentence (default: the catalogue's meaning), its fix and the
+    command of its next step for what ``where`` names (the catalogue's, never the caller's own)."""
     entry = CATALOGUE[cause]
-    return Found(cause.value, message or entry.meaning, fix or entry.fix, list(fix_cmd) if fix_cmd else None)
+    return Found(cause.value, message or entry.meaning, fix or entry.fix, entry.next_step(where or Where()))
 
 
 def no_space(needed: int, size_bytes: int | None) -> Cause:

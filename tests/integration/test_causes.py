@@ -302,7 +302,8 @@ def test_worker_slow_when_a_gateways_workers_outlast_doctors_probe_budget(
         check = status[a]
         assert check["status"] == "warn"
         assert check["summary"].startswith(f"no answer to the probe within {PROBE_BUDGET_S:.0f} s")
-        assert check["fix"] == f"probe it alone: smgshm probe grpc://{a}"
+        assert check["fix"] == CATALOGUE[Cause.WORKER_SLOW].fix
+        assert check["fix_cmd"] == ["smgshm", "probe", f"grpc://{a}"]
     assert all(check["status"] == "ok" for a, check in status.items() if a not in late)
     assert "(worker_slow)" in text
 

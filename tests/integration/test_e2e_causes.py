@@ -200,10 +200,10 @@ def test_a_full_tmpfs_is_shm_full_and_gc_is_the_fix(
     assert run["metrics"]["shm_write_failures"] == 1
     info = run["cause_info"]
     assert (info["code"], info["fix"]) == ("shm_full", CATALOGUE[Cause.SHM_FULL].fix)
-    assert info["fix_cmd"] == ["smgshm", "gc", "--shm-dir", "/dev/shm"]
+    assert info["fix_cmd"] == ["smgshm", "gc", "--delete", "--shm-dir", "/dev/shm"]  # the gc that frees it
     text = e2e_in(ns, gw, "-n", "1", "--warmup", "0", "--expect", "shm", exit=3).stdout
     assert "not shm (shm_full)" in text
-    assert f"fix: {CATALOGUE[Cause.SHM_FULL].fix}: smgshm gc --shm-dir /dev/shm" in text
+    assert f"fix: {CATALOGUE[Cause.SHM_FULL].fix}: smgshm gc --delete --shm-dir /dev/shm" in text
     # doctor where the gateway writes: its write failures are a full dir too (by the largest tensor e2e saw).
     pid = router_pid(gw)
     argv = ns.enter(*smgshm_argv("--json", "doctor", "--no-e2e", "--gateway-pid", str(pid)))

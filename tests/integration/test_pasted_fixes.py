@@ -65,7 +65,7 @@ def test_watchs_leak_fix_is_said_once_and_reaps_when_pasted(children: Children, 
     res = run_cli("--no-color", "watch", "--shm-dir", tmpfs_dir, "--orphan-after", "0s", "--duration", "2s")
     (fix,) = [ln.strip() for ln in res.stdout.splitlines() if ln.strip().startswith("fix:")]
     assert fix.count("smgshm gc") == 1, fix
-    assert fix.startswith("fix: remove them: smgshm gc"), fix
+    assert fix.startswith("fix: remove them with gc: smgshm gc"), fix
     argv = shlex.split(fix.split(": ", 2)[2])
     assert argv == ["smgshm", "gc", "--delete", "--shm-dir", tmpfs_dir]
     pasted = run_cli("--json", *argv[1:]).json

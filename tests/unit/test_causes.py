@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import re
+import shlex
 from pathlib import Path
 
-from smgshm.core.causes import CATALOGUE, Cause, found, no_space, write_failure
+from smgshm.core.causes import CATALOGUE, Cause, Entry, Where, found, no_space, write_failure
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 BEGIN = "<!-- causes: generated from smgshm/core/causes.py by tests/unit/test_causes.py render_table(); do not edit -->"
@@ -14,11 +15,17 @@ END = "<!-- end of causes -->"
 
 def render_table() -> str:
     """The README's table of causes, from the catalogue (paste between BEGIN and END when a cause is added)."""
-    rows = ["| code | meaning | fix |", "|---|---|---|"]
+    rows = ["| code | meaning | fix | next step (as e2e, watch or doctor name it) |", "|---|---|---|---|"]
     for cause in Cause:
         e = CATALOGUE[cause]
-        rows.append(f"| `{cause.value}` | {e.meaning} | {e.fix} |")
+        step = e.next_step(SHAPE)
+        shown = f"`{shlex.join(step)}`" if step else ""
+        rows.append(f"| `{cause.value}` | {e.meaning} | {e.fix} | {shown} |")
     return "\n".join(rows)
+
+
+# What the README's table names in each next step: placeholders for the dir, gateway and worker of a run.
+SHAPE = Where(shm_dir="DIR", gateway_url="URL", address="ADDRESS")
 
 
 def test_every_cause_has_a_code_a_sentence_and_a_fix() -> None:
@@ -38,13 +45,67 @@ def test_codes_are_unique() -> None:
 
 
 def test_found_carries_code_message_fix_and_argv() -> None:
-    f = found(Cause.WORKER_UNREACHABLE, "worker 127.0.0.1:9 unreachable: refused", ["smgshm", "probe", "127.0.0.1:9"])
+    f = found(Cause.WORKER_UNREACHABLE, "worker 127.0.0.1:9 unreachable: refused", Where(address="127.0.0.1:9"))
     assert (f.code, f.message) == ("worker_unreachable", "worker 127.0.0.1:9 unreachable: refused")
     assert f.fix == CATALOGUE[Cause.WORKER_UNREACHABLE].fix
     assert f.fix_cmd == ["smgshm", "probe", "127.0.0.1:9"]
     plain = found(Cause.MODE_INLINE)
     assert plain.message == CATALOGUE[Cause.MODE_INLINE].meaning
     assert plain.fix_cmd is None
+
+
+HOSTILE = Where(shm_dir="/tmp/a dir; rm -rf ~", gateway_url="http://h:1/$(id)", address="h:3 `x`")
+
+
+def test_every_cause_has_one_fix_text_and_one_next_step_builder_in_the_catalogue() -> None:
+    import dataclasses
+
+    assert [f.name for f in dataclasses.fields(Entry)] == ["meaning", "fix", "step"]
+    for cause in Cause:
+        e = CATALOGUE[cause]
+        assert callable(e.step), cause
+        step = e.next_step(HOSTILE)
+        if step is None:
+            continue
+        # argv: each object it names is one word, whatever it holds, so the shown (shlex-quoted) line
+        # acts on that object and nothing else; the words of the fix never carry a second command.
+        assert step[0] == "smgshm", cause
+        assert shlex.split(shlex.join(step)) == step
+        named = {HOSTILE.shm_dir, HOSTILE.gateway_url, HOSTILE.address} & set(step)
+        assert len(named) == 1, (cause, step)
+        assert "smgshm " not in e.fix, f"{cause.value}: its fix names a command and its next step another"
+        assert e.next_step(Where()) is None, f"{cause.value}: a next step naming nothing it was given"
+
+
+def test_a_next_step_names_what_it_acts_on() -> None:
+    d = "/proc/42/root/dev/shm"
+    assert CATALOGUE[Cause.SHM_FULL].next_step(Where(d)) == ["smgshm", "gc", "--delete", "--shm-dir", d]
+    assert CATALOGUE[Cause.SEGMENTS_LEAKED].next_step(Where(d, assume_dead=True)) == [
+        "smgshm", "gc", "--delete", "--shm-dir", d, "--assume-dead"
+    ]  # fmt: skip
+    url = "http://127.0.0.1:30000"
+    assert CATALOGUE[Cause.PRIVATE_TMPFS].next_step(Where(d, url)) == ["smgshm", "probe", "--from-gateway", url]
+    # A step that only looks is none for the command already looking: doctor never says "run doctor".
+    assert CATALOGUE[Cause.SHM_PERMISSION].next_step(Where(d)) == ["smgshm", "doctor", "--shm-dir", d]
+    assert CATALOGUE[Cause.SHM_PERMISSION].next_step(Where(d, running="doctor")) is None
+    assert CATALOGUE[Cause.WORKER_UNREACHABLE].next_step(Where(address="h:1", running="probe")) is None
+    # An action is said even to the command that found it: rerun the verify once the receiver is fixed.
+    verify = CATALOGUE[Cause.VERIFY_FAILED].next_step(Where(address="h:1", running="probe"))
+    assert verify == ["smgshm", "probe", "--verify", "h:1"]
+
+
+def test_no_fix_text_is_written_twice_in_the_code() -> None:
+    """One fix text per code: the catalogue's texts are in causes.py only; nothing else spells one out."""
+    import ast
+
+    root = Path(__file__).resolve().parents[2] / "smgshm"
+    fixes = {e.fix for e in CATALOGUE.values()}
+    for path in root.rglob("*.py"):
+        if path.name == "causes.py" and path.parent.name == "core":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                assert node.value not in fixes, f"{path}: a second copy of a catalogue fix"
 
 
 def test_too_small_is_a_total_below_the_need_whatever_is_free_and_full_only_when_the_total_would_hold_it() -> None:

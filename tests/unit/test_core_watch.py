@@ -132,7 +132,8 @@ def test_verdicts_name_their_cause_from_the_catalogue(tmp_path: Path, monkeypatc
     monkeypatch.setattr("smgshm.core.host.capacity.shm_space", lambda _d: (1 << 30, 1000))
     full = gateway_rates(snap(), snap(inline_n=3, inline_b=600_000, fail=2), 1.0, shm_dir=str(tmp_path))  # type: ignore[arg-type]
     assert full.cause_info is not None
-    assert (full.cause_info.code, full.cause_info.fix_cmd) == ("shm_full", ["smgshm", "gc", "--shm-dir", str(tmp_path)])
+    full_gc = ["smgshm", "gc", "--delete", "--shm-dir", str(tmp_path)]  # the catalogue's: gc frees a full dir
+    assert (full.cause_info.code, full.cause_info.fix_cmd) == ("shm_full", full_gc)
     # Large tensors inline: nothing through SHM is the mode (or a namespace); some through SHM, some workers'.
     inline = gateway_rates(snap(), snap(inline_n=3, inline_b=4_816_896 + 32), 1.0)  # type: ignore[arg-type]
     assert inline.cause_info is not None
@@ -155,7 +156,7 @@ def test_orphans_name_leaked_or_stranded() -> None:
     leaked = orphans_cause([orphan("in_flight", True), orphan("leaked", False)], "/dev/shm")
     assert leaked is not None
     assert (leaked.code, leaked.fix_cmd) == ("segments_leaked", ["smgshm", "gc", "--delete", "--shm-dir", "/dev/shm"])
-    assert leaked.fix == "remove them", "the words introduce the command: never a second command run into it"
+    assert leaked.fix == "remove them with gc", "the words introduce the command: never a second command run into it"
     stranded = orphans_cause([orphan("stale", True), orphan("held", True)], "/dev/shm")
     assert stranded is not None
     assert stranded.code == "segments_stranded"
@@ -164,6 +165,7 @@ def test_orphans_name_leaked_or_stranded() -> None:
 
 
 def test_watch_under_assume_dead_names_the_flag_and_when_gc_reaps() -> None:
+    from smgshm.core.causes import CATALOGUE, Cause
     from smgshm.core.watch.figures import Orphan
     from smgshm.core.watch.orphans import orphans_cause
 
@@ -171,5 +173,5 @@ def test_watch_under_assume_dead_names_the_flag_and_when_gc_reaps() -> None:
     cause = orphans_cause(leaked, "/tmp/d", assume_dead=True)
     assert cause is not None
     assert cause.fix_cmd == ["smgshm", "gc", "--delete", "--shm-dir", "/tmp/d", "--assume-dead"]
-    assert "the youngest in 9 min at the latest" in cause.fix
-    assert "smgshm" not in cause.fix
+    assert "the youngest in 9 min at the latest" in cause.message  # the case's words; the fix is the catalogue's
+    assert cause.fix == CATALOGUE[Cause.SEGMENTS_LEAKED].fix

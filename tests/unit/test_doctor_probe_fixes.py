@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from smgshm.core.causes import CATALOGUE, Cause
+from smgshm.core.causes import CATALOGUE, Cause, Where
 from smgshm.core.client.probe import LocalChecks, WorkerReport, cause_of
 from smgshm.core.doctor.gatewayworkers import JudgedGateway, _worker_check, lint
 from smgshm.core.doctor.workers import probe_check
@@ -42,9 +42,10 @@ def test_doctor_reports_the_fix_probe_reports(verdict: str, local_id: str, cause
 
 
 def test_a_fix_command_is_filled_in_from_the_catalogue_once() -> None:
-    assert CATALOGUE[Cause.VERIFY_FAILED].command(ADDR, SHM_DIR) == ["smgshm", "probe", "--verify", ADDR]
-    assert CATALOGUE[Cause.ID_SPELLING].command(ADDR, SHM_DIR) == ["smgshm", "ns", "--shm-dir", SHM_DIR]
-    assert CATALOGUE[Cause.OTHER_HOST].command(ADDR, SHM_DIR) is None
+    at = Where(SHM_DIR, address=ADDR)
+    assert CATALOGUE[Cause.VERIFY_FAILED].next_step(at) == ["smgshm", "probe", "--verify", ADDR]
+    assert CATALOGUE[Cause.ID_SPELLING].next_step(at) == ["smgshm", "ns", "--shm-dir", SHM_DIR]
+    assert CATALOGUE[Cause.OTHER_HOST].next_step(at) is None  # no gateway named: nothing to probe its workers of
 
 
 HERE = "5ef74ec3-0000-4000-8000-000000000000:27"

@@ -11,14 +11,21 @@ import pytest
 from smgshm.core.causes import Cause
 from smgshm.core.client.probe import ProbeVerdict
 from smgshm.core.closed import Closed
-from smgshm.core.e2e.verdict import TensorPath
+from smgshm.core.e2e.evidence import Kept
+from smgshm.core.e2e.verdict import FailureClass, TensorPath
 from smgshm.core.gateway.mode import Verdict
 from smgshm.core.gateway.running import Inspect
 from smgshm.core.gateway.setting import Mode
+from smgshm.core.host.holders import How
 from smgshm.core.host.namespace import Sharing
 from smgshm.core.names import KINDS
+from smgshm.core.node.doctor import VERDICTS
+from smgshm.core.node.layout import TmpfsKind
 from smgshm.core.outcomes import Status
 from smgshm.core.segments.judge import FileType, State
+from smgshm.core.transport.verify import ProblemKind
+from smgshm.core.watch.figures import Unseen
+from smgshm.core.watch.life import End
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
 
@@ -44,6 +51,19 @@ def _at(schema: str, *path: str) -> Any:
         ("doctor.schema.json", ("$defs", "ModeFinding", "properties", "verdict"), [v.value for v in Verdict]),
         ("doctor.schema.json", ("$defs", "ModeFinding", "properties", "status"), [s.value for s in Status]),
         ("doctor.schema.json", ("$defs", "TransportConfig", "properties", "mode"), [m.value for m in Mode]),
+        ("send.schema.json", ("$defs", "Problem", "properties", "kind"), [k.value for k in ProblemKind]),
+        ("e2e.schema.json", ("$defs", "GatewayRun", "properties", "failure_class"), [f.value for f in FailureClass]),
+        ("e2e.schema.json", ("$defs", "SegmentSeen", "properties", "end"), [*End, *Kept]),
+        (
+            "gc.schema.json",
+            ("$defs", "segment", "properties", "holders", "items", "properties", "how"),
+            [h.value for h in How],
+        ),
+        ("common.schema.json", ("$defs", "Orphan", "properties", "state"), [*State, *Unseen]),
+        ("gc.schema.json", ("$defs", "node_tmpfs", "properties", "kind"), [k.value for k in TmpfsKind]),
+        ("doctor.schema.json", ("$defs", "node_doctor_tmpfs", "properties", "kind"), [k.value for k in TmpfsKind]),
+        ("doctor.schema.json", ("$defs", "node_doctor", "properties", "verdict"), [v.value for v in VERDICTS]),
+        ("doctor.schema.json", ("$defs", "node_doctor_tmpfs", "properties", "verdict"), [v.value for v in VERDICTS]),
     ],
 )
 def test_a_schemas_closed_set_is_the_enums_values(schema: str, path: tuple[str, ...], values: list[str]) -> None:
@@ -67,3 +87,45 @@ def test_a_closed_member_is_its_value_wherever_it_is_shown() -> None:
 
 def test_every_namespace_verdict_is_a_probe_verdict() -> None:
     assert {s.value for s in Sharing} <= {v.value for v in ProbeVerdict}
+
+
+GENERATOR = Path(__file__).resolve().parents[2] / "schemas" / "generate.py"
+
+
+def _closed_sets() -> dict[str, set[str]]:
+    """Every closed set of the core (each ``Closed`` subclass, and the enums of the schemas' $defs), by name."""
+    import importlib
+    import pkgutil
+
+    import smgshm.core
+
+    for mod in pkgutil.walk_packages(smgshm.core.__path__, "smgshm.core."):
+        importlib.import_module(mod.name)
+    sets: dict[str, set[str]] = {}
+    todo: list[type] = [Closed]
+    while todo:
+        cls = todo.pop()
+        todo += cls.__subclasses__()
+        if cls is not Closed:
+            sets[cls.__qualname__] = {m.value for m in cls}  # type: ignore[attr-defined]
+    sets["State"] = {s.value for s in State}
+    sets["Cause"] = {c.value for c in Cause}
+    return sets
+
+
+def test_the_schema_generator_writes_no_closed_set_out_by_hand() -> None:
+    """A list of two or more literal strings in schemas/generate.py that are values of one of the core's
+    closed sets is a second copy of that set (the generator read Orphan's states, holders' how, a node
+    tmpfs's kind and a node verdict from lists of its own): it reads the enum instead."""
+    import ast
+
+    sets = _closed_sets()
+    for node in ast.walk(ast.parse(GENERATOR.read_text(encoding="utf-8"))):
+        if not isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+            continue
+        words = [e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+        if len(words) < 2:
+            continue
+        for name, values in sets.items():
+            shared = values & set(words)
+            assert len(shared) < 2, f"generate.py line {node.lineno}: {sorted(shared)} written out, read {name}"

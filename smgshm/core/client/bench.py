@@ -19,7 +19,7 @@ from smgshm.core.paths import DEFAULT_SHM_DIR
 from smgshm.core.segments.io import WriteStrategy, unlink_segment, write_segment
 from smgshm.core.stats import median, percentiles
 from smgshm.core.transport.tensors import digest
-from smgshm.core.transport.verify import Sent, judge, receipt_key
+from smgshm.core.transport.verify import ProblemKind, Sent, judge, receipt_key
 from smgshm.core.transport.wire import Layout, OutTensor, Request, build_multimodal
 from smgshm.core.units import gb_per_s, human_size
 
@@ -180,7 +180,7 @@ class _Bench:
     def _check(self, resp: Any, want: bytes | None, kind: str, nbytes: int) -> None:
         verdict = judge([Sent(receipt_key(Layout.VLLM), want, kind, nbytes)], resp.receipts)
         for issue in verdict.issues:
-            if issue.kind == "receiver_error":
+            if issue.kind is ProblemKind.RECEIVER_ERROR:
                 raise SmgshmError(f"the receiver refused the payload: {issue.message}")
             raise VerificationError(f"{kind} payload not verified: {issue.message}", key=issue.key, nbytes=nbytes)
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from smgshm.core.address import grpc_target
-from smgshm.core.causes import CATALOGUE, Cause, Found, for_verdict, found
+from smgshm.core.causes import Cause, Found, Where, for_verdict, found
 from smgshm.core.closed import Closed
 from smgshm.core.engines import DETECT_ORDER, Engine, engine_named
 from smgshm.core.errors import SmgshmError, TransportError
@@ -240,7 +240,7 @@ def verify_canary(channel: Any, opts: ProbeOptions) -> VerifyResult:
     """Write a 4 KiB segment, have the receiver read it, and always clean up."""
     from smgshm.core.segments.io import unlink_segment, write_segment
     from smgshm.core.transport.tensors import digest
-    from smgshm.core.transport.verify import Sent, judge, receipt_key
+    from smgshm.core.transport.verify import ProblemKind, Sent, judge, receipt_key
     from smgshm.core.transport.wire import Layout, OutTensor, Request, build_multimodal
     from smgshm.rpc.v1 import diag_pb2, diag_pb2_grpc
 
@@ -263,7 +263,7 @@ def verify_canary(channel: Any, opts: ProbeOptions) -> VerifyResult:
     if verdict.ok:
         return VerifyResult(True, "ok", "the receiver read the canary segment byte-exactly")
     issue = verdict.issues[0]
-    if issue.kind == "receiver_error":
+    if issue.kind is ProblemKind.RECEIVER_ERROR:
         code, _, message = issue.message.partition(": ")
         return VerifyResult(False, code, message)
     return VerifyResult(False, "mismatch", f"{issue.key}: {issue.message}")
@@ -390,4 +390,4 @@ def cause_of(w: WorkerReport, local: LocalChecks, shm_dir: str = DEFAULT_SHM_DIR
     code = for_verdict(w.verdict, local.namespace_id, w.engine)
     if code is None:
         return None
-    return found(code, f"{w.address}: {w.reason}", CATALOGUE[code].command(w.address, shm_dir))
+    return found(code, f"{w.address}: {w.reason}", Where(shm_dir, address=w.address, running="probe"))

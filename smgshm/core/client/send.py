@@ -24,7 +24,7 @@ from smgshm.core.segments.io import ShmRef, WriteStrategy, no_space_error, unlin
 from smgshm.core.stats import percentiles
 from smgshm.core.transport.decision import decide
 from smgshm.core.transport.tensors import digest, expected_nbytes, make_tensor, tensor_bytes
-from smgshm.core.transport.verify import Sent, judge, receipt_key
+from smgshm.core.transport.verify import ProblemKind, Sent, judge, receipt_key
 from smgshm.core.transport.wire import Layout, OutTensor, Request, build_multimodal
 from smgshm.core.units import gb_per_s
 
@@ -83,7 +83,7 @@ class PathSummary:
 class Problem:
     request: int
     key: str
-    kind: str  # mismatch | receiver_error | rpc_failed | leftover
+    kind: ProblemKind
     message: str
 
 
@@ -244,7 +244,9 @@ class _Run:
                 st = self.stats.setdefault(path, PathStats())
                 st.requests += 1
                 st.failures += 1
-                self.problems.append(Problem(i, "", "rpc_failed", f"{err.code().name}: {err.details() or ''}"[:200]))
+                self.problems.append(
+                    Problem(i, "", ProblemKind.RPC_FAILED, f"{err.code().name}: {err.details() or ''}"[:200])
+                )
             return
         except BaseException:
             for ref in created:
@@ -271,7 +273,9 @@ class _Run:
         for ref in created:
             if unlink_segment(ref.name, ref.shm_dir):  # still there: the receiver kept or refused it
                 leftovers += 1
-                problems.append(Problem(i, ref.name, "leftover", "segment still present after the receiver answered"))
+                problems.append(
+                    Problem(i, ref.name, ProblemKind.LEFTOVER, "segment still present after the receiver answered")
+                )
         with self.lock:
             st = self.stats.setdefault(path, PathStats())
             st.requests += 1
@@ -362,9 +366,9 @@ def send(
     stopped = run.stop.is_set()
     if opts.duration is None and sent < opts.count:
         why = "the run was stopped" if stopped else "the receiver became unreachable"
-        run.problems.append(Problem(sent, "", "not_sent", f"{opts.count - sent} request(s) not sent: {why}"))
+        run.problems.append(Problem(sent, "", ProblemKind.NOT_SENT, f"{opts.count - sent} request(s) not sent: {why}"))
     elif stopped:
-        run.problems.append(Problem(sent, "", "not_sent", "the run was stopped before its --duration was up"))
+        run.problems.append(Problem(sent, "", ProblemKind.NOT_SENT, "the run was stopped before its --duration was up"))
     paths = []
     for p, s in sorted(run.stats.items()):
         p50, p90, p99 = percentiles(s.latencies_ns, (0.5, 0.9, 0.99), "nearest", empty=0.0)

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from smgshm.core.causes import Cause
+from smgshm.core.causes import CATALOGUE, Cause, Where
 from smgshm.core.outcomes import Outcome, Status, worst
 
 
@@ -33,6 +33,17 @@ def deciding(checks: Iterable[Check]) -> list[Check]:
 def run_outcome(checks: Iterable[Check]) -> Outcome:
     """What a run of ``checks`` ends as: the worst code among those that decide it (outcomes.SEVERITY)."""
     return worst(c.code for c in deciding(checks))
+
+
+def cause_check(
+    name: str, status: Status, summary: str, cause: Cause, code: Outcome = Outcome.OK, where: Where | None = None
+) -> Check:
+    """A check that fails or warns for ``cause``: the catalogue's fix, and its next step's command for what
+    ``where`` names (the catalogue builds it: no check writes its own text or command for a cause; none that
+    would only run doctor again)."""
+    entry = CATALOGUE[cause]
+    step = entry.next_step(replace(where or Where(), running="doctor"))
+    return Check(name, status, summary, entry.fix, code, fix_cmd=step or None, cause=cause)
 
 
 # How a group of checks hands its results on as each finishes (doctor shows them live).

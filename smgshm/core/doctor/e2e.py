@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shlex
 
-from smgshm.core.causes import Cause
+from smgshm.core.causes import Cause, Found
 from smgshm.core.doctor.check import Check
 from smgshm.core.errors import GatewayNotReadyError, SmgshmError
 from smgshm.core.host.facts import HostFacts
@@ -44,9 +44,18 @@ def check_e2e(
         evidence = ", ".join(run.shm_tensors_by_source) or "none"
         summary = f"{run.cause} (p50 {human_ms(run.p50_ms)}; evidence: {evidence})"
         if run.unreachable:  # a dead worker: the endpoint's fault (4), with its cause and its own fix
-            info = run.cause_info
-            fix = f"{info.fix}: {shlex.join(info.fix_cmd)}" if info is not None and info.fix_cmd else f"see {fix_cmd}"
-            out.append(Check(name, Status.FAIL, summary, fix, Outcome.UNREACHABLE, cause=Cause.WORKER_UNREACHABLE))
+            fix, step = _as_doctor(run.cause_info) if run.cause_info is not None else (f"see {fix_cmd}", [])
+            out.append(
+                Check(
+                    name,
+                    Status.FAIL,
+                    summary,
+                    fix,
+                    Outcome.UNREACHABLE,
+                    fix_cmd=step or None,
+                    cause=Cause.WORKER_UNREACHABLE,
+                )
+            )
         elif run.path == "undetermined":
             out.append(Check(name, Status.FAIL, summary, f"see {fix_cmd} for each source", Outcome.UNDETERMINED))
         elif run.failure_class:
@@ -67,9 +76,19 @@ def check_e2e(
             out.append(
                 Check(name, Status.FAIL, f"expected {run.expected}: {summary}", f"see {fix_cmd}", Outcome.CHECK_FAILED)
             )
+        elif run.path != "shm" and not report.embedded and run.cause_info is not None:
+            fix, step = _as_doctor(run.cause_info)
+            out.append(Check(name, Status.WARN, summary, fix, fix_cmd=step or None, cause=Cause(run.cause_info.code)))
         elif run.path != "shm" and not report.embedded:
+            each = ["smgshm", "probe", "--from-gateway", gateway] if gateway else []
             out.append(
-                Check(name, Status.WARN, summary, "see the cause; smgshm probe --from-gateway shows each worker")
+                Check(
+                    name,
+                    Status.WARN,
+                    summary,
+                    "probe the gateway's workers: it names each one's cause",
+                    fix_cmd=each or None,
+                )
             )
         else:
             out.append(Check(name, Status.OK, summary))
@@ -84,3 +103,10 @@ def check_e2e(
             )
         )
     return out
+
+
+def _as_doctor(info: Found) -> tuple[str, list[str]]:
+    """e2e's cause as doctor's check gives it: the catalogue's fix, and e2e's next step for it unless that only
+    runs doctor again (doctor's own checks of the shm dir are in this run)."""
+    step = info.fix_cmd or []
+    return info.fix, [] if step[1:2] == ["doctor"] else step

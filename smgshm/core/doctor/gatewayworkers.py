@@ -8,8 +8,8 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from smgshm.core.causes import CATALOGUE, Cause, for_verdict
-from smgshm.core.doctor.check import Check
+from smgshm.core.causes import Cause, Where, for_verdict
+from smgshm.core.doctor.check import Check, cause_check
 from smgshm.core.doctor.workers import PROBE_OUTCOMES
 from smgshm.core.errors import GatewayNotReadyError, SmgshmError
 from smgshm.core.gateway.setting import SHM_MODES, Mode
@@ -92,25 +92,17 @@ def check_gateway_workers(
     for g, workers in zip(gateways, listed, strict=True):
         if isinstance(workers, SmgshmError):
             not_ready = isinstance(workers, GatewayNotReadyError)
-            out.append(
-                Check(
-                    f"{g.who} workers",
-                    Status.WARN,
-                    f"cannot list its workers: {workers}",
-                    workers.hint or "check that its HTTP port answers GET /workers",
-                    cause=Cause.GATEWAY_NOT_READY if not_ready else Cause.WORKERS_UNLISTED,
-                )
-            )
+            cause = Cause.GATEWAY_NOT_READY if not_ready else Cause.WORKERS_UNLISTED
+            out.append(cause_check(f"{g.who} workers", Status.WARN, f"cannot list its workers: {workers}", cause))
             continue
         if not workers:  # nothing to judge its SHM by: never a pass (exit 6), as probe --from-gateway says
             out.append(
-                Check(
+                cause_check(
                     f"{g.who} workers",
                     Status.UNKNOWN,
                     f"no worker registered at {g.http_url}: nothing to judge its SHM by",
-                    CATALOGUE[Cause.NO_WORKERS].fix,
+                    Cause.NO_WORKERS,
                     Outcome.UNDETERMINED,
-                    cause=Cause.NO_WORKERS,
                 )
             )
             continue
@@ -125,31 +117,27 @@ def _worker_check(
     g: JudgedGateway, w: GatewayWorker, r: WorkerReport | None, skipped: bool, waited: float, local_id: str = ""
 ) -> Check:
     name = f"{g.who} worker {w.url}"
+    at = Where(address=w.url)  # a next step names the worker
     if not w.grpc:
         # Configured for SHM, the gateway still sends this worker every tensor inline: said, with its cause.
         cause = Cause.ZMQ_LANE if w.connection_mode == "zmq" else Cause.NOT_GRPC
-        return Check(
+        return cause_check(
             name,
             Status.WARN if g.mode in SHM_MODES else Status.SKIP,
             f"a {w.connection_mode or 'non-gRPC'} worker: SMG sends it tensors inline only",
-            CATALOGUE[cause].fix,
-            cause=cause,
+            cause,
         )
     if skipped:
         return Check(
             name,
             Status.SKIP,
             f"not probed: doctor probes the first {MAX_WORKERS} workers",
-            f"probe it: smgshm probe {w.url}",
+            "probe it alone:",
+            fix_cmd=["smgshm", "probe", w.url],
         )
     if r is None:
-        return Check(
-            name,
-            Status.WARN,
-            f"no answer to the probe within {human_duration(waited)}",
-            f"probe it alone: smgshm probe {w.url}",
-            cause=Cause.WORKER_SLOW,
-        )
+        waited_s = human_duration(waited)
+        return cause_check(name, Status.WARN, f"no answer to the probe within {waited_s}", Cause.WORKER_SLOW, where=at)
     inline = g.mode in (Mode.INLINE, Mode.RDMA)
     if r.verdict in ("shared", "other_host", "private_tmpfs", "undetermined") and g.namespace_id:
         # What counts is the gateway's own namespace, not the one of the shm dir doctor was given.
@@ -159,38 +147,38 @@ def _worker_check(
         reason = cmp.reason.replace("this host", "the gateway").replace(" here", " at the gateway")
         r = replace(r, verdict=cmp.sharing.value, reason=reason)
     if r.verdict == "unreachable":
-        return Check(
+        return cause_check(
             name,
             Status.FAIL,
             f"worker {w.url} unreachable: {r.reason}; the gateway's requests to it fail",
-            CATALOGUE[Cause.WORKER_UNREACHABLE].fix,
+            Cause.WORKER_UNREACHABLE,
             PROBE_OUTCOMES["unreachable"],
-            cause=Cause.WORKER_UNREACHABLE,
+            at,
         )
     if r.verdict == "shared":
         label = w.label_namespace_id  # what the gateway decides by: its record, not what the worker says now
         if g.mode == Mode.AUTO and label != r.namespace_id:
-            return Check(
+            return cause_check(
                 name,
                 Status.FAIL,
                 f"the gateway recorded shm_namespace_id {label or '(none)'!r} at registration "
                 f"but the worker advertises {r.namespace_id!r}: under auto it stays inline (labels are read "
                 "once)",
-                CATALOGUE[Cause.STALE_NAMESPACE_LABEL].fix,
+                Cause.STALE_NAMESPACE_LABEL,
                 Outcome.CHECK_FAILED,
-                cause=Cause.STALE_NAMESPACE_LABEL,
             )
         return Check(name, Status.OK, f"{r.engine}: /dev/shm shared with this host (ids match)")
     code = PROBE_OUTCOMES.get(r.verdict, Outcome.CHECK_FAILED)
     # Judged against the gateway's id, else this host's; its fix is the catalogue's.
     verdict_cause = for_verdict(r.verdict, g.namespace_id or local_id, r.engine or w.runtime_type)
-    fix = CATALOGUE[verdict_cause].fix if verdict_cause is not None else ""
     summary = f"worker {w.url}: {r.verdict}: {r.reason}"
     if inline:  # the gateway sends it nothing through SHM: a fact, not a failure
         return Check(name, Status.OK, f"{summary} (the gateway is {g.mode}: no SHM is sent)")
+    if verdict_cause is None:
+        return Check(name, Status.FAIL, summary, "", code)
     if r.verdict == "undetermined" and g.mode == Mode.SHM:  # shm makes no namespace check: it may still read
-        return Check(name, Status.WARN, summary, fix, cause=verdict_cause)
-    return Check(name, Status.FAIL, summary, fix, code, cause=verdict_cause)
+        return cause_check(name, Status.WARN, summary, verdict_cause, where=at)
+    return cause_check(name, Status.FAIL, summary, verdict_cause, code, at)
 
 
 def lint(g: JudgedGateway, workers: list[GatewayWorker]) -> list[Check]:
@@ -201,13 +189,12 @@ def lint(g: JudgedGateway, workers: list[GatewayWorker]) -> list[Check]:
     for w in workers:
         if w.transport_override:
             out.append(
-                Check(
+                cause_check(
                     f"{g.who} config {w.url}",
                     Status.WARN,
                     f"worker {w.url} sets {w.transport_override}: SMG ignores per-worker transport settings although "
                     f"its docs promise them; the gateway's setting ({g.mode or 'not known'}) applies",
-                    CATALOGUE[Cause.WORKER_OVERRIDE_IGNORED].fix,
-                    cause=Cause.WORKER_OVERRIDE_IGNORED,
+                    Cause.WORKER_OVERRIDE_IGNORED,
                 )
             )
     if not shm:
@@ -221,13 +208,12 @@ def lint(g: JudgedGateway, workers: list[GatewayWorker]) -> list[Check]:
         if len(ws) > 1 and (len(ids) > 1 or ids == [""]):
             shown = ", ".join(f"{w.url} {w.label_namespace_id or '(none)'}" for w in ws)
             out.append(
-                Check(
+                cause_check(
                     f"{g.who} config model {model}",
                     Status.WARN,
                     f"model {model} is served by workers of mixed or empty namespace ids ({shown}): under {under} a "
                     "retry can send an SHM handle to a worker that cannot open it",
-                    CATALOGUE[Cause.MIXED_NAMESPACE_IDS].fix,
-                    cause=Cause.MIXED_NAMESPACE_IDS,
+                    Cause.MIXED_NAMESPACE_IDS,
                 )
             )
         prefill = {w.label_namespace_id for w in ws if w.worker_type == "prefill"}
@@ -235,14 +221,13 @@ def lint(g: JudgedGateway, workers: list[GatewayWorker]) -> list[Check]:
         for w in ws:
             if g.mode == Mode.AUTO and w.worker_type == "decode" and own and w.label_namespace_id != own:
                 out.append(
-                    Check(
+                    cause_check(
                         f"{g.who} config {w.url}",
                         Status.FAIL,
                         f"PD decode worker {w.url} is in namespace {w.label_namespace_id or '(none)'}, not {own}: "
                         "under auto every request of this pair goes inline, although decode never gets pixels",
-                        CATALOGUE[Cause.PD_DECODE_NAMESPACE].fix,
+                        Cause.PD_DECODE_NAMESPACE,
                         Outcome.CHECK_FAILED,
-                        cause=Cause.PD_DECODE_NAMESPACE,
                     )
                 )
     return out

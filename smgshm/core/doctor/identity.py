@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from smgshm.core.causes import CATALOGUE, Cause
-from smgshm.core.doctor.check import Check
+from smgshm.core.causes import Cause, Where
+from smgshm.core.doctor.check import Check, cause_check
 from smgshm.core.host.facts import HostFacts
 from smgshm.core.host.identity import HostIdentity
 from smgshm.core.outcomes import Outcome, Status
@@ -54,23 +54,9 @@ def check_identity(facts: HostFacts) -> list[Check]:
         out.append(Check("shm dir", Status.OK, f"{shm_dir}: {ident.fstype or '?'}, {size}"))
     probe_err = facts.writable_error
     if probe_err:
-        full = "No space" in probe_err
-        fix = (
-            "enlarge the tmpfs (docker --shm-size, emptyDir sizeLimit) or free space:"
-            if full
-            else "run as a uid that may write the shm dir; SMG's gateway would stay inline"
-        )
-        out.append(
-            Check(
-                "writable",
-                Status.FAIL,
-                f"cannot create a 0600 segment: {probe_err}",
-                fix,
-                Outcome.HOST,
-                fix_cmd=smgshm_cmd(shm_dir, "gc", "--delete") if full else None,
-                cause=Cause.SHM_FULL if full else Cause.SHM_PERMISSION,
-            )
-        )
+        cause = Cause.SHM_FULL if "No space" in probe_err else Cause.SHM_PERMISSION
+        summary = f"cannot create a 0600 segment: {probe_err}"
+        out.append(cause_check("writable", Status.FAIL, summary, cause, Outcome.HOST, Where(shm_dir)))
     else:
         out.append(
             Check("writable", Status.OK, "a 0600 segment can be created and removed, as the gateway's probe does")
@@ -82,23 +68,12 @@ def check_namespace_id(ident: HostIdentity, shm_dir: str) -> Check:
     """The shm_namespace_id a gateway writing to ``shm_dir`` advertises: well formed, or why not."""
     from smgshm.core.host.namespace import parse_namespace_id
 
+    at = Where(shm_dir)  # ns reads the id of this dir: what is read, and what is not
     if ident.namespace_id and parse_namespace_id(ident.namespace_id) is None:
-        return Check(
-            "namespace id",
-            Status.FAIL,
-            f"{ident.namespace_id!r} is malformed: the gateway stays inline",
-            "check /proc/sys/kernel/random/boot_id (a UUID) and the shm dir",
-            Outcome.UNDETERMINED,
-            cause=Cause.LOCAL_ID_UNREADABLE,
-        )
+        malformed = f"{ident.namespace_id!r} is malformed: the gateway stays inline"
+        return cause_check("namespace id", Status.FAIL, malformed, Cause.LOCAL_ID_UNREADABLE, Outcome.UNDETERMINED, at)
     if ident.namespace_id:
         return Check("namespace id", Status.OK, f"{ident.namespace_id} (boot_id:st_dev of {shm_dir})")
     # As probe and e2e name it: one fact, one cause.
-    return Check(
-        "namespace id",
-        Status.FAIL,
-        "unreadable: under auto the gateway stays inline",
-        CATALOGUE[Cause.LOCAL_ID_UNREADABLE].fix,
-        Outcome.UNDETERMINED,
-        cause=Cause.LOCAL_ID_UNREADABLE,
-    )
+    unreadable = "unreadable: under auto the gateway stays inline"
+    return cause_check("namespace id", Status.FAIL, unreadable, Cause.LOCAL_ID_UNREADABLE, Outcome.UNDETERMINED, at)

@@ -114,6 +114,7 @@ def check_send(address: str, facts: HostFacts, timeout: float, label: str = "") 
     """A verified send of inline, then SHM, tensors to a smgshm receiver."""
     from smgshm.core.client.send import SendOptions, send
     from smgshm.core.gateway.setting import Mode
+    from smgshm.core.transport.verify import ProblemKind
 
     out = []
     for mode in (Mode.INLINE, Mode.SHM):
@@ -148,7 +149,7 @@ def check_send(address: str, facts: HostFacts, timeout: float, label: str = "") 
             what = f"{first.kind}: {first.message}" if first else "unreachable"
             fix = (
                 "the receiver must unlink after reading (SMG's gateway relies on it)"
-                if first and first.kind == "leftover"
+                if first and first.kind is ProblemKind.LEFTOVER
                 else ""
             )
             out.append(

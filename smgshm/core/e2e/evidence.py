@@ -22,11 +22,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from smgshm.core.address import UrlError, parse_url
+from smgshm.core.closed import Closed
 from smgshm.core.errors import SmgshmError
 from smgshm.core.gateway.metrics import MetricsSnapshot, UnusableCounterError, mm_delta
 from smgshm.core.host.proc import comm
 from smgshm.core.names import GATEWAY_PREFIX, gateway_probe_name
 from smgshm.core.paths import DEFAULT_SHM_DIR
+from smgshm.core.watch.life import End
 
 if TYPE_CHECKING:
     from smgshm.core.watch.life import SegmentLife
@@ -50,6 +52,12 @@ class MetricsEvidence:
         return sum(self.tensors.values())
 
 
+class Kept(Closed):
+    """A segment e2e saw whose life had not ended when the requests had."""
+
+    LEFT_BEHIND = "left_behind"  # still in the shm dir after the requests
+
+
 @dataclass(frozen=True)
 class SegmentSeen:
     """One gateway segment seen in the shm dir during the requests."""
@@ -57,7 +65,7 @@ class SegmentSeen:
     name: str  # os.fsdecode form; shown escaped
     nbytes: int | None
     in_flight_ms: float  # created until removed (or until the end, if still there)
-    end: str  # consumed | cleaned | unknown | left_behind
+    end: End | Kept
     reads: int = 0
 
 
@@ -74,13 +82,13 @@ class ShmDirEvidence:
 
     @property
     def left_behind(self) -> list[SegmentSeen]:
-        return [s for s in self.segments if s.end == "left_behind"]
+        return [s for s in self.segments if s.end == Kept.LEFT_BEHIND]
 
     @property
     def removed_unread(self) -> list[SegmentSeen]:
         """Segments the gateway itself removed before any reader: a failed write's partial file (SMG
         unlinks it and sends the bytes inline) or a handle it cleaned up after a failed send."""
-        return [s for s in self.segments if s.end == "cleaned" and not s.reads]
+        return [s for s in self.segments if s.end == End.CLEANED and not s.reads]
 
 
 @dataclass(frozen=True)
@@ -206,8 +214,8 @@ class SegmentWatch:
         for lv in lives:
             if not lv.observed or lv.kind != "gateway":  # there before we looked, or the probe file
                 continue
-            end = lv.end if lv.removed_ns is not None else "left_behind"
-            seen.append(SegmentSeen(lv.name, lv.nbytes, lv.in_flight_ns / 1e6, end or "unknown", lv.reads))
+            end = (lv.end or End.UNKNOWN) if lv.removed_ns is not None else Kept.LEFT_BEHIND
+            seen.append(SegmentSeen(lv.name, lv.nbytes, lv.in_flight_ns / 1e6, end, lv.reads))
         doubt = self._doubt(pid, name_pid) if seen else ""
         if doubt:
             return ShmDirEvidence(False, doubt, self.shm_dir, pid, name_pid=name_pid)

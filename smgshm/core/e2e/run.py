@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from smgshm.core.address import is_local_url
-from smgshm.core.causes import Cause, Found, found
+from smgshm.core.causes import Cause, Found, Where, found
 from smgshm.core.e2e.evidence import (
     MetricsEvidence,
     ReceiptBaseline,
@@ -32,7 +32,7 @@ from smgshm.core.e2e.evidence import (
     receipts_since,
 )
 from smgshm.core.e2e.owner import own_metrics
-from smgshm.core.e2e.verdict import FAILURE_TEXT, Context, TensorPath, Verdict, expectation, judge
+from smgshm.core.e2e.verdict import FAILURE_TEXT, Context, FailureClass, TensorPath, Verdict, expectation, judge
 from smgshm.core.errors import HostError, Interrupted, SmgshmError
 from smgshm.core.gateway.chat import ChatOutcome, first_model, make_png, send_chat
 from smgshm.core.gateway.metrics import MM_FAMILIES, MetricsSnapshot, scrape
@@ -90,7 +90,7 @@ class GatewayRun:
     cause: str
     agree: bool
     shm_tensors_by_source: dict[str, int]
-    failure_class: str
+    failure_class: FailureClass  # the empty string: none
     failure: str
     expected: str  # the path expected ("" no expectation)
     as_expected: bool
@@ -315,21 +315,10 @@ def _gateway_tmpfs_elsewhere(pid: int | None, shm_dir: str) -> str:
 
 
 def _cause(v: Verdict, t: _Target, opts: E2eOptions, shm_dir: str) -> Found | None:
-    """The verdict's cause from the catalogue, with a command that applies to this gateway."""
+    """The verdict's cause from the catalogue, its next step naming this gateway and the shm dir it writes."""
     if v.code is None:
         return None
-    cmd: list[str] | None = None
-    if v.code in (Cause.OTHER_HOST, Cause.PRIVATE_TMPFS, Cause.ID_SPELLING, Cause.NO_NAMESPACE_ID):
-        cmd = ["smgshm", "probe", "--from-gateway", t.url]
-    elif v.code in (Cause.PROBE_FILE_LEFT, Cause.GATEWAY_PROBE_FAILED, Cause.SHM_FULL):
-        cmd = ["smgshm", "gc", "--shm-dir", shm_dir]
-    elif v.code in (Cause.SHM_WRITES_FAILING, Cause.SHM_PERMISSION, Cause.SHM_TOO_SMALL):
-        cmd = ["smgshm", "doctor", "--shm-dir", shm_dir]
-    elif v.code is Cause.LOCAL_ID_UNREADABLE:
-        cmd = ["smgshm", "ns", "--shm-dir", shm_dir]
-    elif v.code is Cause.NO_EVIDENCE and not opts.metrics_url:
-        cmd = ["smgshm", "e2e", "--gateway", t.url, "--metrics", "URL"]
-    return found(v.code, v.cause, cmd)
+    return found(v.code, v.cause, Where(shm_dir, t.url, running="e2e"))
 
 
 def _unreachable_worker(workers: list[str], opts: E2eOptions) -> Found | None:
@@ -342,7 +331,7 @@ def _unreachable_worker(workers: list[str], opts: E2eOptions) -> Found | None:
         try:
             open_channel(grpc_target(address), min(opts.timeout_s, 2.0)).close()
         except TransportError as err:
-            return found(Cause.WORKER_UNREACHABLE, f"worker {address} unreachable: {err}", ["smgshm", "probe", address])
+            return found(Cause.WORKER_UNREACHABLE, f"worker {address} unreachable: {err}", Where(address=address))
         except SmgshmError:
             continue  # not an address smgshm can dial: say nothing rather than guess
     return None

@@ -19,6 +19,7 @@ from smgshm.core.names import gateway_probe_name
 from smgshm.core.stats import median
 from smgshm.core.transport.decision import Decision, decide
 from smgshm.core.units import human_ms, human_size
+from smgshm.core.watch.life import End
 
 
 @dataclass(frozen=True)
@@ -49,13 +50,22 @@ class TensorPath(Closed):
     UNDETERMINED = "undetermined"  # the sources disagree, or there is none: never a guess
 
 
+class FailureClass(Closed):
+    """The failure of smg-facts §5.3 the evidence proves (the empty string: none); falsy when none."""
+
+    NONE = ""
+    CONSUMED_HANDLE_RETRIED = "consumed_handle_retried"  # a retry reused a handle a worker had consumed
+    SEGMENT_LEFT_BEHIND = "segment_left_behind"  # a segment still in the shm dir after the request
+    REQUEST_FAILED = "request_failed"  # the gateway answered with an error
+
+
 @dataclass(frozen=True)
 class Verdict:
     path: TensorPath
     cause: str  # one sentence, the gateway's reason
     agree: bool  # every available source tells the same story
     counts: dict[str, int]  # SHM tensors per source (metrics, shm dir, receipts)
-    failure_class: str = ""  # consumed_handle_retried | segment_left_behind | request_failed
+    failure_class: FailureClass = FailureClass.NONE
     # the catalogue's cause when the path is not shm, or when it is but the worker cannot open the segments
     # (None: SHM as configured)
     code: Cause | None = None
@@ -177,7 +187,7 @@ def _shm_cause(
     text = f"SHM: {what} {human_size(nbytes / per)} via shm"
     if ctx.requests > 1:
         text += f" in each of {ctx.requests} requests"
-    consumed = [s.in_flight_ms for s in d.segments if s.end == "consumed"] if d.available else []
+    consumed = [s.in_flight_ms for s in d.segments if s.end == End.CONSUMED] if d.available else []
     # A refused receipt was never read (its age is when the worker looked, not when it read).
     ages = [x.age_ms for x in shm_receipts if x.age_ms > 0 and not x.error_code]
     refused = _refused(r)
@@ -290,28 +300,28 @@ def _cannot_open(ctx: Context) -> NamespaceComparison | None:
     return cmp if cmp.sharing in (Sharing.OTHER_HOST, Sharing.PRIVATE_TMPFS) else None
 
 
-def _failure_class(ctx: Context, d: ShmDirEvidence, r: ReceiptEvidence) -> str:
+def _failure_class(ctx: Context, d: ShmDirEvidence, r: ReceiptEvidence) -> FailureClass:
     """The failure classes of smg-facts §5.3 that the evidence can prove."""
-    consumed = {s.name for s in d.segments if s.end == "consumed"} if d.available else set()
+    consumed = {s.name for s in d.segments if s.end == End.CONSUMED} if d.available else set()
     missing = [x for x in r.receipts if x.payload_kind == "shm" and x.error_code == "missing"]
     # A worker that cannot see the gateway's tmpfs never consumed a handle: its "missing" is its view.
     unseen = not d.available and _cannot_open(ctx) is None
     if ctx.failed_requests and missing and (unseen or any(x.shm_name in consumed for x in missing)):
-        return "consumed_handle_retried"
+        return FailureClass.CONSUMED_HANDLE_RETRIED
     if d.available and d.left_behind:
-        return "segment_left_behind"
+        return FailureClass.SEGMENT_LEFT_BEHIND
     if ctx.failed_requests:
-        return "request_failed"
-    return ""
+        return FailureClass.REQUEST_FAILED
+    return FailureClass.NONE
 
 
 FAILURE_TEXT = {
-    "consumed_handle_retried": (
+    FailureClass.CONSUMED_HANDLE_RETRIED: (
         "the gateway retried a request with an SHM handle a worker had already read (and unlinked): the retry "
         "fails although inline would have worked (SMG: retries reuse consumed handles)"
     ),
-    "segment_left_behind": "a segment the gateway wrote is still in the shm dir after the request (a leak)",
-    "request_failed": "the gateway answered with an error",
+    FailureClass.SEGMENT_LEFT_BEHIND: "a segment the gateway wrote is still in the shm dir after the request (a leak)",
+    FailureClass.REQUEST_FAILED: "the gateway answered with an error",
 }
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from smgshm.core.causes import CATALOGUE, Cause, Found, found, write_failure
+from smgshm.core.causes import CATALOGUE, Cause, Found, Where, found, write_failure
 from smgshm.core.gateway.metrics import MetricsSnapshot, UnusableCounterError, mm_delta
 from smgshm.core.gateway.setting import DEFAULT_SHM_MIN_BYTES
 from smgshm.core.units import human_size
@@ -114,10 +114,7 @@ def _cause(
 
             size, free = shm_space(shm_dir)
             cause = write_failure(int(inline_avg or 0), size, free, probe_writable(shm_dir) is None)
-        cmd = (
-            None if shm_dir is None else ["smgshm", "gc" if cause is Cause.SHM_FULL else "doctor", "--shm-dir", shm_dir]
-        )
-        return found(cause, verdict, cmd)
+        return found(cause, verdict, Where(shm_dir or ""))
     if tensors.get("shm"):  # SHM works for some: others went to workers the rule sends inline (which: per worker)
         return found(Cause.SOME_WORKERS_INLINE, verdict)
     # Nothing through SHM: the mode is inline, or auto with a worker in another namespace; the counters

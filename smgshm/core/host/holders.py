@@ -20,17 +20,25 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from smgshm.core.closed import Closed
 from smgshm.core.host.mounts import mount_aliases
 from smgshm.core.host.proc import comm, live_pids, thread_views
 
 Key = tuple[int, int]  # (st_dev, st_ino)
 
 
+class How(Closed):
+    """How a process holds a file: open (an fd, of any of its threads) or mapped (a map outlives the fd)."""
+
+    FD = "fd"
+    MAP = "map"
+
+
 @dataclass(frozen=True)
 class Holder:
     pid: int
     comm: str
-    how: str  # fd | map
+    how: How
 
 
 def _mapped(pid: int, devtag: bytes, dev: int) -> set[Key]:
@@ -106,10 +114,10 @@ def holder_index(
     devtag = f" {os.major(dev):02x}:{os.minor(dev):02x} ".encode()
     found: dict[Key, list[Holder]] = {}
     for pid in live_pids() if pids is None else pids:
-        hits = [(key, "fd") for key in _opened(f"/proc/{pid}", dev, wanted) or ()]
+        hits = [(key, How.FD) for key in _opened(f"/proc/{pid}", dev, wanted) or ()]
         for base in thread_views(pid)[0]:
-            hits += [(key, "fd") for key in _opened(base, dev, wanted) or () if (key, "fd") not in hits]
-        hits += [(key, "map") for key in _mapped(pid, devtag, dev)]
+            hits += [(key, How.FD) for key in _opened(base, dev, wanted) or () if (key, How.FD) not in hits]
+        hits += [(key, How.MAP) for key in _mapped(pid, devtag, dev)]
         if hits:
             name = comm(pid)
             for key, how in hits:
@@ -133,12 +141,12 @@ def holder_index_devs(devs: Iterable[int], pids: Iterable[int] | None = None) ->
         keys = _opened_any(f"/proc/{pid}", want) or set()
         for base in thread_views(pid)[0]:
             keys |= _opened_any(base, want) or set()
-        hits = [(key, "fd") for key in keys]
+        hits = [(key, How.FD) for key in keys]
         data = _maps(pid)  # read once for every device; parsed for those it names only
         mapped: set[Key] = set()
         for field in set(_MAPS_DEV.findall(data)) & bare.keys() if data else ():
             mapped |= _mapped_in(data, b" " + field + b" ", bare[field])
-        hits += [(key, "map") for key in mapped]
+        hits += [(key, How.MAP) for key in mapped]
         if hits:
             name = comm(pid)
             for key, how in hits:

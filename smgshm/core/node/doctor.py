@@ -45,7 +45,9 @@ from smgshm.core.units import human_size
 
 # Unlinked files still mapped this much of the size: gc cannot free them, and SMG's writes find the space gone.
 HIDDEN_WARN_SHARE = 0.25
-_RANK = {"fail": 3, "warn": 2, "unknown": 1}  # a block's verdict: its worst check ("ok" below them all)
+# A block's verdict: its worst check, worst first (ok: none of the others; info and skip count as ok).
+VERDICTS = (Status.FAIL, Status.WARN, Status.UNKNOWN, Status.OK)
+_RANK = {v: len(VERDICTS) - i for i, v in enumerate(VERDICTS)}
 
 
 @dataclass(frozen=True)
@@ -61,7 +63,7 @@ class TmpfsCheckup:
     """One tmpfs's checks, the verdict they make, and the figures they were drawn from."""
 
     tmpfs: Tmpfs
-    verdict: str  # fail | warn | unknown | ok: the worst of its checks
+    verdict: Status  # one of VERDICTS: the worst of its checks
     checks: list[Check]
     namespace_id: str = ""
     shm_total_bytes: int = 0
@@ -126,7 +128,7 @@ def _checkup(root: str, t: Tmpfs, inflight: int | None, stranded_after_s: float,
         segments = list(scan)
         usage = shm_usage(path)
     except SmgshmError as err:  # gone or changed since the node was looked at: said, and the run goes on
-        return TmpfsCheckup(t, "fail", [Check("shm dir", Status.FAIL, str(err), err.hint or "", Outcome.HOST)])
+        return TmpfsCheckup(t, Status.FAIL, [Check("shm dir", Status.FAIL, str(err), err.hint or "", Outcome.HOST)])
     gws = [GatewayUse(u.pid, _ns_pid(u.pid)) for u in t.users if u.pid in titled]
     writers = [f"SMG gateway pid {g.ns_pid if g.ns_pid is not None else '?'} (pid {g.pid} here)" for g in gws]
     counts = dict(scan.tally.counts)
@@ -152,10 +154,10 @@ def _checkup(root: str, t: Tmpfs, inflight: int | None, stranded_after_s: float,
         reap_wait(segments, scan.sightings.stored),
     )
     checks.append(_liveness(t, segments))
-    verdict = max((c.status for c in checks), key=lambda s: _RANK.get(s, 0))
+    verdict = max((Status(c.status) for c in checks), key=lambda s: _RANK.get(s, 0), default=Status.OK)
     return TmpfsCheckup(
         t,
-        verdict if verdict in _RANK else "ok",
+        verdict if verdict in _RANK else Status.OK,
         checks,
         ident.namespace_id,
         usage.total_bytes,

@@ -36,13 +36,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from smgshm.core.causes import Cause, Found, found
+from smgshm.core.causes import Cause, Found, Where, found
 from smgshm.core.host.holders import Holder, holder_index
 from smgshm.core.host.identity import HostIdentity, probe_writable, read_host_identity
 from smgshm.core.host.pidtrust import INIT_PID_NS, Trust, first_user, judge_trust, judge_visible_trust
 from smgshm.core.host.proc import comm, live_pids
 from smgshm.core.names import gateway_probe_name
-from smgshm.core.paths import DEFAULT_SHM_DIR, smgshm_cmd
+from smgshm.core.paths import DEFAULT_SHM_DIR
 from smgshm.core.segments import gcrun
 from smgshm.core.segments.judge import Bounds, Judge, ScanOptions, SegmentInfo, State
 from smgshm.core.segments.reaping import OTHER_USER, ReapReport, ReapRule, keep_reason, reapable
@@ -443,7 +443,7 @@ class _Run:
                         f"after reclaiming, {human_size(free)} of the shm dir's {human_size(total)} is free, less than "
                         f"{what}{held}"
                     ),
-                    smgshm_cmd(req.shm_dir, "gc"),
+                    Where(req.shm_dir),
                 )
             )
         if report.causes:

@@ -22,7 +22,6 @@ needs no age to reap it (segments/reaping.py).
 
 from __future__ import annotations
 
-import enum
 import math
 import os
 import stat
@@ -50,7 +49,9 @@ from smgshm.core.paths import DEFAULT_SHM_DIR
 from smgshm.core.segments.sightings import Sightings
 
 
-class State(enum.Enum):
+class State(Closed):
+    """gc's judgement of an entry (watch's orphans carry it too)."""
+
     IN_FLIGHT = "in_flight"  # producer alive, segment young: a request on its way
     HELD = "held"  # some process has it open or mapped
     LEAKED = "leaked"  # producer provably dead, nobody holds it

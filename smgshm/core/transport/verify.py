@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from smgshm.core.closed import Closed
 from smgshm.core.transport.tensors import digest_mismatch
 from smgshm.core.transport.wire import Layout
 
@@ -39,10 +40,20 @@ class Sent:
     nbytes: int
 
 
+class ProblemKind(Closed):
+    """What went wrong with a tensor or a request of a send (receipts judged here give the first two)."""
+
+    MISMATCH = "mismatch"  # a verification failure: a digest, a duplicate, a missing or unknown key
+    RECEIVER_ERROR = "receiver_error"  # the receiver refused that tensor
+    RPC_FAILED = "rpc_failed"  # the request's RPC failed
+    LEFTOVER = "leftover"  # its segment was still there after the receiver answered
+    NOT_SENT = "not_sent"  # requests the run did not send
+
+
 @dataclass(frozen=True)
 class Issue:
     key: str
-    kind: str  # mismatch (a verification failure) | receiver_error (the receiver refused that tensor)
+    kind: ProblemKind  # mismatch (a verification failure) | receiver_error (the receiver refused that tensor)
     message: str
 
 
@@ -56,11 +67,11 @@ class Verdict:
 
     @property
     def mismatches(self) -> int:
-        return sum(1 for i in self.issues if i.kind == "mismatch")
+        return sum(1 for i in self.issues if i.kind is ProblemKind.MISMATCH)
 
     @property
     def receiver_errors(self) -> int:
-        return sum(1 for i in self.issues if i.kind == "receiver_error")
+        return sum(1 for i in self.issues if i.kind is ProblemKind.RECEIVER_ERROR)
 
     @property
     def ok(self) -> bool:
@@ -75,22 +86,22 @@ def judge(sent: Sequence[Sent], receipts: Sequence[Any]) -> Verdict:
     verified: list[str] = []
     for key, n in sorted(counts.items()):
         if key not in want:
-            issues.append(Issue(key, "mismatch", f"{n} receipt(s) for a key that was never sent"))
+            issues.append(Issue(key, ProblemKind.MISMATCH, f"{n} receipt(s) for a key that was never sent"))
         elif n > 1:
-            issues.append(Issue(key, "mismatch", f"{n} receipts for one tensor (duplicates)"))
+            issues.append(Issue(key, ProblemKind.MISMATCH, f"{n} receipts for one tensor (duplicates)"))
     for one in sent:
         if counts[one.key] == 0:
-            issues.append(Issue(one.key, "mismatch", "no receipt for this tensor"))
+            issues.append(Issue(one.key, ProblemKind.MISMATCH, "no receipt for this tensor"))
     for r in receipts:
         s = want.get(str(r.key))
         if s is None or counts[s.key] != 1:
             continue  # already judged above
         if r.error.code:
-            issues.append(Issue(s.key, "receiver_error", f"{r.error.code}: {r.error.message}"[:300]))
+            issues.append(Issue(s.key, ProblemKind.RECEIVER_ERROR, f"{r.error.code}: {r.error.message}"[:300]))
             continue
         why = _why(s, r)
         if why:
-            issues.append(Issue(s.key, "mismatch", why))
+            issues.append(Issue(s.key, ProblemKind.MISMATCH, why))
         else:
             verified.append(s.key)
     return Verdict(tuple(verified), tuple(issues), len(receipts))

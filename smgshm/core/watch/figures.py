@@ -7,11 +7,14 @@ import bisect
 from dataclasses import dataclass, field
 
 from smgshm.core.causes import Found
+from smgshm.core.closed import Closed
 from smgshm.core.gateway.rates import DEFAULT_SHM_MIN_BYTES, GatewayRates
 from smgshm.core.names import SMG_FAMILY_PREFIX
 from smgshm.core.paths import DEFAULT_SHM_DIR
+from smgshm.core.segments.judge import State
 from smgshm.core.stats import StreamingQuantiles
 from smgshm.core.watch.follow import CONSUMED, SegmentLife
+from smgshm.core.watch.life import End
 
 # Time-in-flight histogram bounds (seconds) for the exporter; +Inf is implied.
 FLIGHT_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -44,6 +47,13 @@ class FlightTimes:
     max_ms: float | None
 
 
+class Unseen(Closed):
+    """An orphan's state where gc's judgement has none."""
+
+    GONE = "gone"  # unlinked before it was judged (its unlink event is queued)
+    UNJUDGED = "unjudged"  # not judged yet
+
+
 @dataclass(frozen=True)
 class Orphan:
     """A segment still in flight after --orphan-after, with gc's judgement of it."""
@@ -52,7 +62,7 @@ class Orphan:
     kind: str
     producer_pid: int | None
     producer_alive: bool | None
-    state: str  # gc's state (in_flight, held, leaked, stale, hazard, unknown), "gone", or "unjudged"
+    state: State | Unseen  # gc's state, or why there is none
     reason: str
     nbytes: int | None
     age_s: float
@@ -141,7 +151,7 @@ class Totals:
 
     def add(self, lives: list[SegmentLife], interval_q: StreamingQuantiles) -> None:
         for life in lives:
-            end = life.end or "unknown"
+            end = life.end or End.UNKNOWN
             key = (life.kind, end)
             self.ends[key] = self.ends.get(key, 0) + 1
             if life.nbytes:

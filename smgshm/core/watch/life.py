@@ -26,6 +26,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from smgshm.core.closed import Closed
 from smgshm.core.names import Kind, ParsedName, parse_name
 from smgshm.core.watch.events import (
     CLOSED,
@@ -39,8 +40,17 @@ from smgshm.core.watch.events import (
     ShmEvent,
 )
 
-CONSUMED, CLEANED, UNKNOWN = "consumed", "cleaned", "unknown"
-ENDS = (CONSUMED, CLEANED, UNKNOWN)
+
+class End(Closed):
+    """How a segment's life ended, as the order of its events tells."""
+
+    CONSUMED = "consumed"  # another process opened it before it was unlinked
+    CLEANED = "cleaned"  # unlinked with no reader's open seen
+    UNKNOWN = "unknown"  # events were lost, or it left the dir another way
+
+
+CONSUMED, CLEANED, UNKNOWN = End.CONSUMED, End.CLEANED, End.UNKNOWN
+ENDS = tuple(End)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +64,7 @@ class SegmentLife:
     nbytes: int | None
     removed_ns: int | None
     in_flight_ns: int  # removed (or now, while in flight) minus created
-    end: str | None = None  # consumed | cleaned | unknown; None while in flight
+    end: End | None = None  # null while in flight
     reads: int = 0  # opens after the creator's (at least its read-only closes: the kernel merges identical opens)
     first_read_ns: int | None = None
     observed: bool = True  # its creation was seen (not found by a listing)
@@ -102,7 +112,7 @@ class _Live:
         self.first_read_ns: int | None = None
         self.note = note if note or observed else "found by a directory listing: its creation was not seen"
 
-    def life(self, removed_ns: int | None, now_ns: int, end: str | None, note: str = "") -> SegmentLife:
+    def life(self, removed_ns: int | None, now_ns: int, end: End | None, note: str = "") -> SegmentLife:
         stop = removed_ns if removed_ns is not None else now_ns
         return SegmentLife(
             self.name,
@@ -302,4 +312,4 @@ class SegmentTracker:
         return lv.life(e.t_ns, e.t_ns, CONSUMED if lv.reads or lv.ro_closes else CLEANED, "")
 
 
-__all__ = ["CLEANED", "CONSUMED", "ENDS", "UNKNOWN", "SegmentLife", "SegmentTracker"]
+__all__ = ["CLEANED", "CONSUMED", "ENDS", "UNKNOWN", "End", "SegmentLife", "SegmentTracker"]

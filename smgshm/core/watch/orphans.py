@@ -14,14 +14,14 @@ import os
 import time
 from collections.abc import Callable
 
-from smgshm.core.causes import Cause, Found, found
+from smgshm.core.causes import Cause, Found, Where, found
 from smgshm.core.errors import SmgshmError
-from smgshm.core.segments.judge import ScanOptions, SegmentInfo
+from smgshm.core.segments.judge import ScanOptions, SegmentInfo, State
 from smgshm.core.segments.reaping import DEFAULT_MIN_AGE_S
 from smgshm.core.segments.scan import judge_entry
 from smgshm.core.segments.sightings import Sightings
 from smgshm.core.units import human_duration
-from smgshm.core.watch.figures import Orphan, WatchOptions
+from smgshm.core.watch.figures import Orphan, Unseen, WatchOptions
 from smgshm.core.watch.follow import SegmentLife, SegmentTracker
 
 _MAX_JUDGED_PER_STEP = 4  # each judgement walks /proc (tens of ms): a leaking host must not stall the watch
@@ -85,7 +85,7 @@ class OrphanJudge:
                 life.kind,
                 life.producer_pid,
                 None,
-                "unjudged",
+                Unseen.UNJUDGED,
                 "not judged yet",
                 life.nbytes,
                 age,
@@ -94,7 +94,9 @@ class OrphanJudge:
         else:
             info, _, err = seen
             if info is None:
-                state, reason = ("unknown", err) if err else ("gone", "unlinked since; its unlink event is queued")
+                state, reason = (
+                    (State.UNKNOWN, err) if err else (Unseen.GONE, "unlinked since; its unlink event is queued")
+                )
                 o = Orphan(life.name, life.kind, life.producer_pid, None, state, reason, life.nbytes, age, life.reads)
             else:
                 o = Orphan(
@@ -102,7 +104,7 @@ class OrphanJudge:
                     life.kind,
                     life.producer_pid,
                     info.producer_alive,
-                    info.state.value,
+                    info.state,
                     info.reason,
                     life.nbytes if life.nbytes is not None else info.nbytes,
                     age,
@@ -117,24 +119,25 @@ def orphans_cause(orphans: list[Orphan], shm_dir: str, assume_dead: bool = False
     """The listed orphans' cause: leaked (their producer is dead) first, as gc frees them; else stranded
     (their producer lives, nobody reads them: SMG never removes its own while it lives); None for neither.
 
-    The fix for leaked ones is gc's command, said once (its words introduce it). watch recorded each as it
-    saw it (watch/witness.py), before any later gc's look at the pid namespaces, so that gc proves them dead
-    and reaps them at once; judged with ``assume_dead`` they are proven nothing, and gc (told --assume-dead
-    too) reaps each only past its --min-age: the fix says when."""
-    leaked = [o for o in orphans if o.state == "leaked"]
+    The fix for leaked ones is the catalogue's, with gc's command. watch recorded each as it saw it
+    (watch/witness.py), before any later gc's look at the pid namespaces, so that gc proves them dead and
+    reaps them at once; judged with ``assume_dead`` they are proven nothing, and gc (told --assume-dead too)
+    reaps each only past its --min-age: the message says when."""
+    leaked = [o for o in orphans if o.state == State.LEAKED]
     if leaked:
-        cmd = ["smgshm", "gc", "--delete", "--shm-dir", shm_dir, *(["--assume-dead"] if assume_dead else [])]
-        fix = "remove them"
+        when = ""
         if assume_dead:
             wait = max(0.0, DEFAULT_MIN_AGE_S - min(o.age_s for o in leaked))
-            fix = (
-                "remove them once older than gc's --min-age (--assume-dead proves no producer dead): the youngest "
+            when = (
+                ": gc reaps them once older than its --min-age (--assume-dead proves no producer dead), the youngest "
                 f"in {human_duration(wait)} at the latest"
             )
         return found(
-            Cause.SEGMENTS_LEAKED, f"{len(leaked)} orphan(s) leaked by a dead producer ({_bytes(leaked)})", cmd, fix
+            Cause.SEGMENTS_LEAKED,
+            f"{len(leaked)} orphan(s) leaked by a dead producer ({_bytes(leaked)}){when}",
+            Where(shm_dir, assume_dead=assume_dead),
         )
-    stranded = [o for o in orphans if o.producer_alive and o.state in ("in_flight", "stale")]
+    stranded = [o for o in orphans if o.producer_alive and o.state in (State.IN_FLIGHT, State.STALE)]
     if stranded:
         pids = ", ".join(str(p) for p in sorted({o.producer_pid for o in stranded if o.producer_pid is not None}))
         return found(
