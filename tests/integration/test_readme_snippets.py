@@ -32,6 +32,7 @@ INSTALL = "pip install torch==2.13.0 -e ."
 NOT_RUN = {
     "./scripts/main": "installs .venv with SMG's gateway, then the embedded e2e: minutes (test_cli_e2e.py runs it)",
     "./scripts/test": "the whole suite, of which this test is a part",
+    "sudo ./scripts/containers": "root: installs Debian's containerd and runs real pods (its own lane)",
     "smgshm gc --node": "needs a Kubernetes node's pod volumes (test_node_view.py builds one under a root)",
     "smgshm gc --node --node-root /host --delete --yes": "a DaemonSet's view of a node's / at /host; it deletes",
     "smgshm doctor --node --inflight-bytes 2GiB": "needs a Kubernetes node's pod volumes",

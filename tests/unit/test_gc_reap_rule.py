@@ -8,6 +8,7 @@ pid namespace since can have written it under its own pid. Everything else keeps
 from __future__ import annotations
 
 import os
+import re
 import time
 
 from smgshm.core.doctor.leaks import leak_checks, reap_wait
@@ -65,7 +66,8 @@ def test_a_segment_first_seen_after_the_look_keeps_min_age_and_says_when_it_is_r
     why = _keep(seg)
     assert why is not None
     assert why[0] == TOO_YOUNG
-    assert "younger than --min-age (60 s < 600 s): reclaimable in 9 min" in why[1], why[1]
+    # The age is the file's mtime's, read when judged: a second or two more on a loaded machine.
+    assert re.search(r"younger than --min-age \(6[0-2] s < 600 s\): reclaimable in (9 min|8 min 5\d s)", why[1]), why[1]
 
 
 def test_a_segment_never_seen_before_keeps_min_age(tmpfs_dir: str) -> None:
