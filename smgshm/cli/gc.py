@@ -307,6 +307,7 @@ def _scan_and_reap(
     scan = Scan(opts, progress)
     if not scan.trust.trusted and not opts.assume_dead:
         app.warn(scan.trust.note)
+    view.warn_sightings(app, [scan.sightings])
     listing: view.JsonListing | view.RawListing | view.HumanListing = (
         view.JsonListing(app, scan)
         if app.json

@@ -76,6 +76,7 @@ def run(
     done = gcrun.run(tmpfs_scans(node, opts), rule, listing, confirm)
     blocks = [Block(p.scan, listed[id(p.scan)], p.choice, p.report) for p in done.parts]
     code = for_outcome(done.outcome) if check else ExitCode.OK
+    gc_view.warn_sightings(app, [b.scan.sightings for b in blocks])
     if code == ExitCode.UNDETERMINED and (app.json or raw):  # (people read it in the headline)
         app.warn(f"check inconclusive: all {done.before.total} SMG segment(s) unknown; {_unjudged(blocks)}")
     if prometheus_file:  # what is there now, after any --delete: the exporter's series, one run's
@@ -205,6 +206,7 @@ def _doc(b: Block) -> dict[str, Any]:
         "remaining_shm_used_bytes": done.used_bytes,
         "remaining_shm_free_bytes": done.free_bytes,
         "scan_ms": float(scan.scan_ms),
+        "sightings_stored": scan.sightings.stored,
     }
 
 

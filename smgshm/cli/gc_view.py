@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from smgshm.core.host.holders import Holder
     from smgshm.core.segments.judge import SegmentInfo, Tally
     from smgshm.core.segments.scan import Deletion, Scan
+    from smgshm.core.segments.sightings import Sightings
 
 _STYLE = {"leaked": "red", "hazard": "magenta", "stale": "yellow", "held": "cyan", "in_flight": "green"}
 # Which entries matter most in the summary: what blocks readers, then what can be reclaimed.
@@ -242,6 +243,7 @@ class JsonListing:
             "remaining_bytes_by_state": after.bytes_by_state,
             "remaining_shm_used_bytes": usage[0],
             "remaining_shm_free_bytes": usage[1],
+            "sightings_stored": scan.sightings.stored,
         }
         tail = {"ok": code == ExitCode.OK, "warnings": list(self.app.warnings)}
         self._write(b"]," + _dumpb(rest)[1:-1] + b"}," + _dumpb(tail)[1:] + b"\n")
@@ -434,6 +436,16 @@ def headline(scan: Scan, before: Tally, after: Tally, deleted: list[Deletion], c
         if bad:
             text += f" ({bad} leaked or hazardous)"
     return text
+
+
+def warn_sightings(app: App, stores: list[Sightings]) -> None:
+    """Said once a run: a state dir refused (not this user's private dir: nothing stored; it is never
+    chmod'ed)."""
+    for refused in dict.fromkeys(s.refused for s in stores if s.refused):
+        app.warn(
+            f"sightings not stored: state dir {refused}; smgshm changes no dir it did not make "
+            "(point SMGSHM_STATE_DIR at a dir of this user's that no one else may write)"
+        )
 
 
 def unjudged(scan: Scan) -> str:

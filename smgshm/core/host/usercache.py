@@ -32,21 +32,49 @@ def _private(st: os.stat_result) -> bool:
     return st.st_uid == os.geteuid() and not st.st_mode & _OTHERS_WRITE
 
 
+def refusal(path: str) -> str | None:
+    """Why the existing dir ``path`` is no place for this user's private files (not a dir, a link, another
+    user's, or one others may write in: a shared 1777 dir such as /tmp or /dev/shm); None when it is one,
+    or is absent (it is then made, 0700)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        return f"cannot be read ({err.strerror})"
+    if stat.S_ISLNK(st.st_mode):
+        return "a symbolic link"
+    if not stat.S_ISDIR(st.st_mode):
+        return "not a directory"
+    if st.st_uid != os.geteuid():
+        return f"owned by uid {st.st_uid}, not this user (uid {os.geteuid()})"
+    if st.st_mode & _OTHERS_WRITE:
+        who = " and ".join(w for bit, w in ((stat.S_IWGRP, "group"), (stat.S_IWOTH, "others")) if st.st_mode & bit)
+        return f"writable by {who} (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
+
+
 def _open_dir(path: str, create: bool) -> int | None:
     """An fd on the dir ``path`` when it is this user's and no one else may write in it (not through
-    a link); None otherwise. ``create``: make it (0700) if missing, and take others' write bits off
-    a dir of this user's (smgshm's own dir; a umask of 002 leaves them on one made by another command)."""
+    a link); None otherwise. ``create``: make it (0700) if missing. Only a dir made here has its mode
+    set; an existing one is never changed, only refused (a shared 1777 dir named as the state dir made
+    0755 would shut every other user out of it: /dev/shm so, every non-root gateway's SHM)."""
+    made = False
     if create:
         with contextlib.suppress(OSError):
-            os.makedirs(path, mode=0o700, exist_ok=True)
+            parent = os.path.dirname(path.rstrip("/"))
+            if parent:
+                os.makedirs(parent, exist_ok=True)
+            os.mkdir(path, 0o700)
+            made = True
     try:
         fd = os.open(path, _DIR_FLAGS)
     except OSError:
         return None
     try:
         st = os.fstat(fd)
-        if create and st.st_uid == os.geteuid() and st.st_mode & _OTHERS_WRITE:
-            os.fchmod(fd, stat.S_IMODE(st.st_mode) & ~_OTHERS_WRITE)
+        if made and st.st_uid == os.geteuid() and stat.S_IMODE(st.st_mode) != 0o700:
+            os.fchmod(fd, 0o700)  # ours, just made: exactly 0700, whatever the umask
             st = os.fstat(fd)
         if _private(st):
             return fd
@@ -140,4 +168,4 @@ def locked(directory: str | None = None, wait_s: float = 1.0) -> Iterator[bool]:
         os.close(dfd)  # which releases the lock
 
 
-__all__ = ["cache_dir", "locked", "read_private", "write_private"]
+__all__ = ["cache_dir", "locked", "read_private", "refusal", "write_private"]

@@ -250,6 +250,13 @@ class Sightings:
         self.note = ""  # why nothing was loaded, for the curious
         self.stored = False  # after ``save``: the store holds every sighting this scan made (a later scan's proofs)
         self.stamp: tuple[int, int, int, int] | None = None  # the file read (``changed``)
+        # A state dir that is not this user's own private one (a shared 1777 dir named by $SMGSHM_STATE_DIR)
+        # is refused whole, and never chmod'ed: "<dir>: <why>", for a warning; nothing is read or stored.
+        why = usercache.refusal(self.directory)
+        self.refused = "" if why is None else f"{self.directory}: {why}"
+        if self.refused:
+            self.note = f"state dir {self.refused}: no sightings read or stored"
+            return
         store = store_file(shm_dir, dir_dev, self.directory)
         if store is None:
             self.note = "the boot clock or the shm dir cannot be identified: no sightings"
