@@ -230,6 +230,9 @@ def cli(ctx: click.Context, json_: bool, no_color: bool, quiet: bool, traceback:
     # gRPC's C core logs its own copy of errors we already report in one line (e.g. a busy
     # port); grpc is imported lazily, so this takes effect. An operator's setting wins.
     os.environ.setdefault("GRPC_VERBOSITY", "NONE")
+    from smgshm.core.host import usercache
+
+    usercache.new_run()  # one bounded wait for a held lock per invocation (usercache.LockWaits)
     ctx.obj = App(json=json_, quiet=quiet, no_color=no_color, traceback=traceback, command=ctx.invoked_subcommand or "")
 
 

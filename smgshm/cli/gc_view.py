@@ -448,6 +448,20 @@ def warn_sightings(app: App, stores: list[Sightings]) -> None:
         )
 
 
+def warn_lock(app: App) -> None:
+    """Said once a run: another process held the sightings store's lock past the run's one bounded wait,
+    so this run stored nothing then, and later stores did not wait (usercache.LockWaits)."""
+    from smgshm.core.host.usercache import lock_waits
+
+    waits = lock_waits()
+    if waits.exhausted:
+        later = f"; {waits.skipped} later store(s) of this run found it held and did not wait" if waits.skipped else ""
+        app.warn(
+            f"sightings not stored: another process held the store's lock in {waits.where} past this run's "
+            f"one wait{later}"
+        )
+
+
 def unjudged(scan: Scan) -> str:
     """Why a --check whose entries are all unknown judged nothing: the reason pids could not be trusted
     when that is it (the same for every entry), else each entry's own (listed under it)."""

@@ -152,20 +152,61 @@ def _flock(fd: int, wait_s: float) -> bool:
             return False
 
 
+class LockWaits:
+    """This run's waits for smgshm's locks: one bounded wait per run. A lock another process holds would
+    otherwise cost its wait once per store (a second per tmpfs: gc --node over 30 pods, 30 s, past NPD's
+    timeout); once a wait has run out, later locks of the run are tried without waiting, and skipped
+    when held. A CLI invocation is one run (the root command starts it: ``new_run``)."""
+
+    def __init__(self) -> None:
+        self.ran_out = 0  # waits that ended without the lock (at most one a run, bar threads racing to it)
+        self.skipped = 0  # locks then found held and not waited for
+        self.where = ""  # the dir of the first wait that ran out
+
+    @property
+    def exhausted(self) -> bool:
+        return self.ran_out > 0
+
+
+_waits = LockWaits()
+
+
+def new_run() -> LockWaits:
+    """Start a run: its one bounded wait is still to be had. The run's ``LockWaits``."""
+    global _waits
+    _waits = LockWaits()
+    return _waits
+
+
+def lock_waits() -> LockWaits:
+    """This run's waits so far."""
+    return _waits
+
+
 @contextlib.contextmanager
 def locked(directory: str | None = None, wait_s: float = 1.0) -> Iterator[bool]:
     """Hold smgshm's lock of the private dir ``directory`` (made if missing) while a read-modify-write
     of a file in it runs: an exclusive flock on the dir itself, taken by every such writer of this
     user's. Yields False when the dir is not private or the lock was not had within ``wait_s``
-    (bounded: a process of this user's that holds it forever stalls no one)."""
-    dfd = _open_dir(directory or cache_dir(), create=True)
+    (bounded: a process of this user's that holds it forever stalls no one), or at once once this
+    run's one wait has run out (``LockWaits``)."""
+    path = directory or cache_dir()
+    dfd = _open_dir(path, create=True)
     if dfd is None:
         yield False
         return
     try:
-        yield _flock(dfd, wait_s)
+        run = _waits
+        wait = 0.0 if run.exhausted else wait_s
+        got = _flock(dfd, wait)
+        if not got and wait > 0:
+            run.ran_out += 1
+            run.where = run.where or path
+        elif not got:
+            run.skipped += 1
+        yield got
     finally:
         os.close(dfd)  # which releases the lock
 
 
-__all__ = ["cache_dir", "locked", "read_private", "refusal", "write_private"]
+__all__ = ["LockWaits", "cache_dir", "lock_waits", "locked", "new_run", "read_private", "refusal", "write_private"]

@@ -18,9 +18,10 @@ of another boot, clock or mount of the same device reads as empty.
 
 Two writers share a store: a gc (or doctor) scan, and ``smgshm watch``, which records each
 segment as it sees it created (watch/witness.py). So a write is a merge, under a lock of the store
-dir (flock, bounded wait; no lock, no write): it re-reads the store and keeps, of two sightings of
-the same entry, the EARLIER, both being real; it only ever takes a time someone saw, never makes
-one up. Each writer drops what it knows has ended (``write_merged``) and carries the rest.
+dir (flock; one bounded wait a run, host/usercache.LockWaits; no lock, no write): it re-reads the
+store and keeps, of two sightings of the same entry, the EARLIER, both being real; it only ever
+takes a time someone saw, never makes one up. Each writer drops what it knows has ended
+(``write_merged``) and carries the rest.
 
 Every regular entry whose name carries a pid is recorded, the leaked too: a producer that died
 leaves a segment whose pid a later process may take, and only a sighting from before that
