@@ -30,6 +30,7 @@ class App:
     npd: bool = False  # node-problem-detector plugin mode (cli/npd.py): every ending is one line, exit 0/1/2
     command: str = ""
     warnings: list[str] = field(default_factory=list)
+    said: bool = False  # the one JSON document or NPD line is written (one output channel: never a second)
     console: Console = field(init=False)
     err_console: Console = field(init=False)
 

@@ -192,6 +192,7 @@ class JsonListing:
         from smgshm.cli.jsonout import SCHEMA_VERSION
 
         self.app, self.first = app, True
+        app.said = True  # the document is begun: a failure from here on adds no second one
         self.pending: list[SegmentInfo] = []
         self.stream = sys.stdout
         head = {"smgshm_version": __version__, "schema_version": SCHEMA_VERSION, "command": app.command}
