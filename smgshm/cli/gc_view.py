@@ -443,10 +443,15 @@ def warn_sightings(app: App, stores: list[Sightings]) -> None:
     """Said once a run: a state dir refused (not this user's private dir: nothing stored; it is never
     chmod'ed)."""
     for refused in dict.fromkeys(s.refused for s in stores if s.refused):
-        app.warn(
-            f"sightings not stored: state dir {refused}; smgshm changes no dir it did not make "
-            "(point SMGSHM_STATE_DIR at a dir of this user's that no one else may write)"
-        )
+        warn_state_dir(app, refused)
+
+
+def warn_state_dir(app: App, refused: str) -> None:
+    """The state dir refused (``Sightings.refused``: "<dir>: <why>"), said (gc, gc --node, watch)."""
+    app.warn(
+        f"sightings not stored: state dir {refused}; smgshm changes no dir it did not make "
+        "(point SMGSHM_STATE_DIR at a dir of this user's that no one else may write)"
+    )
 
 
 def warn_lock(app: App) -> None:

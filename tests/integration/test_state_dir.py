@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import make_file
+from tests.conftest import make_file, run_cli
 from tests.support.cli_gc import gc, seg_name, tmpfs_dir
 
 __all__ = ["tmpfs_dir"]  # the fixture, used by name
@@ -64,3 +64,19 @@ def test_a_state_dir_smgshm_makes_is_private_and_stores(
     assert stat.S_IMODE(os.stat(state).st_mode) == 0o700
     assert doc["result"]["sightings_stored"] is True
     assert not [w for w in doc["warnings"] if w.startswith("sightings not stored")]
+
+
+def test_watch_says_a_refused_state_dir_and_leaves_it_as_it_was(
+    tmp_path: Path, tmpfs_dir: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    state = tmp_path / "shared"
+    state.mkdir()
+    os.chmod(state, 0o1777)  # noqa: S103 - the point: a shared dir anyone may write in
+    monkeypatch.setenv("SMGSHM_STATE_DIR", str(state))
+    make_file(tmpfs_dir, seg_name(os.getpid()))  # found by watch's listing at once: a sighting it would store
+    doc = run_cli("--json", "watch", "--shm-dir", tmpfs_dir, "--count", "2", "--interval", "0.1").json
+    assert stat.S_IMODE(os.stat(state).st_mode) == 0o1777
+    assert os.listdir(state) == []
+    said = [w for w in doc["warnings"] if w.startswith("sightings not stored")]
+    assert len(said) == 1, doc["warnings"]
+    assert f"state dir {state}: writable by group and others (mode 1777)" in said[0]

@@ -77,6 +77,14 @@ def store_dir() -> str:
     return ROOT_STORE_DIR if os.geteuid() == 0 else usercache.cache_dir()
 
 
+def refused(directory: str | None = None) -> str:
+    """``"<dir>: <why>"`` when the state dir (``store_dir()`` by default) is refused for sightings (not this
+    user's private dir: usercache.refusal); "" when it is, or will be made, one."""
+    directory = directory or store_dir()
+    why = usercache.refusal(directory)
+    return "" if why is None else f"{directory}: {why}"
+
+
 def name_sum(name: str) -> int:
     """The checksum of a name a sighting keeps (CRC-32 of its bytes)."""
     return zlib.crc32(os.fsencode(name))
@@ -253,8 +261,7 @@ class Sightings:
         self.stamp: tuple[int, int, int, int] | None = None  # the file read (``changed``)
         # A state dir that is not this user's own private one (a shared 1777 dir named by $SMGSHM_STATE_DIR)
         # is refused whole, and never chmod'ed: "<dir>: <why>", for a warning; nothing is read or stored.
-        why = usercache.refusal(self.directory)
-        self.refused = "" if why is None else f"{self.directory}: {why}"
+        self.refused = refused(self.directory)
         if self.refused:
             self.note = f"state dir {self.refused}: no sightings read or stored"
             return
@@ -361,6 +368,7 @@ __all__ = [
     "encode",
     "merge",
     "name_sum",
+    "refused",
     "store_dir",
     "store_file",
     "unique",
