@@ -214,7 +214,10 @@ def _failed(app: App, kind: str, message: str, hint: str | None, *, npd: str) ->
     nothing when that one output was written already."""
     if app.npd:
         _npd_unknown(app, npd)
-    if app.json:
+    if app.json and app.close_doc is not None:  # a document under way (gc's streamed listing): closed, not doubled
+        close, app.close_doc = app.close_doc, None
+        close(f"{kind}: {message}")
+    elif app.json:
         jsonout.write_error(app, kind, message, hint)
 
 

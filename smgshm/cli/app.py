@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +32,8 @@ class App:
     command: str = ""
     warnings: list[str] = field(default_factory=list)
     said: bool = False  # the one JSON document or NPD line is written (one output channel: never a second)
+    # A document streamed and not yet whole (gc's listing): given why the run failed, it closes it (ok false).
+    close_doc: Callable[[str], None] | None = field(default=None, repr=False)
     console: Console = field(init=False)
     err_console: Console = field(init=False)
 

@@ -191,8 +191,9 @@ class JsonListing:
         from smgshm import __version__
         from smgshm.cli.jsonout import SCHEMA_VERSION
 
-        self.app, self.first = app, True
-        app.said = True  # the document is begun: a failure from here on adds no second one
+        self.app, self.first, self.scan = app, True, scan
+        app.said = True  # the document is begun: a failure from here on adds no second one, it closes this one
+        app.close_doc = self.abort
         self.pending: list[SegmentInfo] = []
         self.stream = sys.stdout
         head = {"smgshm_version": __version__, "schema_version": SCHEMA_VERSION, "command": app.command}
@@ -231,6 +232,7 @@ class JsonListing:
         done_rows: set[int],
         usage: tuple[int, int],
     ) -> None:
+        self.app.close_doc = None
         self._drain()
         rest = {
             "counts": before.counts,
@@ -246,8 +248,36 @@ class JsonListing:
             "remaining_shm_free_bytes": usage[1],
             "sightings_stored": scan.sightings.stored,
         }
-        tail = {"ok": code == ExitCode.OK, "warnings": list(self.app.warnings)}
+        self._close(rest, code == ExitCode.OK)
+
+    def _close(self, rest: dict[str, Any], ok: bool) -> None:
+        tail = {"ok": ok, "warnings": list(self.app.warnings)}
         self._write(b"]," + _dumpb(rest)[1:-1] + b"}," + _dumpb(tail)[1:] + b"\n")
+
+    def abort(self, why: str) -> None:
+        """The run failed after the document began (an error, Ctrl-C): close it whole, ok false, with what
+        was judged by then and a warning saying so; the error itself goes to stderr and the exit code."""
+        self._drain()
+        scan, t = self.scan, self.scan.tally
+        rest = {
+            "counts": t.counts,
+            "bytes_by_state": t.bytes_by_state,
+            "counts_by_kind": t.counts_by_kind,
+            "bytes_by_kind": t.bytes_by_kind,
+            "reclaimable_bytes": t.reclaimable_bytes,
+            "scan_ms": float(scan.scan_ms),
+            "deleted": [],
+            "remaining_counts": t.counts,
+            "remaining_bytes_by_state": t.bytes_by_state,
+            "remaining_shm_used_bytes": scan.shm_total_bytes - scan.shm_free_bytes,
+            "remaining_shm_free_bytes": scan.shm_free_bytes,
+            "sightings_stored": scan.sightings.stored,
+        }
+        self.app.warnings.append(
+            f"stopped before its end ({why}): the listing holds what was judged by then; "
+            "what a --delete under way did is not listed"
+        )
+        self._close(rest, False)
 
 
 class RawListing:

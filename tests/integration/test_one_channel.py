@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import smgshm_argv
+from tests.conftest import make_file, run_cli, smgshm_argv
 from tests.support.schema_check import validate, validate_document
 
 
@@ -138,3 +138,39 @@ def test_an_exec_that_fails_after_the_verdict_adds_no_second_document(tmp_path: 
     assert doc["ok"] is True  # the verdict: the gateway may start
     assert p.returncode == 5
     assert "cannot exec the command" in p.stderr
+
+
+def test_a_gc_listing_that_fails_midway_is_one_whole_document(
+    tmp_path: Path, shm: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """gc --json streams its document as the scan goes: an error after it began closes that document (ok
+    false, what was judged by then, a warning why) instead of leaving it cut and adding an error document."""
+    from smgshm.core.errors import HostError
+    from smgshm.core.segments import gcrun
+
+    for i in range(5):
+        make_file(shm, f"smg-tokenspeed-1-{i}-0")
+    real = gcrun.run
+
+    def failing(scans: Any, rule: Any, listing: Any, *rest: Any) -> Any:
+        def each(scan: Any) -> Any:
+            add, seen = listing(scan), []
+
+            def on_entry(seg: Any, row: int) -> None:
+                if len(seen) == 3:  # the scan fails midway, its document begun
+                    raise HostError("the shm dir cannot be read any more", path=shm)
+                seen.append(seg)
+                add(seg, row)
+
+            return on_entry
+
+        return real(scans, rule, each, *rest)
+
+    monkeypatch.setattr(gcrun, "run", failing)
+    res = run_cli("--json", "gc", "--shm-dir", shm, exit=5)
+    assert res.stdout.count("\n") == 1, res.stdout
+    doc = json.loads(res.stdout)  # the whole of stdout: one document, whole
+    assert doc["ok"] is False
+    assert len(doc["result"]["segments"]) == 3
+    assert any("stopped before its end (host: the shm dir cannot be read any more" in w for w in doc["warnings"])
+    assert "Error: the shm dir cannot be read any more" in res.stderr
