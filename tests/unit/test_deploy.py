@@ -150,7 +150,8 @@ def test_the_exporter_daemonset_is_least_privilege_and_read_only() -> None:
     host = {v["name"] for v in spec["volumes"] if "hostPath" in v}
     assert all(m.get("readOnly") is True for m in c["volumeMounts"] if m["name"] in host), "it only reads the node"
     (state,) = [m for m in c["volumeMounts"] if m["name"] not in host]  # its own sightings: an emptyDir
-    assert {e["name"]: e["value"] for e in c["env"]}["SMGSHM_STATE_DIR"] == state["mountPath"]
+    # a dir smgshm makes inside the volume: the kubelet makes an emptyDir 0777, a state dir smgshm refuses
+    assert os.path.dirname({e["name"]: e["value"] for e in c["env"]}["SMGSHM_STATE_DIR"]) == state["mountPath"]
     mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
     for host_path in ("/var/lib/kubelet/pods", "/run/containerd/io.containerd.grpc.v1.cri/sandboxes"):
         assert mounts["/host" + host_path]["mountPropagation"] == "HostToContainer"
