@@ -60,6 +60,27 @@ class App:
         if not self.quiet:  # one line, escaped (a stranger's name can hold a newline); grep-able
             self.err_console.print(Text("warning: ", style="yellow") + safe(message), soft_wrap=True)
 
+    def warn_state_dir(self, refused: str) -> None:
+        """The sightings' state dir refused (``Sightings.refused``: "<dir>: <why>"), said (gc, gc --node, watch)."""
+        self.warn(
+            f"sightings not stored: state dir {refused}; smgshm changes no dir it did not make "
+            "(point SMGSHM_STATE_DIR at a dir of this user's that no one else may write)"
+        )
+
+    def warn_lock(self) -> None:
+        """Said once a run: another process held the sightings store's lock past the run's one bounded wait,
+        so this run stored nothing then, and later stores did not wait (usercache.LockWaits)."""
+        from smgshm.core.host.usercache import lock_waits
+
+        waits = lock_waits()
+        if waits.exhausted:
+            n = waits.skipped
+            later = f"; {n} later store(s) of this run found it held and did not wait" if n else ""
+            self.warn(
+                f"sightings not stored: another process held the store's lock in {waits.where} past this run's "
+                f"one wait{later}"
+            )
+
     def info(self, message: str) -> None:
         """Progress or status on stderr; silent under --quiet and --json."""
         if not self.json and not self.quiet:

@@ -255,7 +255,7 @@ def run(
         raise
     (part,) = done.parts
     scan, report = part.scan, part.report
-    view.warn_lock(app)
+    app.warn_lock()
     code = for_outcome(done.outcome) if check else ExitCode.OK
     if code == ExitCode.UNDETERMINED and (app.json or raw):  # (people read it in the headline)
         app.warn(f"check inconclusive: all {done.before.total} SMG segment(s) unknown; {view.unjudged(scan)}")

@@ -77,7 +77,7 @@ def run(
     blocks = [Block(p.scan, listed[id(p.scan)], p.choice, p.report) for p in done.parts]
     code = for_outcome(done.outcome) if check else ExitCode.OK
     gc_view.warn_sightings(app, [b.scan.sightings for b in blocks])
-    gc_view.warn_lock(app)
+    app.warn_lock()
     if code == ExitCode.UNDETERMINED and (app.json or raw):  # (people read it in the headline)
         app.warn(f"check inconclusive: all {done.before.total} SMG segment(s) unknown; {_unjudged(blocks)}")
     if prometheus_file:  # what is there now, after any --delete: the exporter's series, one run's

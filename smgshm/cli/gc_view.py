@@ -473,29 +473,7 @@ def warn_sightings(app: App, stores: list[Sightings]) -> None:
     """Said once a run: a state dir refused (not this user's private dir: nothing stored; it is never
     chmod'ed)."""
     for refused in dict.fromkeys(s.refused for s in stores if s.refused):
-        warn_state_dir(app, refused)
-
-
-def warn_state_dir(app: App, refused: str) -> None:
-    """The state dir refused (``Sightings.refused``: "<dir>: <why>"), said (gc, gc --node, watch)."""
-    app.warn(
-        f"sightings not stored: state dir {refused}; smgshm changes no dir it did not make "
-        "(point SMGSHM_STATE_DIR at a dir of this user's that no one else may write)"
-    )
-
-
-def warn_lock(app: App) -> None:
-    """Said once a run: another process held the sightings store's lock past the run's one bounded wait,
-    so this run stored nothing then, and later stores did not wait (usercache.LockWaits)."""
-    from smgshm.core.host.usercache import lock_waits
-
-    waits = lock_waits()
-    if waits.exhausted:
-        later = f"; {waits.skipped} later store(s) of this run found it held and did not wait" if waits.skipped else ""
-        app.warn(
-            f"sightings not stored: another process held the store's lock in {waits.where} past this run's "
-            f"one wait{later}"
-        )
+        app.warn_state_dir(refused)
 
 
 def unjudged(scan: Scan) -> str:

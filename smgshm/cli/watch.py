@@ -215,13 +215,12 @@ def watch(
 def _store_warnings(app: App, *, start: bool) -> None:
     """The sightings store's troubles, said once (as gc says them): a refused state dir at the start, a lock
     held past the run's one wait at the end."""
-    from smgshm.cli import gc_view
     from smgshm.core.segments import sightings
 
     if start and (refused := sightings.refused()):
-        gc_view.warn_state_dir(app, refused)
+        app.warn_state_dir(refused)
     elif not start:
-        gc_view.warn_lock(app)
+        app.warn_lock()
 
 
 def _run(app: App, session: WatchSession, jsonl: bool, duration: float | None, count: int | None) -> None:
