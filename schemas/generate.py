@@ -377,6 +377,13 @@ def error_schema() -> dict[str, Any]:
     }
 
 
+_SIGHTINGS_STORED = {
+    "type": "boolean",
+    "description": "this run's sightings were stored (the next run's proofs); false: the state dir was refused "
+    "or its lock not had (a warning says which), or it could not be written",
+}
+
+
 def gc_defs(b: Builder) -> dict[str, Any]:
     from smgshm.core.segments.judge import SegmentInfo
 
@@ -408,6 +415,7 @@ def gc_defs(b: Builder) -> dict[str, Any]:
             "remaining_bytes_by_state": {"$ref": f"{COMMON}#/$defs/state_counts"},
             "remaining_shm_used_bytes": _s("integer", "read again after any --delete"),
             "remaining_shm_free_bytes": _s("integer", "read again after any --delete"),
+            "sightings_stored": _SIGHTINGS_STORED,
         },
         "The listing (gc, gc --delete, gc --check): written as the scan goes.",
     )

@@ -200,58 +200,109 @@ class RootGroup(click.Group):
     ) -> click.Context:
         with _closed_stdout_exits():  # the root's --help and --version, said while parsing
             try:
-                return super().make_context(info_name, args, parent, **extra)
-            except click.UsageError as err:
+                return super().make_context(info_name, list(args), parent, **extra)
+            except click.UsageError as err:  # the root's own options: no App yet, the mode is read from argv
+                _usage_out(None, args, err)
                 raise _WrappedUsageError(err, None) from err
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta[_ARGS] = list(args)  # for a usage error a subcommand meets before its App knows its mode
+        return super().parse_args(ctx, args)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             with _closed_stdout_exits():
                 return super().invoke(ctx)
         except SmgshmError as err:
-            app = ctx.obj if isinstance(ctx.obj, App) else None
-            if app is not None and app.npd:
-                _npd_unknown(f"error: {err.kind}: {err}")
-            if app is not None and app.json:
-                jsonout.write_error(app, err.kind, str(err), err.hint)
+            app = _app(ctx)
+            _failed(app, err.kind, str(err), err.hint, npd=f"error: {err.kind}: {err}")
             raise CliError(err, app) from err
         except click.UsageError as err:
-            app = ctx.obj if isinstance(ctx.obj, App) else None
-            if app is not None and app.npd:  # NPD's Unknown is 2, as a usage error's: the one line is added
-                from smgshm.cli.npd import NpdStatus, npd_emit
-
-                npd_emit(NpdStatus.UNKNOWN, f"usage error: {err.format_message()}")
-            if app is not None and app.json:
-                jsonout.write_error(app, "usage", err.format_message(), None)
-            raise _WrappedUsageError(err, app) from err
-        except (click.exceptions.Exit, click.ClickException, click.Abort):
+            _usage_out(_app(ctx), ctx.meta.get(_ARGS, []), err)
+            raise _WrappedUsageError(err, ctx.obj if isinstance(ctx.obj, App) else None) from err
+        except click.ClickException as err:  # (not CliError: raised above only) click's own, e.g. a file it opens
+            _failed(_app(ctx), "error", err.format_message(), None, npd=f"error: {err.format_message()}")
+            raise
+        except (click.exceptions.Exit, click.Abort):
             raise
         except KeyboardInterrupt as stop:
             said = getattr(stop, "said", None)  # core.errors.Interrupted: what the run stopped, in one line
             if said:
-                app = ctx.obj if isinstance(ctx.obj, App) else None
-                if app is not None and app.json:  # the one document on stdout, as bench --what-if's
-                    jsonout.write_error(app, "interrupted", said, None)
-                _say_err(app, "interrupted: ", said)
+                _say_err(ctx.obj if isinstance(ctx.obj, App) else None, "interrupted: ", said)
+            # The one output of the mode too: --json's error document, NPD's one line (Unknown, 2)
+            _failed(_app(ctx), "interrupted", said or "interrupted", None, npd=f"interrupted: {said or 'a signal'}")
             raise click.exceptions.Exit(signals.interrupt_code(stop)) from None
         except Exception as err:
-            app = ctx.obj if isinstance(ctx.obj, App) else None
-            if (app is not None and app.traceback) or os.environ.get("SMGSHM_DEBUG") == "1":
+            app = _app(ctx)
+            if app.traceback or os.environ.get("SMGSHM_DEBUG") == "1":
                 raise
-            if app is not None and app.npd:
-                _npd_unknown(f"internal error: {type(err).__name__}: {err}")
-            if app is not None and app.json:
-                jsonout.write_error(app, "internal", f"{type(err).__name__}: {err}", "rerun with --traceback")
-            _say_err(app, "Error: ", f"internal error: {type(err).__name__}: {err}", "bold red")
+            what = f"{type(err).__name__}: {err}"
+            _failed(app, "internal", what, "rerun with --traceback", npd=f"internal error: {what}")
+            _say_err(app, "Error: ", f"internal error: {what}", "bold red")
             _say_err(app, "hint: ", "this is a bug in smgshm; rerun with --traceback and report it", "cyan")
             raise click.exceptions.Exit(ExitCode.INTERNAL) from err
 
 
-def _npd_unknown(message: str) -> None:
+_ARGS = "smgshm.args"
+
+
+def _app(ctx: click.Context) -> App:
+    """The invocation's App; a bare one (no flag set) when the failure came before the root callback made it."""
+    return ctx.obj if isinstance(ctx.obj, App) else App()
+
+
+def _asked(args: list[str], flag: str) -> bool:
+    """Whether ``flag`` is on the command line (before any ``--``): the mode asked for, when a usage error
+    stops the parse before the flag was taken."""
+    return flag in args[: args.index("--")] if "--" in args else flag in args
+
+
+def _usage_out(app: App | None, args: list[str], err: click.UsageError) -> None:
+    """A usage error in the one output channel of the mode asked for: under --npd one NPD line (Unknown, 2: a
+    usage error's code too), which --npd with --json is as well (one of the two: the plugin's); under --json
+    one error document. The mode is the App's, or read from ``args`` when the parse stopped before it was."""
+    app = app or App()
+    app.command = app.command or next((a for a in args if a in _COMMANDS), "")  # "": the root's own
+    if app.npd or _asked(args, "--npd"):
+        from smgshm.cli.npd import NpdStatus, npd_emit
+
+        app.npd = True
+        with _in(app):
+            npd_emit(NpdStatus.UNKNOWN, f"usage error: {err.format_message()}")
+    elif app.json or _asked(args, "--json"):
+        jsonout.write_error(app, "usage", err.format_message(), None)
+
+
+@contextmanager
+def _in(app: App) -> Iterator[None]:
+    """``app`` as the current context's object (npd_emit finds it there to say its line once)."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None and ctx.find_object(App) is app:
+        yield
+        return
+    with click.Context(cli, obj=app).scope(cleanup=False):
+        yield
+
+
+def _failed(app: App, kind: str, message: str, hint: str | None, *, npd: str) -> None:
+    """A failure in the one output channel of the invocation's mode: under --npd NPD's one line (``npd``;
+    Unknown, and the run ends with 2), else under --json the error document (``kind``, ``message``, ``hint``);
+    nothing when that one output was written already."""
+    if app.npd:
+        _npd_unknown(app, npd)
+    if app.json and app.close_doc is not None:  # a document under way (gc's streamed listing): closed, not doubled
+        close, app.close_doc = app.close_doc, None
+        close(f"{kind}: {message}")
+    elif app.json:
+        jsonout.write_error(app, kind, message, hint)
+
+
+def _npd_unknown(app: App, message: str) -> None:
     """In node-problem-detector mode a failure of smgshm's own is NPD's Unknown (2), said in one line."""
     from smgshm.cli.npd import NpdStatus, npd_emit
 
-    raise click.exceptions.Exit(npd_emit(NpdStatus.UNKNOWN, message))
+    with _in(app):
+        raise click.exceptions.Exit(npd_emit(NpdStatus.UNKNOWN, message))
 
 
 # The generated pages ship inside the package (editable and wheel installs alike), as man1/ under this.
@@ -312,6 +363,9 @@ def cli(ctx: click.Context, json_: bool, no_color: bool, quiet: bool, traceback:
     # gRPC's C core logs its own copy of errors we already report in one line (e.g. a busy
     # port); grpc is imported lazily, so this takes effect. An operator's setting wins.
     os.environ.setdefault("GRPC_VERBOSITY", "NONE")
+    from smgshm.core.host import usercache
+
+    usercache.new_run()  # one bounded wait for a held lock per invocation (usercache.LockWaits)
     ctx.obj = App(json=json_, quiet=quiet, no_color=no_color, traceback=traceback, command=ctx.invoked_subcommand or "")
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +31,9 @@ class App:
     npd: bool = False  # node-problem-detector plugin mode (cli/npd.py): every ending is one line, exit 0/1/2
     command: str = ""
     warnings: list[str] = field(default_factory=list)
+    said: bool = False  # the one JSON document or NPD line is written (one output channel: never a second)
+    # A document streamed and not yet whole (gc's listing): given why the run failed, it closes it (ok false).
+    close_doc: Callable[[str], None] | None = field(default=None, repr=False)
     console: Console = field(init=False)
     err_console: Console = field(init=False)
 
@@ -55,6 +59,27 @@ class App:
         self.warnings.append(message)
         if not self.quiet:  # escaped (a stranger's name can hold a newline); wrapped as all prose, words whole
             prose(self.err_console, Text("warning: ", style="yellow") + safe(message), 9)
+
+    def warn_state_dir(self, refused: str) -> None:
+        """The sightings' state dir refused (``Sightings.refused``: "<dir>: <why>"), said (gc, gc --node, watch)."""
+        self.warn(
+            f"sightings not stored: state dir {refused}; smgshm changes no dir it did not make "
+            "(point SMGSHM_STATE_DIR at a dir of this user's that no one else may write)"
+        )
+
+    def warn_lock(self) -> None:
+        """Said once a run: another process held the sightings store's lock past the run's one bounded wait,
+        so this run stored nothing then, and later stores did not wait (usercache.LockWaits)."""
+        from smgshm.core.host.usercache import lock_waits
+
+        waits = lock_waits()
+        if waits.exhausted:
+            n = waits.skipped
+            later = f"; {n} later store(s) of this run found it held and did not wait" if n else ""
+            self.warn(
+                f"sightings not stored: another process held the store's lock in {waits.where} past this run's "
+                f"one wait{later}"
+            )
 
     def info(self, message: str) -> None:
         """Progress or status on stderr; silent under --quiet and --json."""

@@ -261,6 +261,7 @@ def run(
         raise
     (part,) = done.parts
     scan, report = part.scan, part.report
+    app.warn_lock()
     code = for_outcome(done.outcome) if check else ExitCode.OK
     if code == ExitCode.UNDETERMINED and (app.json or raw):  # (people read it in the headline)
         app.warn(f"check inconclusive: all {done.before.total} SMG segment(s) unknown; {view.unjudged(scan)}")
@@ -313,6 +314,7 @@ def _scan_and_reap(
     scan = Scan(opts, progress)
     if not scan.trust.trusted and not opts.assume_dead:
         app.warn(scan.trust.note)
+    view.warn_sightings(app, [scan.sightings])
     listing: view.JsonListing | view.RawListing | view.HumanListing = (
         view.JsonListing(app, scan)
         if app.json

@@ -84,6 +84,8 @@ def run(
     if not npd:
         for u in node.unseen:  # said on stderr and in --json's warnings, whatever the check
             app.warn(f"node view unknown: {u.message}; hint: {u.hint}")
+    gc_view.warn_sightings(app, [b.scan.sightings for b in blocks])
+    app.warn_lock()
     if code == ExitCode.UNDETERMINED and (app.json or raw) and not node.unseen:  # (people read it in the headline)
         app.warn(f"check inconclusive: all {done.before.total} SMG segment(s) unknown; {_unjudged(blocks)}")
     if prometheus_file:  # what is there now, after any --delete: the exporter's series, one run's
@@ -222,6 +224,7 @@ def _doc(b: Block) -> dict[str, Any]:
         "remaining_shm_used_bytes": done.used_bytes,
         "remaining_shm_free_bytes": done.free_bytes,
         "scan_ms": float(scan.scan_ms),
+        "sightings_stored": scan.sightings.stored,
     }
 
 

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from smgshm.core.host.holders import Holder
     from smgshm.core.segments.judge import SegmentInfo, Tally
     from smgshm.core.segments.scan import Deletion, Scan
+    from smgshm.core.segments.sightings import Sightings
 
 _STYLE = {"leaked": "red", "hazard": "magenta", "stale": "yellow", "held": "cyan", "in_flight": "green"}
 # Which entries matter most in the summary: what blocks readers, then what can be reclaimed.
@@ -190,7 +191,9 @@ class JsonListing:
         from smgshm import __version__
         from smgshm.cli.jsonout import SCHEMA_VERSION
 
-        self.app, self.first = app, True
+        self.app, self.first, self.scan = app, True, scan
+        app.said = True  # the document is begun: a failure from here on adds no second one, it closes this one
+        app.close_doc = self.abort
         self.pending: list[SegmentInfo] = []
         self.stream = sys.stdout
         head = {"smgshm_version": __version__, "schema_version": SCHEMA_VERSION, "command": app.command}
@@ -229,6 +232,7 @@ class JsonListing:
         done_rows: set[int],
         usage: tuple[int, int],
     ) -> None:
+        self.app.close_doc = None
         self._drain()
         rest = {
             "counts": before.counts,
@@ -242,9 +246,38 @@ class JsonListing:
             "remaining_bytes_by_state": after.bytes_by_state,
             "remaining_shm_used_bytes": usage[0],
             "remaining_shm_free_bytes": usage[1],
+            "sightings_stored": scan.sightings.stored,
         }
-        tail = {"ok": code == ExitCode.OK, "warnings": list(self.app.warnings)}
+        self._close(rest, code == ExitCode.OK)
+
+    def _close(self, rest: dict[str, Any], ok: bool) -> None:
+        tail = {"ok": ok, "warnings": list(self.app.warnings)}
         self._write(b"]," + _dumpb(rest)[1:-1] + b"}," + _dumpb(tail)[1:] + b"\n")
+
+    def abort(self, why: str) -> None:
+        """The run failed after the document began (an error, Ctrl-C): close it whole, ok false, with what
+        was judged by then and a warning saying so; the error itself goes to stderr and the exit code."""
+        self._drain()
+        scan, t = self.scan, self.scan.tally
+        rest = {
+            "counts": t.counts,
+            "bytes_by_state": t.bytes_by_state,
+            "counts_by_kind": t.counts_by_kind,
+            "bytes_by_kind": t.bytes_by_kind,
+            "reclaimable_bytes": t.reclaimable_bytes,
+            "scan_ms": float(scan.scan_ms),
+            "deleted": [],
+            "remaining_counts": t.counts,
+            "remaining_bytes_by_state": t.bytes_by_state,
+            "remaining_shm_used_bytes": scan.shm_total_bytes - scan.shm_free_bytes,
+            "remaining_shm_free_bytes": scan.shm_free_bytes,
+            "sightings_stored": scan.sightings.stored,
+        }
+        self.app.warnings.append(
+            f"stopped before its end ({why}): the listing holds what was judged by then; "
+            "what a --delete under way did is not listed"
+        )
+        self._close(rest, False)
 
 
 class RawListing:
@@ -434,6 +467,13 @@ def headline(scan: Scan, before: Tally, after: Tally, deleted: list[Deletion], c
         if bad:
             text += f" ({bad} leaked or hazardous)"
     return text
+
+
+def warn_sightings(app: App, stores: list[Sightings]) -> None:
+    """Said once a run: a state dir refused (not this user's private dir: nothing stored; it is never
+    chmod'ed)."""
+    for refused in dict.fromkeys(s.refused for s in stores if s.refused):
+        app.warn_state_dir(refused)
 
 
 def unjudged(scan: Scan) -> str:

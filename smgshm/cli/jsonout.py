@@ -33,6 +33,7 @@ class Invocation(Protocol):
 
     command: str
     warnings: list[str]
+    said: bool  # this invocation's one document (or NPD line) is written: no second one
 
 
 SCHEMA_VERSION = 1
@@ -112,11 +113,17 @@ def write_result(app: Invocation, result: Any, ok: bool = True) -> None:
     doc = envelope(app, ok)
     doc["result"] = plain(result)
     doc["warnings"] = list(app.warnings)
+    app.said = True
     _write(doc)
 
 
 def write_error(app: Invocation, kind: str, message: str, hint: str | None) -> None:
+    """The failed command's document, unless this invocation wrote its one document already (a failure
+    after it, such as a wrapper's exec, is said on stderr only)."""
+    if app.said:
+        return
     doc = envelope(app, False)
     doc["error"] = {"kind": kind, "message": message, "hint": hint}
     doc["warnings"] = list(app.warnings)
+    app.said = True
     _write(doc)

@@ -29,7 +29,18 @@ def npd_line(message: str) -> str:
 
 
 def npd_emit(status: NpdStatus, message: str) -> int:
-    """Write the one line to stdout and give the exit status to end with."""
+    """Write the one line to stdout (unless this invocation wrote it already) and give the exit status to
+    end with."""
+    import click
+
+    from smgshm.cli.app import App
+
+    ctx = click.get_current_context(silent=True)
+    app = ctx.find_object(App) if ctx is not None else None
+    if app is not None:
+        if app.said:
+            return int(status)
+        app.said = True
     sys.stdout.write(npd_line(message) + "\n")
     sys.stdout.flush()
     return int(status)

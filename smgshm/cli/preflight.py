@@ -4,7 +4,6 @@ check that it may start; as a wrapper, then become the gateway (exec: same pid).
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import sys
 import time
@@ -129,6 +128,7 @@ def preflight(
       smgshm preflight --textfile /var/lib/node_exporter/smgshm-preflight.prom \\
           -- smg launch
     """
+    from smgshm.core.host.runnable import exec_refusal
     from smgshm.core.node.preflight import Mode, PreflightRequest, run_preflight
 
     app.npd = npd
@@ -140,8 +140,8 @@ def preflight(
         raise click.UsageError("--init-container runs no command and needs no --pod-private")
     if start_anyway and not command:
         raise click.UsageError("--start-anyway needs a command to start (after --)")
-    if command and shutil.which(command[0]) is None:  # checked before anything is reclaimed
-        raise click.UsageError(f"the command to exec is not found: {command[0]}")
+    if command and (why := exec_refusal(command[0])):  # checked before anything is reclaimed (core/host/runnable.py)
+        raise click.UsageError(f"the command to exec {why}: {command[0]}")
     mode: Mode = "wrapper" if command else "init_container" if init_container else "standalone"
     req = PreflightRequest(shm_dir, mode, pod_private, inflight_bytes, tensor_bytes, min_age, timeout)
     if textfile_path:

@@ -202,10 +202,12 @@ def watch(
     if jsonl:
         hooks = {"on_life": view.jsonl_life, "on_event": view.jsonl_event, "on_orphan": view.jsonl_orphan}
     session = WatchSession(opts, **hooks)
+    _store_warnings(app, start=True)
     with session, _exporter(app, session, serve_metrics, jsonl), _stop_on_sigterm():
         if session.first_scrape_error:  # survived as any later failed scrape: the next answer is the baseline
             app.warn(f"--metrics: the first scrape failed, watching on: {session.first_scrape_error}")
         _run(app, session, jsonl, duration, count)
+    _store_warnings(app, start=False)
     summary = session.summary()
     code = ExitCode.CHECK_FAILED if check and summary.orphans_seen else ExitCode.OK
     if jsonl:
@@ -213,6 +215,17 @@ def watch(
     elif not app.silent(code):  # --quiet and no orphan failed a --check: nothing to say
         app.emit(view.summary_record(summary) if app.json else summary, view.summary_report, code)
     click.get_current_context().exit(code)
+
+
+def _store_warnings(app: App, *, start: bool) -> None:
+    """The sightings store's troubles, said once (as gc says them): a refused state dir at the start, a lock
+    held past the run's one wait at the end."""
+    from smgshm.core.segments import sightings
+
+    if start and (refused := sightings.refused()):
+        app.warn_state_dir(refused)
+    elif not start:
+        app.warn_lock()
 
 
 def _run(app: App, session: WatchSession, jsonl: bool, duration: float | None, count: int | None) -> None:

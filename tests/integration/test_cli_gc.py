@@ -67,6 +67,7 @@ RESULT_KEYS = {
     "bytes_by_kind",
     "remaining_shm_used_bytes",
     "remaining_shm_free_bytes",
+    "sightings_stored",
 }
 SEGMENT_KEYS = {
     "name",

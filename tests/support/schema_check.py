@@ -81,7 +81,7 @@ def check_output(args: tuple[str, ...], stdout: str) -> None:
     """What an invocation wrote, if it is JSON: the one document of --json, or each line of --jsonl."""
     if "-h" in args or "--help" in args or not stdout.strip():
         return
-    if "--json" in args:  # with --jsonl too: a usage error, written as the one document
+    if "--json" in args and "--npd" not in args:  # with --jsonl too: a usage error, as the one document (--npd: a line)
         validate_document(json.loads(stdout))
     elif "--jsonl" in args and (command := _command(args)) in STREAMS:
         for line in stdout.splitlines():

@@ -150,7 +150,8 @@ def test_the_exporter_daemonset_is_least_privilege_and_read_only() -> None:
     host = {v["name"] for v in spec["volumes"] if "hostPath" in v}
     assert all(m.get("readOnly") is True for m in c["volumeMounts"] if m["name"] in host), "it only reads the node"
     (state,) = [m for m in c["volumeMounts"] if m["name"] not in host]  # its own sightings: an emptyDir
-    assert {e["name"]: e["value"] for e in c["env"]}["SMGSHM_STATE_DIR"] == state["mountPath"]
+    # a dir smgshm makes inside the volume: the kubelet makes an emptyDir 0777, a state dir smgshm refuses
+    assert os.path.dirname({e["name"]: e["value"] for e in c["env"]}["SMGSHM_STATE_DIR"]) == state["mountPath"]
     mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
     # The runtime's sandboxes dir is each overlay's (tests/integration/test_deploy_kustomize.py).
     assert mounts["/host/var/lib/kubelet/pods"]["mountPropagation"] == "HostToContainer"

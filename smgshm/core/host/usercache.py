@@ -32,21 +32,49 @@ def _private(st: os.stat_result) -> bool:
     return st.st_uid == os.geteuid() and not st.st_mode & _OTHERS_WRITE
 
 
+def refusal(path: str) -> str | None:
+    """Why the existing dir ``path`` is no place for this user's private files (not a dir, a link, another
+    user's, or one others may write in: a shared 1777 dir such as /tmp or /dev/shm); None when it is one,
+    or is absent (it is then made, 0700)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        return f"cannot be read ({err.strerror})"
+    if stat.S_ISLNK(st.st_mode):
+        return "a symbolic link"
+    if not stat.S_ISDIR(st.st_mode):
+        return "not a directory"
+    if st.st_uid != os.geteuid():
+        return f"owned by uid {st.st_uid}, not this user (uid {os.geteuid()})"
+    if st.st_mode & _OTHERS_WRITE:
+        who = " and ".join(w for bit, w in ((stat.S_IWGRP, "group"), (stat.S_IWOTH, "others")) if st.st_mode & bit)
+        return f"writable by {who} (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
+
+
 def _open_dir(path: str, create: bool) -> int | None:
     """An fd on the dir ``path`` when it is this user's and no one else may write in it (not through
-    a link); None otherwise. ``create``: make it (0700) if missing, and take others' write bits off
-    a dir of this user's (smgshm's own dir; a umask of 002 leaves them on one made by another command)."""
+    a link); None otherwise. ``create``: make it (0700) if missing. Only a dir made here has its mode
+    set; an existing one is never changed, only refused (a shared 1777 dir named as the state dir made
+    0755 would shut every other user out of it: /dev/shm so, every non-root gateway's SHM)."""
+    made = False
     if create:
         with contextlib.suppress(OSError):
-            os.makedirs(path, mode=0o700, exist_ok=True)
+            parent = os.path.dirname(path.rstrip("/"))
+            if parent:
+                os.makedirs(parent, exist_ok=True)
+            os.mkdir(path, 0o700)
+            made = True
     try:
         fd = os.open(path, _DIR_FLAGS)
     except OSError:
         return None
     try:
         st = os.fstat(fd)
-        if create and st.st_uid == os.geteuid() and st.st_mode & _OTHERS_WRITE:
-            os.fchmod(fd, stat.S_IMODE(st.st_mode) & ~_OTHERS_WRITE)
+        if made and st.st_uid == os.geteuid() and stat.S_IMODE(st.st_mode) != 0o700:
+            os.fchmod(fd, 0o700)  # ours, just made: exactly 0700, whatever the umask
             st = os.fstat(fd)
         if _private(st):
             return fd
@@ -124,20 +152,61 @@ def _flock(fd: int, wait_s: float) -> bool:
             return False
 
 
+class LockWaits:
+    """This run's waits for smgshm's locks: one bounded wait per run. A lock another process holds would
+    otherwise cost its wait once per store (a second per tmpfs: gc --node over 30 pods, 30 s, past NPD's
+    timeout); once a wait has run out, later locks of the run are tried without waiting, and skipped
+    when held. A CLI invocation is one run (the root command starts it: ``new_run``)."""
+
+    def __init__(self) -> None:
+        self.ran_out = 0  # waits that ended without the lock (at most one a run, bar threads racing to it)
+        self.skipped = 0  # locks then found held and not waited for
+        self.where = ""  # the dir of the first wait that ran out
+
+    @property
+    def exhausted(self) -> bool:
+        return self.ran_out > 0
+
+
+_waits = LockWaits()
+
+
+def new_run() -> LockWaits:
+    """Start a run: its one bounded wait is still to be had. The run's ``LockWaits``."""
+    global _waits
+    _waits = LockWaits()
+    return _waits
+
+
+def lock_waits() -> LockWaits:
+    """This run's waits so far."""
+    return _waits
+
+
 @contextlib.contextmanager
 def locked(directory: str | None = None, wait_s: float = 1.0) -> Iterator[bool]:
     """Hold smgshm's lock of the private dir ``directory`` (made if missing) while a read-modify-write
     of a file in it runs: an exclusive flock on the dir itself, taken by every such writer of this
     user's. Yields False when the dir is not private or the lock was not had within ``wait_s``
-    (bounded: a process of this user's that holds it forever stalls no one)."""
-    dfd = _open_dir(directory or cache_dir(), create=True)
+    (bounded: a process of this user's that holds it forever stalls no one), or at once once this
+    run's one wait has run out (``LockWaits``)."""
+    path = directory or cache_dir()
+    dfd = _open_dir(path, create=True)
     if dfd is None:
         yield False
         return
     try:
-        yield _flock(dfd, wait_s)
+        run = _waits
+        wait = 0.0 if run.exhausted else wait_s
+        got = _flock(dfd, wait)
+        if not got and wait > 0:
+            run.ran_out += 1
+            run.where = run.where or path
+        elif not got:
+            run.skipped += 1
+        yield got
     finally:
         os.close(dfd)  # which releases the lock
 
 
-__all__ = ["cache_dir", "locked", "read_private", "write_private"]
+__all__ = ["LockWaits", "cache_dir", "lock_waits", "locked", "new_run", "read_private", "refusal", "write_private"]

@@ -18,9 +18,10 @@ of another boot, clock or mount of the same device reads as empty.
 
 Two writers share a store: a gc (or doctor) scan, and ``smgshm watch``, which records each
 segment as it sees it created (watch/witness.py). So a write is a merge, under a lock of the store
-dir (flock, bounded wait; no lock, no write): it re-reads the store and keeps, of two sightings of
-the same entry, the EARLIER, both being real; it only ever takes a time someone saw, never makes
-one up. Each writer drops what it knows has ended (``write_merged``) and carries the rest.
+dir (flock; one bounded wait a run, host/usercache.LockWaits; no lock, no write): it re-reads the
+store and keeps, of two sightings of the same entry, the EARLIER, both being real; it only ever
+takes a time someone saw, never makes one up. Each writer drops what it knows has ended
+(``write_merged``) and carries the rest.
 
 Every regular entry whose name carries a pid is recorded, the leaked too: a producer that died
 leaves a segment whose pid a later process may take, and only a sighting from before that
@@ -74,6 +75,14 @@ def store_dir() -> str:
     if os.path.isabs(chosen):
         return chosen
     return ROOT_STORE_DIR if os.geteuid() == 0 else usercache.cache_dir()
+
+
+def refused(directory: str | None = None) -> str:
+    """``"<dir>: <why>"`` when the state dir (``store_dir()`` by default) is refused for sightings (not this
+    user's private dir: usercache.refusal); "" when it is, or will be made, one."""
+    directory = directory or store_dir()
+    why = usercache.refusal(directory)
+    return "" if why is None else f"{directory}: {why}"
 
 
 def name_sum(name: str) -> int:
@@ -250,6 +259,12 @@ class Sightings:
         self.note = ""  # why nothing was loaded, for the curious
         self.stored = False  # after ``save``: the store holds every sighting this scan made (a later scan's proofs)
         self.stamp: tuple[int, int, int, int] | None = None  # the file read (``changed``)
+        # A state dir that is not this user's own private one (a shared 1777 dir named by $SMGSHM_STATE_DIR)
+        # is refused whole, and never chmod'ed: "<dir>: <why>", for a warning; nothing is read or stored.
+        self.refused = refused(self.directory)
+        if self.refused:
+            self.note = f"state dir {self.refused}: no sightings read or stored"
+            return
         store = store_file(shm_dir, dir_dev, self.directory)
         if store is None:
             self.note = "the boot clock or the shm dir cannot be identified: no sightings"
@@ -353,6 +368,7 @@ __all__ = [
     "encode",
     "merge",
     "name_sum",
+    "refused",
     "store_dir",
     "store_file",
     "unique",
