@@ -98,33 +98,50 @@ def test_delete_reaps_the_dead_producers_segment_and_keeps_the_live_one(node: di
     run_cli("gc", "--node", "--node-root", root, "--check")
 
 
-def test_a_tmpfs_no_process_uses_is_unknown_and_never_reaped(node: dict[str, Any]) -> None:
+def test_a_tmpfs_no_process_reaches_is_leaked_and_proven_so_by_order(node: dict[str, Any]) -> None:
+    """Pod A's container exits (between restarts): no process reaches its tmpfs, so every name there was
+    written by a process now gone: leaked. Reaped at any age only when a listing saw it before the walk
+    that found nobody (the second run's look follows the first run's sighting)."""
     root = node["root"]
-    node["a"].stdin.close()  # pod A's container exits: no process uses its tmpfs any more
+    node["a"].stdin.close()  # pod A's container exits: no process reaches its tmpfs any more
     wait_for(lambda: node["a"].poll() is not None, what="pod A's pid 1 to exit")
-    doc = run_cli("--json", "gc", "--node", "--node-root", root, "--delete", "--min-age", "0", "--yes").json
+    first = _blocks(run_cli("--json", "gc", "--node", "--node-root", root).json)[POD_A[2]]
+    assert first["liveness_trusted"]
+    assert "no process reaches this tmpfs" in first["liveness_note"]
+    assert first["pid_namespaces"] == []
+    (seg,) = first["segments"]
+    assert (seg["state"], seg["producer_alive"]) == ("leaked", False)
+    assert "no process reaches this tmpfs" in seg["reason"]
+    # the default --min-age (10m): only a leak proven by order (listed before the look) is reaped
+    doc = run_cli("--json", "gc", "--node", "--node-root", root, "--delete", "--yes").json
     a = _blocks(doc)[POD_A[2]]
-    assert not a["liveness_trusted"]
-    assert "no process uses this tmpfs" in a["liveness_note"]
-    assert a["segments"][0]["state"] == "unknown"
-    assert a["deleted"] == []
+    assert [d["deleted"] for d in a["deleted"]] == [True]
+    assert sorted(os.listdir(dshm(Path(root), POD_A[2]))) == ["sem.mp-other"]
+    run_cli("gc", "--node", "--node-root", root, "--check")
 
 
 @pytest.mark.slow
 def test_check_of_a_node_whose_every_segment_is_unknown_is_inconclusive(node: dict[str, Any]) -> None:
-    """Both pods' containers exit: no tmpfs can be judged by pid, so a --check judged nothing: exit 6 with
-    the reason (2 under --npd), never "check passed"."""
+    """Pod A's tmpfs is reached by two pid namespaces that cannot agree on its name (a second container has
+    the dead producer's pid), pod B's holds no SMG name: nothing can be judged by pid, so a --check judged
+    nothing: exit 6 with the reason (2 under --npd), never "check passed"."""
     root = node["root"]
-    for pod in ("a", "b"):
-        node[pod].stdin.close()
-        wait_for(lambda p=node[pod]: p.poll() is not None, what=f"pod {pod}'s pid 1 to exit")
-    doc = run_cli("--json", "gc", "--node", "--node-root", root, "--check", exit=6).json
+    for name in os.listdir(dshm(Path(root), POD_B[2])):
+        if name.startswith("smg-"):
+            os.unlink(dshm(Path(root), POD_B[2]) / name)
+    (name,) = [n for n in os.listdir(dshm(Path(root), POD_A[2])) if n.startswith("smg-")]
+    reg = Children()
+    try:
+        start_pod(reg, dshm(Path(root), POD_A[2]), f"hold={name.split('-')[2]}")
+        doc = run_cli("--json", "gc", "--node", "--node-root", root, "--check", exit=6).json
+        head = run_cli("gc", "--node", "--node-root", root, "--check", exit=6).stdout.splitlines()[0]
+        run_cli("gc", "--node", "--node-root", root, "--check", "--npd", exit=2)
+    finally:
+        reg.reap()
     assert doc["ok"] is False
     assert {s["state"] for t in doc["result"]["tmpfs"] for s in t["segments"]} == {"unknown"}
-    assert any(w.startswith("check inconclusive: all 2 SMG segment(s) unknown") for w in doc["warnings"])
-    head = run_cli("gc", "--node", "--node-root", root, "--check", exit=6).stdout.splitlines()[0]
+    assert any(w.startswith("check inconclusive: all 1 SMG segment(s) unknown") for w in doc["warnings"])
     assert head.startswith("check inconclusive: node "), head
-    run_cli("gc", "--node", "--node-root", root, "--check", "--npd", exit=2)
 
 
 def test_a_symlink_in_the_kubelet_dir_is_not_followed_out_of_the_root(node: dict[str, Any], tmp_path: Path) -> None:

@@ -23,7 +23,8 @@ from smgshm.core.names import SMG_FAMILY_PREFIX
 from smgshm.core.node.judge import PodJudge, tmpfs_trust
 from smgshm.core.node.layout import NodeRoot, Place
 from smgshm.core.node.pods import PodName, pod_names
-from smgshm.core.node.volumes import Hidden, PidSpace, ShmUser, hidden_bytes, pid_spaces, pidns_of_self, shm_users
+from smgshm.core.node.reach import reachers
+from smgshm.core.node.volumes import Hidden, PidSpace, ShmUser, hidden_bytes, pid_spaces, pidns_of_self
 from smgshm.core.segments.judge import Judge, ScanOptions, SegmentInfo
 from smgshm.core.segments.scan import Scan
 
@@ -38,7 +39,7 @@ class Tmpfs:
     place: Place
     pod_uid: str | None  # the kubelet path's, else the one its processes' cgroups agree on
     pod: PodName | None
-    users: tuple[ShmUser, ...]  # processes whose /dev/shm it is
+    users: tuple[ShmUser, ...]  # processes that reach it (reach.py)
     spaces: tuple[PidSpace, ...]  # their pid namespaces
     trust: Trust
     hidden: Hidden
@@ -54,6 +55,7 @@ class NodeLook:
     root: str
     tmpfs: list[Tmpfs]
     pods_known: int  # pod log dirs read
+    holders: dict[tuple[int, int], list[Holder]] | None = None  # every tmpfs's, from the look's one walk
 
 
 def look(root: str, pids: Iterable[int] | None = None) -> NodeLook:
@@ -66,24 +68,27 @@ def look(root: str, pids: Iterable[int] | None = None) -> NodeLook:
     for p in places:
         by_dev.setdefault(p.dev, p)  # one tmpfs, one block (its first place)
     places = list(by_dev.values())
-    users = shm_users(everyone)
-    depth = {u.pidns: u.depth for p in places for u in users.by_dev.get(p.dev, ())}
+    holders = holder_index_devs([p.dev for p in places], everyone)  # fds and maps: a route, and gc's holders
+    seen = reachers(places, where, everyone, holders)  # the one rule: who reaches each tmpfs (reach.py)
+    depth = {u.pidns: u.depth for p in places for u in seen.by_dev.get(p.dev, ())}
     spaces = pid_spaces(depth, everyone)
     hidden = hidden_bytes([p.dev for p in places], everyone)
     mine = pidns_of_self()
     out: list[Tmpfs] = []
     for p in places:
-        mine_users = tuple(users.by_dev.get(p.dev, ()))
+        mine_users = tuple(seen.by_dev.get(p.dev, ()))
         used = tuple(spaces[ns] for ns in sorted({u.pidns for u in mine_users}))
-        uid = p.pod_uid
-        if uid is None:  # a sandbox's: the pod its processes' cgroups agree on
+        uid = p.pod_uid or (seen.sandbox_pod.get(p.volume) if p.kind == "sandbox_shm" and p.volume else None)
+        if uid is None:  # a sandbox's whose pause was not seen: the pod its processes' cgroups agree on
             found = {u.pod_uid for u in mine_users}
             uid = found.pop() if len(found) == 1 else None
-        unread = users.doubtful(p.pod_uid, [s.ns for s in used])
+        # An unread process may reach its own pod's tmpfs: the pod the kubelet's path or the sandbox's pause proves.
+        proven = p.pod_uid or (seen.sandbox_pod.get(p.volume) if p.volume else None)
+        unread = seen.doubtful(proven, [s.ns for s in used])
         doubt = frozenset(u.uid for u in unread)
         trust = tmpfs_trust(mine_users, used, mine, doubt, since, unread_pids=[u.pid for u in unread])
         out.append(Tmpfs(p, uid, names.get(uid) if uid else None, mine_users, used, trust, hidden[p.dev]))
-    return NodeLook(where, out, len(names))
+    return NodeLook(where, out, len(names), holders)
 
 
 @dataclass
@@ -165,7 +170,7 @@ class TmpfsScan(Scan):
 def tmpfs_scans(node: NodeLook, opts: ScanOptions) -> Iterator[TmpfsScan]:
     """gc's scan of each tmpfs of ``node`` in turn, each judged in its pod's pid namespaces (gc --node)."""
     # One walk of /proc and one read of every mount namespace's table, for every tmpfs at once.
-    holders = holder_index_devs(t.place.dev for t in node.tmpfs)
+    holders = node.holders if node.holders is not None else holder_index_devs(t.place.dev for t in node.tmpfs)
     mounted = mount_points_of(t.place.path for t in node.tmpfs)
     for tmpfs in node.tmpfs:
         yield TmpfsScan(tmpfs, opts, holders=holders, mounted=mounted[tmpfs.place.path])
