@@ -76,6 +76,8 @@ def run(
     done = gcrun.run(tmpfs_scans(node, opts), rule, listing, confirm)
     blocks = [Block(p.scan, listed[id(p.scan)], p.choice, p.report) for p in done.parts]
     code = for_outcome(done.outcome) if check else ExitCode.OK
+    if code == ExitCode.OK and check and _unread(blocks):  # a tmpfs not scanned, and not gone: not a pass
+        code = ExitCode.UNDETERMINED
     if code == ExitCode.UNDETERMINED and (app.json or raw):  # (people read it in the headline)
         app.warn(f"check inconclusive: all {done.before.total} SMG segment(s) unknown; {_unjudged(blocks)}")
     if prometheus_file:  # what is there now, after any --delete: the exporter's series, one run's
@@ -100,8 +102,15 @@ def run(
     return code
 
 
+def _unread(blocks: list[Block]) -> list[Block]:
+    """The tmpfs that could not be scanned though still mounted (one gone since the look leaks nothing)."""
+    return [b for b in blocks if b.scan.error is not None and not b.scan.gone]
+
+
 def _unjudged(blocks: list[Block]) -> str:
     """Why: how many tmpfs could not be judged by pid (each block says why), else each entry's reason."""
+    if unread := _unread(blocks):
+        return f"{len(unread)} tmpfs could not be scanned (each says why below)"
     untrusted = sum(1 for b in blocks if b.done.nothing_judged and not b.scan.tmpfs.trust.trusted)
     why = f"{untrusted} tmpfs not judged by pid (each says why below)" if untrusted else "each entry's reason says why"
     return f"nothing could be judged: {why}"
@@ -134,13 +143,19 @@ def _write_textfile(prometheus_file: str, blocks: list[Block], started: float) -
         )
         for b in blocks
     ]
-    metrics.write_textfile(prometheus_file, figures, metrics.Health(time.time(), time.time() - started, 0))
+    failed = sum(1 for b in blocks if b.scan.error is not None)
+    metrics.write_textfile(prometheus_file, figures, metrics.Health(time.time(), time.time() - started, failed))
 
 
 def _npd(blocks: list[Block], done: GcRun[TmpfsScan]) -> int:
     """NPD's one line, over every tmpfs."""
+    from smgshm.cli.npd import NpdStatus, npd_emit
+
     untrusted = [b for b in blocks if not b.scan.tmpfs.trust.trusted]
     note = f"{len(untrusted)} of {len(blocks)} tmpfs not judged by pid" if untrusted else ""
+    c = done.after.counts
+    if (unread := _unread(blocks)) and not (c["leaked"] or c["hazard"]):  # a leak elsewhere stays a problem (1)
+        return npd_emit(NpdStatus.UNKNOWN, f"gc: {len(unread)} of {len(blocks)} tmpfs could not be scanned (node)")
     return gc_view.npd(done.after, done.deleted, note, where=f"node, {len(blocks)} tmpfs")
 
 
@@ -205,6 +220,8 @@ def _doc(b: Block) -> dict[str, Any]:
         "remaining_shm_used_bytes": done.used_bytes,
         "remaining_shm_free_bytes": done.free_bytes,
         "scan_ms": float(scan.scan_ms),
+        "scan_error": None if scan.error is None else display(scan.error),
+        "gone": scan.gone,
     }
 
 
@@ -261,6 +278,9 @@ def _block_lines(b: Block, all_rows: bool, cols: int = 80) -> list[str]:
             f"  liveness: {display(t.trust.note)}",
         )
     ]
+    if scan.error is not None:
+        why = "gone since the look (unmounted): nothing left there" if scan.gone else "not scanned"
+        lines.append(fill(f"  {why}: {display(scan.error)}", cols, 4) + "\n")
     states = ", ".join(
         f"{k} {n} ({human_size(done.after.bytes_by_state[k])})" for k, n in done.after.counts.items() if n
     )

@@ -331,3 +331,43 @@ def test_a_tmpfs_of_no_pod_is_said_so_not_dashed(tmp_path: Path) -> None:
             assert (quiet.stdout, quiet.stderr) == ("", ""), command
     finally:
         subprocess.run(["umount", str(shm)], check=True)
+
+
+def test_a_tmpfs_that_vanishes_mid_run_is_reported_alone_and_the_others_judged(
+    node: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pod B's tmpfs is unmounted between the look and its scan (its pod deleted), at every run: it is
+    reported for itself, pod A's leak is still judged, and NPD says the problem (1), not the run's failure."""
+    from smgshm.core.node import scan
+
+    root = node["root"]
+    b_dir = dshm(Path(root), POD_B[2])
+    real = scan.look
+
+    def mounted() -> bool:
+        return os.stat(b_dir).st_dev != os.stat(b_dir.parent).st_dev
+
+    def look_then_vanish(where: str, pids: Any = None) -> Any:
+        if not mounted():  # a pod B tmpfs again for this run's look
+            subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(b_dir)], check=True, timeout=30)
+        seen = real(where, pids)
+        subprocess.run(["umount", "-l", str(b_dir)], check=True, timeout=30)
+        return seen
+
+    monkeypatch.setattr(scan, "look", look_then_vanish)
+    try:
+        doc = run_cli("--json", "gc", "--node", "--node-root", root).json
+        npd = run_cli("gc", "--node", "--node-root", root, "--check", "--npd", exit=1).stdout
+        text = run_cli("gc", "--node", "--node-root", root).stdout
+    finally:
+        if not mounted():  # for the fixture's own unmount
+            subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(b_dir)], check=True, timeout=30)
+    blocks = _blocks(doc)
+    a, b = blocks[POD_A[2]], blocks[POD_B[2]]
+    assert a["scan_error"] is None
+    assert [s["state"] for s in a["segments"]] == ["leaked"]
+    assert b["gone"] is True
+    assert "changed since the node was looked at" in b["scan_error"], b["scan_error"]
+    assert b["segments"] == []
+    assert npd.startswith("gc: 1 leaked"), npd
+    assert "gone since the look (unmounted)" in text

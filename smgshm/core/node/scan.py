@@ -9,10 +9,11 @@ the pod judge in place of the host's, so gc's listing, reaping and tallies apply
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 
-from smgshm.core.errors import HostError
+from smgshm.core.errors import HostError, SmgshmError
 from smgshm.core.host import clock
 from smgshm.core.host.clock import WallClock
 from smgshm.core.host.holders import Holder, holder_index, holder_index_devs
@@ -25,7 +26,7 @@ from smgshm.core.node.layout import NodeRoot, Place
 from smgshm.core.node.pods import PodName, pod_names
 from smgshm.core.node.reach import reachers
 from smgshm.core.node.volumes import Hidden, PidSpace, ShmUser, hidden_bytes, pid_spaces, pidns_of_self
-from smgshm.core.segments.judge import Judge, ScanOptions, SegmentInfo
+from smgshm.core.segments.judge import Judge, ScanOptions, SegmentInfo, Tally
 from smgshm.core.segments.scan import Scan
 
 MAX_FAMILIES = 32  # other families kept by name; the rest are counted together
@@ -128,6 +129,8 @@ class TmpfsScan(Scan):
         mount points, from one read of every namespace's table (``mount_points_of``); else its own reads."""
         self.tmpfs = tmpfs
         self.others = Others()
+        self.error: str | None = None  # why it could not be scanned (Unscanned's)
+        self.gone = False  # not mounted there any more (Unscanned's)
         self._holders, self._mounted = holders, mounted
         super().__init__(replace(opts, shm_dir=tmpfs.place.path), progress)
 
@@ -167,13 +170,58 @@ class TmpfsScan(Scan):
         self.sightings.save()  # as gc's Scan: a whole listing records what it saw, the next scan's proofs
 
 
+class Unscanned(TmpfsScan):
+    """A tmpfs of the look that could not be scanned: gone since (its pod deleted: unmounted), or unreadable.
+    It lists nothing and reaps nothing; it is reported for itself (``error``), and the run goes on."""
+
+    def __init__(self, tmpfs: Tmpfs, opts: ScanOptions, error: SmgshmError) -> None:
+        # Not Scan's constructor: there is no dir to open. What gc's run reads of a scan is set here.
+        self.tmpfs, self.others, self._holders, self._mounted = tmpfs, Others(), None, {}
+        self.t0, self.opts, self.progress, self._fd = (
+            time.monotonic(),
+            replace(opts, shm_dir=tmpfs.place.path),
+            None,
+            -1,
+        )
+        self.dev, self.shm_total_bytes, self.shm_free_bytes = tmpfs.place.dev, 0, 0
+        self.tally = Tally()
+        self.error = str(error)
+        self.gone = _gone(tmpfs.place)
+        self.trust = Trust(False, f"not scanned: {self.error}")
+
+    def usage_now(self) -> tuple[int, int]:
+        return 0, 0
+
+    def __iter__(self) -> Iterator[SegmentInfo]:
+        return iter(())
+
+
+def _gone(place: Place) -> bool:
+    """Whether the tmpfs is no longer mounted at its place (its pod deleted since the look)."""
+    try:
+        fd = os.open(place.path, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False  # there, but not ours to look at
+    try:
+        return os.fstat(fd).st_dev != place.dev or fd_mount_id(fd) != place.mount_id
+    finally:
+        os.close(fd)
+
+
 def tmpfs_scans(node: NodeLook, opts: ScanOptions) -> Iterator[TmpfsScan]:
-    """gc's scan of each tmpfs of ``node`` in turn, each judged in its pod's pid namespaces (gc --node)."""
+    """gc's scan of each tmpfs of ``node`` in turn, each judged in its pod's pid namespaces (gc --node). One
+    that cannot be scanned (gone since the look, unreadable) is an ``Unscanned``: the others are judged."""
     # One walk of /proc and one read of every mount namespace's table, for every tmpfs at once.
     holders = node.holders if node.holders is not None else holder_index_devs(t.place.dev for t in node.tmpfs)
     mounted = mount_points_of(t.place.path for t in node.tmpfs)
     for tmpfs in node.tmpfs:
-        yield TmpfsScan(tmpfs, opts, holders=holders, mounted=mounted[tmpfs.place.path])
+        try:
+            scan: TmpfsScan = TmpfsScan(tmpfs, opts, holders=holders, mounted=mounted[tmpfs.place.path])
+        except SmgshmError as err:
+            scan = Unscanned(tmpfs, opts, err)
+        yield scan
 
 
-__all__ = ["OTHER", "NodeLook", "Others", "Tmpfs", "TmpfsScan", "look", "pod_label", "tmpfs_scans"]
+__all__ = ["OTHER", "NodeLook", "Others", "Tmpfs", "TmpfsScan", "Unscanned", "look", "pod_label", "tmpfs_scans"]
