@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -154,3 +155,26 @@ def test_an_unreadable_process_keeps_only_its_own_pods_names_unknown(node: dict[
         reg.reap()
     (seg,) = [s for s in a["segments"] if s["name"] == name]
     assert seg["state"] == "leaked", seg
+
+
+def test_smgshms_own_names_are_judged_in_the_hosts_pid_namespace_too(node: dict[str, Any]) -> None:
+    """smgshm writes its own names wherever --shm-dir says, from the host too: one carrying this (live)
+    process's pid, which pod B's namespace has not, is never called dead; one of a dead host pid is leaked."""
+    from smgshm.core.names import new_segment_name, payload_name
+
+    root = node["root"]
+    tmpfs = dshm(Path(root), POD_B[2])
+    live = tmpfs / new_segment_name()
+    live.write_bytes(b"o" * 4096)
+    gone = subprocess.run(["sh", "-c", "echo $$"], capture_output=True, text=True, check=True)
+    dead = tmpfs / payload_name(int(gone.stdout), time.time_ns(), 0)
+    dead.write_bytes(b"o" * 4096)
+    try:
+        doc = run_cli("--json", "gc", "--node", "--node-root", root, "--delete", "--min-age", "0", "--yes").json
+        assert live.exists(), "a live host process's segment was deleted"
+    finally:
+        live.unlink(missing_ok=True)
+    segs = {s["name"]: s for s in _blocks(doc)[POD_B[2]]["segments"]}
+    assert segs[live.name]["state"] == "unknown", segs[live.name]
+    assert segs[dead.name]["state"] == "leaked", segs[dead.name]
+    assert not dead.exists()

@@ -16,11 +16,12 @@ judged by pid: unknown.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from smgshm.core.host.clock import WallClock
 from smgshm.core.host.holders import Holder
 from smgshm.core.host.pidtrust import INIT_PID_NS, Trust, name_pids
+from smgshm.core.names import PID_LIMIT
 from smgshm.core.node.volumes import PidSpace, ShmUser
 from smgshm.core.segments.judge import Bounds, Judge, ScanOptions, reuse_bounds
 from smgshm.core.segments.sightings import Sightings
@@ -64,7 +65,11 @@ def tmpfs_trust(
 
 
 class PodJudge(Judge):
-    """gc's judge, with each name's pid looked up in the pid namespaces that use the tmpfs."""
+    """gc's judge, with each name's pid looked up in the pid namespaces that reach the tmpfs; smgshm's own
+    names (``smg-smgshm-*``, which smgshm writes wherever ``--shm-dir`` says, the host's processes too) in
+    the host's pid namespace as well (``host``)."""
+
+    own_kinds = frozenset({"smgshm", "smgshm_probe"})
 
     def __init__(
         self,
@@ -76,21 +81,32 @@ class PodJudge(Judge):
         sightings: Sightings | None = None,
         mounted: dict[str, str] | None = None,
         wall: WallClock | None = None,
+        host: PidSpace | None = None,
     ) -> None:
         super().__init__(opts, trust, holders, dir_dev, sightings, mounted, wall)
         self.spaces = list(spaces)
+        self.host = host  # the host's pid namespace: smgshm's own names may be written through --shm-dir
         self.split: dict[int, str] = {}  # pid -> why its namespaces cannot agree, for the verdict's sentence
 
     def bounds(self, pid: int) -> Bounds | None:
         """The start-time bounds of ``pid`` agreed by every namespace (see the module): alive from the
-        latest start among them (never, when one has no such pid), dead before the earliest."""
+        latest start among them (never, when one has no such pid), dead before the earliest. A pid past
+        PID_LIMIT is one of smgshm's own names (``own_kinds``), judged in the host's pid namespace too."""
+        if pid >= PID_LIMIT:
+            own = [*self.spaces, self.host] if self.host is not None else self.spaces
+            return self._agreed(pid - PID_LIMIT, own, self.split.setdefault)
+        return self._agreed(pid, self.spaces, self.split.__setitem__)
+
+    def _agreed(self, pid: int, spaces: Sequence[PidSpace], say: Callable[[int, str], object]) -> Bounds | None:
+        """``bounds`` over ``spaces``; ``say(pid, why)`` notes why they cannot agree (for the verdict's sentence)."""
         found: list[Bounds] = []
         absent: list[str] = []
-        for space in self.spaces:
+        for space in spaces:
             if pid in space.unsure:
-                self.split[pid] = (
+                say(
+                    pid,
                     f"a process of a pid namespace nested in {space.ns} has pid {pid} there, "
-                    "and which namespace it is in cannot be told"
+                    "and which namespace it is in cannot be told",
                 )
                 return _NEVER
             host = space.host_pid.get(pid)
@@ -102,9 +118,10 @@ class PodJudge(Judge):
         if not found:
             return None  # no process has that pid in any namespace that writes here
         if absent:
-            self.split[pid] = (
-                f"pid {pid} is a process in some pid namespace(s) that use this tmpfs and in none of "
-                f"{', '.join(absent)}: which one wrote the name cannot be told"
+            say(
+                pid,
+                f"pid {pid} is a process in some pid namespace(s) that reach this tmpfs and in none of "
+                f"{', '.join(absent)}: which one wrote the name cannot be told",
             )
             return Bounds(math.inf, min(b.reused_before for b in found), min(b.started_ns for b in found))
         # reuse is proven only if every namespace's process with that pid started after the sighting

@@ -18,7 +18,7 @@ from smgshm.core.host import clock
 from smgshm.core.host.clock import WallClock
 from smgshm.core.host.holders import Holder, holder_index, holder_index_devs
 from smgshm.core.host.mounts import mount_points_of
-from smgshm.core.host.pidtrust import Trust
+from smgshm.core.host.pidtrust import INIT_PID_NS, Trust
 from smgshm.core.host.proc import fd_mount_id, live_pids
 from smgshm.core.names import SMG_FAMILY_PREFIX
 from smgshm.core.node.judge import PodJudge, tmpfs_trust
@@ -44,6 +44,7 @@ class Tmpfs:
     spaces: tuple[PidSpace, ...]  # their pid namespaces
     trust: Trust
     hidden: Hidden
+    host: PidSpace | None = None  # the host's pid namespace: smgshm's own names are judged there too
 
 
 def pod_label(t: Tmpfs) -> str:
@@ -75,6 +76,7 @@ def look(root: str, pids: Iterable[int] | None = None) -> NodeLook:
     spaces = pid_spaces(depth, everyone)
     hidden = hidden_bytes([p.dev for p in places], everyone)
     mine = pidns_of_self()
+    host = PidSpace(mine, 1, {p: p for p in everyone}) if mine == INIT_PID_NS else None
     out: list[Tmpfs] = []
     for p in places:
         mine_users = tuple(seen.by_dev.get(p.dev, ()))
@@ -88,7 +90,7 @@ def look(root: str, pids: Iterable[int] | None = None) -> NodeLook:
         unread = seen.doubtful(proven, [s.ns for s in used])
         doubt = frozenset(u.uid for u in unread)
         trust = tmpfs_trust(mine_users, used, mine, doubt, since, unread_pids=[u.pid for u in unread])
-        out.append(Tmpfs(p, uid, names.get(uid) if uid else None, mine_users, used, trust, hidden[p.dev]))
+        out.append(Tmpfs(p, uid, names.get(uid) if uid else None, mine_users, used, trust, hidden[p.dev], host))
     return NodeLook(where, out, len(names), holders)
 
 
@@ -149,7 +151,8 @@ class TmpfsScan(Scan):
         # filesystem): the node view found it mounted as a tmpfs, made after boot.
         offset = clock.boot_offset()
         wall = WallClock(offset, clock.step_shown(clock.birth_time(place.path), 0.0, offset))
-        return trust, PodJudge(self.opts, trust, held, self.dev, self.tmpfs.spaces, self.sightings, self._mounted, wall)
+        spaces, host = self.tmpfs.spaces, self.tmpfs.host
+        return trust, PodJudge(self.opts, trust, held, self.dev, spaces, self.sightings, self._mounted, wall, host)
 
     def _entries(self) -> Iterator[os.DirEntry[str]]:
         others, prefix = self.others, SMG_FAMILY_PREFIX
