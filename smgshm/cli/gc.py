@@ -15,7 +15,7 @@ from smgshm.cli import gc_view as view
 from smgshm.cli.app import App
 from smgshm.cli.exitcodes import ExitCode, for_outcome
 from smgshm.cli.fmt import display
-from smgshm.cli.params import DURATION, shm_dir_option
+from smgshm.cli.params import DURATION, NODE_RULE, shm_dir_option
 
 if TYPE_CHECKING:
     from smgshm.core.segments.gcrun import GcRun
@@ -90,7 +90,7 @@ if TYPE_CHECKING:
     "--node",
     is_flag=True,
     help="Every pod's /dev/shm on this node (kubelet emptyDirs, runtime sandbox "
-    "shm, the host's), a block per tmpfs, each judged in its own pod's pid namespaces.",
+    "shm, the host's), a block per tmpfs." + NODE_RULE,
 )
 @click.option(
     "--node-root",

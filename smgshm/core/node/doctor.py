@@ -11,8 +11,9 @@ doctor's run on its own host, and why:
 - writability is judged from the tmpfs's figures, not by creating a file: a node agent reads the
   kubelet's dirs through a read-only hostPath, and a file created as root proves nothing about the
   pod's uid. Read-only mount, less than a page free, or a dir no user of it may write to fail it;
-- a tmpfs whose names cannot be judged by pid (no process uses it as /dev/shm, namespaces that
-  disagree, a node agent without hostPID) is ``unknown``: never a failure, never a warning.
+- a tmpfs whose names cannot be judged by pid (namespaces that disagree, a process of its pod that
+  cannot be read, a node agent without hostPID) is ``unknown``: never a failure, never a warning; one
+  no process reaches (core/node/reach.py) holds only leaks.
 
 Read-only: nothing is created, opened for writing or removed.
 """
