@@ -39,7 +39,8 @@ def _blocks(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
 # A sidecar of pod B in pid and mount namespaces of its own, the pod's tmpfs bound at /mnt (not its
 # /dev/shm). It burns a few pids, so its writer's pid is one pod B's namespace does not have; the writer
 # writes a segment under /mnt, then keeps the tmpfs as its mode says: "mount" (bound there), "cwd" (its
-# cwd, the mount lazily detached) or "fd" (an open dir fd, detached too), and prints "<pid> <name>".
+# cwd, the mount lazily detached), "fd" (an open dir fd, detached too) or "thread" (one thread's own cwd,
+# detached too), and prints "<pid> <name>".
 SIDECAR = r"""
 import os, subprocess, sys, time
 mode = sys.argv[1]
@@ -55,6 +56,16 @@ if os.fork() == 0:
         os.chdir("/mnt")
     elif mode == "fd":
         keep = os.open("/mnt", os.O_RDONLY | os.O_DIRECTORY)
+    elif mode == "thread":  # a thread with a cwd of its own (unshare CLONE_FS) there; the leader's is /
+        import ctypes, threading
+        libc, ready = ctypes.CDLL(None, use_errno=True), threading.Event()
+        def hold():
+            assert libc.unshare(0x200) == 0, ctypes.get_errno()
+            os.chdir("/mnt")
+            ready.set()
+            threading.Event().wait()
+        threading.Thread(target=hold, daemon=True).start()
+        ready.wait()
     if mode != "mount":
         subprocess.run(["umount", "-l", "/mnt"], check=True, cwd="/")
     print(os.getpid(), name, flush=True)
@@ -74,7 +85,7 @@ def _sidecar(reg: Children, tmpfs: Path, mode: str) -> tuple[int, str]:
     return int(line[0]), line[1]
 
 
-@pytest.mark.parametrize("mode", ["mount", "cwd", "fd"])
+@pytest.mark.parametrize("mode", ["mount", "cwd", "fd", "thread"])
 def test_a_producer_reaching_the_tmpfs_elsewhere_judges_it_and_is_never_deleted(
     node: dict[str, Any], mode: str
 ) -> None:

@@ -84,6 +84,19 @@ class Reach:
         return [u for u in self.unread if u.pidns not in known and (pod_uid is None or u.pod_uid in (None, pod_uid))]
 
 
+def _bases(pid: int) -> list[str]:
+    """/proc/P, and each other thread's dir when it has more than one: a thread that unshared CLONE_FS has a
+    cwd, root and even mount namespace of its own, and a zombie leader's links read as gone while its
+    other threads live on."""
+    base = f"/proc/{pid}"
+    try:
+        if os.stat(f"{base}/task").st_nlink <= 3:  # 2 + the number of threads
+            return [base]
+        return [base, *(f"{base}/task/{t.name}" for t in os.scandir(f"{base}/task") if t.name != str(pid))]
+    except OSError:
+        return [base]
+
+
 def _read_cgroup(pid: int) -> bytes | None:
     try:
         with open(f"/proc/{pid}/cgroup", "rb") as f:
@@ -92,10 +105,11 @@ def _read_cgroup(pid: int) -> bytes | None:
         return None
 
 
-def _shm_dev(pid: int) -> int:
-    """st_dev of the /dev/shm in ``pid``'s root, its components opened there without following a link:
-    an absolute link would resolve against this process's root, not its (ELOOP/ENOTDIR then)."""
-    fd = os.open(f"/proc/{pid}/root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+def _shm_dev(base: str) -> int:
+    """st_dev of the /dev/shm in the root of the thread at ``base`` (/proc/P or /proc/P/task/T), its components
+    opened there without following a link: an absolute link would resolve against this process's root, not
+    its (ELOOP/ENOTDIR then)."""
+    fd = os.open(f"{base}/root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         for name in ("dev", "shm"):
             nxt = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
@@ -133,11 +147,12 @@ class _Walk:
         self.mine = pidns_of_self()
         self.out = Reach()
 
-    def _mounted(self, pid: int, mntns: str) -> dict[int, str]:
-        """The tmpfs mounted in ``pid``'s mount namespace, other than at their own places (read once per namespace)."""
+    def _mounted(self, base: str, mntns: str) -> dict[int, str]:
+        """The tmpfs mounted in the mount namespace ``mntns`` (read at ``base``) other than at their own places
+        (read once per namespace)."""
         got = self.tables.get(mntns)
         if got is None:
-            table: list[Mount] = read_mounts(f"/proc/{pid}/mountinfo")
+            table: list[Mount] = read_mounts(f"{base}/mountinfo")
             got = {}
             for m in table:
                 if m.dev in self.devs and m.point not in self.own[m.dev]:
@@ -145,33 +160,34 @@ class _Walk:
             self.tables[mntns] = got
         return got
 
-    def _routes(self, pid: int, mntns: str) -> tuple[dict[int, str], bool]:
-        """Every tmpfs ``pid`` reaches, with how (its /dev/shm first), and whether its /dev/shm is a link
-        (which tmpfs that reaches cannot be told from here: a link resolves in its root, not this one's)."""
-        routes: dict[int, str] = {}
+    def _routes(self, base: str, routes: dict[int, str]) -> bool:
+        """Add every tmpfs the thread at ``base`` reaches to ``routes``, with how (its /dev/shm first); whether
+        its /dev/shm is a link (which tmpfs that reaches cannot be told from here: a link resolves in its
+        root, not this one's). FileNotFoundError when the thread is gone (or a zombie leader)."""
+        mntns = os.readlink(f"{base}/ns/mnt")
         linked = False
         try:
-            dev: int | None = _shm_dev(pid)
-        except (FileNotFoundError, ProcessLookupError):
+            dev: int | None = _shm_dev(base)
+        except FileNotFoundError:
+            if not os.path.exists(f"{base}/root"):
+                raise
             dev = None  # a root with no /dev/shm
         except OSError as err:
             if err.errno not in (errno.ELOOP, errno.ENOTDIR):
                 raise
             dev, linked = None, True
         if dev in self.devs:
-            routes[dev] = "its /dev/shm"
+            routes.setdefault(dev, "its /dev/shm")
         if mntns in self.host_mnt:
-            return routes, linked  # the host's: only its /dev/shm (the module says why)
-        for d, how in self._mounted(pid, mntns).items():
+            return linked  # the host's: only its /dev/shm (the module says why)
+        for d, how in self._mounted(base, mntns).items():
             routes.setdefault(d, how)
+        whose = "its" if base.count("/") == 2 else f"its thread {base.rpartition('/')[2]}'s"
         for what in ("cwd", "root"):
-            with contextlib.suppress(FileNotFoundError, ProcessLookupError):
-                st = os.stat(f"/proc/{pid}/{what}")
-                if st.st_dev in self.devs:
-                    routes.setdefault(st.st_dev, f"its {what}")
-        for d, how in self.fds.get(pid, {}).items():
-            routes.setdefault(d, how)
-        return routes, linked
+            st = os.stat(f"{base}/{what}")
+            if st.st_dev in self.devs:
+                routes.setdefault(st.st_dev, f"{whose} {what}")
+        return linked
 
     def _unread(self, pid: int, cgroup: bytes | None) -> None:
         uid = uid_of(pid)
@@ -195,17 +211,27 @@ class _Walk:
             if (pod := pod_uid_in(cgroup)) is not None:
                 self.out.sandbox_pod.setdefault(sid, pod)
             return
+        routes: dict[int, str] = {}
+        linked, live, pidns = False, "", ""
         try:
-            mntns = os.readlink(f"/proc/{pid}/ns/mnt")
-            routes, linked = self._routes(pid, mntns)
+            for base in _bases(pid):
+                try:
+                    linked = self._routes(base, routes) or linked
+                    pidns = pidns or os.readlink(f"{base}/ns/pid")
+                    live = live or base
+                except (FileNotFoundError, ProcessLookupError):
+                    continue  # this thread has exited (or is the zombie leader): the others decide
+            if not live:
+                return  # gone: it writes nothing any more
             if linked:
                 self._unread(pid, cgroup)
+            for d, how in self.fds.get(pid, {}).items():
+                routes.setdefault(d, how)
             if not routes:
                 return
-            pidns = os.readlink(f"/proc/{pid}/ns/pid")
             nspid = ns_pids(pid)
         except (FileNotFoundError, ProcessLookupError):
-            return  # gone: it writes nothing any more
+            return
         except OSError:
             self._unread(pid, cgroup)  # EACCES, EPERM: not this process's to read
             return
