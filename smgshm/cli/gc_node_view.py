@@ -79,7 +79,8 @@ def run(
     if code == ExitCode.OK and check and _unread(blocks):  # a tmpfs not scanned, and not gone: not a pass
         code = ExitCode.UNDETERMINED
     if code == ExitCode.UNDETERMINED and (app.json or raw):  # (people read it in the headline)
-        app.warn(f"check inconclusive: all {done.before.total} SMG segment(s) unknown; {_unjudged(blocks)}")
+        said = f"all {done.before.total} SMG segment(s) unknown" if done.nothing_judged else "not every tmpfs scanned"
+        app.warn(f"check inconclusive: {said}; {_unjudged(blocks)}")
     if prometheus_file:  # what is there now, after any --delete: the exporter's series, one run's
         _write_textfile(prometheus_file, blocks, started)
     if npd:  # NPD's one line over every tmpfs (gc_view.npd's rules)

@@ -371,3 +371,33 @@ def test_a_tmpfs_that_vanishes_mid_run_is_reported_alone_and_the_others_judged(
     assert b["segments"] == []
     assert npd.startswith("gc: 1 leaked"), npd
     assert "gone since the look (unmounted)" in text
+
+
+def test_a_tmpfs_that_cannot_be_read_keeps_the_check_from_passing(
+    node: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pod B's tmpfs, still mounted, cannot be scanned: reported for itself; pod A's leak still fails the
+    check (NPD 1); with no leak elsewhere the check is inconclusive (6; NPD 2), never a pass."""
+    from smgshm.core.errors import HostError
+    from smgshm.core.node import scan
+
+    root = node["root"]
+    b_dir = str(dshm(Path(root), POD_B[2]))
+    real = scan.TmpfsScan.make_judge
+
+    def refused(self: Any) -> Any:
+        if self.tmpfs.place.path == b_dir:
+            self.close()
+            raise HostError("permission denied listing the shm dir", path=b_dir)
+        return real(self)
+
+    monkeypatch.setattr(scan.TmpfsScan, "make_judge", refused)
+    b = _blocks(run_cli("--json", "gc", "--node", "--node-root", root, "--check", exit=3).json)[POD_B[2]]
+    assert (b["gone"], b["segments"]) == (False, [])
+    assert "permission denied" in b["scan_error"]
+    assert run_cli("gc", "--node", "--node-root", root, "--check", "--npd", exit=1).stdout.startswith("gc: 1 leaked")
+    run_cli("gc", "--node", "--node-root", root, "--delete", "--min-age", "0", "--yes")  # pod A's leak reaped
+    doc = run_cli("--json", "gc", "--node", "--node-root", root, "--check", exit=6).json
+    assert any("could not be scanned" in w for w in doc["warnings"]), doc["warnings"]
+    npd = run_cli("gc", "--node", "--node-root", root, "--check", "--npd", exit=2).stdout
+    assert "could not be scanned" in npd
