@@ -171,3 +171,34 @@ def test_node_refuses_options_that_choose_this_hosts_checks() -> None:
     run_cli("doctor", "--node", "--shm-dir", "/dev/shm", exit=2)
     run_cli("doctor", "--node", "--no-e2e", exit=2)
     run_cli("doctor", "--node", "--node-root", "/nonexistent/root", exit=5)
+
+
+def test_a_tmpfs_gone_since_the_look_is_said_and_the_others_checked(
+    node: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pod B's tmpfs is unmounted between the look and its checks (its pod deleted): its block says so and
+    fails nothing; the other pods are checked as ever (pod A's leak: exit 3)."""
+    import subprocess
+
+    from smgshm.core.node import doctor
+
+    b_dir = dshm(Path(node["root"]), POD_B[2])
+    real = doctor.look
+
+    def look_then_vanish(where: str, pids: Any = None) -> Any:
+        seen = real(where, pids)
+        subprocess.run(["umount", "-l", str(b_dir)], check=True, timeout=30)
+        return seen
+
+    monkeypatch.setattr(doctor, "look", look_then_vanish)
+    try:
+        doc = run_cli("--json", "doctor", "--node", "--node-root", node["root"], exit=3).json
+    finally:  # for the fixture's own unmount
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(b_dir)], check=True, timeout=30)
+    blocks = _blocks(doc["result"])
+    b = blocks[POD_B[2]]
+    assert b["verdict"] == "unknown"
+    shm = _checks(b)["shm dir"]
+    assert shm["status"] == "skip"
+    assert "gone since the node was looked at" in shm["summary"]
+    assert blocks[POD_A[2]]["verdict"] == "fail"

@@ -189,7 +189,7 @@ class Unscanned(TmpfsScan):
         self.dev, self.shm_total_bytes, self.shm_free_bytes = tmpfs.place.dev, 0, 0
         self.tally = Tally()
         self.error = str(error)
-        self.gone = _gone(tmpfs.place)
+        self.gone = gone(tmpfs.place)
         self.trust = Trust(False, f"not scanned: {self.error}")
 
     def usage_now(self) -> tuple[int, int]:
@@ -199,7 +199,7 @@ class Unscanned(TmpfsScan):
         return iter(())
 
 
-def _gone(place: Place) -> bool:
+def gone(place: Place) -> bool:
     """Whether the tmpfs is no longer mounted at its place (its pod deleted since the look)."""
     try:
         fd = os.open(place.path, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -227,4 +227,4 @@ def tmpfs_scans(node: NodeLook, opts: ScanOptions) -> Iterator[TmpfsScan]:
         yield scan
 
 
-__all__ = ["OTHER", "NodeLook", "Others", "Tmpfs", "TmpfsScan", "Unscanned", "look", "pod_label", "tmpfs_scans"]
+__all__ = ["OTHER", "NodeLook", "Others", "Tmpfs", "TmpfsScan", "Unscanned", "gone", "look", "pod_label", "tmpfs_scans"]
