@@ -66,12 +66,13 @@ def look(root: str, pids: Iterable[int] | None = None) -> NodeLook:
     everyone = live_pids() if pids is None else list(pids)
     with NodeRoot(root) as node:
         places, names, where = list(node.places()), pod_names(node.fd), node.path
+    every = places  # each tmpfs's every place: a mount at any of them is the host's (reach.py)
     by_dev: dict[int, Place] = {}
     for p in places:
         by_dev.setdefault(p.dev, p)  # one tmpfs, one block (its first place)
     places = list(by_dev.values())
     holders = holder_index_devs([p.dev for p in places], everyone)  # fds and maps: a route, and gc's holders
-    seen = reachers(places, where, everyone, holders)  # the one rule: who reaches each tmpfs (reach.py)
+    seen = reachers(every, where, everyone, holders)  # the one rule: who reaches each tmpfs (reach.py)
     depth = {u.pidns: u.depth for p in places for u in seen.by_dev.get(p.dev, ())}
     spaces = pid_spaces(depth, everyone)
     hidden = hidden_bytes([p.dev for p in places], everyone)
