@@ -13,6 +13,7 @@ from smgshm.cli.params import (
     BYTES,
     DURATION,
     HTTP_URL,
+    NODE_RULE,
     complete_pids,
     require_gateways,
     runtime_state_dir_option,
@@ -86,8 +87,7 @@ if TYPE_CHECKING:
     "--node",
     is_flag=True,
     help="The host checks on every pod's /dev/shm on this node (kubelet "
-    "emptyDirs, runtime sandbox shm, the host's), a block per tmpfs, judged in its own pod's pid "
-    "namespaces.",
+    "emptyDirs, runtime sandbox shm, the host's), a block per tmpfs." + NODE_RULE,
 )
 @click.option(
     "--node-root",
@@ -169,9 +169,10 @@ def doctor(
     the need of each tmpfs SMG writes), leaked and hidden bytes as shares of
     its size, writability judged from its figures (nothing is written),
     leftover probe files, and leaks judged in the pod's own pid namespaces
-    (fix: gc --node --delete). A tmpfs whose names cannot be judged by pid (no
-    process uses it, namespaces that disagree) is unknown: never a failure,
-    never a pass.
+    (fix: gc --node --delete). A tmpfs whose names cannot be judged by pid
+    (namespaces that disagree, a process of its pod that cannot be read) is
+    unknown: never a failure, never a pass; one no process reaches holds only
+    leaks.
 
     Exit with the worst code of the checks: 4, 5, 3, 6, 1, then 0. A check
     that judged nothing (a gateway with no workers, every segment unknown, no

@@ -15,7 +15,7 @@ from smgshm.cli import gc_view as view
 from smgshm.cli.app import App
 from smgshm.cli.exitcodes import ExitCode, for_outcome
 from smgshm.cli.fmt import display
-from smgshm.cli.params import DURATION, runtime_state_dir_option, shm_dir_option
+from smgshm.cli.params import DURATION, NODE_RULE, runtime_state_dir_option, shm_dir_option
 
 if TYPE_CHECKING:
     from smgshm.core.segments.gcrun import GcRun
@@ -92,7 +92,7 @@ if TYPE_CHECKING:
     "--node",
     is_flag=True,
     help="Every pod's /dev/shm on this node (kubelet emptyDirs; containerd's, k3s/RKE2's, k0s' and CRI-O's "
-    "sandbox shm; the host's), a block per tmpfs, each judged in its own pod's pid namespaces.",
+    "sandbox shm; the host's), a block per tmpfs." + NODE_RULE,
 )
 @click.option(
     "--node-root",

@@ -78,16 +78,11 @@ def run(
 
     done = gcrun.run(tmpfs_scans(node, opts), rule, listing, confirm)
     blocks = [Block(p.scan, listed[id(p.scan)], p.choice, p.report) for p in done.parts]
-    code = for_outcome(done.outcome) if check else ExitCode.OK
-    if code == ExitCode.OK and check and node.unseen:  # a blind view passes nothing (core/node/sight.py)
-        code = ExitCode.UNDETERMINED
-    if not npd:
-        for u in node.unseen:  # said on stderr and in --json's warnings, whatever the check
-            app.warn(f"node view unknown: {u.message}; hint: {u.hint}")
-    gc_view.warn_sightings(app, [b.scan.sightings for b in blocks])
-    app.warn_lock()
+    code = _check_code(done, blocks, node.unseen) if check else ExitCode.OK
+    _warn(app, node.unseen, blocks, npd)
     if code == ExitCode.UNDETERMINED and (app.json or raw) and not node.unseen:  # (people read it in the headline)
-        app.warn(f"check inconclusive: all {done.before.total} SMG segment(s) unknown; {_unjudged(blocks)}")
+        said = f"all {done.before.total} SMG segment(s) unknown" if done.nothing_judged else "not every tmpfs scanned"
+        app.warn(f"check inconclusive: {said}; {_unjudged(blocks)}")
     if prometheus_file:  # what is there now, after any --delete: the exporter's series, one run's
         _write_textfile(prometheus_file, blocks, started, node.unseen)
     if npd:  # NPD's one line over every tmpfs (gc_view.npd's rules)
@@ -111,8 +106,34 @@ def run(
     return code
 
 
+def _check_code(done: GcRun[TmpfsScan], blocks: list[Block], unseen: Sequence[Unseen]) -> ExitCode:
+    """--check's code: the gc run's, and never a pass for a blind view (core/node/sight.py) or a tmpfs that
+    could not be scanned and is not gone."""
+    code = for_outcome(done.outcome)
+    if code == ExitCode.OK and (unseen or _unread(blocks)):
+        return ExitCode.UNDETERMINED
+    return code
+
+
+def _warn(app: App, unseen: Sequence[Unseen], blocks: list[Block], npd: bool) -> None:
+    """What the view could not see (stderr and --json's warnings, whatever the check), sightings not stored, a
+    held lock."""
+    if not npd:
+        for u in unseen:
+            app.warn(f"node view unknown: {u.message}; hint: {u.hint}")
+    gc_view.warn_sightings(app, [b.scan.sightings for b in blocks])
+    app.warn_lock()
+
+
+def _unread(blocks: list[Block]) -> list[Block]:
+    """The tmpfs that could not be scanned though still mounted (one gone since the look leaks nothing)."""
+    return [b for b in blocks if b.scan.error is not None and not b.scan.gone]
+
+
 def _unjudged(blocks: list[Block]) -> str:
     """Why: how many tmpfs could not be judged by pid (each block says why), else each entry's reason."""
+    if unread := _unread(blocks):
+        return f"{len(unread)} tmpfs could not be scanned (each says why below)"
     untrusted = sum(1 for b in blocks if b.done.nothing_judged and not b.scan.tmpfs.trust.trusted)
     why = f"{untrusted} tmpfs not judged by pid (each says why below)" if untrusted else "each entry's reason says why"
     return f"nothing could be judged: {why}"
@@ -145,7 +166,8 @@ def _write_textfile(prometheus_file: str, blocks: list[Block], started: float, u
         )
         for b in blocks
     ]
-    health = metrics.Health(time.time(), time.time() - started, 0, unseen=tuple(u.reason for u in unseen))
+    failed = sum(1 for b in blocks if b.scan.error is not None)
+    health = metrics.Health(time.time(), time.time() - started, failed, unseen=tuple(u.reason for u in unseen))
     metrics.write_textfile(prometheus_file, figures, health)
 
 
@@ -160,6 +182,8 @@ def _npd(blocks: list[Block], done: GcRun[TmpfsScan], unseen: Sequence[Unseen]) 
         return npd_emit(NpdStatus.UNKNOWN, f"gc: node view unknown: {said}")
     untrusted = [b for b in blocks if not b.scan.tmpfs.trust.trusted]
     note = f"{len(untrusted)} of {len(blocks)} tmpfs not judged by pid" if untrusted else ""
+    if (unread := _unread(blocks)) and not (c["leaked"] or c["hazard"]):  # a leak elsewhere stays a problem (1)
+        return npd_emit(NpdStatus.UNKNOWN, f"gc: {len(unread)} of {len(blocks)} tmpfs could not be scanned (node)")
     return gc_view.npd(done.after, done.deleted, note, where=f"node, {len(blocks)} tmpfs")
 
 
@@ -225,6 +249,8 @@ def _doc(b: Block) -> dict[str, Any]:
         "remaining_shm_free_bytes": done.free_bytes,
         "scan_ms": float(scan.scan_ms),
         "sightings_stored": scan.sightings.stored,
+        "scan_error": None if scan.error is None else display(scan.error),
+        "gone": scan.gone,
     }
 
 
@@ -291,6 +317,9 @@ def _block_lines(b: Block, all_rows: bool, cols: int = 80) -> list[str]:
             f"  liveness: {display(t.trust.note)}",
         )
     ]
+    if scan.error is not None:
+        why = "gone since the look (unmounted): nothing left there" if scan.gone else "not scanned"
+        lines.append(fill(f"  {why}: {display(scan.error)}", cols, 4) + "\n")
     states = ", ".join(
         f"{k} {n} ({human_size(done.after.bytes_by_state[k])})" for k, n in done.after.counts.items() if n
     )

@@ -85,6 +85,16 @@ HTTP_URL = HttpUrlType()
 # A path option that is not a click.Path (whose checks would change its errors) still completes
 # paths: the "dir"/"file" items hand the work to the shell's own path completion.
 
+# The node view's rule (core/node/reach.py) and its one assumption, in every --node option's help.
+NODE_RULE = (
+    " Each tmpfs's SMG names are judged in the pid namespaces of the processes that reach it (its /dev/shm, a"
+    " mount of it anywhere, a cwd, root, open fd or mapping there; a sandbox's pause container, told by its"
+    " cgroup, is none); with no process reaching it, its names are leaked. The one assumption: SMG writes"
+    " only through its own /dev/shm, so the host's own mounts (the kubelet's path, the runtime's) are not"
+    " asked; smgshm's own names (--shm-dir) are judged in the host's pid namespace too. A process that cannot"
+    " be read keeps its own pod's names unknown."
+)
+
 MAX_PID_COMPLETIONS = 5000  # a host's pids are read one /proc file each: bounded
 
 

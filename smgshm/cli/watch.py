@@ -13,7 +13,15 @@ import click
 from smgshm.cli import watch_view as view
 from smgshm.cli.app import App
 from smgshm.cli.exitcodes import ExitCode
-from smgshm.cli.params import BYTES, DURATION, HTTP_URL, metrics_listen, runtime_state_dir_option, shm_dir_option
+from smgshm.cli.params import (
+    BYTES,
+    DURATION,
+    HTTP_URL,
+    NODE_RULE,
+    metrics_listen,
+    runtime_state_dir_option,
+    shm_dir_option,
+)
 from smgshm.core.names import SMG_FAMILY_PREFIX
 
 if TYPE_CHECKING:
@@ -72,7 +80,7 @@ if TYPE_CHECKING:
     "--node",
     is_flag=True,
     help="Follow every pod's /dev/shm on this node (as gc --node finds them), "
-    "judged per pod, for --serve-metrics: a series set per tmpfs.",
+    "for --serve-metrics: a series set per tmpfs." + NODE_RULE,
 )
 @click.option(
     "--node-root",

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import run_cli, wait_for
-from tests.support.node import POD_A, POD_B, dshm, laid_out, needs_root_and_unshare
+from tests.conftest import Children, run_cli, wait_for
+from tests.support.node import POD_A, POD_B, dshm, laid_out, needs_root_and_unshare, start_pod
 
 # judges liveness trusted: never beside a test that makes pid namespaces (tests/conftest.py)
 pytestmark = [needs_root_and_unshare, pytest.mark.trust]
@@ -113,21 +113,38 @@ def test_an_in_flight_budget_the_tmpfs_cannot_hold_fails_as_too_small(node: dict
     assert _checks(b)["capacity"]["cause"] == "shm_too_small"
 
 
-def test_a_tmpfs_no_process_uses_is_unknown_never_failed(node: dict[str, Any]) -> None:
-    a = node["pods"][POD_A[2]]
-    a.stdin.close()  # pod A's container exits: no process uses its tmpfs, its names cannot be judged
-    wait_for(lambda: a.poll() is not None, what="pod A's pid 1 to exit")
-    doc = run_cli("--json", "doctor", "--node", "--node-root", node["root"], exit=3).json
+def test_a_tmpfs_whose_names_cannot_be_judged_is_unknown_never_failed(node: dict[str, Any]) -> None:
+    """A second container on pod A's tmpfs, in its own pid namespace, has the dead producer's pid: which
+    namespace wrote the name cannot be told, so it is unknown: never a failure, never a pass."""
+    root = node["root"]
+    (name,) = [n for n in os.listdir(dshm(Path(root), POD_A[2])) if n.startswith("smg-")]
+    reg = Children()
+    try:
+        start_pod(reg, dshm(Path(root), POD_A[2]), f"hold={name.split('-')[2]}")
+        doc = run_cli("--json", "doctor", "--node", "--node-root", root, exit=3).json
+    finally:
+        reg.reap()
     block = _blocks(doc["result"])[POD_A[2]]
     assert block["verdict"] == "unknown"
-    assert not block["liveness_trusted"]
     live = _checks(block)["liveness"]
     assert live["status"] == "unknown"
-    assert "no process uses this tmpfs" in live["summary"]
+    assert "which one wrote the name cannot be told" in live["summary"]
     leaks = _checks(block)["leaks"]  # its names judged nothing: never "none leaked", and exit 6 were it alone
     assert (leaks["status"], leaks["code"]) == ("unknown", 6)
     assert leaks["summary"].startswith("1 SMG segment(s), none could be judged: ")
     assert not [c for c in block["checks"] if c["status"] == "fail"]
+
+
+def test_a_tmpfs_no_process_reaches_is_leaked(node: dict[str, Any]) -> None:
+    """Pod A's container exits: no process reaches its tmpfs, so its names' writers are gone: a leak."""
+    a = node["pods"][POD_A[2]]
+    a.stdin.close()
+    wait_for(lambda: a.poll() is not None, what="pod A's pid 1 to exit")
+    doc = run_cli("--json", "doctor", "--node", "--node-root", node["root"], exit=3).json
+    block = _blocks(doc["result"])[POD_A[2]]
+    assert block["verdict"] == "fail"
+    assert "no process reaches this tmpfs" in _checks(block)["liveness"]["summary"]
+    assert _checks(block)["leaks"]["status"] == "fail"
 
 
 def test_human_output_verdict_first_and_fits_80_columns(node: dict[str, Any]) -> None:
@@ -154,3 +171,34 @@ def test_node_refuses_options_that_choose_this_hosts_checks() -> None:
     run_cli("doctor", "--node", "--shm-dir", "/dev/shm", exit=2)
     run_cli("doctor", "--node", "--no-e2e", exit=2)
     run_cli("doctor", "--node", "--node-root", "/nonexistent/root", exit=5)
+
+
+def test_a_tmpfs_gone_since_the_look_is_said_and_the_others_checked(
+    node: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pod B's tmpfs is unmounted between the look and its checks (its pod deleted): its block says so and
+    fails nothing; the other pods are checked as ever (pod A's leak: exit 3)."""
+    import subprocess
+
+    from smgshm.core.node import doctor
+
+    b_dir = dshm(Path(node["root"]), POD_B[2])
+    real = doctor.look
+
+    def look_then_vanish(where: str, pids: Any = None, **kw: Any) -> Any:
+        seen = real(where, pids, **kw)
+        subprocess.run(["umount", "-l", str(b_dir)], check=True, timeout=30)
+        return seen
+
+    monkeypatch.setattr(doctor, "look", look_then_vanish)
+    try:
+        doc = run_cli("--json", "doctor", "--node", "--node-root", node["root"], exit=3).json
+    finally:  # for the fixture's own unmount
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(b_dir)], check=True, timeout=30)
+    blocks = _blocks(doc["result"])
+    b = blocks[POD_B[2]]
+    assert b["verdict"] == "unknown"
+    shm = _checks(b)["shm dir"]
+    assert shm["status"] == "skip"
+    assert "gone since the node was looked at" in shm["summary"]
+    assert blocks[POD_A[2]]["verdict"] == "fail"

@@ -98,33 +98,50 @@ def test_delete_reaps_the_dead_producers_segment_and_keeps_the_live_one(node: di
     run_cli("gc", "--node", "--node-root", root, "--check")
 
 
-def test_a_tmpfs_no_process_uses_is_unknown_and_never_reaped(node: dict[str, Any]) -> None:
+def test_a_tmpfs_no_process_reaches_is_leaked_and_proven_so_by_order(node: dict[str, Any]) -> None:
+    """Pod A's container exits (between restarts): no process reaches its tmpfs, so every name there was
+    written by a process now gone: leaked. Reaped at any age only when a listing saw it before the walk
+    that found nobody (the second run's look follows the first run's sighting)."""
     root = node["root"]
-    node["a"].stdin.close()  # pod A's container exits: no process uses its tmpfs any more
+    node["a"].stdin.close()  # pod A's container exits: no process reaches its tmpfs any more
     wait_for(lambda: node["a"].poll() is not None, what="pod A's pid 1 to exit")
-    doc = run_cli("--json", "gc", "--node", "--node-root", root, "--delete", "--min-age", "0", "--yes").json
+    first = _blocks(run_cli("--json", "gc", "--node", "--node-root", root).json)[POD_A[2]]
+    assert first["liveness_trusted"]
+    assert "no process reaches this tmpfs" in first["liveness_note"]
+    assert first["pid_namespaces"] == []
+    (seg,) = first["segments"]
+    assert (seg["state"], seg["producer_alive"]) == ("leaked", False)
+    assert "no process reaches this tmpfs" in seg["reason"]
+    # the default --min-age (10m): only a leak proven by order (listed before the look) is reaped
+    doc = run_cli("--json", "gc", "--node", "--node-root", root, "--delete", "--yes").json
     a = _blocks(doc)[POD_A[2]]
-    assert not a["liveness_trusted"]
-    assert "no process uses this tmpfs" in a["liveness_note"]
-    assert a["segments"][0]["state"] == "unknown"
-    assert a["deleted"] == []
+    assert [d["deleted"] for d in a["deleted"]] == [True]
+    assert sorted(os.listdir(dshm(Path(root), POD_A[2]))) == ["sem.mp-other"]
+    run_cli("gc", "--node", "--node-root", root, "--check")
 
 
 @pytest.mark.slow
 def test_check_of_a_node_whose_every_segment_is_unknown_is_inconclusive(node: dict[str, Any]) -> None:
-    """Both pods' containers exit: no tmpfs can be judged by pid, so a --check judged nothing: exit 6 with
-    the reason (2 under --npd), never "check passed"."""
+    """Pod A's tmpfs is reached by two pid namespaces that cannot agree on its name (a second container has
+    the dead producer's pid), pod B's holds no SMG name: nothing can be judged by pid, so a --check judged
+    nothing: exit 6 with the reason (2 under --npd), never "check passed"."""
     root = node["root"]
-    for pod in ("a", "b"):
-        node[pod].stdin.close()
-        wait_for(lambda p=node[pod]: p.poll() is not None, what=f"pod {pod}'s pid 1 to exit")
-    doc = run_cli("--json", "gc", "--node", "--node-root", root, "--check", exit=6).json
+    for name in os.listdir(dshm(Path(root), POD_B[2])):
+        if name.startswith("smg-"):
+            os.unlink(dshm(Path(root), POD_B[2]) / name)
+    (name,) = [n for n in os.listdir(dshm(Path(root), POD_A[2])) if n.startswith("smg-")]
+    reg = Children()
+    try:
+        start_pod(reg, dshm(Path(root), POD_A[2]), f"hold={name.split('-')[2]}")
+        doc = run_cli("--json", "gc", "--node", "--node-root", root, "--check", exit=6).json
+        head = run_cli("gc", "--node", "--node-root", root, "--check", exit=6).stdout.splitlines()[0]
+        run_cli("gc", "--node", "--node-root", root, "--check", "--npd", exit=2)
+    finally:
+        reg.reap()
     assert doc["ok"] is False
     assert {s["state"] for t in doc["result"]["tmpfs"] for s in t["segments"]} == {"unknown"}
-    assert any(w.startswith("check inconclusive: all 2 SMG segment(s) unknown") for w in doc["warnings"])
-    head = run_cli("gc", "--node", "--node-root", root, "--check", exit=6).stdout.splitlines()[0]
+    assert any(w.startswith("check inconclusive: all 1 SMG segment(s) unknown") for w in doc["warnings"])
     assert head.startswith("check inconclusive: node "), head
-    run_cli("gc", "--node", "--node-root", root, "--check", "--npd", exit=2)
 
 
 def test_a_symlink_in_the_kubelet_dir_is_not_followed_out_of_the_root(node: dict[str, Any], tmp_path: Path) -> None:
@@ -314,3 +331,73 @@ def test_a_tmpfs_of_no_pod_is_said_so_not_dashed(tmp_path: Path) -> None:
             assert (quiet.stdout, quiet.stderr) == ("", ""), command
     finally:
         subprocess.run(["umount", str(shm)], check=True)
+
+
+def test_a_tmpfs_that_vanishes_mid_run_is_reported_alone_and_the_others_judged(
+    node: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pod B's tmpfs is unmounted between the look and its scan (its pod deleted), at every run: it is
+    reported for itself, pod A's leak is still judged, and NPD says the problem (1), not the run's failure."""
+    from smgshm.core.node import scan
+
+    root = node["root"]
+    b_dir = dshm(Path(root), POD_B[2])
+    real = scan.look
+
+    def mounted() -> bool:
+        return os.stat(b_dir).st_dev != os.stat(b_dir.parent).st_dev
+
+    def look_then_vanish(where: str, pids: Any = None, **kw: Any) -> Any:
+        if not mounted():  # a pod B tmpfs again for this run's look
+            subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(b_dir)], check=True, timeout=30)
+        seen = real(where, pids, **kw)
+        subprocess.run(["umount", "-l", str(b_dir)], check=True, timeout=30)
+        return seen
+
+    monkeypatch.setattr(scan, "look", look_then_vanish)
+    try:
+        doc = run_cli("--json", "gc", "--node", "--node-root", root).json
+        npd = run_cli("gc", "--node", "--node-root", root, "--check", "--npd", exit=1).stdout
+        text = run_cli("gc", "--node", "--node-root", root).stdout
+    finally:
+        if not mounted():  # for the fixture's own unmount
+            subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(b_dir)], check=True, timeout=30)
+    blocks = _blocks(doc)
+    a, b = blocks[POD_A[2]], blocks[POD_B[2]]
+    assert a["scan_error"] is None
+    assert [s["state"] for s in a["segments"]] == ["leaked"]
+    assert b["gone"] is True
+    assert "changed since the node was looked at" in b["scan_error"], b["scan_error"]
+    assert b["segments"] == []
+    assert npd.startswith("gc: 1 leaked"), npd
+    assert "gone since the look (unmounted)" in text
+
+
+def test_a_tmpfs_that_cannot_be_read_keeps_the_check_from_passing(
+    node: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pod B's tmpfs, still mounted, cannot be scanned: reported for itself; pod A's leak still fails the
+    check (NPD 1); with no leak elsewhere the check is inconclusive (6; NPD 2), never a pass."""
+    from smgshm.core.errors import HostError
+    from smgshm.core.node import scan
+
+    root = node["root"]
+    b_dir = str(dshm(Path(root), POD_B[2]))
+    real = scan.TmpfsScan.make_judge
+
+    def refused(self: Any) -> Any:
+        if self.tmpfs.place.path == b_dir:
+            self.close()
+            raise HostError("permission denied listing the shm dir", path=b_dir)
+        return real(self)
+
+    monkeypatch.setattr(scan.TmpfsScan, "make_judge", refused)
+    b = _blocks(run_cli("--json", "gc", "--node", "--node-root", root, "--check", exit=3).json)[POD_B[2]]
+    assert (b["gone"], b["segments"]) == (False, [])
+    assert "permission denied" in b["scan_error"]
+    assert run_cli("gc", "--node", "--node-root", root, "--check", "--npd", exit=1).stdout.startswith("gc: 1 leaked")
+    run_cli("gc", "--node", "--node-root", root, "--delete", "--min-age", "0", "--yes")  # pod A's leak reaped
+    doc = run_cli("--json", "gc", "--node", "--node-root", root, "--check", exit=6).json
+    assert any("could not be scanned" in w for w in doc["warnings"]), doc["warnings"]
+    npd = run_cli("gc", "--node", "--node-root", root, "--check", "--npd", exit=2).stdout
+    assert "could not be scanned" in npd

@@ -11,8 +11,9 @@ doctor's run on its own host, and why:
 - writability is judged from the tmpfs's figures, not by creating a file: a node agent reads the
   kubelet's dirs through a read-only hostPath, and a file created as root proves nothing about the
   pod's uid. Read-only mount, less than a page free, or a dir no user of it may write to fail it;
-- a tmpfs whose names cannot be judged by pid (no process uses it as /dev/shm, namespaces that
-  disagree, a node agent without hostPID) is ``unknown``: never a failure, never a warning.
+- a tmpfs whose names cannot be judged by pid (namespaces that disagree, a process of its pod that
+  cannot be read, a node agent without hostPID) is ``unknown``: never a failure, never a warning; one
+  no process reaches (core/node/reach.py) holds only leaks.
 
 Read-only: nothing is created, opened for writing or removed.
 """
@@ -36,11 +37,11 @@ from smgshm.core.host.capacity import INFLIGHT_SOURCE, Need, recorded_needs, shm
 from smgshm.core.host.identity import HostIdentity, read_host_identity
 from smgshm.core.host.proc import innermost_pid
 from smgshm.core.names import GATEWAY_PROBE_PREFIX
-from smgshm.core.node.scan import Tmpfs, TmpfsScan, look, pod_label
+from smgshm.core.node.scan import Tmpfs, TmpfsScan, gone, look, pod_label
 from smgshm.core.node.volumes import ShmUser
 from smgshm.core.outcomes import Outcome, Status
 from smgshm.core.paths import node_path, same_dir
-from smgshm.core.segments.judge import ScanOptions, SegmentInfo
+from smgshm.core.segments.judge import ScanOptions, SegmentInfo, Tally
 from smgshm.core.units import human_size
 
 # Unlinked files still mapped this much of the size: gc cannot free them, and SMG's writes find the space gone.
@@ -128,7 +129,12 @@ def _checkup(root: str, t: Tmpfs, inflight: int | None, stranded_after_s: float,
         segments = list(scan)
         usage = shm_usage(path)
     except SmgshmError as err:  # gone or changed since the node was looked at: said, and the run goes on
-        return TmpfsCheckup(t, Status.FAIL, [Check("shm dir", Status.FAIL, str(err), err.hint or "", Outcome.HOST)])
+        none = dict(Tally().counts)  # nothing listed: every state's count, 0
+        if gone(t.place):  # unmounted since the look (its pod deleted): nothing is left there to check
+            said = f"gone since the node was looked at (unmounted: its pod deleted): {err}"
+            return TmpfsCheckup(t, Status.UNKNOWN, [Check("shm dir", Status.SKIP, said)], counts=none)
+        failed = Check("shm dir", Status.FAIL, str(err), err.hint or "", Outcome.HOST)
+        return TmpfsCheckup(t, Status.FAIL, [failed], counts=none)
     gws = [GatewayUse(u.pid, _ns_pid(u.pid)) for u in t.users if u.pid in titled]
     writers = [f"SMG gateway pid {g.ns_pid if g.ns_pid is not None else '?'} (pid {g.pid} here)" for g in gws]
     counts = dict(scan.tally.counts)

@@ -230,7 +230,9 @@ class NodeWatch:
             if vol.wd is None:
                 self._watch(vol)
         # One walk of /proc and one read of every mount namespace's table, for every tmpfs at once.
-        holders = holder_index_devs(vol.tmpfs.place.dev for vol in fresh.values())
+        holders = node.holders  # the look's own walk (its reach rule read the fds and maps already)
+        if holders is None:
+            holders = holder_index_devs(vol.tmpfs.place.dev for vol in fresh.values())
         mounted = mount_points_of(vol.tmpfs.place.path for vol in fresh.values())
         for vol in list(fresh.values()):
             try:

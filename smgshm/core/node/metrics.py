@@ -54,7 +54,7 @@ METRICS: dict[str, tuple[str, tuple[str, ...], str, str]] = {
     ),
     "other_entries": ("gauge", VOLUME, ALWAYS, "Entries outside SMG's names (semaphores, NCCL, torch, ...)"),
     "other_bytes": ("gauge", VOLUME, ALWAYS, "Allocated bytes of the entries outside SMG's names"),
-    "processes": ("gauge", VOLUME, ALWAYS, "Processes whose /dev/shm the tmpfs is"),
+    "processes": ("gauge", VOLUME, ALWAYS, "Processes that reach the tmpfs (its /dev/shm, a mount, a cwd, fd or map)"),
     "liveness_trusted": (
         "gauge",
         VOLUME,

@@ -9,24 +9,27 @@ the pod judge in place of the host's, so gc's listing, reaping and tallies apply
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
-from smgshm.core.errors import HostError
+from smgshm.core.errors import HostError, SmgshmError
 from smgshm.core.host import clock
 from smgshm.core.host.clock import WallClock
 from smgshm.core.host.holders import Holder, holder_index, holder_index_devs
 from smgshm.core.host.mounts import mount_points_of
-from smgshm.core.host.pidtrust import Trust
+from smgshm.core.host.pidtrust import INIT_PID_NS, Trust
 from smgshm.core.host.proc import fd_mount_id, live_pids
 from smgshm.core.names import SMG_FAMILY_PREFIX
 from smgshm.core.node.judge import PodJudge, tmpfs_trust
 from smgshm.core.node.layout import NodeRoot, Place
 from smgshm.core.node.pods import PodName, pod_names_at
+from smgshm.core.node.reach import reachers
 from smgshm.core.node.sight import Unseen, unseen
-from smgshm.core.node.volumes import Hidden, PidSpace, ShmUser, hidden_bytes, pid_spaces, pidns_of_self, shm_users
-from smgshm.core.segments.judge import Judge, ScanOptions, SegmentInfo
+from smgshm.core.node.volumes import Hidden, PidSpace, ShmUser, hidden_bytes, pid_spaces, pidns_of_self
+from smgshm.core.segments.judge import Judge, ScanOptions, SegmentInfo, Tally
 from smgshm.core.segments.scan import Scan
+from smgshm.core.segments.sightings import Sightings
 
 MAX_FAMILIES = 32  # other families kept by name; the rest are counted together
 OTHER = "(other)"
@@ -39,10 +42,11 @@ class Tmpfs:
     place: Place
     pod_uid: str | None  # the kubelet path's, else the one its processes' cgroups agree on
     pod: PodName | None
-    users: tuple[ShmUser, ...]  # processes whose /dev/shm it is
+    users: tuple[ShmUser, ...]  # processes that reach it (reach.py)
     spaces: tuple[PidSpace, ...]  # their pid namespaces
     trust: Trust
     hidden: Hidden
+    host: PidSpace | None = None  # the host's pid namespace: smgshm's own names are judged there too
 
 
 def pod_label(t: Tmpfs) -> str:
@@ -55,6 +59,7 @@ class NodeLook:
     root: str
     tmpfs: list[Tmpfs]
     pods_known: int  # pod log dirs read
+    holders: dict[tuple[int, int], list[Holder]] | None = None  # every tmpfs's, from the look's one walk
     unseen: list[Unseen] = field(default_factory=list)  # what it could not see (sight.py): the node is unknown
 
 
@@ -66,31 +71,37 @@ def look(root: str, pids: Iterable[int] | None = None, state_dirs: Sequence[tupl
     with NodeRoot(root, state_dirs) as node:
         places, where = list(node.places()), node.path
         blind = unseen(where, node.found, node.missing, pidns_of_self(), state_dirs)
+    every = places  # each tmpfs's every place: a mount at any of them is the host's (reach.py)
     by_dev: dict[int, Place] = {}
     for p in places:
         by_dev.setdefault(p.dev, p)  # one tmpfs, one block (its first place)
     places = list(by_dev.values())
-    users = shm_users(everyone)
-    # Pod names for the pods seen only (the log dirs are streamed, not kept): the places' and the users' uids.
-    wanted = {p.pod_uid for p in places} | {u.pod_uid for us in users.by_dev.values() for u in us}
+    holders = holder_index_devs([p.dev for p in places], everyone)  # fds and maps: a route, and gc's holders
+    seen = reachers(every, where, everyone, holders)  # the one rule: who reaches each tmpfs (reach.py)
+    # Pod names for the pods seen only (the log dirs are streamed, not kept): the places' and the reachers' uids.
+    wanted = {p.pod_uid for p in places} | {u.pod_uid for us in seen.by_dev.values() for u in us}
+    wanted |= {v for v in seen.sandbox_pod.values() if v}
     names, known = pod_names_at(where, {w for w in wanted if w})
-    depth = {u.pidns: u.depth for p in places for u in users.by_dev.get(p.dev, ())}
+    depth = {u.pidns: u.depth for p in places for u in seen.by_dev.get(p.dev, ())}
     spaces = pid_spaces(depth, everyone)
     hidden = hidden_bytes([p.dev for p in places], everyone)
     mine = pidns_of_self()
+    host = PidSpace(mine, 1, {p: p for p in everyone}) if mine == INIT_PID_NS else None
     out: list[Tmpfs] = []
     for p in places:
-        mine_users = tuple(users.by_dev.get(p.dev, ()))
+        mine_users = tuple(seen.by_dev.get(p.dev, ()))
         used = tuple(spaces[ns] for ns in sorted({u.pidns for u in mine_users}))
-        uid = p.pod_uid
-        if uid is None:  # a sandbox's: the pod its processes' cgroups agree on
+        uid = p.pod_uid or (seen.sandbox_pod.get(p.volume) if p.kind == "sandbox_shm" and p.volume else None)
+        if uid is None:  # a sandbox's whose pause was not seen: the pod its processes' cgroups agree on
             found = {u.pod_uid for u in mine_users}
             uid = found.pop() if len(found) == 1 else None
-        unread = users.doubtful(p.pod_uid, [s.ns for s in used])
+        # An unread process may reach its own pod's tmpfs: the pod the kubelet's path or the sandbox's pause proves.
+        proven = p.pod_uid or (seen.sandbox_pod.get(p.volume) if p.volume else None)
+        unread = seen.doubtful(proven, [s.ns for s in used])
         doubt = frozenset(u.uid for u in unread)
         trust = tmpfs_trust(mine_users, used, mine, doubt, since, unread_pids=[u.pid for u in unread])
-        out.append(Tmpfs(p, uid, names.get(uid) if uid else None, mine_users, used, trust, hidden[p.dev]))
-    return NodeLook(where, out, known, blind)
+        out.append(Tmpfs(p, uid, names.get(uid) if uid else None, mine_users, used, trust, hidden[p.dev], host))
+    return NodeLook(where, out, known, holders, blind)
 
 
 @dataclass
@@ -130,6 +141,8 @@ class TmpfsScan(Scan):
         mount points, from one read of every namespace's table (``mount_points_of``); else its own reads."""
         self.tmpfs = tmpfs
         self.others = Others()
+        self.error: str | None = None  # why it could not be scanned (Unscanned's)
+        self.gone = False  # not mounted there any more (Unscanned's)
         self._holders, self._mounted = holders, mounted
         super().__init__(replace(opts, shm_dir=tmpfs.place.path), progress)
 
@@ -148,7 +161,8 @@ class TmpfsScan(Scan):
         # filesystem): the node view found it mounted as a tmpfs, made after boot.
         offset = clock.boot_offset()
         wall = WallClock(offset, clock.step_shown(clock.birth_time(place.path), 0.0, offset))
-        return trust, PodJudge(self.opts, trust, held, self.dev, self.tmpfs.spaces, self.sightings, self._mounted, wall)
+        spaces, host = self.tmpfs.spaces, self.tmpfs.host
+        return trust, PodJudge(self.opts, trust, held, self.dev, spaces, self.sightings, self._mounted, wall, host)
 
     def _entries(self) -> Iterator[os.DirEntry[str]]:
         others, prefix = self.others, SMG_FAMILY_PREFIX
@@ -169,13 +183,59 @@ class TmpfsScan(Scan):
         self.sightings.save()  # as gc's Scan: a whole listing records what it saw, the next scan's proofs
 
 
+class Unscanned(TmpfsScan):
+    """A tmpfs of the look that could not be scanned: gone since (its pod deleted: unmounted), or unreadable.
+    It lists nothing and reaps nothing; it is reported for itself (``error``), and the run goes on."""
+
+    def __init__(self, tmpfs: Tmpfs, opts: ScanOptions, error: SmgshmError) -> None:
+        # Not Scan's constructor: there is no dir to open. What gc's run reads of a scan is set here.
+        self.tmpfs, self.others, self._holders, self._mounted = tmpfs, Others(), None, {}
+        self.t0, self.opts, self.progress, self._fd = (
+            time.monotonic(),
+            replace(opts, shm_dir=tmpfs.place.path),
+            None,
+            -1,
+        )
+        self.dev, self.shm_total_bytes, self.shm_free_bytes = tmpfs.place.dev, 0, 0
+        self.tally = Tally()
+        self.error = str(error)
+        self.gone = gone(tmpfs.place)
+        self.trust = Trust(False, f"not scanned: {self.error}")
+        self.sightings = Sightings(tmpfs.place.path, None)  # nothing read or stored (no dir identified)
+
+    def usage_now(self) -> tuple[int, int]:
+        return 0, 0
+
+    def __iter__(self) -> Iterator[SegmentInfo]:
+        return iter(())
+
+
+def gone(place: Place) -> bool:
+    """Whether the tmpfs is no longer mounted at its place (its pod deleted since the look)."""
+    try:
+        fd = os.open(place.path, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False  # there, but not ours to look at
+    try:
+        return os.fstat(fd).st_dev != place.dev or fd_mount_id(fd) != place.mount_id
+    finally:
+        os.close(fd)
+
+
 def tmpfs_scans(node: NodeLook, opts: ScanOptions) -> Iterator[TmpfsScan]:
-    """gc's scan of each tmpfs of ``node`` in turn, each judged in its pod's pid namespaces (gc --node)."""
+    """gc's scan of each tmpfs of ``node`` in turn, each judged in its pod's pid namespaces (gc --node). One
+    that cannot be scanned (gone since the look, unreadable) is an ``Unscanned``: the others are judged."""
     # One walk of /proc and one read of every mount namespace's table, for every tmpfs at once.
-    holders = holder_index_devs(t.place.dev for t in node.tmpfs)
+    holders = node.holders if node.holders is not None else holder_index_devs(t.place.dev for t in node.tmpfs)
     mounted = mount_points_of(t.place.path for t in node.tmpfs)
     for tmpfs in node.tmpfs:
-        yield TmpfsScan(tmpfs, opts, holders=holders, mounted=mounted[tmpfs.place.path])
+        try:
+            scan: TmpfsScan = TmpfsScan(tmpfs, opts, holders=holders, mounted=mounted[tmpfs.place.path])
+        except SmgshmError as err:
+            scan = Unscanned(tmpfs, opts, err)
+        yield scan
 
 
-__all__ = ["OTHER", "NodeLook", "Others", "Tmpfs", "TmpfsScan", "look", "pod_label", "tmpfs_scans"]
+__all__ = ["OTHER", "NodeLook", "Others", "Tmpfs", "TmpfsScan", "Unscanned", "gone", "look", "pod_label", "tmpfs_scans"]

@@ -1,12 +1,8 @@
-"""Who uses each tmpfs as its /dev/shm, in which pid namespaces, and what it holds unseen.
+"""The pid namespaces that judge a tmpfs, and what it holds unseen.
 
-SMG makes its segments with shm_open(3), which always writes under the caller's own /dev/shm, and
-names each with the caller's pid *in the caller's pid namespace*. So the names in a tmpfs are the
-pids of processes whose /dev/shm is that tmpfs: the processes whose ``/proc/P/root/dev/shm`` has
-its st_dev. Processes that reach it another way (the kubelet's own mount, a node agent's hostPath)
-write no SMG name there, and are not asked. One pass over /proc serves every tmpfs: one stat per
-process, then, per pid namespace found, which process has which pid there (``/proc/P/status``
-NSpid; a process of a namespace nested below counts too, found by NS_GET_PARENT).
+Which processes reach each tmpfs is core/node/reach.py's rule; here, per pid namespace found there,
+which process has which pid in it (``/proc/P/status`` NSpid; a process of a namespace nested below
+counts too, found by NS_GET_PARENT), one pass over /proc for every tmpfs.
 
 Hidden bytes: a file created, mapped and unlinked (vLLM #52596's pattern) frees nothing while it
 is mapped, and no listing shows it. Its mappings show as ``(deleted)`` lines in /proc/P/maps with
@@ -18,28 +14,27 @@ seen).
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from smgshm.core.host.proc import live_pids, ns_pids, readlink_or, uid_of
-from smgshm.core.node.pods import MAX_CGROUP_BYTES, pod_uid_in
+from smgshm.core.host.proc import live_pids, ns_pids, readlink_or
 
 MAX_MAPS_BYTES = 16 << 20  # one process's maps: 65530 mappings (vm.max_map_count) of ~100 bytes fit
 NS_GET_PARENT = 0xB702  # _IO(0xb7, 0x2), linux/nsfs.h
 
 
 class ShmUser(NamedTuple):
-    """A process whose /dev/shm is a given tmpfs."""
+    """A process that reaches a given tmpfs (core/node/reach.py: its /dev/shm, a mount, a cwd, an fd, ...)."""
 
     pid: int
     pidns: str  # "pid:[...]"
     depth: int  # how many pid namespaces deep, from this one (len of NSpid)
     uid: int
     pod_uid: str | None
+    how: str = "its /dev/shm"  # how it reaches the tmpfs (core/node/reach.py): a mount at P, its cwd, ...
 
 
 @dataclass
@@ -53,90 +48,13 @@ class PidSpace:
 
 
 class Unread(NamedTuple):
-    """A process whose /dev/shm could not be read (another LSM's, or hidepid's): it may use any tmpfs."""
+    """A process that could not be read (another user namespace's, an LSM's): which tmpfs it reaches
+    cannot be told (core/node/reach.py says which it is counted against)."""
 
     pid: int
     uid: int
     pod_uid: str | None  # its cgroup's pod ("" for none); None when its cgroup could not be read either
     pidns: str | None  # this one when NSpid says so (one level deep); else None: not known
-
-
-@dataclass
-class Users:
-    """Every process's /dev/shm device, read once."""
-
-    by_dev: dict[int, list[ShmUser]]
-    unread: list[Unread]
-
-    def doubt_uids(self, pod_uid: str | None, judged_in: Iterable[str]) -> frozenset[int]:
-        """The uids whose segments in a tmpfs cannot be judged: those of unread processes that may use
-        it, from a pid namespace it is not judged in (``judged_in``: a member's pids are counted
-        anyway). The kubelet mounts a pod's emptyDir into that pod's containers only, and every
-        process of a pod is in its pod's cgroup, so for a pod's emptyDir (``pod_uid``) only its own
-        pod's unread processes (or ones whose cgroup is unread too) count; for any other tmpfs, all."""
-        return frozenset(u.uid for u in self.doubtful(pod_uid, judged_in))
-
-    def doubtful(self, pod_uid: str | None, judged_in: Iterable[str]) -> list[Unread]:
-        """The unread processes behind ``doubt_uids`` (their pids name them in the note)."""
-        known = set(judged_in)
-        return [u for u in self.unread if u.pidns not in known and (pod_uid is None or u.pod_uid in (None, pod_uid))]
-
-
-def _cgroup_pod(pid: int) -> str | None:
-    try:
-        with open(f"/proc/{pid}/cgroup", "rb") as f:
-            return pod_uid_in(f.read(MAX_CGROUP_BYTES)) or ""
-    except OSError:
-        return None
-
-
-def _shm_dev(pid: int) -> int:
-    """st_dev of the /dev/shm in ``pid``'s root, its components opened there without following a link:
-    an absolute link would resolve against this process's root, not its (ELOOP/ENOTDIR then)."""
-    fd = os.open(f"/proc/{pid}/root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        for name in ("dev", "shm"):
-            nxt = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
-            os.close(fd)
-            fd = nxt
-        return os.fstat(fd).st_dev
-    finally:
-        os.close(fd)
-
-
-def shm_users(pids: Iterable[int] | None = None) -> Users:
-    """Which processes use which tmpfs as /dev/shm. A process that exits mid-read is left out (it
-    writes nothing any more); one whose root cannot be read is listed as unread, and so is one whose
-    /dev/shm is a link (which tmpfs it reaches cannot be told from here; out of a pod: any)."""
-    by_dev: dict[int, list[ShmUser]] = {}
-    unread: list[Unread] = []
-    for pid in live_pids() if pids is None else pids:
-        try:
-            dev = _shm_dev(pid)
-            pidns = os.readlink(f"/proc/{pid}/ns/pid")
-            nspid = ns_pids(pid)
-        except (FileNotFoundError, ProcessLookupError):
-            continue  # gone, or a root with no /dev/shm: no SMG name from it
-        except OSError as err:
-            if err.errno in (errno.ELOOP, errno.ENOTDIR) and (uid := uid_of(pid)) is not None:
-                try:
-                    ns: str | None = os.readlink(f"/proc/{pid}/ns/pid")
-                except OSError:
-                    ns = None
-                unread.append(Unread(pid, uid, _cgroup_pod(pid) or None, ns))
-                continue
-            if err.errno in (errno.EACCES, errno.EPERM) and (uid := uid_of(pid)) is not None:
-                try:
-                    depth = len(ns_pids(pid))
-                except OSError:
-                    depth = 0
-                unread.append(Unread(pid, uid, _cgroup_pod(pid), pidns_of_self() if depth == 1 else None))
-            continue
-        uid = uid_of(pid)
-        if uid is None or not nspid:
-            continue
-        by_dev.setdefault(dev, []).append(ShmUser(pid, pidns, len(nspid), uid, _cgroup_pod(pid) or None))
-    return Users(by_dev, unread)
 
 
 def _ancestor(pid: int, up: int) -> str | None:
@@ -257,9 +175,7 @@ __all__ = [
     "PidSpace",
     "ShmUser",
     "Unread",
-    "Users",
     "hidden_bytes",
     "pid_spaces",
     "pidns_of_self",
-    "shm_users",
 ]

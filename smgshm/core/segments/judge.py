@@ -227,6 +227,10 @@ class Judge:
     judged every time, by the same rules.
     """
 
+    # Kinds whose pid is looked up apart from the rest (``bounds`` gets it plus PID_LIMIT): the node view
+    # judges smgshm's own names in the host's pid namespace too. None here.
+    own_kinds: frozenset[str] = frozenset()
+
     def __init__(
         self,
         opts: ScanOptions,
@@ -279,6 +283,7 @@ class Judge:
         judge_pid = not self.opts.assume_dead
         trusted, doubt, stale_after = self.trust.trusted, self.trust.doubt_uids, self.opts.stale_after_s
         looked = self.trust.since_ns  # a sighting before it proves the segment older than the trust's look
+        own_kinds = self.own_kinds
         if tally is not None:  # Tally.add, inline: a call per entry is a tenth of this loop
             t_counts, t_bytes, t_kcounts, t_kbytes = (
                 tally.counts,
@@ -329,7 +334,9 @@ class Judge:
             ):
                 state, reason, alive = self._not_by_pid(name, dev, kind, ftype, held)
             else:  # a regular file on this filesystem nobody holds, with a producer pid: the pid decides
-                bounds = starts[pid] if pid in starts else starts.setdefault(pid, self.bounds(pid))
+                # a kind judged apart (own_kinds: the node view's own names) has its own key, past every pid
+                key = pid + pid_limit if own_kinds and kind in own_kinds else pid
+                bounds = starts[key] if key in starts else starts.setdefault(key, self.bounds(key))
                 proven = False  # reuse proven on the boot clock
                 if row is not None:
                     sight = sights.first_seen(row, name)  # boot clock, ns
@@ -425,7 +432,8 @@ class Judge:
 
     def bounds(self, pid: int) -> Bounds | None:
         """``reuse_bounds`` of the producer pid a name carries, asked once per pid: here the pid is one
-        of this pid namespace; a judge of another namespace's names (core/node) translates it first."""
+        of this pid namespace; a judge of another namespace's names (core/node) translates it first.
+        A name of ``own_kinds`` asks with its pid plus PID_LIMIT (never so here: the set is empty)."""
         return reuse_bounds(pid, self.wall)
 
     @staticmethod

@@ -1,0 +1,257 @@
+"""Which processes reach each tmpfs of a node, and so in which pid namespaces its SMG names are judged:
+the one rule of the node view (gc --node, doctor --node, watch --node and its exporter all judge by it).
+
+SMG names a segment by its producer's pid in the producer's pid namespace, and a producer writes only
+where it reaches. So every process that reaches a tmpfs now contributes its pid namespace, whatever the
+way: its /dev/shm, a mount of that tmpfs anywhere in its mount namespace (a sidecar's emptyDir at
+/cache; each mount namespace's table is read once), its cwd or root, an open fd or a mapped file there
+(host/holders.py's index by device). What the rule assumes, and why:
+
+- **The host's own mounts write no SMG name.** The kubelet mounts a pod's emptyDir at its path under
+  ``var/lib/kubelet/pods``, the runtime its sandbox shm under its state dir; the host's processes (the
+  kubelet's disk accounting, a node agent, smgshm itself) reach every tmpfs that way. So a process in
+  the host's mount namespace (pid 1's, and this process's own) counts only through its /dev/shm (the
+  host's own /dev/shm is judged in the host's pid namespace), and a mount at the tmpfs's own place
+  (as the host names it, or as this process does: a copy of the host's mount, in a namespace made
+  from the host's) is the host's. This is the one assumption: SMG writes through its own /dev/shm.
+- **A sandbox's infra (pause) container is no producer.** containerd gives it the sandbox shm as its
+  /dev/shm, and with the kubelet's default it is pid 1 of a pid namespace of its own, where a dead
+  gateway's ``smg-tokenspeed-1-*`` would read alive. It is told by proof, not by name: its cgroup leaf
+  is the very sandbox id that names the shm dir (cgroupfs: ``.../pod<uid>/<id>``; systemd:
+  ``cri-containerd-<id>.scope``). Its pid namespace still judges when another process in it reaches
+  the tmpfs (``shareProcessNamespace``).
+- **A process that cannot be read** (its namespaces or links refuse this process: another user
+  namespace's, an LSM's) may reach any tmpfs the runtime gave its pod: the runtime mounts a pod's tmpfs
+  (an emptyDir, the sandbox shm) into that pod's containers only, and puts each of their processes in
+  the pod's cgroup, which /proc/P/cgroup shows to anyone. So it puts the segments of its uid in doubt on
+  the tmpfs of its own pod (or on every tmpfs when its cgroup cannot be read either, or the tmpfs's pod
+  is not known), and on no other: a process of no pod reaches a pod's tmpfs only as the host does.
+  Its pid namespace, when it is one already judging there, adds nothing (its pids are counted anyway).
+
+No process reaching a tmpfs is a judgement too, not a shrug: its names were written by processes that
+have all gone (scan.py's judge calls them leaked; one seen before this look is proven so by order).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from smgshm.core.host.holders import Holder
+from smgshm.core.host.mounts import Mount, read_mounts
+from smgshm.core.host.proc import ns_pids, uid_of
+from smgshm.core.node.layout import Place
+from smgshm.core.node.pods import MAX_CGROUP_BYTES, pod_uid_in
+from smgshm.core.node.volumes import ShmUser, Unread, pidns_of_self
+
+_LEAF = re.compile(rb"^[0-9]+:[^:\n]*:(/[^\n]*)$", re.MULTILINE)  # a cgroup line's path
+
+
+def cgroup_leaves(cgroup: bytes) -> set[str]:
+    """The last component of each hierarchy's path in a /proc/P/cgroup text ("/" lines left out)."""
+    return {os.fsdecode(p.rstrip(b"/").rpartition(b"/")[2]) for p in _LEAF.findall(cgroup) if p.strip(b"/")}
+
+
+def sandbox_of(cgroup: bytes, sandboxes: Iterable[str]) -> str | None:
+    """The sandbox whose infra container this process is: every cgroup leaf it has is that very sandbox
+    id (the cgroupfs driver's leaf, or the systemd driver's ``<runtime>-<id>.scope``); else None."""
+    leaves = cgroup_leaves(cgroup)
+    if not leaves:
+        return None
+    for sid in sandboxes:
+        if all(leaf == sid or leaf.endswith(f"-{sid}.scope") for leaf in leaves):
+            return sid
+    return None
+
+
+@dataclass
+class Reach:
+    """Who reaches each tmpfs (by st_dev), who could not be read, and each sandbox's pod (its pause's cgroup)."""
+
+    by_dev: dict[int, list[ShmUser]] = field(default_factory=dict)
+    unread: list[Unread] = field(default_factory=list)
+    sandbox_pod: dict[str, str] = field(default_factory=dict)  # sandbox id -> pod uid, proven by its pause
+    pause: dict[int, str] = field(default_factory=dict)  # pid -> the sandbox it is the infra container of
+
+    def doubtful(self, pod_uid: str | None, judged_in: Iterable[str]) -> list[Unread]:
+        """The unread processes that put a tmpfs's names in doubt (the module says which): of its pod
+        ``pod_uid`` (or of a pod not known, or with no cgroup read); none whose pid namespace judges there."""
+        known = set(judged_in)
+        return [u for u in self.unread if u.pidns not in known and (pod_uid is None or u.pod_uid in (None, pod_uid))]
+
+
+def _bases(pid: int) -> list[str]:
+    """/proc/P, and each other thread's dir when it has more than one: a thread that unshared CLONE_FS has a
+    cwd, root and even mount namespace of its own, and a zombie leader's links read as gone while its
+    other threads live on."""
+    base = f"/proc/{pid}"
+    try:
+        if os.stat(f"{base}/task").st_nlink <= 3:  # 2 + the number of threads
+            return [base]
+        return [base, *(f"{base}/task/{t.name}" for t in os.scandir(f"{base}/task") if t.name != str(pid))]
+    except OSError:
+        return [base]
+
+
+def _read_cgroup(pid: int) -> bytes | None:
+    try:
+        with open(f"/proc/{pid}/cgroup", "rb") as f:
+            return f.read(MAX_CGROUP_BYTES)
+    except OSError:
+        return None
+
+
+def _shm_dev(base: str) -> int:
+    """st_dev of the /dev/shm in the root of the thread at ``base`` (/proc/P or /proc/P/task/T), its components
+    opened there without following a link: an absolute link would resolve against this process's root, not
+    its (ELOOP/ENOTDIR then)."""
+    fd = os.open(f"{base}/root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for name in ("dev", "shm"):
+            nxt = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+        return os.fstat(fd).st_dev
+    finally:
+        os.close(fd)
+
+
+class _Walk:
+    """One pass over the processes for every tmpfs at once."""
+
+    def __init__(self, places: Sequence[Place], root: str, holders: dict[tuple[int, int], list[Holder]]) -> None:
+        self.devs = {p.dev for p in places}
+        # A tmpfs's own places, as this process and as the host name them: a mount there is the host's.
+        self.own: dict[int, set[str]] = {}
+        base = os.path.abspath(root)
+        for p in places:
+            names = self.own.setdefault(p.dev, set())
+            names.add(p.path)
+            rel = os.path.relpath(p.path, base)
+            if not rel.startswith(".."):
+                names.add("/" + rel if rel != "." else "/")
+        self.sandboxes = [p.volume for p in places if p.kind == "sandbox_shm" and p.volume]
+        self.fds: dict[int, dict[int, str]] = {}  # pid -> dev -> how (an open fd, a mapped file)
+        for (dev, _ino), hs in holders.items():
+            for h in hs:
+                self.fds.setdefault(h.pid, {}).setdefault(dev, "an open fd" if h.how == "fd" else "a mapped file")
+        self.tables: dict[str, dict[int, str]] = {}  # mount namespace -> dev -> a mount point of it there
+        self.host_mnt: set[str] = set()
+        for who in ("self", "1"):
+            with contextlib.suppress(OSError):
+                self.host_mnt.add(os.readlink(f"/proc/{who}/ns/mnt"))
+        self.mine = pidns_of_self()
+        self.out = Reach()
+
+    def _mounted(self, base: str, mntns: str) -> dict[int, str]:
+        """The tmpfs mounted in the mount namespace ``mntns`` (read at ``base``) other than at their own places
+        (read once per namespace)."""
+        got = self.tables.get(mntns)
+        if got is None:
+            table: list[Mount] = read_mounts(f"{base}/mountinfo")
+            got = {}
+            for m in table:
+                if m.dev in self.devs and m.point not in self.own[m.dev]:
+                    got.setdefault(m.dev, f"a mount at {m.point}")
+            self.tables[mntns] = got
+        return got
+
+    def _routes(self, base: str, routes: dict[int, str]) -> bool:
+        """Add every tmpfs the thread at ``base`` reaches to ``routes``, with how (its /dev/shm first); whether
+        its /dev/shm is a link (which tmpfs that reaches cannot be told from here: a link resolves in its
+        root, not this one's). FileNotFoundError when the thread is gone (or a zombie leader)."""
+        mntns = os.readlink(f"{base}/ns/mnt")
+        linked = False
+        try:
+            dev: int | None = _shm_dev(base)
+        except FileNotFoundError:
+            if not os.path.exists(f"{base}/root"):
+                raise
+            dev = None  # a root with no /dev/shm
+        except OSError as err:
+            if err.errno not in (errno.ELOOP, errno.ENOTDIR):
+                raise
+            dev, linked = None, True
+        if dev in self.devs:
+            routes.setdefault(dev, "its /dev/shm")
+        if mntns in self.host_mnt:
+            return linked  # the host's: only its /dev/shm (the module says why)
+        for d, how in self._mounted(base, mntns).items():
+            routes.setdefault(d, how)
+        whose = "its" if base.count("/") == 2 else f"its thread {base.rpartition('/')[2]}'s"
+        for what in ("cwd", "root"):
+            st = os.stat(f"{base}/{what}")
+            if st.st_dev in self.devs:
+                routes.setdefault(st.st_dev, f"{whose} {what}")
+        return linked
+
+    def _unread(self, pid: int, cgroup: bytes | None) -> None:
+        uid = uid_of(pid)
+        if uid is None:
+            return  # gone
+        try:
+            depth = len(ns_pids(pid))
+        except OSError:
+            return  # gone
+        try:
+            pidns: str | None = os.readlink(f"/proc/{pid}/ns/pid")
+        except OSError:
+            pidns = self.mine if depth == 1 else None  # one level deep is this namespace; deeper cannot be placed
+        pod = None if cgroup is None else (pod_uid_in(cgroup) or "")
+        self.out.unread.append(Unread(pid, uid, pod, pidns))
+
+    def visit(self, pid: int) -> None:
+        cgroup = _read_cgroup(pid)
+        if cgroup is not None and self.sandboxes and (sid := sandbox_of(cgroup, self.sandboxes)) is not None:
+            self.out.pause[pid] = sid  # no producer: never a reacher, never a doubt
+            if (pod := pod_uid_in(cgroup)) is not None:
+                self.out.sandbox_pod.setdefault(sid, pod)
+            return
+        routes: dict[int, str] = {}
+        linked, live, pidns = False, "", ""
+        try:
+            for base in _bases(pid):
+                try:
+                    linked = self._routes(base, routes) or linked
+                    pidns = pidns or os.readlink(f"{base}/ns/pid")
+                    live = live or base
+                except (FileNotFoundError, ProcessLookupError):
+                    continue  # this thread has exited (or is the zombie leader): the others decide
+            if not live:
+                return  # gone: it writes nothing any more
+            if linked:
+                self._unread(pid, cgroup)
+            for d, how in self.fds.get(pid, {}).items():
+                routes.setdefault(d, how)
+            if not routes:
+                return
+            nspid = ns_pids(pid)
+        except (FileNotFoundError, ProcessLookupError):
+            return
+        except OSError:
+            self._unread(pid, cgroup)  # EACCES, EPERM: not this process's to read
+            return
+        uid = uid_of(pid)
+        if uid is None or not nspid:
+            return
+        pod = pod_uid_in(cgroup) if cgroup is not None else None
+        for dev, how in routes.items():
+            self.out.by_dev.setdefault(dev, []).append(ShmUser(pid, pidns, len(nspid), uid, pod, how))
+
+
+def reachers(
+    places: Sequence[Place], root: str, pids: Iterable[int], holders: dict[tuple[int, int], list[Holder]]
+) -> Reach:
+    """The module's rule over ``pids``, for every tmpfs of ``places`` (found under the node ``root``), in one pass;
+    ``holders``: every tmpfs's open and mapped files (``holder_index_devs``)."""
+    walk = _Walk(places, root, holders)
+    for pid in pids:
+        walk.visit(pid)
+    return walk.out
+
+
+__all__ = ["Reach", "cgroup_leaves", "reachers", "sandbox_of"]

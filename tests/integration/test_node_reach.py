@@ -1,0 +1,191 @@
+"""The node view's one rule for which pid namespaces judge a tmpfs (core/node/reach.py), on hand-made pods
+(tests/support/node.py): a process that reaches a pod's tmpfs any way but its /dev/shm (a mount elsewhere,
+its cwd, an open fd) judges its names too; a tmpfs no process reaches is leaked; a process that cannot be
+read keeps its own pod's names unknown, and only its pod's."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import Children, run_cli, smgshm_argv, wait_for
+from tests.support.node import POD_A, POD_B, dshm, laid_out, needs_root_and_unshare
+
+# judges liveness trusted: never beside a test that makes pid namespaces (tests/conftest.py)
+pytestmark = [needs_root_and_unshare, pytest.mark.trust]
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Iterator[dict[str, Any]]:
+    """Pod A (its producer died) and pod B (pid 1 lives, its own segment) under a private node root."""
+    root = tmp_path / "node"
+    with laid_out(root, [(POD_A, "16m", "dead"), (POD_B, "16m", "live")]) as pods:
+        yield {"root": str(root), "a": pods[POD_A[2]], "b": pods[POD_B[2]]}
+
+
+def _blocks(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {t["pod_uid"]: t for t in doc["result"]["tmpfs"] if t["pod_uid"]}
+
+
+# A sidecar of pod B in pid and mount namespaces of its own, the pod's tmpfs bound at /mnt (not its
+# /dev/shm). It burns a few pids, so its writer's pid is one pod B's namespace does not have; the writer
+# writes a segment under /mnt, then keeps the tmpfs as its mode says: "mount" (bound there), "cwd" (its
+# cwd, the mount lazily detached), "fd" (an open dir fd, detached too) or "thread" (one thread's own cwd,
+# detached too), and prints "<pid> <name>".
+SIDECAR = r"""
+import os, subprocess, sys, time
+mode = sys.argv[1]
+for _ in range(5):
+    if os.fork() == 0:
+        os._exit(0)
+    os.wait()
+if os.fork() == 0:
+    name = f"smg-tokenspeed-{os.getpid()}-{time.time_ns()}-0"
+    with open("/mnt/" + name, "wb") as f:
+        f.write(b"s" * 8192)
+    if mode == "cwd":
+        os.chdir("/mnt")
+    elif mode == "fd":
+        keep = os.open("/mnt", os.O_RDONLY | os.O_DIRECTORY)
+    elif mode == "thread":  # a thread with a cwd of its own (unshare CLONE_FS) there; the leader's is /
+        import ctypes, threading
+        libc, ready = ctypes.CDLL(None, use_errno=True), threading.Event()
+        def hold():
+            assert libc.unshare(0x200) == 0, ctypes.get_errno()
+            os.chdir("/mnt")
+            ready.set()
+            threading.Event().wait()
+        threading.Thread(target=hold, daemon=True).start()
+        ready.wait()
+    if mode != "mount":
+        subprocess.run(["umount", "-l", "/mnt"], check=True, cwd="/")
+    print(os.getpid(), name, flush=True)
+    sys.stdin.read()
+    os._exit(0)
+os.wait()
+"""
+
+
+def _sidecar(reg: Children, tmpfs: Path, mode: str) -> tuple[int, str]:
+    script = 'mount --bind "$0" /mnt && mount -t proc proc /proc && exec "$1" -c "$2" "$3"'
+    argv = ["unshare", "--pid", "--fork", "unshare", "--mount", "--propagation", "private", "sh", "-c", script]
+    p = reg.spawn([*argv, str(tmpfs), sys.executable, SIDECAR, mode], stdin=subprocess.PIPE)
+    assert p.stdout is not None
+    line = p.stdout.readline().split()
+    assert len(line) == 2, (line, p.stderr.read() if p.poll() is not None and p.stderr else "")
+    return int(line[0]), line[1]
+
+
+@pytest.mark.parametrize("mode", ["mount", "cwd", "fd", "thread"])
+def test_a_producer_reaching_the_tmpfs_elsewhere_judges_it_and_is_never_deleted(
+    node: dict[str, Any], mode: str
+) -> None:
+    root = node["root"]
+    tmpfs = dshm(Path(root), POD_B[2])
+    reg = Children()
+    try:
+        pid, name = _sidecar(reg, tmpfs, mode)
+        doc = run_cli("--json", "gc", "--node", "--node-root", root, "--delete", "--min-age", "0", "--yes").json
+        assert (tmpfs / name).exists(), "a live producer's segment was deleted"
+    finally:
+        reg.reap()
+    b = _blocks(doc)[POD_B[2]]
+    assert pid > 1
+    assert len(b["pid_namespaces"]) == 2  # pod B's pid 1 and the sidecar's
+    (seg,) = [s for s in b["segments"] if s["name"] == name]
+    assert seg["state"] == "unknown", seg  # alive in the sidecar's namespace, absent in B's: kept
+    assert b["deleted"] == []
+
+
+@contextlib.contextmanager
+def _in_pod_cgroup(pid: int, pod_uid: str) -> Iterator[None]:
+    """``pid`` in a cgroup of the pod (cgroupfs driver's path, pids hierarchy), back at the root at the end."""
+    top = Path("/sys/fs/cgroup/pids/smgshm-test-kubepods")
+    leaf = top / f"pod{pod_uid}" / "c0"
+    leaf.mkdir(parents=True)
+    try:
+        (leaf / "cgroup.procs").write_text(f"{pid}\n")
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            Path("/sys/fs/cgroup/pids/cgroup.procs").write_text(f"{pid}\n")
+        for d in (leaf, leaf.parent, top):
+            with contextlib.suppress(OSError):
+                d.rmdir()
+
+
+def _gc_without_ptrace(root: str) -> dict[str, Any]:
+    """gc --node as root without CAP_SYS_PTRACE: another uid's processes cannot be read."""
+    argv = ["setpriv", "--inh-caps=-sys_ptrace", "--bounding-set=-sys_ptrace"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    r = subprocess.run(
+        [*argv, *smgshm_argv("--json", "gc", "--node", "--node-root", root)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd="/",
+    )
+    assert r.returncode == 0, r.stderr
+    doc: dict[str, Any] = json.loads(r.stdout)
+    return doc
+
+
+def test_an_unreadable_process_keeps_only_its_own_pods_names_unknown(node: dict[str, Any]) -> None:
+    """Pod A's container is gone (nobody reaches its tmpfs) and its segment is uid 65534's. A process of
+    uid 65534 that smgshm cannot read, in pod A's cgroup, may reach it: unknown, said why. Out of any
+    pod's cgroup it reaches no pod's tmpfs but as the host does: the segment is leaked."""
+    root = node["root"]
+    tmpfs = dshm(Path(root), POD_A[2])
+    (name,) = [n for n in os.listdir(tmpfs) if n.startswith("smg-")]
+    os.chown(tmpfs / name, 65534, 65534)
+    node["a"].stdin.close()
+    wait_for(lambda: node["a"].poll() is not None, what="pod A's pid 1 to exit")
+    reg = Children()
+    try:
+        other = reg.spawn(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sleep", "600"])
+        with _in_pod_cgroup(other.pid, POD_A[2]):
+            doc = _gc_without_ptrace(root)
+        a = _blocks(doc)[POD_A[2]]
+        (seg,) = [s for s in a["segments"] if s["name"] == name]
+        assert seg["state"] == "unknown", seg
+        assert "uid 65534" in seg["reason"]
+        assert f"could not be read (pid {other.pid})" in a["liveness_note"], a["liveness_note"]
+        # the same process out of the pod's cgroup: no doubt on pod A's tmpfs
+        a = _blocks(_gc_without_ptrace(root))[POD_A[2]]
+    finally:
+        reg.reap()
+    (seg,) = [s for s in a["segments"] if s["name"] == name]
+    assert seg["state"] == "leaked", seg
+
+
+def test_smgshms_own_names_are_judged_in_the_hosts_pid_namespace_too(node: dict[str, Any]) -> None:
+    """smgshm writes its own names wherever --shm-dir says, from the host too: one carrying this (live)
+    process's pid, which pod B's namespace has not, is never called dead; one of a dead host pid is leaked."""
+    from smgshm.core.names import new_segment_name, payload_name
+
+    root = node["root"]
+    tmpfs = dshm(Path(root), POD_B[2])
+    live = tmpfs / new_segment_name()
+    live.write_bytes(b"o" * 4096)
+    gone = subprocess.run(["sh", "-c", "echo $$"], capture_output=True, text=True, check=True)
+    dead = tmpfs / payload_name(int(gone.stdout), time.time_ns(), 0)
+    dead.write_bytes(b"o" * 4096)
+    try:
+        doc = run_cli("--json", "gc", "--node", "--node-root", root, "--delete", "--min-age", "0", "--yes").json
+        assert live.exists(), "a live host process's segment was deleted"
+    finally:
+        live.unlink(missing_ok=True)
+    segs = {s["name"]: s for s in _blocks(doc)[POD_B[2]]["segments"]}
+    assert segs[live.name]["state"] == "unknown", segs[live.name]
+    assert segs[dead.name]["state"] == "leaked", segs[dead.name]
+    assert not dead.exists()
