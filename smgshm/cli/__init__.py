@@ -151,7 +151,8 @@ class RootGroup(click.Group):
             said = getattr(stop, "said", None)  # core.errors.Interrupted: what the run stopped, in one line
             if said:
                 click.echo(f"interrupted: {said}", err=True)
-            raise click.exceptions.Exit(ExitCode.INTERRUPTED) from None
+            # SIGTERM/SIGHUP unwound as Ctrl-C (signals.unwind_on_signals): their own codes, 143 and 129
+            raise click.exceptions.Exit(getattr(stop, "exit_code", ExitCode.INTERRUPTED)) from None
         except Exception as err:
             app = ctx.obj if isinstance(ctx.obj, App) else None
             if (app is not None and app.traceback) or os.environ.get("SMGSHM_DEBUG") == "1":

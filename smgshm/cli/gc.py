@@ -167,6 +167,10 @@ def gc(
 
     opts = ScanOptions(shm_dir, stale_after, assume_dead)
     app.npd = npd
+    if delete:  # SIGTERM/SIGHUP mid-batch unwind as Ctrl-C: the batch set aside goes back under its names
+        from smgshm.cli.signals import unwind_on_signals
+
+        click.get_current_context().with_resource(unwind_on_signals())
     if npd:
         if not check or watch is not None or raw or app.json or prometheus_file:
             raise click.UsageError("--npd needs --check and takes no --watch, --raw, --json or --prometheus")

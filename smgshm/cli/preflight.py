@@ -17,6 +17,7 @@ from smgshm.cli.app import App
 from smgshm.cli.exitcodes import ExitCode
 from smgshm.cli.fmt import display
 from smgshm.cli.params import BYTES, DURATION, shm_dir_option
+from smgshm.cli.signals import unwind_on_signals
 
 
 @click.command(context_settings={"allow_interspersed_args": False})
@@ -162,7 +163,8 @@ def preflight(
 
         textfile.check_writable(textfile_path, "--textfile")  # exit 5 before anything is reclaimed
     started = time.time()
-    report = run_preflight(req)
+    with unwind_on_signals():  # SIGTERM/SIGHUP as Ctrl-C: a reclaim batch under way settles (run_preflight)
+        report = run_preflight(req)
     if textfile_path:
         record = textfile.RunRecord("preflight", display(shm_dir), started, time.time(), report._done)
         textfile.write_textfile(textfile_path, record, "--textfile")  # a failure (exit 5) stops the gateway too

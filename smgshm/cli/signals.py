@@ -72,6 +72,46 @@ def stop_on_signals() -> Iterator[Stop]:
             signal.signal(sig, prev)
 
 
+class Signalled(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised where the main thread is as Ctrl-C's KeyboardInterrupt is (``unwind_on_signals``);
+    the root command turns it into its exit code (143, 129)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return _CODES.get(signal.Signals(self.signum), ExitCode.INTERRUPTED)
+
+
+@contextmanager
+def unwind_on_signals() -> Iterator[None]:
+    """Within the block SIGTERM and SIGHUP unwind the main thread as Ctrl-C does, so that what a run has under
+    way is undone by its own ``finally`` and ``except BaseException`` blocks (gc --delete and preflight put a
+    batch they set aside back under its names, segments/reaping.py) instead of the process dying with it.
+    Once one of the three has arrived, the next ones are ignored: a clean-up is never itself cut short.
+    Outside the main thread nothing is installed; the previous handlers are restored on exit."""
+    fired = False
+
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        nonlocal fired
+        if fired:
+            return
+        fired = True
+        raise KeyboardInterrupt if signum == signal.SIGINT else Signalled(signum)
+
+    old: dict[signal.Signals, Callable[[int, FrameType | None], Any] | int | None] = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in SIGNALS:
+            old[sig] = signal.signal(sig, handler)
+    try:
+        yield
+    finally:
+        for sig, prev in old.items():
+            signal.signal(sig, prev)
+
+
 # -- a closed stdout or stderr -------------------------------------------------------------------
 # `smgshm gc --all | head -1`: the reader leaves and the next write fails with EPIPE (Python ignores
 # SIGPIPE, so the process is not killed). Left alone, rich exits 1 (the documented "operation

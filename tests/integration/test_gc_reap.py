@@ -13,6 +13,7 @@ import stat
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ import pytest
 from smgshm.core.segments.judge import ScanOptions, State
 from smgshm.core.segments.reaping import Choice, ReapRule, choose, reap, reap_choice
 from smgshm.core.segments.scan import Scan
-from tests.conftest import Children, make_file, mounted_tmpfs, proc_state, run_cli, wait_for
+from tests.conftest import Children, make_file, mounted_tmpfs, proc_state, run_cli, smgshm_argv, wait_for
 from tests.support.cli_gc import (
     HOLDER,
     dead_pid,
@@ -560,3 +561,72 @@ def test_ctrl_c_mid_delete_leaves_nothing_set_aside(children: Children, tmpfs_di
     assert not [x for x in left if x.startswith("smg-smgshm-gc-")], "an entry was left under its private name"
     assert left <= names, "everything left is under its own name"
     assert p.returncode != 0 or not left, "interrupted, or it had finished"
+
+
+def _gc_delete(d: str) -> list[str]:
+    return smgshm_argv("-q", "gc", "--shm-dir", d, *ALWAYS, "--delete", "--min-age", "0", "--yes")
+
+
+def _preflight_in_a_pod(d: str) -> list[str]:
+    """preflight as an init container: pid 1 of a new pid and mount namespace with ``d`` at /dev/shm, so its
+    proof holds (nobody else uses the tmpfs) and every SMG name there goes."""
+    pod = ["unshare", "--pid", "--fork", "--mount-proc", "--ipc", "--propagation", "private", "sh", "-c"]
+    inner = smgshm_argv("-q", "preflight", "--init-container", "--timeout", "60s")
+    return [*pod, 'mount --bind "$0" /dev/shm && exec "$@"', d, *inner]
+
+
+def _smgshm_pid(p: subprocess.Popen[str]) -> int:
+    """The smgshm process of child ``p``: ``p`` itself, or under unshare its forked child (the pod's pid 1)."""
+    with open(f"/proc/{p.pid}/comm") as f:
+        if f.read().strip() != "unshare":
+            return p.pid
+
+    def child() -> int | None:
+        with open(f"/proc/{p.pid}/task/{p.pid}/children") as f:
+            pids = f.read().split()
+        return int(pids[0]) if pids else None
+
+    pid: int = wait_for(child, what="unshare's child")
+    return pid
+
+
+def _delete_until_a_batch_is_aside(
+    children: Children, d: str, n: int, argv: list[str]
+) -> tuple[subprocess.Popen[str], set[str]]:
+    """``n`` leaked segments in ``d`` and a real ``smgshm gc --delete`` (or preflight: ``argv``) child, returned
+    once a batch of them sits under gc's private names (mid-batch)."""
+    from smgshm.core.names import ASIDE_PREFIX
+
+    gone = dead_pid(children)
+    names = {f"smg-smgshm-{gone}-{time.time_ns()}-{i}" for i in range(n)}
+    for name in names:
+        make_file(d, name, size=0)
+    p = children.spawn(argv, stdout=subprocess.DEVNULL)
+    wait_for(lambda: any(x.startswith(ASIDE_PREFIX) for x in os.listdir(d)), what="a batch set aside")
+    return p, names
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("sig", "code"), [("SIGTERM", 143), ("SIGHUP", 129)])
+@pytest.mark.parametrize(
+    "command", [_gc_delete, pytest.param(_preflight_in_a_pod, marks=pytest.mark.pidns)], ids=["gc", "preflight"]
+)
+def test_sigterm_or_sighup_mid_delete_leaves_nothing_set_aside(
+    children: Children,
+    tmpfs_dir: str,  # noqa: F811
+    sig: str,
+    code: int,
+    command: Callable[[str], list[str]],
+) -> None:
+    """A pod's grace period (SIGTERM) or a closed terminal (SIGHUP) stops gc --delete and preflight as Ctrl-C
+    does: the batch set aside goes back under its names, and the exit code says which signal."""
+    import signal
+
+    d = tmpfs_dir
+    p, names = _delete_until_a_batch_is_aside(children, d, 12000, command(d))
+    os.kill(_smgshm_pid(p), getattr(signal, sig))
+    assert p.wait(timeout=60) == code, p.stderr.read() if p.stderr else ""
+    left = set(os.listdir(d))
+    assert not [x for x in left if x.startswith("smg-smgshm-gc-")], "an entry was left under its private name"
+    assert left <= names, "everything left is under its own name"
+    assert left, "it was stopped mid-way"

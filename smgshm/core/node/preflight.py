@@ -314,6 +314,8 @@ class _Run:
         self.req, self.deadline, self.cancel = req, deadline, cancel
         self.pid = os.getpid()
         self.reaping = threading.Event()  # set while a batch may hold entries set aside (segments/reaping.py)
+        # Taken by the worker to start reaping and by the caller to stop it: a stop never misses a start.
+        self.lock = threading.Lock()
         self.kept_class: dict[str, str] = {}  # why gc's steps kept a chosen name (reaping.KEPT_REASONS), by name
         self.would: list[SegmentInfo] = []  # read-only: what was chosen and left
 
@@ -383,12 +385,19 @@ class _Run:
         """gc's confirmation, for preflight: no question (nothing asks before a gateway starts), only the deadline
         and whether this run reclaims at all (a read-only one keeps what was chosen, as a declined gc does);
         from here a batch may hold entries set aside (``reaping``)."""
-        self.check()
-        if not self.req.reclaims:
-            self.would = [seg for _scan, seg in chosen]
-            return False
-        self.reaping.set()
+        with self.lock:
+            self.check()
+            if not self.req.reclaims:
+                self.would = [seg for _scan, seg in chosen]
+                return False
+            self.reaping.set()
         return True
+
+    def stop(self) -> bool:
+        """Stop at the next step; whether a reclaim may be under way (then the caller lets its batch settle)."""
+        with self.lock:
+            self.cancel.set()
+            return self.reaping.is_set()
 
     def _between(self, _tried: int, _chosen: int) -> None:
         # Called after each batch's entries are settled (none is left aside): a safe place to stop.
@@ -566,13 +575,15 @@ def run_preflight(req: PreflightRequest, clock: Callable[[], float] = time.monot
     The steps run in a thread, so that a read of /proc that blocks (a process stuck in D state holds
     its maps) cannot hold the gateway back past the deadline: then the report fails with
     ``preflight_timeout``, and the thread stops at its next step (between two reclaim batches at
-    the latest: nothing is left set aside by a stop there). SmgshmError is raised as is.
+    the latest: nothing is left set aside by a stop there). A KeyboardInterrupt in the caller's thread stops it
+    the same way before it is raised on. SmgshmError is raised as is.
     """
     started = clock()
     deadline = started + req.timeout_s
     cancel = threading.Event()
     out: dict[str, Any] = {}
     run = _Run(req, deadline, cancel)
+    finished = threading.Event()
 
     def work() -> None:
         try:
@@ -581,16 +592,23 @@ def run_preflight(req: PreflightRequest, clock: Callable[[], float] = time.monot
             out["timeout"] = True
         except BaseException as err:  # handed to the caller's thread, raised there
             out["error"] = err
+        finally:
+            finished.set()
 
-    worker = threading.Thread(target=work, name="smgshm-preflight", daemon=True)
-    worker.start()
-    worker.join(max(0.0, deadline - clock()))
-    if worker.is_alive() or "timeout" in out:
-        cancel.set()
-        if run.reaping.is_set():
+    # Waited for on an Event, not Thread.join: a join cut short by a signal handler's exception leaves the thread
+    # marked stopped while it runs (CPython 3.11's bpo-45274 repair), so a second join would not wait.
+    threading.Thread(target=work, name="smgshm-preflight", daemon=True).start()
+    try:
+        finished.wait(max(0.0, deadline - clock()))
+    except BaseException:  # Ctrl-C (or SIGTERM/SIGHUP raised as it by the CLI): stop as at the deadline
+        if run.stop():
+            finished.wait(SETTLE_S)
+        raise
+    if not finished.is_set() or "timeout" in out:
+        if run.stop():
             # Mid-batch, entries may sit under their aside names: let the batch settle (it stops at the next
             # batch's edge), or a timeout would strand them where no gc reaps them. Bounded: tmpfs is quick.
-            worker.join(SETTLE_S)
+            finished.wait(SETTLE_S)
         return _timed_out(req, started)
     if "error" in out:
         raise out["error"]  # a SmgshmError keeps its outcome; anything else is a bug (exit 70)
