@@ -630,3 +630,66 @@ def test_sigterm_or_sighup_mid_delete_leaves_nothing_set_aside(
     assert not [x for x in left if x.startswith("smg-smgshm-gc-")], "an entry was left under its private name"
     assert left <= names, "everything left is under its own name"
     assert left, "it was stopped mid-way"
+
+
+@pytest.mark.slow
+def test_a_batch_left_aside_by_a_killed_gc_is_put_back_and_reaped_by_the_next(
+    children: Children,
+    tmpfs_dir: str,  # noqa: F811
+) -> None:
+    """SIGKILL (a grace period run out, the OOM killer) leaves a batch under gc's private names: the listing says
+    whose and that its gc is dead, and the next gc --delete puts each back under its name and reaps it."""
+    import signal
+
+    from smgshm.core.names import ASIDE_PREFIX, parse_aside
+
+    d = tmpfs_dir
+    p, names = _delete_until_a_batch_is_aside(children, d, 12000, _gc_delete(d))
+    p.send_signal(signal.SIGKILL)
+    p.wait(timeout=30)
+    stranded = [x for x in os.listdir(d) if x.startswith(ASIDE_PREFIX)]
+    assert stranded, "SIGKILL mid-batch leaves the batch aside"
+    assert {parse_aside(x).original for x in stranded} <= names  # type: ignore[union-attr]
+    listed = segs(gc(d))
+    s = listed[stranded[0]]
+    assert s["state"] == "unknown", s
+    assert f"gc pid {p.pid} is dead" in s["reason"], s["reason"]
+    assert "gc --delete puts it back" in s["reason"], s["reason"]
+    gc(d, "--delete", "--min-age", "0", "--yes")
+    assert os.listdir(d) == [], "every entry put back, judged leaked and reaped; none left aside"
+
+
+def test_a_set_aside_entry_is_judged_by_its_gcs_life(children: Children, tmpfs_dir: str) -> None:  # noqa: F811
+    """An entry set aside by a gc that runs is in flight and never touched; once that gc is gone it goes back
+    under its name, unless the name is taken again (then left, said); an older gc's name stays unknown."""
+    from smgshm.core.names import ASIDE_PREFIX, aside_name
+
+    d = tmpfs_dir
+    gc_proc, _ = first_line(children, [PY, "-c", "import time; print('up', flush=True); time.sleep(600)"])
+    with open(f"/proc/{gc_proc.pid}/stat", "rb") as f:
+        start = int(f.read().rpartition(b")")[2].split()[19])
+    ns = os.stat(f"/proc/{gc_proc.pid}/ns/pid").st_ino
+    producer = dead_pid(children)
+    back, taken = seg_name(producer, seq=1), seg_name(producer, seq=2)
+    asides = [aside_name(n, gc_proc.pid, start, ns) for n in (back, taken)]
+    assert None not in asides
+    for a in asides:
+        make_file(d, str(a), age_s=3600)
+    old = make_file(d, f"{ASIDE_PREFIX}{producer}-{os.urandom(8).hex()}")
+
+    listed = segs(gc(d, "--delete", "--min-age", "0", "--yes"))
+    assert [listed[str(a)]["state"] for a in asides] == ["in_flight", "in_flight"]
+    assert f"gc pid {gc_proc.pid} runs" in listed[str(asides[0])]["reason"]
+    assert listed[os.path.basename(old)]["state"] == "unknown"
+    assert sorted(os.listdir(d)) == sorted([*map(str, asides), os.path.basename(old)]), "nothing touched"
+
+    kill_and_reap(gc_proc)
+    make_file(d, taken)  # its name is someone's again
+    listed = segs(gc(d))
+    assert "gc --delete puts it back" in listed[str(asides[0])]["reason"]
+    assert "taken again" in listed[str(asides[1])]["reason"]
+    gc(d, "--delete", "--min-age", "0", "--yes")
+    left = sorted(os.listdir(d))
+    assert back not in left, "put back, judged leaked (its producer is dead) and reaped"
+    # the one whose name was taken stays aside (the new file under that name, leaked too, is reaped)
+    assert left == sorted([str(asides[1]), os.path.basename(old)]), left

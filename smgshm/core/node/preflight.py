@@ -343,6 +343,14 @@ class _Run:
             fstype=ident.fstype,
             reclaims=req.reclaims,
         )
+        if req.reclaims:  # what a killed gc (or preflight) left set aside goes back first, to be judged as any entry
+            from smgshm.core.segments.asides import restore
+
+            put = restore(req.shm_dir)
+            if back := sum(r.restored for r in put):
+                report.notes.append(f"put back under their names {back} entries a killed gc had set aside")
+            report.notes.extend(f"{r.aside}: {r.reason}" for r in put if not r.restored)
+            self.check()
         dead_pid = self.pid if req.mode == "wrapper" and proof.holds else None
         scan = _Scan(ScanOptions(req.shm_dir), trust, dead_pid, req.mode == "init_container" and proof.holds)
         rule = _ProofRule(

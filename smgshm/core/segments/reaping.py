@@ -12,14 +12,16 @@ then unlinks the private name. Anything else is renamed back. The pinned fd then
 whether the data went (st_nlink 0) or another link keeps it (freed 0 bytes).
 
 The private name is in SMG's family (``names.aside_name``) so that a gc killed mid-way leaves an
-entry the next gc lists as unknown, never one it would reap by a pid.
+entry the next gc lists, never one it would reap by a pid; it carries this gc's pid, start time and
+pid namespace and the entry's name, so that a later run can tell this gc dead and put the entry back
+(segments/asides.py). SIGTERM and SIGHUP unwind as Ctrl-C does (the CLI's ``unwind_on_signals``), so
+only SIGKILL leaves a batch aside.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
-import ctypes
 import errno
 import itertools
 import os
@@ -29,12 +31,12 @@ from dataclasses import dataclass, field
 
 from smgshm.core.host.holders import Holder, holder_index
 from smgshm.core.host.mounts import mount_points
-from smgshm.core.names import aside_name, in_family
+from smgshm.core.names import in_family
+from smgshm.core.segments.asides import rename_noreplace, this_gc_aside
 from smgshm.core.segments.judge import SegmentInfo, State, Tally
 from smgshm.core.segments.scan import Deletion, Scan
 from smgshm.core.units import human_duration
 
-RENAME_NOREPLACE = 1  # linux/fs.h
 BATCH = 1024  # entries set aside per holder walk: bounds both the walk count and the aside window
 
 # Why a chosen entry was left, as a class (Deletion.kept): the rule's three, then what the checks
@@ -48,11 +50,7 @@ DEFAULT_MIN_AGE_S = 600.0  # gc --delete's --min-age (10m): what a pasted fix wa
 
 
 def _renameat2(dfd: int, src: str, dst: str) -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    rc = libc.renameat2(dfd, os.fsencode(src), dfd, os.fsencode(dst), RENAME_NOREPLACE)
-    if rc != 0:
-        code = ctypes.get_errno()
-        raise OSError(code, os.strerror(code), src)
+    rename_noreplace(dfd, src, dst)
 
 
 def keep_reason(seg: SegmentInfo, *, uid: int, all_users: bool, min_age_s: float) -> tuple[str, str] | None:
@@ -105,7 +103,13 @@ def reap(
             finished = 0
             try:
                 for seg in batch:
-                    private = aside_name()
+                    private = this_gc_aside(seg.name)
+                    if private is None:  # no set-aside name keeps its way back: left, as it could not be set aside
+                        why = "its name is too long to set it aside under one that keeps it"
+                        results.append(
+                            Deletion(seg.name, seg.allocated_bytes, False, why, seg.ino, kept=SET_ASIDE_FAILED)
+                        )
+                        continue
                     # Listed before the rename: a Ctrl-C raised as the rename returns (Python runs the
                     # handler at the next bytecode) must still find it to put back. A name never set
                     # aside fails to go back with ENOENT, and RENAME_NOREPLACE never clobbers.
