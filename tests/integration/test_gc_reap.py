@@ -693,3 +693,29 @@ def test_a_set_aside_entry_is_judged_by_its_gcs_life(children: Children, tmpfs_d
     assert back not in left, "put back, judged leaked (its producer is dead) and reaped"
     # the one whose name was taken stays aside (the new file under that name, leaked too, is reaped)
     assert left == sorted([str(asides[1]), os.path.basename(old)]), left
+
+
+@pytest.mark.slow
+@pytest.mark.pidns
+def test_a_batch_left_aside_by_a_killed_preflight_is_reclaimed_by_the_next_init_container(
+    children: Children,
+    tmpfs_dir: str,  # noqa: F811
+) -> None:
+    """An init container's preflight SIGKILLed mid-batch leaves its batch aside, marked with its pod's pid
+    namespace: from another pid namespace gc cannot tell whether that preflight runs, so it leaves them; the next
+    init container's proof (nothing else uses the tmpfs) covers them: put back, then reclaimed."""
+    import signal
+
+    from smgshm.core.names import ASIDE_PREFIX
+
+    d = tmpfs_dir
+    p, _names = _delete_until_a_batch_is_aside(children, d, 12000, _preflight_in_a_pod(d))
+    os.kill(_smgshm_pid(p), signal.SIGKILL)
+    p.wait(timeout=30)
+    stranded = [x for x in os.listdir(d) if x.startswith(ASIDE_PREFIX)]
+    assert stranded, "SIGKILL mid-batch leaves the batch aside"
+    reason = segs(gc(d))[stranded[0]]["reason"]
+    assert "not this one: cannot tell whether it runs" in reason, reason
+    again = subprocess.run(_preflight_in_a_pod(d), capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+    assert os.listdir(d) == [], "every entry put back and reclaimed; none left aside"

@@ -346,7 +346,9 @@ class _Run:
         if req.reclaims:  # what a killed gc (or preflight) left set aside goes back first, to be judged as any entry
             from smgshm.core.segments.asides import restore
 
-            put = restore(req.shm_dir)
+            owned = req.mode == "init_container" and proof.holds  # no gc runs over the pod's tmpfs either
+            proven = "preflight's init-container proof: nothing else uses this tmpfs" if owned else ""
+            put = restore(req.shm_dir, proven)
             if back := sum(r.restored for r in put):
                 report.notes.append(f"put back under their names {back} entries a killed gc had set aside")
             report.notes.extend(f"{r.aside}: {r.reason}" for r in put if not r.restored)

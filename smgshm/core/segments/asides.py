@@ -123,11 +123,14 @@ def gc_state(a: AsideName) -> tuple[GcState, str]:
     return "alive", f"{who} runs: its batch is under way"
 
 
-def restore(shm_dir: str) -> list[Restored]:
+def restore(shm_dir: str, every_gc_dead: str = "") -> list[Restored]:
     """Put each set-aside entry of a provably dead gc back under its name in ``shm_dir``, when that name is free
     (RENAME_NOREPLACE: never over an entry that took it since) and the entry is a regular file of this
     filesystem; the rest are left, each with why. Entries of a live gc, of another pid namespace and of an older
-    gc (no way back) are not listed: the listing says what they are (segments/judge.py)."""
+    gc (no way back) are not listed: the listing says what they are (segments/judge.py).
+
+    ``every_gc_dead``: a proof, in a clause, that no gc runs over this tmpfs at all (preflight's init container:
+    nothing but preflight uses it), which then stands for each gc's, whatever its pid namespace."""
     done: list[Restored] = []
     dfd = os.open(shm_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
@@ -140,7 +143,10 @@ def restore(shm_dir: str) -> list[Restored]:
             if a is None:
                 continue
             key = (a.gc_pid, a.gc_start, a.gc_pidns)
-            state, why = states[key] if key in states else states.setdefault(key, gc_state(a))
+            if every_gc_dead:
+                state, why = "dead", f"gc pid {a.gc_pid} is dead ({every_gc_dead})"
+            else:
+                state, why = states[key] if key in states else states.setdefault(key, gc_state(a))
             if state != "dead":
                 continue
             try:

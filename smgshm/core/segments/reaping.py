@@ -153,6 +153,9 @@ def _links(dfd: int, name: str) -> int:
         return 0  # gone or unreadable: take the full walk
 
 
+_MOVED = "no longer under its private name: put back or removed by another run meanwhile"
+
+
 def _finish(
     seg: SegmentInfo,
     private: str,
@@ -161,7 +164,10 @@ def _finish(
     held: dict[tuple[int, int], list[Holder]],
     mounted: dict[str, str],
 ) -> Deletion:
-    fd = os.open(private, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+    try:
+        fd = os.open(private, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+    except FileNotFoundError:  # put back by a run that judged this gc dead (segments/asides.py), or removed
+        return Deletion(seg.name, seg.allocated_bytes, False, _MOVED, seg.ino, kept=ALREADY_GONE)
     try:
         st = os.fstat(fd)
         kept = REPLACED
@@ -183,7 +189,10 @@ def _finish(
             except OSError as err:
                 problem += f"; left as {private}: putting it back failed ({err.strerror})"
             return Deletion(seg.name, seg.allocated_bytes, False, problem, seg.ino, kept=kept)
-        os.unlink(private, dir_fd=dfd)
+        try:
+            os.unlink(private, dir_fd=dfd)
+        except FileNotFoundError:
+            return Deletion(seg.name, seg.allocated_bytes, False, _MOVED, seg.ino, kept=ALREADY_GONE)
         after = os.fstat(fd).st_nlink
         if after != st.st_nlink - 1:  # only a swap of the private name itself can do this
             why = (
