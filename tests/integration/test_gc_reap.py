@@ -719,3 +719,29 @@ def test_a_batch_left_aside_by_a_killed_preflight_is_reclaimed_by_the_next_init_
     again = subprocess.run(_preflight_in_a_pod(d), capture_output=True, text=True, timeout=120)
     assert again.returncode == 0, again.stderr
     assert os.listdir(d) == [], "every entry put back and reclaimed; none left aside"
+
+
+IN_A_TIME_NAMESPACE = r"""
+import os, sys, time
+from smgshm.core.segments.asides import this_gc_aside
+name = this_gc_aside(sys.argv[2])
+open(os.path.join(sys.argv[1], name), "w").close()
+print(name, flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not os.path.exists("/proc/self/ns/time"), reason="needs root and time namespaces"
+)
+def test_a_gc_in_a_time_namespace_is_seen_alive_from_outside_it(children: Children, tmpfs_dir: str) -> None:  # noqa: F811
+    """A time namespace shifts the boot clock /proc shows start times on: the start time a gc records and the
+    one another reader sees are both taken back to the initial namespace's clock, so a running gc is never
+    called dead (and its batch put back under it) for its clock's offset."""
+    d = tmpfs_dir
+    inner = [PY, "-c", IN_A_TIME_NAMESPACE, d, seg_name(dead_pid(children))]
+    p, name = first_line(children, ["unshare", "--time", "--boottime", "100000", "--fork", *inner])
+    s = segs(gc(d, "--delete", "--min-age", "0", "--yes"))[name]
+    assert s["state"] == "in_flight", s["reason"]
+    assert os.listdir(d) == [name], "never touched"
+    kill_and_reap(p)

@@ -8,8 +8,9 @@ its start time in clock ticks since boot and its pid namespace, and the name the
 dir may be any filesystem): the name is the one thing that moves with the entry.
 
 Whether that gc runs (``gc_state``):
-- alive: a process with that pid, in that pid namespace, started at that tick, and not a zombie. Its batch is
-  under way: the entry is never touched;
+- alive: a process with that pid, in that pid namespace, started at that tick (on the initial time namespace's
+  boot clock: a time namespace's offset is taken out), and not a zombie. Its batch is under way: the entry is
+  never touched;
 - dead: in this very pid namespace no process has the pid (``kill(pid, 0)``: ESRCH, which hidepid cannot fake), or
   the one that has it started at another tick (the pid was reused), or it is a zombie. A process never changes
   its pid or start time, so that gc will never finish the batch: the entry may go back under its name;
@@ -64,12 +65,34 @@ def _stat_fields(pid: int | str) -> list[bytes] | None:
         return None
 
 
+@functools.lru_cache(maxsize=1)
+def _boottime_offset_ticks() -> int:
+    """This process's time namespace's boot-clock offset, in clock ticks. /proc/P/stat gives a start time on the
+    reader's boot clock, which a time namespace shifts: less this offset, every reader sees one start time."""
+    try:
+        with open("/proc/self/timens_offsets", "rb") as f:
+            for line in f:
+                clk, secs, nanos = line.split()
+                if clk == b"boottime":
+                    hz = os.sysconf("SC_CLK_TCK")
+                    return int(secs) * hz + int(nanos) * hz // 1_000_000_000
+    except (OSError, ValueError):
+        pass  # no time namespaces here (CONFIG_TIME_NS off): no offset
+    return 0
+
+
+def _start_ticks(fields: list[bytes] | None) -> int:
+    """A process's start time (field 22 of /proc/P/stat) on the initial time namespace's boot clock; 0: unreadable."""
+    if not fields or len(fields) <= 19 or not fields[19].isdigit():
+        return 0
+    return int(fields[19]) - _boottime_offset_ticks()
+
+
 @functools.lru_cache(maxsize=4)
 def _identity(pid: int) -> tuple[int, int]:
     """(start ticks, pid namespace inode) of this process, ``pid`` the cache key (a fork is another process);
     0 for what cannot be read, which no later run can then prove dead."""
-    fields = _stat_fields("self")
-    start = int(fields[19]) if fields and len(fields) > 19 and fields[19].isdigit() else 0
+    start = max(0, _start_ticks(_stat_fields("self")))
     try:
         ns = os.stat("/proc/self/ns/pid").st_ino
     except OSError:
@@ -107,7 +130,7 @@ def gc_state(a: AsideName) -> tuple[GcState, str]:
     except PermissionError:
         pass  # it exists, another user's
     fields = _stat_fields(a.gc_pid)
-    if fields is None or len(fields) <= 19 or not fields[19].isdigit():
+    if not _start_ticks(fields):
         # Gone since the kill, or hidden from this user (hidepid): read again by kill, never guessed.
         try:
             os.kill(a.gc_pid, 0)
@@ -116,9 +139,10 @@ def gc_state(a: AsideName) -> tuple[GcState, str]:
         except PermissionError:
             pass
         return "unknown", f"{who}: its process cannot be read here (hidepid?): cannot tell whether it is that gc"
-    if int(fields[19]) != a.gc_start:
+    # A tick apart is the same start: the offset, in ticks, rounds (a reused pid is never a tick apart).
+    if abs(_start_ticks(fields) - a.gc_start) > 1:
         return "dead", f"{who} is dead (its pid now belongs to a process started at another time)"
-    if fields[0] in (b"Z", b"X"):
+    if fields and fields[0] in (b"Z", b"X"):
         return "dead", f"{who} is dead (a zombie: it was killed and awaits its parent)"
     return "alive", f"{who} runs: its batch is under way"
 
