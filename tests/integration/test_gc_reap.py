@@ -702,8 +702,9 @@ def test_a_batch_left_aside_by_a_killed_preflight_is_reclaimed_by_the_next_init_
     tmpfs_dir: str,  # noqa: F811
 ) -> None:
     """An init container's preflight SIGKILLed mid-batch leaves its batch aside, marked with its pod's pid
-    namespace: from another pid namespace gc cannot tell whether that preflight runs, so it leaves them; the next
-    init container's proof (nothing else uses the tmpfs) covers them: put back, then reclaimed."""
+    namespace: the host's gc (which sees every pid namespace) calls that preflight dead; the next init container,
+    which cannot see the old pod's namespace, relies on its proof (nothing else uses the tmpfs): put back, then
+    reclaimed."""
     import signal
 
     from smgshm.core.names import ASIDE_PREFIX
@@ -714,8 +715,8 @@ def test_a_batch_left_aside_by_a_killed_preflight_is_reclaimed_by_the_next_init_
     p.wait(timeout=30)
     stranded = [x for x in os.listdir(d) if x.startswith(ASIDE_PREFIX)]
     assert stranded, "SIGKILL mid-batch leaves the batch aside"
-    reason = segs(gc(d))[stranded[0]]["reason"]
-    assert "not this one: cannot tell whether it runs" in reason, reason
+    reason = segs(gc(d))[stranded[0]]["reason"]  # seen from the host's pid namespace: that namespace is gone
+    assert "is dead (no process of pid namespace" in reason, reason
     again = subprocess.run(_preflight_in_a_pod(d), capture_output=True, text=True, timeout=120)
     assert again.returncode == 0, again.stderr
     assert os.listdir(d) == [], "every entry put back and reclaimed; none left aside"
@@ -734,13 +735,25 @@ time.sleep(600)
 @pytest.mark.skipif(
     os.geteuid() != 0 or not os.path.exists("/proc/self/ns/time"), reason="needs root and time namespaces"
 )
-def test_a_gc_in_a_time_namespace_is_seen_alive_from_outside_it(children: Children, tmpfs_dir: str) -> None:  # noqa: F811
+@pytest.mark.parametrize(
+    "where",
+    [
+        pytest.param(["--time", "--boottime", "100000"], id="time"),
+        pytest.param(["--pid", "--mount-proc"], id="pid", marks=pytest.mark.pidns),
+    ],
+)
+def test_a_gc_in_a_time_namespace_is_seen_alive_from_outside_it(
+    children: Children,
+    tmpfs_dir: str,  # noqa: F811
+    where: list[str],
+) -> None:
     """A time namespace shifts the boot clock /proc shows start times on: the start time a gc records and the
     one another reader sees are both taken back to the initial namespace's clock, so a running gc is never
-    called dead (and its batch put back under it) for its clock's offset."""
+    called dead (and its batch put back under it) for its clock's offset. A gc of another pid namespace (pid 1
+    there) is found from the host's by its namespace, its pid there and its start time."""
     d = tmpfs_dir
     inner = [PY, "-c", IN_A_TIME_NAMESPACE, d, seg_name(dead_pid(children))]
-    p, name = first_line(children, ["unshare", "--time", "--boottime", "100000", "--fork", *inner])
+    p, name = first_line(children, ["unshare", *where, "--fork", *inner])
     s = segs(gc(d, "--delete", "--min-age", "0", "--yes"))[name]
     assert s["state"] == "in_flight", s["reason"]
     assert os.listdir(d) == [name], "never touched"

@@ -14,7 +14,10 @@ Whether that gc runs (``gc_state``):
 - dead: in this very pid namespace no process has the pid (``kill(pid, 0)``: ESRCH, which hidepid cannot fake), or
   the one that has it started at another tick (the pid was reused), or it is a zombie. A process never changes
   its pid or start time, so that gc will never finish the batch: the entry may go back under its name;
-- unknown: another pid namespace, a /proc that is not this namespace's, or what it says cannot be read. Left.
+- from the initial pid namespace, as root, a gc of another pid namespace is judged alike: it runs iff a process
+  of that namespace has its pid there and its start time;
+- unknown: another pid namespace (seen from one that is not the initial), a /proc that is not this namespace's,
+  or what it says cannot be read. Left.
 
 Across a reboot, a tmpfs is empty; a disk-backed dir may keep an entry whose (pid, start) a process of the new
 boot happens to match: that reads alive, the safe side (left, never touched).
@@ -34,6 +37,7 @@ from typing import Literal
 from smgshm.core.names import ASIDE_PREFIX, AsideName, aside_name, parse_aside
 
 GcState = Literal["alive", "dead", "unknown"]
+INIT_PID_NS_INO = 4026531836  # PROC_PID_INIT_INO: the initial pid namespace, which sees every process
 RENAME_NOREPLACE = 1  # linux/fs.h
 
 
@@ -121,7 +125,11 @@ def gc_state(a: AsideName) -> tuple[GcState, str]:
     if not a.gc_start or not a.gc_pidns:
         return "unknown", f"{who} did not record its start time or pid namespace: cannot tell whether it runs"
     _start, ns = _identity(os.getpid())
-    if not ns or a.gc_pidns != ns or not _own_procfs():
+    if not ns or not _own_procfs():
+        return "unknown", f"{who}: this /proc is not this pid namespace's: cannot tell whether it runs"
+    if a.gc_pidns != ns:
+        if ns == INIT_PID_NS_INO and os.geteuid() == 0:
+            return _state_elsewhere(a, who)
         return "unknown", f"{who} ran in pid namespace pid:[{a.gc_pidns}], not this one: cannot tell whether it runs"
     try:
         os.kill(a.gc_pid, 0)
@@ -145,6 +153,34 @@ def gc_state(a: AsideName) -> tuple[GcState, str]:
     if fields and fields[0] in (b"Z", b"X"):
         return "dead", f"{who} is dead (a zombie: it was killed and awaits its parent)"
     return "alive", f"{who} runs: its batch is under way"
+
+
+def _state_elsewhere(a: AsideName, who: str) -> tuple[GcState, str]:
+    """From the initial pid namespace, as root, every process is seen: the gc of another pid namespace runs iff
+    a process of that namespace has its pid there (the last of its NSpid) and its start time. A namespace no
+    process is in any more has no gc running (an inode reused by a new namespace holds no process of the old)."""
+    where = f"pid namespace pid:[{a.gc_pidns}]"
+    link = f"pid:[{a.gc_pidns}]"
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/status", "rb") as f:
+                nspid = next((line.split()[1:] for line in f if line.startswith(b"NSpid:")), [])
+            # One pid (this, the initial, namespace's): not of the gc's namespace, whose link need not be read
+            # (it may be refused: another security context's init).
+            if len(nspid) == 1 or os.readlink(f"/proc/{entry.name}/ns/pid") != link:
+                continue
+        except FileNotFoundError:
+            continue  # exited meanwhile
+        except OSError:
+            return "unknown", f"{who} ran in {where}, whose processes cannot all be read: cannot tell whether it runs"
+        if not nspid or nspid[-1] != str(a.gc_pid).encode():
+            continue
+        fields = _stat_fields(entry.name)
+        if abs(_start_ticks(fields) - a.gc_start) <= 1 and fields and fields[0] not in (b"Z", b"X"):
+            return "alive", f"{who} (host pid {entry.name}, in {where}) runs: its batch is under way"
+    return "dead", f"{who} is dead (no process of {where} is that gc)"
 
 
 def restore(shm_dir: str, every_gc_dead: str = "") -> list[Restored]:
@@ -215,6 +251,7 @@ def aside_reason(name: str, shm_dir: str, states: dict[tuple[int, int, int], tup
 
 
 __all__ = [
+    "INIT_PID_NS_INO",
     "RENAME_NOREPLACE",
     "GcState",
     "Restored",
