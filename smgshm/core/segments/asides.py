@@ -192,12 +192,18 @@ def restore(shm_dir: str, every_gc_dead: str = "") -> list[Restored]:
     ``every_gc_dead``: a proof, in a clause, that no gc runs over this tmpfs at all (preflight's init container:
     nothing but preflight uses it), which then stands for each gc's, whatever its pid namespace."""
     done: list[Restored] = []
-    dfd = os.open(shm_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        dfd = os.open(shm_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return done  # the scan that follows says what is wrong with the dir (HostError), as without this step
     try:
         dev = os.fstat(dfd).st_dev
         states: dict[tuple[int, int, int], tuple[GcState, str]] = {}
-        with os.scandir(dfd) as it:
-            asides = [e.name for e in it if e.name.startswith(ASIDE_PREFIX)]
+        try:
+            with os.scandir(dfd) as it:
+                asides = [e.name for e in it if e.name.startswith(ASIDE_PREFIX)]
+        except OSError:
+            return done
         for name in asides:
             a = parse_aside(name)
             if a is None:
