@@ -152,8 +152,10 @@ def gc(
     asks on a TTY unless --yes (an answer other than y, or none, deletes nothing
     and is no error: exit 0), sets each aside under a private name, checks that
     it is the very inode judged (still regular, held by nobody) and only then
-    unlinks it; anything else is put back. It never touches anything held, in
-    flight, non-regular or outside SMG's names.
+    unlinks it; anything else is put back (on Ctrl-C, SIGTERM and SIGHUP too).
+    What a killed gc left set aside is put back under its name first, once that
+    gc is provably dead, and judged as any entry. It never touches anything held,
+    in flight, non-regular or outside SMG's names.
 
     \b
     Examples:
@@ -172,6 +174,10 @@ def gc(
 
     opts = ScanOptions(shm_dir, stale_after, assume_dead)
     app.npd = npd
+    if delete:  # SIGTERM/SIGHUP mid-batch unwind as Ctrl-C: the batch set aside goes back under its names
+        from smgshm.cli.signals import unwind_on_signals
+
+        click.get_current_context().with_resource(unwind_on_signals())
     if npd:
         if not check or watch is not None or raw or app.json or prometheus_file:
             raise click.UsageError("--npd needs --check and takes no --watch, --raw, --json or --prometheus")
@@ -311,6 +317,8 @@ def _scan_and_reap(
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")
     progress = view.Progress(app, stdout_streams=app.json or raw)
+    if rule is not None:
+        _put_back(app, opts.shm_dir)
     scan = Scan(opts, progress)
     if not scan.trust.trusted and not opts.assume_dead:
         app.warn(scan.trust.note)
@@ -336,11 +344,28 @@ def _scan_and_reap(
         progress.stop()
 
 
+def _put_back(app: App | None, shm_dir: str) -> None:
+    """Before a --delete scans: what a killed gc left set aside goes back under its name, to be judged as any
+    entry (core/segments/asides.py); said on stderr (``app`` None: not at all, as NPD's one line)."""
+    from smgshm.core.segments.asides import restore
+
+    done = restore(shm_dir)
+    if app is None:
+        return
+    if back := sum(r.restored for r in done):
+        app.info(f"put back under their names {back} entries a killed gc had set aside")
+    for r in done:
+        if not r.restored:
+            app.warn(f"{display(r.aside)}: {r.reason}")
+
+
 def _npd(opts: ScanOptions, rule: ReapRule | None) -> int:
     """gc --check --npd: the shared gc run (never asked), then NPD's one line (cli/npd.py)."""
     from smgshm.core.segments import gcrun
     from smgshm.core.segments.scan import Scan
 
+    if rule is not None:
+        _put_back(None, opts.shm_dir)
     scan = Scan(opts)
     done = gcrun.run([scan], rule)
     note = "" if scan.trust.trusted or opts.assume_dead else scan.trust.note

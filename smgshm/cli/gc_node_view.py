@@ -66,6 +66,12 @@ def run(
         textfile.check_writable(prometheus_file)  # exit 5 before anything is scanned or deleted
     started = time.time()
     node = _look(root, prometheus_file, started, state_dirs)
+    if rule is not None:  # what a killed gc left set aside goes back first, on every tmpfs (core/segments/asides.py)
+        from smgshm.core.segments.asides import restore
+
+        back = sum(r.restored for t in node.tmpfs for r in restore(t.place.path))
+        if back and not npd:
+            app.info(f"put back under their names {back} entries a killed gc had set aside")
     listed: dict[int, list[SegmentInfo]] = {}  # each tmpfs's entries as listed, by its scan's id
 
     def listing(scan: TmpfsScan) -> gcrun.OnEntry:

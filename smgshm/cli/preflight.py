@@ -1,5 +1,6 @@
 """``smgshm preflight``: before SMG's gateway starts, reclaim its previous incarnation's segments and
-check that it may start; as a wrapper, then become the gateway (exec: same pid)."""
+check that it may start; as a wrapper, then become the gateway (exec: same pid). Standalone (an NPD
+check) it is read-only unless told ``--reclaim``."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from smgshm.cli.app import App
 from smgshm.cli.exitcodes import ExitCode
 from smgshm.cli.fmt import display
 from smgshm.cli.params import BYTES, DURATION, shm_dir_option
+from smgshm.cli.signals import unwind_on_signals
 
 
 @click.command(context_settings={"allow_interspersed_args": False})
@@ -58,6 +60,13 @@ from smgshm.cli.params import BYTES, DURATION, shm_dir_option
     show_default=True,
     help="Give up (exit 3, preflight_timeout) when the checks take longer.",
 )
+@click.option(
+    "--reclaim",
+    is_flag=True,
+    help="Without a command or --init-container: reclaim what the run proves leaked (read-only without it: "
+    "it reports what it would reclaim). The wrapper and --init-container always reclaim.",
+)
+@click.option("--all-users", is_flag=True, help="As root, also reclaim other users' segments (as gc --all-users).")
 @click.option("--start-anyway", is_flag=True, help="Wrapper: exec the gateway even when a check fails.")
 @click.option(
     "--textfile",
@@ -82,6 +91,8 @@ def preflight(
     tensor_bytes: tuple[int, ...],
     min_age: float,
     timeout: float,
+    reclaim: bool,
+    all_users: bool,
     start_anyway: bool,
     textfile_path: str | None,
     npd: bool,
@@ -107,10 +118,12 @@ def preflight(
     - --init-container: run before any app container of the pod, so every SMG name
       in the pod's tmpfs is a previous incarnation's; refused when any process but
       preflight and its parents uses the tmpfs.
-    - neither: gc's rules only.
+    - neither: gc's rules only, and read-only (a check, as --npd runs it, never
+      deletes): it says what it would reclaim; --reclaim reclaims it.
 
     Other pids are judged by gc's rules. Only SMG names, regular files held by
-    nobody, are unlinked, by gc's set-aside-verify-unlink steps. Then: the namespace
+    nobody, are unlinked, by gc's set-aside-verify-unlink steps, and only the
+    caller's own unless root says --all-users (gc's owner rule). Then: the namespace
     id must be readable, the gateway's probe file (wrapper) absent, the dir writable,
     and its free space must hold --inflight-bytes and the largest --tensor-bytes.
 
@@ -125,6 +138,7 @@ def preflight(
           smg launch --port 30000
       smgshm preflight --init-container --inflight-bytes 1GiB
       smgshm preflight --npd --inflight-bytes 1GiB
+      smgshm preflight --reclaim --inflight-bytes 1GiB
       smgshm preflight --textfile /var/lib/node_exporter/smgshm-preflight.prom \\
           -- smg launch
     """
@@ -143,13 +157,16 @@ def preflight(
     if command and (why := exec_refusal(command[0])):  # checked before anything is reclaimed (core/host/runnable.py)
         raise click.UsageError(f"the command to exec {why}: {command[0]}")
     mode: Mode = "wrapper" if command else "init_container" if init_container else "standalone"
-    req = PreflightRequest(shm_dir, mode, pod_private, inflight_bytes, tensor_bytes, min_age, timeout)
+    req = PreflightRequest(
+        shm_dir, mode, pod_private, inflight_bytes, tensor_bytes, min_age, timeout, reclaim=reclaim, all_users=all_users
+    )
     if textfile_path:
         from smgshm.core.segments import textfile
 
         textfile.check_writable(textfile_path, "--textfile")  # exit 5 before anything is reclaimed
     started = time.time()
-    report = run_preflight(req)
+    with unwind_on_signals():  # SIGTERM/SIGHUP as Ctrl-C: a reclaim batch under way settles (run_preflight)
+        report = run_preflight(req)
     if textfile_path:
         record = textfile.RunRecord("preflight", display(shm_dir), started, time.time(), report._done)
         textfile.write_textfile(textfile_path, record, "--textfile")  # a failure (exit 5) stops the gateway too

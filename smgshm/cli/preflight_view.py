@@ -23,7 +23,11 @@ _MODE = {"wrapper": "wrapper", "init_container": "init container", "standalone":
 
 def headline(r: PreflightReport) -> str:
     """The first line; it agrees with the exit code (and in wrapper mode says what happens next)."""
-    freed = f"reclaimed {r.reclaimed_count} ({human_size(r.reclaimed_bytes)})"
+    freed = (
+        f"reclaimed {r.reclaimed_count} ({human_size(r.reclaimed_bytes)})"
+        if r.reclaims
+        else f"would reclaim {r.would_reclaim_count} ({human_size(r.would_reclaim_bytes)}; read-only, --reclaim does)"
+    )
     if r.verdict == "fail":
         codes = ", ".join(c.code for c in r.causes)
         return f"preflight failed ({codes}): the gateway must not start; {freed}"
@@ -53,6 +57,7 @@ def doc(r: PreflightReport) -> dict[str, Any]:
     out["shm_dir"] = display(r.shm_dir)
     out["reclaimed"] = [_entry_doc(e) for e in r.reclaimed]
     out["kept"] = [_entry_doc(e) for e in r.kept]
+    out["would_reclaim"] = [_entry_doc(e) for e in r.would_reclaim]
     out["headline"] = headline(r)
     return out
 
@@ -89,6 +94,7 @@ def human(app: App, r: PreflightReport) -> None:
         2,
     )
     _entries(app, "reclaimed", r.reclaimed, r.reclaimed_count)
+    _entries(app, "would reclaim (read-only: --reclaim reclaims)", r.would_reclaim, r.would_reclaim_count)
     _entries(app, "kept", r.kept, sum(r.kept_counts.values()))
     for note in r.notes:
         app.warn(note)
@@ -112,4 +118,5 @@ def npd(r: PreflightReport) -> int:
     if r.verdict == "unknown":
         n = r.kept_counts.get("unknown", 0)
         return npd_emit(NpdStatus.UNKNOWN, f"preflight unknown: {n} SMG name(s) not judged: {r.proof.note}")
-    return npd_emit(NpdStatus.OK, f"preflight ok: {human_size(r.shm_free_bytes)} free, reclaimed {r.reclaimed_count}")
+    done = f"reclaimed {r.reclaimed_count}" if r.reclaims else f"{r.would_reclaim_count} reclaimable (read-only)"
+    return npd_emit(NpdStatus.OK, f"preflight ok: {human_size(r.shm_free_bytes)} free, {done}")

@@ -75,29 +75,40 @@ def stop_on_signals() -> Iterator[Stop]:
 
 class Terminated(KeyboardInterrupt):
     """SIGTERM or SIGHUP raised as Ctrl-C is (``unwind_on_signals``): every ``except KeyboardInterrupt`` and
-    ``finally`` of the run applies alike (gateways and receivers stopped, logs removed or named, the one
-    line of what was stopped), and the exit code is still the signal's."""
+    ``finally`` of the run applies alike (gateways and receivers stopped, logs removed or named, a batch set
+    aside put back, the one line of what was stopped), and the exit code is still the signal's."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
 
+    @property
+    def exit_code(self) -> ExitCode:
+        return _CODES.get(signal.Signals(self.signum), ExitCode.INTERRUPTED)
+
 
 @contextmanager
 def unwind_on_signals() -> Iterator[None]:
-    """Within the block SIGTERM and SIGHUP unwind the run as Ctrl-C does (``Terminated``), instead of
-    killing the process outright with what it started still running. For a run that blocks in calls it
-    cannot poll an event from (e2e, doctor); a run that polls one uses ``stop_on_signals``."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
+    """Within the block SIGTERM and SIGHUP unwind the main thread as Ctrl-C does (``Terminated``), so that
+    what a run has under way is undone by its own ``finally`` and ``except BaseException`` blocks (e2e's and
+    doctor's gateways and receivers stopped; gc --delete and preflight put a batch they set aside back under
+    its names, segments/reaping.py) instead of the process dying with it. Once one of the three has arrived,
+    the next ones are ignored: a clean-up is never itself cut short. Outside the main thread nothing is
+    installed; the previous handlers are restored on exit. (A run that polls an event uses
+    ``stop_on_signals``.)"""
+    fired = False
 
     def handler(signum: int, _frame: FrameType | None) -> None:
-        for sig in (signal.SIGTERM, signal.SIGHUP):
-            signal.signal(sig, signal.SIG_IGN)  # a second one must not cut the clean-up short
-        raise Terminated(signum)
+        nonlocal fired
+        if fired:
+            return
+        fired = True
+        raise KeyboardInterrupt if signum == signal.SIGINT else Terminated(signum)
 
-    old = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    old: dict[signal.Signals, Callable[[int, FrameType | None], Any] | int | None] = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in SIGNALS:
+            old[sig] = signal.signal(sig, handler)
     try:
         yield
     finally:

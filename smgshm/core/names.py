@@ -33,7 +33,10 @@ GATEWAY_PROBE_PREFIX = "smg-tokenspeed-probe-"
 SMGSHM_PREFIX = "smg-smgshm-"
 SMGSHM_PROBE_PREFIX = "smg-smgshm-probe-"
 # Where gc --delete sets an entry aside before it unlinks it (segments/reaping.py): SMG's family, so
-# gc lists one left by a gc that died mid-way, but no pid pattern, so it is never auto-reaped.
+# gc lists one left by a gc that died mid-way, but no producer's pid pattern, so it is never reaped by
+# one. ``smg-smgshm-gc-<gc pid>-<its start, clock ticks since boot>-<its pid namespace's inode>-<the
+# name it stood for>``: the gc that set it aside, told apart from a later process reusing its pid, and
+# the way back (segments/asides.py). Older gcs wrote ``smg-smgshm-gc-<pid>-<16 hex>``: no way back.
 ASIDE_PREFIX = "smg-smgshm-gc-"
 # bench's floor measurement (one bare file per sample): SMG's family, no pid pattern either.
 FLOOR_PREFIX = "smg-smgshm-floor-"
@@ -75,6 +78,18 @@ MATCH_GROUPS: dict[int | None, tuple[Kind, int, int]] = {
     9: ("smgshm_probe", 8, 9),
 }
 PID_LIMIT = 2**32
+
+_ASIDE = re.compile(re.escape(ASIDE_PREFIX) + f"{_D}-{_D}-{_D}-(.+)", re.DOTALL)
+
+
+class AsideName(NamedTuple):
+    """What a set-aside name says: the gc that set it aside (its pid, its start time in clock ticks since boot,
+    its pid namespace's inode) and the name it stood for."""
+
+    gc_pid: int
+    gc_start: int
+    gc_pidns: int
+    original: str
 
 
 def unmatched_kind(name: str) -> Kind:
@@ -138,9 +153,23 @@ def probe_file_name() -> str:
     return f"{SMGSHM_PROBE_PREFIX}{os.getpid()}-{time.time_ns()}"
 
 
-def aside_name() -> str:
-    """A private name to set an entry aside under: this process's pid and 64 random bits."""
-    return f"{ASIDE_PREFIX}{os.getpid()}-{os.urandom(8).hex()}"
+def aside_name(original: str, gc_pid: int, gc_start: int, gc_pidns: int) -> str | None:
+    """The private name to set ``original`` aside under, for the gc (pid, start ticks, pid namespace inode) that
+    does it; None when it would pass NAME_MAX (a name of SMG's grammar that long is no gateway's writing)."""
+    name = f"{ASIDE_PREFIX}{gc_pid}-{gc_start}-{gc_pidns}-{original}"
+    return name if len(name.encode("utf-8", "surrogateescape")) <= NAME_MAX else None
+
+
+def parse_aside(name: str) -> AsideName | None:
+    """The gc and the original name a set-aside name carries; None for one that carries no way back (an older
+    gc's, or a name whose original does not parse as SMG's: a set-aside is only ever of an SMG name)."""
+    m = _ASIDE.fullmatch(name)
+    if m is None or match_name(m[4]) is None:
+        return None
+    pid, start, ns = int(m[1]), int(m[2]), int(m[3])
+    if not 0 < pid < PID_LIMIT:
+        return None
+    return AsideName(pid, start, ns, m[4])
 
 
 def floor_name() -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -104,3 +105,29 @@ def test_gc_watch_ends_on_ctrl_c_or_sigterm_with_its_summary(
     assert out == "", "each scan's line was the output; the summary goes to stderr"
     assert f"gc --watch: stopped by {sig.name} after 1 scan(s); growth since the first: none" in err, err
     assert "Traceback" not in err
+
+
+@pytest.mark.slow
+@needs_root_and_unshare
+def test_gc_node_delete_puts_back_what_a_killed_gc_set_aside(children: Children, tmp_path: Path) -> None:
+    """gc --node --delete, as gc --delete, first puts back under its name what a gc that is gone set aside in a
+    pod's tmpfs (then judges it as any entry); the read-only view leaves it."""
+    from smgshm.core.names import ASIDE_PREFIX, aside_name
+
+    gone, _ = first_line(children, [sys.executable, "-c", "print('up', flush=True); import time; time.sleep(600)"])
+    with open(f"/proc/{gone.pid}/stat", "rb") as f:
+        start = int(f.read().rpartition(b")")[2].split()[19])
+    ns = os.stat(f"/proc/{gone.pid}/ns/pid").st_ino
+    gone.kill()
+    gone.wait(timeout=30)
+    original = seg_name(dead_pid(children))
+    root = tmp_path / "node"
+    with laid_out(root, [(POD_A, "16m", "dead")]):
+        pod = dshm(root, POD_A[2])
+        aside = aside_name(original, gone.pid, start, ns)
+        assert aside is not None
+        make_file(str(pod), aside)
+        run_cli("gc", "--node", "--node-root", str(root))
+        assert os.path.exists(pod / aside), "a listing puts nothing back"
+        run_cli("gc", "--node", "--node-root", str(root), "--delete", "--min-age", "0", "--yes")
+        assert not [n for n in os.listdir(pod) if n.startswith(ASIDE_PREFIX)], "put back under its name"

@@ -13,6 +13,7 @@ import stat
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ import pytest
 from smgshm.core.segments.judge import ScanOptions, State
 from smgshm.core.segments.reaping import Choice, ReapRule, choose, reap, reap_choice
 from smgshm.core.segments.scan import Scan
-from tests.conftest import Children, make_file, mounted_tmpfs, proc_state, run_cli, wait_for
+from tests.conftest import Children, make_file, mounted_tmpfs, proc_state, run_cli, smgshm_argv, wait_for
 from tests.support.cli_gc import (
     HOLDER,
     dead_pid,
@@ -560,3 +561,200 @@ def test_ctrl_c_mid_delete_leaves_nothing_set_aside(children: Children, tmpfs_di
     assert not [x for x in left if x.startswith("smg-smgshm-gc-")], "an entry was left under its private name"
     assert left <= names, "everything left is under its own name"
     assert p.returncode != 0 or not left, "interrupted, or it had finished"
+
+
+def _gc_delete(d: str) -> list[str]:
+    return smgshm_argv("-q", "gc", "--shm-dir", d, *ALWAYS, "--delete", "--min-age", "0", "--yes")
+
+
+def _preflight_in_a_pod(d: str) -> list[str]:
+    """preflight as an init container: pid 1 of a new pid and mount namespace with ``d`` at /dev/shm, so its
+    proof holds (nobody else uses the tmpfs) and every SMG name there goes."""
+    pod = ["unshare", "--pid", "--fork", "--mount-proc", "--ipc", "--propagation", "private", "sh", "-c"]
+    inner = smgshm_argv("-q", "preflight", "--init-container", "--timeout", "60s")
+    return [*pod, 'mount --bind "$0" /dev/shm && exec "$@"', d, *inner]
+
+
+def _smgshm_pid(p: subprocess.Popen[str]) -> int:
+    """The smgshm process of child ``p``: ``p`` itself, or under unshare its forked child (the pod's pid 1)."""
+    with open(f"/proc/{p.pid}/comm") as f:
+        if f.read().strip() != "unshare":
+            return p.pid
+
+    def child() -> int | None:
+        with open(f"/proc/{p.pid}/task/{p.pid}/children") as f:
+            pids = f.read().split()
+        return int(pids[0]) if pids else None
+
+    pid: int = wait_for(child, what="unshare's child")
+    return pid
+
+
+def _delete_until_a_batch_is_aside(
+    children: Children, d: str, n: int, argv: list[str]
+) -> tuple[subprocess.Popen[str], set[str]]:
+    """``n`` leaked segments in ``d`` and a real ``smgshm gc --delete`` (or preflight: ``argv``) child, returned
+    once a batch of them sits under gc's private names (mid-batch)."""
+    from smgshm.core.names import ASIDE_PREFIX
+
+    gone = dead_pid(children)
+    names = {f"smg-smgshm-{gone}-{time.time_ns()}-{i}" for i in range(n)}
+    for name in names:
+        make_file(d, name, size=0)
+    p = children.spawn(argv, stdout=subprocess.DEVNULL)
+    wait_for(lambda: any(x.startswith(ASIDE_PREFIX) for x in os.listdir(d)), what="a batch set aside")
+    return p, names
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("sig", "code"), [("SIGTERM", 143), ("SIGHUP", 129)])
+@pytest.mark.parametrize(
+    "command", [_gc_delete, pytest.param(_preflight_in_a_pod, marks=pytest.mark.pidns)], ids=["gc", "preflight"]
+)
+def test_sigterm_or_sighup_mid_delete_leaves_nothing_set_aside(
+    children: Children,
+    tmpfs_dir: str,  # noqa: F811
+    sig: str,
+    code: int,
+    command: Callable[[str], list[str]],
+) -> None:
+    """A pod's grace period (SIGTERM) or a closed terminal (SIGHUP) stops gc --delete and preflight as Ctrl-C
+    does: the batch set aside goes back under its names, and the exit code says which signal."""
+    import signal
+
+    d = tmpfs_dir
+    p, names = _delete_until_a_batch_is_aside(children, d, 12000, command(d))
+    os.kill(_smgshm_pid(p), getattr(signal, sig))
+    assert p.wait(timeout=60) == code, p.stderr.read() if p.stderr else ""
+    left = set(os.listdir(d))
+    assert not [x for x in left if x.startswith("smg-smgshm-gc-")], "an entry was left under its private name"
+    assert left <= names, "everything left is under its own name"
+    assert left, "it was stopped mid-way"
+
+
+@pytest.mark.slow
+def test_a_batch_left_aside_by_a_killed_gc_is_put_back_and_reaped_by_the_next(
+    children: Children,
+    tmpfs_dir: str,  # noqa: F811
+) -> None:
+    """SIGKILL (a grace period run out, the OOM killer) leaves a batch under gc's private names: the listing says
+    whose and that its gc is dead, and the next gc --delete puts each back under its name and reaps it."""
+    import signal
+
+    from smgshm.core.names import ASIDE_PREFIX, parse_aside
+
+    d = tmpfs_dir
+    p, names = _delete_until_a_batch_is_aside(children, d, 12000, _gc_delete(d))
+    p.send_signal(signal.SIGKILL)
+    p.wait(timeout=30)
+    stranded = [x for x in os.listdir(d) if x.startswith(ASIDE_PREFIX)]
+    assert stranded, "SIGKILL mid-batch leaves the batch aside"
+    assert {parse_aside(x).original for x in stranded} <= names  # type: ignore[union-attr]
+    listed = segs(gc(d))
+    s = listed[stranded[0]]
+    assert s["state"] == "unknown", s
+    assert f"gc pid {p.pid} is dead" in s["reason"], s["reason"]
+    assert "gc --delete puts it back" in s["reason"], s["reason"]
+    gc(d, "--delete", "--min-age", "0", "--yes")
+    assert os.listdir(d) == [], "every entry put back, judged leaked and reaped; none left aside"
+
+
+def test_a_set_aside_entry_is_judged_by_its_gcs_life(children: Children, tmpfs_dir: str) -> None:  # noqa: F811
+    """An entry set aside by a gc that runs is in flight and never touched; once that gc is gone it goes back
+    under its name, unless the name is taken again (then left, said); an older gc's name stays unknown."""
+    from smgshm.core.names import ASIDE_PREFIX, aside_name
+
+    d = tmpfs_dir
+    gc_proc, _ = first_line(children, [PY, "-c", "import time; print('up', flush=True); time.sleep(600)"])
+    with open(f"/proc/{gc_proc.pid}/stat", "rb") as f:
+        start = int(f.read().rpartition(b")")[2].split()[19])
+    ns = os.stat(f"/proc/{gc_proc.pid}/ns/pid").st_ino
+    producer = dead_pid(children)
+    back, taken = seg_name(producer, seq=1), seg_name(producer, seq=2)
+    asides = [aside_name(n, gc_proc.pid, start, ns) for n in (back, taken)]
+    assert None not in asides
+    for a in asides:
+        make_file(d, str(a), age_s=3600)
+    old = make_file(d, f"{ASIDE_PREFIX}{producer}-{os.urandom(8).hex()}")
+
+    listed = segs(gc(d, "--delete", "--min-age", "0", "--yes"))
+    assert [listed[str(a)]["state"] for a in asides] == ["in_flight", "in_flight"]
+    assert f"gc pid {gc_proc.pid} runs" in listed[str(asides[0])]["reason"]
+    assert listed[os.path.basename(old)]["state"] == "unknown"
+    assert sorted(os.listdir(d)) == sorted([*map(str, asides), os.path.basename(old)]), "nothing touched"
+
+    kill_and_reap(gc_proc)
+    make_file(d, taken)  # its name is someone's again
+    listed = segs(gc(d))
+    assert "gc --delete puts it back" in listed[str(asides[0])]["reason"]
+    assert "taken again" in listed[str(asides[1])]["reason"]
+    gc(d, "--delete", "--min-age", "0", "--yes")
+    left = sorted(os.listdir(d))
+    assert back not in left, "put back, judged leaked (its producer is dead) and reaped"
+    # the one whose name was taken stays aside (the new file under that name, leaked too, is reaped)
+    assert left == sorted([str(asides[1]), os.path.basename(old)]), left
+
+
+@pytest.mark.slow
+@pytest.mark.pidns
+def test_a_batch_left_aside_by_a_killed_preflight_is_reclaimed_by_the_next_init_container(
+    children: Children,
+    tmpfs_dir: str,  # noqa: F811
+) -> None:
+    """An init container's preflight SIGKILLed mid-batch leaves its batch aside, marked with its pod's pid
+    namespace: the host's gc (which sees every pid namespace) calls that preflight dead; the next init container,
+    which cannot see the old pod's namespace, relies on its proof (nothing else uses the tmpfs): put back, then
+    reclaimed."""
+    import signal
+
+    from smgshm.core.names import ASIDE_PREFIX
+
+    d = tmpfs_dir
+    p, _names = _delete_until_a_batch_is_aside(children, d, 12000, _preflight_in_a_pod(d))
+    os.kill(_smgshm_pid(p), signal.SIGKILL)
+    p.wait(timeout=30)
+    stranded = [x for x in os.listdir(d) if x.startswith(ASIDE_PREFIX)]
+    assert stranded, "SIGKILL mid-batch leaves the batch aside"
+    reason = segs(gc(d))[stranded[0]]["reason"]  # seen from the host's pid namespace: that namespace is gone
+    assert "is dead (no process of pid namespace" in reason, reason
+    again = subprocess.run(_preflight_in_a_pod(d), capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+    assert os.listdir(d) == [], "every entry put back and reclaimed; none left aside"
+
+
+IN_A_TIME_NAMESPACE = r"""
+import os, sys, time
+from smgshm.core.segments.asides import this_gc_aside
+name = this_gc_aside(sys.argv[2])
+open(os.path.join(sys.argv[1], name), "w").close()
+print(name, flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not os.path.exists("/proc/self/ns/time"), reason="needs root and time namespaces"
+)
+@pytest.mark.parametrize(
+    "where",
+    [
+        pytest.param(["--time", "--boottime", "100000"], id="time"),
+        pytest.param(["--pid", "--mount-proc"], id="pid", marks=pytest.mark.pidns),
+    ],
+)
+def test_a_gc_in_a_time_namespace_is_seen_alive_from_outside_it(
+    children: Children,
+    tmpfs_dir: str,  # noqa: F811
+    where: list[str],
+) -> None:
+    """A time namespace shifts the boot clock /proc shows start times on: the start time a gc records and the
+    one another reader sees are both taken back to the initial namespace's clock, so a running gc is never
+    called dead (and its batch put back under it) for its clock's offset. A gc of another pid namespace (pid 1
+    there) is found from the host's by its namespace, its pid there and its start time."""
+    d = tmpfs_dir
+    inner = [PY, "-c", IN_A_TIME_NAMESPACE, d, seg_name(dead_pid(children))]
+    p, name = first_line(children, ["unshare", *where, "--fork", *inner])
+    s = segs(gc(d, "--delete", "--min-age", "0", "--yes"))[name]
+    assert s["state"] == "in_flight", s["reason"]
+    assert os.listdir(d) == [name], "never touched"
+    kill_and_reap(p)

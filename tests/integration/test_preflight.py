@@ -249,6 +249,38 @@ def test_init_container_is_refused_while_another_process_uses_the_tmpfs(dshm: st
     assert len([n for n in os.listdir(dshm) if n.startswith("smg-tokenspeed-")]) == 2
 
 
+def test_a_check_deletes_nothing_unless_asked_to_reclaim(dshm: str) -> None:
+    """preflight --npd (as the shipped NPD rule runs it, every 5 minutes as root) and a standalone run are
+    read-only: the leak is reported as reclaimable and left; --reclaim reclaims it."""
+    leak = os.path.basename(make_file(dshm, "smg-tokenspeed-4242-1-0", age_s=3600))  # pid 4242: none in the pod
+    npd = pod(smgshm_argv("preflight", "--npd", "--pod-private"), dshm)
+    assert npd[0].startswith("preflight ok"), npd
+    assert "1 reclaimable (read-only)" in npd[0], npd
+    assert os.listdir(dshm) == [leak], "a check deleted a segment"
+    r = json.loads(pod(smgshm_argv("--json", "preflight", "--pod-private"), dshm)[0])["result"]
+    assert (r["reclaims"], r["reclaimed_count"], r["would_reclaim_count"]) == (False, 0, 1)
+    assert [e["name"] for e in r["would_reclaim"]] == [leak]
+    assert os.listdir(dshm) == [leak]
+    r = json.loads(pod(smgshm_argv("--json", "preflight", "--pod-private", "--reclaim"), dshm)[0])["result"]
+    assert (r["reclaims"], r["reclaimed_count"], r["would_reclaim_count"]) == (True, 1, 0)
+    assert os.listdir(dshm) == []
+
+
+def test_reclaiming_keeps_gcs_owner_rule(dshm: str) -> None:
+    """Root reclaims another user's segment only when told --all-users, as gc --delete: in every mode."""
+    path = make_file(dshm, "smg-tokenspeed-4242-1-0", age_s=3600)
+    os.chown(path, 4321, 4321)
+    r = json.loads(pod(smgshm_argv("--json", "preflight", "--init-container"), dshm)[0])["result"]
+    assert r["reclaimed_count"] == 0
+    assert "owned by uid 4321" in r["kept"][0]["reason"], r["kept"]
+    r = json.loads(pod(smgshm_argv("--json", "preflight", "--pod-private", "--reclaim"), dshm)[0])["result"]
+    assert r["reclaimed_count"] == 0
+    assert os.path.exists(path)
+    r = json.loads(pod(smgshm_argv("--json", "preflight", "--init-container", "--all-users"), dshm)[0])["result"]
+    assert r["reclaimed_count"] == 1
+    assert not os.path.exists(path)
+
+
 @pytest.mark.slow
 def test_a_timeout_mid_reclaim_leaves_nothing_set_aside(dshm: str) -> None:
     """A deadline that passes while a batch holds entries under their private aside names lets that

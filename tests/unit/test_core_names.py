@@ -25,6 +25,7 @@ from smgshm.core.names import (
     gateway_probe_name,
     in_family,
     new_segment_name,
+    parse_aside,
     parse_name,
     payload_name,
     payload_prefix,
@@ -87,6 +88,24 @@ def test_gateway_probe_names_round_trip(pid: int) -> None:
     assert probe_file_pid(name) == pid
 
 
+ASIDE = f"{ASIDE_PREFIX}12-345-4026531836-smg-tokenspeed-7-1-0"
+
+
+def test_a_set_aside_name_carries_its_gc_and_the_way_back() -> None:
+    """gc's set-aside name says which gc (pid, start ticks, pid namespace) and what name it stood for; an older
+    gc's (pid and random hex), or one whose original is not SMG's grammar, carries no way back."""
+    name = aside_name("smg-tokenspeed-7-1-0", 12, 345, 4026531836)
+    assert name == ASIDE
+    assert parse_aside(name) == (12, 345, 4026531836, "smg-tokenspeed-7-1-0")
+    assert parse_name(name) == ("gc_aside", None, None), "never a producer's pid"
+    assert parse_aside(f"{ASIDE_PREFIX}12-{os.urandom(8).hex()}") is None
+    assert parse_aside(f"{ASIDE_PREFIX}12-345-6-smg-tokenspeed-7-1-0\n") is None
+    assert parse_aside(f"{ASIDE_PREFIX}12-345-6-../etc") is None
+    assert parse_aside(f"{ASIDE_PREFIX}0-345-6-smg-tokenspeed-7-1-0") is None
+    long = payload_name(7, int("9" * 220), 0, GATEWAY_PREFIX)  # 241 bytes: a name, but no room for the gc
+    assert aside_name(long, 12, 345, 6) is None, "past NAME_MAX: no name"
+
+
 def test_names_this_process_builds_parse_as_their_kind() -> None:
     before = time.time_ns()
     kind, pid, nanos = parse_name(probe_file_name())
@@ -96,9 +115,9 @@ def test_names_this_process_builds_parse_as_their_kind() -> None:
     assert parse_name(new_segment_name())[:2] == ("smgshm", os.getpid())
     assert parse_name(new_segment_name(GATEWAY_PREFIX))[:2] == ("gateway", os.getpid())
     assert new_segment_name() != new_segment_name(), "a sequence number keeps two in one ns apart"
-    assert parse_name(aside_name()) == ("gc_aside", None, None)
+    assert parse_name(ASIDE) == ("gc_aside", None, None)
     assert parse_name(floor_name()) == ("other", None, None)
-    assert all(in_family(n) for n in (probe_file_name(), new_segment_name(), aside_name(), floor_name()))
+    assert all(in_family(n) for n in (probe_file_name(), new_segment_name(), ASIDE, floor_name()))
 
 
 def test_every_kind_is_one_the_parser_can_give() -> None:
@@ -107,7 +126,7 @@ def test_every_kind_is_one_the_parser_can_give() -> None:
         gateway_probe_name(1),
         payload_name(1, 2, 3),
         probe_file_name(),
-        aside_name(),
+        ASIDE,
         "smg-other",
     ]
     assert tuple(parse_name(n).kind for n in names) == KINDS

@@ -22,6 +22,12 @@ What proves a name dead, without a clock (each proof is named in the report's ``
   its parents reaches the tmpfs, or the IPC namespace is the host's.
 - **standalone** (neither): gc's rules only, nothing by preflight's own pid.
 
+What it reclaims, and when: the wrapper and the init container own the pod's tmpfs, so they reclaim;
+a standalone run (a node-problem-detector check, a cron job, an operator's look) is read-only unless
+asked by name (``reclaim``): it reports what it would reclaim and leaves it (a monitoring check must
+never delete). Whoever reclaims keeps gc's owner rule: another user's segment goes only when root
+says ``all_users``, as ``gc --delete --all-users``.
+
 What it may touch: only entries whose names parse as SMG's (segments/judge.py), regular files, held
 by nobody, unlinked by gc's set-aside-verify-unlink steps (segments/reaping.py); nothing else.
 """
@@ -67,6 +73,13 @@ class PreflightRequest:
     tensor_bytes: tuple[int, ...] = ()
     min_age_s: float = 600.0  # for names judged by gc's rules only (as gc --delete); a proof needs no age
     timeout_s: float = 10.0
+    reclaim: bool = False  # standalone: reclaim (else report only); the wrapper and init container always do
+    all_users: bool = False  # as root, other users' segments too (gc's --all-users)
+
+    @property
+    def reclaims(self) -> bool:
+        """Whether this run unlinks anything: asked by name, or a mode that owns the pod's tmpfs."""
+        return self.reclaim or self.mode != "standalone"
 
 
 @dataclass(frozen=True)
@@ -113,6 +126,10 @@ class PreflightReport:
     reclaimed_count: int = 0
     reclaimed_bytes: int = 0
     reclaimed: list[Entry] = field(default_factory=list)  # the first LISTED
+    reclaims: bool = True  # false: a read-only run (standalone without --reclaim), which deletes nothing
+    would_reclaim_count: int = 0  # read-only: what a reclaiming run would try to unlink
+    would_reclaim_bytes: int = 0
+    would_reclaim: list[Entry] = field(default_factory=list)  # the first LISTED
     kept_counts: dict[str, int] = field(default_factory=dict)  # by state
     kept_bytes: int = 0
     kept: list[Entry] = field(default_factory=list)  # the first LISTED, unknown ones first
@@ -297,7 +314,10 @@ class _Run:
         self.req, self.deadline, self.cancel = req, deadline, cancel
         self.pid = os.getpid()
         self.reaping = threading.Event()  # set while a batch may hold entries set aside (segments/reaping.py)
+        # Taken by the worker to start reaping and by the caller to stop it: a stop never misses a start.
+        self.lock = threading.Lock()
         self.kept_class: dict[str, str] = {}  # why gc's steps kept a chosen name (reaping.KEPT_REASONS), by name
+        self.would: list[SegmentInfo] = []  # read-only: what was chosen and left
 
     def check(self) -> None:
         if self.cancel.is_set() or time.monotonic() >= self.deadline:
@@ -321,11 +341,26 @@ class _Run:
             proof,
             namespace_id=ident.namespace_id,
             fstype=ident.fstype,
+            reclaims=req.reclaims,
         )
+        if req.reclaims:  # what a killed gc (or preflight) left set aside goes back first, to be judged as any entry
+            from smgshm.core.segments.asides import restore
+
+            owned = req.mode == "init_container" and proof.holds  # no gc runs over the pod's tmpfs either
+            proven = "preflight's init-container proof: nothing else uses this tmpfs" if owned else ""
+            put = restore(req.shm_dir, proven)
+            if back := sum(r.restored for r in put):
+                report.notes.append(f"put back under their names {back} entries a killed gc had set aside")
+            report.notes.extend(f"{r.aside}: {r.reason}" for r in put if not r.restored)
+            self.check()
         dead_pid = self.pid if req.mode == "wrapper" and proof.holds else None
         scan = _Scan(ScanOptions(req.shm_dir), trust, dead_pid, req.mode == "init_container" and proof.holds)
         rule = _ProofRule(
-            frozenset({State.LEAKED}), req.min_age_s, True, proven_pid=dead_pid, all_proven=req.mode == "init_container"
+            frozenset({State.LEAKED}),
+            req.min_age_s,
+            req.all_users,
+            proven_pid=dead_pid,
+            all_proven=req.mode == "init_container",
         )
         segs: list[SegmentInfo] = []
         try:  # gc's run (segments/gcrun.py): list, choose by the proof's rule, reap, count; preflight never asks
@@ -347,16 +382,32 @@ class _Run:
             else:
                 kept.append(_entry(seg, d.reason))
                 self.kept_class[seg.name] = d.kept
+        for seg in self.would:
+            report.would_reclaim_count += 1
+            report.would_reclaim_bytes += seg.allocated_bytes
+            if len(report.would_reclaim) < LISTED:
+                report.would_reclaim.append(_entry(seg))
         self._kept(report, kept, gone)
         self._gate(report, ident, done)
         return report
 
-    def _go(self, _chosen: Sequence[tuple[Scan, SegmentInfo]]) -> bool:
-        """gc's confirmation, for preflight: no question (nothing asks before a gateway starts), only the deadline;
+    def _go(self, chosen: Sequence[tuple[Scan, SegmentInfo]]) -> bool:
+        """gc's confirmation, for preflight: no question (nothing asks before a gateway starts), only the deadline
+        and whether this run reclaims at all (a read-only one keeps what was chosen, as a declined gc does);
         from here a batch may hold entries set aside (``reaping``)."""
-        self.check()
-        self.reaping.set()
+        with self.lock:
+            self.check()
+            if not self.req.reclaims:
+                self.would = [seg for _scan, seg in chosen]
+                return False
+            self.reaping.set()
         return True
+
+    def stop(self) -> bool:
+        """Stop at the next step; whether a reclaim may be under way (then the caller lets its batch settle)."""
+        with self.lock:
+            self.cancel.set()
+            return self.reaping.is_set()
 
     def _between(self, _tried: int, _chosen: int) -> None:
         # Called after each batch's entries are settled (none is left aside): a safe place to stop.
@@ -436,13 +487,13 @@ class _Run:
                 if report.kept_bytes
                 else ""
             )
+            if report.would_reclaim_bytes:
+                held += f"; {human_size(report.would_reclaim_bytes)} of it reclaimable by preflight --reclaim"
+            now = "after reclaiming" if req.reclaims else "now (nothing reclaimed: a read-only run)"
             report.causes.append(
                 found(
                     Cause.SHM_FULL,
-                    (
-                        f"after reclaiming, {human_size(free)} of the shm dir's {human_size(total)} is free, less than "
-                        f"{what}{held}"
-                    ),
+                    f"{now}, {human_size(free)} of the shm dir's {human_size(total)} is free, less than {what}{held}",
                     Where(req.shm_dir),
                 )
             )
@@ -534,13 +585,15 @@ def run_preflight(req: PreflightRequest, clock: Callable[[], float] = time.monot
     The steps run in a thread, so that a read of /proc that blocks (a process stuck in D state holds
     its maps) cannot hold the gateway back past the deadline: then the report fails with
     ``preflight_timeout``, and the thread stops at its next step (between two reclaim batches at
-    the latest: nothing is left set aside by a stop there). SmgshmError is raised as is.
+    the latest: nothing is left set aside by a stop there). A KeyboardInterrupt in the caller's thread stops it
+    the same way before it is raised on. SmgshmError is raised as is.
     """
     started = clock()
     deadline = started + req.timeout_s
     cancel = threading.Event()
     out: dict[str, Any] = {}
     run = _Run(req, deadline, cancel)
+    finished = threading.Event()
 
     def work() -> None:
         try:
@@ -549,16 +602,23 @@ def run_preflight(req: PreflightRequest, clock: Callable[[], float] = time.monot
             out["timeout"] = True
         except BaseException as err:  # handed to the caller's thread, raised there
             out["error"] = err
+        finally:
+            finished.set()
 
-    worker = threading.Thread(target=work, name="smgshm-preflight", daemon=True)
-    worker.start()
-    worker.join(max(0.0, deadline - clock()))
-    if worker.is_alive() or "timeout" in out:
-        cancel.set()
-        if run.reaping.is_set():
+    # Waited for on an Event, not Thread.join: a join cut short by a signal handler's exception leaves the thread
+    # marked stopped while it runs (CPython 3.11's bpo-45274 repair), so a second join would not wait.
+    threading.Thread(target=work, name="smgshm-preflight", daemon=True).start()
+    try:
+        finished.wait(max(0.0, deadline - clock()))
+    except BaseException:  # Ctrl-C (or SIGTERM/SIGHUP raised as it by the CLI): stop as at the deadline
+        if run.stop():
+            finished.wait(SETTLE_S)
+        raise
+    if not finished.is_set() or "timeout" in out:
+        if run.stop():
             # Mid-batch, entries may sit under their aside names: let the batch settle (it stops at the next
             # batch's edge), or a timeout would strand them where no gc reaps them. Bounded: tmpfs is quick.
-            worker.join(SETTLE_S)
+            finished.wait(SETTLE_S)
         return _timed_out(req, started)
     if "error" in out:
         raise out["error"]  # a SmgshmError keeps its outcome; anything else is a bug (exit 70)

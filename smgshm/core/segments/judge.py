@@ -46,6 +46,7 @@ from smgshm.core.names import (
     unmatched_kind,
 )
 from smgshm.core.paths import DEFAULT_SHM_DIR
+from smgshm.core.segments.asides import GcState, aside_reason
 from smgshm.core.segments.sightings import Sightings
 
 
@@ -252,6 +253,7 @@ class Judge:
         self.wall = clock.read_wall_clock(opts.shm_dir, dir_dev) if wall is None else wall
         self.starts: dict[int, Bounds | None] = {}
         self.said: dict[tuple[str, int, str], str] = {}  # (verdict, pid, kind) -> its reason, made once
+        self.aside_gcs: dict[tuple[int, int, int], tuple[GcState, str]] = {}  # per gc that set entries aside
         # By inode alone for the dir's own device (an int key, no tuple per entry); as tuples, once.
         self.held_here: dict[int, tuple[Holder, ...]] = {
             ino: tuple(hs) for (d, ino), hs in holders.items() if d == dir_dev
@@ -504,8 +506,9 @@ class Judge:
         if held:
             who = ", ".join(f"{h.pid} ({h.comm}, {h.how})" for h in held[:3])
             return State.HELD, f"open or mapped by {who}", None
-        if kind == "gc_aside":
-            return State.UNKNOWN, "set aside by a gc --delete that did not finish; inspect, remove by hand", None
+        if kind == "gc_aside":  # by the gc that set it aside (segments/asides.py): its batch under way, or stranded
+            runs, why = aside_reason(name, self.opts.shm_dir, self.aside_gcs)
+            return (State.IN_FLIGHT if runs else State.UNKNOWN), why, None
         return State.UNKNOWN, "the name carries no producer pid", None
 
 

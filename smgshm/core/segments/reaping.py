@@ -12,14 +12,16 @@ then unlinks the private name. Anything else is renamed back. The pinned fd then
 whether the data went (st_nlink 0) or another link keeps it (freed 0 bytes).
 
 The private name is in SMG's family (``names.aside_name``) so that a gc killed mid-way leaves an
-entry the next gc lists as unknown, never one it would reap by a pid.
+entry the next gc lists, never one it would reap by a pid; it carries this gc's pid, start time and
+pid namespace and the entry's name, so that a later run can tell this gc dead and put the entry back
+(segments/asides.py). SIGTERM and SIGHUP unwind as Ctrl-C does (the CLI's ``unwind_on_signals``), so
+only SIGKILL leaves a batch aside.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
-import ctypes
 import errno
 import itertools
 import os
@@ -29,12 +31,12 @@ from dataclasses import dataclass, field
 
 from smgshm.core.host.holders import Holder, holder_index
 from smgshm.core.host.mounts import mount_points
-from smgshm.core.names import aside_name, in_family
+from smgshm.core.names import in_family
+from smgshm.core.segments.asides import rename_noreplace, this_gc_aside
 from smgshm.core.segments.judge import SegmentInfo, State, Tally
 from smgshm.core.segments.scan import Deletion, Scan
 from smgshm.core.units import human_duration
 
-RENAME_NOREPLACE = 1  # linux/fs.h
 BATCH = 1024  # entries set aside per holder walk: bounds both the walk count and the aside window
 
 # Why a chosen entry was left, as a class (Deletion.kept): the rule's three, then what the checks
@@ -48,11 +50,7 @@ DEFAULT_MIN_AGE_S = 600.0  # gc --delete's --min-age (10m): what a pasted fix wa
 
 
 def _renameat2(dfd: int, src: str, dst: str) -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    rc = libc.renameat2(dfd, os.fsencode(src), dfd, os.fsencode(dst), RENAME_NOREPLACE)
-    if rc != 0:
-        code = ctypes.get_errno()
-        raise OSError(code, os.strerror(code), src)
+    rename_noreplace(dfd, src, dst)
 
 
 def keep_reason(seg: SegmentInfo, *, uid: int, all_users: bool, min_age_s: float) -> tuple[str, str] | None:
@@ -105,7 +103,13 @@ def reap(
             finished = 0
             try:
                 for seg in batch:
-                    private = aside_name()
+                    private = this_gc_aside(seg.name)
+                    if private is None:  # no set-aside name keeps its way back: left, as it could not be set aside
+                        why = "its name is too long to set it aside under one that keeps it"
+                        results.append(
+                            Deletion(seg.name, seg.allocated_bytes, False, why, seg.ino, kept=SET_ASIDE_FAILED)
+                        )
+                        continue
                     # Listed before the rename: a Ctrl-C raised as the rename returns (Python runs the
                     # handler at the next bytecode) must still find it to put back. A name never set
                     # aside fails to go back with ENOENT, and RENAME_NOREPLACE never clobbers.
@@ -149,6 +153,9 @@ def _links(dfd: int, name: str) -> int:
         return 0  # gone or unreadable: take the full walk
 
 
+_MOVED = "no longer under its private name: put back or removed by another run meanwhile"
+
+
 def _finish(
     seg: SegmentInfo,
     private: str,
@@ -157,7 +164,10 @@ def _finish(
     held: dict[tuple[int, int], list[Holder]],
     mounted: dict[str, str],
 ) -> Deletion:
-    fd = os.open(private, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+    try:
+        fd = os.open(private, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+    except FileNotFoundError:  # put back by a run that judged this gc dead (segments/asides.py), or removed
+        return Deletion(seg.name, seg.allocated_bytes, False, _MOVED, seg.ino, kept=ALREADY_GONE)
     try:
         st = os.fstat(fd)
         kept = REPLACED
@@ -179,7 +189,10 @@ def _finish(
             except OSError as err:
                 problem += f"; left as {private}: putting it back failed ({err.strerror})"
             return Deletion(seg.name, seg.allocated_bytes, False, problem, seg.ino, kept=kept)
-        os.unlink(private, dir_fd=dfd)
+        try:
+            os.unlink(private, dir_fd=dfd)
+        except FileNotFoundError:
+            return Deletion(seg.name, seg.allocated_bytes, False, _MOVED, seg.ino, kept=ALREADY_GONE)
         after = os.fstat(fd).st_nlink
         if after != st.st_nlink - 1:  # only a swap of the private name itself can do this
             why = (
