@@ -348,7 +348,7 @@ def probe(
     A gateway that lists none makes the report's cause ``no_workers``: its part judged nothing.
     ``facts``: this host's, when the caller has read them already.
     """
-    from concurrent.futures import ThreadPoolExecutor
+    from smgshm.core.fanout import fan_out
 
     local = local_checks(opts.shm_dir, facts)
     jobs: list[tuple[str, GatewayWorker | None]] = [(a, None) for a in addresses]
@@ -372,13 +372,8 @@ def probe(
             return report
         return replace(report, cause_info=cause_of(report, local, opts.shm_dir))
 
-    pool = ThreadPoolExecutor(max_workers=min(16, max(1, len(jobs))))
-    try:
-        workers = [with_cause(w) for w in pool.map(one, jobs)]
-    except BaseException:  # Ctrl-C (or SIGTERM as one): never wait out a worker that does not answer
-        pool.shutdown(wait=False, cancel_futures=True)
-        raise
-    pool.shutdown()
+    # Ctrl-C (or SIGTERM as one) stops it at once: a worker that does not answer is never waited out.
+    workers = [with_cause(w) for w in fan_out(one, jobs, 16, "smgshm-probe")]
     none = None
     if gateway is not None and not gateway:  # asked about a gateway's workers, and it has none: nothing judged
         none = found(Cause.NO_WORKERS, "the gateway lists no workers (GET /workers): nothing to probe, nothing judged")

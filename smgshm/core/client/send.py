@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from smgshm.core.errors import HostError, MessageTooLargeError, NoSpaceError, SmgshmError, TransportError
+from smgshm.core.fanout import result
 from smgshm.core.gateway.setting import DEFAULT_SHM_MIN_BYTES, Mode
 from smgshm.core.paths import DEFAULT_SHM_DIR
 from smgshm.core.segments.io import ShmRef, WriteStrategy, no_space_error, unlink_segment, write_segment
@@ -357,7 +358,7 @@ def send(
         _refuse_oversize_inline(run, ident.max_message_bytes or SMG_MAX_MESSAGE_BYTES, target)
         with ThreadPoolExecutor(max_workers=opts.concurrency) as pool:
             for fut in [pool.submit(run.worker) for _ in range(opts.concurrency)]:
-                fut.result()  # re-raise a HostError (full shm dir) from any request
+                result(fut)  # re-raise a HostError (full shm dir) from any request; a signal seen (fanout.py)
     except SmgshmError:
         raise
     finally:

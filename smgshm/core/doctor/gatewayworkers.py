@@ -12,6 +12,7 @@ from smgshm.core.causes import Cause, Where, for_verdict
 from smgshm.core.doctor.check import Check, cause_check
 from smgshm.core.doctor.workers import PROBE_OUTCOMES
 from smgshm.core.errors import GatewayNotReadyError, SmgshmError
+from smgshm.core.fanout import fan_out
 from smgshm.core.gateway.setting import SHM_MODES, Mode
 from smgshm.core.outcomes import Outcome, Status
 from smgshm.core.units import human_duration
@@ -77,8 +78,7 @@ def check_gateway_workers(
 
     if not gateways:
         return []
-    with ThreadPoolExecutor(max_workers=min(8, len(gateways))) as pool:
-        listed = list(pool.map(lambda g: _list(g, api_key, timeout), gateways))
+    listed = fan_out(lambda g: _list(g, api_key, timeout), gateways, 8, "smgshm-workers")
     urls: list[str] = []
     for g, workers in zip(gateways, listed, strict=True):
         if g.probe and isinstance(workers, list):

@@ -17,13 +17,13 @@ import contextlib
 import os
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from smgshm.core.address import UrlError, parse_url
 from smgshm.core.closed import Closed
 from smgshm.core.errors import SmgshmError
+from smgshm.core.fanout import fan_out
 from smgshm.core.gateway.metrics import MetricsSnapshot, UnusableCounterError, mm_delta
 from smgshm.core.host.proc import comm
 from smgshm.core.names import GATEWAY_PREFIX, gateway_probe_name
@@ -336,8 +336,7 @@ def _ask_all(after: dict[str, int], timeout_s: float) -> dict[str, tuple[list[An
 
     if not after:
         return {}
-    with ThreadPoolExecutor(max_workers=len(after), thread_name_prefix="smgshm-receipts") as pool:
-        return dict(zip(after, pool.map(one, after), strict=True))
+    return dict(zip(after, fan_out(one, list(after), len(after), "smgshm-receipts"), strict=True))
 
 
 def receipt_baseline(addresses: list[str], timeout_s: float) -> ReceiptBaseline:

@@ -18,12 +18,12 @@ import os
 import stat
 import sys
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from smgshm.core.address import dial_host
 from smgshm.core.closed import Closed
 from smgshm.core.errors import SmgshmError
+from smgshm.core.fanout import fan_out
 from smgshm.core.host.proc import innermost_pid
 
 GATEWAY_TITLE = "smg::router"
@@ -253,8 +253,7 @@ def inspect_gateway(pid: int, proc: str = "/proc", timeout_s: float = 2.0, probe
         if same_net is False:
             notes.append("in another network namespace: its ports are not reachable here as loopback")
     else:
-        with ThreadPoolExecutor(max_workers=max(1, min(8, len(found)))) as pool:
-            ports = list(pool.map(lambda ap: classify_port(ap[0], ap[1], timeout_s), found))
+        ports = fan_out(lambda ap: classify_port(ap[0], ap[1], timeout_s), found, 8, "smgshm-ports")
     http = next((p for p in ports if p.role == "http"), None)
     metrics = next((p for p in ports if p.role == "metrics"), None)
     return replace(
@@ -319,8 +318,7 @@ def find_gateways(
     at, and the rest are inspected side by side, so that each one's ports cost their own timeout only."""
     want = None if pids is None else set(pids)
     chosen = [pid for pid in gateway_pids(proc) if want is None or pid in want]
-    with ThreadPoolExecutor(max_workers=max(1, min(8, len(chosen)))) as pool:
-        return list(pool.map(lambda pid: inspect_gateway(pid, proc, timeout_s, probe), chosen))
+    return fan_out(lambda pid: inspect_gateway(pid, proc, timeout_s, probe), chosen, 8, "smgshm-gateways")
 
 
 class GatewayChoiceError(SmgshmError):
