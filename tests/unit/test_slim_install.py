@@ -171,3 +171,26 @@ def test_a_command_without_its_extra_exits_2_naming_it(argv: list[str], extra: s
     doc = run_cli("--json", *argv, exit=2).json
     assert doc["error"]["kind"] == "usage"
     assert f"smgshm[{extra}]" in doc["error"]["message"]
+
+
+@pytest.mark.usefixtures("slim")
+def test_an_extras_module_met_past_the_guards_is_the_same_usage_error_and_any_other_is_a_bug() -> None:
+    # The root's net: a path no command's guard foresaw (a module imported deep in a run) still says which
+    # extra to install, exit 2; a missing module no extra brings stays what it is, a bug (70).
+    import click
+
+    from smgshm.cli import cli
+
+    @click.command("needs-torch")
+    def needs_torch() -> None:
+        importlib.import_module("torch")
+
+    @click.command("needs-nothing-known")
+    def needs_nothing_known() -> None:
+        importlib.import_module("smgshm_no_such_module")
+
+    cli.add_command(needs_torch)
+    cli.add_command(needs_nothing_known)
+    res = run_cli("needs-torch", exit=2)
+    assert res.stderr.strip() == "Error: smgshm needs-torch needs the worker extra: pip install 'smgshm[worker]'"
+    assert "internal error: ModuleNotFoundError" in run_cli("needs-nothing-known", exit=70).stderr
