@@ -234,6 +234,10 @@ class RootGroup(click.Group):
             raise click.exceptions.Exit(signals.interrupt_code(stop)) from None
         except Exception as err:
             app = _app(ctx)
+            gone = _missing_extra(ctx, err)
+            if gone is not None:  # an extra's module not installed: the install's choice, a usage error (2)
+                _usage_out(app, ctx.meta.get(_ARGS, []), gone)
+                raise _WrappedUsageError(gone, ctx.obj if isinstance(ctx.obj, App) else None) from err
             if app.traceback or os.environ.get("SMGSHM_DEBUG") == "1":
                 raise
             what = f"{type(err).__name__}: {err}"
@@ -244,6 +248,17 @@ class RootGroup(click.Group):
 
 
 _ARGS = "smgshm.args"
+
+
+def _missing_extra(ctx: click.Context, err: Exception) -> click.UsageError | None:
+    """A module of an optional extra that is not installed, met where no command's guard said so first
+    (smgshm/cli/extras.py): the usage error naming the extra; None for any other failure."""
+    if not isinstance(err, ModuleNotFoundError):
+        return None
+    from smgshm.cli.extras import MissingExtraError, extra_for
+
+    extra = extra_for(err.name)
+    return None if extra is None else MissingExtraError(f"smgshm {ctx.invoked_subcommand or ''}".rstrip(), extra)
 
 
 def _app(ctx: click.Context) -> App:

@@ -11,6 +11,7 @@ from smgshm.cli import bench_view as view
 from smgshm.cli import jsonout
 from smgshm.cli.app import App
 from smgshm.cli.exitcodes import ExitCode
+from smgshm.cli.extras import Extra, require
 from smgshm.cli.fmt import safe
 from smgshm.cli.params import BYTES, RenamedOption, shm_dir_option, worker_addresses
 from smgshm.cli.signals import stop_on_signals
@@ -136,6 +137,7 @@ def bench(
     """
     if what_if:
         _what_if(app, what_if, _sizes(min_, max_, factor, sizes) if sizes else None, iterations, shm_dir)
+    require(Extra.WORKER, "smgshm bench")  # exit 2 naming the extra (--what-if times the shm dir alone)
     from smgshm.core.client.bench import BenchOptions, run_bench
 
     opts = BenchOptions(_sizes(min_, max_, factor, sizes), warmup, iterations, verify, shm_dir)

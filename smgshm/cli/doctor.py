@@ -9,6 +9,7 @@ import click
 from smgshm.cli import doctor_view as view
 from smgshm.cli.app import App
 from smgshm.cli.exitcodes import for_outcome
+from smgshm.cli.extras import Extra, require
 from smgshm.cli.params import (
     BYTES,
     DURATION,
@@ -193,6 +194,9 @@ def doctor(
 
     if node:
         _node(app, node_root, inflight_bytes, stranded_after_s, no_gateways, state_dirs)
+    # Its probe and verified sends speak gRPC to a worker (or to the embedded receiver it starts): without
+    # the worker extra, exit 2 naming it before any check runs (--node, above, is the slim install's doctor).
+    require(Extra.WORKER, "smgshm doctor")
     from smgshm.core.doctor.run import run_doctor
 
     if no_gateways and gateway_pids:

@@ -9,6 +9,7 @@ import click
 from smgshm.cli import e2e_view as view
 from smgshm.cli.app import App
 from smgshm.cli.exitcodes import ExitCode
+from smgshm.cli.extras import Extra, require
 from smgshm.cli.params import DURATION, HTTP_URL, complete_pids, require_gateways, shm_dir_option
 from smgshm.cli.signals import unwinds
 
@@ -170,6 +171,7 @@ def e2e(
           -n 10 --json
       smgshm e2e --sizes 224,448,1344,2688 -n 5
     """
+    require(Extra.GATEWAY, "smgshm e2e")  # before anything runs: exit 2 naming the extra it needs
     from smgshm.core.e2e.run import EMBEDDED_MODES, E2eOptions, run_against, run_embedded
 
     if gateway_pid is not None:

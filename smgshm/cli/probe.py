@@ -7,6 +7,7 @@ import click
 from smgshm.cli import probe_view as view
 from smgshm.cli.app import App
 from smgshm.cli.exitcodes import ExitCode
+from smgshm.cli.extras import Extra, require
 from smgshm.cli.params import BYTES, DURATION, HTTP_URL, shm_dir_option, worker_addresses
 from smgshm.core.engines import DETECT_ORDER, ENGINES
 from smgshm.core.units import human_size
@@ -106,6 +107,7 @@ def probe(
       # Kubernetes exec probe in the gateway's pod:
       #   command: [smgshm, -q, probe, --expect, shared, 127.0.0.1:50051]
     """
+    require(Extra.WORKER, "smgshm probe")  # before anything runs: exit 2 naming the extra it needs
     from smgshm.core.client.probe import MAX_GATEWAY_WORKERS, ProbeOptions
     from smgshm.core.client.probe import probe as run_probe
     from smgshm.core.names import probe_file_pid

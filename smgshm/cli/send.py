@@ -9,6 +9,7 @@ import click
 from smgshm.cli import send_view as view
 from smgshm.cli.app import App
 from smgshm.cli.exitcodes import ExitCode
+from smgshm.cli.extras import Extra, require
 from smgshm.cli.params import BYTES, DURATION, RenamedOption, shm_dir_option, worker_addresses
 from smgshm.cli.signals import stop_on_signals
 from smgshm.core.engines import DEFAULT, SHM_ENGINES
@@ -147,6 +148,7 @@ def send(
       smgshm send --layout tokenspeed --size 64MiB --tensors 3 worker:50051
       smgshm send --duration 10m -c 8 --size 4MiB 127.0.0.1:50051       # a soak
     """
+    require(Extra.WORKER, "smgshm send")  # before anything runs: exit 2 naming the extra it needs
     from smgshm.core.client.send import SendOptions
     from smgshm.core.client.send import send as run_send
     from smgshm.core.gateway.setting import Mode

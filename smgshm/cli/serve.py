@@ -14,6 +14,7 @@ from smgshm.cli import serve_view as view
 from smgshm.cli import signals
 from smgshm.cli.app import App
 from smgshm.cli.exitcodes import ExitCode
+from smgshm.cli.extras import Extra, require
 from smgshm.cli.params import BYTES, DURATION, complete_dirs, complete_files, listen_address, shm_dir_option
 from smgshm.core.engines import DEFAULT, SERVED
 from smgshm.core.receiver.faults import FAULTS, MAX_FAULT_DELAY_S
@@ -143,6 +144,7 @@ def serve(
           --model-path ~/.cache/smgshm/model-qwen2vl-tiny \\
           --multimodal-tensor-transport shm
     """
+    require(Extra.WORKER, "smgshm serve")  # before anything runs: exit 2 naming the extra it needs
     from smgshm.core.address import is_loopback
     from smgshm.core.receiver.fds import MAX_CONNECTIONS, FdPressure, connection_cap, raise_fd_limit
     from smgshm.core.receiver.reader import MODEL_NAME, ReceiverConfig

@@ -135,6 +135,7 @@ def test_the_node_commands_import_only_what_the_image_installs(tmp_path: Path) -
         ("gc", "--prometheus", str(prom)),
         ("--json", "gc", "--node", "--node-root", str(root)),
         ("watch", "--duration", "1s", "--json", "--serve-metrics", "127.0.0.1:0"),
+        ("watch", "--duration", "1s", "--metrics", "http://127.0.0.1:1/metrics"),  # is that URL this host?
         ("watch", "--node", "--node-root", str(root), "--duration", "1s", "--serve-metrics", "127.0.0.1:0"),
         ("preflight", "--npd", "--shm-dir", str(tmp_path)),
     ]

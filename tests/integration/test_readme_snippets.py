@@ -8,9 +8,9 @@ node, a run of minutes (the whole suite, the embedded gateways), a server that s
 stopped. A new snippet runs unless it is listed, and a listed line the README no longer has fails
 the test, so the list stays true.
 
-The install command (``pip install torch==2.13.0 -e .``) runs as written, in a copy of the tree and
-a fresh venv that sees the suite's own site-packages through a .pth file: torch 2.13.0 and the other
-dependencies are already satisfied there, so it installs smgshm itself, offline, in seconds;
+The install command (``pip install torch==2.13.0 -e '.[gateway]'``) runs as written, in a copy of the tree and
+a fresh venv that sees the suite's own site-packages through a .pth file: torch 2.13.0, the extras and
+the other dependencies are already satisfied there, so it installs smgshm itself, offline, in seconds;
 nothing is written to the tree.
 """
 
@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-INSTALL = "pip install torch==2.13.0 -e ."
+INSTALL = "pip install torch==2.13.0 -e '.[gateway]'"
 
 NOT_RUN = {
     "./scripts/main": "installs .venv with SMG's gateway, then the embedded e2e: minutes (test_cli_e2e.py runs it)",

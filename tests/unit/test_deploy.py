@@ -225,3 +225,10 @@ def test_the_images_requirements_are_base_dependencies_without_torch_or_grpc() -
         name = re.split(r"[<>=!~ ;\[]", req, maxsplit=1)[0].lower()
         assert deps.get(name) == req, f"{req!r} is not pyproject's {deps.get(name)!r}"
     assert not any(r.lower().startswith(("torch", "grpc", "numpy")) for r in reqs)
+
+
+def test_the_images_requirements_are_every_base_dependency() -> None:
+    # The base is the slim install (the node commands' imports): the image, which installs smgshm with
+    # --no-deps, must carry all of it, or a node command it runs meets a missing module.
+    reqs = {re.split(r"[<>=!~ ;\[]", r, maxsplit=1)[0].lower() for r in _node_requirements()}
+    assert set(_pyproject_deps()) == reqs

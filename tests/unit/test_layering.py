@@ -64,10 +64,11 @@ RANKS: dict[str, tuple[int, int]] = {
     "doctor": (JOBS, 2),
     "node": (JOBS, 3),
 }
-# The CLI's shared helpers: the App, output (fmt, jsonout), exit codes, option types (params), signals
-# and node-problem-detector lines (npd). Every other module of smgshm/cli is a command's (its name is in
-# the root's _COMMANDS table) or a view of one (``<command>_view``, ``<command>_<what>_view``).
-CLI_SHARED = {"app", "fmt", "jsonout", "exitcodes", "params", "signals", "npd"}
+# The CLI's shared helpers: the App, output (fmt, jsonout), exit codes, option types (params), signals,
+# node-problem-detector lines (npd) and the optional extras a command needs (extras). Every other module
+# of smgshm/cli is a command's (its name is in the root's _COMMANDS table) or a view of one (``<command>_view``,
+# ``<command>_<what>_view``).
+CLI_SHARED = {"app", "fmt", "jsonout", "exitcodes", "params", "signals", "npd", "extras"}
 # "A handful": the rest lives in packages. The ninth is address.py, read by transport and gateway
 # alike (and by the receiver, watch's exporter and the CLI): it is below both, so it is ground. The
 # tenth is closed.py, the base of every closed set (states, kinds, verdicts) in every layer. The eleventh
