@@ -47,6 +47,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from smgshm.core.host import clock
+from smgshm.core.host.bounded import StuckReadError, bounded, within
 from smgshm.core.host.mounts import Mount, mount_of, nsfs_mounts, read_mounts
 from smgshm.core.host.proc import (
     PROC_ROOT_INO,
@@ -63,6 +64,7 @@ from smgshm.core.host.proc import (
     uid_of,
 )
 
+WALK_S = 30.0  # one walk's reads in all (bounded.py): a stuck one costs bounded.READ_S, many no more than this
 INIT_PID_NS = "pid:[4026531836]"  # PROC_PID_INIT_INO: the host's initial pid namespace
 _ASSUME = "pass --assume-dead to judge by this namespace's pids anyway"
 
@@ -218,7 +220,8 @@ class _Walk:
         thread has gone."""
         for m in table:
             try:
-                verdict, why = self.procfs.mount(m, base), "another mount covers it, or a part of it cannot be traced"
+                verdict = bounded(f"{base}/root{m.point}", self.procfs.mount, m, base)
+                why = "another mount covers it, or a part of it cannot be traced"
             except OSError as err:
                 if not thread_lives(base):
                     raise FileNotFoundError(base) from err
@@ -235,7 +238,7 @@ class _Walk:
         if self.procfs_way is not None or not stat.S_ISDIR(st.st_mode) or self.procfs.ours.get(st.st_dev) is False:
             return  # the usual case, at no cost: a dir on a filesystem already told
         try:
-            verdict = self.procfs.held(path)
+            verdict = bounded(path, self.procfs.held, path)  # through its filesystem: it may stall
         except FileNotFoundError:
             return  # closed, or the thread gone, mid-walk
         except OSError as err:
@@ -309,7 +312,7 @@ class _Walk:
 
     def _link_reach(self, pid: int, base: str, whose: str) -> tuple[str, str] | None:
         for what in ("cwd", "root"):
-            st = os.stat(f"{base}/{what}")  # the magic link: works on a detached mount
+            st = bounded(f"{base}/{what}", os.stat, f"{base}/{what}")  # the magic link: works on a detached mount
             if st.st_dev == self.dev:
                 return "reach", f"{whose} {what}"
             self._held(pid, f"{base}/{what}", st, f"{whose} {what}")
@@ -325,7 +328,7 @@ class _Walk:
             if fdinfo is not None:
                 mid = fdinfo_mount_id(fdinfo)
             else:
-                fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+                fd = os.open(path, os.O_PATH | os.O_CLOEXEC)  # the magic link: no call to its filesystem
                 try:
                     mid = fd_mount_id(fd)
                 finally:
@@ -345,7 +348,7 @@ class _Walk:
                     elif link == "anon_inode:[pidfd]" or link.startswith("pidfd:["):
                         self._pidfd(pid, f"{base}/fdinfo/{fd.name}", f"{whose} pidfd {fd.name}")
                     elif link.startswith("/"):
-                        st = os.stat(fd.path)
+                        st = bounded(fd.path, os.stat, fd.path)  # its filesystem's getattr: it may stall
                         if st.st_dev == self.dev:
                             return "reach", f"{whose} open fd {fd.name}"
                         self._held(pid, fd.path, st, f"{whose} open fd {fd.name}")
@@ -357,8 +360,7 @@ class _Walk:
     def _maps_reach(self, base: str) -> tuple[str, str] | bool:
         """A mapped file on the filesystem, else whether the maps were read at all."""
         tag = f"{os.major(self.dev):02x}:{os.minor(self.dev):02x}".encode()
-        with open(f"{base}/maps", "rb") as f:
-            data = f.read()
+        data = bounded(f"{base}/maps", _read, f"{base}/maps")  # its mmap_lock, which a stuck fault holds
         for line in data.splitlines():
             parts = line.split(None, 5)
             if len(parts) >= 5 and parts[3] == tag and parts[4] != b"0":
@@ -550,6 +552,16 @@ def _walk_trust(shm_dir: str, dev: int, mine: str, pids: Iterable[int] | None) -
                     f"not this one: the pids in its segment names mean nothing here ({_ASSUME})"
                 ),
             )
+    with within(WALK_S):
+        return _walk(shm_dir, dev, mine, pids, since)
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def _walk(shm_dir: str, dev: int, mine: str, pids: Iterable[int] | None, since: int) -> Trust:
     walk = _Walk(dev, mine)
     doubt: set[int] = set()
     unread: list[int] = []  # the processes whose namespaces could not be read: named in the note
@@ -565,6 +577,12 @@ def _walk_trust(shm_dir: str, dev: int, mine: str, pids: Iterable[int] | None) -
             via = walk.reaches(pid)  # per thread: a cwd or fd is its own, whatever its mount table says
         except (FileNotFoundError, ProcessLookupError):
             continue  # exited mid-walk: it produces nothing any more
+        except StuckReadError as err:
+            return Trust(
+                False,
+                f"pid {pid}, in another pid namespace, cannot be looked at: {err.strerror}; whether it "
+                f"reaches this filesystem cannot be told, so its pids mean nothing here ({_ASSUME})",
+            )
         except OSError:
             uid = uid_of(pid)
             if uid is not None:
