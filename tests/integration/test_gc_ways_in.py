@@ -16,7 +16,7 @@ import pytest
 
 from smgshm.core.host.mounts import mount_of, read_mounts
 from smgshm.core.host.pidtrust import judge_trust
-from tests.conftest import Children
+from tests.conftest import Children, wait_for
 from tests.support.cli_gc import dead_pid, first_line, kill_and_reap
 from tests.support.gc_trust import gc_keeps
 
@@ -44,6 +44,7 @@ w = os.open(up + d.lstrip("/") + "/" + name, os.O_RDWR | os.O_CREAT | os.O_EXCL,
 os.write(w, b"y" * 4096)
 os.close(w)
 os.chdir("/")
+KEEP
 print(name, flush=True)
 signal.pause()
 """
@@ -60,20 +61,21 @@ def test_a_dir_handle_into_the_hosts_mount_namespace_makes_pids_untrusted(
         dev = os.stat(d).st_dev
         etc = os.open("/etc", os.O_RDONLY | os.O_DIRECTORY)  # a dir of this (the host's) mount namespace
         try:
-            script = ESCAPE
-            if how == "cwd-of-thread":  # the handle kept only as one thread's cwd, the fd closed
-                script = ESCAPE.replace(
-                    "signal.pause()",
+            keep = ""
+            if how == "cwd-of-thread":  # the handle kept only as one thread's cwd, the fd closed first
+                keep = (
                     "import ctypes, threading\n"
-                    "libc = ctypes.CDLL(None, use_errno=True)\n"
+                    "libc, ready = ctypes.CDLL(None, use_errno=True), threading.Event()\n"
                     "def keep():\n"
                     "    assert libc.unshare(0x200) == 0\n"  # CLONE_FS: a cwd of its own
                     "    os.fchdir(fd)\n"
                     "    os.close(fd)\n"
+                    "    ready.set()\n"
                     "    signal.pause()\n"
                     "threading.Thread(target=keep, daemon=True).start()\n"
-                    "signal.pause()",
+                    "ready.wait()"
                 )
+            script = ESCAPE.replace("KEEP", keep)
             run = shlex.join([sys.executable, "-c", script, d, str(etc), str(dead_pid(children))])
             argv = [*CONTAINER, "sh", "-c", f"{OWN_PROC} && exec {run}"]
             p = children.spawn(argv, pass_fds=(etc,))  # inherited, as runc leaked its fd
@@ -99,6 +101,46 @@ def test_a_dir_handle_into_the_hosts_mount_namespace_makes_pids_untrusted(
         kill_and_reap(p)
 
 
+# open_tree(2) of its whole tree (OPEN_TREE_CLONE | AT_RECURSIVE): a detached copy, in no mount table, that
+# keeps a copy of the tmpfs's mount after the tmpfs is lazily unmounted; it writes through that fd only.
+DETACHED_TREE = """
+import ctypes, os, signal, subprocess, sys, time
+d, pid = sys.argv[1], int(sys.argv[2])
+libc = ctypes.CDLL(None, use_errno=True)
+fd = libc.syscall(428, -100, b"/", 1 | 0o2000000 | 0x8000)  # open_tree(AT_FDCWD, "/", CLONE | CLOEXEC | RECURSIVE)
+assert fd >= 0, os.strerror(ctypes.get_errno())
+subprocess.run(["umount", "-l", d], check=True)
+name = f"smg-tokenspeed-{pid}-{time.time_ns()}-0"
+w = os.open(d.lstrip("/") + "/" + name, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600, dir_fd=fd)
+os.write(w, b"y" * 4096)
+os.close(w)
+print(name, flush=True)
+signal.pause()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="open_tree(2)'s number is x86_64's here")
+def test_a_detached_tree_from_open_tree_is_doubt(children: Children, tmp_path: Path) -> None:
+    from tests.conftest import mounted_tmpfs
+
+    with mounted_tmpfs(tmp_path / "x", "4m") as d:
+        dev = os.stat(d).st_dev
+        run = shlex.join([sys.executable, "-c", DETACHED_TREE, d, str(dead_pid(children))])
+        p, name = first_line(children, [*CONTAINER, "sh", "-c", f"{OWN_PROC} && exec {run}"])
+        assert os.path.exists(os.path.join(d, name)), "it wrote into the host's tmpfs through the detached tree"
+        kids = psutil.Process(p.pid).children(recursive=True)
+        host_pid = next(k.pid for k in [psutil.Process(p.pid), *kids] if k.name().startswith("python"))
+        assert mount_of(read_mounts(f"/proc/{host_pid}/mountinfo"), dev) is None, "its table shows no tmpfs"
+
+        trust = judge_trust(d, pids=[host_pid, os.getpid()])
+        assert trust.trusted is False, trust.note
+        assert f"pid {host_pid}" in trust.note
+        assert "in no mount table gc can read" in trust.note, trust.note
+        gc_keeps(d, name)
+        kill_and_reap(p)
+
+
 def test_a_dir_handle_in_its_own_mount_namespace_changes_nothing(children: Children, tmp_path: Path) -> None:
     """The control: a dir fd on a mount of its own namespace (which does not see the tmpfs) is no way in."""
     from tests.conftest import mounted_tmpfs
@@ -106,7 +148,10 @@ def test_a_dir_handle_in_its_own_mount_namespace_changes_nothing(children: Child
     with mounted_tmpfs(tmp_path / "x", "4m") as d:
         inner = f"{OWN_PROC} && umount -l {d} && exec 7</etc && echo ready && exec sleep 600"  # its own /etc
         p, _ = first_line(children, [*CONTAINER, "sh", "-c", inner])
-        member = next(k.pid for k in psutil.Process(p.pid).children(recursive=True) if k.name() == "sleep")
+        member = wait_for(
+            lambda: next((k.pid for k in psutil.Process(p.pid).children(recursive=True) if k.name() == "sleep"), None),
+            what="its sleep",
+        )
         assert os.readlink(f"/proc/{member}/fd/7") == "/etc"
         trust = judge_trust(d, pids=[member, os.getpid()])
         assert trust.trusted is True, trust.note
