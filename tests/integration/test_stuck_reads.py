@@ -82,6 +82,29 @@ def _judged_untrusted_not_hung(children: Children, d: str, keeper: int) -> None:
     assert os.path.exists(os.path.join(d, name)), "gc deleted a segment whose producer it could not rule out"
 
 
+@needs_fuse
+@pytest.mark.trust
+def test_a_stalled_handle_in_this_pid_namespace_makes_gc_untrusted_not_hung(children: Children, tmp_path: Path) -> None:
+    """The same kept in this pid namespace: the trust walk passes it by (its pids are gc's), but whether it holds
+    a segment cannot be told in time: the run is untrusted, said with its pid, and deletes nothing."""
+    with stalled_fuse(tmp_path / "stall") as mnt, mounted_tmpfs(tmp_path / "x", "4m") as d:
+        keeper = children.spawn(keeper_argv(mnt), stdin=subprocess.PIPE)
+        assert keeper.stdout is not None
+        assert keeper.stdout.readline().strip() == "ready"
+        name = seg_name(dead_pid(children))
+        make_file(d, name)
+        r = _run(smgshm_argv("--json", "gc", "--shm-dir", d, "--delete", "--min-age", "0", "--yes"), timeout=120)
+        doc = json.loads(r.stdout)
+        assert doc["result"]["liveness_trusted"] is False, doc["result"]["liveness_note"]
+        assert (
+            f"pid {keeper.pid}" in doc["result"]["liveness_note"]
+            or f"pids {keeper.pid}" in doc["result"]["liveness_note"]
+        )
+        assert "did not answer within" in doc["result"]["liveness_note"]
+        assert os.path.exists(os.path.join(d, name)), "gc deleted a segment a process it could not read may hold"
+        kill_and_reap(keeper)
+
+
 @contextlib.contextmanager
 def _in_pod_cgroup(pid: int, pod_uid: str) -> Iterator[None]:
     """``pid`` in a cgroup of the pod (cgroupfs driver's path, pids hierarchy), back at the root at the end."""

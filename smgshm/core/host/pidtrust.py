@@ -632,6 +632,22 @@ def _indirect_way(walk: _Walk, pids: list[int]) -> str | None:
     return None if way is None else f"{way}: its pids mean nothing here ({_ASSUME})"
 
 
+def unsure_of_holders(trust: Trust, stuck: dict[int, str]) -> Trust:
+    """``trust``, made untrusted when some process's open and mapped files could not be read in time
+    (``stuck``: pid -> why, from ``holders.holder_index``): whether it holds a segment, so keeps it in use,
+    cannot be told, and no pid verdict may reap what it might hold."""
+    if not stuck or not trust.trusted:
+        return trust
+    why = stuck[min(stuck)]
+    return Trust(
+        False,
+        f"the open files of {name_pids(sorted(stuck))} cannot be read ({why}): whether they hold a segment here "
+        "cannot be told",
+        trust.doubt_uids,
+        trust.since_ns,
+    )
+
+
 def name_pids(pids: list[int], most: int = 5) -> str:
     """``pid 12``, ``pids 12, 34``, or the first ``most`` and how many more."""
     shown = ", ".join(map(str, pids[:most]))
@@ -639,4 +655,4 @@ def name_pids(pids: list[int], most: int = 5) -> str:
     return f"pid{'s' if len(pids) > 1 else ''} {shown}{more}"
 
 
-__all__ = ["INIT_PID_NS", "Trust", "first_user", "judge_trust", "judge_visible_trust"]
+__all__ = ["INIT_PID_NS", "Trust", "first_user", "judge_trust", "judge_visible_trust", "unsure_of_holders"]
