@@ -155,6 +155,49 @@ def test_gc_node_with_a_stalled_process_in_a_pod_ends_and_keeps_that_pods_names_
         kill_and_reap(keeper)
 
 
+@needs_fuse
+@needs_root_and_unshare
+@pytest.mark.skipif(not os.path.isdir("/sys/fs/cgroup/pids"), reason="needs the cgroup v1 pids hierarchy")
+@pytest.mark.trust
+def test_the_node_exporter_answers_with_a_stalled_process_in_a_pod_and_says_its_names_unknown(
+    children: Children, tmp_path: Path
+) -> None:
+    """``watch --node --serve-metrics`` starts and answers its scrapes (within 10 s each) while a process of
+    pod A holds an fd on a FUSE mount that stopped answering; pod A's dead producer's segment is unknown."""
+    import select
+    import urllib.request
+
+    from tests.support.metrics_conventions import _values
+
+    root = tmp_path / "node"
+    with laid_out(root, [(POD_A, "16m", "dead")]) as pods, stalled_fuse(tmp_path / "stall") as mnt:
+        pod = pods[POD_A[2]]
+        assert pod.stdin is not None
+        pod.stdin.close()
+        wait_for(lambda: pod.poll() is not None, what="pod A's pid 1 to exit")
+        keeper = children.spawn(keeper_argv(mnt), stdin=subprocess.PIPE)
+        assert keeper.stdout is not None
+        assert keeper.stdout.readline().strip() == "ready"
+        with _in_pod_cgroup(keeper.pid, POD_A[2]):
+            argv = smgshm_argv("watch", "--node", "--node-root", str(root), "--serve-metrics", "127.0.0.1:0")
+            e = children.spawn([*argv, "--rescan-every", "60s", "--interval", "0.2"], env=ENV, cwd="/")
+            assert e.stderr is not None
+            ready, _, _ = select.select([e.stderr], [], [], 90)
+            assert ready, "the exporter did not start within 90 s: a read blocked without bound"
+            line = e.stderr.readline()
+            assert "metrics at " in line, line
+            url = line.split("metrics at ", 1)[1].strip()
+            for _ in range(2):
+                with urllib.request.urlopen(url, timeout=10) as r:  # noqa: S310 - our own loopback exporter
+                    text = r.read().decode("utf-8")
+                unknown = _values(text, "smgshm_node_segments")
+                mine = {k: v for k, v in unknown.items() if ("uid", POD_A[2]) in k}
+                assert mine.get(next(k for k in mine if ("state", "unknown") in k)) == 1, mine
+                assert mine.get(next(k for k in mine if ("state", "leaked") in k)) == 0, mine
+            kill_and_reap(e)
+        kill_and_reap(keeper)
+
+
 def test_a_read_that_blocks_is_cut_at_its_bound_and_not_waited_for_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
