@@ -226,3 +226,21 @@ def test_a_read_that_blocks_is_cut_at_its_bound_and_not_waited_for_again(
         os.close(w)
     wait_for(lambda: bounded.stuck_now() == 0 or None, what="the stuck worker to end")
     assert not any(t.name == "smgshm-bounded-read" and not t.daemon for t in threading.enumerate())
+
+
+def test_a_forked_child_reads_with_workers_of_its_own() -> None:
+    """Threads do not survive fork(2): a child whose parent had a worker (or one stuck) reads at once."""
+    from smgshm.core.host import bounded
+
+    assert bounded.bounded("/", os.stat, "/").st_ino == os.stat("/").st_ino  # this thread has a worker now
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child's outcome is its exit status
+        code = 1
+        try:
+            t0 = time.monotonic()
+            ok = bounded.bounded("/", os.stat, "/").st_ino == os.stat("/").st_ino and bounded.stuck_now() == 0
+            code = 0 if ok and time.monotonic() - t0 < bounded.READ_S else 1
+        finally:
+            os._exit(code)  # never back into pytest
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

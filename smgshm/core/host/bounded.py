@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import os
 import queue
 import threading
 import time
@@ -66,6 +67,16 @@ class _Worker:
 _lock = threading.Lock()
 _stuck: set[_Worker] = set()  # workers left to a read that did not answer
 _local = threading.local()  # this thread's worker and run deadline
+
+
+def _forked() -> None:
+    """A forked child has none of its parent's workers (threads do not survive fork): start afresh."""
+    global _lock, _local
+    _lock, _local = threading.Lock(), threading.local()
+    _stuck.clear()
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 def stuck_now() -> int:
