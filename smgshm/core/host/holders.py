@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from smgshm.core.closed import Closed
+from smgshm.core.host.bounded import StuckReadError, bounded
 from smgshm.core.host.mounts import mount_aliases
 from smgshm.core.host.proc import comm, live_pids, thread_views
 
@@ -48,15 +49,22 @@ def _mapped(pid: int, devtag: bytes, dev: int) -> set[Key]:
 
 def _maps(pid: int, base: str | None = None) -> bytes:
     """``pid``'s maps (a live thread's when the leader's read empty: a zombie leader); b"" if unreadable."""
+    path = f"{base or f'/proc/{pid}'}/maps"
     try:
-        with open(f"{base or f'/proc/{pid}'}/maps", "rb") as f:
-            data = f.read()
+        data = bounded(path, _read, path)  # its mmap_lock, which a page fault stuck on a stalled FUSE file holds
+    except StuckReadError:
+        raise  # not "nothing mapped": the caller says which process could not be read
     except OSError:
         return b""
     if not data and base is None:
         _extra, other = thread_views(pid)  # empty maps: a kernel thread, or a zombie leader
         return _maps(pid, other) if other else b""
     return data
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
 
 
 def _mapped_in(data: bytes, devtag: bytes, dev: int) -> set[Key]:
@@ -86,7 +94,9 @@ def _opened(base: str, dev: int, names: frozenset[str] | None) -> set[Key] | Non
                     continue  # socket:, pipe:, anon_inode: never live on a tmpfs
                 if names is not None and link.removesuffix(" (deleted)").rpartition("/")[2] not in names:
                     continue
-                st = os.stat(fd.path)  # the magic link: the very inode, whatever its path
+                st = bounded(fd.path, os.stat, fd.path)  # the magic link: the very inode, whatever its path
+            except StuckReadError:
+                raise  # its filesystem stalls: this process's holds cannot be told (the caller says so)
             except OSError:
                 continue
             if st.st_dev == dev:
@@ -95,7 +105,10 @@ def _opened(base: str, dev: int, names: frozenset[str] | None) -> set[Key] | Non
 
 
 def holder_index(
-    dev: int, pids: Iterable[int] | None = None, names: Iterable[str] | None = None
+    dev: int,
+    pids: Iterable[int] | None = None,
+    names: Iterable[str] | None = None,
+    stuck: dict[int, str] | None = None,
 ) -> dict[Key, list[Holder]]:
     """Every (dev, ino) of device ``dev`` that a process has open or mapped, with who and how.
 
@@ -104,7 +117,8 @@ def holder_index(
     rename included), so fds under other names need no stat. Only for single-link files:
     a hard link is another dentry; and the mount points of bind mounts of the device are
     matched too (a file's bind mount names its fds). Survives processes exiting mid-walk. Processes whose
-    /proc entries this user may not read are skipped (as lsof does): their holds are not seen.
+    /proc entries this user may not read are skipped (as lsof does): their holds are not seen. A process
+    one of whose reads sticks (host/bounded.py) is left there, put in ``stuck`` (pid -> why) when given.
     """
     wanted = None
     if names is not None:
@@ -114,10 +128,15 @@ def holder_index(
     devtag = f" {os.major(dev):02x}:{os.minor(dev):02x} ".encode()
     found: dict[Key, list[Holder]] = {}
     for pid in live_pids() if pids is None else pids:
-        hits = [(key, How.FD) for key in _opened(f"/proc/{pid}", dev, wanted) or ()]
-        for base in thread_views(pid)[0]:
-            hits += [(key, How.FD) for key in _opened(base, dev, wanted) or () if (key, How.FD) not in hits]
-        hits += [(key, How.MAP) for key in _mapped(pid, devtag, dev)]
+        try:
+            hits = [(key, How.FD) for key in _opened(f"/proc/{pid}", dev, wanted) or ()]
+            for base in thread_views(pid)[0]:
+                hits += [(key, How.FD) for key in _opened(base, dev, wanted) or () if (key, How.FD) not in hits]
+            hits += [(key, How.MAP) for key in _mapped(pid, devtag, dev)]
+        except StuckReadError as err:
+            if stuck is not None:
+                stuck[pid] = err.strerror or str(err)
+            continue
         if hits:
             name = comm(pid)
             for key, how in hits:
@@ -129,7 +148,9 @@ def holder_index(
 _MAPS_DEV = re.compile(rb"^[0-9a-f]+-[0-9a-f]+ \S+ [0-9a-f]+ ([0-9a-f]+:[0-9a-f]+) ", re.MULTILINE)
 
 
-def holder_index_devs(devs: Iterable[int], pids: Iterable[int] | None = None) -> dict[Key, list[Holder]]:
+def holder_index_devs(
+    devs: Iterable[int], pids: Iterable[int] | None = None, stuck: dict[int, str] | None = None
+) -> dict[Key, list[Holder]]:
     """``holder_index`` for several devices in ONE walk of /proc (a node's tmpfs: one walk, not one
     per tmpfs, whose cost grows with the processes times the tmpfs). The same reads and rules."""
     want = set(devs)
@@ -138,11 +159,16 @@ def holder_index_devs(devs: Iterable[int], pids: Iterable[int] | None = None) ->
     if not want:
         return found
     for pid in live_pids() if pids is None else pids:
-        keys = _opened_any(f"/proc/{pid}", want) or set()
-        for base in thread_views(pid)[0]:
-            keys |= _opened_any(base, want) or set()
+        try:
+            keys = _opened_any(f"/proc/{pid}", want) or set()
+            for base in thread_views(pid)[0]:
+                keys |= _opened_any(base, want) or set()
+            data = _maps(pid)  # read once for every device; parsed for those it names only
+        except StuckReadError as err:
+            if stuck is not None:
+                stuck[pid] = err.strerror or str(err)
+            continue
         hits = [(key, How.FD) for key in keys]
-        data = _maps(pid)  # read once for every device; parsed for those it names only
         mapped: set[Key] = set()
         for field in set(_MAPS_DEV.findall(data)) & bare.keys() if data else ():
             mapped |= _mapped_in(data, b" " + field + b" ", bare[field])
@@ -166,7 +192,9 @@ def _opened_any(base: str, devs: set[int]) -> set[Key] | None:
             try:
                 if not os.readlink(fd.path).startswith("/"):
                     continue  # socket:, pipe:, anon_inode: never live on a tmpfs
-                st = os.stat(fd.path)
+                st = bounded(fd.path, os.stat, fd.path)  # its filesystem's getattr: it may stall
+            except StuckReadError:
+                raise
             except OSError:
                 continue
             if st.st_dev in devs:

@@ -20,9 +20,13 @@ namespace), a cwd, root or open dir there, or a handle to a mount namespace that
 filesystem: ``openat(fd, "root/dev/shm/...")`` writes to this one with nothing of it in the
 holder's own mounts. A container's own procfs (its pid namespace's) and the parts of it bound
 read-only (/proc/sys, /proc/bus, /proc/irq, /proc/sysrq-trigger) do not count: see
-``_Procfs``. What cannot be read is doubt: a process whose namespaces this
-user may not read puts its uid's segments in doubt, and unreadable mounts of another pid
-namespace, or a procfs that cannot be told from gc's namespace's, make the verdict untrusted.
+``_Procfs``. Any dir handle too (a cwd, root or open dir fd, an ``open_tree`` fd) on a mount of
+a mount namespace that sees the filesystem, its holder's own or not: ``..`` walks that namespace's
+mounts, so ``openat(fd, "../<path>/smg-...")`` from an inherited fd to the host's /etc writes there
+(runc's CVE-2024-21626); one on a mount in no table gc can read (detached) is doubt. What cannot
+be read is doubt: a process whose namespaces this user may not read puts its uid's segments in
+doubt, and unreadable mounts of another pid namespace, or a procfs that cannot be told from gc's
+namespace's, make the verdict untrusted.
 
 What this cannot see: a producer in another pid namespace that reached the filesystem only
 for a while (an fd passed to it and since closed, a setns(2) in and back out without keeping
@@ -43,20 +47,24 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from smgshm.core.host import clock
+from smgshm.core.host.bounded import StuckReadError, bounded, within
 from smgshm.core.host.mounts import Mount, mount_of, nsfs_mounts, read_mounts
 from smgshm.core.host.proc import (
     PROC_ROOT_INO,
     PROC_SUPER_MAGIC,
     fd_mount_id,
+    fdinfo_mount_id,
     fs_magic,
     in_nested_pid_ns,
     live_pids,
+    mount_ns,
     readlink_or,
     same_fd_table,
     thread_lives,
     uid_of,
 )
 
+WALK_S = 30.0  # one walk's reads in all (bounded.py): a stuck one costs bounded.READ_S, many no more than this
 INIT_PID_NS = "pid:[4026531836]"  # PROC_PID_INIT_INO: the host's initial pid namespace
 _ASSUME = "pass --assume-dead to judge by this namespace's pids anyway"
 
@@ -192,6 +200,11 @@ class _Walk:
         # The first way into a procfs of gc's pid namespace seen (or one that cannot be told from
         # such a way): told only when nothing reaches the filesystem more directly.
         self.procfs_way: str | None = None
+        # Every dir handle (cwd, root, an open dir fd) of a process of another pid namespace, by the mount
+        # it is on (the first holder of each): ``..`` from it walks that mount's namespace, so a handle on
+        # a mount of a namespace that sees the filesystem is a way in (runc's CVE-2024-21626). Told last
+        # (``dir_way``): one entry per mount, so the work is bounded by the mounts, not the fds.
+        self.dirs: dict[int, tuple[int, str]] = {}
 
     def _table(self, mntns: str, base: str) -> list[Mount] | None:
         """The mount table of ``mntns`` read at ``base`` (a process's or thread's /proc dir) the first
@@ -207,7 +220,8 @@ class _Walk:
         thread has gone."""
         for m in table:
             try:
-                verdict, why = self.procfs.mount(m, base), "another mount covers it, or a part of it cannot be traced"
+                verdict = bounded(f"{base}/root{m.point}", self.procfs.mount, m, base)
+                why = "another mount covers it, or a part of it cannot be traced"
             except OSError as err:
                 if not thread_lives(base):
                     raise FileNotFoundError(base) from err
@@ -224,7 +238,7 @@ class _Walk:
         if self.procfs_way is not None or not stat.S_ISDIR(st.st_mode) or self.procfs.ours.get(st.st_dev) is False:
             return  # the usual case, at no cost: a dir on a filesystem already told
         try:
-            verdict = self.procfs.held(path)
+            verdict = bounded(path, self.procfs.held, path)  # through its filesystem: it may stall
         except FileNotFoundError:
             return  # closed, or the thread gone, mid-walk
         except OSError as err:
@@ -298,11 +312,30 @@ class _Walk:
 
     def _link_reach(self, pid: int, base: str, whose: str) -> tuple[str, str] | None:
         for what in ("cwd", "root"):
-            st = os.stat(f"{base}/{what}")  # the magic link: works on a detached mount
+            st = bounded(f"{base}/{what}", os.stat, f"{base}/{what}")  # the magic link: works on a detached mount
             if st.st_dev == self.dev:
                 return "reach", f"{whose} {what}"
             self._held(pid, f"{base}/{what}", st, f"{whose} {what}")
+            self._dir(pid, f"{base}/{what}", None, st, f"{whose} {what}")
         return None
+
+    def _dir(self, pid: int, path: str, fdinfo: str | None, st: os.stat_result, how: str) -> None:
+        """Note the mount a dir handle is on (an fd's by its holder's fdinfo, a cwd's or root's by opening
+        the magic link here), for ``dir_way``."""
+        if not stat.S_ISDIR(st.st_mode):
+            return
+        try:
+            if fdinfo is not None:
+                mid = fdinfo_mount_id(fdinfo)
+            else:
+                fd = os.open(path, os.O_PATH | os.O_CLOEXEC)  # the magic link: no call to its filesystem
+                try:
+                    mid = fd_mount_id(fd)
+                finally:
+                    os.close(fd)
+        except FileNotFoundError:
+            return  # closed, or the thread gone, mid-walk
+        self.dirs.setdefault(-1 if mid is None else mid, (pid, how))
 
     def _fd_reach(self, pid: int, base: str, whose: str) -> tuple[str, str] | None:
         """An open fd on the filesystem; on the way, the namespace handles and pidfds held are noted."""
@@ -315,10 +348,11 @@ class _Walk:
                     elif link == "anon_inode:[pidfd]" or link.startswith("pidfd:["):
                         self._pidfd(pid, f"{base}/fdinfo/{fd.name}", f"{whose} pidfd {fd.name}")
                     elif link.startswith("/"):
-                        st = os.stat(fd.path)
+                        st = bounded(fd.path, os.stat, fd.path)  # its filesystem's getattr: it may stall
                         if st.st_dev == self.dev:
                             return "reach", f"{whose} open fd {fd.name}"
                         self._held(pid, fd.path, st, f"{whose} open fd {fd.name}")
+                        self._dir(pid, fd.path, f"{base}/fdinfo/{fd.name}", st, f"{whose} open fd {fd.name}")
                 except FileNotFoundError:
                     continue  # closed mid-walk
         return None
@@ -326,8 +360,7 @@ class _Walk:
     def _maps_reach(self, base: str) -> tuple[str, str] | bool:
         """A mapped file on the filesystem, else whether the maps were read at all."""
         tag = f"{os.major(self.dev):02x}:{os.minor(self.dev):02x}".encode()
-        with open(f"{base}/maps", "rb") as f:
-            data = f.read()
+        data = bounded(f"{base}/maps", _read, f"{base}/maps")  # its mmap_lock, which a stuck fault holds
         for line in data.splitlines():
             parts = line.split(None, 5)
             if len(parts) >= 5 and parts[3] == tag and parts[4] != b"0":
@@ -390,6 +423,50 @@ class _Walk:
                     self.procfs_way = f"{held}which has {way}: it can join it at any time"
             todo += [(m.root, (pid, f"{how}, then a namespace file at {m.point} there")) for m in nsfs_mounts(table)]
         return None
+
+    def dir_way(self, pids: Iterable[int]) -> str | None:
+        """Whether a dir handle noted (``dirs``) is on a mount of a mount namespace that sees the
+        filesystem: ``openat(fd, "../<path>")`` walks that namespace's mounts from it, whatever the
+        holder's own table shows. A mount found in no table gc can read (detached: ``umount -l``,
+        ``open_tree(OPEN_TREE_CLONE)``, ``fsmount``) is doubt: what it has under it cannot be told.
+        Each mount namespace's table is read once: those the walk read, then gc's own, then those of
+        ``pids`` (a mount of a namespace no process is in any more is detached too)."""
+        if not self.dirs:
+            return None
+        with contextlib.suppress(OSError):
+            own = os.readlink("/proc/self/ns/mnt")
+            if own not in self.tables:
+                self.tables[own] = read_mounts()
+        where: dict[int, str] = {m.mount_id: ns for ns, table in self.tables.items() for m in table}
+        if not self.dirs.keys() <= where.keys():
+            for q in pids:
+                if self.dirs.keys() <= where.keys():
+                    break
+                found = mount_ns(q)
+                if found is None or found[0] in self.tables:
+                    continue
+                try:
+                    self.tables[found[0]] = table = read_mounts(found[1])
+                except OSError:
+                    continue  # gone, or not this process's to read: its mounts are no one's handle's then
+                where.update((m.mount_id, found[0]) for m in table)
+        doubt = None
+        for mid, (pid, how) in sorted(self.dirs.items()):
+            held = f"pid {pid}, in another pid namespace, holds {how}, a dir on mount {mid}"
+            ns = where.get(mid)
+            if ns is None:
+                doubt = doubt or (
+                    f"{held} that is in no mount table gc can read (detached, or of a namespace it cannot look "
+                    "at): what can be reached from it cannot be told"
+                )
+                continue
+            seen = mount_of(self.tables[ns], self.dev)
+            if seen is not None:
+                return (
+                    f"{held} of mount namespace {ns}, which sees this filesystem at {seen.point}: "
+                    'openat(fd, "../...") from it reaches it whatever its own mounts show'
+                )
+        return doubt
 
 
 def judge_trust(shm_dir: str, pids: Iterable[int] | None = None) -> Trust:
@@ -475,6 +552,16 @@ def _walk_trust(shm_dir: str, dev: int, mine: str, pids: Iterable[int] | None) -
                     f"not this one: the pids in its segment names mean nothing here ({_ASSUME})"
                 ),
             )
+    with within(WALK_S):
+        return _walk(shm_dir, dev, mine, pids, since)
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def _walk(shm_dir: str, dev: int, mine: str, pids: Iterable[int] | None, since: int) -> Trust:
     walk = _Walk(dev, mine)
     doubt: set[int] = set()
     unread: list[int] = []  # the processes whose namespaces could not be read: named in the note
@@ -490,6 +577,12 @@ def _walk_trust(shm_dir: str, dev: int, mine: str, pids: Iterable[int] | None) -
             via = walk.reaches(pid)  # per thread: a cwd or fd is its own, whatever its mount table says
         except (FileNotFoundError, ProcessLookupError):
             continue  # exited mid-walk: it produces nothing any more
+        except StuckReadError as err:
+            return Trust(
+                False,
+                f"pid {pid}, in another pid namespace, cannot be looked at: {err.strerror}; whether it "
+                f"reaches this filesystem cannot be told, so its pids mean nothing here ({_ASSUME})",
+            )
         except OSError:
             uid = uid_of(pid)
             if uid is not None:
@@ -513,22 +606,46 @@ def _walk_trust(shm_dir: str, dev: int, mine: str, pids: Iterable[int] | None) -
                     f"{via[1]} although its mounts do not show it: its pids mean nothing here ({_ASSUME})"
                 ),
             )
-    hazard = walk.handle_hazard(live_pids() if pids is None else everyone)
-    if hazard is not None:
-        return Trust(False, f"{hazard}: its pids mean nothing here ({_ASSUME})")
-    if walk.procfs_way is not None:
-        return Trust(
-            False,
-            (
-                f"{walk.procfs_way}: through the process dirs there every filesystem is in reach, this one too, "
-                f"whatever its own mounts show, so its pids mean nothing here ({_ASSUME})"
-            ),
-        )
+    way = _indirect_way(walk, live_pids() if pids is None else everyone)
+    if way is not None:
+        return Trust(False, way)
     note = "gc sees every pid namespace that shares this filesystem"
     if doubt:
         uids = ", ".join(map(str, sorted(doubt)))
         note += f"; the namespaces of uid(s) {uids}'s processes could not be read ({name_pids(unread)})"
     return Trust(True, note, frozenset(doubt), since)
+
+
+def _indirect_way(walk: _Walk, pids: list[int]) -> str | None:
+    """After the walk, the ways in that no mount, cwd, root, fd or map on the filesystem shows: a handle
+    to a mount namespace that sees it, a way into a procfs of gc's pid namespace, a dir handle on a
+    mount of a namespace that sees it; as the verdict's note."""
+    hazard = walk.handle_hazard(pids)
+    if hazard is not None:
+        return f"{hazard}: its pids mean nothing here ({_ASSUME})"
+    if walk.procfs_way is not None:
+        return (
+            f"{walk.procfs_way}: through the process dirs there every filesystem is in reach, this one too, "
+            f"whatever its own mounts show, so its pids mean nothing here ({_ASSUME})"
+        )
+    way = walk.dir_way(pids)
+    return None if way is None else f"{way}: its pids mean nothing here ({_ASSUME})"
+
+
+def unsure_of_holders(trust: Trust, stuck: dict[int, str]) -> Trust:
+    """``trust``, made untrusted when some process's open and mapped files could not be read in time
+    (``stuck``: pid -> why, from ``holders.holder_index``): whether it holds a segment, so keeps it in use,
+    cannot be told, and no pid verdict may reap what it might hold."""
+    if not stuck or not trust.trusted:
+        return trust
+    why = stuck[min(stuck)]
+    return Trust(
+        False,
+        f"the open files of {name_pids(sorted(stuck))} cannot be read ({why}): whether they hold a segment here "
+        "cannot be told",
+        trust.doubt_uids,
+        trust.since_ns,
+    )
 
 
 def name_pids(pids: list[int], most: int = 5) -> str:
@@ -538,4 +655,4 @@ def name_pids(pids: list[int], most: int = 5) -> str:
     return f"pid{'s' if len(pids) > 1 else ''} {shown}{more}"
 
 
-__all__ = ["INIT_PID_NS", "Trust", "first_user", "judge_trust", "judge_visible_trust"]
+__all__ = ["INIT_PID_NS", "Trust", "first_user", "judge_trust", "judge_visible_trust", "unsure_of_holders"]

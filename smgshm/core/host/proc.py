@@ -181,7 +181,12 @@ def fd_mount_id(fd: int) -> int | None:
     """The id of the mount this process's ``fd`` is open on (its fdinfo's mnt_id): the ids mount
     tables show, one space for every mount namespace. None when fdinfo does not say (OSError when
     it cannot be read)."""
-    with open(f"/proc/self/fdinfo/{fd}", "rb") as f:
+    return fdinfo_mount_id(f"/proc/self/fdinfo/{fd}")
+
+
+def fdinfo_mount_id(fdinfo: str) -> int | None:
+    """``fd_mount_id`` of any process's fd, by its /proc/P/fdinfo/N (no need to open the fd)."""
+    with open(fdinfo, "rb") as f:
         for line in f:
             if line.startswith(b"mnt_id:"):
                 value = line[7:].strip()
@@ -213,6 +218,7 @@ __all__ = [
     "comm",
     "dir_entries",
     "fd_mount_id",
+    "fdinfo_mount_id",
     "fs_magic",
     "in_nested_pid_ns",
     "innermost_pid",

@@ -41,6 +41,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from smgshm.core.host.bounded import bounded
 from smgshm.core.host.holders import Holder
 from smgshm.core.host.mounts import Mount, read_mounts
 from smgshm.core.host.proc import ns_pids, uid_of
@@ -167,7 +168,7 @@ class _Walk:
         mntns = os.readlink(f"{base}/ns/mnt")
         linked = False
         try:
-            dev: int | None = _shm_dev(base)
+            dev: int | None = bounded(f"{base}/root/dev/shm", _shm_dev, base)  # through its root: it may stall
         except FileNotFoundError:
             if not os.path.exists(f"{base}/root"):
                 raise
@@ -184,7 +185,7 @@ class _Walk:
             routes.setdefault(d, how)
         whose = "its" if base.count("/") == 2 else f"its thread {base.rpartition('/')[2]}'s"
         for what in ("cwd", "root"):
-            st = os.stat(f"{base}/{what}")
+            st = bounded(f"{base}/{what}", os.stat, f"{base}/{what}")  # its filesystem's getattr: it may stall
             if st.st_dev in self.devs:
                 routes.setdefault(st.st_dev, f"{whose} {what}")
         return linked
@@ -204,12 +205,15 @@ class _Walk:
         pod = None if cgroup is None else (pod_uid_in(cgroup) or "")
         self.out.unread.append(Unread(pid, uid, pod, pidns))
 
-    def visit(self, pid: int) -> None:
+    def visit(self, pid: int, stuck: bool = False) -> None:
         cgroup = _read_cgroup(pid)
         if cgroup is not None and self.sandboxes and (sid := sandbox_of(cgroup, self.sandboxes)) is not None:
             self.out.pause[pid] = sid  # no producer: never a reacher, never a doubt
             if (pod := pod_uid_in(cgroup)) is not None:
                 self.out.sandbox_pod.setdefault(sid, pod)
+            return
+        if stuck:  # its fds or maps could not be read (a stuck read, bounded.py): it may reach any of its pod's
+            self._unread(pid, cgroup)
             return
         routes: dict[int, str] = {}
         linked, live, pidns = False, "", ""
@@ -244,13 +248,20 @@ class _Walk:
 
 
 def reachers(
-    places: Sequence[Place], root: str, pids: Iterable[int], holders: dict[tuple[int, int], list[Holder]]
+    places: Sequence[Place],
+    root: str,
+    pids: Iterable[int],
+    holders: dict[tuple[int, int], list[Holder]],
+    stuck: Iterable[int] = (),
 ) -> Reach:
     """The module's rule over ``pids``, for every tmpfs of ``places`` (found under the node ``root``), in one pass;
-    ``holders``: every tmpfs's open and mapped files (``holder_index_devs``)."""
+    ``holders``: every tmpfs's open and mapped files (``holder_index_devs``); ``stuck``: the processes whose
+    fds or maps it could not read (a read that stuck), counted as unread. A read here that sticks
+    (host/bounded.py) makes its process unread too, as one refused."""
     walk = _Walk(places, root, holders)
+    unsure = set(stuck)
     for pid in pids:
-        walk.visit(pid)
+        walk.visit(pid, pid in unsure)
     return walk.out
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 
 from smgshm.core.errors import HostError, SmgshmError
 from smgshm.core.host import clock
+from smgshm.core.host.bounded import within
 from smgshm.core.host.clock import WallClock
 from smgshm.core.host.holders import Holder, holder_index, holder_index_devs
 from smgshm.core.host.mounts import mount_points_of
@@ -63,6 +64,9 @@ class NodeLook:
     unseen: list[Unseen] = field(default_factory=list)  # what it could not see (sight.py): the node is unknown
 
 
+LOOK_S = 30.0  # the reads of a look's walk of /proc that can stall, in all (host/bounded.py)
+
+
 def look(root: str, pids: Iterable[int] | None = None, state_dirs: Sequence[tuple[str, ...]] = ()) -> NodeLook:
     """Find and tie every tmpfs under the node ``root`` (HostError when the root cannot be opened);
     ``state_dirs``: custom runtime state dirs under it (layout.NodeRoot)."""
@@ -76,15 +80,18 @@ def look(root: str, pids: Iterable[int] | None = None, state_dirs: Sequence[tupl
     for p in places:
         by_dev.setdefault(p.dev, p)  # one tmpfs, one block (its first place)
     places = list(by_dev.values())
-    holders = holder_index_devs([p.dev for p in places], everyone)  # fds and maps: a route, and gc's holders
-    seen = reachers(every, where, everyone, holders)  # the one rule: who reaches each tmpfs (reach.py)
+    stuck: dict[int, str] = {}  # processes one of whose reads stuck (bounded.py): unread, so in doubt, never a hang
+    with within(LOOK_S):
+        holders = holder_index_devs([p.dev for p in places], everyone, stuck)  # fds and maps: a route, gc's holders
+        seen = reachers(every, where, everyone, holders, stuck)  # the one rule: who reaches each tmpfs (reach.py)
     # Pod names for the pods seen only (the log dirs are streamed, not kept): the places' and the reachers' uids.
     wanted = {p.pod_uid for p in places} | {u.pod_uid for us in seen.by_dev.values() for u in us}
     wanted |= {v for v in seen.sandbox_pod.values() if v}
     names, known = pod_names_at(where, {w for w in wanted if w})
     depth = {u.pidns: u.depth for p in places for u in seen.by_dev.get(p.dev, ())}
     spaces = pid_spaces(depth, everyone)
-    hidden = hidden_bytes([p.dev for p in places], everyone)
+    with within(LOOK_S):
+        hidden = hidden_bytes([p.dev for p in places], everyone)
     mine = pidns_of_self()
     host = PidSpace(mine, 1, {p: p for p in everyone}) if mine == INIT_PID_NS else None
     out: list[Tmpfs] = []

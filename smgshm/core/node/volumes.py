@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from smgshm.core.host.bounded import StuckReadError, bounded
 from smgshm.core.host.proc import live_pids, ns_pids, readlink_or
 
 MAX_MAPS_BYTES = 16 << 20  # one process's maps: 65530 mappings (vm.max_map_count) of ~100 bytes fit
@@ -130,6 +131,11 @@ def _union(spans: list[tuple[int, int]]) -> int:
     return total
 
 
+def _read_maps(pid: int) -> bytes:
+    with open(f"/proc/{pid}/maps", "rb") as f:
+        return f.read(MAX_MAPS_BYTES + 1)
+
+
 def hidden_bytes(devs: Iterable[int], pids: Iterable[int] | None = None) -> dict[int, Hidden]:
     """Per device of ``devs``: the bytes of unlinked files still mapped there, from every /proc/P/maps."""
     tags = {f"{os.major(d):02x}:{os.minor(d):02x}".encode(): d for d in devs}
@@ -137,8 +143,10 @@ def hidden_bytes(devs: Iterable[int], pids: Iterable[int] | None = None) -> dict
     complete = True
     for pid in live_pids() if pids is None else pids:
         try:
-            with open(f"/proc/{pid}/maps", "rb") as f:
-                data = f.read(MAX_MAPS_BYTES + 1)
+            data = bounded(f"/proc/{pid}/maps", _read_maps, pid)  # its mmap_lock, which a stuck fault holds
+        except StuckReadError:
+            complete = False  # what it maps cannot be told: a lower bound still, said incomplete
+            continue
         except OSError:
             continue  # gone, or a kernel thread's; unreadable ones are no holder we can see
         if len(data) > MAX_MAPS_BYTES:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 
 from smgshm.core.errors import HostError
 from smgshm.core.host.holders import holder_index
-from smgshm.core.host.pidtrust import Trust, judge_trust
+from smgshm.core.host.pidtrust import Trust, judge_trust, unsure_of_holders
 from smgshm.core.segments.judge import Judge, ScanOptions, SegmentInfo, Tally
 from smgshm.core.segments.sightings import Sightings
 
@@ -89,8 +89,10 @@ class Scan:
 
     def make_judge(self) -> tuple[Trust, Judge]:
         """Whether pids can be trusted here and the judge of each entry (core/node judges by a pod's pid namespace)."""
-        trust = judge_trust(self.opts.shm_dir)
-        return trust, Judge(self.opts, trust, holder_index(self.dev), self.dev, self.sightings)
+        trust, stuck = judge_trust(self.opts.shm_dir), dict[int, str]()
+        holders = holder_index(self.dev, stuck=stuck)  # a process one of whose reads stuck: its holds unknown
+        trust = unsure_of_holders(trust, stuck)
+        return trust, Judge(self.opts, trust, holders, self.dev, self.sightings)
 
     def usage_now(self) -> tuple[int, int]:
         """(used, free) bytes of the shm dir's filesystem read again now (after a --delete, say);

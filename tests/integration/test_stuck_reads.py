@@ -1,0 +1,246 @@
+"""Reads that block are bounded (core/host/bounded.py): a process holding a handle to a filesystem that no
+longer answers (a real FUSE mount nobody serves: tests/support/stall.py) makes the host's trust walk
+untrusted and a pod's tmpfs unknown, each said and naming it, instead of stalling gc, gc --node and the
+exporter without bound; a blocked read (a FIFO with no writer) is cut at its bound and not waited for again."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from tests.conftest import Children, make_file, mounted_tmpfs, smgshm_argv, wait_for
+from tests.support.cli_gc import dead_pid, kill_and_reap, seg_name
+from tests.support.node import POD_A, dshm, laid_out, needs_root_and_unshare
+from tests.support.stall import keeper_argv, needs_fuse, stalled_fuse
+
+pytestmark = [pytest.mark.timeout(180)]
+
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+CONTAINER = ["unshare", "--pid", "--fork", "--mount", "--propagation", "private"]
+OWN_PROC = "umount -l /proc && mount -t proc proc /proc"  # its own procfs, the host's gone
+JUDGE = """
+import sys
+from smgshm.core.host.pidtrust import judge_trust
+t = judge_trust(sys.argv[1], pids=[int(sys.argv[2])])
+print(t.trusted)
+print(t.note)
+"""
+
+
+def _run(argv: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
+    """``argv`` in a child that must end by ``timeout``: a hang is the failure this file is about."""
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=ENV, cwd="/")
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{shlex.join(argv[:6])} ... did not end within {timeout} s: a read blocked without bound")
+
+
+@needs_fuse
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root and unshare(1)")
+@pytest.mark.pidns
+def test_a_stalled_handle_in_another_pid_namespace_makes_gc_untrusted_not_hung(
+    children: Children, tmp_path: Path
+) -> None:
+    with stalled_fuse(tmp_path / "stall") as mnt:
+        inner = f"{OWN_PROC} && exec {shlex.join(keeper_argv(mnt))}"
+        p = children.spawn([*CONTAINER, "sh", "-c", inner], stdin=subprocess.PIPE)
+        assert p.stdout is not None
+        assert p.stdout.readline().strip() == "ready", p.stderr.read() if p.stderr and p.poll() is not None else ""
+        kids = psutil.Process(p.pid).children(recursive=True)
+        keeper = next(k.pid for k in kids if k.name().startswith("python"))
+        with mounted_tmpfs(tmp_path / "x", "4m") as d:  # after: nothing of it in the keeper's mounts
+            _judged_untrusted_not_hung(children, d, keeper)
+        kill_and_reap(p)
+
+
+def _judged_untrusted_not_hung(children: Children, d: str, keeper: int) -> None:
+    name = seg_name(dead_pid(children))
+    make_file(d, name)
+
+    r = _run([sys.executable, "-c", JUDGE, d, str(keeper)], timeout=60)
+    assert r.returncode == 0, r.stderr
+    trusted, note = r.stdout.split("\n", 1)
+    assert trusted == "False", note
+    assert f"pid {keeper}" in note
+    assert "did not answer within" in note, note
+
+    r = _run(smgshm_argv("--json", "gc", "--shm-dir", d, "--delete", "--min-age", "0", "--yes"), timeout=120)
+    doc = json.loads(r.stdout)
+    assert doc["result"]["liveness_trusted"] is False, doc["result"]["liveness_note"]
+    assert os.path.exists(os.path.join(d, name)), "gc deleted a segment whose producer it could not rule out"
+
+
+@needs_fuse
+@pytest.mark.trust
+def test_a_stalled_handle_in_this_pid_namespace_makes_gc_untrusted_not_hung(children: Children, tmp_path: Path) -> None:
+    """The same kept in this pid namespace: the trust walk passes it by (its pids are gc's), but whether it holds
+    a segment cannot be told in time: the run is untrusted, said with its pid, and deletes nothing."""
+    with stalled_fuse(tmp_path / "stall") as mnt, mounted_tmpfs(tmp_path / "x", "4m") as d:
+        keeper = children.spawn(keeper_argv(mnt), stdin=subprocess.PIPE)
+        assert keeper.stdout is not None
+        assert keeper.stdout.readline().strip() == "ready"
+        name = seg_name(dead_pid(children))
+        make_file(d, name)
+        r = _run(smgshm_argv("--json", "gc", "--shm-dir", d, "--delete", "--min-age", "0", "--yes"), timeout=120)
+        doc = json.loads(r.stdout)
+        assert doc["result"]["liveness_trusted"] is False, doc["result"]["liveness_note"]
+        assert (
+            f"pid {keeper.pid}" in doc["result"]["liveness_note"]
+            or f"pids {keeper.pid}" in doc["result"]["liveness_note"]
+        )
+        assert "did not answer within" in doc["result"]["liveness_note"]
+        assert os.path.exists(os.path.join(d, name)), "gc deleted a segment a process it could not read may hold"
+        kill_and_reap(keeper)
+
+
+@contextlib.contextmanager
+def _in_pod_cgroup(pid: int, pod_uid: str) -> Iterator[None]:
+    """``pid`` in a cgroup of the pod (cgroupfs driver's path, pids hierarchy), back at the root at the end."""
+    top = Path("/sys/fs/cgroup/pids/smgshm-test-stuck-kubepods")
+    leaf = top / f"pod{pod_uid}" / "c0"
+    leaf.mkdir(parents=True)
+    try:
+        (leaf / "cgroup.procs").write_text(f"{pid}\n")
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            Path("/sys/fs/cgroup/pids/cgroup.procs").write_text(f"{pid}\n")
+        for d in (leaf, leaf.parent, top):
+            with contextlib.suppress(OSError):
+                d.rmdir()
+
+
+@needs_fuse
+@needs_root_and_unshare
+@pytest.mark.skipif(not os.path.isdir("/sys/fs/cgroup/pids"), reason="needs the cgroup v1 pids hierarchy")
+@pytest.mark.trust
+def test_gc_node_with_a_stalled_process_in_a_pod_ends_and_keeps_that_pods_names_unknown(
+    children: Children, tmp_path: Path
+) -> None:
+    """Pod A's container is gone: its segment would be leaked. A process of pod A (by its cgroup) whose fd
+    is on a FUSE mount that stopped answering cannot be read in time: it may reach pod A's tmpfs, so its
+    uid's names there are unknown, said with its pid, and gc --node ends."""
+    root = tmp_path / "node"
+    with laid_out(root, [(POD_A, "16m", "dead")]) as pods, stalled_fuse(tmp_path / "stall") as mnt:
+        tmpfs = dshm(root, POD_A[2])
+        (name,) = [n for n in os.listdir(tmpfs) if n.startswith("smg-")]
+        pod = pods[POD_A[2]]
+        assert pod.stdin is not None
+        pod.stdin.close()
+        wait_for(lambda: pod.poll() is not None, what="pod A's pid 1 to exit")
+        keeper = children.spawn(keeper_argv(mnt), stdin=subprocess.PIPE)
+        assert keeper.stdout is not None
+        assert keeper.stdout.readline().strip() == "ready"
+        with _in_pod_cgroup(keeper.pid, POD_A[2]):
+            argv = smgshm_argv("--json", "gc", "--node", "--node-root", str(root), "--delete", "--min-age", "0")
+            r = _run([*argv, "--yes"], timeout=120)
+        assert (tmpfs / name).exists(), "gc --node deleted a name a process it could not read may have written"
+        doc: dict[str, Any] = json.loads(r.stdout)
+        (a,) = [t for t in doc["result"]["tmpfs"] if t["pod_uid"] == POD_A[2]]
+        (seg,) = [s for s in a["segments"] if s["name"] == name]
+        assert seg["state"] == "unknown", seg
+        assert f"pid {keeper.pid}" in a["liveness_note"], a["liveness_note"]
+        kill_and_reap(keeper)
+
+
+@needs_fuse
+@needs_root_and_unshare
+@pytest.mark.skipif(not os.path.isdir("/sys/fs/cgroup/pids"), reason="needs the cgroup v1 pids hierarchy")
+@pytest.mark.trust
+def test_the_node_exporter_answers_with_a_stalled_process_in_a_pod_and_says_its_names_unknown(
+    children: Children, tmp_path: Path
+) -> None:
+    """``watch --node --serve-metrics`` starts and answers its scrapes (within 10 s each) while a process of
+    pod A holds an fd on a FUSE mount that stopped answering; pod A's dead producer's segment is unknown."""
+    import select
+    import urllib.request
+
+    from tests.support.metrics_conventions import _values
+
+    root = tmp_path / "node"
+    with laid_out(root, [(POD_A, "16m", "dead")]) as pods, stalled_fuse(tmp_path / "stall") as mnt:
+        pod = pods[POD_A[2]]
+        assert pod.stdin is not None
+        pod.stdin.close()
+        wait_for(lambda: pod.poll() is not None, what="pod A's pid 1 to exit")
+        keeper = children.spawn(keeper_argv(mnt), stdin=subprocess.PIPE)
+        assert keeper.stdout is not None
+        assert keeper.stdout.readline().strip() == "ready"
+        with _in_pod_cgroup(keeper.pid, POD_A[2]):
+            argv = smgshm_argv("watch", "--node", "--node-root", str(root), "--serve-metrics", "127.0.0.1:0")
+            e = children.spawn([*argv, "--rescan-every", "60s", "--interval", "0.2"], env=ENV, cwd="/")
+            assert e.stderr is not None
+            ready, _, _ = select.select([e.stderr], [], [], 90)
+            assert ready, "the exporter did not start within 90 s: a read blocked without bound"
+            line = e.stderr.readline()
+            assert "metrics at " in line, line
+            url = line.split("metrics at ", 1)[1].strip()
+            for _ in range(2):
+                with urllib.request.urlopen(url, timeout=10) as r:  # noqa: S310 - our own loopback exporter
+                    text = r.read().decode("utf-8")
+                unknown = _values(text, "smgshm_node_segments")
+                mine = {k: v for k, v in unknown.items() if ("uid", POD_A[2]) in k}
+                assert mine.get(next(k for k in mine if ("state", "unknown") in k)) == 1, mine
+                assert mine.get(next(k for k in mine if ("state", "leaked") in k)) == 0, mine
+            kill_and_reap(e)
+        kill_and_reap(keeper)
+
+
+def test_a_read_that_blocks_is_cut_at_its_bound_and_not_waited_for_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real blocking call (opening a FIFO no one writes) ends in StuckReadError (an OSError: a walk counts
+    the process unread) at the bound; the same read again fails at once, its worker still stuck."""
+    from smgshm.core.host import bounded
+
+    monkeypatch.setattr(bounded, "READ_S", 0.5)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(bounded.StuckReadError) as err:
+            bounded.bounded(str(fifo), open, str(fifo), "rb")
+        assert isinstance(err.value, OSError)
+        assert "did not answer within 0.5 s" in str(err.value)
+        assert bounded.stuck_now() >= 1
+        with pytest.raises(bounded.StuckReadError, match="stuck still"):
+            bounded.bounded(str(fifo), open, str(fifo), "rb")
+        assert bounded.bounded("/proc/self/status", os.stat, "/proc/self/status").st_size == 0  # others go on
+        with bounded.within(0.0), pytest.raises(bounded.StuckReadError, match="time for reads was spent"):
+            bounded.bounded("/proc/self/status", os.stat, "/proc/self/status")
+        assert time.monotonic() - t0 < 60
+    finally:
+        w = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)  # the stuck open gets its writer and ends
+        os.close(w)
+    wait_for(lambda: bounded.stuck_now() == 0 or None, what="the stuck worker to end")
+    assert not any(t.name == "smgshm-bounded-read" and not t.daemon for t in threading.enumerate())
+
+
+def test_a_forked_child_reads_with_workers_of_its_own() -> None:
+    """Threads do not survive fork(2): a child whose parent had a worker (or one stuck) reads at once."""
+    from smgshm.core.host import bounded
+
+    assert bounded.bounded("/", os.stat, "/").st_ino == os.stat("/").st_ino  # this thread has a worker now
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child's outcome is its exit status
+        code = 1
+        try:
+            t0 = time.monotonic()
+            ok = bounded.bounded("/", os.stat, "/").st_ino == os.stat("/").st_ino and bounded.stuck_now() == 0
+            code = 0 if ok and time.monotonic() - t0 < bounded.READ_S else 1
+        finally:
+            os._exit(code)  # never back into pytest
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
