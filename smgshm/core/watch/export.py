@@ -13,23 +13,29 @@ from __future__ import annotations
 import contextlib
 import io
 import math
+import select
 import socket
+import ssl
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from smgshm.core.address import listen_addrinfo, url_host
 from smgshm.core.errors import TransportError
 from smgshm.core.names import KINDS
 from smgshm.core.watch.figures import FLIGHT_BUCKETS_S
+from smgshm.core.watch.health import Verdict, session_health
 from smgshm.core.watch.life import ENDS
 from smgshm.core.watch.session import WatchSession
+from smgshm.core.watch.webconfig import REALM, WebConfig
 
 if TYPE_CHECKING:  # imported where they are used
     from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
     from prometheus_client.registry import Collector
+
+WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 PREFIX = "smgshm_watch_"
 # When a family is in the exposition.
@@ -188,8 +194,49 @@ MAX_CLIENTS = 16  # served at once; one more evicts the oldest still sending its
 MAX_HEAD_BYTES = 64 * 1024
 
 
-def _server(family: int) -> tuple[type[WSGIServer], type[WSGIRequestHandler]]:
-    """The server class for an address family, and its request handler class."""
+def _handshake(sock: ssl.SSLSocket, deadline: float) -> bool:
+    """The TLS handshake by ``deadline`` (monotonic), however the client trickles it: a client that never
+    finishes holds its thread until then, no longer (a socket timeout would bound each read, not all)."""
+    sock.setblocking(False)
+    while True:
+        try:
+            sock.do_handshake()
+            return True
+        except ssl.SSLWantReadError:
+            want = select.POLLIN
+        except ssl.SSLWantWriteError:
+            want = select.POLLOUT
+        except (OSError, ValueError):  # refused (plain HTTP, no client certificate), reset, or evicted
+            return False
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        poller = select.poll()  # not select(): a descriptor may be above FD_SETSIZE in a busy process
+        poller.register(sock, want)
+        if not poller.poll(max(1, int(left * 1000))):
+            return False
+
+
+def _read_head(sock: socket.socket, deadline: float) -> bytes:
+    """The request line and headers by ``deadline`` (monotonic); b"" when they do not come."""
+    buf = bytearray()
+    try:
+        while b"\r\n\r\n" not in buf and b"\n\n" not in buf and len(buf) < MAX_HEAD_BYTES:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return b""
+            sock.settimeout(left)
+            chunk = sock.recv(4096)
+            if not chunk:
+                break
+            buf += chunk
+    except OSError:  # timed out, reset, or evicted
+        return b""
+    return bytes(buf)
+
+
+def _server(family: int, tls: ssl.SSLContext | None) -> tuple[type[WSGIServer], type[WSGIRequestHandler]]:
+    """The server class for an address family (TLS with ``tls``), and its request handler class."""
     from socketserver import ThreadingMixIn
     from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
@@ -214,7 +261,9 @@ def _server(family: int) -> tuple[type[WSGIServer], type[WSGIRequestHandler]]:
                     del self.reading[oldest]
                     self.clients.discard(oldest)
                     with contextlib.suppress(OSError):
-                        oldest.shutdown(socket.SHUT_RDWR)  # its read returns at once, its thread ends
+                        # The socket's own shutdown (not SSLSocket's, which drops its TLS state under the
+                        # thread still using it): its read or handshake returns at once, its thread ends.
+                        socket.socket.shutdown(oldest, socket.SHUT_RDWR)
                 self.clients.add(request)
             super().process_request(request, client_address)
 
@@ -225,31 +274,32 @@ def _server(family: int) -> tuple[type[WSGIServer], type[WSGIRequestHandler]]:
                 with self.clients_lock:
                     self.clients.discard(request)
 
+        def get_request(self) -> tuple[socket.socket, Any]:
+            sock, addr = self.socket.accept()
+            if tls is None:
+                return sock, addr
+            try:  # no I/O here: the handshake is the client's thread's, within its bound
+                return tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False), addr
+            except OSError:
+                sock.close()
+                raise
+
         def handle_error(self, request: Any, client_address: Any) -> None:
             pass  # a client's failure (a reset, a timeout) is its own
 
         def read_head(self, sock: socket.socket) -> bytes:
-            """The request line and headers, within CLIENT_TIMEOUT_S; b"" when they do not come."""
+            """The TLS handshake if any, then the request line and headers, all within CLIENT_TIMEOUT_S;
+            b"" when they do not come."""
             deadline = time.monotonic() + CLIENT_TIMEOUT_S
-            buf = bytearray()
             with self.clients_lock:
                 self.reading[sock] = None
             try:
-                while b"\r\n\r\n" not in buf and b"\n\n" not in buf and len(buf) < MAX_HEAD_BYTES:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        return b""
-                    sock.settimeout(left)
-                    chunk = sock.recv(4096)
-                    if not chunk:
-                        break
-                    buf += chunk
-            except OSError:  # timed out, reset, or evicted
-                return b""
+                if isinstance(sock, ssl.SSLSocket) and not _handshake(sock, deadline):
+                    return b""
+                return _read_head(sock, deadline)
             finally:
                 with self.clients_lock:
                     self.reading.pop(sock, None)
-            return bytes(buf)
 
     class Handler(WSGIRequestHandler):
         server: Server  # the one above, which reads a request's head within its bound
@@ -270,18 +320,59 @@ def _server(family: int) -> tuple[type[WSGIServer], type[WSGIRequestHandler]]:
     return Server, Handler
 
 
+def _plain(start_response: Callable[..., Any], status: str, text: str, *headers: tuple[str, str]) -> list[bytes]:
+    body = (text + "\n").encode()
+    start_response(
+        status,
+        [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(body))), *headers],
+    )
+    return [body]
+
+
+def _app(metrics: WsgiApp, web: WebConfig, health: Callable[[], Verdict] | None) -> WsgiApp:
+    """/healthz (no credentials asked: probes cannot send them, and it says ok or why not only), and
+    every other path the exposition, behind basic auth when the web config has users."""
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if health is not None and environ.get("PATH_INFO") == "/healthz":
+            v = health()
+            status = "200 OK" if v.ok else "503 Service Unavailable"
+            return _plain(start_response, status, v.reason, ("Cache-Control", "no-store"))
+        if web.auth is not None:
+            ok = web.auth.check(environ.get("HTTP_AUTHORIZATION"), CLIENT_TIMEOUT_S)
+            if ok is None:
+                return _plain(start_response, "503 Service Unavailable", "busy checking passwords: retry")
+            if not ok:  # which of user or password was wrong is not said
+                challenge = ("WWW-Authenticate", f'Basic realm="{REALM}", charset="UTF-8"')
+                return _plain(start_response, "401 Unauthorized", "Unauthorized", challenge)
+        return metrics(environ, start_response)
+
+    return app
+
+
 class MetricsServer:
     """An HTTP /metrics endpoint serving what ``collector`` (prometheus_client's protocol) yields at
-    each scrape, its clients bounded as above; ``stop()`` closes it. watch's and the node's."""
+    each scrape, its clients bounded as above; ``stop()`` closes it. watch's and the node's.
+    ``web``: TLS and basic auth (webconfig.py); ``health``: the verdict /healthz serves."""
 
-    def __init__(self, collector: Collector, host: str, port: int) -> None:
+    def __init__(
+        self,
+        collector: Collector,
+        host: str,
+        port: int,
+        web: WebConfig | None = None,
+        health: Callable[[], Verdict] | None = None,
+    ) -> None:
         from prometheus_client import CollectorRegistry, make_wsgi_app
 
+        web = web or WebConfig()
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(collector)
+        self.tls = web.tls is not None
+        tls = web.tls.context() if web.tls is not None else None
         try:
             family, sockaddr = listen_addrinfo(host, port)
-            server, handler = _server(family)
+            server, handler = _server(family, tls)
             self._server = server((str(sockaddr[0]), port), handler)  # an inet sockaddr's host: a str already
         except OSError as err:
             raise TransportError(
@@ -289,7 +380,7 @@ class MetricsServer:
                 endpoint=f"{host}:{port}",
                 hint="is the port in use or the address wrong?",
             ) from err
-        self._server.set_app(make_wsgi_app(self.registry))
+        self._server.set_app(_app(make_wsgi_app(self.registry), web, health))
         self._thread = threading.Thread(target=self._server.serve_forever, name="smgshm-metrics", daemon=True)
         self._thread.start()
         self.host = host
@@ -297,7 +388,7 @@ class MetricsServer:
 
     @property
     def url(self) -> str:
-        return f"http://{url_host(self.host)}:{self.port}/metrics"
+        return f"{'https' if self.tls else 'http'}://{url_host(self.host)}:{self.port}/metrics"
 
     def stop(self) -> None:
         self._server.shutdown()
@@ -308,8 +399,8 @@ class MetricsServer:
 class WatchExporter(MetricsServer):
     """An HTTP /metrics endpoint serving a session's figures; ``stop()`` closes it."""
 
-    def __init__(self, session: WatchSession, host: str, port: int) -> None:
-        super().__init__(_Collector(session), host, port)
+    def __init__(self, session: WatchSession, host: str, port: int, web: WebConfig | None = None) -> None:
+        super().__init__(_Collector(session), host, port, web, lambda: session_health(session))
 
 
 __all__ = [
