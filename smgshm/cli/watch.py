@@ -296,7 +296,7 @@ def _exporter(
     from smgshm.core.watch.export import WatchExporter
 
     host, port = where
-    if not is_loopback_host(host):
+    if not is_loopback_host(host) and not (web is not None and web.guarded):
         app.warn(f"--serve-metrics on {host}: NOT loopback; any host that reaches it can read this host's SHM traffic")
     exporter = WatchExporter(session, host, port, web)
     if jsonl:
@@ -372,7 +372,7 @@ def _node_exporter(app: App, nw: Any, where: tuple[str, int] | None, web: WebCon
     from smgshm.core.watch.export import MetricsServer
 
     host, port = where
-    if not is_loopback_host(host):
+    if not is_loopback_host(host) and not (web is not None and web.guarded):
         app.warn(
             f"--serve-metrics on {host}: NOT loopback; any host that reaches it can read this node's pods' shm figures"
         )

@@ -22,7 +22,7 @@ import pytest
 
 from smgshm.core.watch.export import CLIENT_TIMEOUT_S, MetricsServer
 from smgshm.core.watch.webconfig import load_web_config
-from tests.conftest import Children, run_cli, wait_for
+from tests.conftest import Children, run_cli, smgshm_argv, wait_for
 from tests.support.cli_watch import drain, spawn_watch
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl CLI")
@@ -270,3 +270,34 @@ def test_an_unreadable_web_config_is_the_hosts_exit_5(tmp_path: Path) -> None:
 def test_web_config_without_serve_metrics_is_a_usage_error(tmp_path: Path) -> None:
     res = run_cli("watch", "--web-config", _config(tmp_path, "{}\n"), "--count", "1", exit=2)
     assert "--web-config configures --serve-metrics" in res.stderr
+
+
+def test_node_exporter_serves_tls_and_auth_and_no_longer_warns_when_guarded(
+    children: Children, pki: Path, tmp_path: Path
+) -> None:
+    """``watch --node`` on all addresses with TLS and users: no "NOT loopback" warning (a reader must
+    prove who it is), /healthz 200 without credentials, /metrics only with them."""
+    root = tmp_path / "host"
+    (root / "var" / "log" / "pods").mkdir(parents=True)
+    config = _config(tmp_path, _tls_yaml(pki) + _users_yaml())
+    p = children.spawn(
+        smgshm_argv("watch", "--node", "--node-root", str(root), "--serve-metrics", "0.0.0.0:0", "--web-config", config)
+    )
+    assert p.stderr is not None
+    said = []
+    while not said or "metrics at " not in said[-1]:
+        line = p.stderr.readline()
+        assert line, ("exited", said, p.poll())
+        said.append(line)
+    assert not any("NOT loopback" in line for line in said), said
+    port = int(said[-1].rsplit(":", 1)[1].split("/")[0])
+    ctx = _client_ctx(pki)
+    assert _get(port, "/healthz", ctx=ctx)[::2] == (200, "ok\n")
+    assert _get(port, "/metrics", ctx=ctx)[0] == 401
+    status, _, body = _get(port, "/metrics", ctx=ctx, auth=f"alice:{PASSWORD}")
+    assert status == 200
+    assert "smgshm_node_last_scan_timestamp_seconds" in body
+    p.send_signal(signal.SIGTERM)
+    _, err = drain(p)
+    assert p.returncode == 0
+    assert "Traceback" not in err

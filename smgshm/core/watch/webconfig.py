@@ -151,6 +151,11 @@ class WebConfig:
     tls: TlsConfig | None = None
     auth: BasicAuth | None = None
 
+    @property
+    def guarded(self) -> bool:
+        """Whether a reader of the exposition must prove who it is (a password or a verified certificate)."""
+        return self.auth is not None or (self.tls is not None and self.tls.client_auth == ssl.CERT_REQUIRED)
+
 
 def load_web_config(path: str) -> WebConfig:
     """Read and check a web config file (see the module). Every TLS file is loaded here, once, so a
