@@ -198,9 +198,10 @@ def metrics_listen(ctx: click.Context, param: click.Parameter, value: str | None
         raise click.BadParameter(f"{value!r} is not [HOST:]PORT: {err}") from None
 
 
-def web_config(ctx: click.Context, param: click.Parameter, value: str | None) -> WebConfig | None:
+def web_config(value: str | None) -> WebConfig | None:
     """``--web-config FILE`` -> the checked web config (TLS, basic auth); what it says wrongly is a usage
-    error in one line, naming no secret; a file that cannot be read is the host's (exit 5)."""
+    error in one line, naming no secret; a file that cannot be read is the host's (exit 5). Called by
+    the command, not as the option's callback: parsing a command line reads no file."""
     from smgshm.cli.fmt import escape
     from smgshm.core.watch.webconfig import WebConfigError, load_web_config
 

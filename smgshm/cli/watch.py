@@ -71,10 +71,9 @@ if TYPE_CHECKING:
 )
 @click.option(
     "--web-config",
-    "web",
+    "web_file",
     metavar="FILE",
     type=click.Path(dir_okay=False),
-    callback=web_config,
     help="With --serve-metrics: TLS and basic auth, in the web config file format Prometheus exporters "
     "share (tls_server_config: cert_file, key_file, client_ca_file, client_auth_type; basic_auth_users: "
     "user: bcrypt hash). /healthz asks no credentials.",
@@ -129,7 +128,7 @@ def watch(
     count: int | None,
     check: bool,
     serve_metrics: tuple[str, int] | None,
-    web: WebConfig | None,
+    web_file: str | None,
     prefix: str,
     max_tracked: int,
     assume_dead: bool,
@@ -186,8 +185,9 @@ def watch(
     from smgshm.core.watch.figures import WatchOptions
     from smgshm.core.watch.session import WatchSession
 
-    if web is not None and serve_metrics is None:
+    if web_file is not None and serve_metrics is None:
         raise click.UsageError("--web-config configures --serve-metrics: give both")
+    web = web_config(web_file)
     if node:
         _refuse_with_node(
             click.get_current_context(),
@@ -369,7 +369,7 @@ def _node_exporter(app: App, nw: Any, where: tuple[str, int] | None, web: WebCon
         return
     from smgshm.core.address import is_loopback_host
     from smgshm.core.node.metrics import collector
-    from smgshm.core.watch.export import MetricsServer
+    from smgshm.core.watch.httpserver import MetricsServer
 
     host, port = where
     if not is_loopback_host(host) and not (web is not None and web.guarded):

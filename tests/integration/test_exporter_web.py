@@ -20,7 +20,7 @@ from typing import Any
 import bcrypt
 import pytest
 
-from smgshm.core.watch.export import CLIENT_TIMEOUT_S, MetricsServer
+from smgshm.core.watch.httpserver import CLIENT_TIMEOUT_S, MetricsServer
 from smgshm.core.watch.webconfig import load_web_config
 from tests.conftest import Children, run_cli, smgshm_argv, wait_for
 from tests.support.cli_watch import drain, spawn_watch
