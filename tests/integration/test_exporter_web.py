@@ -20,7 +20,7 @@ from typing import Any
 import bcrypt
 import pytest
 
-from smgshm.core.watch.httpserver import CLIENT_TIMEOUT_S, MetricsServer
+from smgshm.core.watch.httpserver import CLIENT_TIMEOUT_S, MAX_CLIENTS, MetricsServer
 from smgshm.core.watch.webconfig import load_web_config
 from tests.conftest import Children, run_cli, smgshm_argv, wait_for
 from tests.support.cli_watch import drain, spawn_watch
@@ -152,18 +152,20 @@ def test_basic_auth_refuses_wrong_or_missing_credentials_and_admits_the_right_on
 
 def test_a_stalled_tls_handshake_does_not_block_another_client(serve: Any, pki: Path, tmp_path: Path) -> None:
     s = serve(_config(tmp_path, _tls_yaml(pki)))
-    stalled = [socket.create_connection(("127.0.0.1", s.port), timeout=10) for _ in range(4)]
+    # More than it serves at once, each sending the first bytes of a ClientHello, then nothing.
+    stalled = [socket.create_connection(("127.0.0.1", s.port), timeout=10) for _ in range(3 * MAX_CLIENTS)]
     try:
-        stalled[0].sendall(b"\x16\x03\x01\x00")  # the first bytes of a ClientHello, then nothing
+        for c in stalled:
+            c.sendall(b"\x16\x03\x01\x00")
         t0 = time.monotonic()
-        status, _, _ = _get(s.port, ctx=_client_ctx(pki))
+        status, _, _ = _get(s.port, ctx=_client_ctx(pki))  # evicts the oldest still handshaking
         assert status == 200
         assert time.monotonic() - t0 < CLIENT_TIMEOUT_S, "answered while the others stall, not after them"
         # Each stalled client is dropped within its bound: the server closes it (EOF or a reset).
-        stalled[0].settimeout(CLIENT_TIMEOUT_S + 5)
+        stalled[-1].settimeout(CLIENT_TIMEOUT_S + 5)
         t0 = time.monotonic()
         try:
-            end = stalled[0].recv(4096)
+            end = stalled[-1].recv(4096)
         except ConnectionResetError:
             end = b""
         assert end == b"", "no answer to half a ClientHello"
