@@ -303,3 +303,27 @@ def test_node_exporter_serves_tls_and_auth_and_no_longer_warns_when_guarded(
     _, err = drain(p)
     assert p.returncode == 0
     assert "Traceback" not in err
+
+
+def test_watch_healthz_is_starting_then_ok_then_stale_when_intervals_stop(tmp_path: Path) -> None:
+    """Plain watch's /healthz, in-process: 503 before its first interval (what readiness waits for), 200
+    after one, 503 stale when no interval follows for three --interval (0.1 s) plus the slack."""
+    from smgshm.core.watch.export import WatchExporter
+    from smgshm.core.watch.figures import WatchOptions
+    from smgshm.core.watch.session import WatchSession
+
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    with WatchSession(WatchOptions(shm_dir=str(shm), interval_s=0.1)) as session:
+        exporter = WatchExporter(session, "127.0.0.1", 0)
+        try:
+            assert _get(exporter.port, "/healthz")[::2] == (503, "starting: no scan has finished yet\n")
+            session.step()
+            assert _get(exporter.port, "/healthz")[::2] == (200, "ok\n")
+            stale = wait_for(lambda: (r := _get(exporter.port, "/healthz"))[0] == 503 and r, 30, "/healthz stale")
+            assert stale[2].startswith("stale: the last scan finished "), stale
+            assert stale[2].endswith("one is due every 0.1s\n"), stale
+            session.step()
+            assert _get(exporter.port, "/healthz")[::2] == (200, "ok\n")
+        finally:
+            exporter.stop()
