@@ -327,3 +327,10 @@ def test_watch_healthz_is_starting_then_ok_then_stale_when_intervals_stop(tmp_pa
             assert _get(exporter.port, "/healthz")[::2] == (200, "ok\n")
         finally:
             exporter.stop()
+
+
+def test_a_key_under_a_passphrase_is_refused_without_a_prompt(pki: Path, tmp_path: Path) -> None:
+    _openssl("pkey", "-in", str(pki / "server.key"), "-aes256", "-passout", "pass:abc", "-out", "enc.key", cwd=tmp_path)
+    text = f"tls_server_config:\n  cert_file: {pki / 'server.crt'}\n  key_file: {tmp_path / 'enc.key'}\n"
+    res = run_cli("watch", "--serve-metrics", "127.0.0.1:0", "--web-config", _config(tmp_path, text), exit=2)
+    assert "the key is under a passphrase" in res.stderr
