@@ -12,6 +12,8 @@ from smgshm.core.units import parse_duration, parse_size
 if TYPE_CHECKING:
     from click.shell_completion import CompletionItem
 
+    from smgshm.core.watch.webconfig import WebConfig
+
     # ParamType is generic from click 8.4 on; the floor is 8.1, so it is subscripted for mypy only.
     _IntParam = click.ParamType[int]
     _FloatParam = click.ParamType[float]
@@ -194,6 +196,21 @@ def metrics_listen(ctx: click.Context, param: click.Parameter, value: str | None
         return parse_listen(value)
     except ValueError as err:
         raise click.BadParameter(f"{value!r} is not [HOST:]PORT: {err}") from None
+
+
+def web_config(value: str | None) -> WebConfig | None:
+    """``--web-config FILE`` -> the checked web config (TLS, basic auth); what it says wrongly is a usage
+    error in one line, naming no secret; a file that cannot be read is the host's (exit 5). Called by
+    the command, not as the option's callback: parsing a command line reads no file."""
+    from smgshm.cli.fmt import escape
+    from smgshm.core.watch.webconfig import WebConfigError, load_web_config
+
+    if value is None:
+        return None
+    try:
+        return load_web_config(value)
+    except WebConfigError as err:
+        raise click.BadParameter(escape(str(err)), param_hint="--web-config") from None
 
 
 def require_gateways(pids: Iterable[int]) -> None:

@@ -21,12 +21,14 @@ from smgshm.cli.params import (
     metrics_listen,
     runtime_state_dir_option,
     shm_dir_option,
+    web_config,
 )
 from smgshm.core.names import SMG_FAMILY_PREFIX
 
 if TYPE_CHECKING:
     from smgshm.core.watch.figures import IntervalStats
     from smgshm.core.watch.session import WatchSession
+    from smgshm.core.watch.webconfig import WebConfig
 
 
 @click.command()
@@ -64,7 +66,17 @@ if TYPE_CHECKING:
     "--serve-metrics",
     metavar="[HOST:]PORT",
     callback=metrics_listen,
-    help="Expose the figures for Prometheus at http://HOST:PORT/metrics (HOST defaults to 127.0.0.1).",
+    help="Expose the figures for Prometheus at http://HOST:PORT/metrics (HOST defaults to 127.0.0.1), "
+    "and the scans' health at /healthz (200 ok, 503 with the reason).",
+)
+@click.option(
+    "--web-config",
+    "web_file",
+    metavar="FILE",
+    type=click.Path(dir_okay=False),
+    help="With --serve-metrics: TLS and basic auth, in the web config file format Prometheus exporters "
+    "share (tls_server_config: cert_file, key_file, client_ca_file, client_auth_type; basic_auth_users: "
+    "user: bcrypt hash). /healthz asks no credentials.",
 )
 @click.option("--prefix", default=SMG_FAMILY_PREFIX, show_default=True, help="Follow only names starting with PREFIX.")
 @click.option(
@@ -116,6 +128,7 @@ def watch(
     count: int | None,
     check: bool,
     serve_metrics: tuple[str, int] | None,
+    web_file: str | None,
     prefix: str,
     max_tracked: int,
     assume_dead: bool,
@@ -172,6 +185,9 @@ def watch(
     from smgshm.core.watch.figures import WatchOptions
     from smgshm.core.watch.session import WatchSession
 
+    if web_file is not None and serve_metrics is None:
+        raise click.UsageError("--web-config configures --serve-metrics: give both")
+    web = web_config(web_file)
     if node:
         _refuse_with_node(
             click.get_current_context(),
@@ -187,7 +203,7 @@ def watch(
                 "shm_min_bytes",
             ),
         )
-        _node(app, node_root, interval, rescan_every, max_volumes, serve_metrics, duration, count, state_dirs)
+        _node(app, node_root, interval, rescan_every, max_volumes, (serve_metrics, web), duration, count, state_dirs)
         return
     if app.json and jsonl:
         raise click.UsageError("--json and --jsonl are two output formats: choose one")
@@ -211,7 +227,7 @@ def watch(
         hooks = {"on_life": view.jsonl_life, "on_event": view.jsonl_event, "on_orphan": view.jsonl_orphan}
     session = WatchSession(opts, **hooks)
     _store_warnings(app, start=True)
-    with session, _exporter(app, session, serve_metrics, jsonl), _stop_on_sigterm():
+    with session, _exporter(app, session, serve_metrics, web, jsonl), _stop_on_sigterm():
         if session.first_scrape_error:  # survived as any later failed scrape: the next answer is the baseline
             app.warn(f"--metrics: the first scrape failed, watching on: {session.first_scrape_error}")
         _run(app, session, jsonl, duration, count)
@@ -270,7 +286,9 @@ def _show(app: App, session: WatchSession, st: IntervalStats, jsonl: bool, live:
 
 
 @contextmanager
-def _exporter(app: App, session: WatchSession, where: tuple[str, int] | None, jsonl: bool) -> Iterator[None]:
+def _exporter(
+    app: App, session: WatchSession, where: tuple[str, int] | None, web: WebConfig | None, jsonl: bool
+) -> Iterator[None]:
     if where is None:
         yield
         return
@@ -278,9 +296,9 @@ def _exporter(app: App, session: WatchSession, where: tuple[str, int] | None, js
     from smgshm.core.watch.export import WatchExporter
 
     host, port = where
-    if not is_loopback_host(host):
+    if not is_loopback_host(host) and not (web is not None and web.guarded):
         app.warn(f"--serve-metrics on {host}: NOT loopback; any host that reaches it can read this host's SHM traffic")
-    exporter = WatchExporter(session, host, port)
+    exporter = WatchExporter(session, host, port, web)
     if jsonl:
         view.jsonl_exporter(exporter.url)
     app.info(f"watch: metrics at {exporter.url}")
@@ -308,7 +326,7 @@ def _node(
     interval: float,
     rescan_every: float,
     max_volumes: int,
-    serve_metrics: tuple[str, int] | None,
+    serve: tuple[tuple[str, int] | None, WebConfig | None],
     duration: float | None,
     count: int | None,
     state_dirs: tuple[tuple[str, ...], ...] = (),
@@ -323,7 +341,7 @@ def _node(
     )
     nw = NodeWatch(opts)
     deadline = None if duration is None else time.monotonic() + duration
-    with nw, _node_exporter(app, nw, serve_metrics), _stop_on_sigterm():
+    with nw, _node_exporter(app, nw, *serve), _stop_on_sigterm():
         view.node_line(app, nw, None)
         view.node_unseen(app, nw.unseen, None)
         said = nw.unseen
@@ -345,20 +363,20 @@ def _node(
 
 
 @contextmanager
-def _node_exporter(app: App, nw: Any, where: tuple[str, int] | None) -> Iterator[None]:
+def _node_exporter(app: App, nw: Any, where: tuple[str, int] | None, web: WebConfig | None) -> Iterator[None]:
     if where is None:
         yield
         return
     from smgshm.core.address import is_loopback_host
     from smgshm.core.node.metrics import collector
-    from smgshm.core.watch.export import MetricsServer
+    from smgshm.core.watch.httpserver import MetricsServer
 
     host, port = where
-    if not is_loopback_host(host):
+    if not is_loopback_host(host) and not (web is not None and web.guarded):
         app.warn(
             f"--serve-metrics on {host}: NOT loopback; any host that reaches it can read this node's pods' shm figures"
         )
-    server = MetricsServer(collector(nw.figures), host, port)
+    server = MetricsServer(collector(nw.figures), host, port, web, nw.verdict)
     app.info(f"watch: metrics at {server.url}")
     try:
         yield

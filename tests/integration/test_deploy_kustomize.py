@@ -6,7 +6,7 @@ fields rejected) against Kubernetes 1.29.0 and the newest version kubernetes-val
 offline; the Operator's objects (PodMonitor, PrometheusRule) have no schema there and are checked
 field by field against what the Operator reads. Then what the overlays promise: the runtime's
 sandboxes dir where the node view reads it, one fully qualified image, the settings reaching every
-object, the Pod Security level each pod needs, probes on the path the exporter serves.
+object, the Pod Security level each pod needs, probes on the exporter's /healthz.
 """
 
 from __future__ import annotations
@@ -201,7 +201,7 @@ def test_the_exporter_pod_is_placed_probed_and_sized_as_measured() -> None:
     port = {p["name"]: p["containerPort"] for p in c["ports"]}
     for probe in ("readinessProbe", "livenessProbe"):
         assert c[probe]["httpGet"]["port"] in port
-        assert c[probe]["httpGet"]["path"] == "/metrics"  # what the exporter serves: the next test
+        assert c[probe]["httpGet"]["path"] == "/healthz"  # the scans' health, served: the next test
     res = c["resources"]
     # a full scan took 0.09 s of CPU and 0.79 s under a 100m limit (fleet figures): no limit under a core
     assert res["limits"]["cpu"] == "1"
@@ -216,8 +216,8 @@ def _free_port() -> int:
 
 
 def test_the_probes_path_is_served_by_the_real_exporter(tmp_path: Path) -> None:
-    """The DaemonSet's own args, run for real on an empty node root: its probes' path answers 200
-    with the node's series once the first full scan is done."""
+    """The DaemonSet's own args, run for real on an empty node root: its probes' path answers 200 ok
+    once the first full scan is done, and /metrics has the node's series."""
     ds = _one(kustomize(DEPLOY / "overlays" / "containerd"), "DaemonSet")
     (c,) = ds["spec"]["template"]["spec"]["containers"]
     args = list(c["args"])
@@ -226,7 +226,9 @@ def test_the_probes_path_is_served_by_the_real_exporter(tmp_path: Path) -> None:
     args[args.index("--node-root") + 1] = str(root)
     port = _free_port()
     args[args.index("--serve-metrics") + 1] = f"127.0.0.1:{port}"
-    url = f"http://127.0.0.1:{port}{c['livenessProbe']['httpGet']['path']}"
+    url = f"http://127.0.0.1:{port}/metrics"
+    probe = f"http://127.0.0.1:{port}{c['livenessProbe']['httpGet']['path']}"
+    assert c["readinessProbe"]["httpGet"]["path"] == c["livenessProbe"]["httpGet"]["path"]
     log = tmp_path / "exporter.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
@@ -247,6 +249,8 @@ def test_the_probes_path_is_served_by_the_real_exporter(tmp_path: Path) -> None:
                     body = resp.read().decode()
             except OSError:
                 time.sleep(0.1)  # not listening yet: polled, bounded by the deadline
+        with urllib.request.urlopen(probe, timeout=5) as resp:
+            assert (resp.status, resp.read()) == (200, b"ok\n")
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:

@@ -40,6 +40,7 @@ from smgshm.core.node.metrics import Health, VolumeFigures, statvfs_bytes, volum
 from smgshm.core.node.scan import Others, Tmpfs, TmpfsScan, look
 from smgshm.core.node.sight import Unseen
 from smgshm.core.segments.judge import ScanOptions, State, Tally
+from smgshm.core.watch.health import Verdict, judge
 
 # inotify(7): the events that change what a listing shows (creation, a write's end, an unlink, a
 # rename) and the watch's own end. Opens and reads are not asked for: a reader changes nothing here.
@@ -111,6 +112,11 @@ class NodeWatch:
         self._poller: Any = None
         self._next_full = 0.0
         self._next_update = 0.0
+        # For /healthz (core/watch/health.py): when the last full scan that looked at the node ended
+        # (monotonic), whether the last one failed to, and how long the last one took.
+        self._scan_ok_at: float | None = None
+        self._scan_failed = False
+        self._scan_s = 0.0
 
     def __enter__(self) -> NodeWatch:
         self.open()
@@ -137,6 +143,15 @@ class NodeWatch:
         if self._ino is not None:
             self._ino.close()
             self._ino = None
+
+    def verdict(self) -> Verdict:
+        """/healthz's verdict (core/watch/health.py): failing while the last full scan could not look at
+        the node, stale when the last that could is a few --rescan-every old. Safe from any thread."""
+        with self.lock:
+            ok_at, failed, scan_s = self._scan_ok_at, self._scan_failed, self._scan_s
+        failing = "the last full scan could not look at the node" if failed else None
+        age = None if ok_at is None else max(0.0, time.monotonic() - ok_at)
+        return judge(age, self.opts.rescan_every_s, scan_s, failing)
 
     def figures(self) -> tuple[list[VolumeFigures], Health]:
         """The last figures of every tmpfs followed and the health (what a scrape reads)."""
@@ -213,6 +228,8 @@ class NodeWatch:
             self.health = Health(
                 wall0, time.monotonic() - t0, 1, self.health.unfollowed, dict(self.counters), self.health.unseen
             )
+            with self.lock:
+                self._scan_failed, self._scan_s = True, time.monotonic() - t0
             self._publish()
             return Pass(True, len(self.volumes), 0, time.monotonic() - t0, [str(err)])
         found = node.tmpfs[: self.opts.max_volumes]
@@ -248,6 +265,8 @@ class NodeWatch:
         unseen = tuple(u.reason for u in node.unseen)
         self.health = Health(time.time(), now - t0, len(errors), unfollowed, dict(self.counters), unseen)
         self.unseen = node.unseen
+        with self.lock:  # a tmpfs that failed alone is churn (its pod going), not a failed scan
+            self._scan_ok_at, self._scan_failed, self._scan_s = now, False, now - t0
         self._publish()
         return Pass(True, len(self.volumes), len(self.volumes), now - t0, errors)
 

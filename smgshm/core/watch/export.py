@@ -10,26 +10,19 @@ are the last interval. Rates are left to ``rate()``: no gauge repeats one of a c
 
 from __future__ import annotations
 
-import contextlib
-import io
 import math
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from smgshm.core.address import listen_addrinfo, url_host
-from smgshm.core.errors import TransportError
 from smgshm.core.names import KINDS
 from smgshm.core.watch.figures import FLIGHT_BUCKETS_S
+from smgshm.core.watch.health import session_health
+from smgshm.core.watch.httpserver import CLIENT_TIMEOUT_S, MAX_CLIENTS, MetricsServer
 from smgshm.core.watch.life import ENDS
 from smgshm.core.watch.session import WatchSession
 
-if TYPE_CHECKING:  # imported where they are used
-    from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
-
-    from prometheus_client.registry import Collector
+if TYPE_CHECKING:
+    from smgshm.core.watch.webconfig import WebConfig
 
 PREFIX = "smgshm_watch_"
 # When a family is in the exposition.
@@ -181,141 +174,19 @@ def _one(family: Any, shm_dir: str, value: float) -> Any:
     return family
 
 
-# Each client of the exporter holds a thread while it is served, so neither its time nor the
-# number of clients is left to the client (prometheus_client's own server waits forever).
-CLIENT_TIMEOUT_S = 5.0  # to send the request, and again to take the answer
-MAX_CLIENTS = 16  # served at once; one more evicts the oldest still sending its request
-MAX_HEAD_BYTES = 64 * 1024
-
-
-def _server(family: int) -> tuple[type[WSGIServer], type[WSGIRequestHandler]]:
-    """The server class for an address family, and its request handler class."""
-    from socketserver import ThreadingMixIn
-    from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
-
-    class Server(ThreadingMixIn, WSGIServer):
-        address_family = family
-        daemon_threads = True
-        request_queue_size = 128  # the listen backlog (5 by default): a burst of clients is accepted, then judged
-
-        def __init__(self, *args: Any, **kw: Any) -> None:
-            self.clients_lock = threading.Lock()
-            self.clients: set[Any] = set()
-            self.reading: dict[Any, None] = {}  # clients still sending their request, oldest first
-            super().__init__(*args, **kw)
-
-        def process_request(self, request: Any, client_address: Any) -> None:
-            with self.clients_lock:
-                if len(self.clients) >= MAX_CLIENTS:
-                    oldest = next(iter(self.reading), None)
-                    if oldest is None:  # every one is being answered, each within its bound
-                        self.shutdown_request(request)
-                        return
-                    del self.reading[oldest]
-                    self.clients.discard(oldest)
-                    with contextlib.suppress(OSError):
-                        oldest.shutdown(socket.SHUT_RDWR)  # its read returns at once, its thread ends
-                self.clients.add(request)
-            super().process_request(request, client_address)
-
-        def process_request_thread(self, request: Any, client_address: Any) -> None:
-            try:
-                super().process_request_thread(request, client_address)
-            finally:
-                with self.clients_lock:
-                    self.clients.discard(request)
-
-        def handle_error(self, request: Any, client_address: Any) -> None:
-            pass  # a client's failure (a reset, a timeout) is its own
-
-        def read_head(self, sock: socket.socket) -> bytes:
-            """The request line and headers, within CLIENT_TIMEOUT_S; b"" when they do not come."""
-            deadline = time.monotonic() + CLIENT_TIMEOUT_S
-            buf = bytearray()
-            with self.clients_lock:
-                self.reading[sock] = None
-            try:
-                while b"\r\n\r\n" not in buf and b"\n\n" not in buf and len(buf) < MAX_HEAD_BYTES:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        return b""
-                    sock.settimeout(left)
-                    chunk = sock.recv(4096)
-                    if not chunk:
-                        break
-                    buf += chunk
-            except OSError:  # timed out, reset, or evicted
-                return b""
-            finally:
-                with self.clients_lock:
-                    self.reading.pop(sock, None)
-            return bytes(buf)
-
-    class Handler(WSGIRequestHandler):
-        server: Server  # the one above, which reads a request's head within its bound
-
-        def setup(self) -> None:
-            super().setup()
-            # The request is read whole within CLIENT_TIMEOUT_S (a trickle of one byte a second
-            # must not reset a per-read timeout); what is not a whole head is answered by nothing.
-            self.rfile = io.BytesIO(self.server.read_head(self.connection))
-            self.connection.settimeout(CLIENT_TIMEOUT_S)  # sendall's whole answer, at most
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-        def get_stderr(self) -> Any:
-            return io.StringIO()  # a client gone mid-answer is no traceback on watch's terminal
-
-    return Server, Handler
-
-
-class MetricsServer:
-    """An HTTP /metrics endpoint serving what ``collector`` (prometheus_client's protocol) yields at
-    each scrape, its clients bounded as above; ``stop()`` closes it. watch's and the node's."""
-
-    def __init__(self, collector: Collector, host: str, port: int) -> None:
-        from prometheus_client import CollectorRegistry, make_wsgi_app
-
-        self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(collector)
-        try:
-            family, sockaddr = listen_addrinfo(host, port)
-            server, handler = _server(family)
-            self._server = server((str(sockaddr[0]), port), handler)  # an inet sockaddr's host: a str already
-        except OSError as err:
-            raise TransportError(
-                "cannot listen for --serve-metrics",
-                endpoint=f"{host}:{port}",
-                hint="is the port in use or the address wrong?",
-            ) from err
-        self._server.set_app(make_wsgi_app(self.registry))
-        self._thread = threading.Thread(target=self._server.serve_forever, name="smgshm-metrics", daemon=True)
-        self._thread.start()
-        self.host = host
-        self.port = int(self._server.server_address[1])
-
-    @property
-    def url(self) -> str:
-        return f"http://{url_host(self.host)}:{self.port}/metrics"
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
-
-
 class WatchExporter(MetricsServer):
     """An HTTP /metrics endpoint serving a session's figures; ``stop()`` closes it."""
 
-    def __init__(self, session: WatchSession, host: str, port: int) -> None:
-        super().__init__(_Collector(session), host, port)
+    def __init__(self, session: WatchSession, host: str, port: int, web: WebConfig | None = None) -> None:
+        super().__init__(_Collector(session), host, port, web, lambda: session_health(session))
 
 
 __all__ = [
     "AFTER_INTERVAL",
     "AFTER_TRAFFIC",
     "ALWAYS",
+    "CLIENT_TIMEOUT_S",
+    "MAX_CLIENTS",
     "METRICS",
     "PREFIX",
     "QUANTILES",
