@@ -15,8 +15,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
+from smgshm.core.host.mounts import mount_of, read_mounts
+from smgshm.core.host.proc import ns_pids
 from tests.conftest import Children, run_cli, smgshm_argv, wait_for
 from tests.support.node import POD_A, POD_B, dshm, laid_out, needs_root_and_unshare
 
@@ -104,6 +107,81 @@ def test_a_producer_reaching_the_tmpfs_elsewhere_judges_it_and_is_never_deleted(
     (seg,) = [s for s in b["segments"] if s["name"] == name]
     assert seg["state"] == "unknown", seg  # alive in the sidecar's namespace, absent in B's: kept
     assert b["deleted"] == []
+
+
+# A producer in pid and mount namespaces of its own, its own /proc, pod B's tmpfs lazily unmounted from its
+# table, holding an inherited fd to a dir of the host's mount namespace (runc's CVE-2024-21626 leak). It
+# burns a few pids (its writer's pid is one pod B's namespace does not have), and its writer writes a
+# segment into pod B's tmpfs through openat(fd, "../<path>"), keeps the fd, and prints "<pid> <name>".
+ESCAPE = r"""
+import os, subprocess, sys, time
+d, fd = sys.argv[1], int(sys.argv[2])
+subprocess.run(["umount", "-l", d], check=True, cwd="/")
+for _ in range(5):
+    if os.fork() == 0:
+        os._exit(0)
+    os.wait()
+if os.fork() == 0:
+    name = f"smg-tokenspeed-{os.getpid()}-{time.time_ns()}-0"
+    up = "../" * 32  # past the host's root: .. stays there
+    w = os.open(up + d.lstrip("/") + "/" + name, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600, dir_fd=fd)
+    os.write(w, b"e" * 8192)
+    os.close(w)
+    print(os.getpid(), name, flush=True)
+    sys.stdin.read()
+    os._exit(0)
+os.wait()
+"""
+
+
+def test_a_dir_handle_into_the_hosts_mount_namespace_judges_and_is_never_deleted(node: dict[str, Any]) -> None:
+    """Its table, its /dev/shm, its cwd and root show nothing of pod B's tmpfs: only the fd, on a mount of the
+    host's mount namespace (where every pod's tmpfs is mounted at the kubelet's path), leads there. Its pid
+    namespace judges the tmpfs too, so its segment is unknown (its writer lives there), never deleted."""
+    root = node["root"]
+    tmpfs = dshm(Path(root), POD_B[2])
+    dev = os.stat(tmpfs).st_dev
+    reg = Children()
+    etc = os.open("/etc", os.O_RDONLY | os.O_DIRECTORY)  # a dir of this (the host's) mount namespace
+    try:
+        # The first unshare stays in the host's mount namespace (a runtime's shim); the second, pid 1 of
+        # the new pid namespace, makes the mount namespace.
+        script = 'mount -t proc proc /proc && exec "$1" -c "$2" "$0" "$3"'
+        argv = ["unshare", "--pid", "--fork", "unshare", "--mount", "--propagation", "private", "sh", "-c", script]
+        p = reg.spawn([*argv, str(tmpfs), sys.executable, ESCAPE, str(etc)], stdin=subprocess.PIPE, pass_fds=(etc,))
+        os.close(etc)
+        etc = -1
+        assert p.stdout is not None
+        line = p.stdout.readline().split()
+        assert len(line) == 2, (line, p.stderr.read() if p.poll() is not None and p.stderr else "")
+        inner, name = int(line[0]), line[1]
+        assert (tmpfs / name).exists(), "it wrote into pod B's tmpfs through the inherited fd"
+        writer = wait_for(lambda: _host_pid_of(p.pid, inner), what="the writer's pid here")
+        assert mount_of(read_mounts(f"/proc/{writer}/mountinfo"), dev) is None, "its table shows no tmpfs"
+        for what in ("cwd", "root", "root/dev/shm"):
+            assert os.stat(f"/proc/{writer}/{what}").st_dev != dev
+        doc = run_cli("--json", "gc", "--node", "--node-root", root, "--delete", "--min-age", "0", "--yes").json
+        assert (tmpfs / name).exists(), "a live producer's segment was deleted"
+    finally:
+        if etc >= 0:
+            os.close(etc)
+        reg.reap()
+    b = _blocks(doc)[POD_B[2]]
+    assert inner > 1
+    assert os.readlink(f"/proc/{os.getpid()}/ns/pid") not in b["pid_namespaces"]
+    assert len(b["pid_namespaces"]) == 2, b["pid_namespaces"]  # pod B's pid 1 and the producer's
+    (seg,) = [s for s in b["segments"] if s["name"] == name]
+    assert seg["state"] == "unknown", seg  # alive in the producer's namespace, absent in B's: kept
+    assert b["deleted"] == []
+
+
+def _host_pid_of(top: int, inner: int) -> int | None:
+    """The pid here of the process under ``top`` whose pid in its own namespace is ``inner``."""
+    for k in psutil.Process(top).children(recursive=True):
+        with contextlib.suppress(OSError):
+            if ns_pids(k.pid)[-1:] == [inner]:
+                return k.pid
+    return None
 
 
 @contextlib.contextmanager

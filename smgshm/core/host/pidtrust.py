@@ -48,16 +48,15 @@ from dataclasses import dataclass, field
 
 from smgshm.core.host import clock
 from smgshm.core.host.bounded import StuckReadError, bounded, within
+from smgshm.core.host.dirhandle import dir_mount, mount_namespaces
 from smgshm.core.host.mounts import Mount, mount_of, nsfs_mounts, read_mounts
 from smgshm.core.host.proc import (
     PROC_ROOT_INO,
     PROC_SUPER_MAGIC,
     fd_mount_id,
-    fdinfo_mount_id,
     fs_magic,
     in_nested_pid_ns,
     live_pids,
-    mount_ns,
     readlink_or,
     same_fd_table,
     thread_lives,
@@ -320,22 +319,13 @@ class _Walk:
         return None
 
     def _dir(self, pid: int, path: str, fdinfo: str | None, st: os.stat_result, how: str) -> None:
-        """Note the mount a dir handle is on (an fd's by its holder's fdinfo, a cwd's or root's by opening
-        the magic link here), for ``dir_way``."""
-        if not stat.S_ISDIR(st.st_mode):
-            return
+        """Note the mount a dir handle is on (dirhandle.py), for ``dir_way``."""
         try:
-            if fdinfo is not None:
-                mid = fdinfo_mount_id(fdinfo)
-            else:
-                fd = os.open(path, os.O_PATH | os.O_CLOEXEC)  # the magic link: no call to its filesystem
-                try:
-                    mid = fd_mount_id(fd)
-                finally:
-                    os.close(fd)
+            mid = dir_mount(path, fdinfo, st)
         except FileNotFoundError:
             return  # closed, or the thread gone, mid-walk
-        self.dirs.setdefault(-1 if mid is None else mid, (pid, how))
+        if mid is not None:
+            self.dirs.setdefault(mid, (pid, how))
 
     def _fd_reach(self, pid: int, base: str, whose: str) -> tuple[str, str] | None:
         """An open fd on the filesystem; on the way, the namespace handles and pidfds held are noted."""
@@ -433,23 +423,7 @@ class _Walk:
         ``pids`` (a mount of a namespace no process is in any more is detached too)."""
         if not self.dirs:
             return None
-        with contextlib.suppress(OSError):
-            own = os.readlink("/proc/self/ns/mnt")
-            if own not in self.tables:
-                self.tables[own] = read_mounts()
-        where: dict[int, str] = {m.mount_id: ns for ns, table in self.tables.items() for m in table}
-        if not self.dirs.keys() <= where.keys():
-            for q in pids:
-                if self.dirs.keys() <= where.keys():
-                    break
-                found = mount_ns(q)
-                if found is None or found[0] in self.tables:
-                    continue
-                try:
-                    self.tables[found[0]] = table = read_mounts(found[1])
-                except OSError:
-                    continue  # gone, or not this process's to read: its mounts are no one's handle's then
-                where.update((m.mount_id, found[0]) for m in table)
+        where = mount_namespaces(self.dirs.keys(), self.tables, pids)
         doubt = None
         for mid, (pid, how) in sorted(self.dirs.items()):
             held = f"pid {pid}, in another pid namespace, holds {how}, a dir on mount {mid}"

@@ -5,7 +5,11 @@ SMG names a segment by its producer's pid in the producer's pid namespace, and a
 where it reaches. So every process that reaches a tmpfs now contributes its pid namespace, whatever the
 way: its /dev/shm, a mount of that tmpfs anywhere in its mount namespace (a sidecar's emptyDir at
 /cache; each mount namespace's table is read once), its cwd or root, an open fd or a mapped file there
-(host/holders.py's index by device). What the rule assumes, and why:
+(host/holders.py's index by device), or a dir handle (a cwd or root, one thread's included, an open dir fd)
+on a mount of another mount namespace where the tmpfs is mounted, at any place (host/dirhandle.py): ``..``
+walks that namespace's mounts, so an fd to the host's /etc leaked into a container (runc's CVE-2024-21626)
+writes into every pod's tmpfs, at the kubelet's path, with ``openat(fd, "../...")`` and its own pids. What
+the rule assumes, and why:
 
 - **The host's own mounts write no SMG name.** The kubelet mounts a pod's emptyDir at its path under
   ``var/lib/kubelet/pods``, the runtime its sandbox shm under its state dir; the host's processes (the
@@ -13,7 +17,12 @@ way: its /dev/shm, a mount of that tmpfs anywhere in its mount namespace (a side
   the host's mount namespace (pid 1's, and this process's own) counts only through its /dev/shm (the
   host's own /dev/shm is judged in the host's pid namespace), and a mount at the tmpfs's own place
   (as the host names it, or as this process does: a copy of the host's mount, in a namespace made
-  from the host's) is the host's. This is the one assumption: SMG writes through its own /dev/shm.
+  from the host's) is the host's for the processes of that namespace. This is the one assumption: SMG
+  writes through its own /dev/shm. It is about who holds a way, not about mounts: a process outside the
+  host's mount namespace holding a dir handle into it (or into any namespace other than its own) is no
+  host process, and reaches every tmpfs mounted there, its own place included. A handle on a mount in no
+  table this process can read (detached: ``umount -l``, ``open_tree``) is not counted: what lies under it
+  cannot be told from here (host/pidtrust.py calls it doubt; the node view does not yet).
 - **A sandbox's infra (pause) container is no producer.** containerd gives it the sandbox shm as its
   /dev/shm, and with the kubelet's default it is pid 1 of a pid namespace of its own, where a dead
   gateway's ``smg-tokenspeed-1-*`` would read alive. It is told by proof, not by name: its cgroup leaf
@@ -42,9 +51,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from smgshm.core.host.bounded import bounded
+from smgshm.core.host.dirhandle import dir_mount, mount_namespaces
 from smgshm.core.host.holders import Holder
 from smgshm.core.host.mounts import Mount, read_mounts
-from smgshm.core.host.proc import ns_pids, uid_of
+from smgshm.core.host.proc import ns_pids, thread_views, uid_of
 from smgshm.core.node.layout import Place
 from smgshm.core.node.pods import MAX_CGROUP_BYTES, pod_uid_in
 from smgshm.core.node.volumes import ShmUser, Unread, pidns_of_self
@@ -140,7 +150,11 @@ class _Walk:
         for (dev, _ino), hs in holders.items():
             for h in hs:
                 self.fds.setdefault(h.pid, {}).setdefault(dev, "an open fd" if h.how == "fd" else "a mapped file")
-        self.tables: dict[str, dict[int, str]] = {}  # mount namespace -> dev -> a mount point of it there
+        self.tables: dict[str, list[Mount]] = {}  # mount namespace -> its table (read once)
+        self.mounted: dict[str, dict[int, str]] = {}  # mount namespace -> dev -> a mount point of it there
+        # The dir handles of processes outside the host's mount namespace, told once every table is known
+        # (``handles``): each holder's ShmUser but for its route, its own mount namespaces, mount id -> how.
+        self.held: list[tuple[ShmUser, set[str], dict[int, str], set[int]]] = []
         self.host_mnt: set[str] = set()
         for who in ("self", "1"):
             with contextlib.suppress(OSError):
@@ -151,20 +165,24 @@ class _Walk:
     def _mounted(self, base: str, mntns: str) -> dict[int, str]:
         """The tmpfs mounted in the mount namespace ``mntns`` (read at ``base``) other than at their own places
         (read once per namespace)."""
-        got = self.tables.get(mntns)
+        got = self.mounted.get(mntns)
         if got is None:
-            table: list[Mount] = read_mounts(f"{base}/mountinfo")
+            table = self.tables.get(mntns)
+            if table is None:
+                table = self.tables[mntns] = read_mounts(f"{base}/mountinfo")
             got = {}
             for m in table:
                 if m.dev in self.devs and m.point not in self.own[m.dev]:
                     got.setdefault(m.dev, f"a mount at {m.point}")
-            self.tables[mntns] = got
+            self.mounted[mntns] = got
         return got
 
-    def _routes(self, base: str, routes: dict[int, str]) -> bool:
-        """Add every tmpfs the thread at ``base`` reaches to ``routes``, with how (its /dev/shm first); whether
-        its /dev/shm is a link (which tmpfs that reaches cannot be told from here: a link resolves in its
-        root, not this one's). FileNotFoundError when the thread is gone (or a zombie leader)."""
+    def _routes(self, base: str, routes: dict[int, str], own: set[str], dirs: dict[int, str]) -> bool:
+        """Add every tmpfs the thread at ``base`` reaches to ``routes``, with how (its /dev/shm first), and,
+        outside the host's mount namespace, its own mount namespace to ``own`` and the mounts its cwd and root
+        are on to ``dirs`` (``handles`` tells them); whether its /dev/shm is a link (which tmpfs that
+        reaches cannot be told from here: a link resolves in its root, not this one's). FileNotFoundError
+        when the thread is gone (or a zombie leader)."""
         mntns = os.readlink(f"{base}/ns/mnt")
         linked = False
         try:
@@ -181,6 +199,7 @@ class _Walk:
             routes.setdefault(dev, "its /dev/shm")
         if mntns in self.host_mnt:
             return linked  # the host's: only its /dev/shm (the module says why)
+        own.add(mntns)
         for d, how in self._mounted(base, mntns).items():
             routes.setdefault(d, how)
         whose = "its" if base.count("/") == 2 else f"its thread {base.rpartition('/')[2]}'s"
@@ -188,7 +207,37 @@ class _Walk:
             st = bounded(f"{base}/{what}", os.stat, f"{base}/{what}")  # its filesystem's getattr: it may stall
             if st.st_dev in self.devs:
                 routes.setdefault(st.st_dev, f"{whose} {what}")
+            else:
+                self._dir(f"{base}/{what}", None, st, f"{whose} {what}", dirs)
         return linked
+
+    def _dir(self, path: str, fdinfo: str | None, st: os.stat_result, how: str, dirs: dict[int, str]) -> None:
+        """Note the mount the handle at ``path`` is on in ``dirs``, when it is a dir (dirhandle.py)."""
+        try:
+            mid = dir_mount(path, fdinfo, st)
+        except FileNotFoundError:
+            return  # closed, or the thread gone, mid-walk
+        if mid is not None:
+            dirs.setdefault(mid, how)
+
+    def _fd_dirs(self, pid: int, dirs: dict[int, str]) -> None:
+        """Note the mounts the open dir fds of ``pid`` are on (each fd table: a thread may have its own)."""
+        for base in (f"/proc/{pid}", *thread_views(pid)[0]):
+            whose = "its" if base.count("/") == 2 else f"its thread {base.rpartition('/')[2]}'s"
+            try:
+                fds = os.scandir(f"{base}/fd")
+            except FileNotFoundError:
+                continue  # the thread has exited
+            with fds:
+                for fd in fds:
+                    try:
+                        if not os.readlink(fd.path).startswith("/"):
+                            continue  # socket:, pipe:, anon_inode: no dir
+                        st = bounded(fd.path, os.stat, fd.path)  # its filesystem's getattr: it may stall
+                    except FileNotFoundError:
+                        continue  # closed mid-walk
+                    if st.st_dev not in self.devs:  # one on a tmpfs is the holders' (an open fd)
+                        self._dir(fd.path, f"{base}/fdinfo/{fd.name}", st, f"{whose} open fd {fd.name}", dirs)
 
     def _unread(self, pid: int, cgroup: bytes | None) -> None:
         uid = uid_of(pid)
@@ -216,11 +265,13 @@ class _Walk:
             self._unread(pid, cgroup)
             return
         routes: dict[int, str] = {}
+        own: set[str] = set()  # its threads' mount namespaces other than the host's
+        dirs: dict[int, str] = {}  # mount id -> the first dir handle of it on that mount
         linked, live, pidns = False, "", ""
         try:
             for base in _bases(pid):
                 try:
-                    linked = self._routes(base, routes) or linked
+                    linked = self._routes(base, routes, own, dirs) or linked
                     pidns = pidns or os.readlink(f"{base}/ns/pid")
                     live = live or base
                 except (FileNotFoundError, ProcessLookupError):
@@ -231,7 +282,9 @@ class _Walk:
                 self._unread(pid, cgroup)
             for d, how in self.fds.get(pid, {}).items():
                 routes.setdefault(d, how)
-            if not routes:
+            if own:  # outside the host's mount namespace: its dir handles may lead into another's
+                self._fd_dirs(pid, dirs)
+            if not routes and not dirs:
                 return
             nspid = ns_pids(pid)
         except (FileNotFoundError, ProcessLookupError):
@@ -239,12 +292,52 @@ class _Walk:
         except OSError:
             self._unread(pid, cgroup)  # EACCES, EPERM: not this process's to read
             return
+        self._add(pid, cgroup, pidns, nspid, routes, own, dirs)
+
+    def _add(
+        self,
+        pid: int,
+        cgroup: bytes | None,
+        pidns: str,
+        nspid: list[int],
+        routes: dict[int, str],
+        own: set[str],
+        dirs: dict[int, str],
+    ) -> None:
+        """Count ``pid`` among the reachers of each tmpfs of ``routes``; keep its dir handles for ``handles``."""
         uid = uid_of(pid)
         if uid is None or not nspid:
             return
         pod = pod_uid_in(cgroup) if cgroup is not None else None
         for dev, how in routes.items():
             self.out.by_dev.setdefault(dev, []).append(ShmUser(pid, pidns, len(nspid), uid, pod, how))
+        if dirs:
+            self.held.append((ShmUser(pid, pidns, len(nspid), uid, pod), own, dirs, set(routes)))
+
+    def handles(self, pids: Iterable[int]) -> None:
+        """After the walk: each dir handle noted (``held``) on a mount of another mount namespace than its
+        holder's own, where a tmpfs is mounted (at any place: the host's namespace has every pod's at the
+        kubelet's), is a route to that tmpfs. The holder's own namespaces are left out: a mount there is
+        a route already (``_mounted``), or the host's copy (the module says why)."""
+        if not self.held:
+            return
+        where = mount_namespaces({mid for _u, _own, dirs, _r in self.held for mid in dirs}, self.tables, pids)
+        seen: dict[str, dict[int, str]] = {}  # mount namespace -> dev -> a mount point of it there
+        for mntns in set(where.values()):
+            seen[mntns] = {}
+            for m in self.tables[mntns]:
+                if m.dev in self.devs:
+                    seen[mntns].setdefault(m.dev, m.point)
+        for user, own, dirs, reached in self.held:
+            for mid, how in dirs.items():
+                ns = where.get(mid)
+                if ns is None or ns in own:
+                    continue  # detached, or of a namespace no process it can read is in; or its own
+                for dev, point in seen[ns].items():
+                    if dev not in reached:
+                        reached.add(dev)
+                        why = f"{how}, a dir on a mount of mount namespace {ns}, where this tmpfs is mounted at {point}"
+                        self.out.by_dev.setdefault(dev, []).append(user._replace(how=why))
 
 
 def reachers(
@@ -260,8 +353,10 @@ def reachers(
     (host/bounded.py) makes its process unread too, as one refused."""
     walk = _Walk(places, root, holders)
     unsure = set(stuck)
-    for pid in pids:
+    everyone = list(pids)
+    for pid in everyone:
         walk.visit(pid, pid in unsure)
+    walk.handles(everyone)
     return walk.out
 
 
