@@ -67,7 +67,14 @@ from smgshm.cli.signals import unwind_on_signals
     "it reports what it would reclaim). The wrapper and --init-container always reclaim.",
 )
 @click.option("--all-users", is_flag=True, help="As root, also reclaim other users' segments (as gc --all-users).")
-@click.option("--start-anyway", is_flag=True, help="Wrapper: exec the gateway even when a check fails.")
+@click.option(
+    "--require-shm",
+    is_flag=True,
+    help="Make the checks a gate: when one fails (SHM would be off), exit 3 and do not exec the gateway. Without "
+    "it a failed check only degrades: SMG serves inline, so the gateway starts (exit 0) and the cause is reported.",
+)
+# The default since --require-shm; kept (hidden) so that command lines written for the old gate still run.
+@click.option("--start-anyway", is_flag=True, hidden=True)
 @click.option(
     "--textfile",
     "textfile_path",
@@ -93,6 +100,7 @@ def preflight(
     timeout: float,
     reclaim: bool,
     all_users: bool,
+    require_shm: bool,
     start_anyway: bool,
     textfile_path: str | None,
     npd: bool,
@@ -127,23 +135,31 @@ def preflight(
     id must be readable, the gateway's probe file (wrapper) absent, the dir writable,
     and its free space must hold --inflight-bytes and the largest --tensor-bytes.
 
-    Exit 0: the gateway may start (verdict ok, or unknown: something could not be
-    judged and is listed); 3: it must not (the cause and its fix are printed), and a
-    wrapper does not exec it unless --start-anyway; 5: the shm dir cannot be read;
-    2: usage. Idempotent; bounded by --timeout.
+    A failed check degrades, it does not stop the gateway: SMG falls back to inline
+    when its probe or SHM writes fail, which costs speed, not service. So by default
+    the wrapper execs the gateway and --init-container exits 0, and the headline says
+    SHM will be off and why (the cause and its fix follow; --textfile's
+    smgshm_preflight_shm_degraded says it too). --require-shm makes the checks a gate.
+
+    Exit 0: the gateway may start (verdict ok; unknown: something could not be
+    judged and is listed; fail without --require-shm: SHM will be off); 3: with
+    --require-shm, a check failed and the gateway must not start (a wrapper does not
+    exec it); 5: the shm dir cannot be read; 2: usage. --npd: 0 ok, 1 a failed
+    check (SHM off), 2 unknown. Idempotent; bounded by --timeout.
 
     \b
     Examples:
       smgshm preflight --pod-private --inflight-bytes 1GiB -- \\
           smg launch --port 30000
       smgshm preflight --init-container --inflight-bytes 1GiB
+      smgshm preflight --init-container --require-shm --inflight-bytes 1GiB
       smgshm preflight --npd --inflight-bytes 1GiB
       smgshm preflight --reclaim --inflight-bytes 1GiB
       smgshm preflight --textfile /var/lib/node_exporter/smgshm-preflight.prom \\
           -- smg launch
     """
     from smgshm.core.host.runnable import exec_refusal
-    from smgshm.core.node.preflight import Mode, PreflightRequest, run_preflight
+    from smgshm.core.node.preflight import Mode, PreflightRequest, degraded_by, run_preflight
 
     app.npd = npd
     if npd:
@@ -154,11 +170,22 @@ def preflight(
         raise click.UsageError("--init-container runs no command and needs no --pod-private")
     if start_anyway and not command:
         raise click.UsageError("--start-anyway needs a command to start (after --)")
+    if start_anyway and require_shm:
+        raise click.UsageError("--start-anyway contradicts --require-shm (without --require-shm the gateway starts)")
     if command and (why := exec_refusal(command[0])):  # checked before anything is reclaimed (core/host/runnable.py)
         raise click.UsageError(f"the command to exec {why}: {command[0]}")
     mode: Mode = "wrapper" if command else "init_container" if init_container else "standalone"
     req = PreflightRequest(
-        shm_dir, mode, pod_private, inflight_bytes, tensor_bytes, min_age, timeout, reclaim=reclaim, all_users=all_users
+        shm_dir,
+        mode,
+        pod_private,
+        inflight_bytes,
+        tensor_bytes,
+        min_age,
+        timeout,
+        reclaim=reclaim,
+        all_users=all_users,
+        require_shm=require_shm,
     )
     if textfile_path:
         from smgshm.core.segments import textfile
@@ -168,15 +195,15 @@ def preflight(
     with unwind_on_signals():  # SIGTERM/SIGHUP as Ctrl-C: a reclaim batch under way settles (run_preflight)
         report = run_preflight(req)
     if textfile_path:
-        record = textfile.RunRecord("preflight", display(shm_dir), started, time.time(), report._done)
+        record = textfile.RunRecord(
+            "preflight", display(shm_dir), started, time.time(), report._done, degraded_by(report)
+        )
         textfile.write_textfile(textfile_path, record, "--textfile")  # a failure (exit 5) stops the gateway too
     if npd:
         click.get_current_context().exit(view.npd(report))
     code = ExitCode.OK if report.may_start else ExitCode.CHECK_FAILED
     app.emit(view.doc(report), lambda a, _r: view.human(a, report), code)
-    if command and (report.may_start or start_anyway):
-        if not report.may_start:
-            app.warn("starting the gateway anyway (--start-anyway)")
+    if command and report.may_start:  # a failed check without --require-shm: the headline says SHM is off
         _exec(command)
     click.get_current_context().exit(code)
 

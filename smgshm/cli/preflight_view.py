@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 
 _STYLE = {"ok": "bold green", "unknown": "bold yellow", "fail": "bold red"}
 _MODE = {"wrapper": "wrapper", "init_container": "init container", "standalone": "standalone"}
+# Causes that say the check could not be made (Unknown), not that the node has a problem: SHM *may* be off.
+_UNKNOWN_CAUSES = {"preflight_timeout", "namespace_unreadable"}
 
 
 def headline(r: PreflightReport) -> str:
@@ -28,9 +30,13 @@ def headline(r: PreflightReport) -> str:
         if r.reclaims
         else f"would reclaim {r.would_reclaim_count} ({human_size(r.would_reclaim_bytes)}; read-only, --reclaim does)"
     )
-    if r.verdict == "fail":
-        codes = ", ".join(c.code for c in r.causes)
-        return f"preflight failed ({codes}): the gateway must not start; {freed}"
+    codes = ", ".join(c.code for c in r.causes)
+    if r.verdict == "fail" and not r.may_start:
+        return f"preflight failed ({codes}): the gateway must not start (--require-shm); {freed}"
+    if r.verdict == "fail":  # SMG falls back to inline: the gateway starts, slower
+        starts = "the gateway starts" if r.mode != "standalone" else "the gateway may start"
+        off = "may be off" if all(c.code in _UNKNOWN_CAUSES for c in r.causes) else "will be off"
+        return f"preflight degraded: {starts}; SHM {off} (inline): {codes}; {freed}"
     space = f"{human_size(r.shm_free_bytes)} of {human_size(r.shm_total_bytes)} free"
     if r.verdict == "unknown":
         n = r.kept_counts.get("unknown", 0)
@@ -74,7 +80,8 @@ def _entries(app: App, title: str, entries: list[Entry], total: int) -> None:
 
 
 def human(app: App, r: PreflightReport) -> None:
-    prose(app.console, Text(headline(r), style=_STYLE[r.verdict]), 2)
+    style = _STYLE["unknown"] if r.verdict == "fail" and r.may_start else _STYLE[r.verdict]  # degraded: yellow
+    prose(app.console, Text(headline(r), style=style), 2)
     for c in r.causes:
         prose(app.console, Text(f"  {c.code}: ", style="red") + safe(c.message), indent=4)
         fix_line(app, cause_fix(c), indent=4)
@@ -98,10 +105,6 @@ def human(app: App, r: PreflightReport) -> None:
     _entries(app, "kept", r.kept, sum(r.kept_counts.values()))
     for note in r.notes:
         app.warn(note)
-
-
-# Causes that say the check could not be made (Unknown), not that the node has a problem.
-_UNKNOWN_CAUSES = {"preflight_timeout", "namespace_unreadable"}
 
 
 def npd(r: PreflightReport) -> int:

@@ -301,7 +301,8 @@ CATALOGUE: dict[Cause, Entry] = {
         _reap_leaked,
     ),
     Cause.PREFLIGHT_TIMEOUT: Entry(
-        "preflight did not finish its checks within --timeout: nothing is known, so the gateway must not start",
+        "preflight did not finish its checks within --timeout: nothing is known, so SHM may be off (the gateway "
+        "starts and serves inline; with --require-shm it must not start)",
         "rerun with a longer --timeout; look for a process stuck in D state (its /proc reads block) or a crowded "
         "shm dir (smgshm gc)",
     ),

@@ -148,6 +148,6 @@ def test_preflight(tmp_path: Path) -> None:
     from tests.conftest import mounted_tmpfs
 
     with mounted_tmpfs(tmp_path / "small", "4m") as d:
-        out = pty("preflight", "--shm-dir", d, "--inflight-bytes", "8MiB", code=3)
-    assert out.startswith("preflight failed (shm_too_small)")
+        out = pty("preflight", "--shm-dir", d, "--inflight-bytes", "8MiB")
+    assert out.startswith("preflight degraded: the gateway may start; SHM will be off (inline):")
     assert "8.0 MiB" in out

@@ -52,6 +52,11 @@ time.sleep(600)
 WAIT_READY = "while [ ! -e /dev/shm/ready ]; do sleep 0.02; done"
 
 
+def _flat(lines: list[str]) -> str:
+    """The human output as one line of words: a headline wrapped at 80 columns (stdout is no TTY) reads whole."""
+    return " ".join(" ".join(lines).split())
+
+
 def pod(argv: list[str], dshm: str, *, before: str = "", ipc: bool = True, timeout: float = 120) -> list[str]:
     """Run ``argv`` as pid 1 of a new pid + mount (+ IPC) namespace with ``dshm`` at /dev/shm (``before``:
     shell run first, as pid 1, in the background of which the argv is exec'd); its stdout lines."""
@@ -169,18 +174,32 @@ def test_wrapper_reclaims_nothing_by_pid_where_the_proof_does_not_hold(dshm: str
     assert kept["name"] in gw["shm"]  # the gateway started, and the payload is still there
 
 
-def test_a_probe_file_left_stops_the_wrapper_unless_start_anyway(dshm: str) -> None:
+def test_a_probe_file_left_degrades_the_wrapper_and_stops_it_only_with_require_shm(dshm: str) -> None:
+    """SMG turns SHM off for its life when its probe file is there, and serves inline: the gateway starts (the
+    cause and its fix said), unless --require-shm."""
     _crash_old_gateway(dshm)
     lines = pod(smgshm_argv("preflight", "--", sys.executable, "-c", NEW_GATEWAY), dshm)
-    assert pod.last.returncode == 3  # type: ignore[attr-defined]
+    assert pod.last.returncode == 0  # type: ignore[attr-defined]
     text = "\n".join(lines)
-    assert lines[0].startswith("preflight failed (probe_file_left)")
+    assert _flat(lines).startswith("preflight degraded: the gateway starts; SHM will be off (inline): probe_file_left")
+    assert "must not start" not in text
     assert "fix:" in text
     assert "--pod-private" in text
+    assert json.loads(lines[-1])["pid"] == 1  # exec'd: the gateway is pid 1
+    lines = pod(smgshm_argv("preflight", "--require-shm", "--", sys.executable, "-c", NEW_GATEWAY), dshm)
+    assert pod.last.returncode == 3  # type: ignore[attr-defined]
+    assert _flat(lines).startswith("preflight failed (probe_file_left): the gateway must not start")
     assert not any(line.startswith("{") for line in lines)  # the gateway was not exec'd
+    # --start-anyway (the old gate's way out) still runs: it is the default now
     lines = pod(smgshm_argv("--json", "preflight", "--start-anyway", "--", sys.executable, "-c", NEW_GATEWAY), dshm)
-    assert json.loads(lines[0])["result"]["causes"][0]["code"] == "probe_file_left"
-    assert json.loads(lines[1])["pid"] == 1  # exec'd anyway
+    r = json.loads(lines[0])["result"]
+    assert (r["causes"][0]["code"], r["verdict"], r["may_start"], r["require_shm"]) == (
+        "probe_file_left",
+        "fail",
+        True,
+        False,
+    )
+    assert json.loads(lines[1])["pid"] == 1
     assert pod.last.returncode == 0  # type: ignore[attr-defined]
 
 
@@ -302,18 +321,19 @@ def small(tmp_path: Path) -> Iterator[str]:
 
 
 def test_capacity_too_small_full_and_enough(small: str) -> None:
-    out = run_cli("preflight", "--shm-dir", small, "--inflight-bytes", "8MiB", exit=3).stdout
+    out = run_cli("preflight", "--require-shm", "--shm-dir", small, "--inflight-bytes", "8MiB", exit=3).stdout
     assert out.startswith("preflight failed (shm_too_small)")
     assert "fix:" in out
     assert "sizeLimit" in out
     assert "--shm-size" in out
     doc = run_cli(
-        "--json", "preflight", "--shm-dir", small, "--tensor-bytes", "1MiB", "--tensor-bytes", "5MiB", exit=3
+        "--json", "preflight", "--shm-dir", small, "--tensor-bytes", "1MiB", "--tensor-bytes", "5MiB", exit=0
     ).json
     assert doc["result"]["causes"][0]["code"] == "shm_too_small"
+    assert (doc["result"]["verdict"], doc["result"]["may_start"]) == ("fail", True)
     assert doc["result"]["need_bytes"] == 5 << 20
     make_file(small, "torch_big", size=3 << 20)  # not SMG's: never reclaimed, but it takes the space
-    doc = run_cli("--json", "preflight", "--shm-dir", small, "--inflight-bytes", "2MiB", exit=3).json
+    doc = run_cli("--json", "preflight", "--require-shm", "--shm-dir", small, "--inflight-bytes", "2MiB", exit=3).json
     assert [c["code"] for c in doc["result"]["causes"]] == ["shm_full"]
     assert os.path.exists(os.path.join(small, "torch_big"))
     doc = run_cli("--json", "preflight", "--shm-dir", small, "--inflight-bytes", "512KiB").json
@@ -321,9 +341,80 @@ def test_capacity_too_small_full_and_enough(small: str) -> None:
 
 
 def test_timeout_fails_with_its_cause(small: str) -> None:
-    doc = run_cli("--json", "preflight", "--shm-dir", small, "--timeout", "0", exit=3).json
+    """Nothing checked: SHM may be off, so the gateway may start (SMG serves inline); --require-shm stops it."""
+    doc = run_cli("--json", "preflight", "--shm-dir", small, "--timeout", "0").json
+    assert [c["code"] for c in doc["result"]["causes"]] == ["preflight_timeout"]
+    assert (doc["result"]["verdict"], doc["result"]["may_start"]) == ("fail", True)
+    assert "SHM may be off (inline): preflight_timeout" in doc["result"]["headline"]
+    doc = run_cli("--json", "preflight", "--require-shm", "--shm-dir", small, "--timeout", "0", exit=3).json
     assert [c["code"] for c in doc["result"]["causes"]] == ["preflight_timeout"]
     assert doc["result"]["may_start"] is False
+
+
+# The gateway stand-in of the degraded runs: it proves it ran by a marker file outside the pod's tmpfs.
+MARK = "import os, sys; open(sys.argv[1], 'w').write(str(os.getpid()))"
+
+
+def test_a_too_small_tmpfs_degrades_the_wrapper_it_execs_the_gateway_and_says_why(tmp_path: Path) -> None:
+    """SMG falls back to inline when its SHM writes fail: a tmpfs smaller than --inflight-bytes costs speed, not
+    service. The wrapper execs the gateway (exit 0) with the cause and its fix in its output, --json and
+    --textfile, and a headline that says it starts; with --require-shm it does not exec it and exits 3."""
+    marker, prom = tmp_path / "gateway-ran", tmp_path / "preflight.prom"
+    gateway = ["--", sys.executable, "-c", MARK, str(marker)]
+    flags = ["--pod-private", "--inflight-bytes", "8MiB", "--textfile", str(prom)]
+    with mounted_tmpfs(tmp_path / "tiny", "1m") as d:
+        lines = pod(smgshm_argv("preflight", *flags, *gateway), d)
+        assert pod.last.returncode == 0, pod.last.stderr  # type: ignore[attr-defined]
+        assert marker.read_text() == "1"  # the gateway ran, as pid 1: preflight became it
+        text = "\n".join(lines)
+        assert _flat(lines).startswith(
+            "preflight degraded: the gateway starts; SHM will be off (inline): shm_too_small"
+        )
+        assert "must not start" not in text
+        assert "fix: give the pod a /dev/shm of at least 8.0 MiB" in _flat(lines)
+        metrics = prom.read_text()
+        assert 'smgshm_preflight_shm_degraded{cause="shm_too_small",shm_dir="/dev/shm"} 1.0' in metrics
+        assert 'smgshm_preflight_shm_degraded{cause="probe_file_left",shm_dir="/dev/shm"} 0.0' in metrics
+        if shutil.which("promtool"):
+            check = subprocess.run(
+                ["promtool", "check", "metrics"], input=metrics, capture_output=True, text=True, timeout=60
+            )
+            assert check.returncode == 0, check.stdout + check.stderr
+        marker.unlink()
+        r = json.loads(pod(smgshm_argv("--json", "preflight", *flags, *gateway), d)[0])["result"]
+        assert (r["verdict"], r["may_start"], r["require_shm"]) == ("fail", True, False)
+        assert [c["code"] for c in r["causes"]] == ["shm_too_small"]
+        assert "must not start" not in r["headline"]
+        assert marker.exists()
+        marker.unlink()
+        lines = pod(smgshm_argv("preflight", "--require-shm", *flags, *gateway), d)
+        assert pod.last.returncode == 3  # type: ignore[attr-defined]
+        assert not marker.exists()  # not exec'd
+        assert _flat(lines).startswith("preflight failed (shm_too_small): the gateway must not start")
+        assert 'smgshm_preflight_shm_degraded{cause="shm_too_small",shm_dir="/dev/shm"} 1.0' in prom.read_text()
+
+
+def test_a_too_small_tmpfs_lets_the_init_container_exit_0_unless_require_shm(tmp_path: Path) -> None:
+    flags = ["--init-container", "--inflight-bytes", "8MiB"]
+    with mounted_tmpfs(tmp_path / "tiny", "1m") as d:
+        lines = pod(smgshm_argv("preflight", *flags), d)
+        assert pod.last.returncode == 0, pod.last.stderr  # type: ignore[attr-defined]
+        assert _flat(lines).startswith(
+            "preflight degraded: the gateway starts; SHM will be off (inline): shm_too_small"
+        )
+        assert "must not start" not in "\n".join(lines)
+        lines = pod(smgshm_argv("preflight", "--require-shm", *flags), d)
+        assert pod.last.returncode == 3  # type: ignore[attr-defined]
+        assert _flat(lines).startswith("preflight failed (shm_too_small): the gateway must not start")
+        # NPD keeps its view of the node: a degraded SHM is a problem, with or without --require-shm
+        assert _npd("preflight", "--npd", "--shm-dir", d, "--inflight-bytes", "8MiB", exit=1).startswith(
+            "shm_too_small"
+        )
+
+
+def test_require_shm_with_start_anyway_is_a_usage_error() -> None:
+    err = run_cli("preflight", "--require-shm", "--start-anyway", "--", "true", exit=2).stderr
+    assert "--start-anyway contradicts --require-shm" in err
 
 
 def _npd(*args: str, exit: int) -> str:

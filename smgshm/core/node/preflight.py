@@ -75,6 +75,9 @@ class PreflightRequest:
     timeout_s: float = 10.0
     reclaim: bool = False  # standalone: reclaim (else report only); the wrapper and init container always do
     all_users: bool = False  # as root, other users' segments too (gc's --all-users)
+    # A failed check only degrades (SMG falls back to inline when its probe or SHM writes fail: speed, not
+    # service), so the gateway may start; require_shm makes it a gate: a failed check means it must not.
+    require_shm: bool = False
 
     @property
     def reclaims(self) -> bool:
@@ -106,7 +109,8 @@ class Entry:
 
 @dataclass
 class PreflightReport:
-    verdict: Verdict  # ok: may start; unknown: may start, but something could not be judged; fail: must not
+    # fail: SHM will (or may) be off and the gateway serves inline: it may start all the same, unless require_shm
+    verdict: Verdict  # ok: may start; unknown: may start, something could not be judged; fail: a check failed
     may_start: bool
     mode: Mode
     shm_dir: str
@@ -135,7 +139,25 @@ class PreflightReport:
     kept: list[Entry] = field(default_factory=list)  # the first LISTED, unknown ones first
     notes: list[str] = field(default_factory=list)
     elapsed_ms: float = 0.0
+    require_shm: bool = False  # the run was a gate (--require-shm): a failed check stops the gateway
     _done: ReapReport | None = field(default=None, repr=False)  # for the textfile (segments/textfile.py); not JSON
+
+
+# Every cause preflight's checks can find: each turns (or, not checked, may turn) the gateway's SHM off.
+DEGRADING = (
+    Cause.SHM_TOO_SMALL,
+    Cause.SHM_FULL,
+    Cause.SHM_PERMISSION,
+    Cause.PROBE_FILE_LEFT,
+    Cause.LOCAL_ID_UNREADABLE,
+    Cause.PREFLIGHT_TIMEOUT,
+)
+
+
+def degraded_by(report: PreflightReport) -> dict[str, bool]:
+    """Each cause preflight can find, and whether this run found it (its textfile's shm_degraded)."""
+    codes = {c.code for c in report.causes}
+    return {c.value: c.value in codes for c in DEGRADING}
 
 
 SETTLE_S = 5.0  # after the deadline, how long a reclaim batch under way may take to finish
@@ -342,6 +364,7 @@ class _Run:
             namespace_id=ident.namespace_id,
             fstype=ident.fstype,
             reclaims=req.reclaims,
+            require_shm=req.require_shm,
         )
         if req.reclaims:  # what a killed gc (or preflight) left set aside goes back first, to be judged as any entry
             from smgshm.core.segments.asides import restore
@@ -497,8 +520,8 @@ class _Run:
                     Where(req.shm_dir),
                 )
             )
-        if report.causes:
-            report.verdict, report.may_start = "fail", False
+        if report.causes:  # SHM off (SMG falls back to inline): a gate only when asked
+            report.verdict, report.may_start = "fail", not req.require_shm
         elif report.kept_counts.get("unknown"):  # a proof that does not hold where nothing needs it: ok
             report.verdict = "unknown"
 
@@ -558,13 +581,14 @@ def _exists(path: str) -> bool:
 def _timed_out(req: PreflightRequest, started: float) -> PreflightReport:
     report = PreflightReport(
         "fail",
-        False,
+        not req.require_shm,  # nothing checked: SHM may be off, and the gateway serves inline then
         req.mode,
         req.shm_dir,
         os.getpid(),
         _ns("pid"),
         _ns("ipc"),
         Proof("none", False, "not decided: the deadline passed first"),
+        require_shm=req.require_shm,
     )
     report.causes.append(
         found(
@@ -580,7 +604,8 @@ def _timed_out(req: PreflightRequest, started: float) -> PreflightReport:
 
 
 def run_preflight(req: PreflightRequest, clock: Callable[[], float] = time.monotonic) -> PreflightReport:
-    """Run preflight within ``req.timeout_s``: a report whose ``may_start`` says whether the gateway may start.
+    """Run preflight within ``req.timeout_s``: a report whose ``may_start`` says whether the gateway may start
+    (a failed check stops it only under ``req.require_shm``: else SHM is off and the gateway serves inline).
 
     The steps run in a thread, so that a read of /proc that blocks (a process stuck in D state holds
     its maps) cannot hold the gateway back past the deadline: then the report fails with
@@ -627,4 +652,14 @@ def run_preflight(req: PreflightRequest, clock: Callable[[], float] = time.monot
     return report
 
 
-__all__ = ["INIT_IPC_NS", "Entry", "PreflightReport", "PreflightRequest", "Proof", "decide_proof", "run_preflight"]
+__all__ = [
+    "DEGRADING",
+    "INIT_IPC_NS",
+    "Entry",
+    "PreflightReport",
+    "PreflightRequest",
+    "Proof",
+    "decide_proof",
+    "degraded_by",
+    "run_preflight",
+]

@@ -123,6 +123,18 @@ METRICS: dict[str, tuple[str, tuple[str, ...], str, str]] = {
 }
 
 
+# preflight's own families (smgshm_preflight_), beside METRICS: (type, labels besides shm_dir, when, help).
+PREFLIGHT_METRICS: dict[str, tuple[str, tuple[str, ...], str, str]] = {
+    "shm_degraded": (
+        "gauge",
+        ("cause",),
+        ALWAYS,
+        "1 for each cause that turns the gateway's SHM off (it falls back to inline) found by the last run, "
+        "0 for the others",
+    ),
+}
+
+
 @dataclass(frozen=True)
 class RunRecord:
     """One run of a job that reclaims segments (gc --delete; preflight), for the textfile collector.
@@ -135,6 +147,8 @@ class RunRecord:
     started_unix_s: float
     finished_unix_s: float
     report: ReapReport | None
+    # preflight: every cause its checks can find -> whether the last run found it (smgshm_preflight_shm_degraded)
+    degraded: Mapping[str, bool] | None = None
 
     @property
     def success(self) -> bool:
@@ -151,7 +165,7 @@ class _Collector:
         rec, report = self.record, self.record.report
 
         def gauge(name: str, values: Mapping[str, float] | float) -> Any:
-            _, labels, _, doc = METRICS[name]
+            _, labels, _, doc = METRICS[name] if name in METRICS else PREFLIGHT_METRICS[name]
             fam = GaugeMetricFamily(f"smgshm_{rec.job}_{name}", doc, labels=("shm_dir", *labels))
             if isinstance(values, Mapping):
                 for label, v in values.items():
@@ -163,6 +177,8 @@ class _Collector:
         yield gauge("last_run_timestamp_seconds", rec.finished_unix_s)
         yield gauge("last_run_duration_seconds", max(0.0, rec.finished_unix_s - rec.started_unix_s))
         yield gauge("last_run_success", 1.0 if rec.success else 0.0)
+        if rec.degraded is not None:  # a timeout has no figures, and is a cause all the same
+            yield gauge("shm_degraded", {c: float(on) for c, on in rec.degraded.items()})
         if report is None:
             return
         states = [s.value for s in State]
@@ -221,6 +237,7 @@ __all__ = [
     "ALWAYS",
     "FINISHED",
     "METRICS",
+    "PREFLIGHT_METRICS",
     "RunRecord",
     "check_writable",
     "textfile_text",
