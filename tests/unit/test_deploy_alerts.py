@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 
 from smgshm.core.node import metrics as node_metrics
+from smgshm.core.segments import textfile
 from smgshm.core.watch import export as watch_metrics
 from tests.support.deploy import DEPLOY
 
@@ -59,6 +60,7 @@ def test_the_prometheusrule_is_generated_from_the_rules_file_and_fresh() -> None
 def _catalogue() -> set[str]:
     names = {node_metrics.PREFIX + n for n in node_metrics.METRICS}
     names |= {watch_metrics.PREFIX + n for n in watch_metrics.METRICS}
+    names |= {"smgshm_preflight_" + n for n in textfile.PREFLIGHT_METRICS}  # preflight's --textfile
     return names
 
 
