@@ -277,9 +277,14 @@ left=$(find "$shm" -mindepth 1 | wc -l)
 verdict "preflight --init-container: the crashed gateway's leftovers reclaimed, it may start" \
     "$([ "$rc:$got:$left" = "0:ok True reclaimed=3:0" ] && echo 0 || echo 1)" "exit $rc, $got, $left left"
 
+# Too small degrades (SMG serves inline): the init container exits 0 with the cause; --require-shm refuses.
 rc=0; doc=$("${run[@]}" "${init[@]}" "$image" --json preflight --init-container --inflight-bytes 1GiB) || rc=$?
+got=$(field '"%s %s %s" % (d["result"]["verdict"], d["result"]["may_start"], ",".join(c["code"] for c in d["result"]["causes"]))' <<<"$doc")
+verdict "preflight: a 16 MiB tmpfs for 1 GiB in flight degrades (exit 0, shm_too_small, the gateway starts)" \
+    "$([ "$rc:$got" = "0:fail True shm_too_small" ] && echo 0 || echo 1)" "exit $rc, $got"
+rc=0; doc=$("${run[@]}" "${init[@]}" "$image" --json preflight --init-container --require-shm --inflight-bytes 1GiB) || rc=$?
 got=$(field '"%s %s" % (d["result"]["verdict"], ",".join(c["code"] for c in d["result"]["causes"]))' <<<"$doc")
-verdict "preflight: a 16 MiB tmpfs for 1 GiB in flight is refused (exit 3, shm_too_small)" \
+verdict "preflight --require-shm: a 16 MiB tmpfs for 1 GiB in flight is refused (exit 3, shm_too_small)" \
     "$([ "$rc:$got" = "3:fail shm_too_small" ] && echo 0 || echo 1)" "exit $rc, $got"
 
 # The wrapper, as a crash-looping container restarts: preflight is the container's pid 1, reclaims
