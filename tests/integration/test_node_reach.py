@@ -21,7 +21,7 @@ import pytest
 from smgshm.core.host.mounts import mount_of, read_mounts
 from smgshm.core.host.proc import ns_pids
 from tests.conftest import Children, run_cli, smgshm_argv, wait_for
-from tests.support.node import POD_A, POD_B, dshm, laid_out, needs_root_and_unshare
+from tests.support.node import POD_A, POD_B, blocks, dshm, in_pod_cgroup, needs_root_and_unshare, two_pods
 
 # judges liveness trusted: never beside a test that makes pid namespaces (tests/conftest.py)
 pytestmark = [needs_root_and_unshare, pytest.mark.trust]
@@ -29,14 +29,8 @@ pytestmark = [needs_root_and_unshare, pytest.mark.trust]
 
 @pytest.fixture
 def node(tmp_path: Path) -> Iterator[dict[str, Any]]:
-    """Pod A (its producer died) and pod B (pid 1 lives, its own segment) under a private node root."""
-    root = tmp_path / "node"
-    with laid_out(root, [(POD_A, "16m", "dead"), (POD_B, "16m", "live")]) as pods:
-        yield {"root": str(root), "a": pods[POD_A[2]], "b": pods[POD_B[2]]}
-
-
-def _blocks(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {t["pod_uid"]: t for t in doc["result"]["tmpfs"] if t["pod_uid"]}
+    with two_pods(tmp_path / "node") as pods:
+        yield pods
 
 
 # A sidecar of pod B in pid and mount namespaces of its own, the pod's tmpfs bound at /mnt (not its
@@ -101,7 +95,7 @@ def test_a_producer_reaching_the_tmpfs_elsewhere_judges_it_and_is_never_deleted(
         assert (tmpfs / name).exists(), "a live producer's segment was deleted"
     finally:
         reg.reap()
-    b = _blocks(doc)[POD_B[2]]
+    b = blocks(doc)[POD_B[2]]
     assert pid > 1
     assert len(b["pid_namespaces"]) == 2  # pod B's pid 1 and the sidecar's
     (seg,) = [s for s in b["segments"] if s["name"] == name]
@@ -166,7 +160,7 @@ def test_a_dir_handle_into_the_hosts_mount_namespace_judges_and_is_never_deleted
         if etc >= 0:
             os.close(etc)
         reg.reap()
-    b = _blocks(doc)[POD_B[2]]
+    b = blocks(doc)[POD_B[2]]
     assert inner > 1
     assert os.readlink(f"/proc/{os.getpid()}/ns/pid") not in b["pid_namespaces"]
     assert len(b["pid_namespaces"]) == 2, b["pid_namespaces"]  # pod B's pid 1 and the producer's
@@ -182,23 +176,6 @@ def _host_pid_of(top: int, inner: int) -> int | None:
             if ns_pids(k.pid)[-1:] == [inner]:
                 return k.pid
     return None
-
-
-@contextlib.contextmanager
-def _in_pod_cgroup(pid: int, pod_uid: str) -> Iterator[None]:
-    """``pid`` in a cgroup of the pod (cgroupfs driver's path, pids hierarchy), back at the root at the end."""
-    top = Path("/sys/fs/cgroup/pids/smgshm-test-kubepods")
-    leaf = top / f"pod{pod_uid}" / "c0"
-    leaf.mkdir(parents=True)
-    try:
-        (leaf / "cgroup.procs").write_text(f"{pid}\n")
-        yield
-    finally:
-        with contextlib.suppress(OSError):
-            Path("/sys/fs/cgroup/pids/cgroup.procs").write_text(f"{pid}\n")
-        for d in (leaf, leaf.parent, top):
-            with contextlib.suppress(OSError):
-                d.rmdir()
 
 
 def _gc_without_ptrace(root: str) -> dict[str, Any]:
@@ -231,15 +208,15 @@ def test_an_unreadable_process_keeps_only_its_own_pods_names_unknown(node: dict[
     reg = Children()
     try:
         other = reg.spawn(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sleep", "600"])
-        with _in_pod_cgroup(other.pid, POD_A[2]):
+        with in_pod_cgroup(other.pid, POD_A[2], "smgshm-test-kubepods"):
             doc = _gc_without_ptrace(root)
-        a = _blocks(doc)[POD_A[2]]
+        a = blocks(doc)[POD_A[2]]
         (seg,) = [s for s in a["segments"] if s["name"] == name]
         assert seg["state"] == "unknown", seg
         assert "uid 65534" in seg["reason"]
         assert f"could not be read (pid {other.pid})" in a["liveness_note"], a["liveness_note"]
         # the same process out of the pod's cgroup: no doubt on pod A's tmpfs
-        a = _blocks(_gc_without_ptrace(root))[POD_A[2]]
+        a = blocks(_gc_without_ptrace(root))[POD_A[2]]
     finally:
         reg.reap()
     (seg,) = [s for s in a["segments"] if s["name"] == name]
@@ -263,7 +240,7 @@ def test_smgshms_own_names_are_judged_in_the_hosts_pid_namespace_too(node: dict[
         assert live.exists(), "a live host process's segment was deleted"
     finally:
         live.unlink(missing_ok=True)
-    segs = {s["name"]: s for s in _blocks(doc)[POD_B[2]]["segments"]}
+    segs = {s["name"]: s for s in blocks(doc)[POD_B[2]]["segments"]}
     assert segs[live.name]["state"] == "unknown", segs[live.name]
     assert segs[dead.name]["state"] == "leaked", segs[dead.name]
     assert not dead.exists()

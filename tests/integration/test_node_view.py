@@ -18,7 +18,8 @@ import pytest
 
 from tests.conftest import Children, run_cli, smgshm_argv, wait_for
 from tests.support.cli_gc import asked_on_a_terminal
-from tests.support.node import HIDDEN, POD_A, POD_B, dshm, laid_out, needs_root_and_unshare, start_pod
+from tests.support.node import HIDDEN, POD_A, POD_B, dshm, needs_root_and_unshare, start_pod, two_pods
+from tests.support.node import blocks as pod_blocks
 
 # judges liveness trusted: never beside a test that makes pid namespaces (tests/conftest.py)
 pytestmark = [needs_root_and_unshare, pytest.mark.trust]
@@ -26,21 +27,15 @@ pytestmark = [needs_root_and_unshare, pytest.mark.trust]
 
 @pytest.fixture
 def node(tmp_path: Path) -> Iterator[dict[str, Any]]:
-    """Two pods under a private node root; every mount, process and dir gone at the end."""
-    root = tmp_path / "node"
-    with laid_out(root, [(POD_A, "16m", "dead"), (POD_B, "16m", "live")]) as pods:
-        yield {"root": str(root), "a": pods[POD_A[2]], "b": pods[POD_B[2]]}
-
-
-def _blocks(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {t["pod_uid"]: t for t in doc["result"]["tmpfs"] if t["pod_uid"]}
+    with two_pods(tmp_path / "node") as pods:
+        yield pods
 
 
 @pytest.mark.slow
 def test_each_pod_is_named_and_judged_in_its_own_pid_namespace(node: dict[str, Any]) -> None:
     root = node["root"]
     doc = run_cli("--json", "gc", "--node", "--node-root", root).json
-    blocks = _blocks(doc)
+    blocks = pod_blocks(doc)
     a, b = blocks[POD_A[2]], blocks[POD_B[2]]
     assert (a["namespace"], a["pod"], a["kind"], a["volume"]) == ("team-a", "engine-0", "empty_dir", "dshm")
     assert (b["namespace"], b["pod"]) == ("team-b", "gateway-0")
@@ -86,7 +81,7 @@ def test_each_pod_is_named_and_judged_in_its_own_pid_namespace(node: dict[str, A
 def test_delete_reaps_the_dead_producers_segment_and_keeps_the_live_one(node: dict[str, Any]) -> None:
     root = node["root"]
     doc = run_cli("--json", "gc", "--node", "--node-root", root, "--delete", "--min-age", "0", "--yes").json
-    a, b = _blocks(doc)[POD_A[2]], _blocks(doc)[POD_B[2]]
+    a, b = pod_blocks(doc)[POD_A[2]], pod_blocks(doc)[POD_B[2]]
     assert [d["deleted"] for d in a["deleted"]] == [True]
     assert a["remaining_counts"]["leaked"] == 0
     assert b["deleted"] == []
@@ -105,7 +100,7 @@ def test_a_tmpfs_no_process_reaches_is_leaked_and_proven_so_by_order(node: dict[
     root = node["root"]
     node["a"].stdin.close()  # pod A's container exits: no process reaches its tmpfs any more
     wait_for(lambda: node["a"].poll() is not None, what="pod A's pid 1 to exit")
-    first = _blocks(run_cli("--json", "gc", "--node", "--node-root", root).json)[POD_A[2]]
+    first = pod_blocks(run_cli("--json", "gc", "--node", "--node-root", root).json)[POD_A[2]]
     assert first["liveness_trusted"]
     assert "no process reaches this tmpfs" in first["liveness_note"]
     assert first["pid_namespaces"] == []
@@ -114,7 +109,7 @@ def test_a_tmpfs_no_process_reaches_is_leaked_and_proven_so_by_order(node: dict[
     assert "no process reaches this tmpfs" in seg["reason"]
     # the default --min-age (10m): only a leak proven by order (listed before the look) is reaped
     doc = run_cli("--json", "gc", "--node", "--node-root", root, "--delete", "--yes").json
-    a = _blocks(doc)[POD_A[2]]
+    a = pod_blocks(doc)[POD_A[2]]
     assert [d["deleted"] for d in a["deleted"]] == [True]
     assert sorted(os.listdir(dshm(Path(root), POD_A[2]))) == ["sem.mp-other"]
     run_cli("gc", "--node", "--node-root", root, "--check")
@@ -159,7 +154,7 @@ def test_a_pod_log_dir_that_is_no_kubelet_name_never_names_a_pod(node: dict[str,
     logs = Path(node["root"]) / "var/log/pods"
     (logs / f"a\nb\x1b[1m_.._{POD_B[2]}").mkdir()  # sorts before team-b_gateway-0_<uid>
     (logs / f"aaa_impostor_{POD_A[2]}").mkdir()  # a well-formed second claim on pod A's uid
-    blocks = _blocks(run_cli("--json", "gc", "--node", "--node-root", node["root"]).json)
+    blocks = pod_blocks(run_cli("--json", "gc", "--node", "--node-root", node["root"]).json)
     assert (blocks[POD_B[2]]["namespace"], blocks[POD_B[2]]["pod"]) == ("team-b", "gateway-0")
     assert (blocks[POD_A[2]]["namespace"], blocks[POD_A[2]]["pod"]) == (None, None)
 
@@ -203,7 +198,7 @@ def test_namespaces_sharing_a_tmpfs_must_agree(node: dict[str, Any], tmp_path: P
         doc = run_cli("--json", "gc", "--node", "--node-root", root, "--delete", "--min-age", "0", "--yes").json
     finally:
         reg.reap()
-    a = _blocks(doc)[POD_A[2]]
+    a = pod_blocks(doc)[POD_A[2]]
     assert len(a["pid_namespaces"]) == 2
     (seg,) = a["segments"]
     assert seg["state"] == "unknown"
@@ -216,7 +211,7 @@ def test_a_sighting_before_the_other_namespaces_process_started_proves_the_leak(
     that process is not the producer (a producer exists before its segment), and in pod A's first
     namespace no process has the pid: dead in both, proven on the boot clock, so leaked and reaped."""
     root = node["root"]
-    first = _blocks(run_cli("--json", "gc", "--node", "--node-root", root).json)[POD_A[2]]  # the sighting
+    first = pod_blocks(run_cli("--json", "gc", "--node", "--node-root", root).json)[POD_A[2]]  # the sighting
     pid = first["segments"][0]["producer_pid"]
     reg = Children()
     try:
@@ -224,7 +219,7 @@ def test_a_sighting_before_the_other_namespaces_process_started_proves_the_leak(
         doc = run_cli("--json", "gc", "--node", "--node-root", root, "--delete", "--min-age", "0", "--yes").json
     finally:
         reg.reap()
-    a = _blocks(doc)[POD_A[2]]
+    a = pod_blocks(doc)[POD_A[2]]
     assert len(a["pid_namespaces"]) == 2
     (seg,) = a["segments"]
     assert seg["state"] == "leaked"
@@ -282,7 +277,7 @@ def test_a_process_whose_dev_shm_is_a_symlink_is_never_judged_dead_elsewhere(nod
         assert os.path.exists(dshm(Path(root), POD_B[2]) / name), "a live producer's segment was deleted"
     finally:
         reg.reap()
-    (seg,) = [s for s in _blocks(doc)[POD_B[2]]["segments"] if s["name"] == name]
+    (seg,) = [s for s in pod_blocks(doc)[POD_B[2]]["segments"] if s["name"] == name]
     assert seg["state"] == "unknown", seg
 
 
@@ -362,7 +357,7 @@ def test_a_tmpfs_that_vanishes_mid_run_is_reported_alone_and_the_others_judged(
     finally:
         if not mounted():  # for the fixture's own unmount
             subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(b_dir)], check=True, timeout=30)
-    blocks = _blocks(doc)
+    blocks = pod_blocks(doc)
     a, b = blocks[POD_A[2]], blocks[POD_B[2]]
     assert a["scan_error"] is None
     assert [s["state"] for s in a["segments"]] == ["leaked"]
@@ -392,7 +387,7 @@ def test_a_tmpfs_that_cannot_be_read_keeps_the_check_from_passing(
         return real(self)
 
     monkeypatch.setattr(scan.TmpfsScan, "make_judge", refused)
-    b = _blocks(run_cli("--json", "gc", "--node", "--node-root", root, "--check", exit=3).json)[POD_B[2]]
+    b = pod_blocks(run_cli("--json", "gc", "--node", "--node-root", root, "--check", exit=3).json)[POD_B[2]]
     assert (b["gone"], b["segments"]) == (False, [])
     assert "permission denied" in b["scan_error"]
     assert run_cli("gc", "--node", "--node-root", root, "--check", "--npd", exit=1).stdout.startswith("gc: 1 leaked")

@@ -5,7 +5,6 @@ exporter without bound; a blocked read (a FIFO with no writer) is cut at its bou
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shlex
@@ -13,7 +12,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +20,7 @@ import pytest
 
 from tests.conftest import Children, make_file, mounted_tmpfs, smgshm_argv, wait_for
 from tests.support.cli_gc import dead_pid, kill_and_reap, seg_name
-from tests.support.node import POD_A, dshm, laid_out, needs_root_and_unshare
+from tests.support.node import POD_A, dshm, in_pod_cgroup, laid_out, needs_root_and_unshare
 from tests.support.stall import keeper_argv, needs_fuse, stalled_fuse
 
 pytestmark = [pytest.mark.timeout(180)]
@@ -105,23 +103,6 @@ def test_a_stalled_handle_in_this_pid_namespace_makes_gc_untrusted_not_hung(chil
         kill_and_reap(keeper)
 
 
-@contextlib.contextmanager
-def _in_pod_cgroup(pid: int, pod_uid: str) -> Iterator[None]:
-    """``pid`` in a cgroup of the pod (cgroupfs driver's path, pids hierarchy), back at the root at the end."""
-    top = Path("/sys/fs/cgroup/pids/smgshm-test-stuck-kubepods")
-    leaf = top / f"pod{pod_uid}" / "c0"
-    leaf.mkdir(parents=True)
-    try:
-        (leaf / "cgroup.procs").write_text(f"{pid}\n")
-        yield
-    finally:
-        with contextlib.suppress(OSError):
-            Path("/sys/fs/cgroup/pids/cgroup.procs").write_text(f"{pid}\n")
-        for d in (leaf, leaf.parent, top):
-            with contextlib.suppress(OSError):
-                d.rmdir()
-
-
 @needs_fuse
 @needs_root_and_unshare
 @pytest.mark.skipif(not os.path.isdir("/sys/fs/cgroup/pids"), reason="needs the cgroup v1 pids hierarchy")
@@ -143,7 +124,7 @@ def test_gc_node_with_a_stalled_process_in_a_pod_ends_and_keeps_that_pods_names_
         keeper = children.spawn(keeper_argv(mnt), stdin=subprocess.PIPE)
         assert keeper.stdout is not None
         assert keeper.stdout.readline().strip() == "ready"
-        with _in_pod_cgroup(keeper.pid, POD_A[2]):
+        with in_pod_cgroup(keeper.pid, POD_A[2], "smgshm-test-stuck-kubepods"):
             argv = smgshm_argv("--json", "gc", "--node", "--node-root", str(root), "--delete", "--min-age", "0")
             r = _run([*argv, "--yes"], timeout=120)
         assert (tmpfs / name).exists(), "gc --node deleted a name a process it could not read may have written"
@@ -178,7 +159,7 @@ def test_the_node_exporter_answers_with_a_stalled_process_in_a_pod_and_says_its_
         keeper = children.spawn(keeper_argv(mnt), stdin=subprocess.PIPE)
         assert keeper.stdout is not None
         assert keeper.stdout.readline().strip() == "ready"
-        with _in_pod_cgroup(keeper.pid, POD_A[2]):
+        with in_pod_cgroup(keeper.pid, POD_A[2], "smgshm-test-stuck-kubepods"):
             argv = smgshm_argv("watch", "--node", "--node-root", str(root), "--serve-metrics", "127.0.0.1:0")
             e = children.spawn([*argv, "--rescan-every", "60s", "--interval", "0.2"], env=ENV, cwd="/")
             assert e.stderr is not None

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -119,3 +120,34 @@ def laid_out(
         stack.callback(reg.reap)  # before the unmounts: no process keeps a tmpfs busy
         yield {uid: start_pod(reg, dshm(root, uid), mode) for (_ns, _name, uid), _size, mode in pods}
     shutil.rmtree(root)
+
+
+def blocks(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """gc --node --json's tmpfs blocks of pods, by pod uid."""
+    return {t["pod_uid"]: t for t in doc["result"]["tmpfs"] if t["pod_uid"]}
+
+
+@contextlib.contextmanager
+def two_pods(root: Path) -> Iterator[dict[str, Any]]:
+    """Pod A (its producer died) and pod B (pid 1 lives, its own segment) under the private node ``root``;
+    every mount, process and dir gone at the end."""
+    with laid_out(root, [(POD_A, "16m", "dead"), (POD_B, "16m", "live")]) as pods:
+        yield {"root": str(root), "a": pods[POD_A[2]], "b": pods[POD_B[2]]}
+
+
+@contextlib.contextmanager
+def in_pod_cgroup(pid: int, pod_uid: str, top_name: str) -> Iterator[None]:
+    """``pid`` in a cgroup of the pod (cgroupfs driver's path, pids hierarchy, below ``top_name``: one per test
+    module, so concurrent modules never share it), back at the root at the end."""
+    top = Path("/sys/fs/cgroup/pids") / top_name
+    leaf = top / f"pod{pod_uid}" / "c0"
+    leaf.mkdir(parents=True)
+    try:
+        (leaf / "cgroup.procs").write_text(f"{pid}\n")
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            Path("/sys/fs/cgroup/pids/cgroup.procs").write_text(f"{pid}\n")
+        for d in (leaf, leaf.parent, top):
+            with contextlib.suppress(OSError):
+                d.rmdir()
