@@ -19,7 +19,6 @@ from smgshm.cli import gc_view
 from smgshm.cli.exitcodes import ExitCode, for_outcome
 from smgshm.cli.fmt import TMPFS_KINDS, command, display, fill, hint, lossless, prose, width
 from smgshm.core.node.scan import pod_label
-from smgshm.core.node.sight import Blind
 from smgshm.core.units import human_size
 
 if TYPE_CHECKING:
@@ -178,19 +177,21 @@ def _write_textfile(prometheus_file: str, blocks: list[Block], started: float, u
 
 
 def _npd(blocks: list[Block], done: GcRun[TmpfsScan], unseen: Sequence[Unseen]) -> int:
-    """NPD's one line, over every tmpfs; a blind view (sight.py) is Unknown unless a leak was found anyway."""
-    from smgshm.cli.npd import NpdStatus, npd_emit
+    """NPD's one line over every tmpfs (core/node/npd.py's node_verdict, as the exporter's --npd-file)."""
+    from smgshm.cli.npd import npd_say
+    from smgshm.core.node.npd import node_verdict
 
-    c = done.after.counts
-    if unseen and not (c["leaked"] or c["hazard"]):
-        why = {Blind.NODE_ROOT: "no kubelet/runtime dir under --node-root", Blind.HOST_PID: "no hostPID"}
-        said = "; ".join(dict.fromkeys(why.get(u.reason, "--runtime-state-dir missing") for u in unseen))
-        return npd_emit(NpdStatus.UNKNOWN, f"gc: node view unknown: {said}")
-    untrusted = [b for b in blocks if not b.scan.tmpfs.trust.trusted]
-    note = f"{len(untrusted)} of {len(blocks)} tmpfs not judged by pid" if untrusted else ""
-    if (unread := _unread(blocks)) and not (c["leaked"] or c["hazard"]):  # a leak elsewhere stays a problem (1)
-        return npd_emit(NpdStatus.UNKNOWN, f"gc: {len(unread)} of {len(blocks)} tmpfs could not be scanned (node)")
-    return gc_view.npd(done.after, done.deleted, note, where=f"node, {len(blocks)} tmpfs")
+    return npd_say(
+        node_verdict(
+            done.after.counts,
+            done.after.bytes_by_state,
+            deleted=done.deleted,
+            tmpfs=len(blocks),
+            untrusted=sum(1 for b in blocks if not b.scan.tmpfs.trust.trusted),
+            unread=len(_unread(blocks)),
+            blind=[u.reason for u in unseen],
+        )
+    )
 
 
 def _raw(blocks: list[Block]) -> None:

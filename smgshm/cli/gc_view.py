@@ -622,18 +622,8 @@ __all__ = [
 
 
 def npd(after: Tally, deleted: int, untrusted: str, where: str = "") -> int:
-    """gc --check --npd's line and status (cli/npd.py): leaked or hazardous entries are a problem (1), entries
-    that cannot be judged (``untrusted``: why liveness is not trusted) Unknown (2), else OK (0)."""
-    from smgshm.cli.npd import NpdStatus, npd_emit
+    """gc --check --npd's line and status (core/node/npd.py's gc_verdict, said once)."""
+    from smgshm.cli.npd import npd_say
+    from smgshm.core.node.npd import gc_verdict
 
-    c, b = after.counts, after.bytes_by_state
-    gone = f", deleted {deleted}" if deleted else ""
-    at = f" ({where})" if where else ""
-    if c["leaked"] or c["hazard"]:
-        return npd_emit(
-            NpdStatus.PROBLEM, f"gc: {c['leaked']} leaked ({_size(b['leaked'])}), {c['hazard']} hazard{gone}{at}"
-        )
-    if c["unknown"]:
-        why = untrusted or "liveness undecided"
-        return npd_emit(NpdStatus.UNKNOWN, f"gc: {c['unknown']} unknown{gone}{at}: {why}")
-    return npd_emit(NpdStatus.OK, f"gc: ok, {sum(c.values())} SMG segment(s), none leaked{gone}{at}")
+    return npd_say(gc_verdict(after.counts, after.bytes_by_state, deleted, untrusted, where))

@@ -1,31 +1,13 @@
-"""node-problem-detector's custom plugin contract, in one place: the status codes and the one line.
-
-NPD runs a plugin, reads its exit status (0 OK, 1 NonOK: a problem, 2 Unknown) and takes its stdout,
-cut to ``max_output_length`` (80 by default), as the condition's or event's message. So a plugin
-mode prints exactly one line of at most 80 characters, plain ASCII (no colour, a stranger's name
-escaped), and every failure of its own, a usage error or a bug included, is Unknown: never OK.
+"""node-problem-detector's one line said by a command (``--npd``): the contract's rules (status codes, the
+line, gc's verdicts) live in core/node/npd.py, which the exporter's verdict file uses too; here only the
+printing of it, once per invocation.
 """
 
 from __future__ import annotations
 
-import enum
 import sys
 
-from smgshm.cli.fmt import escape
-
-MAX_CHARS = 80
-
-
-class NpdStatus(enum.IntEnum):
-    OK = 0
-    PROBLEM = 1  # NPD's NonOK
-    UNKNOWN = 2
-
-
-def npd_line(message: str) -> str:
-    """``message`` as NPD's one line: escaped, ASCII only, at most MAX_CHARS (cut with "...")."""
-    text = escape(message).encode("ascii", "backslashreplace").decode("ascii")
-    return text if len(text) <= MAX_CHARS else text[: MAX_CHARS - 3] + "..."
+from smgshm.core.node.npd import MAX_CHARS, NpdStatus, NpdVerdict, npd_line
 
 
 def npd_emit(status: NpdStatus, message: str) -> int:
@@ -44,3 +26,11 @@ def npd_emit(status: NpdStatus, message: str) -> int:
     sys.stdout.write(npd_line(message) + "\n")
     sys.stdout.flush()
     return int(status)
+
+
+def npd_say(verdict: NpdVerdict) -> int:
+    """A verdict of core/node/npd.py said as the one line."""
+    return npd_emit(verdict.status, verdict.line)
+
+
+__all__ = ["MAX_CHARS", "NpdStatus", "npd_emit", "npd_line", "npd_say"]

@@ -116,6 +116,14 @@ if TYPE_CHECKING:
     show_default=True,
     help="With --node: follow at most this many tmpfs (one inotify watch each).",
 )
+@click.option(
+    "--npd-file",
+    metavar="PATH",
+    type=click.Path(dir_okay=False),
+    help="With --node: after each full scan, write gc --node --check --npd's verdict (NPD's status, its "
+    "one line, the boot clock and boot id) to PATH, atomically, mode 0644, for node-problem-detector's "
+    "plugin deploy/npd/smgshm-npd.sh (NPD's image has no Python).",
+)
 @click.pass_obj
 def watch(
     app: App,
@@ -138,6 +146,7 @@ def watch(
     state_dirs: tuple[tuple[str, ...], ...],
     rescan_every: float,
     max_volumes: int,
+    npd_file: str | None,
 ) -> None:
     """Follow the shm dir live: every SMG segment from creation to unlink, per interval.
 
@@ -171,6 +180,8 @@ def watch(
     per tmpfs its pod, capacity, hidden bytes and SMG segments by gc's state,
     judged in its pod's pid namespaces. /proc is read every --rescan-every;
     between, inotify activity in a tmpfs updates it (at most every --interval).
+    --npd-file PATH: after each full scan, the verdict gc --node --check --npd
+    would give, for node-problem-detector's sh plugin (README: NPD).
 
     \b
     Examples:
@@ -181,6 +192,8 @@ def watch(
       smgshm watch --serve-metrics 9464 -q                # a per-node exporter
       # a DaemonSet's, for every pod's /dev/shm on its node:
       smgshm watch --node --node-root /host --serve-metrics 0.0.0.0:9464 -q
+      # ... and NPD's verdict file, read by deploy/npd/smgshm-npd.sh:
+      smgshm watch --node --node-root /host --npd-file /run/smgshm-npd/gc -q
     """
     from smgshm.core.watch.figures import WatchOptions
     from smgshm.core.watch.session import WatchSession
@@ -188,6 +201,8 @@ def watch(
     if web_file is not None and serve_metrics is None:
         raise click.UsageError("--web-config configures --serve-metrics: give both")
     web = web_config(web_file)
+    if npd_file is not None and not node:
+        raise click.UsageError("--npd-file writes the node view's verdict: give --node")
     if node:
         _refuse_with_node(
             click.get_current_context(),
@@ -203,7 +218,16 @@ def watch(
                 "shm_min_bytes",
             ),
         )
-        _node(app, node_root, interval, rescan_every, max_volumes, (serve_metrics, web), duration, count, state_dirs)
+        _node(
+            app,
+            node_root,
+            interval,
+            (rescan_every, max_volumes, npd_file),
+            (serve_metrics, web),
+            duration,
+            count,
+            state_dirs,
+        )
         return
     if app.json and jsonl:
         raise click.UsageError("--json and --jsonl are two output formats: choose one")
@@ -324,8 +348,7 @@ def _node(
     app: App,
     root: str,
     interval: float,
-    rescan_every: float,
-    max_volumes: int,
+    pace: tuple[float, int, str | None],
     serve: tuple[tuple[str, int] | None, WebConfig | None],
     duration: float | None,
     count: int | None,
@@ -334,10 +357,16 @@ def _node(
     """watch --node: full scans and updates until --duration, --count (full scans) or Ctrl-C/SIGTERM."""
     from smgshm.core.node.follow import NodeWatch, NodeWatchOptions
 
+    rescan_every, max_volumes, npd_file = pace
     if interval <= 0 or rescan_every <= 0:
         raise click.BadParameter("must be more than 0", param_hint="--interval/--rescan-every")
     opts = NodeWatchOptions(
-        root=root, rescan_every_s=rescan_every, update_every_s=interval, max_volumes=max_volumes, state_dirs=state_dirs
+        root=root,
+        rescan_every_s=rescan_every,
+        update_every_s=interval,
+        max_volumes=max_volumes,
+        state_dirs=state_dirs,
+        npd_file=npd_file,
     )
     nw = NodeWatch(opts)
     deadline = None if duration is None else time.monotonic() + duration

@@ -125,8 +125,11 @@ def test_each_overlay_mounts_its_runtimes_sandboxes_where_the_node_view_reads(ov
             "readOnly": True,
             "mountPropagation": "HostToContainer",
         }
-        # Every other host path exists on every kubelet node: Directory, so a typo fails loudly.
-        assert {v["hostPath"]["type"] for n, v in vols.items() if "hostPath" in v and n != "sandboxes"} == {"Directory"}
+        # Every other host path exists on every kubelet node: Directory, so a typo fails loudly; but smgshm's
+        # own NPD verdict dir, which it makes (README: NPD).
+        others = {n: v["hostPath"]["type"] for n, v in vols.items() if "hostPath" in v and n != "sandboxes"}
+        assert others.pop("npd-verdict", "DirectoryOrCreate") == "DirectoryOrCreate"
+        assert set(others.values()) == {"Directory"}
 
 
 def test_the_node_view_reads_the_sandboxes_path_the_overlays_mount() -> None:
@@ -226,6 +229,9 @@ def test_the_probes_path_is_served_by_the_real_exporter(tmp_path: Path) -> None:
     args[args.index("--node-root") + 1] = str(root)
     port = _free_port()
     args[args.index("--serve-metrics") + 1] = f"127.0.0.1:{port}"
+    verdict = tmp_path / "npd" / "gc"  # the host's /run/smgshm-npd, here
+    verdict.parent.mkdir()
+    args[args.index("--npd-file") + 1] = str(verdict)
     url = f"http://127.0.0.1:{port}/metrics"
     probe = f"http://127.0.0.1:{port}{c['livenessProbe']['httpGet']['path']}"
     assert c["readinessProbe"]["httpGet"]["path"] == c["livenessProbe"]["httpGet"]["path"]
@@ -251,6 +257,7 @@ def test_the_probes_path_is_served_by_the_real_exporter(tmp_path: Path) -> None:
                 time.sleep(0.1)  # not listening yet: polled, bounded by the deadline
         with urllib.request.urlopen(probe, timeout=5) as resp:
             assert (resp.status, resp.read()) == (200, b"ok\n")
+        assert verdict.read_text().startswith("smgshm-npd/1 "), "NPD's verdict, written by the first full scan"
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:

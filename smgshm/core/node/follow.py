@@ -35,8 +35,10 @@ from smgshm.core.errors import HostError, SmgshmError
 from smgshm.core.host.holders import holder_index_devs
 from smgshm.core.host.mounts import mount_points_of
 from smgshm.core.names import SMG_FAMILY_PREFIX
+from smgshm.core.node import npdfile
 from smgshm.core.node.judge import PodJudge
 from smgshm.core.node.metrics import Health, VolumeFigures, statvfs_bytes, volume_figures
+from smgshm.core.node.npd import NpdVerdict, error_verdict, node_verdict
 from smgshm.core.node.scan import Others, Tmpfs, TmpfsScan, look
 from smgshm.core.node.sight import Unseen
 from smgshm.core.segments.judge import ScanOptions, State, Tally
@@ -63,6 +65,7 @@ class NodeWatchOptions:
     max_update_entries: int = 10_000
     stale_after_s: float = 3600.0
     state_dirs: tuple[tuple[str, ...], ...] = ()  # custom runtime state dirs under the root (layout.NodeRoot)
+    npd_file: str | None = None  # after each full scan, gc --node --check --npd's verdict there (npdfile.py)
 
 
 @dataclass
@@ -231,7 +234,8 @@ class NodeWatch:
             with self.lock:
                 self._scan_failed, self._scan_s = True, time.monotonic() - t0
             self._publish()
-            return Pass(True, len(self.volumes), 0, time.monotonic() - t0, [str(err)])
+            said = [str(err), *self._write_npd(error_verdict(err.kind, str(err)))]
+            return Pass(True, len(self.volumes), 0, time.monotonic() - t0, said)
         found = node.tmpfs[: self.opts.max_volumes]
         unfollowed = len(node.tmpfs) - len(found)
         fresh: dict[tuple[int, int], _Volume] = {}
@@ -251,11 +255,13 @@ class NodeWatch:
         if holders is None:
             holders = holder_index_devs(vol.tmpfs.place.dev for vol in fresh.values())
         mounted = mount_points_of(vol.tmpfs.place.path for vol in fresh.values())
+        unread = unfollowed  # for NPD's verdict: tmpfs on the node not judged (gc --node judges every one)
         for vol in list(fresh.values()):
             try:
                 self._judge_fully(vol, holders, mounted.get(vol.tmpfs.place.path, {}))
             except (SmgshmError, OSError) as err:
                 errors.append(f"{vol.tmpfs.place.path}: {err}")
+                unread += _still_mounted(vol.tmpfs)
                 self._drop(vol)
         self.counters["scans"] += 1
         self.counters["scan_errors"] += len(errors)
@@ -268,7 +274,43 @@ class NodeWatch:
         with self.lock:  # a tmpfs that failed alone is churn (its pod going), not a failed scan
             self._scan_ok_at, self._scan_failed, self._scan_s = now, False, now - t0
         self._publish()
+        errors += self._write_npd(self._npd_verdict(len(node.tmpfs), unread, node.unseen))
         return Pass(True, len(self.volumes), len(self.volumes), now - t0, errors)
+
+    def _npd_verdict(self, tmpfs: int, unread: int, unseen: list[Unseen]) -> NpdVerdict:
+        """gc --node --check --npd's verdict (core/node/npd.py) from this full scan's judgements."""
+        counts = {s.value: 0 for s in State}
+        nbytes = dict(counts)
+        untrusted = 0
+        for vol in self.volumes.values():
+            if vol.figures is None:
+                continue
+            untrusted += not vol.figures.trusted
+            for k, n in vol.figures.counts.items():
+                counts[k] += n
+            for k, n in vol.figures.bytes_by_state.items():
+                nbytes[k] += n
+        return node_verdict(
+            counts,
+            nbytes,
+            deleted=0,
+            tmpfs=tmpfs,
+            untrusted=untrusted,
+            unread=unread,
+            blind=[u.reason for u in unseen],
+        )
+
+    def _write_npd(self, verdict: NpdVerdict) -> list[str]:
+        """The verdict file rewritten (npdfile.py); what went wrong, for the scan's line (the first: raised)."""
+        if self.opts.npd_file is None:
+            return []
+        try:
+            npdfile.write(self.opts.npd_file, verdict)
+        except HostError as err:
+            if self.counters["scans"] <= 1:  # the first full scan: a flag that cannot work fails the run (exit 5)
+                raise
+            return [str(err)]
+        return []
 
     def _judge_fully(self, vol: _Volume, holders: dict[tuple[int, int], list[Any]], mounted: dict[str, str]) -> None:
         scan = TmpfsScan(vol.tmpfs, self.scan_opts, holders=holders, mounted=mounted)
@@ -377,6 +419,15 @@ class NodeWatch:
         figs = [v.figures for v in self.volumes.values() if v.figures is not None]
         with self.lock:
             self._figures = (figs, self.health)
+
+
+def _still_mounted(t: Tmpfs) -> int:
+    """1 when the tmpfs a full scan could not judge is still there (the same device), 0 when it is gone (its
+    pod deleted mid-scan: nothing of it can leak), as gc --node tells them apart."""
+    try:
+        return int(os.stat(t.place.path, follow_symlinks=False).st_dev == t.place.dev)
+    except OSError:
+        return 0
 
 
 __all__ = ["NodeWatch", "NodeWatchOptions", "Pass"]
