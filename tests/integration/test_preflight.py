@@ -501,22 +501,6 @@ def test_the_real_gateway_exec_d_through_preflight_starts_and_serves(dshm: str, 
     assert not [n for n in os.listdir(dshm) if n.startswith("smg-tokenspeed-")]
 
 
-def test_the_npd_plugin_monitor_config_runs_smgshm_as_it_parses() -> None:
-    """Each rule of deploy/npd's config: NPD's contract (80 characters) and arguments smgshm's parser accepts."""
-    from smgshm.cli import cli
-
-    config = json.loads((Path(__file__).resolve().parents[2] / "deploy/npd/smgshm-plugin-monitor.json").read_text())
-    assert config["plugin"] == "custom"
-    assert config["pluginConfig"]["max_output_length"] == 80
-    assert {r["type"] for r in config["rules"]} == {"permanent", "temporary"}
-    for rule in config["rules"]:
-        name, *args = rule["args"]
-        assert "--npd" in args
-        cmd = cli.commands[name]  # type: ignore[attr-defined]
-        with cmd.make_context(name, list(args)) as ctx:  # parses and type-checks every option; runs nothing
-            assert ctx.params["npd"] is True
-
-
 def test_textfile_says_what_the_wrapper_reclaimed(dshm: str, tmp_path: Path) -> None:
     _crash_old_gateway(dshm)
     prom = tmp_path / "preflight.prom"
