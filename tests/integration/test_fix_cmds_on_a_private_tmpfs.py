@@ -102,11 +102,15 @@ def test_every_fix_doctor_prints_changes_its_tmpfs_and_nothing_else(children: Ch
     if clock.boot_clock_ns() < 600 * 10**9:
         pytest.skip("this host booted less than 10 minutes ago: no sighting 400 s old can predate pid 1")
     _plant(_store_path(d), _forge(d, stranded, seen_ns=clock.boot_clock_ns() - 400 * 10**9))
-    for n in (leaked, probe):  # the same names here, an hour old: what a fix aimed at the wrong tmpfs would take
+    # Here, an hour old, what a fix aimed at the wrong tmpfs would take: the probe file by its very name, and
+    # a leaked segment of a dead producer. Not a smg-tokenspeed-<dead pid>-* one: any real gateway of another
+    # test sweeps those from this host's /dev/shm at its first SHM write (smg-facts 3.3); gc reaps this alike.
+    host_leaked = f"smg-smgshm-{dead_pid(children)}-{time.time_ns()}-0"
+    for n in (host_leaked, probe):
         make_file(HOST_SHM, n, size=0, age_s=3600)
         host_names.append(n)
     host = _host(host_names)
-    assert host[0] == sorted([leaked, probe])
+    assert host[0] == sorted([host_leaked, probe])
 
     # exit 5: its verified SHM send finds the dir full (the worst failure; no fix command of its own)
     doc = run_cli("--json", "doctor", "--no-gateways", "--no-e2e", "--shm-dir", d, "--inflight-bytes", "2MiB", exit=5)
