@@ -92,6 +92,7 @@ class Pass:
     updated: int
     duration_s: float
     errors: list[str]
+    notes: list[str] = field(default_factory=list)  # what the scan left undone without failing (sightings dropped)
 
 
 class NodeWatch:
@@ -251,9 +252,12 @@ class NodeWatch:
         if holders is None:
             holders = holder_index_devs(vol.tmpfs.place.dev for vol in fresh.values())
         mounted = mount_points_of(vol.tmpfs.place.path for vol in fresh.values())
+        notes: list[str] = []
         for vol in list(fresh.values()):
             try:
-                self._judge_fully(vol, holders, mounted.get(vol.tmpfs.place.path, {}))
+                dropped = self._judge_fully(vol, holders, mounted.get(vol.tmpfs.place.path, {}))
+                if dropped:
+                    notes.append(f"{vol.tmpfs.place.path}: sightings store full, {dropped} first sightings not stored")
             except (SmgshmError, OSError) as err:
                 errors.append(f"{vol.tmpfs.place.path}: {err}")
                 self._drop(vol)
@@ -268,25 +272,33 @@ class NodeWatch:
         with self.lock:  # a tmpfs that failed alone is churn (its pod going), not a failed scan
             self._scan_ok_at, self._scan_failed, self._scan_s = now, False, now - t0
         self._publish()
-        return Pass(True, len(self.volumes), len(self.volumes), now - t0, errors)
+        return Pass(True, len(self.volumes), len(self.volumes), now - t0, errors, notes)
 
-    def _judge_fully(self, vol: _Volume, holders: dict[tuple[int, int], list[Any]], mounted: dict[str, str]) -> None:
+    def _judge_fully(self, vol: _Volume, holders: dict[tuple[int, int], list[Any]], mounted: dict[str, str]) -> int:
+        """Judge a tmpfs afresh; how many of its first sightings its store had no room for (sightings.py)."""
         scan = TmpfsScan(vol.tmpfs, self.scan_opts, holders=holders, mounted=mounted)
         vol.dirty = False
         proven: dict[tuple[int, str], str] = {}
-        n = 0
+        n, room = 0, self.opts.max_update_entries
         for seg in scan:
             n += 1
+            if n > room:  # a crowded tmpfs waits for full scans (update() skips it): its proofs are of no use
+                if proven:
+                    proven = {}
+                continue
             if seg.state in (State.LEAKED, State.STALE):
                 proven[seg.ino, seg.name] = seg.state.value
         judge = scan.judge
         if not isinstance(judge, PodJudge):  # TmpfsScan.make_judge's, always
             raise TypeError("a tmpfs judged by another judge than the pod judge")
-        judge.sightings.keep.clear()  # saved; updates add nothing to a store they never write
-        judge.sightings.new.clear()
-        vol.judge, vol.proven, vol.entries = judge, proven, n + sum(scan.others.counts.values())
+        dropped = judge.sightings.dropped
+        judge.sightings.forget()  # saved; updates add nothing to a store they never write
+        vol.proven, vol.entries = proven, n + sum(scan.others.counts.values())
+        # A crowded tmpfs is judged by full scans only: its judge (the sightings it loaded) is not kept between them.
+        vol.judge = judge if vol.entries <= room else None
         size, used = scan.shm_total_bytes, scan.shm_total_bytes - scan.shm_free_bytes
         vol.figures = volume_figures(vol.tmpfs, scan.tally, scan.others, (size, used, scan.shm_free_bytes))
+        return dropped
 
     # -- updates between full scans ---------------------------------------------------------
 
@@ -339,8 +351,7 @@ class NodeWatch:
                         seg = seg._replace(state=State.UNKNOWN)  # not proven by a full scan: see the module
                     tally.add(seg)
             finally:
-                sights.keep.clear()
-                sights.new.clear()
+                sights.forget()
         finally:
             os.close(fd)
         vol.entries = tally.total + sum(others.counts.values())
