@@ -10,6 +10,7 @@ times each, as child processes with stdout to /dev/null:
     smgshm gc --shm-dir DIR --assume-dead --all        (every row)
     smgshm gc --shm-dir DIR --assume-dead --raw        (every row, for scripts)
     smgshm --json gc --shm-dir DIR --assume-dead       (one streamed document)
+    smgshm --json gc --shm-dir DIR                     (as a user runs it: liveness judged, sightings kept)
 
 and prints each one's median wall time, its ratio to find's, and its peak RSS (wait4's ru_maxrss)
 against the same command on a dir a tenth the size, which shows whether memory grows with the
@@ -45,6 +46,7 @@ FORMS: dict[str, list[str]] = {
     "gc --all": [*SMGSHM, "gc", "--shm-dir", "{d}", "--assume-dead", "--all"],
     "gc --raw": [*SMGSHM, "gc", "--shm-dir", "{d}", "--assume-dead", "--raw"],
     "--json gc": [*SMGSHM, "--json", "gc", "--shm-dir", "{d}", "--assume-dead"],
+    "--json gc (judged)": [*SMGSHM, "--json", "gc", "--shm-dir", "{d}"],
 }
 
 
@@ -139,7 +141,7 @@ def main() -> None:
                 ratio = "" if form == "find -printf" else f"{wall / floor:5.2f}x"
                 cratio = "" if form == "find -printf" else f"{cpu / floor_cpu:5.2f}x"
                 print(
-                    f"  {form:<14} wall {wall:7.3f} s {ratio:<6}  cpu {cpu:7.3f} s {cratio:<6}  "
+                    f"  {form:<18} wall {wall:7.3f} s {ratio:<6}  cpu {cpu:7.3f} s {cratio:<6}  "
                     f"RSS {peak / 1024:6.1f} MiB (vs {small[form][2] / 1024:6.1f})"
                 )
     finally:

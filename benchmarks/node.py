@@ -13,6 +13,7 @@ pod's container: so each tmpfs is judged in a pid namespace (the host's here), a
         find DIR... -maxdepth 1 -name 'smg-*' -printf '%f %s %T@ %U %i %n\\n'   (the floor, every tmpfs)
         smgshm gc --node --node-root ROOT                                     (the summary people see)
         smgshm gc --node --node-root ROOT --raw                               (every row)
+        smgshm --json gc --node --node-root ROOT                              (one streamed document)
 
     and prints each one's median wall and CPU time (user + system: what other jobs on a shared machine
     inflate least) and their ratios to find's. Goal: gc --node at most 3x find.
@@ -121,6 +122,7 @@ def bench_gc(root: str, dirs: list[str], runs: int) -> None:
         "find -printf": ["find", *dirs, "-maxdepth", "1", "-name", "smg-*", "-printf", "%f %s %T@ %U %i %n\\n"],
         "gc --node": [*SMGSHM, "gc", "--node", "--node-root", root],
         "gc --node --raw": [*SMGSHM, "gc", "--node", "--node-root", root, "--raw"],
+        "--json gc --node": [*SMGSHM, "--json", "gc", "--node", "--node-root", root],
     }
     for argv in forms.values():  # warm: the page cache, the bytecode, the sightings stores
         timed(argv)
@@ -234,6 +236,7 @@ def main() -> None:
     ap.add_argument("--volumes", type=int, default=50, help="pod volumes for (b) (default 50)")
     ap.add_argument("--window", type=float, default=60.0, help="seconds per footprint window (default 60)")
     ap.add_argument("--rate", type=float, default=1000.0, help="segments/s the writer makes in (b) (default 1000)")
+    ap.add_argument("--no-exporter", action="store_true", help="run (a) only")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("needs root: it mounts tmpfs and makes mount namespaces")
@@ -248,6 +251,8 @@ def main() -> None:
         with node(args.pods, args.entries) as (root, dirs, _procs):
             bench_gc(root, dirs, args.runs)
         print(f"    ({load()})")
+        if args.no_exporter:
+            return
         with node(args.volumes, 0) as (root, dirs, _procs):
             bench_exporter(root, dirs, args.window, args.rate)
         print(f"    ({load()})")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -23,8 +23,10 @@ from smgshm.core.units import human_size
 
 if TYPE_CHECKING:
     from smgshm.cli.app import App
+    from smgshm.cli.gc_node_json_view import NodeJsonListing
     from smgshm.core.node.scan import NodeLook, Tmpfs, TmpfsScan
     from smgshm.core.node.sight import Unseen
+    from smgshm.core.segments import gcrun
     from smgshm.core.segments.gcrun import GcRun
     from smgshm.core.segments.judge import ScanOptions, SegmentInfo
     from smgshm.core.segments.reaping import Choice, ReapReport, ReapRule
@@ -71,17 +73,13 @@ def run(
         back = sum(r.restored for t in node.tmpfs for r in restore(t.place.path))
         if back and not npd:
             app.info(f"put back under their names {back} entries a killed gc had set aside")
-    listed: dict[int, list[SegmentInfo]] = {}  # each tmpfs's entries as listed, by its scan's id
-
-    def listing(scan: TmpfsScan) -> gcrun.OnEntry:
-        segments = listed[id(scan)] = []
-        return lambda seg, _row: segments.append(seg)
+    stream, listed, listing = _listings(app, node, rule, npd)
 
     def confirm(chosen: Sequence[tuple[TmpfsScan, SegmentInfo]]) -> bool:  # the question names each one's pod
         pods = [_whose(scan.tmpfs) for scan, _ in chosen]
         return gc_view.confirm_delete(app, [seg for _, seg in chosen], yes, all_rows, pods)
 
-    done = gcrun.run(tmpfs_scans(node, opts), rule, listing, confirm)
+    done = gcrun.run(tmpfs_scans(node, opts), rule, listing, confirm, on_part=stream.part_done if stream else None)
     blocks = [Block(p.scan, listed[id(p.scan)], p.choice, p.report) for p in done.parts]
     code = _check_code(done, blocks, node.unseen) if check else ExitCode.OK
     _warn(app, node.unseen, blocks, npd)
@@ -92,7 +90,9 @@ def run(
         _write_textfile(prometheus_file, blocks, started, node.unseen)
     if npd:  # NPD's one line over every tmpfs (gc_view.npd's rules)
         return _npd(blocks, done, node.unseen)
-    if app.json:
+    if stream is not None:
+        stream.finish(done, code)
+    elif app.json:
         app.emit_rendered(
             {
                 "node_root": display(node.root),
@@ -109,6 +109,27 @@ def run(
     elif not app.silent(code):
         _human(app, node, blocks, done, check, code, all_rows)
     return code
+
+
+def _listings(
+    app: App, node: NodeLook, rule: ReapRule | None, npd: bool
+) -> tuple[NodeJsonListing | None, dict[int, list[SegmentInfo]], Callable[[TmpfsScan], gcrun.OnEntry]]:
+    """Where each tmpfs's entries go as they are listed: a --json listing (no --delete) writes them as it goes
+    and keeps none (gc_node_json_view.py); otherwise each tmpfs's are kept, by its scan's id, for the end."""
+    listed: dict[int, list[SegmentInfo]] = {}
+    stream = None
+    if app.json and rule is None and not npd:
+        from smgshm.cli.gc_node_json_view import NodeJsonListing
+
+        stream = NodeJsonListing(app, node)
+
+    def listing(scan: TmpfsScan) -> gcrun.OnEntry:
+        segments = listed[id(scan)] = []
+        if stream is not None:
+            return stream.listing(scan)
+        return lambda seg, _row: segments.append(seg)
+
+    return stream, listed, listing
 
 
 def _check_code(done: GcRun[TmpfsScan], blocks: list[Block], unseen: Sequence[Unseen]) -> ExitCode:

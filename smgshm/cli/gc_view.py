@@ -471,9 +471,12 @@ def headline(scan: Scan, before: Tally, after: Tally, deleted: list[Deletion], c
 
 def warn_sightings(app: App, stores: list[Sightings]) -> None:
     """Said once a run: a state dir refused (not this user's private dir: nothing stored; it is never
-    chmod'ed)."""
+    chmod'ed), and each store that was full (the first sightings it dropped)."""
     for refused in dict.fromkeys(s.refused for s in stores if s.refused):
         app.warn_state_dir(refused)
+    for s in stores:  # the store is bounded (sightings.MAX_RECORDS): what it could not hold is said, not lost silently
+        if s.dropped:
+            app.warn(f"sightings store of {display(s.shm_dir)} full: {s.dropped} first sightings not stored")
 
 
 def unjudged(scan: Scan) -> str:

@@ -223,7 +223,7 @@ def node_line(app: App, nw: Any, done: Any) -> None:
     if health.unfollowed:
         text += f", {health.unfollowed} tmpfs not followed (--max-volumes)"
     prose(app.console, Text(text, style="red" if counts.get("leaked") else ""), 9)
-    for err in done.errors if done is not None else ():
+    for err in [*done.errors, *done.notes] if done is not None else ():
         prose(app.console, safe("  " + err, "yellow"), 4)
 
 

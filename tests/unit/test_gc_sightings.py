@@ -88,3 +88,25 @@ def test_two_links_of_one_inode_leave_the_store_readable(tmpfs_dir: str) -> None
     finally:
         for path in (first, second, other):
             os.unlink(path)
+
+
+def test_a_full_store_keeps_the_first_listed_and_says_how_many_it_dropped(
+    tmpfs_dir: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store is bounded (MAX_RECORDS): a scan that first sees more keeps the first it listed, counts the
+    rest as dropped, and does not claim its sightings stored; the listing itself is whole."""
+    monkeypatch.setattr(sightings_mod, "MAX_RECORDS", 3)
+    names = [f"smg-tokenspeed-1-{time.time_ns()}-{i}" for i in range(5)]
+    for n in names:
+        make_file(tmpfs_dir, n)
+    store = _store_path(tmpfs_dir)
+    try:
+        scan = Scan(ScanOptions(shm_dir=tmpfs_dir, assume_dead=True))
+        assert len(list(scan)) == 5
+        assert (scan.sightings.dropped, scan.sightings.stored) == (2, False)
+        assert len(Sightings(tmpfs_dir, os.stat(tmpfs_dir).st_dev).index) == 3
+    finally:
+        for n in names:
+            os.unlink(os.path.join(tmpfs_dir, n))
+        if os.path.exists(store):
+            os.unlink(store)

@@ -95,6 +95,7 @@ class Pass:
     updated: int
     duration_s: float
     errors: list[str]
+    notes: list[str] = field(default_factory=list)  # what the scan left undone without failing (sightings dropped)
 
 
 class NodeWatch:
@@ -225,40 +226,22 @@ class NodeWatch:
         except SmgshmError as err:
             if raise_errors:
                 raise
-            self.counters["scans"] += 1
-            self.counters["scan_errors"] += 1
-            self._next_full = time.monotonic() + self.opts.rescan_every_s
-            self.health = Health(
-                wall0, time.monotonic() - t0, 1, self.health.unfollowed, dict(self.counters), self.health.unseen
-            )
-            with self.lock:
-                self._scan_failed, self._scan_s = True, time.monotonic() - t0
-            self._publish()
-            said = [str(err), *self._write_npd(error_verdict(err.kind, str(err)))]
-            return Pass(True, len(self.volumes), 0, time.monotonic() - t0, said)
+            return self._look_failed(err, t0, wall0)
         found = node.tmpfs[: self.opts.max_volumes]
         unfollowed = len(node.tmpfs) - len(found)
-        fresh: dict[tuple[int, int], _Volume] = {}
-        for t in found:
-            vol = self.volumes.get((t.place.dev, t.place.mount_id)) or _Volume(t)
-            vol.tmpfs = t
-            fresh[vol.key] = vol
-        for key, vol in list(self.volumes.items()):
-            if key not in fresh:
-                self._drop(vol)
-        self.volumes = fresh
-        for vol in fresh.values():  # watched before it is listed: nothing between the two goes unseen
-            if vol.wd is None:
-                self._watch(vol)
+        fresh = self._follow_only(found)
         # One walk of /proc and one read of every mount namespace's table, for every tmpfs at once.
         holders = node.holders  # the look's own walk (its reach rule read the fds and maps already)
         if holders is None:
             holders = holder_index_devs(vol.tmpfs.place.dev for vol in fresh.values())
         mounted = mount_points_of(vol.tmpfs.place.path for vol in fresh.values())
         unread = unfollowed  # for NPD's verdict: tmpfs on the node not judged (gc --node judges every one)
+        notes: list[str] = []
         for vol in list(fresh.values()):
             try:
-                self._judge_fully(vol, holders, mounted.get(vol.tmpfs.place.path, {}))
+                dropped = self._judge_fully(vol, holders, mounted.get(vol.tmpfs.place.path, {}))
+                if dropped:
+                    notes.append(f"{vol.tmpfs.place.path}: sightings store full, {dropped} first sightings not stored")
             except (SmgshmError, OSError) as err:
                 errors.append(f"{vol.tmpfs.place.path}: {err}")
                 unread += _still_mounted(vol.tmpfs)
@@ -275,7 +258,7 @@ class NodeWatch:
             self._scan_ok_at, self._scan_failed, self._scan_s = now, False, now - t0
         self._publish()
         errors += self._write_npd(self._npd_verdict(len(node.tmpfs), unread, node.unseen))
-        return Pass(True, len(self.volumes), len(self.volumes), now - t0, errors)
+        return Pass(True, len(self.volumes), len(self.volumes), now - t0, errors, notes)
 
     def _npd_verdict(self, tmpfs: int, unread: int, unseen: list[Unseen]) -> NpdVerdict:
         """gc --node --check --npd's verdict (core/node/npd.py) from this full scan's judgements."""
@@ -312,23 +295,62 @@ class NodeWatch:
             return [str(err)]
         return []
 
-    def _judge_fully(self, vol: _Volume, holders: dict[tuple[int, int], list[Any]], mounted: dict[str, str]) -> None:
+    def _look_failed(self, err: SmgshmError, t0: float, wall0: float) -> Pass:
+        """The node could not be looked at: a failed scan, said (and NPD's file says why)."""
+        self.counters["scans"] += 1
+        self.counters["scan_errors"] += 1
+        self._next_full = time.monotonic() + self.opts.rescan_every_s
+        self.health = Health(
+            wall0, time.monotonic() - t0, 1, self.health.unfollowed, dict(self.counters), self.health.unseen
+        )
+        with self.lock:
+            self._scan_failed, self._scan_s = True, time.monotonic() - t0
+        self._publish()
+        said = [str(err), *self._write_npd(error_verdict(err.kind, str(err)))]
+        return Pass(True, len(self.volumes), 0, time.monotonic() - t0, said)
+
+    def _follow_only(self, found: list[Tmpfs]) -> dict[tuple[int, int], _Volume]:
+        """The volumes followed from now on: those of ``found`` (kept when followed already), every other one
+        dropped; each watched before it is listed, so nothing between the two goes unseen."""
+        fresh: dict[tuple[int, int], _Volume] = {}
+        for t in found:
+            vol = self.volumes.get((t.place.dev, t.place.mount_id)) or _Volume(t)
+            vol.tmpfs = t
+            fresh[vol.key] = vol
+        for key, vol in list(self.volumes.items()):
+            if key not in fresh:
+                self._drop(vol)
+        self.volumes = fresh
+        for vol in fresh.values():
+            if vol.wd is None:
+                self._watch(vol)
+        return fresh
+
+    def _judge_fully(self, vol: _Volume, holders: dict[tuple[int, int], list[Any]], mounted: dict[str, str]) -> int:
+        """Judge a tmpfs afresh; how many of its first sightings its store had no room for (sightings.py)."""
         scan = TmpfsScan(vol.tmpfs, self.scan_opts, holders=holders, mounted=mounted)
         vol.dirty = False
         proven: dict[tuple[int, str], str] = {}
-        n = 0
+        n, room = 0, self.opts.max_update_entries
         for seg in scan:
             n += 1
+            if n > room:  # a crowded tmpfs waits for full scans (update() skips it): its proofs are of no use
+                if proven:
+                    proven = {}
+                continue
             if seg.state in (State.LEAKED, State.STALE):
                 proven[seg.ino, seg.name] = seg.state.value
         judge = scan.judge
         if not isinstance(judge, PodJudge):  # TmpfsScan.make_judge's, always
             raise TypeError("a tmpfs judged by another judge than the pod judge")
-        judge.sightings.keep.clear()  # saved; updates add nothing to a store they never write
-        judge.sightings.new.clear()
-        vol.judge, vol.proven, vol.entries = judge, proven, n + sum(scan.others.counts.values())
+        dropped = judge.sightings.dropped
+        judge.sightings.forget()  # saved; updates add nothing to a store they never write
+        vol.proven, vol.entries = proven, n + sum(scan.others.counts.values())
+        # A crowded tmpfs is judged by full scans only: its judge (the sightings it loaded) is not kept between them.
+        vol.judge = judge if vol.entries <= room else None
         size, used = scan.shm_total_bytes, scan.shm_total_bytes - scan.shm_free_bytes
         vol.figures = volume_figures(vol.tmpfs, scan.tally, scan.others, (size, used, scan.shm_free_bytes))
+        return dropped
 
     # -- updates between full scans ---------------------------------------------------------
 
@@ -381,8 +403,7 @@ class NodeWatch:
                         seg = seg._replace(state=State.UNKNOWN)  # not proven by a full scan: see the module
                     tally.add(seg)
             finally:
-                sights.keep.clear()
-                sights.new.clear()
+                sights.forget()
         finally:
             os.close(fd)
         vol.entries = tally.total + sum(others.counts.values())

@@ -93,13 +93,24 @@ def run(
     listing: Callable[[S], OnEntry] | None = None,
     confirm: Callable[[Sequence[tuple[S, SegmentInfo]]], bool] | None = None,
     on_action: Callable[[int, int], None] | None = None,
+    on_part: Callable[[Part[S]], None] | None = None,
 ) -> GcRun[S]:
     """List, choose, confirm once, reap and count, over ``scans`` (each one tmpfs; iterated in turn).
 
     ``rule``: what may be reaped (None: nothing, a listing). ``listing(scan)``: the callback that is handed
     each of that scan's entries as it streams. ``confirm``: called once, only when something was chosen,
     with every chosen entry and its scan; False deletes nothing (None: no question, as ``--yes``).
-    ``on_action(tried, chosen)``: after each chosen entry is tried (between reap batches, none set aside)."""
+    ``on_action(tried, chosen)``: after each chosen entry is tried (between reap batches, none set aside).
+    ``on_part(part)``: each tmpfs's part once it is done; in a listing (no rule: nothing to confirm) right after
+    its scan, before the next one is listed, so that a caller can write it out and keep nothing of it."""
+    if rule is None:
+        listed: list[Part[S]] = []
+        for scan in scans:
+            choice = choose(scan, None, listing(scan) if listing else _nothing)
+            listed.append(Part(scan, choice, reap_choice(scan, choice)))
+            if on_part is not None:
+                on_part(listed[-1])
+        return GcRun(listed, False, _sum(p.report.before for p in listed), _sum(p.report.after for p in listed))
     chosen: list[tuple[S, Choice]] = []
     for scan in scans:
         chosen.append((scan, choose(scan, rule, listing(scan) if listing else _nothing)))
@@ -116,6 +127,9 @@ def run(
             on_action(tried, total)
 
     parts = [Part(scan, choice, reap_choice(scan, choice, tick)) for scan, choice in chosen]
+    if on_part is not None:
+        for part in parts:
+            on_part(part)
     return GcRun(parts, declined, _sum(p.report.before for p in parts), _sum(p.report.after for p in parts))
 
 

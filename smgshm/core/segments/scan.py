@@ -184,8 +184,7 @@ def judge_entry(
         return Judge(opts, judge_trust(shm_dir), holder_index(st.st_dev, names=one), dir_dev, sightings)(name, st)
     finally:
         if sightings is not None:  # what the judge noted to save: nothing is, and a held store must not grow
-            sightings.keep.clear()
-            sightings.new.clear()
+            sightings.forget()
 
 
 __all__ = ["Deletion", "GcReport", "Scan", "judge_entry", "scan_segments"]

@@ -240,11 +240,40 @@ def write_merged(
     return cols
 
 
+class NewRows:
+    """The sightings a scan first made, as columns (inode, uid, ctime, name checksum): some 24 bytes a row,
+    never a Python object per entry, so that a listing of a crowded dir stays small while it runs. At most
+    ``limit`` rows (the first listed); ``dropped`` counts the rest, which are not stored (a later scan sees
+    them first again: a later proof, never a false one)."""
+
+    def __init__(self, limit: int | None = None) -> None:
+        self.limit, self.dropped = MAX_RECORDS if limit is None else limit, 0
+        self.inos, self.uids, self.ctimes, self.sums = (array.array(c) for c in _COLUMNS[:4])
+
+    def append(self, row: tuple[int, int, int, str]) -> None:
+        if len(self.inos) >= self.limit:
+            self.dropped += 1
+            return
+        self.inos.append(row[0])
+        self.uids.append(row[1])
+        self.ctimes.append(row[2])
+        self.sums.append(name_sum(row[3]))
+
+    def __len__(self) -> int:
+        return len(self.inos)
+
+    def clear(self) -> None:
+        for col in (self.inos, self.uids, self.ctimes, self.sums):
+            del col[:]
+        self.dropped = 0
+
+
 class Sightings:
     """The sightings of one shm dir, as columns (``inos``, ``uids``, ``ctimes``, ``sums``, ``seen``)
     with ``index`` (inode -> row); and what this scan keeps and adds. The judge fills ``keep``
     (rows seen again, the same entry) and ``new`` ((inode, uid, ctime, name), first seen) as it
-    goes; ``save`` writes them, dropping what was not seen again."""
+    goes, both as compact columns; ``save`` writes them, dropping what was not seen again. ``dropped``:
+    sightings this scan made that the store had no room for (MAX_RECORDS), after ``save``."""
 
     def __init__(self, shm_dir: str, dir_dev: int | None, *, directory: str | None = None) -> None:
         # Before the listing: a stored sighting made since may be of an entry created behind it.
@@ -252,13 +281,14 @@ class Sightings:
         self.shm_dir, self.directory = shm_dir, directory or store_dir()
         self.index: dict[int, int] = {}
         self.inos, self.uids, self.ctimes, self.sums, self.seen = _columns()
-        self.keep: list[int] = []
-        self.new: list[tuple[int, int, int, str]] = []
+        self.keep = array.array("Q")  # rows seen again (their indexes)
+        self.new = NewRows()
         self.header: bytes | None = None
         self.file = ""
         self.note = ""  # why nothing was loaded, for the curious
         self.stored = False  # after ``save``: the store holds every sighting this scan made (a later scan's proofs)
         self.stamp: tuple[int, int, int, int] | None = None  # the file read (``changed``)
+        self.dropped = 0  # sightings made but not stored, the store being full (``save``)
         # A state dir that is not this user's own private one (a shared 1777 dir named by $SMGSHM_STATE_DIR)
         # is refused whole, and never chmod'ed: "<dir>: <why>", for a warning; nothing is read or stored.
         self.refused = refused(self.directory)
@@ -295,6 +325,11 @@ class Sightings:
         """Whether the store file is another than the one read (written since: a rename, always)."""
         return self.header is not None and self._stamp() != self.stamp
 
+    def forget(self) -> None:
+        """Drop what this scan kept and first saw (a judgement whose store is not to be written)."""
+        del self.keep[:]
+        self.new.clear()
+
     def first_seen(self, row: int, name: str) -> int | None:
         """When the stored sighting ``row`` (its inode, uid and ctime matched) was made, if it was of
         ``name`` too; None for another name."""
@@ -309,14 +344,15 @@ class Sightings:
             self.stored = self.header is not None  # nothing new to write: what it saw is stored already
             return False
         now = clock.boot_clock_ns()
-        keep = self.keep
-        new = self.new[: max(0, MAX_RECORDS - len(keep))]  # the oldest are the ones a proof needs
+        keep, new = self.keep, self.new
+        room = min(len(new), max(0, MAX_RECORDS - len(keep)))  # the first listed; the oldest a proof needs
+        self.dropped = new.dropped + len(new) - room
         cols: Columns = (
-            array.array("Q", [self.inos[i] for i in keep] + [r[0] for r in new]),
-            array.array("I", [self.uids[i] for i in keep] + [r[1] for r in new]),
-            array.array("q", [self.ctimes[i] for i in keep] + [r[2] for r in new]),
-            array.array("I", [self.sums[i] for i in keep] + [name_sum(r[3]) for r in new]),
-            array.array("Q", [self.seen[i] for i in keep] + [now] * len(new)),
+            array.array("Q", map(self.inos.__getitem__, keep)) + new.inos[:room],
+            array.array("I", map(self.uids.__getitem__, keep)) + new.uids[:room],
+            array.array("q", map(self.ctimes.__getitem__, keep)) + new.ctimes[:room],
+            array.array("I", map(self.sums.__getitem__, keep)) + new.sums[:room],
+            array.array("Q", map(self.seen.__getitem__, keep)) + array.array("Q", [now]) * room,
         )
         store = StoreFile(self.directory, self.file, self.header)
         # The file read, if nothing in it was made since the listing began: unchanged, nothing is left to merge.
@@ -330,7 +366,7 @@ class Sightings:
             )
             is not None
         )
-        self.stored = ok and len(new) == len(self.new)
+        self.stored = ok and not self.dropped
         if ok:
             self._sweep()
         return ok
@@ -361,6 +397,7 @@ __all__ = [
     "MAX_RECORDS",
     "ROOT_STORE_DIR",
     "Columns",
+    "NewRows",
     "Sightings",
     "StoreFile",
     "as_columns",
