@@ -446,6 +446,8 @@ def main() -> None:
     except click.exceptions.Exit as end:  # only _closed_stdout_exits raises it out here
         sys.exit(end.exit_code)
     except SystemExit as end:
+        if end.code in (0, None) and (code := signals.swallowed_code()) is not None:
+            end = SystemExit(code)  # a signal whose exception a __del__ swallowed: never a clean 0
         if end.code in _INTERRUPTED:
             # Stopped by a signal, its clean-up done and said: leave now. Interpreter exit would join every
             # worker thread still blocked in a peer's call that will not answer (a probe's connect), for up

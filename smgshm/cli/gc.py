@@ -174,7 +174,8 @@ def gc(
 
     opts = ScanOptions(shm_dir, stale_after, assume_dead)
     app.npd = npd
-    if delete:  # SIGTERM/SIGHUP mid-batch unwind as Ctrl-C: the batch set aside goes back under its names
+    if watch is None:  # SIGTERM/SIGHUP unwind as Ctrl-C: a batch set aside goes back under its names, and a
+        # --json listing closes its one document (--npd: its one line), never cut off mid-stream
         from smgshm.cli.signals import unwind_on_signals
 
         click.get_current_context().with_resource(unwind_on_signals())

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from smgshm.cli import gc_view
 from smgshm.cli.exitcodes import ExitCode
 from smgshm.cli.fmt import display, lossless
-from smgshm.cli.jsonout import dumpb, write_bytes
+from smgshm.cli.jsonout import dumpb, signals_held, write_bytes
 
 if TYPE_CHECKING:
     from smgshm.cli.app import App
@@ -112,9 +112,11 @@ class NodeJsonListing:
 
     def _drain(self) -> None:
         if self.pending:
-            self._write((b"" if self.first_seg else b",") + dumpb(gc_view.segment_docs(self.pending))[1:-1])
+            batch, first = list(self.pending), self.first_seg  # marked written first (gc_view.JsonListing._drain)
             self.pending.clear()  # the same list: the listing's callback holds it
             self.first_seg = False
+            with signals_held():
+                self._write((b"" if first else b",") + dumpb(gc_view.segment_docs(batch))[1:-1])
 
     def listing(self, scan: TmpfsScan) -> OnEntry:
         """Begin a tmpfs's object; its entries, as the scan streams them, go to the callback returned."""

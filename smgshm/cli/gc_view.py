@@ -22,7 +22,7 @@ from rich.text import Text
 from smgshm.cli.exitcodes import ExitCode
 from smgshm.cli.fmt import command, display, escape, fill, hint, lossless, prose, width
 from smgshm.cli.jsonout import dumpb as _dumpb
-from smgshm.cli.jsonout import write_bytes
+from smgshm.cli.jsonout import signals_held, write_bytes
 from smgshm.core.units import human_duration, human_size
 
 if TYPE_CHECKING:
@@ -212,9 +212,13 @@ class JsonListing:
 
     def _drain(self) -> None:
         if self.pending:
-            # One encoder call per batch (a list), not per entry: its brackets are cut off.
-            self._write((b"" if self.first else b",") + _dumpb(segment_docs(self.pending))[1:-1])
+            # One encoder call per batch (a list), not per entry: its brackets are cut off. Marked written
+            # before it is: a signal's handler may run at any bytecode (the signal taken by another thread),
+            # and the document it closes (abort) must hold this batch once or not at all, never twice.
+            batch, first = self.pending, self.first
             self.pending, self.first = [], False
+            with signals_held():  # and never half of it (a write cut short by the handler)
+                self._write((b"" if first else b",") + _dumpb(segment_docs(batch))[1:-1])
 
     def add(self, seg: SegmentInfo, row: int) -> None:
         pending = self.pending

@@ -14,10 +14,12 @@ per document. Results say "unknown" with None; a NaN that slipped through would 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
 import json
 import sys
+from collections.abc import Iterator
 from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from smgshm import __version__
@@ -84,16 +86,36 @@ def dumps(obj: Any) -> str:
 
 
 def write_bytes(data: bytes, stream: IO[str] | None = None) -> None:
-    """Encoded JSON to a text stream's binary buffer: JSON is UTF-8 whatever the locale."""
+    """Encoded JSON to a text stream's binary buffer: JSON is UTF-8 whatever the locale. Whole: a signal that
+    arrives meanwhile is held until the bytes are out (its handler raises on a write cut short, and a
+    document closed after half a piece is no document), then acted on."""
     stream = stream if stream is not None else sys.stdout
     stream.flush()  # what was written as text before goes first
     buf = getattr(stream, "buffer", None)
-    if buf is None:  # pragma: no cover - a text-only stream (some embedders)
-        stream.write(data.decode())
-        stream.flush()
-    else:
-        buf.write(data)
-        buf.flush()
+    with signals_held():
+        if buf is None:  # pragma: no cover - a text-only stream (some embedders)
+            stream.write(data.decode())
+            stream.flush()
+        else:
+            buf.write(data)
+            buf.flush()
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """SIGINT, SIGTERM and SIGHUP blocked in this thread (the main one: where handlers run) for the block."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 def write_line(obj: Any, stream: IO[str] | None = None) -> None:

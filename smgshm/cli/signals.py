@@ -96,24 +96,44 @@ def unwind_on_signals() -> Iterator[None]:
     the next ones are ignored: a clean-up is never itself cut short. Outside the main thread nothing is
     installed; the previous handlers are restored on exit. (A run that polls an event uses
     ``stop_on_signals``.)"""
-    fired = False
+    fired: list[int] = []
 
     def handler(signum: int, _frame: FrameType | None) -> None:
-        nonlocal fired
         if fired:
             return
-        fired = True
+        fired.append(signum)
         raise KeyboardInterrupt if signum == signal.SIGINT else Terminated(signum)
 
+    def unraisable(info: Any) -> None:
+        # Raised where it cannot propagate (an object's __del__ ran when the signal was handled): the run
+        # would go on as if no signal had come. Kept instead, for the process's exit code (cli's main).
+        if fired and isinstance(info.exc_value, KeyboardInterrupt):
+            _SWALLOWED[:] = fired[:1]
+            return
+        before(info)
+
     old: dict[signal.Signals, Callable[[int, FrameType | None], Any] | int | None] = {}
+    before = sys.unraisablehook
     if threading.current_thread() is threading.main_thread():
         for sig in SIGNALS:
             old[sig] = signal.signal(sig, handler)
+        sys.unraisablehook = unraisable
     try:
         yield
     finally:
         for sig, prev in old.items():
             signal.signal(sig, prev)
+        if old:
+            sys.unraisablehook = before
+
+
+_SWALLOWED: list[int] = []  # the signal a clean-up swallowed (unwind_on_signals), once
+
+
+def swallowed_code() -> ExitCode | None:
+    """The exit code of a signal whose exception a clean-up swallowed (a ``__del__``): the run ended as if it
+    had not come, and must not exit 0 for it. None when none was."""
+    return _CODES.get(signal.Signals(_SWALLOWED[0])) if _SWALLOWED else None
 
 
 _P = ParamSpec("_P")

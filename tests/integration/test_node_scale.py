@@ -61,17 +61,26 @@ def test_gc_node_json_streams_a_crowded_tmpfs(crowded: tuple[str, str], tmp_path
     """Every entry is in the one document, and the peak stays far below what building it whole took (764 MiB)."""
     root, _ = crowded
     out = tmp_path / "gc.json"
-    with out.open("wb") as f:
-        p = subprocess.Popen(smgshm_argv("--json", "gc", "--node", "--node-root", root), stdout=f)
-        _, status, usage = os.wait4(p.pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
-    peak = usage.ru_maxrss / 1024
+
+    def peak_of(node_root: str) -> float:
+        with out.open("wb") as f:
+            p = subprocess.Popen(smgshm_argv("--json", "gc", "--node", "--node-root", node_root), stdout=f)
+            _, status, usage = os.wait4(p.pid, 0)
+        assert os.waitstatus_to_exitcode(status) in (0, 6)  # 6: the empty root is a blind view (no check here)
+        return float(usage.ru_maxrss / 1024)
+
+    # The walk of every process on this host costs what their number, fds and maps make it: on a machine that
+    # runs a suite in parallel, far more than alone (67 MiB alone, 284 beside three pytest workers). What this
+    # tmpfs's 300k entries add is what is judged: the same run over a root with no tmpfs is the baseline.
+    (tmp_path / "empty").mkdir()
+    baseline = peak_of(str(tmp_path / "empty"))
+    peak = peak_of(root)
     doc = json.loads(out.read_bytes())
     (t,) = doc["result"]["tmpfs"]
     assert len(t["segments"]) == ENTRIES
     assert t["counts"]["leaked"] == doc["result"]["counts"]["leaked"] == ENTRIES
-    print(f"\ngc --node --json over {ENTRIES} entries: peak {peak:.0f} MiB")
-    assert peak < LIMIT_MIB
+    print(f"\ngc --node --json over {ENTRIES} entries: peak {peak:.0f} MiB, {baseline:.0f} MiB with none")
+    assert peak - baseline < LIMIT_MIB / 2  # building the document whole added 700 MiB
 
 
 def test_the_exporter_stays_under_its_memory_limit(crowded: tuple[str, str], children: Children) -> None:

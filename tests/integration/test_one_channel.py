@@ -174,3 +174,27 @@ def test_a_gc_listing_that_fails_midway_is_one_whole_document(
     assert len(doc["result"]["segments"]) == 3
     assert any("stopped before its end (host: the shm dir cannot be read any more" in w for w in doc["warnings"])
     assert "Error: the shm dir cannot be read any more" in res.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP"])
+def test_a_read_only_json_listing_stopped_by_a_signal_is_one_whole_document(tmp_path: Path, sig: str) -> None:
+    """SIGTERM or SIGHUP mid-stream: the read-only listing closes its one document (ok false) and exits 143 or
+    129, as Ctrl-C does; it was killed mid-document (invalid JSON)."""
+    import signal
+    import time
+
+    d = tmp_path / "shm"
+    d.mkdir()
+    for i in range(20_000):  # a producer pid no process has: leaked, listed at length
+        os.close(os.open(d / f"smg-tokenspeed-4194303-{time.time_ns()}-{i}", os.O_CREAT | os.O_WRONLY, 0o600))
+    p = subprocess.Popen(smgshm_argv("--json", "gc", "--check", "--shm-dir", str(d)), stdout=subprocess.PIPE)
+    assert p.stdout is not None
+    head = p.stdout.read(200_000)  # well into the segments
+    p.send_signal(getattr(signal, sig))
+    rest = p.stdout.read()
+    p.wait(timeout=60)
+    assert p.returncode == {"SIGTERM": 143, "SIGHUP": 129}[sig]
+    doc = json.loads(head + rest)
+    assert doc["ok"] is False
+    validate_document(doc)

@@ -51,3 +51,30 @@ def test_under_json_an_interrupt_is_one_error_document_of_kind_interrupted(monke
     assert doc["ok"] is False
     assert doc["error"]["kind"] == "interrupted"
     assert doc["error"]["message"].startswith("doctor --node stopped while judging")
+
+
+def test_a_signal_a_del_swallows_is_kept_for_the_exit_code() -> None:
+    """SIGTERM handled while an object's __del__ runs raises there, where Python prints and drops it: the run
+    would end 0 as if nothing had come. unwind_on_signals keeps it (quietly) for the exit code (143)."""
+    import gc as collector
+    import os
+    import signal
+
+    from smgshm.cli import signals
+    from smgshm.cli.exitcodes import ExitCode
+
+    class Dies:
+        def __del__(self) -> None:
+            os.kill(os.getpid(), signal.SIGTERM)  # the handler runs here, inside __del__
+            for _ in range(1000):  # a few bytecodes: the pending handler runs in this frame
+                pass
+
+    signals._SWALLOWED.clear()
+    try:
+        with signals.unwind_on_signals():
+            d = Dies()
+            del d
+            collector.collect()
+        assert signals.swallowed_code() is ExitCode.TERMINATED
+    finally:
+        signals._SWALLOWED.clear()
