@@ -69,6 +69,7 @@ def test_a_foreign_and_a_dead_worker_fail_naming_them_and_the_mixed_ids_warn(
 
 
 @pytest.mark.slow
+@pytest.mark.trust  # judges its gateway alive by pid: never beside a test that makes pid namespaces
 @needs_init_pidns
 def test_a_segment_stranded_by_a_live_gateway_fails_with_its_bytes_and_the_verdict_comes_first(
     gateways: list[RunningGateway], tmp_path: Path, model_dir: str, children: Children, shm_dir: str
