@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from rich.text import Text
 
 from smgshm.cli.doctor_view import doctor_check, mark
-from smgshm.cli.fmt import TMPFS_KINDS, display, escape, lossless, prose, safe
+from smgshm.cli.fmt import TMPFS_KINDS, display, escape, prose, safe, tmpfs_fields
 from smgshm.cli.jsonout import plain
 from smgshm.core.node.doctor import NodeCheckup, TmpfsCheckup
 from smgshm.core.node.scan import pod_label
@@ -92,15 +92,9 @@ def doc(r: NodeCheckup) -> dict[str, Any]:
 
 
 def _tmpfs_doc(c: TmpfsCheckup) -> dict[str, Any]:
-    t, pod, h = c.tmpfs, c.tmpfs.pod, c.tmpfs.hidden
+    t, h = c.tmpfs, c.tmpfs.hidden
     return {
-        "kind": t.place.kind,
-        "path": display(t.place.path),
-        "path_hex": lossless(t.place.path),
-        "volume": None if t.place.volume is None else display(t.place.volume),
-        "pod_uid": None if t.pod_uid is None else display(t.pod_uid),
-        "namespace": None if pod is None else display(pod.namespace),
-        "pod": None if pod is None else display(pod.name),
+        **tmpfs_fields(t),
         "verdict": c.verdict,
         "namespace_id": c.namespace_id,
         "shm_total_bytes": c.shm_total_bytes,

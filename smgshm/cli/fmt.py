@@ -253,3 +253,18 @@ def kv_table(rows: list[tuple[str, Any]]) -> Table:
         # Values are read from the host or a peer: escaped; a Text was built escaped already (once is enough).
         table.add_row(k, v if isinstance(v, Text) else safe(str(v)))
     return table
+
+
+def tmpfs_fields(t: Any) -> dict[str, Any]:
+    """A node tmpfs's identity in --json (gc --node's and doctor --node's blocks alike): its kind, path (shown
+    and lossless), volume, pod uid, namespace and pod name; strangers' strings, escaped."""
+    pod = t.pod
+    return {
+        "kind": t.place.kind,
+        "path": display(t.place.path),
+        "path_hex": lossless(t.place.path),
+        "volume": None if t.place.volume is None else display(t.place.volume),
+        "pod_uid": None if t.pod_uid is None else display(t.pod_uid),
+        "namespace": None if pod is None else display(pod.namespace),
+        "pod": None if pod is None else display(pod.name),
+    }

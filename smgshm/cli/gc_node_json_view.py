@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from smgshm.cli import gc_view
 from smgshm.cli.exitcodes import ExitCode
-from smgshm.cli.fmt import display, lossless
+from smgshm.cli.fmt import display, tmpfs_fields
 from smgshm.cli.jsonout import dumpb, signals_held, write_bytes
 
 if TYPE_CHECKING:
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from smgshm.core.node.scan import NodeLook, TmpfsScan
     from smgshm.core.segments.gcrun import GcRun, OnEntry, Part
     from smgshm.core.segments.judge import SegmentInfo, Tally
+    from smgshm.core.segments.reaping import ReapReport
 
 _FLUSH = 4096  # entries encoded per call (gc_view's batch)
 
@@ -29,15 +30,8 @@ _FLUSH = 4096  # entries encoded per call (gc_view's batch)
 def head(scan: TmpfsScan) -> dict[str, Any]:
     """A tmpfs's fields known before its listing, in the document's order."""
     t = scan.tmpfs
-    pod = t.pod
     return {
-        "kind": t.place.kind,
-        "path": display(t.place.path),
-        "path_hex": lossless(t.place.path),
-        "volume": None if t.place.volume is None else display(t.place.volume),
-        "pod_uid": None if t.pod_uid is None else display(t.pod_uid),
-        "namespace": None if pod is None else display(pod.namespace),
-        "pod": None if pod is None else display(pod.name),
+        **tmpfs_fields(t),
         "shm_total_bytes": scan.shm_total_bytes,
         "shm_used_bytes": scan.shm_total_bytes - scan.shm_free_bytes,
         "shm_free_bytes": scan.shm_free_bytes,
@@ -66,9 +60,8 @@ def figures(scan: TmpfsScan, before: Tally) -> dict[str, Any]:
     }
 
 
-def tail(part: Part[TmpfsScan]) -> dict[str, Any]:
+def tail(scan: TmpfsScan, done: ReapReport) -> dict[str, Any]:
     """A tmpfs's fields after its segments: what reaping did, and how its scan went."""
-    scan, done = part.scan, part.report
     return {
         "deleted": [gc_view.deletion_doc(d) for d in done.deleted],
         "remaining_counts": done.after.counts,
@@ -134,7 +127,7 @@ class NodeJsonListing:
     def part_done(self, part: Part[TmpfsScan]) -> None:
         """Close the tmpfs's object: its figures and what its reaping (none in a listing) did."""
         self._drain()
-        self._write(b"]," + _inner({**figures(part.scan, part.report.before), **tail(part)}) + b"}")
+        self._write(b"]," + _inner({**figures(part.scan, part.report.before), **tail(part.scan, part.report)}) + b"}")
         self.open_scan = None
         self._add(self.counts, part.report.before.counts)
 

@@ -17,7 +17,7 @@ from rich.text import Text
 
 from smgshm.cli import gc_view
 from smgshm.cli.exitcodes import ExitCode, for_outcome
-from smgshm.cli.fmt import TMPFS_KINDS, command, display, fill, hint, lossless, prose, width
+from smgshm.cli.fmt import TMPFS_KINDS, command, display, fill, hint, prose, width
 from smgshm.core.node.scan import pod_label
 from smgshm.core.units import human_size
 
@@ -240,45 +240,15 @@ def _field(text: str) -> str:
 
 
 def _doc(b: Block) -> dict[str, Any]:
-    t, scan, done = b.scan.tmpfs, b.scan, b.done
-    pod = t.pod
+    """A tmpfs's block, as the streamed document has it (gc_node_json_view): head, figures, segments, tail."""
+    from smgshm.cli.gc_node_json_view import figures, head, tail
+
+    scan, done = b.scan, b.done
     return {
-        "kind": t.place.kind,
-        "path": display(t.place.path),
-        "path_hex": lossless(t.place.path),
-        "volume": None if t.place.volume is None else display(t.place.volume),
-        "pod_uid": None if t.pod_uid is None else display(t.pod_uid),
-        "namespace": None if pod is None else display(pod.namespace),
-        "pod": None if pod is None else display(pod.name),
-        "shm_total_bytes": scan.shm_total_bytes,
-        "shm_used_bytes": scan.shm_total_bytes - scan.shm_free_bytes,
-        "shm_free_bytes": scan.shm_free_bytes,
-        "hidden_bytes": t.hidden.nbytes,
-        "hidden_files": t.hidden.files,
-        "hidden_complete": t.hidden.complete,
-        "processes": len(t.users),
-        "pid_namespaces": [s.ns for s in t.spaces],
-        "liveness_trusted": t.trust.trusted,
-        "liveness_note": t.trust.note,
-        "counts": done.before.counts,
-        "bytes_by_state": done.before.bytes_by_state,
-        "counts_by_kind": done.before.counts_by_kind,
-        "bytes_by_kind": done.before.bytes_by_kind,
-        "reclaimable_bytes": done.before.reclaimable_bytes,
-        "other_families": [
-            {"family": display(f), "count": n, "nbytes": scan.others.nbytes[f]}
-            for f, n in sorted(scan.others.counts.items())
-        ],
+        **head(scan),
+        **figures(scan, done.before),
         "segments": gc_view.segment_docs(b.segments),
-        "deleted": [gc_view.deletion_doc(d) for d in done.deleted],
-        "remaining_counts": done.after.counts,
-        "remaining_bytes_by_state": done.after.bytes_by_state,
-        "remaining_shm_used_bytes": done.used_bytes,
-        "remaining_shm_free_bytes": done.free_bytes,
-        "scan_ms": float(scan.scan_ms),
-        "sightings_stored": scan.sightings.stored,
-        "scan_error": None if scan.error is None else display(scan.error),
-        "gone": scan.gone,
+        **tail(scan, done),
     }
 
 
