@@ -30,6 +30,13 @@ def _deleted(doc: dict[str, Any]) -> dict[str, bool]:
     return {d["name"]: d["deleted"] for d in doc["result"]["deleted"]}
 
 
+def _why(doc: dict[str, Any]) -> object:
+    """What gc judged, for a failure's message: trust and each segment's state and reason."""
+    r = doc["result"]
+    segs = [(s["name"], s["state"], s["reason"], s["seen_s"], s["proven_dead"]) for s in r["segments"]]
+    return r["liveness_trusted"], r["liveness_note"], r.get("sightings_stored"), segs
+
+
 @pytest.mark.slow
 def test_doctors_leak_and_probe_file_fixes_reap_a_dead_producers_files_when_pasted(
     children: Children, tmpfs_dir: str
@@ -51,7 +58,7 @@ def test_doctors_leak_and_probe_file_fixes_reap_a_dead_producers_files_when_past
     assert "--min-age" not in probes["fix"]
 
     pasted = run_cli("--json", *leaks["fix_cmd"][1:]).json
-    assert _deleted(pasted) == {segment: True, probe: True}, pasted["result"]["deleted"]
+    assert _deleted(pasted) == {segment: True, probe: True}, _why(pasted)
     assert not [n for n in os.listdir(tmpfs_dir) if n.startswith("smg-")]
 
 
@@ -69,5 +76,5 @@ def test_watchs_leak_fix_is_said_once_and_reaps_when_pasted(children: Children, 
     argv = shlex.split(fix.split(": ", 2)[2])
     assert argv == ["smgshm", "gc", "--delete", "--shm-dir", tmpfs_dir]
     pasted = run_cli("--json", *argv[1:]).json
-    assert _deleted(pasted) == {segment: True}, pasted["result"]["deleted"]
+    assert _deleted(pasted) == {segment: True}, (_why(pasted), res.stderr)
     assert not os.path.lexists(os.path.join(tmpfs_dir, segment))
