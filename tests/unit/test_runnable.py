@@ -75,7 +75,7 @@ def test_interpreters_are_followed_as_deep_as_the_kernel_does(tmp_path: Path) ->
 
 
 def test_an_argument_list_over_the_kernels_bound_is_foreseen() -> None:
-    """E2BIG: one string over MAX_ARG_STRLEN, or argv and envp together over ARG_MAX."""
+    """E2BIG: one string over MAX_ARG_STRLEN, or argv and envp together over the kernel's limit."""
     page, arg_max = os.sysconf("SC_PAGE_SIZE"), os.sysconf("SC_ARG_MAX")
     assert runnable.exec_refusal("true", ["true", "x"]) is None
     one = runnable.exec_refusal("true", ["true", "x" * (32 * page)])
@@ -83,4 +83,4 @@ def test_an_argument_list_over_the_kernels_bound_is_foreseen() -> None:
     assert one.endswith("(E2BIG)")
     many = runnable.exec_refusal("true", ["true", *(["x" * 1000] * (arg_max // 1000 + 1))], env={})
     assert many is not None
-    assert "over ARG_MAX" in many
+    assert many.endswith("(E2BIG)")

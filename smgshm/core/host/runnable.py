@@ -54,7 +54,8 @@ def _head(path: str, n: int = 256) -> bytes | None:
 
 
 MAX_INTERP_DEPTH = 4  # the kernel's BINPRM_MAX_RECURSION: #! interpreters followed past the command itself
-_POINTER = 8  # bytes of each argv and envp pointer the kernel counts against ARG_MAX (64-bit)
+_POINTER = 8  # bytes of each argv and envp pointer the kernel counts against the limit (64-bit)
+_STK_LIM_ARGS = 6 << 20  # fs/exec.c: the strings' limit is at most _STK_LIM / 4 * 3, whatever the stack rlimit
 
 
 def exec_refusal(name: str, argv: Sequence[str] = (), env: Mapping[str, str] | None = None) -> str | None:
@@ -65,13 +66,16 @@ def exec_refusal(name: str, argv: Sequence[str] = (), env: Mapping[str, str] | N
     path = shutil.which(name)
     if path is None:
         return "is not found"
-    if argv and (why := _too_big(argv, os.environ if env is None else env)):
+    if argv and (why := _too_big(path, argv, os.environ if env is None else env)):
         return why
     return _format_refusal(path, 0)
 
 
-def _too_big(argv: Sequence[str], env: Mapping[str, str]) -> str | None:
-    """E2BIG foreseen: one string over MAX_ARG_STRLEN, or argv and envp (strings and pointers) over ARG_MAX."""
+def _too_big(path: str, argv: Sequence[str], env: Mapping[str, str]) -> str | None:
+    """E2BIG foreseen as fs/exec.c decides it: one string over MAX_ARG_STRLEN (32 pages), or the strings
+    (argv, envp and the file's name, which execve copies too) over the limit less argv's and envp's pointers;
+    the limit a quarter of the stack rlimit (sysconf's ARG_MAX), at most 6 MiB (3/4 of _STK_LIM), at least
+    32 pages. Borderline cases a #! interpreter's words tip over are left to exec (126 then, said)."""
     try:
         arg_max = os.sysconf("SC_ARG_MAX")
         page = os.sysconf("SC_PAGE_SIZE")
@@ -81,9 +85,10 @@ def _too_big(argv: Sequence[str], env: Mapping[str, str]) -> str | None:
     longest = max(len(x) + 1 for x in strings)
     if longest > 32 * page:  # MAX_ARG_STRLEN
         return f"has an argument or environment string of {longest} bytes, over the kernel's {32 * page} (E2BIG)"
-    total = sum(len(x) + 1 + _POINTER for x in strings) + 2 * _POINTER
-    if arg_max > 0 and total > arg_max:
-        return f"has arguments and environment of {total} bytes, over ARG_MAX {arg_max} (E2BIG)"
+    limit = max(min(arg_max if arg_max > 0 else _STK_LIM_ARGS, _STK_LIM_ARGS), 32 * page)
+    need = sum(len(x) + 1 for x in strings) + len(os.fsencode(path)) + 1 + len(strings) * _POINTER
+    if need > limit:
+        return f"has arguments and environment of {need} bytes, over the kernel's {limit} (E2BIG)"
     return None
 
 
