@@ -16,6 +16,10 @@ class ExitCode(enum.IntEnum):
     HOST = 5  # local environment: no or full shm dir, permission denied
     UNDETERMINED = 6  # the peer advertises no namespace id, ours is unreadable, or the check judged nothing
     INTERNAL = 70  # a bug in smgshm (sysexits EX_SOFTWARE)
+    CANNOT_EXEC = 126  # preflight's wrapper: the command was found but the kernel would not run it (the shell's 126)
+    NOT_FOUND = (
+        127  # preflight's wrapper: exec said ENOENT (the command or its interpreter is not there; the shell's 127)
+    )
     HANGUP = 129  # SIGHUP: a long run (send, e2e, doctor) stopped cleanly and said what it did
     INTERRUPTED = 130  # Ctrl-C (SIGINT)
     CLOSED_PIPE = 141  # stdout's reader left (`| head`): 128 + SIGPIPE, as a shell reports `cat | head`
@@ -31,6 +35,10 @@ DESCRIPTIONS: dict[ExitCode, str] = {
     ExitCode.HOST: "local environment: no, too small or full shm dir, permission denied",
     ExitCode.UNDETERMINED: "undetermined: no namespace id advertised, this host's unreadable, or nothing to judge",
     ExitCode.INTERNAL: "internal error (a bug); rerun with --traceback",
+    ExitCode.CANNOT_EXEC: "preflight's wrapper: its document was written, then the command could not be exec'd "
+    "(ETXTBSY, E2BIG, EACCES, ENOEXEC: said in one line on stderr), as a shell's 126",
+    ExitCode.NOT_FOUND: "preflight's wrapper: its document was written, then exec said the command or its "
+    "interpreter is not there (ENOENT, said in one line on stderr), as a shell's 127",
     ExitCode.HANGUP: "stopped by SIGHUP, as by Ctrl-C (send, e2e, doctor)",
     ExitCode.INTERRUPTED: "interrupted (Ctrl-C): send stops within a second and prints a partial report; e2e and "
     "doctor stop what they started and say so in one line (their gateways' logs removed or named)",

@@ -70,7 +70,8 @@ def run(
     if rule is not None:  # what a killed gc left set aside goes back first, on every tmpfs (core/segments/asides.py)
         from smgshm.core.segments.asides import restore
 
-        back = sum(r.restored for t in node.tmpfs for r in restore(t.place.path))
+        # (not on a tmpfs below a dir not read in time: its path may stall, and nothing of it is reaped)
+        back = sum(r.restored for t in node.tmpfs if t.unread is None for r in restore(t.place.path))
         if back and not npd:
             app.info(f"put back under their names {back} entries a killed gc had set aside")
     stream, listed, listing = _listings(app, node, rule, npd)

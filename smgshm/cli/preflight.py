@@ -4,10 +4,14 @@ check) it is read-only unless told ``--reclaim``."""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import errno
 import os
 import signal
 import sys
 import time
+from typing import NoReturn
 
 import click
 
@@ -145,7 +149,11 @@ def preflight(
     judged and is listed; fail without --require-shm: SHM will be off); 3: with
     --require-shm, a check failed and the gateway must not start (a wrapper does not
     exec it); 5: the shm dir cannot be read; 2: usage. --npd: 0 ok, 1 a failed
-    check (SHM off), 2 unknown. Idempotent; bounded by --timeout.
+    check (SHM off), 2 unknown. A wrapper's exec that fails after its verdict
+    was written (its document says the command is exec'd next, exec_next, not
+    that it ran): 127 when exec says ENOENT (the command or its #! interpreter
+    is not there), 126 for any other refusal (ETXTBSY, E2BIG, EACCES), said in
+    one line on stderr, never a second document. Idempotent; bounded by --timeout.
 
     \b
     Examples:
@@ -172,7 +180,7 @@ def preflight(
         raise click.UsageError("--start-anyway needs a command to start (after --)")
     if start_anyway and require_shm:
         raise click.UsageError("--start-anyway contradicts --require-shm (without --require-shm the gateway starts)")
-    if command and (why := exec_refusal(command[0])):  # checked before anything is reclaimed (core/host/runnable.py)
+    if command and (why := exec_refusal(command[0], command)):  # before anything is reclaimed (core/host/runnable.py)
         raise click.UsageError(f"the command to exec {why}: {command[0]}")
     mode: Mode = "wrapper" if command else "init_container" if init_container else "standalone"
     req = PreflightRequest(
@@ -202,16 +210,25 @@ def preflight(
     if npd:
         click.get_current_context().exit(view.npd(report))
     code = ExitCode.OK if report.may_start else ExitCode.CHECK_FAILED
-    app.emit(view.doc(report), lambda a, _r: view.human(a, report), code)
     if command and report.may_start:  # a failed check without --require-shm: the headline says SHM is off
+        report = dataclasses.replace(report, exec_next=command[0])
+    app.emit(view.doc(report), lambda a, _r: view.human(a, report), code)
+    if report.exec_next is not None:
         _exec(command)
     click.get_current_context().exit(code)
 
 
-def _exec(command: tuple[str, ...]) -> None:
-    """Become the command: same pid (in a container the gateway stays pid 1), signals as a fresh process has them."""
-    from smgshm.core.errors import HostError
+def _exec(command: tuple[str, ...]) -> NoReturn:
+    """Become the command: same pid (in a container the gateway stays pid 1), signals as a fresh process has them.
 
+    The verdict is written by now (stdout: its one document, or its lines), and says the command is exec'd
+    next, not that it runs: what exec_refusal foresaw was refused before anything was done, but an exec can
+    still fail here (the interpreter removed since, the file opened for writing by another process: ETXTBSY;
+    a missing ELF loader). A second document, or an error routed through the usual error path (which under
+    --json writes one), would break the one-channel contract and contradict nothing the first says: so the
+    failure is one line on stderr and the shell's exit code (127 ENOENT, 126 any other), as env(1) and
+    timeout(1) report a command they could not run. The document already written stays true: preflight's
+    checks passed, and the command was to be exec'd next."""
     sys.stdout.flush()
     sys.stderr.flush()
     # Python ignores SIGPIPE and SIGXFSZ, and an ignored signal stays ignored across exec.
@@ -220,4 +237,10 @@ def _exec(command: tuple[str, ...]) -> None:
     try:
         os.execvp(command[0], command)  # noqa: S606 - the operator's own command line, as given, no shell
     except OSError as err:
-        raise HostError(f"cannot exec the command: {err.strerror}", path=command[0]) from err
+        code = ExitCode.NOT_FOUND if err.errno == errno.ENOENT else ExitCode.CANNOT_EXEC
+        name = errno.errorcode.get(err.errno or 0, "?")
+        with contextlib.suppress(OSError):  # a closed stderr keeps the exit code
+            os.write(
+                2, f"smgshm preflight: cannot exec {command[0]!r}: {err.strerror} ({name})\n".encode(errors="replace")
+            )
+        click.get_current_context().exit(code)  # nothing more is written: the document stands

@@ -34,7 +34,10 @@ def headline(r: PreflightReport) -> str:
     if r.verdict == "fail" and not r.may_start:
         return f"preflight failed ({codes}): the gateway must not start (--require-shm); {freed}"
     if r.verdict == "fail":  # SMG falls back to inline: the gateway starts, slower
-        starts = "the gateway starts" if r.mode != "standalone" else "the gateway may start"
+        # a wrapper's headline is written before its exec: it says what comes next, not that it ran
+        starts = {"wrapper": "the gateway is exec'd next", "init_container": "the gateway starts"}.get(
+            r.mode, "the gateway may start"
+        )
         off = "may be off" if all(c.code in _UNKNOWN_CAUSES for c in r.causes) else "will be off"
         return f"preflight degraded: {starts}; SHM {off} (inline): {codes}; {freed}"
     space = f"{human_size(r.shm_free_bytes)} of {human_size(r.shm_total_bytes)} free"

@@ -244,3 +244,71 @@ def test_smgshms_own_names_are_judged_in_the_hosts_pid_namespace_too(node: dict[
     assert segs[live.name]["state"] == "unknown", segs[live.name]
     assert segs[dead.name]["state"] == "leaked", segs[dead.name]
     assert not dead.exists()
+
+
+# A producer in pid and mount namespaces of its own, its own /proc, holding an open_tree(2) fd of its whole
+# tree (OPEN_TREE_CLONE | AT_RECURSIVE): a detached copy, in no mount namespace's table, that keeps a copy of
+# pod B's tmpfs mount after it is lazily unmounted from its own table. It burns a few pids (its writer's pid
+# is one pod B's namespace does not have), and its writer writes a segment into pod B's tmpfs through that fd
+# only, keeps it, and prints "<pid> <name>".
+DETACHED = r"""
+import ctypes, os, subprocess, sys, time
+d = sys.argv[1]
+libc = ctypes.CDLL(None, use_errno=True)
+tree = libc.syscall(428, -100, b"/", 1 | 0o2000000 | 0x8000)  # open_tree(AT_FDCWD, "/", CLONE|CLOEXEC|RECURSIVE)
+assert tree >= 0, os.strerror(ctypes.get_errno())
+subprocess.run(["umount", "-l", d], check=True, cwd="/")
+for _ in range(5):
+    if os.fork() == 0:
+        os._exit(0)
+    os.wait()
+if os.fork() == 0:
+    name = f"smg-tokenspeed-{os.getpid()}-{time.time_ns()}-0"
+    w = os.open(d.lstrip("/") + "/" + name, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600, dir_fd=tree)
+    os.write(w, b"d" * 8192)
+    os.close(w)
+    print(os.getpid(), name, flush=True)
+    sys.stdin.read()
+    os._exit(0)
+os.wait()
+"""
+
+
+@pytest.mark.pidns
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="open_tree(2)'s number is x86_64's here")
+def test_a_dir_handle_on_a_detached_mount_judges_every_tmpfs_and_is_never_deleted(node: dict[str, Any]) -> None:
+    """Issue #31 item 1, the node view: the producer's table, /dev/shm, cwd and root show nothing of pod B's
+    tmpfs, and the mount its fd is on is in no table (detached), so where ``..`` from it leads cannot be told
+    from the tables. It counts as a way into every tmpfs (host/dirhandle.py's handle_ways, the host walk's
+    rule too): its pid namespace judges pod B's tmpfs, where its live writer's segment is unknown, not leaked,
+    and gc --node --delete keeps it (it was called leaked and deleted)."""
+    root = node["root"]
+    tmpfs = dshm(Path(root), POD_B[2])
+    dev = os.stat(tmpfs).st_dev
+    reg = Children()
+    try:
+        script = 'mount -t proc proc /proc && exec "$1" -c "$2" "$0"'
+        argv = ["unshare", "--pid", "--fork", "unshare", "--mount", "--propagation", "private", "sh", "-c", script]
+        p = reg.spawn([*argv, str(tmpfs), sys.executable, DETACHED], stdin=subprocess.PIPE)
+        assert p.stdout is not None
+        line = p.stdout.readline().split()
+        assert len(line) == 2, (line, p.stderr.read() if p.poll() is not None and p.stderr else "")
+        inner, name = int(line[0]), line[1]
+        assert (tmpfs / name).exists(), "it wrote into pod B's tmpfs through the detached tree"
+        writer = wait_for(lambda: _host_pid_of(p.pid, inner), what="the writer's pid here")
+        assert mount_of(read_mounts(f"/proc/{writer}/mountinfo"), dev) is None, "its table shows no tmpfs"
+        for what in ("cwd", "root", "root/dev/shm"):
+            assert os.stat(f"/proc/{writer}/{what}").st_dev != dev
+        producer_ns = os.readlink(f"/proc/{writer}/ns/pid")
+        doc = run_cli("--json", "gc", "--node", "--node-root", root, "--delete", "--min-age", "0", "--yes").json
+        assert (tmpfs / name).exists(), "a live producer's segment was deleted"
+    finally:
+        reg.reap()
+    b = blocks(doc)[POD_B[2]]
+    assert inner > 1
+    assert producer_ns in b["pid_namespaces"], b["pid_namespaces"]
+    (seg,) = [s for s in b["segments"] if s["name"] == name]
+    assert seg["state"] == "unknown", seg  # alive in the producer's namespace, absent in B's: kept
+    assert "leaked" not in json.dumps(seg)
+    assert b["deleted"] == []
+    assert producer_ns in blocks(doc)[POD_A[2]]["pid_namespaces"]  # what it reaches cannot be told: every tmpfs

@@ -124,9 +124,11 @@ def _binfmt_misc_in_use() -> bool:
         return False
 
 
-def test_an_exec_that_fails_after_the_verdict_adds_no_second_document(tmp_path: Path, shm: str) -> None:
-    """The verdict is written before the exec; an exec the checks could not foresee (an interpreter that is
-    itself no executable) fails after it: said on stderr, exit 5, and stdout still holds the one document."""
+def test_an_interpreter_that_is_no_executable_is_foreseen_in_one_document(tmp_path: Path, shm: str) -> None:
+    """A #! naming a file in no executable format fails at exec (ENOEXEC): foreseen, as deep as the kernel
+    follows interpreters, before anything is reclaimed: one usage document, exit 2."""
+    if _binfmt_misc_in_use():
+        pytest.skip("binfmt_misc has formats registered here: exec, not preflight, decides (core/host/runnable.py)")
     interp = tmp_path / "interp"
     interp.write_bytes(b"\x00\x01 not a program\n")
     interp.chmod(0o755)
@@ -135,9 +137,92 @@ def test_an_exec_that_fails_after_the_verdict_adds_no_second_document(tmp_path: 
     script.chmod(0o755)
     p = _run("--json", "preflight", "--shm-dir", shm, "--", str(script))
     doc = _one_document(p)
-    assert doc["ok"] is True  # the verdict: the gateway may start
-    assert p.returncode == 5
-    assert "cannot exec the command" in p.stderr
+    assert (p.returncode, doc["ok"], doc["error"]["kind"]) == (2, False, "usage")
+    assert f"names an interpreter in no executable format ({interp})" in doc["error"]["message"]
+
+
+def test_a_shebang_naming_a_missing_interpreter_is_foreseen_at_any_depth(tmp_path: Path, shm: str) -> None:
+    """A script whose #! names a script whose #! names a missing interpreter: execve would say ENOENT after
+    the verdict; foreseen instead (one usage document, exit 2, nothing reclaimed)."""
+    inner = tmp_path / "interp"
+    inner.write_text(f"#!{tmp_path / 'no-such-interpreter'}\n")
+    inner.chmod(0o755)
+    script = tmp_path / "gateway"
+    script.write_text(f"#!{inner}\n")
+    script.chmod(0o755)
+    leaked = make_file(shm, "smg-tokenspeed-4194303-1-0")  # a pid no process has: reclaimed were it run
+    p = _run("--json", "preflight", "--shm-dir", shm, "--", str(script))
+    doc = _one_document(p)
+    assert (p.returncode, doc["error"]["kind"]) == (2, "usage")
+    assert "names an interpreter that cannot be run" in doc["error"]["message"]
+    assert os.path.exists(leaked)
+
+
+def _wrapper_exec_failing(argv: list[str], between: Any = None) -> subprocess.CompletedProcess[str]:
+    """Run ``argv`` (a wrapper) with stdout a pipe of one page; ``between`` is called once its document has
+    begun (its checks, exec_refusal's included, are done) and before it can be written whole."""
+    import fcntl
+
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)  # read(1): one byte
+    assert p.stdout is not None
+    assert p.stderr is not None
+    fcntl.fcntl(p.stdout.fileno(), fcntl.F_SETPIPE_SZ, 4096)  # a document longer than this blocks its writer
+    head = p.stdout.read(1) if between is not None else b""
+    if between is not None:
+        between()
+    out, err = p.communicate(timeout=120)
+    return subprocess.CompletedProcess(argv, p.returncode, (head + out).decode(), err.decode())
+
+
+def _exec_failed_after(p: subprocess.CompletedProcess[str], script: Path, code: int, errname: str) -> None:
+    doc = _one_document(p)  # one document, the verdict's, valid against preflight's schema
+    assert doc["ok"] is True
+    assert doc["command"] == "preflight"
+    assert doc["result"]["exec_next"] == str(script)  # it says the command is exec'd next, not that it ran
+    assert p.returncode == code, p.stderr
+    assert p.stderr.count("\n") == 1, p.stderr  # one line
+    assert p.stderr.startswith(f"smgshm preflight: cannot exec '{script}'")
+    assert f"({errname})" in p.stderr
+
+
+def test_an_exec_that_fails_after_the_verdict_text_file_busy_exits_126(tmp_path: Path, shm: str) -> None:
+    """ETXTBSY: the command is open for writing (by this test) when preflight execs it, which nothing before
+    the exec can see; the one document stands, the failure is one line on stderr and the shell's 126."""
+    script = tmp_path / "gateway"
+    script.write_text("#!/bin/sh\nexit 0\n")
+    script.chmod(0o755)
+    writer = os.open(script, os.O_WRONLY)
+    try:
+        p = _wrapper_exec_failing(smgshm_argv("--json", "preflight", "--shm-dir", shm, "--", str(script)))
+    finally:
+        os.close(writer)
+    _exec_failed_after(p, script, 126, "ETXTBSY")
+
+
+def test_an_interpreter_removed_after_the_checks_exits_127_with_one_document(tmp_path: Path, shm: str) -> None:
+    """The script's #! interpreter is there when preflight checks it and gone when it execs: execve says
+    ENOENT after the verdict was written. A pipe of one page holds the wrapper mid-document (a long kept
+    list) while the interpreter is removed, so the race is made, not hoped for."""
+    interp = tmp_path / "interp"
+    interp.write_text("#!/bin/sh\nexit 0\n")
+    interp.chmod(0o755)
+    script = tmp_path / "gateway"
+    script.write_text(f"#!{interp}\n")
+    script.chmod(0o755)
+    for i in range(40):  # alive (this test's pid): kept and listed, a document longer than the pipe
+        make_file(shm, f"smg-tokenspeed-{os.getpid()}-{i}-{'0' * 150}")
+    p = _wrapper_exec_failing(
+        smgshm_argv("--json", "preflight", "--shm-dir", shm, "--", str(script)), between=interp.unlink
+    )
+    assert len(p.stdout) > 4096
+    _exec_failed_after(p, script, 127, "ENOENT")
+
+
+def test_npd_with_a_command_is_one_npd_line(shm: str) -> None:
+    """The --npd form never wraps: a command given is a usage error said as the plugin's one line."""
+    p = _run("preflight", "--npd", "--shm-dir", shm, "--", "true")
+    assert p.returncode == 2
+    assert _one_line(p).startswith("usage error: --npd")
 
 
 def test_a_gc_listing_that_fails_midway_is_one_whole_document(

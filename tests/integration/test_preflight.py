@@ -181,7 +181,9 @@ def test_a_probe_file_left_degrades_the_wrapper_and_stops_it_only_with_require_s
     lines = pod(smgshm_argv("preflight", "--", sys.executable, "-c", NEW_GATEWAY), dshm)
     assert pod.last.returncode == 0  # type: ignore[attr-defined]
     text = "\n".join(lines)
-    assert _flat(lines).startswith("preflight degraded: the gateway starts; SHM will be off (inline): probe_file_left")
+    assert _flat(lines).startswith(
+        "preflight degraded: the gateway is exec'd next; SHM will be off (inline): probe_file_left"
+    )
     assert "must not start" not in text
     assert "fix:" in text
     assert "--pod-private" in text
@@ -368,7 +370,7 @@ def test_a_too_small_tmpfs_degrades_the_wrapper_it_execs_the_gateway_and_says_wh
         assert marker.read_text() == "1"  # the gateway ran, as pid 1: preflight became it
         text = "\n".join(lines)
         assert _flat(lines).startswith(
-            "preflight degraded: the gateway starts; SHM will be off (inline): shm_too_small"
+            "preflight degraded: the gateway is exec'd next; SHM will be off (inline): shm_too_small"
         )
         assert "must not start" not in text
         assert "fix: give the pod a /dev/shm of at least 8.0 MiB" in _flat(lines)

@@ -35,3 +35,15 @@ def test_a_state_dir_is_components_under_the_node_root(given: str, parts: tuple[
 def test_a_state_dir_that_climbs_or_is_empty_is_refused(given: str) -> None:
     with pytest.raises(ValueError, match="under the node root"):
         state_dir_parts(given)
+
+
+def test_a_view_that_could_not_read_a_layout_dir_is_an_npd_unknown_said_in_one_line() -> None:
+    """Issue #31 item 7: gc --node --check --npd over a look some dir of which stalled (sight.py's layout_read)."""
+    from smgshm.core.node.npd import NpdStatus, node_verdict
+    from smgshm.core.node.sight import Blind
+
+    counts = {"leaked": 0, "hazard": 0}
+    v = node_verdict(counts, {}, deleted=0, tmpfs=2, untrusted=0, unread=1, blind=[Blind.LAYOUT_READ])
+    assert v.status == NpdStatus.UNKNOWN
+    assert "a dir under --node-root stalled" in v.line
+    assert len(v.line) <= 80

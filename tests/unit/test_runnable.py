@@ -52,3 +52,35 @@ def test_binfmt_misc_leaves_an_unknown_format_to_exec(tmp_path: Path, monkeypatc
     monkeypatch.setattr(runnable, "_binfmt_misc_in_use", lambda: True)
     assert runnable.exec_refusal(_exe(tmp_path / "jar", b"PK\x03\x04 a jar, say\n")) is None
     assert os.path.exists(tmp_path / "jar")
+
+
+@pytest.mark.usefixtures("no_binfmt_misc")
+def test_interpreters_are_followed_as_deep_as_the_kernel_does(tmp_path: Path) -> None:
+    """A #! interpreter is itself asked of: one in no format (ENOEXEC at exec), one whose own #! names a missing
+    interpreter (ENOENT at exec), a chain deeper than BINPRM_MAX_RECURSION (ELOOP)."""
+    garbage = _exe(tmp_path / "garbage", b"\x00\x01 not a program\n")
+    assert runnable.exec_refusal(_exe(tmp_path / "a", f"#!{garbage}\n".encode())) == (
+        f"names an interpreter in no executable format ({garbage})"
+    )
+    broken = _exe(tmp_path / "broken", b"#!/nonexistent/sh\n")
+    assert runnable.exec_refusal(_exe(tmp_path / "b", f"#!{broken}\n".encode())) == (
+        "names an interpreter that cannot be run (/nonexistent/sh)"
+    )
+    chain = "/bin/sh"
+    for i in range(runnable.MAX_INTERP_DEPTH):
+        chain = _exe(tmp_path / f"c{i}", f"#!{chain}\n".encode())
+    assert runnable.exec_refusal(chain) is None  # as deep as the kernel follows: runs
+    deeper = _exe(tmp_path / "deeper", f"#!{chain}\n".encode())
+    assert "nested deeper than the kernel follows" in (runnable.exec_refusal(deeper) or "")
+
+
+def test_an_argument_list_over_the_kernels_bound_is_foreseen() -> None:
+    """E2BIG: one string over MAX_ARG_STRLEN, or argv and envp together over the kernel's limit."""
+    page, arg_max = os.sysconf("SC_PAGE_SIZE"), os.sysconf("SC_ARG_MAX")
+    assert runnable.exec_refusal("true", ["true", "x"]) is None
+    one = runnable.exec_refusal("true", ["true", "x" * (32 * page)])
+    assert one is not None
+    assert one.endswith("(E2BIG)")
+    many = runnable.exec_refusal("true", ["true", *(["x" * 1000] * (arg_max // 1000 + 1))], env={})
+    assert many is not None
+    assert many.endswith("(E2BIG)")

@@ -66,4 +66,28 @@ def mount_namespaces(mids: Collection[int], tables: dict[str, list[Mount]], pids
     return {mid: where[mid] for mid in want if mid in where}
 
 
-__all__ = ["UNKNOWN_MOUNT", "dir_mount", "mount_namespaces"]
+Way = tuple[str, dict[int, str]] | None  # a dir handle's mount namespace and the filesystems it reaches; None: doubt
+
+
+def handle_ways(
+    mids: Collection[int], tables: dict[str, list[Mount]], pids: Iterable[int], devs: Collection[int]
+) -> dict[int, Way]:
+    """The one rule for a dir handle, the host's trust walk's (pidtrust.py) and the node view's (node/reach.py):
+    for each mount id of ``mids``, the mount namespace whose table lists it and the filesystems of ``devs``
+    mounted there (dev -> its first mount point), each of which ``openat(fd, "../<path>")`` from the handle
+    reaches; None for a mount in no table that can be read (``mount_namespaces``' search): detached (``umount
+    -l``, ``open_tree(OPEN_TREE_CLONE)``, ``fsmount``) or of a namespace no process that can be read is in.
+    What lies under such a mount cannot be told from any table, so it may lead to any of ``devs``: the caller
+    counts it as a way to each (the host's walk: doubt; the node view: its holder judges every tmpfs)."""
+    where = mount_namespaces(mids, tables, pids)
+    seen: dict[str, dict[int, str]] = {}
+    for ns in set(where.values()):
+        points: dict[int, str] = {}
+        for m in tables[ns]:
+            if m.dev in devs:
+                points.setdefault(m.dev, m.point)
+        seen[ns] = points
+    return {mid: (where[mid], seen[where[mid]]) if mid in where else None for mid in mids}
+
+
+__all__ = ["UNKNOWN_MOUNT", "Way", "dir_mount", "handle_ways", "mount_namespaces"]

@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 
 from smgshm.core.host import clock
 from smgshm.core.host.bounded import StuckReadError, bounded, within
-from smgshm.core.host.dirhandle import dir_mount, mount_namespaces
+from smgshm.core.host.dirhandle import dir_mount, handle_ways
 from smgshm.core.host.mounts import Mount, mount_of, nsfs_mounts, read_mounts
 from smgshm.core.host.proc import (
     PROC_ROOT_INO,
@@ -423,21 +423,21 @@ class _Walk:
         ``pids`` (a mount of a namespace no process is in any more is detached too)."""
         if not self.dirs:
             return None
-        where = mount_namespaces(self.dirs.keys(), self.tables, pids)
+        ways = handle_ways(self.dirs.keys(), self.tables, pids, {self.dev})  # the one rule (dirhandle.py)
         doubt = None
         for mid, (pid, how) in sorted(self.dirs.items()):
             held = f"pid {pid}, in another pid namespace, holds {how}, a dir on mount {mid}"
-            ns = where.get(mid)
-            if ns is None:
+            way = ways[mid]
+            if way is None:
                 doubt = doubt or (
                     f"{held} that is in no mount table gc can read (detached, or of a namespace it cannot look "
                     "at): what can be reached from it cannot be told"
                 )
                 continue
-            seen = mount_of(self.tables[ns], self.dev)
-            if seen is not None:
+            ns, points = way
+            if self.dev in points:
                 return (
-                    f"{held} of mount namespace {ns}, which sees this filesystem at {seen.point}: "
+                    f"{held} of mount namespace {ns}, which sees this filesystem at {points[self.dev]}: "
                     'openat(fd, "../...") from it reaches it whatever its own mounts show'
                 )
         return doubt

@@ -123,6 +123,9 @@ def run_node_doctor(
 
 def _checkup(root: str, t: Tmpfs, inflight: int | None, stranded_after_s: float, titled: set[int]) -> TmpfsCheckup:
     path = t.place.path
+    if t.unread is not None:  # below a dir not read in time (layout.py): never touched, its path may stall
+        said = f"not checked: {t.unread}"
+        return TmpfsCheckup(t, Status.UNKNOWN, [Check("shm dir", Status.SKIP, said)], counts=dict(Tally().counts))
     try:
         ident = read_host_identity(path)
         scan = TmpfsScan(t, ScanOptions(path, stale_after_s=stranded_after_s))

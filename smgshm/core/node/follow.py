@@ -227,15 +227,18 @@ class NodeWatch:
             if raise_errors:
                 raise
             return self._look_failed(err, t0, wall0)
-        found = node.tmpfs[: self.opts.max_volumes]
-        unfollowed = len(node.tmpfs) - len(found)
+        # A tmpfs below a dir not read in time (layout.py) is never touched (its path may stall): not followed,
+        # counted unread for NPD, and the view says it (node.unseen: smgshm_node_view_unknown{layout_read}).
+        readable = [t for t in node.tmpfs if t.unread is None]
+        found = readable[: self.opts.max_volumes]
+        unfollowed = len(readable) - len(found)
         fresh = self._follow_only(found)
         # One walk of /proc and one read of every mount namespace's table, for every tmpfs at once.
         holders = node.holders  # the look's own walk (its reach rule read the fds and maps already)
         if holders is None:
             holders = holder_index_devs(vol.tmpfs.place.dev for vol in fresh.values())
         mounted = mount_points_of(vol.tmpfs.place.path for vol in fresh.values())
-        unread = unfollowed  # for NPD's verdict: tmpfs on the node not judged (gc --node judges every one)
+        unread = unfollowed + len(node.tmpfs) - len(readable)  # for NPD: tmpfs not judged (gc --node's are all)
         notes: list[str] = []
         for vol in list(fresh.values()):
             try:

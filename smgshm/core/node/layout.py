@@ -15,6 +15,13 @@ ONE mount-table parser (host/mounts.py) says a tmpfs is mounted right there (its
 parent dir's). Listings stream (os.scandir: getdents' buffer at a time), with no cut: a node with
 thousands of stale pod dirs is read whole, its memory bounded by the tmpfs found, not the dirs.
 Which layout dirs were there is kept (``NodeRoot.found``): a root with none of them is a wrong root.
+
+Every open and listing under the root can block (a stalled FUSE or NFS mount where a pod dir is, or a
+runtime's dir): each is a bounded read (host/bounded.py), and the caller gives the run one deadline for
+them all (``LAYOUT_S``, ``within``), so many slow reads cannot add up without bound either. A dir not read
+in time (its read stuck, or the run's time spent) is never dropped: it is kept in ``NodeRoot.unread`` with
+the bound it hit, and each tmpfs the mount table shows below it is a place of its own (``unread_places``),
+reported ``unknown`` for itself (core/node/scan.py's ``Unscanned``), the node's view ``unknown`` (sight.py).
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from dataclasses import dataclass
 
 from smgshm.core.closed import Closed
 from smgshm.core.errors import HostError
+from smgshm.core.host.bounded import StuckReadError, bounded
 from smgshm.core.host.mounts import Mount, read_mounts
 from smgshm.core.host.proc import fd_mount_id
 
@@ -39,6 +47,8 @@ CRIO_SHM = ("userdata", "shm")  # under <runroot>/<driver>-containers/<sandbox i
 HOST_SHM = ("dev", "shm")
 POD_LOGS = ("var", "log", "pods")
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+LAYOUT_S = 10.0  # a look's opens and listings under the node root, in all (host/bounded.py's ``within``)
+_BATCH = 512  # dir entries read per bounded read: a listing streams, each step bounded
 
 
 class TmpfsKind(Closed):
@@ -70,13 +80,18 @@ def state_dir_parts(text: str) -> tuple[str, ...]:
     return parts
 
 
-def open_dir(parent: int, names: tuple[str, ...]) -> int:
+def _open_at(parent: int, name: str) -> int:
+    return os.open(name, _DIR, dir_fd=parent)
+
+
+def open_dir(parent: int, names: tuple[str, ...], what: str = "") -> int:
     """The dir at ``names`` below the dir open at ``parent``, one component at a time, never
-    following a symlink (ELOOP/ENOTDIR then); OSError when it is not there."""
+    following a symlink (ELOOP/ENOTDIR then); OSError when it is not there, ``StuckReadError`` (an
+    OSError) when an open does not answer in time (``what``: the path, for the message)."""
     fd = os.dup(parent)
     try:
         for name in names:
-            nxt = os.open(name, _DIR, dir_fd=fd)
+            nxt = bounded(what or "/".join(names), _open_at, fd, name)  # through its filesystem: it may stall
             os.close(fd)
             fd = nxt
     except BaseException:
@@ -85,14 +100,25 @@ def open_dir(parent: int, names: tuple[str, ...]) -> int:
     return fd
 
 
-def each_dir(fd: int) -> Iterator[str]:
+def _dirs_of(it: Iterator[os.DirEntry[str]], n: int) -> list[str] | None:
+    """Up to ``n`` more names of dirs (not links) from the listing ``it``; None at its end."""
+    out: list[str] = []
+    for entry in it:
+        with contextlib.suppress(OSError):
+            if entry.is_dir(follow_symlinks=False):
+                out.append(entry.name)
+        if len(out) >= n:
+            return out
+    return out or None
+
+
+def each_dir(fd: int, what: str = "") -> Iterator[str]:
     """The names of the entries of the dir at ``fd`` that are dirs (not links), as the kernel lists them:
-    streamed, never held (a dir of millions costs getdents' buffer, not a list)."""
+    streamed, never held (a dir of millions costs a batch of names, not a list); each batch a bounded read
+    (``StuckReadError`` when it does not answer in time; ``what``: the dir's path, for the message)."""
     with os.scandir(fd) as it:
-        for entry in it:
-            with contextlib.suppress(OSError):
-                if entry.is_dir(follow_symlinks=False):
-                    yield entry.name
+        while (batch := bounded(what or f"the dir at fd {fd}", _dirs_of, it, _BATCH)) is not None:
+            yield from batch
 
 
 _THROUGH_ROOT = re.compile(r"^/proc/([0-9]+)/root(?:/|$)")
@@ -122,6 +148,7 @@ class NodeRoot:
         self.state_dirs = list(dict.fromkeys(state_dirs))
         self.found: list[str] = []
         self.missing: list[str] = []
+        self.unread: list[tuple[tuple[str, ...], str]] = []  # dirs not read in time: components, why
         try:
             self.fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError as err:
@@ -146,19 +173,28 @@ class NodeRoot:
     def join(self, *names: str) -> str:
         return os.path.join(self.path, *names)
 
-    def tmpfs_at(self, parent: int, name: str) -> tuple[int, int] | None:
-        """(st_dev, mount id) when a tmpfs is mounted right at ``name`` in the dir at ``parent``."""
+    def _stuck(self, names: tuple[str, ...], err: StuckReadError) -> None:
+        """Note the dir at ``names`` (components under the root) as not read, with the bound it hit."""
+        self.unread.append((names, err.strerror or str(err)))
+
+    def tmpfs_at(self, parent: int, name: str, what: str = "") -> tuple[int, int] | None:
+        """(st_dev, mount id) when a tmpfs is mounted right at ``name`` in the dir at ``parent``; StuckReadError
+        when its open or stat does not answer in time."""
         try:
-            fd = os.open(name, _DIR, dir_fd=parent)
+            fd = bounded(what or name, _open_at, parent, name)  # through its filesystem: it may stall
+        except StuckReadError:
+            raise
         except OSError:
             return None
         try:
             mid, up = fd_mount_id(fd), fd_mount_id(parent)
             m = self.mounts.get(mid) if mid is not None else None
             # A mount of its own (not the parent dir's), a tmpfs per the mount table, the very device.
-            if m is None or mid == up or m.fstype != "tmpfs" or m.dev != os.fstat(fd).st_dev:
+            if m is None or mid == up or m.fstype != "tmpfs" or m.dev != bounded(what or name, os.fstat, fd).st_dev:
                 return None
             return m.dev, m.mount_id
+        except StuckReadError:
+            raise
         except OSError:
             return None
         finally:
@@ -166,8 +202,10 @@ class NodeRoot:
 
     def places(self) -> Iterator[Place]:
         """Every tmpfs where a pod's or the host's /dev/shm lives: emptyDirs, sandboxes' shm (containerd's
-        state dirs, CRI-O's run roots, then the custom state dirs), the host's; each group sorted by path."""
-        self.found, self.missing = [], []
+        state dirs, CRI-O's run roots, then the custom state dirs), the host's; each group sorted by path.
+        A dir whose read does not answer in time (bounded.py; the caller's ``within`` sets the run's
+        deadline) is noted in ``unread`` and the walk goes on (``unread_places`` tells what is under it)."""
+        self.found, self.missing, self.unread = [], [], []
         yield from sorted(self._empty_dirs(), key=_by_path)
         for state in CONTAINERD_STATES:
             yield from sorted(self._cri_sandboxes(state), key=_by_path)
@@ -175,23 +213,62 @@ class NodeRoot:
             yield from sorted(self._crio_sandboxes(runroot), key=_by_path)
         for custom in self.state_dirs:
             try:
-                os.close(open_dir(self.fd, custom))
+                os.close(open_dir(self.fd, custom, self.join(*custom)))
+            except StuckReadError as err:
+                self._stuck(custom, err)
+                continue
             except OSError:
                 self.missing.append("/".join(custom))
                 continue
             yield from sorted([*self._cri_sandboxes(custom), *self._crio_sandboxes(custom)], key=_by_path)
-        with contextlib.suppress(OSError):
-            dev = open_dir(self.fd, HOST_SHM[:1])
-            try:
-                if (got := self.tmpfs_at(dev, HOST_SHM[1])) is not None:
-                    yield Place(TmpfsKind.HOST, self.join(*HOST_SHM), None, None, *got)
-            finally:
-                os.close(dev)
+        try:
+            dev = open_dir(self.fd, HOST_SHM[:1], self.join(*HOST_SHM[:1]))
+        except StuckReadError as err:
+            self._stuck(HOST_SHM[:1], err)
+            return
+        except OSError:
+            return
+        try:
+            if (got := self.tmpfs_at(dev, HOST_SHM[1], self.join(*HOST_SHM))) is not None:
+                yield Place(TmpfsKind.HOST, self.join(*HOST_SHM), None, None, *got)
+        except StuckReadError as err:
+            self._stuck(HOST_SHM, err)
+        finally:
+            os.close(dev)
+
+    def unread_places(self) -> list[Place]:
+        """Each tmpfs the mount table shows at a layout place below a dir of ``unread`` (after ``places``):
+        not looked at (its path may stall), so its pod is the kubelet path's only. Mount points are matched
+        as this process names the root and, through /proc/PID/root, as PID does ("/")."""
+        if not self.unread:
+            return []
+        prefixes = [self.path.rstrip("/")]
+        if _THROUGH_ROOT.match(self.path):
+            prefixes.append("")
+        out: dict[tuple[int, int], Place] = {}
+        for m in self.mounts.values():
+            if m.fstype != "tmpfs":
+                continue
+            for pre in prefixes:
+                if not m.point.startswith(pre + "/"):
+                    continue
+                rel = tuple(p for p in m.point[len(pre) + 1 :].split("/") if p)
+                if not any(rel[: len(names)] == names for names, _why in self.unread):
+                    continue
+                kind, uid, vol = _layout_place(rel, self.state_dirs)
+                if kind is not None:
+                    out.setdefault((m.dev, m.mount_id), Place(kind, self.join(*rel), uid, vol, m.dev, m.mount_id))
+        return sorted(out.values(), key=_by_path)
 
     def _opened(self, names: tuple[str, ...]) -> int | None:
-        """The layout dir at ``names`` (noted as found), or None when it is not there."""
+        """The layout dir at ``names`` (noted as found), or None when it is not there (or not read in time:
+        noted as found, and unread)."""
         try:
-            fd = open_dir(self.fd, names)
+            fd = open_dir(self.fd, names, self.join(*names))
+        except StuckReadError as err:
+            self.found.append("/".join(names))  # there (no ENOENT), but not read: unread, not missing
+            self._stuck(names, err)
+            return None
         except OSError:
             return None
         self.found.append("/".join(names))
@@ -201,20 +278,36 @@ class NodeRoot:
         if (pods := self._opened(KUBELET_PODS)) is None:
             return
         try:
-            for uid in each_dir(pods):
+            for uid in self._listed(pods, KUBELET_PODS):
+                where = (*KUBELET_PODS, uid, *EMPTY_DIRS)
                 try:
-                    vols = open_dir(pods, (uid, *EMPTY_DIRS))
+                    vols = open_dir(pods, (uid, *EMPTY_DIRS), self.join(*where))
+                except StuckReadError as err:
+                    self._stuck((*KUBELET_PODS, uid), err)
+                    continue
                 except OSError:
                     continue  # a pod without emptyDirs
                 try:
-                    for vol in each_dir(vols):
-                        if (got := self.tmpfs_at(vols, vol)) is not None:
-                            path = self.join(*KUBELET_PODS, uid, *EMPTY_DIRS, vol)
+                    for vol in self._listed(vols, where):
+                        path = self.join(*where, vol)
+                        try:
+                            got = self.tmpfs_at(vols, vol, path)
+                        except StuckReadError as err:
+                            self._stuck((*where, vol), err)
+                            continue
+                        if got is not None:
                             yield Place(TmpfsKind.EMPTY_DIR, path, uid, vol, *got)
                 finally:
                     os.close(vols)
         finally:
             os.close(pods)
+
+    def _listed(self, fd: int, names: tuple[str, ...]) -> Iterator[str]:
+        """``each_dir`` of the dir at ``names``; a listing that does not answer in time ends here, noted."""
+        try:
+            yield from each_dir(fd, self.join(*names))
+        except StuckReadError as err:
+            self._stuck(names, err)
 
     def _cri_sandboxes(self, state: tuple[str, ...]) -> Iterator[Place]:
         """containerd's CRI plugin: ``<state>/io.containerd.grpc.v1.cri/sandboxes/<id>/shm``."""
@@ -228,15 +321,21 @@ class NodeRoot:
     def _crio_sandboxes(self, runroot: tuple[str, ...]) -> Iterator[Place]:
         """CRI-O's: ``<runroot>/<driver>-containers/<sandbox id>/userdata/shm`` (overlay's, vfs', ...)."""
         try:
-            top = open_dir(self.fd, runroot)
+            top = open_dir(self.fd, runroot, self.join(*runroot))
+        except StuckReadError as err:
+            self._stuck(runroot, err)
+            return
         except OSError:
             return
         try:
-            for driver in each_dir(top):
+            for driver in self._listed(top, runroot):
                 if not driver.endswith("-containers"):
                     continue
                 try:
-                    boxes = open_dir(top, (driver,))
+                    boxes = open_dir(top, (driver,), self.join(*runroot, driver))
+                except StuckReadError as err:
+                    self._stuck((*runroot, driver), err)
+                    continue
                 except OSError:
                     continue
                 self.found.append("/".join((*runroot, driver)))
@@ -249,16 +348,43 @@ class NodeRoot:
 
     def _shm_in_each(self, boxes: int, where: tuple[str, ...], below: tuple[str, ...]) -> Iterator[Place]:
         """A sandbox_shm place for each dir of ``boxes`` with a tmpfs at ``below`` in it."""
-        for box in each_dir(boxes):
+        for box in self._listed(boxes, where):
             try:
-                fd = open_dir(boxes, (box, *below[:-1]))
+                fd = open_dir(boxes, (box, *below[:-1]), self.join(*where, box, *below[:-1]))
+            except StuckReadError as err:
+                self._stuck((*where, box), err)
+                continue
             except OSError:
                 continue
             try:
-                if (got := self.tmpfs_at(fd, below[-1])) is not None:
-                    yield Place(TmpfsKind.SANDBOX_SHM, self.join(*where, box, *below), None, box, *got)
+                path = self.join(*where, box, *below)
+                if (got := self.tmpfs_at(fd, below[-1], path)) is not None:
+                    yield Place(TmpfsKind.SANDBOX_SHM, path, None, box, *got)
+            except StuckReadError as err:
+                self._stuck((*where, box, *below), err)
             finally:
                 os.close(fd)
+
+
+def _layout_place(
+    rel: tuple[str, ...], state_dirs: Sequence[tuple[str, ...]]
+) -> tuple[TmpfsKind | None, str | None, str | None]:
+    """What a tmpfs mounted at ``rel`` (components under the root) is by the layout: (kind, pod uid, volume)."""
+    n = len(KUBELET_PODS)
+    if len(rel) == n + 4 and rel[:n] == KUBELET_PODS and rel[n + 1 : n + 3] == EMPTY_DIRS:
+        return TmpfsKind.EMPTY_DIR, rel[n], rel[-1]
+    if rel == HOST_SHM:
+        return TmpfsKind.HOST, None, None
+    for state in (*CONTAINERD_STATES, *state_dirs):
+        k = len(state) + len(CRI_SANDBOXES)
+        if len(rel) == k + 2 and rel[:k] == (*state, *CRI_SANDBOXES) and rel[-1] == "shm":
+            return TmpfsKind.SANDBOX_SHM, None, rel[k]
+    for runroot in (*CRIO_RUN_ROOTS, *state_dirs):
+        k = len(runroot)
+        crio = len(rel) == k + 2 + len(CRIO_SHM) and rel[:k] == runroot and rel[k].endswith("-containers")
+        if crio and rel[k + 2 :] == CRIO_SHM:
+            return TmpfsKind.SANDBOX_SHM, None, rel[k + 1]
+    return None, None, None
 
 
 def _by_path(p: Place) -> str:
@@ -274,6 +400,7 @@ __all__ = [
     "CONTAINERD_STATES",
     "CRIO_RUN_ROOTS",
     "KUBELET_PODS",
+    "LAYOUT_S",
     "POD_LOGS",
     "NodeRoot",
     "Place",

@@ -78,8 +78,13 @@ def node_verdict(
     unless a leak was found anyway."""
     found = counts["leaked"] or counts["hazard"]
     if blind and not found:
-        why = {Blind.NODE_ROOT: "no kubelet/runtime dir under --node-root", Blind.HOST_PID: "no hostPID"}
-        said = "; ".join(dict.fromkeys(why.get(r, "--runtime-state-dir missing") for r in blind))
+        why = {
+            Blind.NODE_ROOT: "no kubelet/runtime dir under --node-root",
+            Blind.HOST_PID: "no hostPID",
+            Blind.STATE_DIR: "--runtime-state-dir missing",
+            Blind.LAYOUT_READ: "a dir under --node-root stalled",
+        }
+        said = "; ".join(dict.fromkeys(why[r] for r in blind))
         return NpdVerdict.of(NpdStatus.UNKNOWN, f"gc: node view unknown: {said}")
     note = f"{untrusted} of {tmpfs} tmpfs not judged by pid" if untrusted else ""
     if unread and not found:  # a leak elsewhere stays a problem (1)

@@ -48,6 +48,8 @@ def pod_names(root_fd: int, wanted: Collection[str]) -> tuple[dict[str, PodName]
                 if m[3] in wanted:
                     name = PodName(m[1], m[2])
                     out[m[3]] = name if out.get(m[3], name) == name else None
+    except OSError:
+        pass  # a listing that stuck (bounded.py): names are only shown, those read so far are kept
     finally:
         os.close(fd)
     return {uid: name for uid, name in out.items() if name is not None}, read

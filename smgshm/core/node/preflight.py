@@ -140,6 +140,8 @@ class PreflightReport:
     notes: list[str] = field(default_factory=list)
     elapsed_ms: float = 0.0
     require_shm: bool = False  # the run was a gate (--require-shm): a failed check stops the gateway
+    # wrapper: the command exec'd once this document is written (argv[0]); that it starts is not known here
+    exec_next: str | None = None
     _done: ReapReport | None = field(default=None, repr=False)  # for the textfile (segments/textfile.py); not JSON
 
 

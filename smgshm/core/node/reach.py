@@ -21,8 +21,9 @@ the rule assumes, and why:
   writes through its own /dev/shm. It is about who holds a way, not about mounts: a process outside the
   host's mount namespace holding a dir handle into it (or into any namespace other than its own) is no
   host process, and reaches every tmpfs mounted there, its own place included. A handle on a mount in no
-  table this process can read (detached: ``umount -l``, ``open_tree``) is not counted: what lies under it
-  cannot be told from here (host/pidtrust.py calls it doubt; the node view does not yet).
+  table this process can read (detached: ``umount -l``, ``open_tree``) may lead anywhere: what lies under
+  it cannot be told from here, so it counts as a route to every tmpfs, and its holder's pid namespace
+  judges each (host/pidtrust.py, by the same rule, calls it doubt: host/dirhandle.py's ``handle_ways``).
 - **A sandbox's infra (pause) container is no producer.** containerd gives it the sandbox shm as its
   /dev/shm, and with the kubelet's default it is pid 1 of a pid namespace of its own, where a dead
   gateway's ``smg-tokenspeed-1-*`` would read alive. It is told by proof, not by name: its cgroup leaf
@@ -51,7 +52,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from smgshm.core.host.bounded import bounded
-from smgshm.core.host.dirhandle import dir_mount, mount_namespaces
+from smgshm.core.host.dirhandle import dir_mount, handle_ways
 from smgshm.core.host.holders import Holder
 from smgshm.core.host.mounts import Mount, read_mounts
 from smgshm.core.host.proc import ns_pids, thread_views, uid_of
@@ -318,22 +319,31 @@ class _Walk:
         """After the walk: each dir handle noted (``held``) on a mount of another mount namespace than its
         holder's own, where a tmpfs is mounted (at any place: the host's namespace has every pod's at the
         kubelet's), is a route to that tmpfs. The holder's own namespaces are left out: a mount there is
-        a route already (``_mounted``), or the host's copy (the module says why)."""
+        a route already (``_mounted``), or the host's copy (the module says why). A handle on a mount in no
+        table this process can read (detached: ``umount -l``, ``open_tree(OPEN_TREE_CLONE)``) may lead to
+        any tmpfs (what lies under it cannot be told): it is a route to every one, so its holder's pid
+        namespace judges each (its names there are alive or unknown, never leaked). The rule, one for the
+        host's walk and this, is host/dirhandle.py's ``handle_ways``."""
         if not self.held:
             return
-        where = mount_namespaces({mid for _u, _own, dirs, _r in self.held for mid in dirs}, self.tables, pids)
-        seen: dict[str, dict[int, str]] = {}  # mount namespace -> dev -> a mount point of it there
-        for mntns in set(where.values()):
-            seen[mntns] = {}
-            for m in self.tables[mntns]:
-                if m.dev in self.devs:
-                    seen[mntns].setdefault(m.dev, m.point)
+        ways = handle_ways({mid for _u, _own, dirs, _r in self.held for mid in dirs}, self.tables, pids, self.devs)
         for user, own, dirs, reached in self.held:
             for mid, how in dirs.items():
-                ns = where.get(mid)
-                if ns is None or ns in own:
-                    continue  # detached, or of a namespace no process it can read is in; or its own
-                for dev, point in seen[ns].items():
+                way = ways[mid]
+                if way is None:
+                    for dev in sorted(self.devs - reached):
+                        reached.add(dev)
+                        why = (
+                            f"{how}, a dir on mount {mid}, which is in no mount table this process can read "
+                            "(detached: umount -l, open_tree): what it reaches cannot be told, so it may reach "
+                            "this tmpfs"
+                        )
+                        self.out.by_dev.setdefault(dev, []).append(user._replace(how=why))
+                    continue
+                ns, points = way
+                if ns in own:
+                    continue  # its own: a mount there is a route already, or the host's copy
+                for dev, point in points.items():
                     if dev not in reached:
                         reached.add(dev)
                         why = f"{how}, a dir on a mount of mount namespace {ns}, where this tmpfs is mounted at {point}"

@@ -23,7 +23,7 @@ from smgshm.core.host.pidtrust import INIT_PID_NS, Trust
 from smgshm.core.host.proc import fd_mount_id, live_pids
 from smgshm.core.names import SMG_FAMILY_PREFIX
 from smgshm.core.node.judge import PodJudge, tmpfs_trust
-from smgshm.core.node.layout import NodeRoot, Place
+from smgshm.core.node.layout import LAYOUT_S, NodeRoot, Place
 from smgshm.core.node.pods import PodName, pod_names_at
 from smgshm.core.node.reach import reachers
 from smgshm.core.node.sight import Unseen, unseen
@@ -48,6 +48,9 @@ class Tmpfs:
     trust: Trust
     hidden: Hidden
     host: PidSpace | None = None  # the host's pid namespace: smgshm's own names are judged there too
+    # Why it was not looked at (a dir above it not read in time, layout.py): found in the mount table only,
+    # never opened (its path may stall); it is reported unknown for itself (``Unscanned``), never judged
+    unread: str | None = None
 
 
 def pod_label(t: Tmpfs) -> str:
@@ -73,12 +76,20 @@ def look(root: str, pids: Iterable[int] | None = None, state_dirs: Sequence[tupl
     since = clock.boot_clock_ns()  # before the processes are read: each tmpfs's trust is of this look
     everyone = live_pids() if pids is None else list(pids)
     with NodeRoot(root, state_dirs) as node:
-        places, where = list(node.places()), node.path
-        blind = unseen(where, node.found, node.missing, pidns_of_self(), state_dirs)
-    every = places  # each tmpfs's every place: a mount at any of them is the host's (reach.py)
+        with within(LAYOUT_S):  # one deadline for every open and listing under the root (layout.py)
+            places, where = list(node.places()), node.path
+        unread_places = node.unread_places()  # below a dir not read in time: unknown, each for itself
+        blind = unseen(where, node.found, node.missing, pidns_of_self(), state_dirs, node.unread)
+        why_unread = {p.dev: _why_unread(p, node.unread, where) for p in unread_places}
     by_dev: dict[int, Place] = {}
     for p in places:
         by_dev.setdefault(p.dev, p)  # one tmpfs, one block (its first place)
+    for p in unread_places:
+        if p.dev in by_dev:
+            why_unread.pop(p.dev)  # read at another of its places: judged there
+        else:
+            by_dev[p.dev] = p
+    every = [*places, *(p for p in unread_places if p.dev in why_unread)]  # a mount at any is the host's (reach.py)
     places = list(by_dev.values())
     stuck: dict[int, str] = {}  # processes one of whose reads stuck (bounded.py): unread, so in doubt, never a hang
     with within(LOOK_S):
@@ -107,8 +118,20 @@ def look(root: str, pids: Iterable[int] | None = None, state_dirs: Sequence[tupl
         unread = seen.doubtful(proven, [s.ns for s in used])
         doubt = frozenset(u.uid for u in unread)
         trust = tmpfs_trust(mine_users, used, mine, doubt, since, unread_pids=[u.pid for u in unread])
-        out.append(Tmpfs(p, uid, names.get(uid) if uid else None, mine_users, used, trust, hidden[p.dev], host))
+        if p.dev in why_unread:  # not looked at: nothing of it is judged, and no pid verdict is trusted
+            trust = Trust(False, f"not read: {why_unread[p.dev]}")
+        named = names.get(uid) if uid else None
+        out.append(Tmpfs(p, uid, named, mine_users, used, trust, hidden[p.dev], host, why_unread.get(p.dev)))
     return NodeLook(where, out, known, holders, blind)
+
+
+def _why_unread(p: Place, unread: Sequence[tuple[tuple[str, ...], str]], root: str) -> str:
+    """Why the tmpfs at ``p`` was not looked at: the dir above it not read in time, and the bound it hit."""
+    for names, why in unread:
+        top = os.path.join(root, *names)
+        if p.path == top or p.path.startswith(top + "/"):
+            return f"{top} was not read in time ({why})"
+    return "a dir above it was not read in time"
 
 
 @dataclass
@@ -151,6 +174,8 @@ class TmpfsScan(Scan):
         self.error: str | None = None  # why it could not be scanned (Unscanned's)
         self.gone = False  # not mounted there any more (Unscanned's)
         self._holders, self._mounted = holders, mounted
+        if tmpfs.unread is not None:  # its path may stall: never opened (HostError, so Unscanned, unknown)
+            raise HostError(f"not scanned: {tmpfs.unread}", path=tmpfs.place.path)
         super().__init__(replace(opts, shm_dir=tmpfs.place.path), progress)
 
     def make_judge(self) -> tuple[Trust, Judge]:
@@ -206,7 +231,7 @@ class Unscanned(TmpfsScan):
         self.dev, self.shm_total_bytes, self.shm_free_bytes = tmpfs.place.dev, 0, 0
         self.tally = Tally()
         self.error = str(error)
-        self.gone = gone(tmpfs.place)
+        self.gone = tmpfs.unread is None and gone(tmpfs.place)  # an unread one's path is not touched
         self.trust = Trust(False, f"not scanned: {self.error}")
         self.sightings = Sightings(tmpfs.place.path, None)  # nothing read or stored (no dir identified)
 
@@ -236,10 +261,10 @@ def tmpfs_scans(node: NodeLook, opts: ScanOptions) -> Iterator[TmpfsScan]:
     that cannot be scanned (gone since the look, unreadable) is an ``Unscanned``: the others are judged."""
     # One walk of /proc and one read of every mount namespace's table, for every tmpfs at once.
     holders = node.holders if node.holders is not None else holder_index_devs(t.place.dev for t in node.tmpfs)
-    mounted = mount_points_of(t.place.path for t in node.tmpfs)
+    mounted = mount_points_of(t.place.path for t in node.tmpfs if t.unread is None)  # an unread path may stall
     for tmpfs in node.tmpfs:
         try:
-            scan: TmpfsScan = TmpfsScan(tmpfs, opts, holders=holders, mounted=mounted[tmpfs.place.path])
+            scan: TmpfsScan = TmpfsScan(tmpfs, opts, holders=holders, mounted=mounted.get(tmpfs.place.path, {}))
         except SmgshmError as err:
             scan = Unscanned(tmpfs, opts, err)
         yield scan

@@ -7,6 +7,10 @@ NPD 2, a doctor --node warning, the exporter's ``smgshm_node_view_unknown`` and 
 - **a mount missing**: under the node root there is neither the kubelet's pods dir nor any runtime's
   sandboxes dir (an empty or wrong ``--node-root``, a DaemonSet whose hostPath is not the host's /);
   a ``--runtime-state-dir`` given that is not there is said on its own;
+- **a read that did not answer**: a dir of the layout (a pod dir, a runtime's) whose open or listing
+  did not answer within its bound, or came after the run's time for layout reads was spent
+  (layout.py): what is under it is not seen (each tmpfs the mount table shows there is ``unknown``
+  for itself);
 - **a privilege missing**: smgshm's pid namespace is not the host's initial one (a DaemonSet without
   ``hostPID: true``): pods' processes are not all visible, so no tmpfs can be tied to its pods' pid
   namespaces, and a tmpfs no visible process uses would look unused.
@@ -28,6 +32,7 @@ class Blind(Closed):
     NODE_ROOT = "node_root"  # no kubelet pods dir and no runtime sandboxes dir under the root
     STATE_DIR = "runtime_state_dir"  # a --runtime-state-dir that is not there
     HOST_PID = "host_pid"  # not in the host's pid namespace
+    LAYOUT_READ = "layout_read"  # a dir under the root not read in time (a stalled mount; layout.py's LAYOUT_S)
 
 
 @dataclass(frozen=True)
@@ -45,9 +50,11 @@ def unseen(
     missing_state_dirs: Sequence[str],
     pidns: str,
     state_dirs: Sequence[tuple[str, ...]] = (),
+    unread: Sequence[tuple[tuple[str, ...], str]] = (),
 ) -> list[Unseen]:
     """What a look at ``root`` could not see: ``found`` the layout dirs that were there, ``missing_state_dirs``
-    the custom ones that were not, ``pidns`` this process's pid namespace (``pid:[...]``; "" unreadable)."""
+    the custom ones that were not, ``pidns`` this process's pid namespace (``pid:[...]``; "" unreadable),
+    ``unread`` the dirs not read in time (layout.py's ``NodeRoot.unread``: components, the bound hit)."""
     out: list[Unseen] = []
     if not found:
         looked = ", ".join(["/".join(KUBELET_PODS), *runtime_layouts(state_dirs)])
@@ -67,6 +74,18 @@ def unseen(
                 f"runtime state dir {d} is not under node root {root}: its sandboxes' /dev/shm cannot be seen",
                 "give the runtime's state dir (containerd's `state`, CRI-O's storage `runroot`) as mounted "
                 "under the node root",
+            )
+        )
+    if unread:
+        named = ", ".join("/".join(names) for names, _why in unread[:3])
+        more = f" and {len(unread) - 3} more" if len(unread) > 3 else ""
+        out.append(
+            Unseen(
+                Blind.LAYOUT_READ,
+                f"{len(unread)} dir(s) under node root {root} not read: {named}{more} ({unread[0][1]}); what is "
+                "below cannot be seen (each tmpfs the mount table shows there is unknown)",
+                "find the mount that does not answer there (a stalled FUSE or NFS mount: `ls` it with a timeout) "
+                "and unmount or repair it",
             )
         )
     if pidns != INIT_PID_NS:
