@@ -37,9 +37,9 @@ from smgshm.core.host.mounts import mount_points_of
 from smgshm.core.names import SMG_FAMILY_PREFIX
 from smgshm.core.node import npdfile
 from smgshm.core.node.judge import PodJudge
-from smgshm.core.node.metrics import Health, VolumeFigures, statvfs_bytes, volume_figures
+from smgshm.core.node.metrics import Health, VolumeFigures, statvfs_bytes, unscanned_figures, volume_figures
 from smgshm.core.node.npd import NpdVerdict, error_verdict, node_verdict
-from smgshm.core.node.scan import Others, Tmpfs, TmpfsScan, look
+from smgshm.core.node.scan import Others, ScanFailure, Tmpfs, TmpfsScan, failure_of, look, pod_label
 from smgshm.core.node.sight import Unseen
 from smgshm.core.segments.judge import ScanOptions, State, Tally
 from smgshm.core.watch.health import Verdict, judge
@@ -80,6 +80,7 @@ class _Volume:
     wd: int | None = None
     dirty: bool = False
     figures: VolumeFigures | None = None
+    failure: ScanFailure | None = None  # why its last scan could not list it (still mounted): its series say so
 
     @property
     def key(self) -> tuple[int, int]:
@@ -112,6 +113,7 @@ class NodeWatch:
         self.lock = threading.Lock()
         self._figures: tuple[list[VolumeFigures], Health] = ([], self.health)
         self.unseen: list[Unseen] = []  # what the last full scan could not see (sight.py), for the log
+        self._news: list[tuple[bool, str]] = []  # (a problem, what): a tmpfs newly unscanned, and after (take_news)
         self._ino: Any = None
         self._poller: Any = None
         self._next_full = 0.0
@@ -237,22 +239,25 @@ class NodeWatch:
         mounted = mount_points_of(vol.tmpfs.place.path for vol in fresh.values())
         unread = unfollowed  # for NPD's verdict: tmpfs on the node not judged (gc --node judges every one)
         notes: list[str] = []
+        failed = 0
         for vol in list(fresh.values()):
             try:
                 dropped = self._judge_fully(vol, holders, mounted.get(vol.tmpfs.place.path, {}))
                 if dropped:
                     notes.append(f"{vol.tmpfs.place.path}: sightings store full, {dropped} first sightings not stored")
             except (SmgshmError, OSError) as err:
-                errors.append(f"{vol.tmpfs.place.path}: {err}")
-                unread += _still_mounted(vol.tmpfs)
-                self._drop(vol)
+                failed += 1
+                if self._unscanned(vol, err):
+                    unread += 1
+                else:  # gone mid-scan (its pod deleted): nothing of it can leak, said with this scan
+                    errors.append(f"{vol.tmpfs.place.path}: {err}")
         self.counters["scans"] += 1
-        self.counters["scan_errors"] += len(errors)
+        self.counters["scan_errors"] += failed
         now = time.monotonic()
         self._next_full = now + self.opts.rescan_every_s
         self._next_update = now + self.opts.update_every_s
         unseen = tuple(u.reason for u in node.unseen)
-        self.health = Health(time.time(), now - t0, len(errors), unfollowed, dict(self.counters), unseen)
+        self.health = Health(time.time(), now - t0, failed, unfollowed, dict(self.counters), unseen)
         self.unseen = node.unseen
         with self.lock:  # a tmpfs that failed alone is churn (its pod going), not a failed scan
             self._scan_ok_at, self._scan_failed, self._scan_s = now, False, now - t0
@@ -268,7 +273,7 @@ class NodeWatch:
         for vol in self.volumes.values():
             if vol.figures is None:
                 continue
-            untrusted += not vol.figures.trusted
+            untrusted += not vol.figures.trusted and vol.figures.failure is None  # an unscanned one is unread
             for k, n in vol.figures.counts.items():
                 counts[k] += n
             for k, n in vol.figures.bytes_by_state.items():
@@ -350,7 +355,29 @@ class NodeWatch:
         vol.judge = judge if vol.entries <= room else None
         size, used = scan.shm_total_bytes, scan.shm_total_bytes - scan.shm_free_bytes
         vol.figures = volume_figures(vol.tmpfs, scan.tally, scan.others, (size, used, scan.shm_free_bytes))
+        if vol.failure is not None:
+            vol.failure = None
+            self._news.append((False, f"{_where(vol.tmpfs)}: scanned again"))
         return dropped
+
+    def _unscanned(self, vol: _Volume, err: BaseException) -> bool:
+        """A tmpfs that could not be listed: kept, with why, while it is still mounted (its series say so, its
+        news once); dropped when it is gone. Whether it was kept."""
+        if not _still_mounted(vol.tmpfs):
+            self._drop(vol)
+            return False
+        failure = failure_of(err)
+        if failure != vol.failure:
+            self._news.append((True, f"{_where(vol.tmpfs)}: not scanned ({failure}): {err}"))
+        vol.failure, vol.judge, vol.proven, vol.dirty = failure, None, {}, False
+        vol.figures = unscanned_figures(vol.tmpfs, failure)
+        return True
+
+    def take_news(self) -> list[tuple[bool, str]]:
+        """What changed since last asked in which tmpfs can be scanned, (a problem, what): each said once, for
+        the log (a tmpfs's series say it all along: volume_scanned, volume_scan_failure)."""
+        news, self._news = self._news, []
+        return news
 
     # -- updates between full scans ---------------------------------------------------------
 
@@ -358,7 +385,7 @@ class NodeWatch:
         """List again each tmpfs that saw activity, judged by its last full scan's judge."""
         t0 = time.monotonic()
         errors: list[str] = []
-        updated = 0
+        updated = failed = 0
         for vol in list(self.volumes.values()):
             if not vol.dirty or vol.judge is None or vol.entries > self.opts.max_update_entries:
                 continue  # a crowded tmpfs waits for the full scan
@@ -367,10 +394,11 @@ class NodeWatch:
                 self._update_one(vol)
                 updated += 1
             except OSError as err:
-                errors.append(f"{vol.tmpfs.place.path}: {err.strerror}")
-                self._drop(vol)
+                failed += 1
+                if not self._unscanned(vol, err):  # (one kept says so in its news)
+                    errors.append(f"{vol.tmpfs.place.path}: {err.strerror}")
         self.counters["updates"] += updated
-        self.counters["scan_errors"] += len(errors)
+        self.counters["scan_errors"] += failed
         self._next_update = time.monotonic() + self.opts.update_every_s
         self.health = replace(self.health, counters=dict(self.counters))
         self._publish()
@@ -429,6 +457,9 @@ class NodeWatch:
             os.close(fd)
 
     def _drop(self, vol: _Volume) -> None:
+        if vol.failure is not None:  # its unscanned series go with it: said, as its failure was
+            self._news.append((False, f"{_where(vol.tmpfs)}: gone (not scanned till then)"))
+            vol.failure = None
         if vol.wd is not None:
             self.by_wd.pop(vol.wd, None)
             with contextlib.suppress(OSError):
@@ -440,6 +471,10 @@ class NodeWatch:
         figs = [v.figures for v in self.volumes.values() if v.figures is not None]
         with self.lock:
             self._figures = (figs, self.health)
+
+
+def _where(t: Tmpfs) -> str:
+    return f"tmpfs {t.place.path} (pod {pod_label(t)})"
 
 
 def _still_mounted(t: Tmpfs) -> int:

@@ -148,8 +148,8 @@ class NodeRoot:
 
     def tmpfs_at(self, parent: int, name: str) -> tuple[int, int] | None:
         """(st_dev, mount id) when a tmpfs is mounted right at ``name`` in the dir at ``parent``."""
-        try:
-            fd = os.open(name, _DIR, dir_fd=parent)
+        try:  # O_PATH: a tmpfs this process may not list is still found (and reported unscanned, not unseen)
+            fd = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
         except OSError:
             return None
         try:
