@@ -11,7 +11,10 @@ it read). What an update can get wrong it does not say: a verdict gc deletes on 
 counts only where the last full scan gave that very inode the same verdict; any other entry it
 would call so is ``unknown`` until the next full scan (a producer started since has a pid the old
 map lacks; a reader that opened it since is no holder the old walk saw). A tmpfs with more than
-``max_update_entries`` entries waits for the full scan (an update lists it whole).
+``max_update_entries`` entries waits for the full scan (an update lists it whole), and so does every
+tmpfs beyond ``max_kept_entries`` entries kept node-wide (in the look's order): what an update needs
+(a judge with its sightings, the full scan's proofs) is kept per entry, so across a node of many
+tmpfs it is bounded as a whole, not per tmpfs. Their verdicts are the full scans', never weaker.
 
 A pod's tmpfs unmounted (the pod deleted) ends its watch (IN_UNMOUNT): it leaves the exposition at
 once; new pods come with the next full scan. Nothing holds a tmpfs open between scans, so the
@@ -63,6 +66,7 @@ class NodeWatchOptions:
     update_every_s: float = 1.0
     max_volumes: int = 256
     max_update_entries: int = 10_000
+    max_kept_entries: int = 100_000  # node-wide: the entries of the tmpfs kept for updates, all told (see the module)
     stale_after_s: float = 3600.0
     state_dirs: tuple[tuple[str, ...], ...] = ()  # custom runtime state dirs under the root (layout.NodeRoot)
     npd_file: str | None = None  # after each full scan, gc --node --check --npd's verdict there (npdfile.py)
@@ -118,6 +122,7 @@ class NodeWatch:
         self._poller: Any = None
         self._next_full = 0.0
         self._next_update = 0.0
+        self._room = opts.max_kept_entries  # what a full scan may still keep for updates (_judge_fully)
         # For /healthz (core/watch/health.py): when the last full scan that looked at the node ended
         # (monotonic), whether the last one failed to, and how long the last one took.
         self._scan_ok_at: float | None = None
@@ -240,6 +245,7 @@ class NodeWatch:
         unread = unfollowed  # for NPD's verdict: tmpfs on the node not judged (gc --node judges every one)
         notes: list[str] = []
         failed = 0
+        self._room = self.opts.max_kept_entries
         for vol in list(fresh.values()):
             try:
                 dropped = self._judge_fully(vol, holders, mounted.get(vol.tmpfs.place.path, {}))
@@ -336,10 +342,10 @@ class NodeWatch:
         scan = TmpfsScan(vol.tmpfs, self.scan_opts, holders=holders, mounted=mounted)
         vol.dirty = False
         proven: dict[tuple[int, str], str] = {}
-        n, room = 0, self.opts.max_update_entries
+        n, room = 0, min(self.opts.max_update_entries, self._room)
         for seg in scan:
             n += 1
-            if n > room:  # a crowded tmpfs waits for full scans (update() skips it): its proofs are of no use
+            if n > room:  # a crowded tmpfs, or one past the node's room, waits for full scans: its proofs are of no use
                 if proven:
                     proven = {}
                 continue
@@ -350,9 +356,11 @@ class NodeWatch:
             raise TypeError("a tmpfs judged by another judge than the pod judge")
         dropped = judge.sightings.dropped
         judge.sightings.forget()  # saved; updates add nothing to a store they never write
-        vol.proven, vol.entries = proven, n + sum(scan.others.counts.values())
+        vol.entries = n + sum(scan.others.counts.values())
         # A crowded tmpfs is judged by full scans only: its judge (the sightings it loaded) is not kept between them.
-        vol.judge = judge if vol.entries <= room else None
+        kept = vol.entries <= room
+        vol.judge, vol.proven = (judge, proven) if kept else (None, {})
+        self._room -= vol.entries if kept else 0
         size, used = scan.shm_total_bytes, scan.shm_total_bytes - scan.shm_free_bytes
         vol.figures = volume_figures(vol.tmpfs, scan.tally, scan.others, (size, used, scan.shm_free_bytes))
         if vol.failure is not None:
@@ -388,7 +396,7 @@ class NodeWatch:
         updated = failed = 0
         for vol in list(self.volumes.values()):
             if not vol.dirty or vol.judge is None or vol.entries > self.opts.max_update_entries:
-                continue  # a crowded tmpfs waits for the full scan
+                continue  # a crowded tmpfs (or one past the node's room: no judge kept) waits for the full scan
             vol.dirty = False
             try:
                 self._update_one(vol)
