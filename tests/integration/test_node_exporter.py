@@ -245,6 +245,36 @@ def test_a_tmpfs_that_cannot_be_read_is_a_series_of_its_own_said_once_and_the_ot
         os.chmod(b, mode)
 
 
+@pytest.mark.slow
+def test_a_tmpfs_unscanned_then_gone_leaves_the_exposition(node: dict[str, Any], children: Children) -> None:
+    """Pod B's tmpfs cannot be listed (as above), then its pod is deleted: its series, the failure's too, go,
+    and the log says so once."""
+    root = Path(node["root"])
+    b = dshm(root, POD_B[2])
+    os.chown(b, 1000, 1000)
+    os.chmod(b, 0o700)
+    e = Exporter(children, str(root), "--rescan-every", "1s", wrap=tuple(AS_THE_DAEMONSET))
+    assert _values(e.scrape(), "smgshm_node_volume_scan_failure") == {_pod(POD_B) | {("reason", "permission")}: 1}
+    node["b"].stdin.close()  # pod B deleted: its container exits, the kubelet unmounts and removes its dirs
+    wait_for(lambda: node["b"].poll() is not None, 30, "pod B's pid 1 to exit")
+    subprocess.run(["umount", str(b)], check=True, timeout=30)
+    subprocess.run(
+        ["rm", "-rf", str(root / "var/lib/kubelet/pods" / POD_B[2]), str(root / "var/log/pods" / "_".join(POD_B))],
+        check=True,
+        timeout=30,
+    )
+
+    def followed(t: str) -> set[frozenset[tuple[str, str]]]:
+        return set(_values(t, "smgshm_node_volume_scanned"))  # every tmpfs followed, scanned or not
+
+    assert followed(e.scrape()) == {_pod(POD_A), _pod(POD_B)}
+    text = wait_for(lambda: (lambda t: t if followed(t) == {_pod(POD_A)} else None)(e.scrape()), 60, "B's series gone")
+    assert _values(text, "smgshm_node_volume_scan_failure") == {}
+    assert _one(text, "smgshm_node_hidden_bytes", POD_B) is None
+    wait_for(lambda: any("gone (not scanned till then)" in ln and str(b) in ln for ln in e.errs), 30, "its line")
+    assert sum("not scanned (permission)" in ln for ln in e.errs) == 1
+
+
 def test_gc_node_prometheus_writes_the_same_series_as_a_textfile(node: dict[str, Any], tmp_path: Path) -> None:
     root, prom = node["root"], tmp_path / "node.prom"
     run_cli("gc", "--node", "--node-root", root, "--prometheus", str(prom))
