@@ -6,6 +6,7 @@ judged by promtool and the conventions checker (test_metrics_conventions.py) and
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import threading
 import time
@@ -37,6 +38,9 @@ def node(tmp_path: Path) -> Iterator[dict[str, Any]]:
 
 # The DaemonSet's privileges (deploy/k8s/exporter-daemonset.yaml): root, every capability dropped but SYS_PTRACE.
 AS_THE_DAEMONSET = ["setpriv", "--bounding-set", "-all,+sys_ptrace", "--inh-caps", "-all", "--"]
+needs_setpriv = pytest.mark.skipif(
+    shutil.which("setpriv") is None, reason="no setpriv (util-linux) to drop capabilities"
+)
 
 
 class Exporter:
@@ -185,6 +189,7 @@ def test_max_volumes_bounds_what_is_followed_and_says_what_is_not(node: dict[str
 
 
 @pytest.mark.slow
+@needs_setpriv
 def test_a_tmpfs_that_cannot_be_read_is_a_series_of_its_own_said_once_and_the_others_judged(
     node: dict[str, Any], children: Children, tmp_path: Path
 ) -> None:
@@ -246,6 +251,7 @@ def test_a_tmpfs_that_cannot_be_read_is_a_series_of_its_own_said_once_and_the_ot
 
 
 @pytest.mark.slow
+@needs_setpriv
 def test_a_tmpfs_unscanned_then_gone_leaves_the_exposition(node: dict[str, Any], children: Children) -> None:
     """Pod B's tmpfs cannot be listed (as above), then its pod is deleted: its series, the failure's too, go,
     and the log says so once."""
