@@ -18,7 +18,7 @@ from rich.text import Text
 from smgshm.cli import gc_view
 from smgshm.cli.exitcodes import ExitCode, for_outcome
 from smgshm.cli.fmt import TMPFS_KINDS, command, display, fill, hint, prose, width
-from smgshm.core.node.scan import pod_label
+from smgshm.core.node.scan import Unscanned, pod_label
 from smgshm.core.units import human_size
 
 if TYPE_CHECKING:
@@ -191,7 +191,10 @@ def _write_textfile(prometheus_file: str, blocks: list[Block], started: float, u
             b.scan.others,
             (b.scan.shm_total_bytes, b.done.used_bytes, b.done.free_bytes),
         )
+        if not isinstance(b.scan, Unscanned)
+        else metrics.unscanned_figures(b.scan.tmpfs, b.scan.failure)
         for b in blocks
+        if not b.scan.gone  # unmounted since the look: nothing of it is left to show (as the exporter drops it)
     ]
     failed = sum(1 for b in blocks if b.scan.error is not None)
     health = metrics.Health(time.time(), time.time() - started, failed, unseen=tuple(u.reason for u in unseen))

@@ -373,6 +373,7 @@ def _node(
     with nw, _node_exporter(app, nw, *serve), _stop_on_sigterm():
         view.node_line(app, nw, None)
         view.node_unseen(app, nw.unseen, None)
+        view.node_news(app, nw.take_news())
         said = nw.unseen
         scans = 1
         try:
@@ -386,6 +387,7 @@ def _node(
                     view.node_line(app, nw, done)
                     view.node_unseen(app, nw.unseen, said)
                     said = nw.unseen
+                view.node_news(app, nw.take_news())  # an unmount seen between steps too
         except KeyboardInterrupt:
             pass
     click.get_current_context().exit(ExitCode.OK)

@@ -242,6 +242,15 @@ def node_unseen(app: App, unseen: list[Any], before: list[Any] | None) -> None:
         app.err_console.print(safe(f"{stamp} node view sees the whole node again"), soft_wrap=True)
 
 
+def node_news(app: App, news: list[tuple[bool, str]]) -> None:
+    """A log line on stderr for each tmpfs newly not scanned (with why), then scanned again or gone: each said
+    once, under -q too (as node_unseen: its series say it all along, smgshm_node_volume_scanned)."""
+    stamp = time.strftime("%H:%M:%S")
+    for problem, what in news:
+        line = f"{stamp} {'warning: ' if problem else ''}{what}"
+        app.err_console.print(safe(line, "yellow" if problem else ""), soft_wrap=True)
+
+
 # -- --jsonl ---------------------------------------------------------------------------------
 
 

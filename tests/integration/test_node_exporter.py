@@ -6,6 +6,7 @@ judged by promtool and the conventions checker (test_metrics_conventions.py) and
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import threading
 import time
@@ -35,23 +36,33 @@ def node(tmp_path: Path) -> Iterator[dict[str, Any]]:
         yield {"root": str(root), "a": pods[POD_A[2]], "b": pods[POD_B[2]]}
 
 
-class Exporter:
-    """``watch --node --serve-metrics`` as a child: its URL from stderr, its lines drained by a thread."""
+# The DaemonSet's privileges (deploy/k8s/exporter-daemonset.yaml): root, every capability dropped but SYS_PTRACE.
+AS_THE_DAEMONSET = ["setpriv", "--bounding-set", "-all,+sys_ptrace", "--inh-caps", "-all", "--"]
+needs_setpriv = pytest.mark.skipif(
+    shutil.which("setpriv") is None, reason="no setpriv (util-linux) to drop capabilities"
+)
 
-    def __init__(self, children: Children, root: str, *args: str) -> None:
+
+class Exporter:
+    """``watch --node --serve-metrics`` as a child (under ``wrap``, a command it is run by): its URL from stderr,
+    its stdout and stderr lines drained by threads."""
+
+    def __init__(self, children: Children, root: str, *args: str, wrap: tuple[str, ...] = ()) -> None:
         argv = smgshm_argv("watch", "--node", "--node-root", root, "--serve-metrics", "127.0.0.1:0", *args)
-        self.p = children.spawn(argv)
+        self.p = children.spawn([*wrap, *argv])
         assert self.p.stderr is not None
         line = self.p.stderr.readline()
         assert "metrics at " in line, (line, self.p.stderr.read() if self.p.poll() is not None else "")
         self.url = line.split("metrics at ", 1)[1].strip()
         self.lines: list[str] = []
-        threading.Thread(target=self._drain, daemon=True).start()
+        self.errs: list[str] = []
+        threading.Thread(target=self._drain, args=(self.p.stdout, self.lines), daemon=True).start()
+        threading.Thread(target=self._drain, args=(self.p.stderr, self.errs), daemon=True).start()
 
-    def _drain(self) -> None:
-        assert self.p.stdout is not None
-        for line in self.p.stdout:
-            self.lines.append(line)
+    @staticmethod
+    def _drain(stream: Any, into: list[str]) -> None:
+        for line in stream:
+            into.append(line)
 
     def scrape(self) -> str:
         with urllib.request.urlopen(self.url, timeout=10) as r:  # noqa: S310 - our own loopback exporter
@@ -175,6 +186,99 @@ def test_max_volumes_bounds_what_is_followed_and_says_what_is_not(node: dict[str
     assert len(_pods_in(text)) == 1
     assert _values(text, "smgshm_node_unfollowed_volumes")[frozenset()] == 1
     wait_for(lambda: "1 tmpfs not followed (--max-volumes)" in " ".join(" ".join(e.lines).split()), 30, "its line")
+
+
+@pytest.mark.slow
+@needs_setpriv
+def test_a_tmpfs_that_cannot_be_read_is_a_series_of_its_own_said_once_and_the_others_judged(
+    node: dict[str, Any], children: Children, tmp_path: Path
+) -> None:
+    """Run as the DaemonSet runs it (no capability but SYS_PTRACE), the exporter cannot list pod B's tmpfs once
+    it is 0700 and another uid's: B is there, scanned 0, with why (a closed cause code) and none of the
+    figures it could not read; said once in the log; A's leak still judged and NPD's verdict 1. B readable
+    again: scanned 1 and judged, its failure series gone."""
+    root = Path(node["root"])
+    b = dshm(root, POD_B[2])
+    mode = b.stat().st_mode & 0o7777
+    os.chown(b, 1000, 1000)
+    os.chmod(b, 0o700)
+    verdict = tmp_path / "npd"
+    try:
+        e = Exporter(
+            children, str(root), "--rescan-every", "1s", "--npd-file", str(verdict), wrap=tuple(AS_THE_DAEMONSET)
+        )
+        wait_for(lambda: _values(e.scrape(), "smgshm_node_scans_total")[frozenset()] >= 3, 60, "three full scans")
+        text = e.scrape()
+        assert _one(text, "smgshm_node_volume_scanned", POD_B) == 0
+        failures = _values(text, "smgshm_node_volume_scan_failure")
+        assert failures == {_pod(POD_B) | {("reason", "permission")}: 1}, failures
+        assert _one(text, "smgshm_node_size_bytes", POD_B) is None, "no zeros for what it could not read"
+        assert _one(text, "smgshm_node_segments", POD_B, "leaked") is None
+        assert _one(text, "smgshm_node_hidden_bytes", POD_B) == HIDDEN, "what the look read of it stays"
+        assert _one(text, "smgshm_node_volume_scanned", POD_A) == 1
+        assert _one(text, "smgshm_node_segments", POD_A, "leaked") == 1, "the other tmpfs still judged"
+        assert _values(text, "smgshm_node_volumes")[frozenset({("kind", "empty_dir")})] == 2
+        assert _values(text, "smgshm_node_last_scan_errors")[frozenset()] == 1
+        status, line = verdict.read_text(encoding="ascii").splitlines()
+        assert (status.split()[-1], line.startswith("gc: 1 leaked")) == ("1", True), (status, line)
+        said = [ln for ln in e.errs if "not scanned (permission)" in ln]
+        assert len(said) == 1, e.errs
+        assert str(b) in said[0]
+        assert f"{POD_B[0]}/{POD_B[1]}" in said[0]
+        # gc --node's textfile, run with the same privileges: the same series.
+        prom = tmp_path / "node.prom"
+        argv = smgshm_argv("gc", "--node", "--node-root", str(root), "--prometheus", str(prom))
+        subprocess.run([*AS_THE_DAEMONSET, *argv], check=True, timeout=120, capture_output=True)
+        text = prom.read_text(encoding="utf-8")
+        assert exposition_problems(text) == []
+        assert _values(text, "smgshm_node_volume_scan_failure") == failures
+        assert _one(text, "smgshm_node_volume_scanned", POD_B) == 0
+        assert _one(text, "smgshm_node_size_bytes", POD_B) is None
+        assert _one(text, "smgshm_node_segments", POD_A, "leaked") == 1
+        os.chown(b, 0, 0)
+        os.chmod(b, mode)
+        text = wait_for(
+            lambda: (lambda t: t if _one(t, "smgshm_node_volume_scanned", POD_B) == 1 else None)(e.scrape()),
+            60,
+            "pod B scanned again",
+        )
+        assert _values(text, "smgshm_node_volume_scan_failure") == {}
+        assert _one(text, "smgshm_node_segments", POD_B, "in_flight") == 1
+        wait_for(lambda: any("scanned again" in ln for ln in e.errs), 30, "its line")
+    finally:
+        os.chown(b, 0, 0)
+        os.chmod(b, mode)
+
+
+@pytest.mark.slow
+@needs_setpriv
+def test_a_tmpfs_unscanned_then_gone_leaves_the_exposition(node: dict[str, Any], children: Children) -> None:
+    """Pod B's tmpfs cannot be listed (as above), then its pod is deleted: its series, the failure's too, go,
+    and the log says so once."""
+    root = Path(node["root"])
+    b = dshm(root, POD_B[2])
+    os.chown(b, 1000, 1000)
+    os.chmod(b, 0o700)
+    e = Exporter(children, str(root), "--rescan-every", "1s", wrap=tuple(AS_THE_DAEMONSET))
+    assert _values(e.scrape(), "smgshm_node_volume_scan_failure") == {_pod(POD_B) | {("reason", "permission")}: 1}
+    node["b"].stdin.close()  # pod B deleted: its container exits, the kubelet unmounts and removes its dirs
+    wait_for(lambda: node["b"].poll() is not None, 30, "pod B's pid 1 to exit")
+    subprocess.run(["umount", str(b)], check=True, timeout=30)
+    subprocess.run(
+        ["rm", "-rf", str(root / "var/lib/kubelet/pods" / POD_B[2]), str(root / "var/log/pods" / "_".join(POD_B))],
+        check=True,
+        timeout=30,
+    )
+
+    def followed(t: str) -> set[frozenset[tuple[str, str]]]:
+        return set(_values(t, "smgshm_node_volume_scanned"))  # every tmpfs followed, scanned or not
+
+    assert followed(e.scrape()) == {_pod(POD_A), _pod(POD_B)}
+    text = wait_for(lambda: (lambda t: t if followed(t) == {_pod(POD_A)} else None)(e.scrape()), 60, "B's series gone")
+    assert _values(text, "smgshm_node_volume_scan_failure") == {}
+    assert _one(text, "smgshm_node_hidden_bytes", POD_B) is None
+    wait_for(lambda: any("gone (not scanned till then)" in ln and str(b) in ln for ln in e.errs), 30, "its line")
+    assert sum("not scanned (permission)" in ln for ln in e.errs) == 1
 
 
 def test_gc_node_prometheus_writes_the_same_series_as_a_textfile(node: dict[str, Any], tmp_path: Path) -> None:

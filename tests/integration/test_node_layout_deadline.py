@@ -92,12 +92,14 @@ def test_the_layout_reads_have_one_deadline_and_what_comes_after_is_unknown_not_
         stalled_fuse(root / "var/lib/kubelet/pods" / OTHER_STALLED_POD),
     ):
         seg = make_file(str(shm), "smg-tokenspeed-4194303-1-0")  # no process has that pid: leaked, were it read
+        prom = tmp_path / "gc.prom"
         smgshm = ["--json", "gc", "--node", "--node-root", str(root), "--delete", "--min-age", "0", "--yes"]
+        smgshm += ["--prometheus", str(prom)]
         argv = [sys.executable, "-c", BOUNDS_SET, "1.0", "1.5", *smgshm]
         r, took, doc = _gc_node(argv, 120)
         assert os.path.exists(seg), "a segment under a dir that was not read was deleted"
     assert r.returncode == 0, r.stderr
-    assert took < 30, took  # the layout's part of it: 1.5 s at most
+    assert took < 90, took  # a bound against a hang (the layout's part: 1.5 s at most), never a timing
     u = _layout_unseen(doc)
     assert f"var/lib/kubelet/pods/{STALLED_POD}" in u["message"], u
     (box,) = [t for t in doc["result"]["tmpfs"] if t["path"] == str(shm)]
@@ -108,3 +110,9 @@ def test_the_layout_reads_have_one_deadline_and_what_comes_after_is_unknown_not_
     assert box["scan_error"].startswith("not scanned: "), box["scan_error"]
     assert "io.containerd.grpc.v1.cri/sandboxes was not read in time" in box["scan_error"], box["scan_error"]
     assert "the run's time for reads was spent" in box["scan_error"], box["scan_error"]
+    # The exporter's series for it (the same in gc --node --prometheus): not scanned, because a read stalled.
+    failures = [ln for ln in prom.read_text().splitlines() if ln.startswith("smgshm_node_volume_scan_failure{")]
+    assert [ln for ln in failures if 'kind="sandbox_shm"' in ln] == [
+        ln for ln in failures if 'reason="stalled"' in ln and ln.endswith(" 1.0")
+    ], failures
+    assert any('reason="stalled"' in ln for ln in failures), failures

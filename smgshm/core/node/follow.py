@@ -11,7 +11,10 @@ it read). What an update can get wrong it does not say: a verdict gc deletes on 
 counts only where the last full scan gave that very inode the same verdict; any other entry it
 would call so is ``unknown`` until the next full scan (a producer started since has a pid the old
 map lacks; a reader that opened it since is no holder the old walk saw). A tmpfs with more than
-``max_update_entries`` entries waits for the full scan (an update lists it whole).
+``max_update_entries`` entries waits for the full scan (an update lists it whole), and so does every
+tmpfs beyond ``max_kept_entries`` entries kept node-wide (in the look's order): what an update needs
+(a judge with its sightings, the full scan's proofs) is kept per entry, so across a node of many
+tmpfs it is bounded as a whole, not per tmpfs. Their verdicts are the full scans', never weaker.
 
 A pod's tmpfs unmounted (the pod deleted) ends its watch (IN_UNMOUNT): it leaves the exposition at
 once; new pods come with the next full scan. Nothing holds a tmpfs open between scans, so the
@@ -37,9 +40,9 @@ from smgshm.core.host.mounts import mount_points_of
 from smgshm.core.names import SMG_FAMILY_PREFIX
 from smgshm.core.node import npdfile
 from smgshm.core.node.judge import PodJudge
-from smgshm.core.node.metrics import Health, VolumeFigures, statvfs_bytes, volume_figures
+from smgshm.core.node.metrics import Health, VolumeFigures, statvfs_bytes, unscanned_figures, volume_figures
 from smgshm.core.node.npd import NpdVerdict, error_verdict, node_verdict
-from smgshm.core.node.scan import Others, Tmpfs, TmpfsScan, look
+from smgshm.core.node.scan import Others, ScanFailure, Tmpfs, TmpfsScan, failure_of, look, pod_label
 from smgshm.core.node.sight import Unseen
 from smgshm.core.segments.judge import ScanOptions, State, Tally
 from smgshm.core.watch.health import Verdict, judge
@@ -63,6 +66,7 @@ class NodeWatchOptions:
     update_every_s: float = 1.0
     max_volumes: int = 256
     max_update_entries: int = 10_000
+    max_kept_entries: int = 100_000  # node-wide: the entries of the tmpfs kept for updates, all told (see the module)
     stale_after_s: float = 3600.0
     state_dirs: tuple[tuple[str, ...], ...] = ()  # custom runtime state dirs under the root (layout.NodeRoot)
     npd_file: str | None = None  # after each full scan, gc --node --check --npd's verdict there (npdfile.py)
@@ -80,6 +84,7 @@ class _Volume:
     wd: int | None = None
     dirty: bool = False
     figures: VolumeFigures | None = None
+    failure: ScanFailure | None = None  # why its last scan could not list it (still mounted): its series say so
 
     @property
     def key(self) -> tuple[int, int]:
@@ -112,10 +117,12 @@ class NodeWatch:
         self.lock = threading.Lock()
         self._figures: tuple[list[VolumeFigures], Health] = ([], self.health)
         self.unseen: list[Unseen] = []  # what the last full scan could not see (sight.py), for the log
+        self._news: list[tuple[bool, str]] = []  # (a problem, what): a tmpfs newly unscanned, and after (take_news)
         self._ino: Any = None
         self._poller: Any = None
         self._next_full = 0.0
         self._next_update = 0.0
+        self._room = opts.max_kept_entries  # what a full scan may still keep for updates (_judge_fully)
         # For /healthz (core/watch/health.py): when the last full scan that looked at the node ended
         # (monotonic), whether the last one failed to, and how long the last one took.
         self._scan_ok_at: float | None = None
@@ -240,22 +247,26 @@ class NodeWatch:
         mounted = mount_points_of(vol.tmpfs.place.path for vol in fresh.values())
         unread = unfollowed + len(node.tmpfs) - len(readable)  # for NPD: tmpfs not judged (gc --node's are all)
         notes: list[str] = []
+        failed = 0
+        self._room = self.opts.max_kept_entries
         for vol in list(fresh.values()):
             try:
                 dropped = self._judge_fully(vol, holders, mounted.get(vol.tmpfs.place.path, {}))
                 if dropped:
                     notes.append(f"{vol.tmpfs.place.path}: sightings store full, {dropped} first sightings not stored")
             except (SmgshmError, OSError) as err:
-                errors.append(f"{vol.tmpfs.place.path}: {err}")
-                unread += _still_mounted(vol.tmpfs)
-                self._drop(vol)
+                failed += 1
+                if self._unscanned(vol, err):
+                    unread += 1
+                else:  # gone mid-scan (its pod deleted): nothing of it can leak, said with this scan
+                    errors.append(f"{vol.tmpfs.place.path}: {err}")
         self.counters["scans"] += 1
-        self.counters["scan_errors"] += len(errors)
+        self.counters["scan_errors"] += failed
         now = time.monotonic()
         self._next_full = now + self.opts.rescan_every_s
         self._next_update = now + self.opts.update_every_s
         unseen = tuple(u.reason for u in node.unseen)
-        self.health = Health(time.time(), now - t0, len(errors), unfollowed, dict(self.counters), unseen)
+        self.health = Health(time.time(), now - t0, failed, unfollowed, dict(self.counters), unseen)
         self.unseen = node.unseen
         with self.lock:  # a tmpfs that failed alone is churn (its pod going), not a failed scan
             self._scan_ok_at, self._scan_failed, self._scan_s = now, False, now - t0
@@ -271,7 +282,7 @@ class NodeWatch:
         for vol in self.volumes.values():
             if vol.figures is None:
                 continue
-            untrusted += not vol.figures.trusted
+            untrusted += not vol.figures.trusted and vol.figures.failure is None  # an unscanned one is unread
             for k, n in vol.figures.counts.items():
                 counts[k] += n
             for k, n in vol.figures.bytes_by_state.items():
@@ -334,10 +345,10 @@ class NodeWatch:
         scan = TmpfsScan(vol.tmpfs, self.scan_opts, holders=holders, mounted=mounted)
         vol.dirty = False
         proven: dict[tuple[int, str], str] = {}
-        n, room = 0, self.opts.max_update_entries
+        n, room = 0, min(self.opts.max_update_entries, self._room)
         for seg in scan:
             n += 1
-            if n > room:  # a crowded tmpfs waits for full scans (update() skips it): its proofs are of no use
+            if n > room:  # a crowded tmpfs, or one past the node's room, waits for full scans: its proofs are of no use
                 if proven:
                     proven = {}
                 continue
@@ -348,12 +359,36 @@ class NodeWatch:
             raise TypeError("a tmpfs judged by another judge than the pod judge")
         dropped = judge.sightings.dropped
         judge.sightings.forget()  # saved; updates add nothing to a store they never write
-        vol.proven, vol.entries = proven, n + sum(scan.others.counts.values())
+        vol.entries = n + sum(scan.others.counts.values())
         # A crowded tmpfs is judged by full scans only: its judge (the sightings it loaded) is not kept between them.
-        vol.judge = judge if vol.entries <= room else None
+        kept = vol.entries <= room
+        vol.judge, vol.proven = (judge, proven) if kept else (None, {})
+        self._room -= vol.entries if kept else 0
         size, used = scan.shm_total_bytes, scan.shm_total_bytes - scan.shm_free_bytes
         vol.figures = volume_figures(vol.tmpfs, scan.tally, scan.others, (size, used, scan.shm_free_bytes))
+        if vol.failure is not None:
+            vol.failure = None
+            self._news.append((False, f"{_where(vol.tmpfs)}: scanned again"))
         return dropped
+
+    def _unscanned(self, vol: _Volume, err: BaseException) -> bool:
+        """A tmpfs that could not be listed: kept, with why, while it is still mounted (its series say so, its
+        news once); dropped when it is gone. Whether it was kept."""
+        if not _still_mounted(vol.tmpfs):
+            self._drop(vol)
+            return False
+        failure = failure_of(err)
+        if failure != vol.failure:
+            self._news.append((True, f"{_where(vol.tmpfs)}: not scanned ({failure}): {err}"))
+        vol.failure, vol.judge, vol.proven, vol.dirty = failure, None, {}, False
+        vol.figures = unscanned_figures(vol.tmpfs, failure)
+        return True
+
+    def take_news(self) -> list[tuple[bool, str]]:
+        """What changed since last asked in which tmpfs can be scanned, (a problem, what): each said once, for
+        the log (a tmpfs's series say it all along: volume_scanned, volume_scan_failure)."""
+        news, self._news = self._news, []
+        return news
 
     # -- updates between full scans ---------------------------------------------------------
 
@@ -361,19 +396,20 @@ class NodeWatch:
         """List again each tmpfs that saw activity, judged by its last full scan's judge."""
         t0 = time.monotonic()
         errors: list[str] = []
-        updated = 0
+        updated = failed = 0
         for vol in list(self.volumes.values()):
             if not vol.dirty or vol.judge is None or vol.entries > self.opts.max_update_entries:
-                continue  # a crowded tmpfs waits for the full scan
+                continue  # a crowded tmpfs (or one past the node's room: no judge kept) waits for the full scan
             vol.dirty = False
             try:
                 self._update_one(vol)
                 updated += 1
             except OSError as err:
-                errors.append(f"{vol.tmpfs.place.path}: {err.strerror}")
-                self._drop(vol)
+                failed += 1
+                if not self._unscanned(vol, err):  # (one kept says so in its news)
+                    errors.append(f"{vol.tmpfs.place.path}: {err.strerror}")
         self.counters["updates"] += updated
-        self.counters["scan_errors"] += len(errors)
+        self.counters["scan_errors"] += failed
         self._next_update = time.monotonic() + self.opts.update_every_s
         self.health = replace(self.health, counters=dict(self.counters))
         self._publish()
@@ -432,6 +468,9 @@ class NodeWatch:
             os.close(fd)
 
     def _drop(self, vol: _Volume) -> None:
+        if vol.failure is not None:  # its unscanned series go with it: said, as its failure was
+            self._news.append((False, f"{_where(vol.tmpfs)}: gone (not scanned till then)"))
+            vol.failure = None
         if vol.wd is not None:
             self.by_wd.pop(vol.wd, None)
             with contextlib.suppress(OSError):
@@ -443,6 +482,10 @@ class NodeWatch:
         figs = [v.figures for v in self.volumes.values() if v.figures is not None]
         with self.lock:
             self._figures = (figs, self.health)
+
+
+def _where(t: Tmpfs) -> str:
+    return f"tmpfs {t.place.path} (pod {pod_label(t)})"
 
 
 def _still_mounted(t: Tmpfs) -> int:

@@ -84,6 +84,10 @@ def _open_at(parent: int, name: str) -> int:
     return os.open(name, _DIR, dir_fd=parent)
 
 
+def _open_path_at(parent: int, name: str) -> int:
+    return os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+
+
 def open_dir(parent: int, names: tuple[str, ...], what: str = "") -> int:
     """The dir at ``names`` below the dir open at ``parent``, one component at a time, never
     following a symlink (ELOOP/ENOTDIR then); OSError when it is not there, ``StuckReadError`` (an
@@ -180,8 +184,8 @@ class NodeRoot:
     def tmpfs_at(self, parent: int, name: str, what: str = "") -> tuple[int, int] | None:
         """(st_dev, mount id) when a tmpfs is mounted right at ``name`` in the dir at ``parent``; StuckReadError
         when its open or stat does not answer in time."""
-        try:
-            fd = bounded(what or name, _open_at, parent, name)  # through its filesystem: it may stall
+        try:  # O_PATH: a tmpfs this process may not list is still found (and reported unscanned, not unseen)
+            fd = bounded(what or name, _open_path_at, parent, name)  # through its filesystem: it may stall
         except StuckReadError:
             raise
         except OSError:

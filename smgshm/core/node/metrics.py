@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from smgshm.core.node.layout import TmpfsKind
-from smgshm.core.node.scan import Others, Tmpfs
+from smgshm.core.node.scan import Others, ScanFailure, Tmpfs
 from smgshm.core.node.sight import Blind
 from smgshm.core.segments.judge import State, Tally
 
@@ -60,6 +60,21 @@ METRICS: dict[str, tuple[str, tuple[str, ...], str, str]] = {
         VOLUME,
         ALWAYS,
         "1 when its segments can be judged by pid (a pid namespace uses it), else 0: all unknown",
+    ),
+    "volume_scanned": (
+        "gauge",
+        VOLUME,
+        ALWAYS,
+        "1 when the last scan listed and judged the tmpfs, 0 when it could not (volume_scan_failure says why; "
+        "its other series but processes and hidden bytes are left out, zeros would lie)",
+    ),
+    "volume_scan_failure": (
+        "gauge",
+        (*VOLUME, "reason"),
+        ALWAYS,
+        "1 for a tmpfs still mounted that the last scan could not list, with why (permission: this process may "
+        "not list its dir; changed: another mount or none at its path since the look; error: any other); no "
+        "series for one scanned",
     ),
     "volumes": ("gauge", ("kind",), ALWAYS, "tmpfs followed on the node, by kind"),
     "view_unknown": (
@@ -144,6 +159,7 @@ class VolumeFigures:
     other_bytes: int
     processes: int
     trusted: bool
+    failure: ScanFailure | None = None  # why it could not be scanned (its figures but the look's are zeros)
 
 
 @dataclass(frozen=True)
@@ -174,6 +190,13 @@ def volume_figures(t: Tmpfs, tally: Tally, others: Others, usage: tuple[int, int
         sum(others.nbytes.values()),
         len(t.users),
         t.trust.trusted,
+    )
+
+
+def unscanned_figures(t: Tmpfs, failure: ScanFailure) -> VolumeFigures:
+    """A tmpfs that could not be scanned: what the look read of it (processes, hidden bytes), and why."""
+    return VolumeFigures(
+        volume_labels(t), 0, 0, 0, t.hidden.nbytes, t.hidden.files, {}, {}, 0, 0, 0, len(t.users), False, failure
     )
 
 
@@ -213,23 +236,7 @@ def families(volumes: Iterable[VolumeFigures], health: Health) -> Iterator[Metri
     states = [s.value for s in State]
     per_volume = {n: family(n) for n, (_, labels, _, _) in METRICS.items() if labels[: len(VOLUME)] == VOLUME}
     for v in vols:
-        one = {
-            "size_bytes": v.size_bytes,
-            "used_bytes": v.used_bytes,
-            "free_bytes": v.free_bytes,
-            "hidden_bytes": v.hidden_bytes,
-            "hidden_files": v.hidden_files,
-            "reclaimable_bytes": v.reclaimable_bytes,
-            "other_entries": v.other_entries,
-            "other_bytes": v.other_bytes,
-            "processes": v.processes,
-            "liveness_trusted": 1 if v.trusted else 0,
-        }
-        for name, value in one.items():
-            per_volume[name].add_metric(list(v.labels), value)
-        for s in states:
-            per_volume["segments"].add_metric([*v.labels, s], v.counts.get(s, 0))
-            per_volume["segment_bytes"].add_metric([*v.labels, s], v.bytes_by_state.get(s, 0))
+        _add_volume(per_volume, v, states)
     yield from per_volume.values()
     kinds = family("volumes")
     for k in TmpfsKind:
@@ -254,6 +261,32 @@ def families(volumes: Iterable[VolumeFigures], health: Health) -> Iterator[Metri
     if health.counters is not None:
         for name in ("scans_total", "scan_errors_total", "updates_total", "events_total", "overflows_total"):
             yield _one(family(name), health.counters.get(name.removesuffix("_total"), 0))
+
+
+def _add_volume(
+    per_volume: dict[str, CounterMetricFamily | GaugeMetricFamily], v: VolumeFigures, states: list[str]
+) -> None:
+    """One tmpfs's samples in each per-volume family."""
+    labels = list(v.labels)
+    per_volume["volume_scanned"].add_metric(labels, 0 if v.failure else 1)
+    one: dict[str, float] = {"processes": v.processes, "hidden_bytes": v.hidden_bytes, "hidden_files": v.hidden_files}
+    if v.failure is not None:  # only what the look read: the rest is not known (zeros would lie)
+        per_volume["volume_scan_failure"].add_metric([*labels, v.failure.value], 1)
+    else:
+        one |= {
+            "size_bytes": v.size_bytes,
+            "used_bytes": v.used_bytes,
+            "free_bytes": v.free_bytes,
+            "reclaimable_bytes": v.reclaimable_bytes,
+            "other_entries": v.other_entries,
+            "other_bytes": v.other_bytes,
+            "liveness_trusted": 1 if v.trusted else 0,
+        }
+        for s in states:
+            per_volume["segments"].add_metric([*labels, s], v.counts.get(s, 0))
+            per_volume["segment_bytes"].add_metric([*labels, s], v.bytes_by_state.get(s, 0))
+    for name, value in one.items():
+        per_volume[name].add_metric(labels, value)
 
 
 def _one(fam: CounterMetricFamily | GaugeMetricFamily, value: float) -> Metric:
@@ -296,6 +329,7 @@ __all__ = [
     "families",
     "label",
     "statvfs_bytes",
+    "unscanned_figures",
     "volume_figures",
     "volume_labels",
     "write_textfile",

@@ -8,14 +8,16 @@ the pod judge in place of the host's, so gc's listing, reaping and tallies apply
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
+from smgshm.core.closed import Closed
 from smgshm.core.errors import HostError, SmgshmError
 from smgshm.core.host import clock
-from smgshm.core.host.bounded import within
+from smgshm.core.host.bounded import StuckReadError, within
 from smgshm.core.host.clock import WallClock
 from smgshm.core.host.holders import Holder, holder_index, holder_index_devs
 from smgshm.core.host.mounts import mount_points_of
@@ -186,7 +188,7 @@ class TmpfsScan(Scan):
             same = False
         if not same:  # the path was opened again by name: it must still be the very mount looked at
             self.close()
-            raise HostError("the tmpfs changed since the node was looked at", path=place.path)
+            raise TmpfsChangedError("the tmpfs changed since the node was looked at", path=place.path)
         trust = self.tmpfs.trust
         held = self._holders if self._holders is not None else holder_index(self.dev)
         # The clocks without a read of the mount table per tmpfs (read_wall_clock's, to learn the
@@ -215,6 +217,34 @@ class TmpfsScan(Scan):
         self.sightings.save()  # as gc's Scan: a whole listing records what it saw, the next scan's proofs
 
 
+class TmpfsChangedError(HostError):
+    """The path of a tmpfs of the look holds another mount (or none) when it is scanned."""
+
+
+class ScanFailure(Closed):
+    """Why a tmpfs of the look could not be scanned: a closed set (the exporter's ``reason`` label)."""
+
+    PERMISSION = "permission"  # its dir cannot be listed by this process (its mode or owner; no DAC capability)
+    CHANGED = "changed"  # its path holds another mount, or nothing, since the look
+    STALLED = "stalled"  # a read of it (or of a dir above it) did not answer in time (host/bounded.py)
+    ERROR = "error"  # any other error of the kernel's (EIO, ENOMEM, ...)
+
+
+def failure_of(err: BaseException) -> ScanFailure:
+    """The cause code of an error scanning a tmpfs (``err`` or the OSError it was raised from)."""
+    if isinstance(err, TmpfsChangedError):
+        return ScanFailure.CHANGED
+    if isinstance(err, StuckReadError) or isinstance(err.__cause__, StuckReadError):
+        return ScanFailure.STALLED
+    os_err = err if isinstance(err, OSError) else err.__cause__
+    code = os_err.errno if isinstance(os_err, OSError) else None
+    if code in (errno.EACCES, errno.EPERM):
+        return ScanFailure.PERMISSION
+    if code in (errno.ENOENT, errno.ENOTDIR, errno.ESTALE):
+        return ScanFailure.CHANGED
+    return ScanFailure.ERROR
+
+
 class Unscanned(TmpfsScan):
     """A tmpfs of the look that could not be scanned: gone since (its pod deleted: unmounted), or unreadable.
     It lists nothing and reaps nothing; it is reported for itself (``error``), and the run goes on."""
@@ -231,6 +261,8 @@ class Unscanned(TmpfsScan):
         self.dev, self.shm_total_bytes, self.shm_free_bytes = tmpfs.place.dev, 0, 0
         self.tally = Tally()
         self.error = str(error)
+        # Not read at the look (a dir above it stalled, or the run's time for reads was spent): stalled.
+        self.failure = ScanFailure.STALLED if tmpfs.unread is not None else failure_of(error)
         self.gone = tmpfs.unread is None and gone(tmpfs.place)  # an unread one's path is not touched
         self.trust = Trust(False, f"not scanned: {self.error}")
         self.sightings = Sightings(tmpfs.place.path, None)  # nothing read or stored (no dir identified)
@@ -270,4 +302,18 @@ def tmpfs_scans(node: NodeLook, opts: ScanOptions) -> Iterator[TmpfsScan]:
         yield scan
 
 
-__all__ = ["OTHER", "NodeLook", "Others", "Tmpfs", "TmpfsScan", "Unscanned", "gone", "look", "pod_label", "tmpfs_scans"]
+__all__ = [
+    "OTHER",
+    "NodeLook",
+    "Others",
+    "ScanFailure",
+    "Tmpfs",
+    "TmpfsChangedError",
+    "TmpfsScan",
+    "Unscanned",
+    "failure_of",
+    "gone",
+    "look",
+    "pod_label",
+    "tmpfs_scans",
+]

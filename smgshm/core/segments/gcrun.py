@@ -107,6 +107,7 @@ def run(
         listed: list[Part[S]] = []
         for scan in scans:
             choice = choose(scan, None, listing(scan) if listing else _nothing)
+            scan.sightings.release()  # listed and stored: reaping reads none (a node's tmpfs, one at a time)
             listed.append(Part(scan, choice, reap_choice(scan, choice)))
             if on_part is not None:
                 on_part(listed[-1])
@@ -114,6 +115,7 @@ def run(
     chosen: list[tuple[S, Choice]] = []
     for scan in scans:
         chosen.append((scan, choose(scan, rule, listing(scan) if listing else _nothing)))
+        scan.sightings.release()
     picked = [(scan, seg) for scan, choice in chosen for seg in choice.chosen]
     declined = bool(picked) and confirm is not None and not confirm(picked)
     if declined:  # the rule's refusals still stand: they say why each was kept

@@ -330,6 +330,13 @@ class Sightings:
         del self.keep[:]
         self.new.clear()
 
+    def release(self) -> None:
+        """Drop what was read and kept (its judgement over, its store written or not): a run over many dirs
+        holds one dir's sightings at a time. What the run reports (``stored``, ``dropped``, ``note``) stays."""
+        self.index = {}
+        self.inos, self.uids, self.ctimes, self.sums, self.seen = _columns()
+        self.forget()
+
     def first_seen(self, row: int, name: str) -> int | None:
         """When the stored sighting ``row`` (its inode, uid and ctime matched) was made, if it was of
         ``name`` too; None for another name."""
