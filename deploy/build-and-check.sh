@@ -337,7 +337,11 @@ else
     if base_stale "$base_arm64"; then build_base arm64 "$base_arm64"; fi
     context arm64 "$base_arm64"
     echo "image: $image_arm64 (through qemu-user-static)"
+    previous=$(podman image inspect --format '{{.Id}}' "$image_arm64" 2>/dev/null || true)
     build arm64 "$base_arm64" "$image_arm64"
+    if [ -n "$previous" ] && [ "$previous" != "$(podman image inspect --format '{{.Id}}' "$image_arm64")" ]; then
+        podman rmi "$previous" >/dev/null 2>&1 || true
+    fi
     "${run[@]}" --network=none --arch arm64 --entrypoint cat "$image_arm64" /usr/share/doc/smgshm/sbom.cdx.json \
         >"$sbom_dir/smgshm-node-$version-arm64.cdx.json"
     arch=$(podman image inspect --format '{{.Architecture}}' "$image_arm64")
