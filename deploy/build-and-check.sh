@@ -4,10 +4,14 @@
 # `gc --node` in a DaemonSet's shape (the node's / at /host, --pid=host, the exporter's dropped
 # capabilities) against a node laid out by this script: real tmpfs mounts where the kubelet and
 # containerd put them, pod log dirs, and pods' processes in their own pid and mount namespaces.
+# The image: Debian's security updates applied, Python packages hash-pinned (node-requirements.lock),
+# OCI labels, a CycloneDX SBOM (in the image and beside it in build/), built twice to show the same
+# file tree for one commit; arm64 too where qemu-user-static runs (binfmt), else it says why not.
 #
-# Usage: deploy/build-and-check.sh [--clean] [--rebuild-base]
+# Usage: deploy/build-and-check.sh [--clean] [--rebuild-base] [--arm64]
 #   --clean         remove the images it built at the end (kept by default: the base takes ~3 min)
-#   --rebuild-base  rebuild the Debian base image even if it exists
+#   --rebuild-base  rebuild the Debian base image even if it exists (it is rebuilt after 7 days)
+#   --arm64         install qemu-user-static and register its aarch64 handler if none is (undone at end)
 # Needs root (mounts, namespaces, rootful podman). Prints PASS/FAIL per check; exits 1 on any FAIL,
 # 2 on bad usage, 5 when the host cannot build or run containers. Removes every container, mount,
 # process and temporary file it made, whatever happens.
@@ -17,11 +21,13 @@ here=$(cd "$(dirname "$0")" && pwd)
 repo=$(dirname "$here")
 clean=0
 rebuild_base=0
+want_arm64=0
 for arg in "$@"; do
     case $arg in
         --clean) clean=1 ;;
         --rebuild-base) rebuild_base=1 ;;
-        -h | --help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --arm64) want_arm64=1 ;;
+        -h | --help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "build-and-check: unknown argument: $arg" >&2; exit 2 ;;
     esac
 done
@@ -33,6 +39,19 @@ version=$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' "$repo/smgshm/__init__.py")
 [ -n "$version" ] || die "cannot read __version__ from smgshm/__init__.py"
 base_image=localhost/smgshm-base:bookworm
 image=localhost/smgshm-node:$version
+repro_image=localhost/smgshm-node:$version-repro-$$
+base_arm64=localhost/smgshm-base:bookworm-arm64
+image_arm64=localhost/smgshm-node:$version-arm64
+# One commit, one file tree: every date in the image is the commit's (SOURCE_DATE_EPOCH), never the
+# build's. -dirty marks a revision built from uncommitted changes.
+sde=${SOURCE_DATE_EPOCH:-$(git -C "$repo" log -1 --format=%ct 2>/dev/null || true)}
+[ -n "$sde" ] || die "no SOURCE_DATE_EPOCH and no git commit to take it from"
+revision=$(git -C "$repo" rev-parse HEAD 2>/dev/null || echo unknown)
+[ -z "$(git -C "$repo" status --porcelain 2>/dev/null)" ] || revision=$revision-dirty
+created=$(date -u -d "@$sde" +%Y-%m-%dT%H:%M:%SZ)
+source_url=${IMAGE_SOURCE:-$(git -C "$repo" remote get-url origin 2>/dev/null || true)}
+sbom_dir="$repo/build"  # the SBOMs, beside the images in podman's store (build/ is git-ignored)
+sbom_tools_version=7.5.0  # cyclonedx-bom: runs in the build, never installed in the image
 # These VMs: crun fails ("cgroups in hybrid mode"), and root lacks CAP_SYS_RESOURCE, so podman's
 # default rlimits cannot be set without explicit --ulimit values.
 limits=(--ulimit nofile=20000:20000 --ulimit nproc=4096:4096)
@@ -61,9 +80,14 @@ tag="smgshm-deploy-$$"
 pods=()
 mounts=()
 containers=()
+image_mounts=()
+binfmt_mounted=0
+binfmt_enabled=0
 cleanup() {
     local rc=$? p m i kids=()
     for i in "${containers[@]}"; do podman rm -f --time 2 "$i" >/dev/null 2>&1 || true; done
+    for i in "${image_mounts[@]}"; do podman image unmount "$i" >/dev/null 2>&1 || true; done
+    podman rmi "$repro_image" >/dev/null 2>&1 || true  # the second build (only a tag when it was the same)
     # Each pod's pid 1 is its outer unshare's only child: SIGKILL to it ends that whole pid namespace.
     # (Neither unshare's --kill-child nor SIGTERM is enough: the parent-death signal is cleared when
     # setpriv changes the uid, and unshare --fork ignores SIGTERM while it waits.)
@@ -79,9 +103,15 @@ cleanup() {
         umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || echo "build-and-check: could not unmount $m" >&2
     done
     rm -rf "$work"
+    # The aarch64 handler as this run found it (--arm64): unregistered, or disabled; binfmt_misc unmounted.
+    case $binfmt_enabled in
+        1) echo -1 >/proc/sys/fs/binfmt_misc/qemu-aarch64 2>/dev/null || true ;;
+        2) echo 0 >/proc/sys/fs/binfmt_misc/qemu-aarch64 2>/dev/null || true ;;
+    esac
+    if [ "$binfmt_mounted" = 1 ]; then umount /proc/sys/fs/binfmt_misc 2>/dev/null || true; fi
     if [ "$clean" = 1 ]; then
-        podman rmi -f "$image" "$base_image" >/dev/null 2>&1 || true
-        echo "removed $image and $base_image"
+        podman rmi -f "$image" "$base_image" "$image_arm64" "$base_arm64" >/dev/null 2>&1 || true
+        echo "removed $image, $base_image and their arm64 builds"
     fi
     exit "$rc"
 }
@@ -103,40 +133,104 @@ verdict() {  # NAME OK(0|1) DETAIL
 # One field of a JSON document on stdin, by a Python expression over `d` (our own expressions only).
 field() { python3 -c 'import json, sys; d = json.load(sys.stdin); print(eval(sys.argv[1]))' "$1"; }
 
-# --- 1. the base image, from Debian's packages ------------------------------------------------
-if [ "$rebuild_base" = 1 ] || ! podman image exists "$base_image"; then
-    mirror=$(sed -n 's/^URIs:[[:space:]]*\([^[:space:]]*\).*/\1/p' /etc/apt/sources.list.d/debian.sources 2>/dev/null |
-        grep -v -- '-security' | head -n 1 || true)
-    [ -n "$mirror" ] || mirror=$(awk '$1 == "deb" && $3 == "bookworm" { print $2; exit }' /etc/apt/sources.list 2>/dev/null || true)
-    [ -n "$mirror" ] || die "no Debian mirror in /etc/apt/sources.list.d/debian.sources (URIs:) or /etc/apt/sources.list"
-    echo "base: debootstrap bookworm from $mirror (a few minutes)"
-    rootfs="$work/rootfs"
-    debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates bookworm "$rootfs" "$mirror" \
-        >"$work/debootstrap.log" 2>&1 || { tail -n 20 "$work/debootstrap.log" >&2; die "debootstrap failed"; }
+# --- 1. the base image, from Debian's packages and Debian's security updates --------------------
+# debootstrap takes one suite (bookworm, the point release); the base then gets bookworm-updates and
+# bookworm-security through apt-get upgrade in the new root, so it ships no package behind its
+# security fix as of the day it was built. A cached base older than 7 days is rebuilt (as is any with
+# --rebuild-base): that is how a rebuild picks up the fixes published since. Its labels say when.
+sources_uri() {  # SUITE-REGEX: the first URIs: of this host's deb822 Debian sources whose Suites match
+    awk -v want="$1" '/^URIs:/ { uri = $2 } /^Suites:/ { for (i = 2; i <= NF; i++) if ($i ~ want) { print uri; exit } }' \
+        /etc/apt/sources.list.d/debian.sources 2>/dev/null || true
+}
+mirror=$(sources_uri '^bookworm$')
+[ -n "$mirror" ] || mirror=$(awk '$1 == "deb" && $3 == "bookworm" { print $2; exit }' /etc/apt/sources.list 2>/dev/null || true)
+security=$(sources_uri '^bookworm-security$')
+[ -n "$security" ] || security=$(awk '$1 == "deb" && $3 == "bookworm-security" { print $2; exit }' /etc/apt/sources.list 2>/dev/null || true)
+build_base() {  # ARCH TAG
+    local arch=$1 tag=$2 n left
+    local rootfs="$work/rootfs-$arch"
+    [ -n "$mirror" ] || die "no Debian mirror for bookworm in /etc/apt/sources.list.d/debian.sources or /etc/apt/sources.list"
+    [ -n "$security" ] || die "no Debian security mirror (bookworm-security) in this host's apt sources"
+    echo "base ($arch): debootstrap bookworm from $mirror, then bookworm-security from $security (minutes)"
+    debootstrap --arch="$arch" --variant=minbase --include=python3,python3-venv,ca-certificates bookworm "$rootfs" "$mirror" \
+        >"$work/debootstrap-$arch.log" 2>&1 || { tail -n 20 "$work/debootstrap-$arch.log" >&2; die "debootstrap ($arch) failed"; }
+    # Inside the new root only: every path below starts with "$rootfs/" (checked, never the host's).
+    case $rootfs in "$work"/rootfs-*) ;; *) die "bad rootfs path: $rootfs" ;; esac
+    printf '%s\n' 'Types: deb' "URIs: $mirror" 'Suites: bookworm bookworm-updates' 'Components: main' \
+        'Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg' '' \
+        'Types: deb' "URIs: $security" 'Suites: bookworm-security' 'Components: main' \
+        'Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg' >"$rootfs/etc/apt/sources.list.d/debian.sources"
+    rm -f "$rootfs/etc/apt/sources.list"
+    mount -t proc proc "$rootfs/proc"
+    mounts+=("$rootfs/proc")
+    cp /etc/resolv.conf "$rootfs/etc/resolv.conf"
+    { chroot "$rootfs" apt-get update -q &&
+        n=$(chroot "$rootfs" apt-get -s upgrade | grep -c '^Inst' || true) &&
+        DEBIAN_FRONTEND=noninteractive chroot "$rootfs" apt-get upgrade -y -q -o Dpkg::Options::=--force-confold &&
+        left=$(chroot "$rootfs" apt-get -s upgrade | grep -c '^Inst' || true); } >"$work/upgrade-$arch.log" 2>&1 ||
+        { tail -n 20 "$work/upgrade-$arch.log" >&2; die "apt-get upgrade ($arch) in the new base failed"; }
+    [ "$left" = 0 ] || die "base ($arch): $left packages still behind bookworm-security after the upgrade"
+    umount "$rootfs/proc" && unset 'mounts[-1]'
+    : >"$rootfs/etc/resolv.conf"  # the runtime provides it
+    echo "base ($arch): $n packages upgraded from bookworm-updates and bookworm-security"
     # What a container never needs: package caches and lists, docs, man pages, translations.
-    rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/* "$rootfs"/usr/share/doc/* \
-        "$rootfs"/usr/share/man/* "$rootfs"/usr/share/info/* "$rootfs"/usr/share/locale/* "$rootfs"/var/log/*.log
-    tar -C "$rootfs" -c . | podman import --quiet - "$base_image" >/dev/null || die "podman import failed"
+    rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/cache/apt/*.bin "$rootfs"/var/lib/apt/lists/* \
+        "$rootfs"/usr/share/doc/* "$rootfs"/usr/share/man/* "$rootfs"/usr/share/info/* "$rootfs"/usr/share/locale/* \
+        "$rootfs"/var/log/*.log "$rootfs"/var/log/apt/*
+    tar -C "$rootfs" -c . | podman import --quiet --arch "$arch" \
+        --change "LABEL org.opencontainers.image.created=$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
+        --change "LABEL io.smgshm.base.security-upgraded=$n" - "$tag" >/dev/null || die "podman import ($arch) failed"
     rm -rf "$rootfs"
-fi
+}
+base_stale() {  # TAG: missing, asked for, or older than 7 days
+    local made
+    [ "$rebuild_base" = 1 ] && return 0
+    made=$(podman image inspect --format '{{.Created.Unix}}' "$1" 2>/dev/null) || return 0
+    [ $(($(date +%s) - made)) -gt $((7 * 86400)) ]
+}
+if base_stale "$base_image"; then build_base amd64 "$base_image"; fi
+made=$(podman image inspect --format '{{.Created.Unix}}' "$base_image")
+upgraded=$(podman image inspect --format '{{index .Labels "io.smgshm.base.security-upgraded"}}' "$base_image")
+case $upgraded in '' | '<no value>') upgraded=unknown ;; esac
+verdict "base: Debian's security updates applied, at most 7 days ago" \
+    "$([ "$upgraded" != unknown ] && [ $(($(date +%s) - made)) -le $((7 * 86400)) ] && echo 0 || echo 1)" \
+    "built $(date -u -d "@$made" +%Y-%m-%dT%H:%MZ), $upgraded packages upgraded then"
 
 # --- 2. the node image: wheels downloaded here, built with no network ---------------------------
-ctx="$work/context"
-mkdir -p "$ctx/wheels"
-cp "$here/Containerfile" "$here/node-requirements.txt" "$ctx/"
-pyver=$(podman run --rm --runtime runc "${limits[@]}" --network=none "$base_image" \
-    python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])') || die "cannot run the base image"
-echo "wheels: for the image's Python $pyver"
-"$py" -m pip download --quiet --disable-pip-version-check --dest "$ctx/wheels" --only-binary=:all: \
-    --python-version "$pyver" --implementation cp --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
-    -r "$here/node-requirements.txt" 2>"$work/pip.log" || { cat "$work/pip.log" >&2; die "pip download failed"; }
-"$py" -m pip wheel --quiet --disable-pip-version-check --no-deps --wheel-dir "$ctx/wheels" "$repo" \
+"$py" -m pip wheel --quiet --disable-pip-version-check --no-deps --wheel-dir "$work/smgshm-wheel" "$repo" \
     2>"$work/pip.log" || { cat "$work/pip.log" >&2; die "could not build smgshm's wheel"; }
-echo "image: $image"
+context() {  # ARCH BASE: the build context, with the locked wheels and cyclonedx-bom for ARCH
+    local arch=$1 base=$2 march pyver m plats=()
+    local ctx="$work/context-$arch"
+    case $arch in amd64) march=x86_64 ;; arm64) march=aarch64 ;; *) die "no wheel platform for $arch" ;; esac
+    mkdir -p "$ctx/wheels"
+    cp "$here/Containerfile" "$here/node-requirements.lock" "$here/sbom_debian.py" "$ctx/"
+    cp "$work"/smgshm-wheel/smgshm-*.whl "$ctx/wheels/"
+    pyver=$(podman run --rm --runtime runc "${limits[@]}" --network=none --arch "$arch" "$base" \
+        python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])') || die "cannot run the $arch base image"
+    # bookworm's glibc is 2.36: every manylinux tag up to it.
+    plats=(--platform "manylinux2014_$march")
+    for m in $(seq 17 36); do plats+=(--platform "manylinux_2_${m}_$march"); done
+    echo "wheels ($arch): for the image's Python $pyver, as node-requirements.lock pins them (sha256)"
+    "$py" -m pip download --quiet --disable-pip-version-check --dest "$ctx/wheels" --only-binary=:all: \
+        --python-version "$pyver" --implementation cp "${plats[@]}" --require-hashes \
+        -r "$here/node-requirements.lock" 2>"$work/pip.log" || { cat "$work/pip.log" >&2; die "pip download ($arch) failed"; }
+    "$py" -m pip install --quiet --disable-pip-version-check --target "$ctx/sbom-tools" --only-binary=:all: \
+        --python-version "$pyver" --implementation cp "${plats[@]}" "cyclonedx-bom==$sbom_tools_version" \
+        2>"$work/pip.log" || { cat "$work/pip.log" >&2; die "could not fetch cyclonedx-bom ($arch)"; }
+}
+build() {  # ARCH BASE TAG: buildah with no network; every date in the image is SOURCE_DATE_EPOCH
+    local ctx="$work/context-$1"
+    buildah bud --quiet --runtime runc --network=none "${limits[@]}" --layers=false --arch "$1" \
+        --timestamp "$sde" --build-arg SOURCE_DATE_EPOCH="$sde" --build-arg BASE="$2" \
+        --build-arg VERSION="$version" --build-arg REVISION="$revision" --build-arg CREATED="$created" \
+        --build-arg SOURCE="$source_url" -f "$ctx/Containerfile" -t "$3" "$ctx" >"$work/build-$1.log" 2>&1 ||
+        { tail -n 30 "$work/build-$1.log" >&2; die "buildah bud ($1) failed"; }
+}
+context amd64 "$base_image"
+echo "image: $image (revision $revision, SOURCE_DATE_EPOCH $sde = $created)"
 previous=$(podman image inspect --format '{{.Id}}' "$image" 2>/dev/null || true)
-buildah bud --quiet --runtime runc --network=none "${limits[@]}" --layers=false --build-arg BASE="$base_image" \
-    -f "$ctx/Containerfile" -t "$image" "$ctx" >"$work/build.log" 2>&1 ||
-    { tail -n 30 "$work/build.log" >&2; die "buildah bud failed"; }
+build amd64 "$base_image" "$image"
 
 # The image this run replaced under the same tag, now untagged: removed, as a rebuild's leftover.
 if [ -n "$previous" ] && [ "$previous" != "$(podman image inspect --format '{{.Id}}' "$image")" ]; then
@@ -148,6 +242,116 @@ verdict "image size under 300 MB" "$([ "$size" -lt 300000000 ] && echo 0 || echo
 out=$("${run[@]}" --network=none --entrypoint python3 "$image" -c \
     'import importlib.util as u; print(",".join(m for m in ("torch", "grpc", "numpy") if u.find_spec(m)) or "none")')
 verdict "no torch, gRPC or numpy in the image" "$([ "$out" = none ] && echo 0 || echo 1)" "found: $out"
+
+# --- 2b. what a fleet needs of the image: labels, the lock, the SBOM, one tree per commit, arm64 ---
+labels=$(podman image inspect --format '{{json .Labels}}' "$image")
+got=$(field '" ".join("%s=%s" % (k.rsplit(".", 1)[1], d.get(k, "")) for k in ("org.opencontainers.image.title", "org.opencontainers.image.version", "org.opencontainers.image.revision", "org.opencontainers.image.created", "org.opencontainers.image.licenses"))' <<<"$labels")
+src=$(field 'd.get("org.opencontainers.image.source", "")' <<<"$labels")
+want="title=smgshm-node version=$version revision=$revision created=$created licenses=Apache-2.0"
+verdict "OCI labels: title, version, revision, created (the commit's time), licenses" \
+    "$([ "$got" = "$want" ] && echo 0 || echo 1)" "$got; source=${src:-unset (no git remote origin: set IMAGE_SOURCE)}"
+
+# Exactly the lock's packages at the lock's versions (and smgshm's own): --require-hashes took no other.
+pins() { sed -n 's/^\([A-Za-z0-9._-]*\)==\([^ ]*\) \\$/\1==\2/p' "$here/node-requirements.lock"; }
+norm() {  # NAME==VERSION lines, names normalized as pip does (PEP 503), sorted for comm
+    python3 -c 'import re, sys; [print(re.sub(r"[-_.]+", "-", n.lower()) + "==" + v) for n, v in (ln.split("==", 1) for ln in sys.stdin.read().split())]' |
+        LC_ALL=C sort
+}
+locked=$({ pins; echo "smgshm==$version"; } | norm)
+installed=$("${run[@]}" --network=none --entrypoint /opt/smgshm/bin/python "$image" -c \
+    'import importlib.metadata as m; print("\n".join("%s==%s" % (d.metadata["Name"], d.version) for d in m.distributions()))' | norm)
+extra=$(comm -13 <(echo "$locked") <(echo "$installed") | tr '\n' ' ')
+missing=$(comm -23 <(echo "$locked") <(echo "$installed") | tr '\n' ' ')
+verdict "the venv holds exactly node-requirements.lock's pins (hash-checked) and smgshm" \
+    "$([ -z "$extra$missing" ] && echo 0 || echo 1)" \
+    "$(wc -l <<<"$installed") packages${extra:+; not locked: $extra}${missing:+; missing: $missing}"
+
+# The SBOM, out of the image and beside it: every installed Python package and every Debian one.
+mkdir -p "$sbom_dir"
+sbom="$sbom_dir/smgshm-node-$version-amd64.cdx.json"
+"${run[@]}" --network=none --entrypoint cat "$image" /usr/share/doc/smgshm/sbom.cdx.json >"$sbom"
+# shellcheck disable=SC2016  # dpkg-query's own format, not the shell's
+ndeb=$("${run[@]}" --network=none --entrypoint dpkg-query "$image" -W -f '${db:Status-Abbrev}\n' | grep -c '^ii')
+got=$(python3 - "$sbom" "$installed" "$ndeb" <<'PY'
+import json, re, sys
+d = json.load(open(sys.argv[1]))
+comps = d.get("components", [])
+norm = lambda n: re.sub(r"[-_.]+", "-", n.lower())
+# Python: every component but Debian's (smgshm, installed from its own wheel, has no PyPI purl).
+py = {"%s==%s" % (norm(c["name"]), c["version"]) for c in comps if not c.get("purl", "").startswith("pkg:deb/")}
+deb = [c for c in comps if c.get("purl", "").startswith("pkg:deb/debian/")]
+want = set(sys.argv[2].split())
+ok = d.get("bomFormat") == "CycloneDX" and want <= py and len(deb) == int(sys.argv[3]) and "serialNumber" not in d
+print("%s CycloneDX %s: %d/%d Python packages, %d/%s Debian packages, dated %s" % (
+    "ok" if ok else "bad", d.get("specVersion"), len(want & py), len(want), len(deb), sys.argv[3],
+    d.get("metadata", {}).get("timestamp", "never")))
+PY
+)
+verdict "SBOM (CycloneDX JSON, /usr/share/doc/smgshm/sbom.cdx.json): every Python and Debian package" \
+    "$([ "${got%% *}" = ok ] && echo 0 || echo 1)" "${got#* }; copied to ${sbom#"$repo"/}"
+
+# One commit, one file tree: a second build of the same context, every file of both rootfs listed
+# (type, mode, owner, size, mtime, link target, sha256) and compared.
+tree() {  # IMAGE FILE
+    local mnt
+    mnt=$(podman image mount "$1")
+    image_mounts+=("$1")
+    (cd "$mnt" && find . -printf '%y %m %U:%G %s %T@ %p -> %l\n' | LC_ALL=C sort &&
+        find . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum) >"$2"
+    podman image unmount "$1" >/dev/null
+}
+echo "image: built again to compare ($repro_image)"
+build amd64 "$base_image" "$repro_image"
+tree "$image" "$work/tree-1"
+tree "$repro_image" "$work/tree-2"
+ndiff=$(diff "$work/tree-1" "$work/tree-2" | grep -c '^[<>]' || true)
+same_id=$([ "$(podman image inspect --format '{{.Id}}' "$image")" = "$(podman image inspect --format '{{.Id}}' "$repro_image")" ] &&
+    echo "the same image id" || echo "image ids differ")
+verdict "reproducible: two builds of one commit give the same file tree" "$([ "$ndiff" = 0 ] && echo 0 || echo 1)" \
+    "$(grep -c ' -> ' "$work/tree-1") entries, $ndiff lines differ; $same_id"
+[ "$ndiff" = 0 ] || diff "$work/tree-1" "$work/tree-2" | head -n 20 >&2
+
+# arm64, through qemu-user-static: built where an F-flagged qemu-aarch64 binfmt handler runs (--arm64
+# registers one for this run), or said plainly that it was not.
+handler=/proc/sys/fs/binfmt_misc/qemu-aarch64
+if [ "$want_arm64" = 1 ] && ! grep -qx enabled "$handler" 2>/dev/null; then
+    command -v qemu-aarch64-static >/dev/null && command -v update-binfmts >/dev/null ||
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends qemu-user-static binfmt-support >/dev/null ||
+        die "could not install qemu-user-static"
+    if [ ! -e /proc/sys/fs/binfmt_misc/register ]; then
+        mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc || die "cannot mount binfmt_misc"
+        binfmt_mounted=1
+    fi
+    [ -e "$handler" ] && binfmt_enabled=2 || binfmt_enabled=1  # 2: there, disabled; 1: not registered
+    update-binfmts --enable qemu-aarch64 >/dev/null 2>&1 || binfmt_enabled=0
+fi
+why=""
+if ! grep -qx enabled "$handler" 2>/dev/null; then
+    why="no qemu-aarch64 binfmt handler is registered here (qemu-user-static; run with --arm64 to register one)"
+elif ! grep -q '^flags:.*F' "$handler"; then
+    why="the qemu-aarch64 handler lacks the F flag, so containers cannot reach its interpreter"
+fi
+if [ -n "$why" ]; then
+    echo "SKIP  arm64 image NOT built: $why"
+else
+    if base_stale "$base_arm64"; then build_base arm64 "$base_arm64"; fi
+    context arm64 "$base_arm64"
+    echo "image: $image_arm64 (through qemu-user-static)"
+    previous=$(podman image inspect --format '{{.Id}}' "$image_arm64" 2>/dev/null || true)
+    build arm64 "$base_arm64" "$image_arm64"
+    if [ -n "$previous" ] && [ "$previous" != "$(podman image inspect --format '{{.Id}}' "$image_arm64")" ]; then
+        podman rmi "$previous" >/dev/null 2>&1 || true
+    fi
+    "${run[@]}" --network=none --arch arm64 --entrypoint cat "$image_arm64" /usr/share/doc/smgshm/sbom.cdx.json \
+        >"$sbom_dir/smgshm-node-$version-arm64.cdx.json"
+    arch=$(podman image inspect --format '{{.Architecture}}' "$image_arm64")
+    rc=0; got=$("${run[@]}" --network=none --arch arm64 --entrypoint python3 "$image_arm64" -c \
+        'import platform, smgshm; print(platform.machine(), smgshm.__version__)') || rc=$?
+    verdict "arm64 image: built through qemu-user-static, its Python runs smgshm" \
+        "$([ "$rc:$arch:$got" = "0:arm64:aarch64 $version" ] && echo 0 || echo 1)" "exit $rc, image $arch, $got"
+    rc=0; "${run[@]}" --network=none --arch arm64 --ipc=host "$image_arm64" --json ns >/dev/null || rc=$?
+    verdict "arm64 image: smgshm ns runs" "$([ "$rc" = 0 ] && echo 0 || echo 1)" "exit $rc"
+fi
 
 # --- 3. the /dev/shm a container gets -------------------------------------------------------
 host_id="$(cat /proc/sys/kernel/random/boot_id):$(stat -c %d /dev/shm)"

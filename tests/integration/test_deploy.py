@@ -26,8 +26,9 @@ from tests.support.deploy import DEPLOY, _all_docs, _manifests, _node_requiremen
 CORE_API = ("v1", "apps/v1", "batch/v1", "policy/v1", "rbac.authorization.k8s.io/v1")
 
 
-def test_the_script_is_bash_n_and_shellcheck_clean() -> None:
-    script = str(DEPLOY / "build-and-check.sh")
+@pytest.mark.parametrize("name", ["build-and-check.sh", "lock-requirements.sh"])
+def test_the_script_is_bash_n_and_shellcheck_clean(name: str) -> None:
+    script = str(DEPLOY / name)
     subprocess.run(["bash", "-n", script], check=True, timeout=30)
     if shutil.which("shellcheck") is None:
         pytest.skip("shellcheck is not installed (bash -n passed)")

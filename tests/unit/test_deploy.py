@@ -83,12 +83,15 @@ def test_the_deploy_folder_has_its_parts() -> None:
         "Containerfile",
         "build-and-check.sh",
         "node-requirements.txt",
+        "node-requirements.lock",
+        "lock-requirements.sh",
         "k8s/exporter-daemonset.yaml",
         "k8s/gateway-preflight.yaml",
         "k8s/podmonitor.yaml",
     ):
         assert (DEPLOY / name).is_file(), name
     assert os.access(DEPLOY / "build-and-check.sh", os.X_OK)
+    assert os.access(DEPLOY / "lock-requirements.sh", os.X_OK)
     containerfile = (DEPLOY / "Containerfile").read_text()
     assert "--no-deps" in containerfile
     assert re.search(r"^USER 65532", containerfile, re.M), "the image runs as a non-root user by default"
@@ -241,3 +244,92 @@ def test_the_images_requirements_are_every_base_dependency() -> None:
     # --no-deps, must carry all of it, or a node command it runs meets a missing module.
     reqs = {re.split(r"[<>=!~ ;\[]", r, maxsplit=1)[0].lower() for r in _node_requirements()}
     assert set(_pyproject_deps()) == reqs
+
+
+def _lock() -> dict[str, tuple[str, list[str], list[str]]]:
+    """deploy/node-requirements.lock as {name: (version, [sha256 hashes], [what it is via])}: a
+    requirement and its `--hash` lines are one logical line (backslash continuations)."""
+    entries: dict[str, tuple[str, list[str], list[str]]] = {}
+    name = ""
+    for line in (DEPLOY / "node-requirements.lock").read_text().splitlines():
+        m = re.match(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+) \\$", line)
+        if m:
+            name = m.group(1).lower()
+            assert name not in entries, f"{name} locked twice"
+            entries[name] = (m.group(2), [], [])
+            continue
+        if not line.strip() or line.startswith("#"):
+            continue
+        assert name, f"a line before any requirement: {line!r}"
+        h = re.match(r"^    --hash=sha256:([0-9a-f]{64})( \\)?$", line)
+        via = re.match(r"^    #\s+(?:via\s+)?(\S.*)$", line)
+        if h:
+            entries[name][1].append(h.group(1))
+        elif via:
+            entries[name][2].append(via.group(1).strip())
+        else:
+            pytest.fail(f"a line the lock should not hold (only pins, sha256 hashes, via comments): {line!r}")
+    return entries
+
+
+def test_the_lock_pins_every_base_dependency_within_its_specifier_with_hashes() -> None:
+    from packaging.requirements import Requirement
+
+    lock = _lock()
+    for req in map(Requirement, _node_requirements()):
+        name = req.name.lower()
+        assert name in lock, f"{name} is a base dependency missing from node-requirements.lock"
+        version = lock[name][0]
+        assert req.specifier.contains(version, prereleases=True), f"{name}=={version} is outside {req.specifier}"
+    for name, (version, hashes, _) in lock.items():
+        assert hashes, f"{name}=={version} has no --hash: pip install --require-hashes would refuse the lock"
+        assert len(set(hashes)) == len(hashes), name
+
+
+def test_the_lock_holds_nothing_but_the_base_dependencies_and_theirs() -> None:
+    # Every other entry is there because a locked package needs it (pip-compile's "via"): an entry
+    # left from a dependency since dropped, or torch or gRPC, fails here.
+    lock = _lock()
+    direct = {re.split(r"[<>=!~ ;\[]", r, maxsplit=1)[0].lower() for r in _node_requirements()}
+    for name, (_, _, vias) in lock.items():
+        if name in direct:
+            continue
+        parents = {v.lower() for v in vias if not v.startswith("-r ")}
+        assert parents & set(lock), f"{name} is locked but no locked package needs it (via {vias})"
+    assert not any(n.startswith(("torch", "grpc", "numpy", "tokenizers")) for n in lock)
+
+
+def test_the_lock_parser_refuses_an_unhashed_pin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The checks above rest on this parser: a pin without hashes must show up as one.
+    import tests.unit.test_deploy as me
+
+    (tmp_path / "node-requirements.lock").write_text(
+        "click==8.1.7 \\\n    # via -r node-requirements.txt\nrich==13.0 \\\n    --hash=sha256:" + "a" * 64 + "\n"
+    )
+    monkeypatch.setattr(me, "DEPLOY", tmp_path)
+    lock = _lock()
+    assert lock["click"] == ("8.1.7", [], ["-r node-requirements.txt"])
+    assert lock["rich"] == ("13.0", ["a" * 64], [])
+
+
+def test_the_sbom_gets_one_component_per_installed_debian_package_with_its_purl() -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("sbom_debian", DEPLOY / "sbom_debian.py")
+    assert spec is not None
+    assert spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    dpkg = (
+        "ii \tzlib1g\t1:1.2.13.dfsg-1\tamd64\tzlib\n"
+        "ii \tbash\t5.2.15-2+b7\tamd64\tbash\n"
+        "rc \tgone\t1.0\tamd64\tgone\n"  # removed, its config left: not in the image's software
+    )
+    comps = mod.debian_components(dpkg, "debian-12")
+    assert [c["name"] for c in comps] == ["bash", "zlib1g"]
+    assert comps[0]["purl"] == "pkg:deb/debian/bash@5.2.15-2%2Bb7?arch=amd64&distro=debian-12"
+    assert comps[1]["purl"] == "pkg:deb/debian/zlib1g@1%3A1.2.13.dfsg-1?arch=amd64&distro=debian-12"
+    assert comps[1]["version"] == "1:1.2.13.dfsg-1"
+    assert comps[1]["properties"] == [{"name": "debian:source", "value": "zlib"}]
+    assert "properties" not in comps[0]
+    assert mod.os_release('ID=debian\nVERSION_ID="12"\n') == {"ID": "debian", "VERSION_ID": "12"}
