@@ -186,7 +186,7 @@ ROOT_FORM = security(0, ("SYS_PTRACE",))  # the DaemonSet before: uid 0, SYS_PTR
 LEAST = security(NONROOT)  # the DaemonSet now
 
 
-def _mounts(node: Node, state: Path) -> list[HostMount]:
+def _mounts(node: Node, state: Path, extra: Sequence[HostMount] = ()) -> list[HostMount]:
     """The host's Python, read-only; the node root as the DaemonSet (and its containerd overlay) mounts
     it under /host; the state volume, the one writable mount here (an emptyDir's 0777 dir)."""
     r = node.root
@@ -205,7 +205,7 @@ def _mounts(node: Node, state: Path) -> list[HostMount]:
         HostMount("/host/dev/shm", r / "dev/shm"),
         HostMount(f"/host/{SANDBOXES}", r / SANDBOXES, host_to_container=True),
     ]
-    return [*python, *host, HostMount("/var/lib/smgshm", state, readonly=False)]
+    return [*python, *host, HostMount("/var/lib/smgshm", state, readonly=False), *extra]
 
 
 _runs = iter(range(1_000_000))
@@ -223,7 +223,7 @@ class Run:
         return json.loads(self.stdout)
 
 
-def run(node: Node, pod: Pod, sec: Security, command: Sequence[str]) -> Run:
+def run(node: Node, pod: Pod, sec: Security, command: Sequence[str], extra: Sequence[HostMount] = ()) -> Run:
     """``command`` in a container of the exporter's pod with ``sec``, to its end; its stdout and stderr
     from the CRI log."""
     k = node.kubelet
@@ -239,7 +239,7 @@ def run(node: Node, pod: Pod, sec: Security, command: Sequence[str]) -> Run:
         "COLUMNS": "400",
     }
     c = k.start_container(
-        pod, f"exporter-{n}", "", command=command, envs=env, host_mounts=_mounts(node, state), security=sec
+        pod, f"exporter-{n}", "", command=command, envs=env, host_mounts=_mounts(node, state, extra), security=sec
     )
     status = k.wait_exited(c, timeout=120)
     streams: dict[str, list[str]] = {"stdout": [], "stderr": []}
@@ -254,8 +254,10 @@ def gc_node_in(node: Node, pod: Pod, sec: Security, entry: str = "smgshm") -> Ru
     return run(node, pod, sec, [f"/opt/smgshm/bin/{entry}", "--json", "gc", "--node", "--node-root", "/host"])
 
 
-def probe(node: Node, pod: Pod, sec: Security, interp: str = "python3", *targets: str) -> dict[str, Any]:
-    got = run(node, pod, sec, [f"/opt/smgshm/bin/{interp}", "/opt/smgshm/bin/probe.py", *targets])
+def probe(
+    node: Node, pod: Pod, sec: Security, interp: str = "python3", *targets: str, extra: Sequence[HostMount] = ()
+) -> dict[str, Any]:
+    got = run(node, pod, sec, [f"/opt/smgshm/bin/{interp}", "/opt/smgshm/bin/probe.py", *targets], extra)
     assert got.exit_code == 0, got.stderr
     doc: dict[str, Any] = got.json()
     return doc
@@ -492,3 +494,26 @@ def test_what_the_least_privilege_exporter_can_still_write(node: Node, exporter_
         os.strerror(errno.EROFS),  # readOnlyRootFilesystem
     ], got
     assert sorted(os.listdir(live.empty_dirs["dshm"])) == sorted(k[2] for k in workload.truth if k[0] == live.uid)
+
+
+def test_the_npd_dir_is_handed_to_the_exporter_by_an_init_container_with_chown_alone(
+    node: Node, exporter_pod: Pod
+) -> None:
+    """The NPD verdict dir is a hostPath the kubelet makes root-owned 0755 (DirectoryOrCreate): the
+    DaemonSet's init container, uid 0 with every capability dropped but CHOWN, gives it to uid 65532,
+    which then writes there; without CHOWN uid 0 cannot (EPERM), and before it uid 65532 cannot."""
+    npd = node.scratch / "run-smgshm-npd"
+    npd.mkdir(mode=0o755)
+    os.chown(npd, 0, 0)
+    mount = [HostMount("/run/smgshm-npd", npd, readonly=False)]
+    verdict = "create:/run/smgshm-npd/gc"
+    assert probe(node, exporter_pod, LEAST, "python3", verdict, extra=mount)[verdict] == os.strerror(errno.EACCES)
+    chown = ["/bin/chown", f"{NONROOT}:{NONROOT}", "/run/smgshm-npd"]
+    without = run(node, exporter_pod, security(0, ()), chown, mount)
+    assert without.exit_code != 0
+    assert "not permitted" in without.stderr, without.stderr
+    assert (npd.stat().st_uid, npd.stat().st_gid) == (0, 0)
+    init = run(node, exporter_pod, security(0, ("CHOWN",)), chown, mount)
+    assert init.exit_code == 0, init.stderr
+    assert (npd.stat().st_uid, npd.stat().st_gid) == (NONROOT, NONROOT)
+    assert probe(node, exporter_pod, LEAST, "python3", verdict, extra=mount)[verdict] == "written"
