@@ -148,6 +148,18 @@ verdict "image size under 300 MB" "$([ "$size" -lt 300000000 ] && echo 0 || echo
 out=$("${run[@]}" --network=none --entrypoint python3 "$image" -c \
     'import importlib.util as u; print(",".join(m for m in ("torch", "grpc", "numpy") if u.find_spec(m)) or "none")')
 verdict "no torch, gRPC or numpy in the image" "$([ "$out" = none ] && echo 0 || echo 1)" "found: $out"
+# The exporter's entrypoint interpreter: file capabilities cap_sys_ptrace,cap_dac_read_search+ep (what
+# setcap writes), kept in the image's layer; the default entrypoint's interpreter carries none.
+out=$("${run[@]}" --network=none --entrypoint python3 "$image" -c \
+    'import os
+def caps(p):
+    try:
+        return os.getxattr(p, "security.capability").hex()
+    except OSError:
+        return "none"
+print(caps("/opt/smgshm/bin/python3-node"), caps(os.path.realpath("/opt/smgshm/bin/python3")))')
+verdict "file capabilities on the exporter's interpreter only" \
+    "$([ "$out" = "0100000204000800000000000000000000000000 none" ] && echo 0 || echo 1)" "security.capability: $out"
 
 # --- 3. the /dev/shm a container gets -------------------------------------------------------
 host_id="$(cat /proc/sys/kernel/random/boot_id):$(stat -c %d /dev/shm)"
@@ -221,9 +233,12 @@ start_pod() {  # UID MODE: the outer unshare stays in the host's pid namespace, 
 start_pod "$uid_a" dead
 start_pod "$uid_b" live
 
-# The exporter's privileges (deploy/k8s/exporter-daemonset.yaml): root with every capability dropped
-# but SYS_PTRACE, a read-only root filesystem and read-only mounts.
-exporter=(--network=none --pid=host --read-only --user 0 --cap-drop ALL --cap-add SYS_PTRACE -v "$root:/host:ro,rslave")
+# The exporter's privileges (deploy/k8s/exporter-daemonset.yaml): uid 65532 with every capability dropped
+# but SYS_PTRACE and DAC_READ_SEARCH, raised by its entrypoint's file capabilities under no_new_privs,
+# a read-only root filesystem and read-only mounts.
+exporter=(--network=none --pid=host --read-only --user 65532:65532 --cap-drop ALL --cap-add SYS_PTRACE
+    --cap-add DAC_READ_SEARCH --security-opt no-new-privileges --entrypoint /opt/smgshm/bin/smgshm-node
+    -v "$root:/host:ro,rslave")
 rc=0; doc=$("${run[@]}" "${exporter[@]}" "$image" --json gc --node --node-root /host) || rc=$?
 summary=$(field '" ".join("%s/%s:%s:%s" % (t["namespace"], t["pod"], t["kind"], ",".join(s["state"] for s in t["segments"]))
     for t in sorted(d["result"]["tmpfs"], key=lambda t: t["path"]))' <<<"$doc")
