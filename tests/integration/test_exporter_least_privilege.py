@@ -39,7 +39,8 @@ from typing import Any
 import pytest
 
 from tests.conftest import run_cli
-from tests.support.cri.containerd import missing_binaries, running_containerd
+from tests.support.cri.containerd import Containerd, missing_binaries, running_containerd
+from tests.support.cri.image import IMAGE
 from tests.support.cri.kubelet import Container, HostMount, Kubelet, Pod, Security
 
 _MISSING = missing_binaries()
@@ -113,6 +114,7 @@ def _file_caps(caps: Sequence[str]) -> bytes:
 
 @dataclass
 class Node:
+    containerd: Containerd
     kubelet: Kubelet
     root: Path  # the node root: containerd's state dir and the kubelet's dirs are below it
     bin: Path  # interpreter copies (plain and capped) and the entrypoint, bound at /opt/smgshm/bin
@@ -160,7 +162,7 @@ def node() -> Iterator[Node]:
             subprocess.run(["mount", "--make-shared", str(sandboxes)], check=True, timeout=30)
             scratch = base / "scratch"
             scratch.mkdir()
-            yield Node(kubelet, ctd.node_root, bindir, scratch)
+            yield Node(ctd, kubelet, ctd.node_root, bindir, scratch)
         finally:
             kubelet.close()
 
@@ -186,11 +188,11 @@ ROOT_FORM = security(0, ("SYS_PTRACE",))  # the DaemonSet before: uid 0, SYS_PTR
 LEAST = security(NONROOT)  # the DaemonSet now
 
 
-def _mounts(node: Node, state: Path, extra: Sequence[HostMount] = ()) -> list[HostMount]:
-    """The host's Python, read-only; the node root as the DaemonSet (and its containerd overlay) mounts
-    it under /host; the state volume, the one writable mount here (an emptyDir's 0777 dir)."""
+def _mounts(node: Node, state: Path, extra: Sequence[HostMount] = (), *, python: bool = True) -> list[HostMount]:
+    """The host's Python, read-only (unless the image has its own); the node root as the DaemonSet (and
+    its containerd overlay) mounts it under /host; the state volume (an emptyDir's 0777 dir)."""
     r = node.root
-    python = [
+    py = [
         HostMount("/usr", Path("/usr")),
         HostMount("/lib", Path("/usr/lib")),  # bookworm's merged /usr: /lib and /lib64 are links there
         HostMount("/lib64", Path("/usr/lib64")),
@@ -205,7 +207,7 @@ def _mounts(node: Node, state: Path, extra: Sequence[HostMount] = ()) -> list[Ho
         HostMount("/host/dev/shm", r / "dev/shm"),
         HostMount(f"/host/{SANDBOXES}", r / SANDBOXES, host_to_container=True),
     ]
-    return [*python, *host, HostMount("/var/lib/smgshm", state, readonly=False), *extra]
+    return [*(py if python else []), *host, HostMount("/var/lib/smgshm", state, readonly=False), *extra]
 
 
 _runs = iter(range(1_000_000))
@@ -223,9 +225,11 @@ class Run:
         return json.loads(self.stdout)
 
 
-def run(node: Node, pod: Pod, sec: Security, command: Sequence[str], extra: Sequence[HostMount] = ()) -> Run:
+def run(
+    node: Node, pod: Pod, sec: Security, command: Sequence[str], extra: Sequence[HostMount] = (), image: str = ""
+) -> Run:
     """``command`` in a container of the exporter's pod with ``sec``, to its end; its stdout and stderr
-    from the CRI log."""
+    from the CRI log. ``image``: the node image imported (its own Python), else busybox with the host's."""
     k = node.kubelet
     n = next(_runs)
     state = node.scratch / f"state-{n}"
@@ -238,8 +242,18 @@ def run(node: Node, pod: Pod, sec: Security, command: Sequence[str], extra: Sequ
         "SMGSHM_STATE_DIR": "/var/lib/smgshm/state",
         "COLUMNS": "400",
     }
+    mounts = _mounts(node, state, extra, python=not image)
+    if image:  # the image's own PATH and Python
+        env = {"SMGSHM_STATE_DIR": env["SMGSHM_STATE_DIR"], "COLUMNS": "400"}
     c = k.start_container(
-        pod, f"exporter-{n}", "", command=command, envs=env, host_mounts=_mounts(node, state, extra), security=sec
+        pod,
+        f"exporter-{n}",
+        "",
+        command=command,
+        envs=env,
+        host_mounts=mounts,
+        security=sec,
+        image=image or IMAGE,
     )
     status = k.wait_exited(c, timeout=120)
     streams: dict[str, list[str]] = {"stdout": [], "stderr": []}
@@ -517,3 +531,36 @@ def test_the_npd_dir_is_handed_to_the_exporter_by_an_init_container_with_chown_a
     assert init.exit_code == 0, init.stderr
     assert (npd.stat().st_uid, npd.stat().st_gid) == (NONROOT, NONROOT)
     assert probe(node, exporter_pod, LEAST, "python3", verdict, extra=mount)[verdict] == "written"
+
+
+NODE_IMAGE_OCI = os.environ.get("SMGSHM_NODE_IMAGE_OCI", "")
+
+
+@pytest.mark.skipif(
+    not NODE_IMAGE_OCI,
+    reason="SMGSHM_NODE_IMAGE_OCI names no OCI archive of the built node image (deploy/build-and-check.sh "
+    "builds it; `podman save --format oci-archive` writes one)",
+)
+def test_the_built_node_image_runs_the_exporter_so(node: Node, exporter_pod: Pod, workload: Workload) -> None:
+    """The real image (deploy/Containerfile), imported into containerd: its smgshm-node entrypoint under
+    the DaemonSet's securityContext judges as the host's root does; its default entrypoint runs with
+    every capability dropped (the file capabilities are on the exporter's interpreter only)."""
+    node.containerd.ctr("images", "import", "--snapshotter", "native", NODE_IMAGE_OCI)
+    listed = node.containerd.ctr("images", "ls", "-q").stdout.split()
+    (image,) = [i for i in listed if "smgshm-node" in i]
+    got = run(
+        node,
+        exporter_pod,
+        LEAST,
+        ["/opt/smgshm/bin/smgshm-node", "--json", "gc", "--node", "--node-root", "/host"],
+        image=image,
+    )
+    assert got.exit_code == 0, got.stderr
+    seen = verdicts(got.json(), workload.pods)
+    assert seen.keys() == workload.truth.keys()
+    dead = workload.pods[0]
+    for key, state in workload.truth.items():
+        if key[0] != dead.uid or not PID1_UNREADABLE:
+            assert seen[key] == state, (key, seen)
+    plain = run(node, exporter_pod, security(NONROOT, ()), ["smgshm", "--version"], image=image)
+    assert plain.exit_code == 0, plain.stderr

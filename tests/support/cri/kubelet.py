@@ -193,10 +193,11 @@ class Kubelet:
         envs: Mapping[str, str] | None = None,
         host_mounts: Sequence[HostMount] = (),
         security: Security | None = None,
+        image: str = IMAGE,
     ) -> Container:
         """Create and start a container running ``script`` under busybox sh (or ``command`` as it is);
         ``mounts`` maps a path in the container to a host path (an emptyDir), ``host_mounts`` are
-        hostPath mounts, ``security`` its securityContext."""
+        hostPath mounts, ``security`` its securityContext, ``image`` one imported already."""
         pb = _pb()
         (pod.log_dir / name).mkdir(parents=True, exist_ok=True)
         log_path = f"{name}/{attempt}.log"
@@ -214,7 +215,7 @@ class Kubelet:
             )
         config = pb.ContainerConfig(
             metadata=pb.ContainerMetadata(name=name, attempt=attempt),
-            image=pb.ImageSpec(image=IMAGE),
+            image=pb.ImageSpec(image=image),
             command=list(command) if command is not None else ["/bin/sh", "-c", script],
             envs=[pb.KeyValue(key=k, value=v) for k, v in (envs or {}).items()],
             mounts=binds,
