@@ -35,3 +35,20 @@ def test_a_state_dir_is_components_under_the_node_root(given: str, parts: tuple[
 def test_a_state_dir_that_climbs_or_is_empty_is_refused(given: str) -> None:
     with pytest.raises(ValueError, match="under the node root"):
         state_dir_parts(given)
+
+
+def test_an_unreadable_node_dir_is_said_with_the_privilege_it_lacks() -> None:
+    from smgshm.core.host.pidtrust import INIT_PID_NS
+    from smgshm.core.node.npd import NpdStatus, node_verdict
+    from smgshm.core.node.sight import unseen
+
+    got = unseen("/host", [], [], INIT_PID_NS, (), ["var/lib/kubelet/pods/a", "var/lib/kubelet/pods/b"])
+    # found nothing because it may list nothing: one blindness, the privilege's, not "a mount missing"
+    assert [u.reason for u in got] == [Blind.UNREADABLE]
+    assert got[0].message.startswith("var/lib/kubelet/pods/a and 1 more under node root /host may not be listed")
+    assert "CAP_DAC_READ_SEARCH" in got[0].hint
+    assert unseen("/host", ["var/lib/kubelet/pods"], [], INIT_PID_NS) == []
+    zero = {"leaked": 0, "hazard": 0}
+    v = node_verdict(zero, {}, deleted=0, tmpfs=0, untrusted=0, unread=0, blind=[Blind.UNREADABLE])
+    assert v.status == NpdStatus.UNKNOWN
+    assert "a node dir may not be listed" in v.line

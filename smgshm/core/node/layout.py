@@ -112,7 +112,8 @@ class NodeRoot:
 
     ``state_dirs``: custom runtime state dirs (components under the root), each read as containerd's state
     dir and as CRI-O's storage run root. After ``places()``: ``found`` names the layout dirs that were there
-    (the kubelet's pods dir, each runtime's), ``missing`` the custom state dirs that were not."""
+    (the kubelet's pods dir, each runtime's), ``missing`` the custom state dirs that were not, ``unreadable``
+    the layout dirs (and pods' dirs) there that this process may not list (EACCES: a privilege missing)."""
 
     def __init__(self, root: str, state_dirs: Sequence[tuple[str, ...]] = ()) -> None:
         # The operator's choice of root may be a link (nothing below it may be): the kernel follows it as it
@@ -122,6 +123,7 @@ class NodeRoot:
         self.state_dirs = list(dict.fromkeys(state_dirs))
         self.found: list[str] = []
         self.missing: list[str] = []
+        self.unreadable: list[str] = []
         try:
             self.fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError as err:
@@ -167,7 +169,7 @@ class NodeRoot:
     def places(self) -> Iterator[Place]:
         """Every tmpfs where a pod's or the host's /dev/shm lives: emptyDirs, sandboxes' shm (containerd's
         state dirs, CRI-O's run roots, then the custom state dirs), the host's; each group sorted by path."""
-        self.found, self.missing = [], []
+        self.found, self.missing, self.unreadable = [], [], []
         yield from sorted(self._empty_dirs(), key=_by_path)
         for state in CONTAINERD_STATES:
             yield from sorted(self._cri_sandboxes(state), key=_by_path)
@@ -192,6 +194,9 @@ class NodeRoot:
         """The layout dir at ``names`` (noted as found), or None when it is not there."""
         try:
             fd = open_dir(self.fd, names)
+        except PermissionError:  # there, but not ours to list (the kubelet's pods dir is 0750 root)
+            self.unreadable.append("/".join(names))
+            return None
         except OSError:
             return None
         self.found.append("/".join(names))
@@ -204,6 +209,9 @@ class NodeRoot:
             for uid in each_dir(pods):
                 try:
                     vols = open_dir(pods, (uid, *EMPTY_DIRS))
+                except PermissionError:  # each pod's dir is 0750 root too
+                    self.unreadable.append("/".join((*KUBELET_PODS, uid)))
+                    continue
                 except OSError:
                     continue  # a pod without emptyDirs
                 try:

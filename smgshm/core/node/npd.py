@@ -78,7 +78,11 @@ def node_verdict(
     unless a leak was found anyway."""
     found = counts["leaked"] or counts["hazard"]
     if blind and not found:
-        why = {Blind.NODE_ROOT: "no kubelet/runtime dir under --node-root", Blind.HOST_PID: "no hostPID"}
+        why = {
+            Blind.NODE_ROOT: "no kubelet/runtime dir under --node-root",
+            Blind.HOST_PID: "no hostPID",
+            Blind.UNREADABLE: "a node dir may not be listed",
+        }
         said = "; ".join(dict.fromkeys(why.get(r, "--runtime-state-dir missing") for r in blind))
         return NpdVerdict.of(NpdStatus.UNKNOWN, f"gc: node view unknown: {said}")
     note = f"{untrusted} of {tmpfs} tmpfs not judged by pid" if untrusted else ""

@@ -74,7 +74,7 @@ def look(root: str, pids: Iterable[int] | None = None, state_dirs: Sequence[tupl
     everyone = live_pids() if pids is None else list(pids)
     with NodeRoot(root, state_dirs) as node:
         places, where = list(node.places()), node.path
-        blind = unseen(where, node.found, node.missing, pidns_of_self(), state_dirs)
+        blind = unseen(where, node.found, node.missing, pidns_of_self(), state_dirs, node.unreadable)
     every = places  # each tmpfs's every place: a mount at any of them is the host's (reach.py)
     by_dev: dict[int, Place] = {}
     for p in places:

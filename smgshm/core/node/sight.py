@@ -9,7 +9,9 @@ NPD 2, a doctor --node warning, the exporter's ``smgshm_node_view_unknown`` and 
   a ``--runtime-state-dir`` given that is not there is said on its own;
 - **a privilege missing**: smgshm's pid namespace is not the host's initial one (a DaemonSet without
   ``hostPID: true``): pods' processes are not all visible, so no tmpfs can be tied to its pods' pid
-  namespaces, and a tmpfs no visible process uses would look unused.
+  namespaces, and a tmpfs no visible process uses would look unused; or a layout dir is there but may
+  not be listed (EACCES: the kubelet's pods dir and each pod's dir are 0750 root, so a non-root smgshm
+  without CAP_DAC_READ_SEARCH finds no emptyDir at all).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ class Blind(Closed):
     NODE_ROOT = "node_root"  # no kubelet pods dir and no runtime sandboxes dir under the root
     STATE_DIR = "runtime_state_dir"  # a --runtime-state-dir that is not there
     HOST_PID = "host_pid"  # not in the host's pid namespace
+    UNREADABLE = "unreadable"  # a layout dir there that may not be listed (EACCES)
 
 
 @dataclass(frozen=True)
@@ -45,11 +48,24 @@ def unseen(
     missing_state_dirs: Sequence[str],
     pidns: str,
     state_dirs: Sequence[tuple[str, ...]] = (),
+    unreadable: Sequence[str] = (),
 ) -> list[Unseen]:
     """What a look at ``root`` could not see: ``found`` the layout dirs that were there, ``missing_state_dirs``
-    the custom ones that were not, ``pidns`` this process's pid namespace (``pid:[...]``; "" unreadable)."""
+    the custom ones that were not, ``pidns`` this process's pid namespace (``pid:[...]``; "" unreadable),
+    ``unreadable`` the dirs there that may not be listed."""
     out: list[Unseen] = []
-    if not found:
+    if unreadable:
+        more = f" and {len(unreadable) - 1} more" if len(unreadable) > 1 else ""
+        out.append(
+            Unseen(
+                Blind.UNREADABLE,
+                f"{unreadable[0]}{more} under node root {root} may not be listed (permission denied): "
+                "the pods' /dev/shm below cannot be seen",
+                "run as root, or give the uid CAP_DAC_READ_SEARCH (the node image's exporter entrypoint, "
+                "/opt/smgshm/bin/smgshm-node, raises it and CAP_SYS_PTRACE by file capabilities)",
+            )
+        )
+    if not found and not unreadable:  # a dir there but not listable is no missing mount
         looked = ", ".join(["/".join(KUBELET_PODS), *runtime_layouts(state_dirs)])
         out.append(
             Unseen(
