@@ -83,7 +83,9 @@ W = (
     "umask 077; "
     'w() { dd if=/dev/zero of="$1/smg-tokenspeed-$2-$(date +%s)000000000-$3" bs=4096 count=1 2>/dev/null; }; '
 )
-DEAD_CHILD = "sh -c '" + W + "w /dev/shm $$ 0'; "
+# The dead child's pid, after pids burnt: past the host's kernel threads (pids 1 to about 90 here), so
+# it names no live host process (see _comparable).
+DEAD_CHILD = "for i in $(seq 120); do /bin/true; done; sh -c '" + W + "w /dev/shm $$ 0'; "
 FOREVER = "exec sleep 2000000000"
 
 # Run by the capped interpreter in the container: its own capability sets and flags, and what it may do
@@ -398,6 +400,18 @@ def test_file_capabilities_beyond_the_bounding_set_fail_the_exec(
     )
 
 
+def _comparable(key: tuple[str, str, str], w: Workload) -> bool:
+    """Whether a container's verdict on this segment can equal the host's here. On this VM (pid 1
+    unreadable) a container cannot tell the host's mount namespace, so every host process reaches every
+    tmpfs and a dead producer's pid that is alive in the host's pid namespace reads alive or unknown:
+    the dead gateway's pid 1 always (test_in_a_container_the_dead_pid1_gateway_is_leaked), a dead child's
+    pid when the host has one so numbered. Elsewhere, every segment."""
+    if not PID1_UNREADABLE or w.truth[key] != "leaked":
+        return True
+    pid = key[2].split("-")[2]
+    return key[0] != w.pods[0].uid and not os.path.exists(f"/proc/{pid}")
+
+
 def _assert_truth(w: Workload) -> None:
     """The host's own root run judged the test's pods as they are (each verdict could fail)."""
     dead, live, sandbox = w.pods
@@ -421,9 +435,10 @@ def test_least_privilege_exporter_judges_every_pod_as_root_does(
     seen = verdicts(least.json(), workload.pods)
     assert seen.keys() == workload.truth.keys()
     dead, live, sandbox = workload.pods
-    for key, state in workload.truth.items():
-        if key[0] != dead.uid or not PID1_UNREADABLE:
-            assert seen[key] == state, (key, seen)
+    compared = [key for key in workload.truth if _comparable(key, workload)]
+    assert len(compared) >= 3, compared  # both live producers' and a dead child's at least
+    for key in compared:
+        assert seen[key] == workload.truth[key], (key, seen)
     former = gc_node_in(node, exporter_pod, ROOT_FORM, "smgshm-plain")  # the former image: no file caps
     assert former.exit_code == 0, former.stderr
     judged = verdicts(former.json(), workload.pods)
@@ -569,9 +584,9 @@ def test_the_built_node_image_runs_the_exporter_so(node: Node, exporter_pod: Pod
     assert got.exit_code == 0, got.stderr
     seen = verdicts(got.json(), workload.pods)
     assert seen.keys() == workload.truth.keys()
-    dead = workload.pods[0]
-    for key, state in workload.truth.items():
-        if key[0] != dead.uid or not PID1_UNREADABLE:
-            assert seen[key] == state, (key, seen)
+    compared = [key for key in workload.truth if _comparable(key, workload)]
+    assert len(compared) >= 3, compared  # both live producers' and a dead child's at least
+    for key in compared:
+        assert seen[key] == workload.truth[key], (key, seen)
     plain = run(node, exporter_pod, security(NONROOT, ()), ["smgshm", "--version"], image=image)
     assert plain.exit_code == 0, plain.stderr
