@@ -82,6 +82,7 @@ def node_verdict(
             Blind.NODE_ROOT: "no kubelet/runtime dir under --node-root",
             Blind.HOST_PID: "no hostPID",
             Blind.UNREADABLE: "a node dir may not be listed",
+            Blind.HOST_MNT: "host mount namespace unknown",
         }
         said = "; ".join(dict.fromkeys(why.get(r, "--runtime-state-dir missing") for r in blind))
         return NpdVerdict.of(NpdStatus.UNKNOWN, f"gc: node view unknown: {said}")

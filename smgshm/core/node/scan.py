@@ -26,7 +26,7 @@ from smgshm.core.node.judge import PodJudge, tmpfs_trust
 from smgshm.core.node.layout import NodeRoot, Place
 from smgshm.core.node.pods import PodName, pod_names_at
 from smgshm.core.node.reach import reachers
-from smgshm.core.node.sight import Unseen, unseen
+from smgshm.core.node.sight import Unseen, host_mnt_unseen, unseen
 from smgshm.core.node.volumes import Hidden, PidSpace, ShmUser, hidden_bytes, pid_spaces, pidns_of_self
 from smgshm.core.segments.judge import Judge, ScanOptions, SegmentInfo, Tally
 from smgshm.core.segments.scan import Scan
@@ -48,6 +48,8 @@ class Tmpfs:
     trust: Trust
     hidden: Hidden
     host: PidSpace | None = None  # the host's pid namespace: smgshm's own names are judged there too
+    weak: frozenset[str] = frozenset()  # pid namespaces that reach it only as the host may (reach.py)
+    host_mnt: str = ""  # what could not be read of the host's mount namespace, when ``weak``
 
 
 def pod_label(t: Tmpfs) -> str:
@@ -106,8 +108,12 @@ def look(root: str, pids: Iterable[int] | None = None, state_dirs: Sequence[tupl
         proven = p.pod_uid or (seen.sandbox_pod.get(p.volume) if p.volume else None)
         unread = seen.doubtful(proven, [s.ns for s in used])
         doubt = frozenset(u.uid for u in unread)
-        trust = tmpfs_trust(mine_users, used, mine, doubt, since, unread_pids=[u.pid for u in unread])
-        out.append(Tmpfs(p, uid, names.get(uid) if uid else None, mine_users, used, trust, hidden[p.dev], host))
+        weak = frozenset(s.ns for s in used if all(u.maybe_host for u in mine_users if u.pidns == s.ns))
+        trust = tmpfs_trust(mine_users, used, mine, doubt, since, [u.pid for u in unread], sorted(weak), seen.host_mnt)
+        name = names.get(uid) if uid else None
+        out.append(Tmpfs(p, uid, name, mine_users, used, trust, hidden[p.dev], host, weak, seen.host_mnt))
+    if seen.host_mnt:
+        blind.append(host_mnt_unseen(seen.host_mnt))
     return NodeLook(where, out, known, holders, blind)
 
 
@@ -168,8 +174,11 @@ class TmpfsScan(Scan):
         # filesystem): the node view found it mounted as a tmpfs, made after boot.
         offset = clock.boot_offset()
         wall = WallClock(offset, clock.step_shown(clock.birth_time(place.path), 0.0, offset))
-        spaces, host = self.tmpfs.spaces, self.tmpfs.host
-        return trust, PodJudge(self.opts, trust, held, self.dev, spaces, self.sightings, self._mounted, wall, host)
+        t = self.tmpfs
+        judge = PodJudge(
+            self.opts, trust, held, self.dev, t.spaces, self.sightings, self._mounted, wall, t.host, t.weak, t.host_mnt
+        )
+        return trust, judge
 
     def _entries(self) -> Iterator[os.DirEntry[str]]:
         others, prefix = self.others, SMG_FAMILY_PREFIX

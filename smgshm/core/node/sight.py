@@ -11,7 +11,9 @@ NPD 2, a doctor --node warning, the exporter's ``smgshm_node_view_unknown`` and 
   ``hostPID: true``): pods' processes are not all visible, so no tmpfs can be tied to its pods' pid
   namespaces, and a tmpfs no visible process uses would look unused; or a layout dir is there but may
   not be listed (EACCES: the kubelet's pods dir and each pod's dir are 0750 root, so a non-root smgshm
-  without CAP_DAC_READ_SEARCH finds no emptyDir at all).
+  without CAP_DAC_READ_SEARCH finds no emptyDir at all); or the host's mount namespace cannot be read
+  (/proc/1/ns/mnt) while processes of another reach a tmpfs through a mount that may be the host's own
+  (reach.py): a pid alive only in their pid namespaces is unknown.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ class Blind(Closed):
     STATE_DIR = "runtime_state_dir"  # a --runtime-state-dir that is not there
     HOST_PID = "host_pid"  # not in the host's pid namespace
     UNREADABLE = "unreadable"  # a layout dir there that may not be listed (EACCES)
+    HOST_MNT = "host_mnt"  # the host's mount namespace not known, and a tmpfs's judges depend on it
 
 
 @dataclass(frozen=True)
@@ -97,4 +100,17 @@ def unseen(
     return out
 
 
-__all__ = ["Blind", "Unseen", "unseen"]
+def host_mnt_unseen(why: str) -> Unseen:
+    """The host's mount namespace not known (``why``: what could not be read), when some tmpfs's judges
+    depend on it (reach.py)."""
+    return Unseen(
+        Blind.HOST_MNT,
+        f"the host's mount namespace cannot be identified ({why}): processes of another mount namespace reach "
+        "pods' tmpfs through mounts that may be the host's own, so a producer's pid alive only in their pid "
+        "namespaces is unknown",
+        "run in the host's pid namespace with CAP_SYS_PTRACE (hostPID: true), so that /proc/1/ns/mnt can be "
+        "read, and mount the host's / as the node root",
+    )
+
+
+__all__ = ["Blind", "Unseen", "host_mnt_unseen", "unseen"]
