@@ -74,7 +74,8 @@ PID1_UNREADABLE = _pid1_unreadable()
 NONROOT = 65532  # the image's smgshm user (deploy/Containerfile)
 PRODUCER = 1000  # the pods' engines: another uid, 0600 segments
 CAPS = ("SYS_PTRACE", "DAC_READ_SEARCH")  # what the node view needs, as measured below
-_CAP_BIT = {"DAC_READ_SEARCH": 2, "SYS_PTRACE": 19}
+_CAP_BIT = {"DAC_READ_SEARCH": 2, "FOWNER": 3, "SYS_PTRACE": 19}
+RECLAIM_CAPS = (*CAPS, "FOWNER")  # the reclaim CronJob's: FOWNER unlinks another uid's file in a sticky dir
 SANDBOXES = "run/containerd/io.containerd.grpc.v1.cri/sandboxes"
 
 # busybox sh: w DIR PID SEQ writes one 4 KiB segment named as SMG's gateway names it (see
@@ -95,8 +96,12 @@ import json, os, sys
 status = dict(l.split(":", 1) for l in open("/proc/self/status").read().splitlines() if ":" in l)
 out = {k: status[k].strip() for k in ("Uid", "CapPrm", "CapEff", "CapBnd", "CapAmb", "NoNewPrivs", "Seccomp")}
 for arg in sys.argv[1:]:  # create:PATH makes a new file (then removes it); append:PATH opens one to write
-    how, _, target = arg.partition(":")
+    how, _, target = arg.partition(":")  # unlink:PATH removes one
     try:
+        if how == "unlink":
+            os.unlink(target)
+            out[arg] = "unlinked"
+            continue
         flags = os.O_WRONLY | (os.O_CREAT | os.O_EXCL if how == "create" else os.O_APPEND)
         os.close(os.open(target, flags, 0o644))
         if how == "create":
@@ -138,6 +143,7 @@ def node() -> Iterator[Node]:
                 ("python3", CAPS),
                 ("python3-ptrace", CAPS[:1]),
                 ("python3-dac", CAPS[1:]),
+                ("python3-reclaim", RECLAIM_CAPS),
             ):
                 shutil.copy2(real, bindir / name)
                 if caps:
@@ -148,6 +154,7 @@ def node() -> Iterator[Node]:
                 ("smgshm-ptrace", "python3-ptrace"),
                 ("smgshm-dac", "python3-dac"),
                 ("smgshm-plain", "python3-plain"),
+                ("smgshm-reclaim", "python3-reclaim"),
             ):
                 (bindir / name).write_text(
                     f"#!/opt/smgshm/bin/{interp}\nimport sys\nfrom smgshm.cli import main\nsys.exit(main())\n"
@@ -610,3 +617,86 @@ def test_the_built_node_image_runs_the_exporter_so(node: Node, exporter_pod: Pod
         assert seen[key] == workload.truth[key], (key, seen)
     plain = run(node, exporter_pod, security(NONROOT, ()), ["smgshm", "--version"], image=image)
     assert plain.exit_code == 0, plain.stderr
+
+
+# -- the reclaim CronJob (deploy/components/reclaim-cronjob) ----------------------------------------------
+
+RECLAIM = security(NONROOT, RECLAIM_CAPS)  # the CronJob now: uid 65532, smgshm-reclaim
+FORMER_RECLAIM = security(0, ("SYS_PTRACE", "FOWNER"))  # the CronJob before: uid 0
+
+
+def _reclaim(node: Node, pod: Pod, sec: Security, entry: str) -> Run:
+    """The CronJob's args (--min-age 0: the leaks here are seconds old, and each run's state dir is new)."""
+    argv = ["--json", "gc", "--node", "--node-root", "/host", "--delete", "--yes", "--all-users", "--min-age", "0"]
+    return run(node, pod, sec, [f"/opt/smgshm/bin/{entry}", *argv])
+
+
+def _tmpfs_dirs(node: Node, w: Workload) -> list[Path]:
+    live = w.pods[1]
+    return [live.kubelet_dir / "volumes/kubernetes.io~empty-dir/dshm", *(node.root / SANDBOXES).glob("*/shm")]
+
+
+def test_the_reclaim_cronjobs_form_deletes_dead_producers_segments_of_another_uid_and_keeps_live_ones(
+    node: Node, exporter_pod: Pod, workload: Workload
+) -> None:
+    """uid 65532 with SYS_PTRACE, DAC_READ_SEARCH and FOWNER by the file capabilities of its own entrypoint
+    (smgshm-reclaim), no_new_privs: the dead children's uid-1000 segments (in a memory emptyDir and in
+    containerd's sandbox shm) deleted, the live producers' kept. Both dirs are sticky (1777: the kubelet
+    mounts a memory emptyDir's tmpfs with no mode, containerd the sandbox shm with mode=1777), so
+    unlinking another uid's file needs FOWNER: the exporter's two capabilities judge them leaked and
+    delete nothing; the former form (uid 0, SYS_PTRACE and FOWNER) cannot judge the live pods (no
+    DAC_READ_SEARCH) and deletes none of their leaks. Placed after every test that reads the workload:
+    it deletes its leaks."""
+    _assert_truth(workload)
+    dirs = _tmpfs_dirs(node, workload)
+    assert len(dirs) >= 2
+    assert {oct(d.stat().st_mode & 0o7777) for d in dirs} == {"0o1777"}
+    truth = set(workload.truth)
+    leaked = {k for k in truth if workload.truth[k] == "leaked" and k[0] != workload.pods[0].uid}
+    leaked = {k for k in leaked if _comparable(k, workload)}
+    live = {k for k in truth if workload.truth[k] == "in_flight"}
+    assert leaked, leaked
+    assert len(live) == 2, live
+
+    def left() -> set[tuple[str, str, str]]:
+        return set(verdicts(run_cli("--json", "gc", "--node", "--node-root", str(node.root)).json, workload.pods))
+
+    without = _reclaim(node, exporter_pod, LEAST, "smgshm")  # the exporter's form: no FOWNER
+    assert without.exit_code == 0, without.stderr
+    kept = [d for t in without.json()["result"]["tmpfs"] for d in t["deleted"]]
+    assert len(kept) == len(leaked), kept
+    assert {d["deleted"] for d in kept} == {False}
+    assert all("CAP_FOWNER" in d["reason"] for d in kept), kept
+    assert leaked <= left()
+    former = _reclaim(node, exporter_pod, FORMER_RECLAIM, "smgshm-plain")
+    assert former.exit_code == 0, former.stderr
+    judged = verdicts(former.json(), workload.pods)
+    assert {judged[k] for k in leaked | live} == {"unknown"}, judged
+    assert leaked <= left()
+    now = _reclaim(node, exporter_pod, RECLAIM, "smgshm-reclaim")
+    assert now.exit_code == 0, now.stderr
+    remaining = left()
+    assert not leaked & remaining, remaining
+    assert live <= remaining
+
+
+@pytest.mark.parametrize(("sticky", "caps"), [(True, CAPS), (True, RECLAIM_CAPS), (False, CAPS)])
+def test_unlinking_another_uids_file_needs_fowner_in_a_sticky_dir_only(
+    node: Node, exporter_pod: Pod, sticky: bool, caps: tuple[str, ...]
+) -> None:
+    """What deleting needs, measured: uid 65532 unlinks uid 1000's 0600 file in a 1777 dir (a memory
+    emptyDir's tmpfs, the sandbox shm) only with CAP_FOWNER; in a 0777 dir with none (DAC_OVERRIDE is
+    not what it takes: the dir is writable by all)."""
+    d = Path(tempfile.mkdtemp(dir=node.scratch))
+    d.chmod(0o1777 if sticky else 0o777)
+    victim = d / "smg-tokenspeed-7-1-0"
+    victim.write_bytes(b"x")
+    victim.chmod(0o600)
+    os.chown(victim, PRODUCER, PRODUCER)
+    interp = "python3-reclaim" if "FOWNER" in caps else "python3"
+    extra = [HostMount("/u", d, readonly=False)]
+    got = probe(node, exporter_pod, security(NONROOT, caps), interp, "unlink:/u/smg-tokenspeed-7-1-0", extra=extra)
+    gone = got["unlink:/u/smg-tokenspeed-7-1-0"] == "unlinked"
+    assert gone is (not sticky or "FOWNER" in caps), got
+    assert victim.exists() is not gone
+    shutil.rmtree(d)
