@@ -157,9 +157,11 @@ def caps(p):
         return os.getxattr(p, "security.capability").hex()
     except OSError:
         return "none"
-print(caps("/opt/smgshm/bin/python3-node"), caps(os.path.realpath("/opt/smgshm/bin/python3")))')
-verdict "file capabilities on the exporter's interpreter only" \
-    "$([ "$out" = "0100000204000800000000000000000000000000 none" ] && echo 0 || echo 1)" "security.capability: $out"
+print(caps("/opt/smgshm/bin/python3-node"), caps("/opt/smgshm/bin/python3-reclaim"),
+    caps(os.path.realpath("/opt/smgshm/bin/python3")))')
+want="0100000204000800000000000000000000000000 010000020c000800000000000000000000000000 none"
+verdict "file capabilities on the exporter's and the reclaim's interpreters only" \
+    "$([ "$out" = "$want" ] && echo 0 || echo 1)" "security.capability: $out"
 
 # --- 3. the /dev/shm a container gets -------------------------------------------------------
 host_id="$(cat /proc/sys/kernel/random/boot_id):$(stat -c %d /dev/shm)"
@@ -258,10 +260,13 @@ states=$(field '",".join(sorted({s["state"] for t in d["result"]["tmpfs"] for s 
 verdict "gc --node without SYS_PTRACE: every segment unknown, none leaked" \
     "$([ "$states" = unknown ] && echo 0 || echo 1)" "states: $states"
 
-# Reclaim, as an operator's one-off run would: the node's / writable, SYS_PTRACE to judge, FOWNER to
-# unlink other uids' files in the sticky tmpfs.
-rc=0; doc=$("${run[@]}" --network=none --pid=host --read-only --user 0 --cap-drop ALL --cap-add SYS_PTRACE \
-    --cap-add FOWNER -v "$root:/host:rslave" "$image" \
+# Reclaim, as the reclaim CronJob runs it (deploy/components/reclaim-cronjob): uid 65532 with SYS_PTRACE
+# and DAC_READ_SEARCH to judge, FOWNER to unlink other uids' files in the sticky tmpfs, by the file
+# capabilities of its own entrypoint (the read-only kubelet mount of the CronJob is proven in containerd by
+# tests/integration/test_exporter_least_privilege.py; here the node's / is bound writable, as before).
+rc=0; doc=$("${run[@]}" --network=none --pid=host --read-only --user 65532:65532 --cap-drop ALL \
+    --cap-add SYS_PTRACE --cap-add DAC_READ_SEARCH --cap-add FOWNER --security-opt no-new-privileges \
+    --entrypoint /opt/smgshm/bin/smgshm-reclaim -v "$root:/host:rslave" "$image" \
     --json gc --node --node-root /host --delete --yes --min-age 0s --all-users) || rc=$?
 left_a=$(find "$root/var/lib/kubelet/pods/$uid_a/volumes/kubernetes.io~empty-dir/dshm" -name 'smg-*' | wc -l)
 left_b=$(find "$root/var/lib/kubelet/pods/$uid_b/volumes/kubernetes.io~empty-dir/dshm" -name 'smg-*' | wc -l)

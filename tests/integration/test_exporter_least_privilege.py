@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.conftest import run_cli
 from tests.support.cri.containerd import Containerd, missing_binaries, running_containerd
@@ -622,6 +623,7 @@ def test_the_built_node_image_runs_the_exporter_so(node: Node, exporter_pod: Pod
 # -- the reclaim CronJob (deploy/components/reclaim-cronjob) ----------------------------------------------
 
 RECLAIM = security(NONROOT, RECLAIM_CAPS)  # the CronJob now: uid 65532, smgshm-reclaim
+CRONJOB = Path(__file__).resolve().parents[2] / "deploy/components/reclaim-cronjob/cronjob.yaml"
 FORMER_RECLAIM = security(0, ("SYS_PTRACE", "FOWNER"))  # the CronJob before: uid 0
 
 
@@ -648,6 +650,14 @@ def test_the_reclaim_cronjobs_form_deletes_dead_producers_segments_of_another_ui
     DAC_READ_SEARCH) and deletes none of their leaks. Placed after every test that reads the workload:
     it deletes its leaks."""
     _assert_truth(workload)
+    (c,) = yaml.safe_load(CRONJOB.read_text())["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]
+    sc = c["securityContext"]  # the shipped CronJob is the form run here
+    assert (sc["runAsUser"], tuple(sc["capabilities"]["add"]), sc["allowPrivilegeEscalation"]) == (
+        NONROOT,
+        RECLAIM_CAPS,
+        False,
+    )
+    assert c["command"] == ["/opt/smgshm/bin/smgshm-reclaim"]
     dirs = _tmpfs_dirs(node, workload)
     assert len(dirs) >= 2
     assert {oct(d.stat().st_mode & 0o7777) for d in dirs} == {"0o1777"}

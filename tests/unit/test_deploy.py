@@ -39,12 +39,13 @@ def _pod_specs() -> Iterator[tuple[str, dict[str, Any]]]:
 
 def _smgshm_argvs() -> Iterator[tuple[str, list[str]]]:
     """Every smgshm command line the manifests run: containers of the node image (args after its
-    ENTRYPOINT smgshm, or a command starting with smgshm or the exporter's smgshm-node), the commented
+    ENTRYPOINT smgshm, or a command starting with smgshm, the exporter's smgshm-node or the reclaim's
+    smgshm-reclaim), the commented
     alternatives written as `# command: [...]`, and the NPD plugin monitor's rules."""
     for where, spec in _pod_specs():
         for c in [*spec.get("initContainers", []), *spec.get("containers", [])]:
             cmd = [*c.get("command", []), *c.get("args", [])]
-            if cmd and Path(cmd[0]).name in ("smgshm", "smgshm-node"):
+            if cmd and Path(cmd[0]).name in ("smgshm", "smgshm-node", "smgshm-reclaim"):
                 yield f"{where}/{c['name']}", cmd[1:]
             elif not c.get("command") and IMAGE.search(c["image"]):
                 yield f"{where}/{c['name']}", cmd
