@@ -618,6 +618,10 @@ def test_the_built_node_image_runs_the_exporter_so(node: Node, exporter_pod: Pod
         assert seen[key] == workload.truth[key], (key, seen)
     plain = run(node, exporter_pod, security(NONROOT, ()), ["smgshm", "--version"], image=image)
     assert plain.exit_code == 0, plain.stderr
+    # the reclaim CronJob's entrypoint starts under its securityContext (its file capabilities within it)
+    argv = ["/opt/smgshm/bin/smgshm-reclaim", "--version"]
+    reclaim = run(node, exporter_pod, security(NONROOT, RECLAIM_CAPS), argv, image=image)
+    assert reclaim.exit_code == 0, reclaim.stderr
 
 
 # -- the reclaim CronJob (deploy/components/reclaim-cronjob) ----------------------------------------------
