@@ -52,3 +52,21 @@ def test_an_unreadable_node_dir_is_said_with_the_privilege_it_lacks() -> None:
     v = node_verdict(zero, {}, deleted=0, tmpfs=0, untrusted=0, unread=0, blind=[Blind.UNREADABLE])
     assert v.status == NpdStatus.UNKNOWN
     assert "a node dir may not be listed" in v.line
+
+
+def test_an_unknown_host_mount_namespace_is_said_with_what_could_not_be_read() -> None:
+    from smgshm.core.node.npd import NpdStatus, node_verdict
+    from smgshm.core.node.sight import host_mnt_unseen
+
+    u = host_mnt_unseen("/proc/1/ns/mnt: Permission denied")
+    assert u.reason == Blind.HOST_MNT
+    assert "/proc/1/ns/mnt: Permission denied" in u.message
+    zero = {"leaked": 0, "hazard": 0}
+    v = node_verdict(zero, {}, deleted=0, tmpfs=1, untrusted=0, unread=0, blind=[u.reason])
+    assert v.status == NpdStatus.UNKNOWN
+    assert "host mount namespace unknown" in v.line
+    # a leak found anyway is a problem, blind or not
+    leak = node_verdict(
+        {"leaked": 1, "hazard": 0}, {"leaked": 4096}, deleted=0, tmpfs=1, untrusted=0, unread=0, blind=[u.reason]
+    )
+    assert leak.status == NpdStatus.PROBLEM
