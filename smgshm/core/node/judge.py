@@ -10,9 +10,9 @@ unknown and never reaped. A tmpfs no process reaches has no writer left: every n
 (leaked; proven so, reapable at any age, when a sighting shows it there before the look that found
 no process: a writer must reach it, so a name listed before a walk that finds none was written by
 a process gone since). Seen from a pid namespace other than the host's initial one, nothing is
-judged by pid: unknown. A namespace that reaches the tmpfs only through processes that may be the host's
-own (reach.py: the host's mount namespace not known) may not be a writer at all: a pid alive there and in
-no other namespace that reaches it is unknown, never alive; a pid dead there counts as in any other.
+judged by pid: unknown. A namespace that reaches the tmpfs only through a view of the host's / (reach.py)
+may not be a writer at all: a pid alive there and in no other namespace that reaches it is unknown, never
+alive; a pid dead there counts as in any other.
 """
 
 from __future__ import annotations
@@ -31,6 +31,15 @@ from smgshm.core.segments.sightings import Sightings
 _NEVER = Bounds(math.inf, -math.inf, -1)  # reuse_bounds' shape for "cannot be told": neither alive nor dead
 
 
+def weak_route(host_mnt: str) -> str:
+    """How a weak namespace reaches a tmpfs (the module), and why that cannot be told apart from the host's."""
+    said = (
+        "through a mount at its node path under another prefix, a view of the host's / (the host's own "
+        "mount, or a way in: which cannot be told)"
+    )
+    return f"{said}; the host's mount namespace is not known ({host_mnt})" if host_mnt else said
+
+
 def tmpfs_trust(
     users: Sequence[ShmUser],
     spaces: Sequence[PidSpace],
@@ -45,7 +54,8 @@ def tmpfs_trust(
     ``users``: the processes that reach it; ``doubt``: the uids of the unread processes that may.
     ``since_ns``: when the look at its users began (boot clock): a container started since may write here
     in a pid namespace not among ``spaces``, so only a name seen before it is judged for good. ``weak``: the
-    namespaces that reach it only as the host may, ``host_mnt`` what could not be read (the module)."""
+    namespaces that reach it only through a view of the host's / (the module); ``host_mnt``: what could not
+    be read of the host's mount namespace, if anything."""
     if mine != INIT_PID_NS:
         return Trust(
             False,
@@ -63,10 +73,7 @@ def tmpfs_trust(
         named = ", ".join(s.ns for s in spaces)
         note = f"judged in the pid namespace(s) of the {len(users)} process(es) that reach it: {named}"
     if weak:
-        note += (
-            f"; {', '.join(weak)} only through a mount that may be the host's own (the host's mount namespace "
-            f"is not known: {host_mnt or 'unreadable'}), so a pid alive only there is unknown"
-        )
+        note += f"; {', '.join(weak)} only {weak_route(host_mnt)}, so a pid alive only there is unknown"
     if doubt:
         note += f"; uid(s) {', '.join(map(str, sorted(doubt)))}'s processes could not be read"
         note += f" ({name_pids(list(unread_pids))})" if unread_pids else ""
@@ -136,8 +143,7 @@ class PodJudge(Judge):
             say(
                 pid,
                 f"pid {pid} is a process only in {', '.join(s.ns for s in spaces if s.ns in self.weak)}, which "
-                "reaches this tmpfs only through a mount that may be the host's own: the host's mount "
-                f"namespace is not known ({self.host_mnt or 'unreadable'})",
+                f"reaches this tmpfs only {weak_route(self.host_mnt)}",
             )
             return _NEVER
         if absent:
@@ -172,4 +178,4 @@ class PodJudge(Judge):
         return reason
 
 
-__all__ = ["PodJudge", "tmpfs_trust"]
+__all__ = ["PodJudge", "tmpfs_trust", "weak_route"]

@@ -23,14 +23,14 @@ the rule assumes, and why:
   host process, and reaches every tmpfs mounted there, its own place included. A handle on a mount in no
   table this process can read (detached: ``umount -l``, ``open_tree``) is not counted: what lies under it
   cannot be told from here (host/pidtrust.py calls it doubt; the node view does not yet).
-- **When the host's mount namespace cannot be read** (/proc/1/ns/mnt refused: pid 1 of another user
-  namespace), only this process's own is known to be the host's. A process of another mount namespace
-  with the tmpfs mounted at its own place under some prefix (``<prefix>/var/lib/kubelet/pods/...``, the
-  place as a view of the host's / names it) may be the host itself, whose / is not the node root here
-  (or one more such view): whether that mount is a way in or the host's own cannot be told. Its pid
-  namespace judges there only weakly (``ShmUser.maybe_host``; judge.py): a pid alive only in such
-  namespaces is unknown, never alive; one dead in all of them is dead either way. ``Reach.host_mnt``
-  then says what could not be read (sight.py reports it).
+- **A view of the host's / is the host's mount, or a way in: it cannot be told.** A process of another
+  mount namespace with the tmpfs mounted at its own place under some prefix
+  (``<prefix>/var/lib/kubelet/pods/...``, the place as a view of the host's / names it: a node agent's
+  hostPath / at /host/root, and the host itself when its mount namespace cannot be read, /proc/1/ns/mnt
+  refused, with a / that is not the node root) reaches it as the host does, and could write through it
+  too. Its pid namespace judges there only weakly (``ShmUser.maybe_host``; judge.py): a pid alive only
+  in such namespaces is unknown, never alive; one dead in all of them is dead either way. When the
+  host's mount namespace was not read, ``Reach.host_mnt`` says so (sight.py reports it).
 - **A sandbox's infra (pause) container is no producer.** containerd gives it the sandbox shm as its
   /dev/shm, and with the kubelet's default it is pid 1 of a pid namespace of its own, where a dead
   gateway's ``smg-tokenspeed-1-*`` would read alive. It is told by proof, not by name: its cgroup leaf
@@ -179,9 +179,9 @@ class _Walk:
         self.out = Reach()
 
     def _hostlike(self, dev: int, point: str) -> bool:
-        """Whether a mount of ``dev`` at ``point`` may be the host's own, when the host's mount namespace is
-        not known: its place under the node root, under some prefix (the module)."""
-        return bool(self.host_unknown) and any(point.endswith(rel) for rel in self.rel.get(dev, ()))
+        """Whether a mount of ``dev`` at ``point`` is a view of the host's /: its place under the node root,
+        under some prefix (the module)."""
+        return any(point.endswith(rel) for rel in self.rel.get(dev, ()))
 
     def _mounted(self, base: str, mntns: str) -> dict[int, tuple[str, bool]]:
         """The tmpfs mounted in the mount namespace ``mntns`` (read at ``base``) other than at their own places,
@@ -338,7 +338,7 @@ class _Walk:
         pod = pod_uid_in(cgroup) if cgroup is not None else None
         for dev, how in routes.items():
             self.out.by_dev.setdefault(dev, []).append(ShmUser(pid, pidns, len(nspid), uid, pod, how, dev in maybe))
-            if dev in maybe:
+            if dev in maybe and self.host_unknown:
                 self.out.host_mnt = self.host_unknown
         if dirs:
             self.held.append((ShmUser(pid, pidns, len(nspid), uid, pod), own, dirs, set(routes)))

@@ -48,8 +48,8 @@ class Tmpfs:
     trust: Trust
     hidden: Hidden
     host: PidSpace | None = None  # the host's pid namespace: smgshm's own names are judged there too
-    weak: frozenset[str] = frozenset()  # pid namespaces that reach it only as the host may (reach.py)
-    host_mnt: str = ""  # what could not be read of the host's mount namespace, when ``weak``
+    weak: frozenset[str] = frozenset()  # pid namespaces that reach it only through a view of the host's / (reach.py)
+    host_mnt: str = ""  # what could not be read of the host's mount namespace, if anything
 
 
 def pod_label(t: Tmpfs) -> str:
