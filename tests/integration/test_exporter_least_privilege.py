@@ -487,6 +487,37 @@ def test_in_a_container_the_dead_pid1_gateway_is_never_called_alive(
     assert check.exit_code == 3, check.stderr
 
 
+def test_a_view_of_the_hosts_root_in_another_container_never_makes_a_dead_producer_alive(
+    node: Node, exporter_pod: Pod, workload: Workload
+) -> None:
+    """A hostPID container with the DaemonSet's mounts under /rootfs (a view of the host's /, as a node
+    agent mounts it) reaches every pod's tmpfs as the host does, and could write through it. gc --node
+    on the host while it runs: pid 1, alive in its pid namespace (the host's), leaves the dead gateway's
+    segment unknown, the view named (it read in_flight before); the live producers stay in_flight, the
+    dead children leaked."""
+    _assert_truth(workload)
+    k = node.kubelet
+    state = node.scratch / f"state-agent-{next(_runs)}"
+    state.mkdir()
+    view = [
+        HostMount("/rootfs" + m.container_path.removeprefix("/host"), m.host_path, True, m.host_to_container)
+        for m in _mounts(node, state, python=False)
+        if m.container_path.startswith("/host/")
+    ]
+    c = k.start_container(exporter_pod, f"agent-{state.name}", "echo ready; " + FOREVER, host_mounts=view)
+    try:
+        k.wait_logged(c, "ready")
+        doc = run_cli("--json", "gc", "--node", "--node-root", str(node.root)).json
+    finally:
+        k.stop_container(c)
+    seen = verdicts(doc, workload.pods)
+    dead = workload.pods[0]
+    for key, truth in workload.truth.items():
+        assert seen[key] == ("unknown" if key[0] == dead.uid else truth), (key, seen)
+    seg = next(s for t in doc["result"]["tmpfs"] if t["pod_uid"] == dead.uid for s in t["segments"])
+    assert "a view of the host's /" in seg["reason"], seg
+
+
 @pytest.mark.parametrize(
     ("without", "entry"),
     [("SYS_PTRACE", "smgshm-dac"), ("DAC_READ_SEARCH", "smgshm-ptrace"), ("file capabilities", "smgshm-plain")],
