@@ -242,6 +242,20 @@ verdict "image size under 300 MB" "$([ "$size" -lt 300000000 ] && echo 0 || echo
 out=$("${run[@]}" --network=none --entrypoint python3 "$image" -c \
     'import importlib.util as u; print(",".join(m for m in ("torch", "grpc", "numpy") if u.find_spec(m)) or "none")')
 verdict "no torch, gRPC or numpy in the image" "$([ "$out" = none ] && echo 0 || echo 1)" "found: $out"
+# The exporter's entrypoint interpreter: file capabilities cap_sys_ptrace,cap_dac_read_search+ep (what
+# setcap writes), kept in the image's layer; the default entrypoint's interpreter carries none.
+out=$("${run[@]}" --network=none --entrypoint python3 "$image" -c \
+    'import os
+def caps(p):
+    try:
+        return os.getxattr(p, "security.capability").hex()
+    except OSError:
+        return "none"
+print(caps("/opt/smgshm/bin/python3-node"), caps("/opt/smgshm/bin/python3-reclaim"),
+    caps(os.path.realpath("/opt/smgshm/bin/python3")))')
+want="0100000204000800000000000000000000000000 010000020c000800000000000000000000000000 none"
+verdict "file capabilities on the exporter's and the reclaim's interpreters only" \
+    "$([ "$out" = "$want" ] && echo 0 || echo 1)" "security.capability: $out"
 
 # --- 2b. what a fleet needs of the image: labels, the lock, the SBOM, one tree per commit, arm64 ---
 labels=$(podman image inspect --format '{{json .Labels}}' "$image")
@@ -425,9 +439,12 @@ start_pod() {  # UID MODE: the outer unshare stays in the host's pid namespace, 
 start_pod "$uid_a" dead
 start_pod "$uid_b" live
 
-# The exporter's privileges (deploy/k8s/exporter-daemonset.yaml): root with every capability dropped
-# but SYS_PTRACE, a read-only root filesystem and read-only mounts.
-exporter=(--network=none --pid=host --read-only --user 0 --cap-drop ALL --cap-add SYS_PTRACE -v "$root:/host:ro,rslave")
+# The exporter's privileges (deploy/k8s/exporter-daemonset.yaml): uid 65532 with every capability dropped
+# but SYS_PTRACE and DAC_READ_SEARCH, raised by its entrypoint's file capabilities under no_new_privs,
+# a read-only root filesystem and read-only mounts.
+exporter=(--network=none --pid=host --read-only --user 65532:65532 --cap-drop ALL --cap-add SYS_PTRACE
+    --cap-add DAC_READ_SEARCH --security-opt no-new-privileges --entrypoint /opt/smgshm/bin/smgshm-node
+    -v "$root:/host:ro,rslave")
 rc=0; doc=$("${run[@]}" "${exporter[@]}" "$image" --json gc --node --node-root /host) || rc=$?
 summary=$(field '" ".join("%s/%s:%s:%s" % (t["namespace"], t["pod"], t["kind"], ",".join(s["state"] for s in t["segments"]))
     for t in sorted(d["result"]["tmpfs"], key=lambda t: t["path"]))' <<<"$doc")
@@ -447,10 +464,13 @@ states=$(field '",".join(sorted({s["state"] for t in d["result"]["tmpfs"] for s 
 verdict "gc --node without SYS_PTRACE: every segment unknown, none leaked" \
     "$([ "$states" = unknown ] && echo 0 || echo 1)" "states: $states"
 
-# Reclaim, as an operator's one-off run would: the node's / writable, SYS_PTRACE to judge, FOWNER to
-# unlink other uids' files in the sticky tmpfs.
-rc=0; doc=$("${run[@]}" --network=none --pid=host --read-only --user 0 --cap-drop ALL --cap-add SYS_PTRACE \
-    --cap-add FOWNER -v "$root:/host:rslave" "$image" \
+# Reclaim, as the reclaim CronJob runs it (deploy/components/reclaim-cronjob): uid 65532 with SYS_PTRACE
+# and DAC_READ_SEARCH to judge, FOWNER to unlink other uids' files in the sticky tmpfs, by the file
+# capabilities of its own entrypoint (the read-only kubelet mount of the CronJob is proven in containerd by
+# tests/integration/test_exporter_least_privilege.py; here the node's / is bound writable, as before).
+rc=0; doc=$("${run[@]}" --network=none --pid=host --read-only --user 65532:65532 --cap-drop ALL \
+    --cap-add SYS_PTRACE --cap-add DAC_READ_SEARCH --cap-add FOWNER --security-opt no-new-privileges \
+    --entrypoint /opt/smgshm/bin/smgshm-reclaim -v "$root:/host:rslave" "$image" \
     --json gc --node --node-root /host --delete --yes --min-age 0s --all-users) || rc=$?
 left_a=$(find "$root/var/lib/kubelet/pods/$uid_a/volumes/kubernetes.io~empty-dir/dshm" -name 'smg-*' | wc -l)
 left_b=$(find "$root/var/lib/kubelet/pods/$uid_b/volumes/kubernetes.io~empty-dir/dshm" -name 'smg-*' | wc -l)

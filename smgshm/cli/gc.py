@@ -44,7 +44,11 @@ if TYPE_CHECKING:
     "stepped).",
 )
 @click.option("--assume-dead", is_flag=True, help="Judge by this pid namespace's pids even where that is unsafe.")
-@click.option("--all-users", is_flag=True, help="As root, also delete other users' segments.")
+@click.option(
+    "--all-users",
+    is_flag=True,
+    help="Also delete other users' segments: as root, or with CAP_FOWNER (the node image's smgshm-reclaim).",
+)
 @click.option("-y", "--yes", is_flag=True, help="Do not ask before deleting (a non-TTY run never asks).")
 @click.option(
     "--check",

@@ -320,7 +320,12 @@ def test_the_reclaim_cronjob_spreads_one_pod_per_node_and_runs_gc_node_delete(tm
     path, _ = _parse(c["args"])
     assert path == ["gc"]
     assert {"--node", "--delete", "--yes", "--all-users"} <= set(c["args"])
-    assert c["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["SYS_PTRACE", "FOWNER"]}
+    # The form test_exporter_least_privilege.py proves in containerd: uid 65532, its own capped entrypoint.
+    sc = c["securityContext"]
+    assert c["command"] == ["/opt/smgshm/bin/smgshm-reclaim"]
+    assert (sc["runAsUser"], sc["runAsGroup"], sc["runAsNonRoot"]) == (65532, 65532, True)
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"], "add": ["SYS_PTRACE", "DAC_READ_SEARCH", "FOWNER"]}
     assert c["resources"]["limits"]["cpu"] == "1"
 
 

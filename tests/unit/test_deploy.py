@@ -39,12 +39,13 @@ def _pod_specs() -> Iterator[tuple[str, dict[str, Any]]]:
 
 def _smgshm_argvs() -> Iterator[tuple[str, list[str]]]:
     """Every smgshm command line the manifests run: containers of the node image (args after its
-    ENTRYPOINT smgshm, or a command starting with smgshm), the commented alternatives written as
-    `# command: [...]`, and the NPD plugin monitor's rules."""
+    ENTRYPOINT smgshm, or a command starting with smgshm, the exporter's smgshm-node or the reclaim's
+    smgshm-reclaim), the commented
+    alternatives written as `# command: [...]`, and the NPD plugin monitor's rules."""
     for where, spec in _pod_specs():
         for c in [*spec.get("initContainers", []), *spec.get("containers", [])]:
             cmd = [*c.get("command", []), *c.get("args", [])]
-            if cmd and Path(cmd[0]).name == "smgshm":
+            if cmd and Path(cmd[0]).name in ("smgshm", "smgshm-node", "smgshm-reclaim"):
                 yield f"{where}/{c['name']}", cmd[1:]
             elif not c.get("command") and IMAGE.search(c["image"]):
                 yield f"{where}/{c['name']}", cmd
@@ -144,8 +145,14 @@ def test_the_exporter_daemonset_is_least_privilege_and_read_only() -> None:
     assert not spec.get("hostIPC")
     (c,) = spec["containers"]
     sc = c["securityContext"]
+    # Not root (tests/integration/test_exporter_least_privilege.py proves the form in containerd):
+    # the image's user, the two capabilities its entrypoint's file capabilities raise.
+    assert (sc["runAsUser"], sc["runAsGroup"], sc["runAsNonRoot"]) == (65532, 65532, True)
+    assert c["command"] == ["/opt/smgshm/bin/smgshm-node"]
     assert sc["capabilities"]["drop"] == ["ALL"]
-    assert sc["capabilities"]["add"] == ["SYS_PTRACE"]
+    assert sc["capabilities"]["add"] == ["SYS_PTRACE", "DAC_READ_SEARCH"]
+    assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert "fsGroup" not in spec.get("securityContext", {})
     assert sc["readOnlyRootFilesystem"] is True
     assert sc["allowPrivilegeEscalation"] is False
     assert sc.get("privileged", False) is False
@@ -158,6 +165,14 @@ def test_the_exporter_daemonset_is_least_privilege_and_read_only() -> None:
         "type": "DirectoryOrCreate",
     }
     assert os.path.dirname(c["args"][c["args"].index("--npd-file") + 1]) == "/run/smgshm-npd"
+    # That dir is the kubelet's (root 0755): one init container, uid 0 with CHOWN alone, gives it to 65532.
+    (init,) = spec["initContainers"]
+    isc = init["securityContext"]
+    assert init["command"] == ["chown", "65532:65532", "/run/smgshm-npd"]
+    assert isc["capabilities"] == {"drop": ["ALL"], "add": ["CHOWN"]}
+    assert (isc["allowPrivilegeEscalation"], isc["readOnlyRootFilesystem"]) == (False, True)
+    assert isc["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert [(m["name"], m["mountPath"]) for m in init["volumeMounts"]] == [("npd-verdict", "/run/smgshm-npd")]
     host -= set(writable)
     (state,) = [m for m in c["volumeMounts"] if m["name"] not in host and m["name"] not in writable]
     # a dir smgshm makes inside the volume: the kubelet makes an emptyDir 0777, a state dir smgshm refuses
@@ -182,7 +197,7 @@ def test_the_exporter_daemonset_is_least_privilege_and_read_only() -> None:
     assert res["limits"] == {"cpu": "1", "memory": "160Mi"}  # a whole core: a full scan is never throttled
     # Each added capability and hostPID has its reason written beside it.
     text = (K8S / "exporter-daemonset.yaml").read_text()
-    for word in ("# SYS_PTRACE:", "# hostPID:"):
+    for word in ("# SYS_PTRACE:", "# DAC_READ_SEARCH:", "# hostPID:"):
         assert word in text
 
 

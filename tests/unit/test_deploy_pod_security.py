@@ -66,7 +66,14 @@ def test_the_exporter_needs_privileged_for_exactly_the_stated_reasons() -> None:
     got = _restricted_violations(_pod("DaemonSet"))
     assert "hostPID" in got
     assert any(v.startswith("volume ") and "hostPath" in v for v in got)
-    assert "exporter: adds ['SYS_PTRACE']" in got
+    assert "exporter: adds ['SYS_PTRACE', 'DAC_READ_SEARCH']" in got
+    assert not [v for v in got if v.startswith("exporter: runAs")]  # uid 65532, runAsNonRoot
+    # its init container is uid 0 for one chown, with CHOWN alone (which `baseline` admits)
+    assert [v for v in got if v.startswith("npd-dir-owner")] == [
+        "npd-dir-owner: adds ['CHOWN']",
+        "npd-dir-owner: runAsNonRoot not true",
+        "npd-dir-owner: runAsUser 0",
+    ]
     (ns,) = [d for _, d in _all_docs() if d["kind"] == "Namespace"]
     assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
 

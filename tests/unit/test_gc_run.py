@@ -21,6 +21,7 @@ from smgshm.core.outcomes import Outcome
 from smgshm.core.segments import gcrun
 from smgshm.core.segments.judge import ScanOptions, SegmentInfo, State, Tally
 from smgshm.core.segments.reaping import NOT_SMG_NAME, ReapRule
+from smgshm.core.segments.sightings import Sightings
 from tests.conftest import make_file
 
 DEAD = 3_999_999_999  # a pid no process can have, below names.PID_LIMIT
@@ -35,6 +36,7 @@ class Listed:
         self.tally = Tally()
         self.shm_total_bytes, self.shm_free_bytes = 1 << 20, 1 << 19
         self._segs = segs
+        self.sightings = Sightings(str(d), None)  # no dir identified: nothing read or stored
 
     def __iter__(self) -> Iterator[SegmentInfo]:
         for seg in self._segs:

@@ -47,3 +47,38 @@ def test_a_view_that_could_not_read_a_layout_dir_is_an_npd_unknown_said_in_one_l
     assert v.status == NpdStatus.UNKNOWN
     assert "a dir under --node-root stalled" in v.line
     assert len(v.line) <= 80
+
+
+def test_an_unreadable_node_dir_is_said_with_the_privilege_it_lacks() -> None:
+    from smgshm.core.host.pidtrust import INIT_PID_NS
+    from smgshm.core.node.npd import NpdStatus, node_verdict
+    from smgshm.core.node.sight import unseen
+
+    got = unseen("/host", [], [], INIT_PID_NS, (), ["var/lib/kubelet/pods/a", "var/lib/kubelet/pods/b"])
+    # found nothing because it may list nothing: one blindness, the privilege's, not "a mount missing"
+    assert [u.reason for u in got] == [Blind.UNREADABLE]
+    assert got[0].message.startswith("var/lib/kubelet/pods/a and 1 more under node root /host may not be listed")
+    assert "CAP_DAC_READ_SEARCH" in got[0].hint
+    assert unseen("/host", ["var/lib/kubelet/pods"], [], INIT_PID_NS) == []
+    zero = {"leaked": 0, "hazard": 0}
+    v = node_verdict(zero, {}, deleted=0, tmpfs=0, untrusted=0, unread=0, blind=[Blind.UNREADABLE])
+    assert v.status == NpdStatus.UNKNOWN
+    assert "a node dir may not be listed" in v.line
+
+
+def test_an_unknown_host_mount_namespace_is_said_with_what_could_not_be_read() -> None:
+    from smgshm.core.node.npd import NpdStatus, node_verdict
+    from smgshm.core.node.sight import host_mnt_unseen
+
+    u = host_mnt_unseen("/proc/1/ns/mnt: Permission denied")
+    assert u.reason == Blind.HOST_MNT
+    assert "/proc/1/ns/mnt: Permission denied" in u.message
+    zero = {"leaked": 0, "hazard": 0}
+    v = node_verdict(zero, {}, deleted=0, tmpfs=1, untrusted=0, unread=0, blind=[u.reason])
+    assert v.status == NpdStatus.UNKNOWN
+    assert "host mount namespace unknown" in v.line
+    # a leak found anyway is a problem, blind or not
+    leak = node_verdict(
+        {"leaked": 1, "hazard": 0}, {"leaked": 4096}, deleted=0, tmpfs=1, untrusted=0, unread=0, blind=[u.reason]
+    )
+    assert leak.status == NpdStatus.PROBLEM

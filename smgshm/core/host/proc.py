@@ -41,6 +41,21 @@ def uid_of(pid: int) -> int | None:
         return None
 
 
+CAP_FOWNER = 3  # linux/capability.h
+
+
+def has_effective_cap(cap: int) -> bool:
+    """Whether this process holds capability ``cap`` in its effective set (/proc/self/status CapEff)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("CapEff:"):
+                    return bool(int(line.split()[1], 16) >> cap & 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
+
+
 def readlink_or(path: str, default: str) -> str:
     try:
         return os.readlink(path)

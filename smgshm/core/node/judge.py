@@ -10,7 +10,9 @@ unknown and never reaped. A tmpfs no process reaches has no writer left: every n
 (leaked; proven so, reapable at any age, when a sighting shows it there before the look that found
 no process: a writer must reach it, so a name listed before a walk that finds none was written by
 a process gone since). Seen from a pid namespace other than the host's initial one, nothing is
-judged by pid: unknown.
+judged by pid: unknown. A namespace that reaches the tmpfs only through a view of the host's / (reach.py)
+may not be a writer at all: a pid alive there and in no other namespace that reaches it is unknown, never
+alive; a pid dead there counts as in any other.
 """
 
 from __future__ import annotations
@@ -29,6 +31,15 @@ from smgshm.core.segments.sightings import Sightings
 _NEVER = Bounds(math.inf, -math.inf, -1)  # reuse_bounds' shape for "cannot be told": neither alive nor dead
 
 
+def weak_route(host_mnt: str) -> str:
+    """How a weak namespace reaches a tmpfs (the module), and why that cannot be told apart from the host's."""
+    said = (
+        "through a mount at its node path under another prefix, a view of the host's / (the host's own "
+        "mount, or a way in: which cannot be told)"
+    )
+    return f"{said}; the host's mount namespace is not known ({host_mnt})" if host_mnt else said
+
+
 def tmpfs_trust(
     users: Sequence[ShmUser],
     spaces: Sequence[PidSpace],
@@ -36,11 +47,15 @@ def tmpfs_trust(
     doubt: frozenset[int],
     since_ns: int = 0,
     unread_pids: Sequence[int] = (),
+    weak: Sequence[str] = (),
+    host_mnt: str = "",
 ) -> Trust:
     """Whether a tmpfs's names can be judged by pid at all, and in which namespaces (the note says).
     ``users``: the processes that reach it; ``doubt``: the uids of the unread processes that may.
     ``since_ns``: when the look at its users began (boot clock): a container started since may write here
-    in a pid namespace not among ``spaces``, so only a name seen before it is judged for good."""
+    in a pid namespace not among ``spaces``, so only a name seen before it is judged for good. ``weak``: the
+    namespaces that reach it only through a view of the host's / (the module); ``host_mnt``: what could not
+    be read of the host's mount namespace, if anything."""
     if mine != INIT_PID_NS:
         return Trust(
             False,
@@ -57,6 +72,8 @@ def tmpfs_trust(
     else:
         named = ", ".join(s.ns for s in spaces)
         note = f"judged in the pid namespace(s) of the {len(users)} process(es) that reach it: {named}"
+    if weak:
+        note += f"; {', '.join(weak)} only {weak_route(host_mnt)}, so a pid alive only there is unknown"
     if doubt:
         note += f"; uid(s) {', '.join(map(str, sorted(doubt)))}'s processes could not be read"
         note += f" ({name_pids(list(unread_pids))})" if unread_pids else ""
@@ -82,9 +99,12 @@ class PodJudge(Judge):
         mounted: dict[str, str] | None = None,
         wall: WallClock | None = None,
         host: PidSpace | None = None,
+        weak: frozenset[str] = frozenset(),
+        host_mnt: str = "",
     ) -> None:
         super().__init__(opts, trust, holders, dir_dev, sightings, mounted, wall)
         self.spaces = list(spaces)
+        self.weak, self.host_mnt = weak, host_mnt  # namespaces that may not write here at all (the module)
         self.host = host  # the host's pid namespace: smgshm's own names may be written through --shm-dir
         self.split: dict[int, str] = {}  # pid -> why its namespaces cannot agree, for the verdict's sentence
 
@@ -101,6 +121,7 @@ class PodJudge(Judge):
         """``bounds`` over ``spaces``; ``say(pid, why)`` notes why they cannot agree (for the verdict's sentence)."""
         found: list[Bounds] = []
         absent: list[str] = []
+        only_weak = True  # every namespace with that pid may be no writer here (the module)
         for space in spaces:
             if pid in space.unsure:
                 say(
@@ -115,8 +136,16 @@ class PodJudge(Judge):
                 absent.append(space.ns)
             else:
                 found.append(b)
+                only_weak = only_weak and space is not self.host and space.ns in self.weak
         if not found:
             return None  # no process has that pid in any namespace that writes here
+        if only_weak:
+            say(
+                pid,
+                f"pid {pid} is a process only in {', '.join(s.ns for s in spaces if s.ns in self.weak)}, which "
+                f"reaches this tmpfs only {weak_route(self.host_mnt)}",
+            )
+            return _NEVER
         if absent:
             say(
                 pid,
@@ -149,4 +178,4 @@ class PodJudge(Judge):
         return reason
 
 
-__all__ = ["PodJudge", "tmpfs_trust"]
+__all__ = ["PodJudge", "tmpfs_trust", "weak_route"]

@@ -142,7 +142,8 @@ class NodeRoot:
 
     ``state_dirs``: custom runtime state dirs (components under the root), each read as containerd's state
     dir and as CRI-O's storage run root. After ``places()``: ``found`` names the layout dirs that were there
-    (the kubelet's pods dir, each runtime's), ``missing`` the custom state dirs that were not."""
+    (the kubelet's pods dir, each runtime's), ``missing`` the custom state dirs that were not, ``unreadable``
+    the layout dirs (and pods' dirs) there that this process may not list (EACCES: a privilege missing)."""
 
     def __init__(self, root: str, state_dirs: Sequence[tuple[str, ...]] = ()) -> None:
         # The operator's choice of root may be a link (nothing below it may be): the kernel follows it as it
@@ -153,6 +154,7 @@ class NodeRoot:
         self.found: list[str] = []
         self.missing: list[str] = []
         self.unread: list[tuple[tuple[str, ...], str]] = []  # dirs not read in time: components, why
+        self.unreadable: list[str] = []  # dirs there but not ours to list (no DAC capability)
         try:
             self.fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError as err:
@@ -208,8 +210,9 @@ class NodeRoot:
         """Every tmpfs where a pod's or the host's /dev/shm lives: emptyDirs, sandboxes' shm (containerd's
         state dirs, CRI-O's run roots, then the custom state dirs), the host's; each group sorted by path.
         A dir whose read does not answer in time (bounded.py; the caller's ``within`` sets the run's
-        deadline) is noted in ``unread`` and the walk goes on (``unread_places`` tells what is under it)."""
-        self.found, self.missing, self.unread = [], [], []
+        deadline) is noted in ``unread`` and the walk goes on (``unread_places`` tells what is under it);
+        one this process may not list, in ``unreadable``."""
+        self.found, self.missing, self.unread, self.unreadable = [], [], [], []
         yield from sorted(self._empty_dirs(), key=_by_path)
         for state in CONTAINERD_STATES:
             yield from sorted(self._cri_sandboxes(state), key=_by_path)
@@ -273,6 +276,9 @@ class NodeRoot:
             self.found.append("/".join(names))  # there (no ENOENT), but not read: unread, not missing
             self._stuck(names, err)
             return None
+        except PermissionError:  # there, but not ours to list (the kubelet's pods dir is 0750 root)
+            self.unreadable.append("/".join(names))
+            return None
         except OSError:
             return None
         self.found.append("/".join(names))
@@ -288,6 +294,9 @@ class NodeRoot:
                     vols = open_dir(pods, (uid, *EMPTY_DIRS), self.join(*where))
                 except StuckReadError as err:
                     self._stuck((*KUBELET_PODS, uid), err)
+                    continue
+                except PermissionError:  # each pod's dir is 0750 root too
+                    self.unreadable.append("/".join((*KUBELET_PODS, uid)))
                     continue
                 except OSError:
                     continue  # a pod without emptyDirs

@@ -84,7 +84,8 @@ METRICS: dict[str, tuple[str, tuple[str, ...], str, str]] = {
         "1 when the node view cannot see the whole node for this reason (node_root: no kubelet or runtime dir "
         "under the node root, a mount missing; runtime_state_dir: a --runtime-state-dir not there; host_pid: "
         "not in the host's pid namespace, hostPID missing; layout_read: a dir under the node root not read in time, "
-        "a stalled mount), else 0",
+        "a stalled mount; unreadable: a node dir that may not be listed, CAP_DAC_READ_SEARCH missing; host_mnt: the "
+        "host's mount namespace, /proc/1/ns/mnt, cannot be read and a tmpfs's judges depend on it), else 0",
     ),
     "unfollowed_volumes": ("gauge", (), ALWAYS, "tmpfs found beyond the limit of tmpfs followed (not in the series)"),
     "all_segments": ("gauge", ("state",), ALWAYS, "SMG segments of every tmpfs followed, by state"),

@@ -83,6 +83,8 @@ def node_verdict(
             Blind.HOST_PID: "no hostPID",
             Blind.STATE_DIR: "--runtime-state-dir missing",
             Blind.LAYOUT_READ: "a dir under --node-root stalled",
+            Blind.UNREADABLE: "a node dir may not be listed",
+            Blind.HOST_MNT: "host mount namespace unknown",
         }
         said = "; ".join(dict.fromkeys(why[r] for r in blind))
         return NpdVerdict.of(NpdStatus.UNKNOWN, f"gc: node view unknown: {said}")

@@ -24,6 +24,14 @@ the rule assumes, and why:
   table this process can read (detached: ``umount -l``, ``open_tree``) may lead anywhere: what lies under
   it cannot be told from here, so it counts as a route to every tmpfs, and its holder's pid namespace
   judges each (host/pidtrust.py, by the same rule, calls it doubt: host/dirhandle.py's ``handle_ways``).
+- **A view of the host's / is the host's mount, or a way in: it cannot be told.** A process of another
+  mount namespace with the tmpfs mounted at its own place under some prefix
+  (``<prefix>/var/lib/kubelet/pods/...``, the place as a view of the host's / names it: a node agent's
+  hostPath / at /host/root, and the host itself when its mount namespace cannot be read, /proc/1/ns/mnt
+  refused, with a / that is not the node root) reaches it as the host does, and could write through it
+  too. Its pid namespace judges there only weakly (``ShmUser.maybe_host``; judge.py): a pid alive only
+  in such namespaces is unknown, never alive; one dead in all of them is dead either way. When the
+  host's mount namespace was not read, ``Reach.host_mnt`` says so (sight.py reports it).
 - **A sandbox's infra (pause) container is no producer.** containerd gives it the sandbox shm as its
   /dev/shm, and with the kubelet's default it is pid 1 of a pid namespace of its own, where a dead
   gateway's ``smg-tokenspeed-1-*`` would read alive. It is told by proof, not by name: its cgroup leaf
@@ -88,6 +96,7 @@ class Reach:
     unread: list[Unread] = field(default_factory=list)
     sandbox_pod: dict[str, str] = field(default_factory=dict)  # sandbox id -> pod uid, proven by its pause
     pause: dict[int, str] = field(default_factory=dict)  # pid -> the sandbox it is the infra container of
+    host_mnt: str = ""  # what could not be read of the host's mount namespace, when a reach depended on it
 
     def doubtful(self, pod_uid: str | None, judged_in: Iterable[str]) -> list[Unread]:
         """The unread processes that put a tmpfs's names in doubt (the module says which): of its pod
@@ -139,33 +148,45 @@ class _Walk:
         self.devs = {p.dev for p in places}
         # A tmpfs's own places, as this process and as the host name them: a mount there is the host's.
         self.own: dict[int, set[str]] = {}
+        self.rel: dict[int, set[str]] = {}  # its places under the node root: "/var/lib/kubelet/pods/..."
         base = os.path.abspath(root)
         for p in places:
             names = self.own.setdefault(p.dev, set())
             names.add(p.path)
             rel = os.path.relpath(p.path, base)
-            if not rel.startswith(".."):
-                names.add("/" + rel if rel != "." else "/")
+            if not rel.startswith("..") and rel != ".":
+                names.add("/" + rel)
+                self.rel.setdefault(p.dev, set()).add("/" + rel)
         self.sandboxes = [p.volume for p in places if p.kind == "sandbox_shm" and p.volume]
         self.fds: dict[int, dict[int, str]] = {}  # pid -> dev -> how (an open fd, a mapped file)
         for (dev, _ino), hs in holders.items():
             for h in hs:
                 self.fds.setdefault(h.pid, {}).setdefault(dev, "an open fd" if h.how == "fd" else "a mapped file")
         self.tables: dict[str, list[Mount]] = {}  # mount namespace -> its table (read once)
-        self.mounted: dict[str, dict[int, str]] = {}  # mount namespace -> dev -> a mount point of it there
+        # mount namespace -> dev -> a mount point of it there, and whether it may be the host's own (the module)
+        self.mounted: dict[str, dict[int, tuple[str, bool]]] = {}
         # The dir handles of processes outside the host's mount namespace, told once every table is known
         # (``handles``): each holder's ShmUser but for its route, its own mount namespaces, mount id -> how.
         self.held: list[tuple[ShmUser, set[str], dict[int, str], set[int]]] = []
         self.host_mnt: set[str] = set()
-        for who in ("self", "1"):
-            with contextlib.suppress(OSError):
-                self.host_mnt.add(os.readlink(f"/proc/{who}/ns/mnt"))
+        with contextlib.suppress(OSError):
+            self.host_mnt.add(os.readlink("/proc/self/ns/mnt"))
+        self.host_unknown = ""  # why pid 1's mount namespace could not be read ("" when it was)
+        try:
+            self.host_mnt.add(os.readlink("/proc/1/ns/mnt"))
+        except OSError as err:
+            self.host_unknown = f"/proc/1/ns/mnt: {err.strerror or err}"
         self.mine = pidns_of_self()
         self.out = Reach()
 
-    def _mounted(self, base: str, mntns: str) -> dict[int, str]:
-        """The tmpfs mounted in the mount namespace ``mntns`` (read at ``base``) other than at their own places
-        (read once per namespace)."""
+    def _hostlike(self, dev: int, point: str) -> bool:
+        """Whether a mount of ``dev`` at ``point`` is a view of the host's /: its place under the node root,
+        under some prefix (the module)."""
+        return any(point.endswith(rel) for rel in self.rel.get(dev, ()))
+
+    def _mounted(self, base: str, mntns: str) -> dict[int, tuple[str, bool]]:
+        """The tmpfs mounted in the mount namespace ``mntns`` (read at ``base``) other than at their own places,
+        each with a mount point and whether every such mount may be the host's own (read once per namespace)."""
         got = self.mounted.get(mntns)
         if got is None:
             table = self.tables.get(mntns)
@@ -174,14 +195,17 @@ class _Walk:
             got = {}
             for m in table:
                 if m.dev in self.devs and m.point not in self.own[m.dev]:
-                    got.setdefault(m.dev, f"a mount at {m.point}")
+                    hostlike = self._hostlike(m.dev, m.point)
+                    if m.dev not in got or (got[m.dev][1] and not hostlike):
+                        got[m.dev] = (f"a mount at {m.point}", hostlike)
             self.mounted[mntns] = got
         return got
 
-    def _routes(self, base: str, routes: dict[int, str], own: set[str], dirs: dict[int, str]) -> bool:
+    def _routes(self, base: str, routes: dict[int, str], own: set[str], dirs: dict[int, str], maybe: set[int]) -> bool:
         """Add every tmpfs the thread at ``base`` reaches to ``routes``, with how (its /dev/shm first), and,
         outside the host's mount namespace, its own mount namespace to ``own`` and the mounts its cwd and root
-        are on to ``dirs`` (``handles`` tells them); whether its /dev/shm is a link (which tmpfs that
+        are on to ``dirs`` (``handles`` tells them); ``maybe``: the tmpfs it reaches only by a mount that may
+        be the host's own (the module). Whether its /dev/shm is a link (which tmpfs that
         reaches cannot be told from here: a link resolves in its root, not this one's). FileNotFoundError
         when the thread is gone (or a zombie leader)."""
         mntns = os.readlink(f"{base}/ns/mnt")
@@ -197,17 +221,17 @@ class _Walk:
                 raise
             dev, linked = None, True
         if dev in self.devs:
-            routes.setdefault(dev, "its /dev/shm")
+            _route(routes, maybe, dev, "its /dev/shm")
         if mntns in self.host_mnt:
             return linked  # the host's: only its /dev/shm (the module says why)
         own.add(mntns)
-        for d, how in self._mounted(base, mntns).items():
-            routes.setdefault(d, how)
+        for d, (how, hostlike) in self._mounted(base, mntns).items():
+            _route(routes, maybe, d, how, hostlike)
         whose = "its" if base.count("/") == 2 else f"its thread {base.rpartition('/')[2]}'s"
         for what in ("cwd", "root"):
             st = bounded(f"{base}/{what}", os.stat, f"{base}/{what}")  # its filesystem's getattr: it may stall
             if st.st_dev in self.devs:
-                routes.setdefault(st.st_dev, f"{whose} {what}")
+                _route(routes, maybe, st.st_dev, f"{whose} {what}")
             else:
                 self._dir(f"{base}/{what}", None, st, f"{whose} {what}", dirs)
         return linked
@@ -266,13 +290,14 @@ class _Walk:
             self._unread(pid, cgroup)
             return
         routes: dict[int, str] = {}
+        maybe: set[int] = set()  # the tmpfs it reaches only by a mount that may be the host's own
         own: set[str] = set()  # its threads' mount namespaces other than the host's
         dirs: dict[int, str] = {}  # mount id -> the first dir handle of it on that mount
         linked, live, pidns = False, "", ""
         try:
             for base in _bases(pid):
                 try:
-                    linked = self._routes(base, routes, own, dirs) or linked
+                    linked = self._routes(base, routes, own, dirs, maybe) or linked
                     pidns = pidns or os.readlink(f"{base}/ns/pid")
                     live = live or base
                 except (FileNotFoundError, ProcessLookupError):
@@ -282,7 +307,7 @@ class _Walk:
             if linked:
                 self._unread(pid, cgroup)
             for d, how in self.fds.get(pid, {}).items():
-                routes.setdefault(d, how)
+                _route(routes, maybe, d, how)
             if own:  # outside the host's mount namespace: its dir handles may lead into another's
                 self._fd_dirs(pid, dirs)
             if not routes and not dirs:
@@ -293,7 +318,7 @@ class _Walk:
         except OSError:
             self._unread(pid, cgroup)  # EACCES, EPERM: not this process's to read
             return
-        self._add(pid, cgroup, pidns, nspid, routes, own, dirs)
+        self._add(pid, cgroup, pidns, nspid, routes, own, dirs, maybe)
 
     def _add(
         self,
@@ -304,14 +329,18 @@ class _Walk:
         routes: dict[int, str],
         own: set[str],
         dirs: dict[int, str],
+        maybe: set[int],
     ) -> None:
-        """Count ``pid`` among the reachers of each tmpfs of ``routes``; keep its dir handles for ``handles``."""
+        """Count ``pid`` among the reachers of each tmpfs of ``routes`` (weakly for those of ``maybe``: the
+        module); keep its dir handles for ``handles``."""
         uid = uid_of(pid)
         if uid is None or not nspid:
             return
         pod = pod_uid_in(cgroup) if cgroup is not None else None
         for dev, how in routes.items():
-            self.out.by_dev.setdefault(dev, []).append(ShmUser(pid, pidns, len(nspid), uid, pod, how))
+            self.out.by_dev.setdefault(dev, []).append(ShmUser(pid, pidns, len(nspid), uid, pod, how, dev in maybe))
+            if dev in maybe and self.host_unknown:
+                self.out.host_mnt = self.host_unknown
         if dirs:
             self.held.append((ShmUser(pid, pidns, len(nspid), uid, pod), own, dirs, set(routes)))
 
@@ -348,6 +377,18 @@ class _Walk:
                         reached.add(dev)
                         why = f"{how}, a dir on a mount of mount namespace {ns}, where this tmpfs is mounted at {point}"
                         self.out.by_dev.setdefault(dev, []).append(user._replace(how=why))
+
+
+def _route(routes: dict[int, str], maybe: set[int], dev: int, how: str, hostlike: bool = False) -> None:
+    """Note that a process reaches ``dev`` by ``how``: a way that may be the host's own (``hostlike``) only
+    when no other is known; ``maybe`` keeps the tmpfs reached by such ways alone."""
+    if dev not in routes:
+        routes[dev] = how
+        if hostlike:
+            maybe.add(dev)
+    elif dev in maybe and not hostlike:
+        routes[dev] = how
+        maybe.discard(dev)
 
 
 def reachers(

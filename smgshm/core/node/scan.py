@@ -28,7 +28,7 @@ from smgshm.core.node.judge import PodJudge, tmpfs_trust
 from smgshm.core.node.layout import LAYOUT_S, NodeRoot, Place
 from smgshm.core.node.pods import PodName, pod_names_at
 from smgshm.core.node.reach import reachers
-from smgshm.core.node.sight import Unseen, unseen
+from smgshm.core.node.sight import Unseen, host_mnt_unseen, unseen
 from smgshm.core.node.volumes import Hidden, PidSpace, ShmUser, hidden_bytes, pid_spaces, pidns_of_self
 from smgshm.core.segments.judge import Judge, ScanOptions, SegmentInfo, Tally
 from smgshm.core.segments.scan import Scan
@@ -53,6 +53,8 @@ class Tmpfs:
     # Why it was not looked at (a dir above it not read in time, layout.py): found in the mount table only,
     # never opened (its path may stall); it is reported unknown for itself (``Unscanned``), never judged
     unread: str | None = None
+    weak: frozenset[str] = frozenset()  # pid namespaces that reach it only through a view of the host's / (reach.py)
+    host_mnt: str = ""  # what could not be read of the host's mount namespace, if anything
 
 
 def pod_label(t: Tmpfs) -> str:
@@ -81,7 +83,7 @@ def look(root: str, pids: Iterable[int] | None = None, state_dirs: Sequence[tupl
         with within(LAYOUT_S):  # one deadline for every open and listing under the root (layout.py)
             places, where = list(node.places()), node.path
         unread_places = node.unread_places()  # below a dir not read in time: unknown, each for itself
-        blind = unseen(where, node.found, node.missing, pidns_of_self(), state_dirs, node.unread)
+        blind = unseen(where, node.found, node.missing, pidns_of_self(), state_dirs, node.unreadable, node.unread)
         why_unread = {p.dev: _why_unread(p, node.unread, where) for p in unread_places}
     by_dev: dict[int, Place] = {}
     for p in places:
@@ -119,11 +121,18 @@ def look(root: str, pids: Iterable[int] | None = None, state_dirs: Sequence[tupl
         proven = p.pod_uid or (seen.sandbox_pod.get(p.volume) if p.volume else None)
         unread = seen.doubtful(proven, [s.ns for s in used])
         doubt = frozenset(u.uid for u in unread)
-        trust = tmpfs_trust(mine_users, used, mine, doubt, since, unread_pids=[u.pid for u in unread])
+        weak = frozenset(s.ns for s in used if all(u.maybe_host for u in mine_users if u.pidns == s.ns))
+        trust = tmpfs_trust(mine_users, used, mine, doubt, since, [u.pid for u in unread], sorted(weak), seen.host_mnt)
         if p.dev in why_unread:  # not looked at: nothing of it is judged, and no pid verdict is trusted
             trust = Trust(False, f"not read: {why_unread[p.dev]}")
         named = names.get(uid) if uid else None
-        out.append(Tmpfs(p, uid, named, mine_users, used, trust, hidden[p.dev], host, why_unread.get(p.dev)))
+        out.append(
+            Tmpfs(
+                p, uid, named, mine_users, used, trust, hidden[p.dev], host, why_unread.get(p.dev), weak, seen.host_mnt
+            )
+        )
+    if seen.host_mnt:
+        blind.append(host_mnt_unseen(seen.host_mnt))
     return NodeLook(where, out, known, holders, blind)
 
 
@@ -195,8 +204,11 @@ class TmpfsScan(Scan):
         # filesystem): the node view found it mounted as a tmpfs, made after boot.
         offset = clock.boot_offset()
         wall = WallClock(offset, clock.step_shown(clock.birth_time(place.path), 0.0, offset))
-        spaces, host = self.tmpfs.spaces, self.tmpfs.host
-        return trust, PodJudge(self.opts, trust, held, self.dev, spaces, self.sightings, self._mounted, wall, host)
+        t = self.tmpfs
+        judge = PodJudge(
+            self.opts, trust, held, self.dev, t.spaces, self.sightings, self._mounted, wall, t.host, t.weak, t.host_mnt
+        )
+        return trust, judge
 
     def _entries(self) -> Iterator[os.DirEntry[str]]:
         others, prefix = self.others, SMG_FAMILY_PREFIX

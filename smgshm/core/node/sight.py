@@ -13,7 +13,11 @@ NPD 2, a doctor --node warning, the exporter's ``smgshm_node_view_unknown`` and 
   for itself);
 - **a privilege missing**: smgshm's pid namespace is not the host's initial one (a DaemonSet without
   ``hostPID: true``): pods' processes are not all visible, so no tmpfs can be tied to its pods' pid
-  namespaces, and a tmpfs no visible process uses would look unused.
+  namespaces, and a tmpfs no visible process uses would look unused; or a layout dir is there but may
+  not be listed (EACCES: the kubelet's pods dir and each pod's dir are 0750 root, so a non-root smgshm
+  without CAP_DAC_READ_SEARCH finds no emptyDir at all); or the host's mount namespace cannot be read
+  (/proc/1/ns/mnt) while processes of another reach a tmpfs through a mount that may be the host's own
+  (reach.py): a pid alive only in their pid namespaces is unknown.
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ class Blind(Closed):
     STATE_DIR = "runtime_state_dir"  # a --runtime-state-dir that is not there
     HOST_PID = "host_pid"  # not in the host's pid namespace
     LAYOUT_READ = "layout_read"  # a dir under the root not read in time (a stalled mount; layout.py's LAYOUT_S)
+    UNREADABLE = "unreadable"  # a layout dir there that may not be listed (EACCES)
+    HOST_MNT = "host_mnt"  # the host's mount namespace not known, and a tmpfs's judges depend on it
 
 
 @dataclass(frozen=True)
@@ -50,13 +56,26 @@ def unseen(
     missing_state_dirs: Sequence[str],
     pidns: str,
     state_dirs: Sequence[tuple[str, ...]] = (),
+    unreadable: Sequence[str] = (),
     unread: Sequence[tuple[tuple[str, ...], str]] = (),
 ) -> list[Unseen]:
     """What a look at ``root`` could not see: ``found`` the layout dirs that were there, ``missing_state_dirs``
     the custom ones that were not, ``pidns`` this process's pid namespace (``pid:[...]``; "" unreadable),
-    ``unread`` the dirs not read in time (layout.py's ``NodeRoot.unread``: components, the bound hit)."""
+    ``unreadable`` the dirs there that may not be listed, ``unread`` the dirs not read in time (layout.py's
+    ``NodeRoot.unread``: components, the bound hit)."""
     out: list[Unseen] = []
-    if not found:
+    if unreadable:
+        more = f" and {len(unreadable) - 1} more" if len(unreadable) > 1 else ""
+        out.append(
+            Unseen(
+                Blind.UNREADABLE,
+                f"{unreadable[0]}{more} under node root {root} may not be listed (permission denied): "
+                "the pods' /dev/shm below cannot be seen",
+                "run as root, or give the uid CAP_DAC_READ_SEARCH (the node image's exporter entrypoint, "
+                "/opt/smgshm/bin/smgshm-node, raises it and CAP_SYS_PTRACE by file capabilities)",
+            )
+        )
+    if not found and not unreadable:  # a dir there but not listable is no missing mount
         looked = ", ".join(["/".join(KUBELET_PODS), *runtime_layouts(state_dirs)])
         out.append(
             Unseen(
@@ -100,4 +119,17 @@ def unseen(
     return out
 
 
-__all__ = ["Blind", "Unseen", "unseen"]
+def host_mnt_unseen(why: str) -> Unseen:
+    """The host's mount namespace not known (``why``: what could not be read), when some tmpfs's judges
+    depend on it (reach.py)."""
+    return Unseen(
+        Blind.HOST_MNT,
+        f"the host's mount namespace cannot be identified ({why}): processes of another mount namespace reach "
+        "pods' tmpfs through mounts that may be the host's own, so a producer's pid alive only in their pid "
+        "namespaces is unknown",
+        "run in the host's pid namespace with CAP_SYS_PTRACE (hostPID: true), so that /proc/1/ns/mnt can be "
+        "read, and mount the host's / as the node root",
+    )
+
+
+__all__ = ["Blind", "Unseen", "host_mnt_unseen", "unseen"]

@@ -36,6 +36,7 @@ class ShmUser(NamedTuple):
     uid: int
     pod_uid: str | None
     how: str = "its /dev/shm"  # how it reaches the tmpfs (core/node/reach.py): a mount at P, its cwd, ...
+    maybe_host: bool = False  # its only way is a view of the host's /: the host's own mount, or a way in (reach.py)
 
 
 @dataclass

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 from smgshm.core.host.holders import Holder, holder_index
 from smgshm.core.host.mounts import mount_points
+from smgshm.core.host.proc import CAP_FOWNER, has_effective_cap
 from smgshm.core.names import in_family
 from smgshm.core.segments.asides import rename_noreplace, this_gc_aside
 from smgshm.core.segments.judge import SegmentInfo, State, Tally
@@ -53,7 +54,9 @@ def _renameat2(dfd: int, src: str, dst: str) -> None:
     rename_noreplace(dfd, src, dst)
 
 
-def keep_reason(seg: SegmentInfo, *, uid: int, all_users: bool, min_age_s: float) -> tuple[str, str] | None:
+def keep_reason(
+    seg: SegmentInfo, *, uid: int, all_users: bool, min_age_s: float, fowner: bool = False
+) -> tuple[str, str] | None:
     """Why a chosen segment is kept before anything is tried, (class, sentence); None: it may be deleted.
 
     A leaked segment proven so with no clock (``SegmentInfo.proven_dead``: its producer's pid judged in
@@ -63,7 +66,9 @@ def keep_reason(seg: SegmentInfo, *, uid: int, all_users: bool, min_age_s: float
     seen it, segments/sightings.py), and a leaked verdict not proven so: judged with --assume-dead, or first
     seen by this very scan, after the look (a process that joined another pid namespace since may have
     written it under its own pid). For those it reads the wall-clock age (mtime): a step of the clock only
-    reaps one a little sooner or later."""
+    reaps one a little sooner or later. Another user's segment goes only with ``all_users`` and the power
+    to unlink it in a sticky dir (a pod's memory emptyDir and the runtime's sandbox shm are 1777): root,
+    or ``fowner``, CAP_FOWNER held (the node image's reclaim entrypoint, uid 65532)."""
     if not in_family(seg.name):
         return NOT_SMG_NAME, "not an SMG name"
     if seg.state is State.LEAKED and seg.proven_dead:
@@ -74,8 +79,10 @@ def keep_reason(seg: SegmentInfo, *, uid: int, all_users: bool, min_age_s: float
     elif seg.age_s < min_age_s:
         wait = human_duration(max(0.0, min_age_s - seg.age_s))
         return TOO_YOUNG, f"younger than --min-age ({seg.age_s:.0f} s < {min_age_s:.0f} s): reclaimable in {wait}"
-    if seg.uid != uid and not (uid == 0 and all_users):
-        return OTHER_USER, f"owned by uid {seg.uid} (root with --all-users may delete other users' segments)"
+    if seg.uid != uid and not (all_users and (uid == 0 or fowner)):
+        return OTHER_USER, (
+            f"owned by uid {seg.uid} (--all-users, as root or with CAP_FOWNER, may delete other users' segments)"
+        )
     return None
 
 
@@ -211,12 +218,13 @@ def _finish(
 @dataclass(frozen=True)
 class ReapRule:
     """What gc --delete may take: regular files in ``states``, at least ``min_age_s`` old, owned by
-    ``uid`` (as root with ``all_users``: by anyone)."""
+    ``uid`` (with ``all_users``, as root or with CAP_FOWNER: by anyone)."""
 
     states: frozenset[State]
     min_age_s: float
     all_users: bool = False
     uid: int = field(default_factory=os.getuid)
+    fowner: bool = field(default_factory=lambda: has_effective_cap(CAP_FOWNER))
 
     @classmethod
     def of(cls, *, include_stale: bool, min_age_s: float, all_users: bool) -> ReapRule:
@@ -226,7 +234,7 @@ class ReapRule:
     def keep(self, seg: SegmentInfo) -> tuple[str, str] | None:
         """Why a reapable ``seg`` is kept before anything is tried, (class, sentence); None: it may go.
         gc's rule is ``keep_reason``'s; preflight's own proof overrides this (core/node/preflight.py)."""
-        return keep_reason(seg, uid=self.uid, all_users=self.all_users, min_age_s=self.min_age_s)
+        return keep_reason(seg, uid=self.uid, all_users=self.all_users, min_age_s=self.min_age_s, fowner=self.fowner)
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ import signal
 import subprocess
 import time
 import uuid
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,31 @@ def _pb() -> Any:
     from tests.support.cri.rpc import api_pb2
 
     return api_pb2
+
+
+@dataclass(frozen=True)
+class Security:
+    """A container's securityContext as the kubelet translates it to CRI: ``allowPrivilegeEscalation:
+    false`` is ``no_new_privs``, ``capabilities`` names go without ``CAP_`` (``ALL`` drops all), seccomp
+    ``RuntimeDefault`` is a SecurityProfile."""
+
+    run_as_user: int | None = None
+    run_as_group: int | None = None
+    add: tuple[str, ...] = ()
+    drop: tuple[str, ...] = ()
+    no_new_privs: bool = False
+    readonly_rootfs: bool = False
+    seccomp_runtime_default: bool = False
+
+
+@dataclass(frozen=True)
+class HostMount:
+    """A hostPath volume mount as the kubelet hands it to CRI (HostToContainer is rslave)."""
+
+    container_path: str
+    host_path: Path
+    readonly: bool = True
+    host_to_container: bool = False
 
 
 @dataclass
@@ -58,6 +84,7 @@ class Pod:
     log_dir: Path
     kubelet_dir: Path
     shared_pid: bool
+    host_pid: bool = False
     empty_dirs: dict[str, Path] = field(default_factory=dict)
     containers: list[Container] = field(default_factory=list)
 
@@ -114,15 +141,18 @@ class Kubelet:
 
     # -- pods ----------------------------------------------------------------------------------------
 
-    def run_pod(self, namespace: str, name: str, *, share_pid: bool = False, uid: str | None = None) -> Pod:
-        """A sandbox as the kubelet asks for one (its log dir and kubelet pod dir made first)."""
+    def run_pod(
+        self, namespace: str, name: str, *, share_pid: bool = False, host_pid: bool = False, uid: str | None = None
+    ) -> Pod:
+        """A sandbox as the kubelet asks for one (its log dir and kubelet pod dir made first); ``host_pid``
+        is a pod's ``hostPID: true``."""
         pb = _pb()
         uid = uid or str(uuid.uuid4())
         log_dir = self.node_root / "var/log/pods" / f"{namespace}_{name}_{uid}"
         log_dir.mkdir(parents=True, exist_ok=True)
         kubelet_dir = self.pods_dir / uid
         kubelet_dir.mkdir(parents=True, exist_ok=True)
-        ns = pb.NamespaceOption(network=pb.NODE, pid=pb.POD if share_pid else pb.CONTAINER, ipc=pb.POD)
+        ns = pb.NamespaceOption(network=pb.NODE, pid=_pid_mode(pb, share_pid, host_pid), ipc=pb.POD)
         config = pb.PodSandboxConfig(
             metadata=pb.PodSandboxMetadata(name=name, uid=uid, namespace=namespace, attempt=0),
             log_directory=str(log_dir),
@@ -133,7 +163,7 @@ class Kubelet:
             ),
         )
         resp = self.runtime.RunPodSandbox(pb.RunPodSandboxRequest(config=config), timeout=120)
-        pod = Pod(namespace, name, uid, resp.pod_sandbox_id, config, log_dir, kubelet_dir, share_pid)
+        pod = Pod(namespace, name, uid, resp.pod_sandbox_id, config, log_dir, kubelet_dir, share_pid, host_pid)
         self.pods.append(pod)
         return pod
 
@@ -152,22 +182,46 @@ class Kubelet:
         return path
 
     def start_container(
-        self, pod: Pod, name: str, script: str, *, attempt: int = 0, mounts: dict[str, Path] | None = None
+        self,
+        pod: Pod,
+        name: str,
+        script: str,
+        *,
+        attempt: int = 0,
+        mounts: dict[str, Path] | None = None,
+        command: Sequence[str] | None = None,
+        envs: Mapping[str, str] | None = None,
+        host_mounts: Sequence[HostMount] = (),
+        security: Security | None = None,
+        image: str = IMAGE,
     ) -> Container:
-        """Create and start a container running ``script`` under busybox sh; ``mounts`` maps a path in
-        the container to a host path (an emptyDir)."""
+        """Create and start a container running ``script`` under busybox sh (or ``command`` as it is);
+        ``mounts`` maps a path in the container to a host path (an emptyDir), ``host_mounts`` are
+        hostPath mounts, ``security`` its securityContext, ``image`` one imported already."""
         pb = _pb()
         (pod.log_dir / name).mkdir(parents=True, exist_ok=True)
         log_path = f"{name}/{attempt}.log"
-        ns = pb.NamespaceOption(network=pb.NODE, pid=pb.POD if pod.shared_pid else pb.CONTAINER, ipc=pb.POD)
+        ns = pb.NamespaceOption(network=pb.NODE, pid=_pid_mode(pb, pod.shared_pid, pod.host_pid), ipc=pb.POD)
+        binds = [pb.Mount(container_path=c, host_path=str(h)) for c, h in (mounts or {}).items()]
+        for m in host_mounts:
+            propagation = pb.PROPAGATION_HOST_TO_CONTAINER if m.host_to_container else pb.PROPAGATION_PRIVATE
+            binds.append(
+                pb.Mount(
+                    container_path=m.container_path,
+                    host_path=str(m.host_path),
+                    readonly=m.readonly,
+                    propagation=propagation,
+                )
+            )
         config = pb.ContainerConfig(
             metadata=pb.ContainerMetadata(name=name, attempt=attempt),
-            image=pb.ImageSpec(image=IMAGE),
-            command=["/bin/sh", "-c", script],
-            mounts=[pb.Mount(container_path=c, host_path=str(h)) for c, h in (mounts or {}).items()],
+            image=pb.ImageSpec(image=image),
+            command=list(command) if command is not None else ["/bin/sh", "-c", script],
+            envs=[pb.KeyValue(key=k, value=v) for k, v in (envs or {}).items()],
+            mounts=binds,
             labels={LABEL: "1"},
             log_path=log_path,
-            linux=pb.LinuxContainerConfig(security_context=pb.LinuxContainerSecurityContext(namespace_options=ns)),
+            linux=pb.LinuxContainerConfig(security_context=_security_context(pb, ns, security or Security())),
         )
         created = self.runtime.CreateContainer(
             pb.CreateContainerRequest(pod_sandbox_id=pod.sandbox_id, config=config, sandbox_config=pod.config),
@@ -235,6 +289,26 @@ class Kubelet:
                 self.pods.remove(pod)
 
 
+def _pid_mode(pb: Any, share_pid: bool, host_pid: bool) -> Any:
+    return pb.NODE if host_pid else pb.POD if share_pid else pb.CONTAINER
+
+
+def _security_context(pb: Any, ns: Any, sec: Security) -> Any:
+    ctx = pb.LinuxContainerSecurityContext(
+        namespace_options=ns, no_new_privs=sec.no_new_privs, readonly_rootfs=sec.readonly_rootfs
+    )
+    if sec.run_as_user is not None:
+        ctx.run_as_user.CopyFrom(pb.Int64Value(value=sec.run_as_user))  # present even when 0
+    if sec.run_as_group is not None:
+        ctx.run_as_group.CopyFrom(pb.Int64Value(value=sec.run_as_group))
+    if sec.add or sec.drop:
+        ctx.capabilities.add_capabilities.extend(sec.add)
+        ctx.capabilities.drop_capabilities.extend(sec.drop)
+    if sec.seccomp_runtime_default:
+        ctx.seccomp.CopyFrom(pb.SecurityProfile(profile_type=pb.SecurityProfile.RuntimeDefault))
+    return ctx
+
+
 def _rmtree(path: Path) -> None:
     import shutil
 
@@ -267,4 +341,4 @@ def _kill_and_remove_cgroups(parent: str) -> None:
                 time.sleep(0.02)
 
 
-__all__ = ["EMPTY_DIRS", "LABEL", "Container", "Kubelet", "Pod"]
+__all__ = ["EMPTY_DIRS", "LABEL", "Container", "HostMount", "Kubelet", "Pod", "Security"]
