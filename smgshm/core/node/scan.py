@@ -8,6 +8,7 @@ the pod judge in place of the host's, so gc's listing, reaping and tallies apply
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -28,7 +29,7 @@ from smgshm.core.node.pods import PodName, pod_names_at
 from smgshm.core.node.reach import reachers
 from smgshm.core.node.sight import Unseen, unseen
 from smgshm.core.node.volumes import Hidden, PidSpace, ShmUser, hidden_bytes, pid_spaces, pidns_of_self
-from smgshm.core.segments.judge import Judge, ScanOptions, SegmentInfo, Tally
+from smgshm.core.segments.judge import Judge, ListedEntry, ScanOptions, SegmentInfo, Tally
 from smgshm.core.segments.scan import Scan
 from smgshm.core.segments.sightings import Sightings
 
@@ -171,20 +172,14 @@ class TmpfsScan(Scan):
         spaces, host = self.tmpfs.spaces, self.tmpfs.host
         return trust, PodJudge(self.opts, trust, held, self.dev, spaces, self.sightings, self._mounted, wall, host)
 
-    def _entries(self) -> Iterator[os.DirEntry[str]]:
-        others, prefix = self.others, SMG_FAMILY_PREFIX
-        for entry in self._dir:
-            if entry.name.startswith(prefix):
-                yield entry
-                continue
-            try:
-                others.add(entry.name, entry.stat(follow_symlinks=False).st_blocks * 512)
-            except OSError:
-                continue  # gone since the listing
+    def _other(self, entry: ListedEntry) -> None:
+        """Count an entry outside SMG's names by its family."""
+        with contextlib.suppress(OSError):  # gone since the listing
+            self.others.add(entry.name, entry.stat(follow_symlinks=False).st_blocks * 512)
 
     def __iter__(self) -> Iterator[SegmentInfo]:
         try:
-            yield from self.judge.each(self._entries(), self.tally, self.progress)
+            yield from self.judge.each(self._dir, self.tally, self.progress, SMG_FAMILY_PREFIX, self._other)
         finally:
             self.close()
         self.sightings.save()  # as gc's Scan: a whole listing records what it saw, the next scan's proofs
