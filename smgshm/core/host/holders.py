@@ -15,13 +15,15 @@ has its threads looked at (kcmp(2) says which share the leader's fd table).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import partial
 
 from smgshm.core.closed import Closed
-from smgshm.core.host.bounded import StuckReadError, bounded
+from smgshm.core.host.bounded import StuckReadError, bounded, bounded_calls, bounded_each
 from smgshm.core.host.mounts import mount_aliases
 from smgshm.core.host.proc import comm, live_pids, thread_views
 
@@ -81,7 +83,7 @@ def _mapped_in(data: bytes, devtag: bytes, dev: int) -> set[Key]:
 def _opened(base: str, dev: int, names: frozenset[str] | None) -> set[Key] | None:
     """Inodes of ``dev`` open in the fd table at ``base`` (/proc/P or /proc/P/task/T; None when
     its fds cannot be read: gone or not ours)."""
-    out: set[Key] = set()
+    paths: list[str] = []
     try:
         fds = os.scandir(f"{base}/fd")
     except OSError:
@@ -90,18 +92,16 @@ def _opened(base: str, dev: int, names: frozenset[str] | None) -> set[Key] | Non
         for fd in fds:
             try:
                 link = os.readlink(fd.path)
-                if not link.startswith("/"):
-                    continue  # socket:, pipe:, anon_inode: never live on a tmpfs
-                if names is not None and link.removesuffix(" (deleted)").rpartition("/")[2] not in names:
-                    continue
-                st = bounded(fd.path, os.stat, fd.path)  # the magic link: the very inode, whatever its path
-            except StuckReadError:
-                raise  # its filesystem stalls: this process's holds cannot be told (the caller says so)
             except OSError:
                 continue
-            if st.st_dev == dev:
-                out.add((dev, st.st_ino))
-    return out
+            if not link.startswith("/"):
+                continue  # socket:, pipe:, anon_inode: never live on a tmpfs
+            if names is not None and link.removesuffix(" (deleted)").rpartition("/")[2] not in names:
+                continue
+            paths.append(fd.path)
+    # The magic links: the very inodes, whatever their paths. Through their filesystems, which may stall: a
+    # StuckReadError goes up (this process's holds cannot be told: the caller says so). One hand-off for all.
+    return {(dev, st.st_ino) for st in bounded_each(paths, os.stat) if not isinstance(st, OSError) and st.st_dev == dev}
 
 
 def holder_index(
@@ -149,25 +149,42 @@ _MAPS_DEV = re.compile(rb"^[0-9a-f]+-[0-9a-f]+ \S+ [0-9a-f]+ ([0-9a-f]+:[0-9a-f]
 
 
 def holder_index_devs(
-    devs: Iterable[int], pids: Iterable[int] | None = None, stuck: dict[int, str] | None = None
+    devs: Iterable[int],
+    pids: Iterable[int] | None = None,
+    stuck: dict[int, str] | None = None,
+    maps: dict[int, bytes] | None = None,
 ) -> dict[Key, list[Holder]]:
     """``holder_index`` for several devices in ONE walk of /proc (a node's tmpfs: one walk, not one
-    per tmpfs, whose cost grows with the processes times the tmpfs). The same reads and rules."""
+    per tmpfs, whose cost grows with the processes times the tmpfs). The same reads and rules; a process's
+    reads that may stall (its fds' getattr, its maps) in one hand-off (host/bounded.py). ``maps``, when
+    given, keeps each process's maps as read (the node's hidden bytes read them again otherwise)."""
     want = set(devs)
     bare = {f"{os.major(d):02x}:{os.minor(d):02x}".encode(): d for d in want}  # as maps spells a device
     found: dict[Key, list[Holder]] = {}
     if not want:
         return found
     for pid in live_pids() if pids is None else pids:
+        base = f"/proc/{pid}"
         try:
-            keys = _opened_any(f"/proc/{pid}", want) or set()
-            for base in thread_views(pid)[0]:
-                keys |= _opened_any(base, want) or set()
-            data = _maps(pid)  # read once for every device; parsed for those it names only
+            paths = _fd_paths(base) or []
+            for view in thread_views(pid)[0]:
+                paths += _fd_paths(view) or []
+            reads = [(p, partial(os.stat, p)) for p in paths]
+            got = bounded_calls([*reads, (f"{base}/maps", partial(_read, f"{base}/maps"))])
+            data = got.pop()  # read once for every device; parsed for those it names only
+            if isinstance(data, OSError):
+                data = b""
+            else:
+                if maps is not None:
+                    maps[pid] = data  # the leader's, as read (empty too: the hidden bytes read the leader's)
+                if not data:  # a kernel thread, or a zombie leader: then a live thread's (``_maps``)
+                    other = thread_views(pid)[1]
+                    data = _maps(pid, other) if other else b""
         except StuckReadError as err:
             if stuck is not None:
                 stuck[pid] = err.strerror or str(err)
             continue
+        keys = {(st.st_dev, st.st_ino) for st in got if not isinstance(st, OSError) and st.st_dev in want}
         hits = [(key, How.FD) for key in keys]
         mapped: set[Key] = set()
         for field in set(_MAPS_DEV.findall(data)) & bare.keys() if data else ():
@@ -180,26 +197,20 @@ def holder_index_devs(
     return found
 
 
-def _opened_any(base: str, devs: set[int]) -> set[Key] | None:
-    """``_opened`` for any of ``devs``, all names."""
-    out: set[Key] = set()
+def _fd_paths(base: str) -> list[str] | None:
+    """The fds of the fd table at ``base`` that name a path (socket:, pipe:, anon_inode: never live on a tmpfs);
+    None when its fds cannot be read."""
+    paths: list[str] = []
     try:
         fds = os.scandir(f"{base}/fd")
     except OSError:
         return None
     with fds:
         for fd in fds:
-            try:
-                if not os.readlink(fd.path).startswith("/"):
-                    continue  # socket:, pipe:, anon_inode: never live on a tmpfs
-                st = bounded(fd.path, os.stat, fd.path)  # its filesystem's getattr: it may stall
-            except StuckReadError:
-                raise
-            except OSError:
-                continue
-            if st.st_dev in devs:
-                out.add((st.st_dev, st.st_ino))
-    return out
+            with contextlib.suppress(OSError):
+                if os.readlink(fd.path).startswith("/"):
+                    paths.append(fd.path)
+    return paths
 
 
 __all__ = ["Holder", "Key", "holder_index", "holder_index_devs"]

@@ -82,8 +82,9 @@ def look(root: str, pids: Iterable[int] | None = None, state_dirs: Sequence[tupl
         by_dev.setdefault(p.dev, p)  # one tmpfs, one block (its first place)
     places = list(by_dev.values())
     stuck: dict[int, str] = {}  # processes one of whose reads stuck (bounded.py): unread, so in doubt, never a hang
+    maps: dict[int, bytes] = {}  # each process's maps as the holder walk read them: the hidden bytes' too
     with within(LOOK_S):
-        holders = holder_index_devs([p.dev for p in places], everyone, stuck)  # fds and maps: a route, gc's holders
+        holders = holder_index_devs([p.dev for p in places], everyone, stuck, maps)  # fds, maps: a route, gc's holders
         seen = reachers(every, where, everyone, holders, stuck)  # the one rule: who reaches each tmpfs (reach.py)
     # Pod names for the pods seen only (the log dirs are streamed, not kept): the places' and the reachers' uids.
     wanted = {p.pod_uid for p in places} | {u.pod_uid for us in seen.by_dev.values() for u in us}
@@ -92,7 +93,8 @@ def look(root: str, pids: Iterable[int] | None = None, state_dirs: Sequence[tupl
     depth = {u.pidns: u.depth for p in places for u in seen.by_dev.get(p.dev, ())}
     spaces = pid_spaces(depth, everyone)
     with within(LOOK_S):
-        hidden = hidden_bytes([p.dev for p in places], everyone)
+        hidden = hidden_bytes([p.dev for p in places], everyone, maps)
+    del maps
     mine = pidns_of_self()
     host = PidSpace(mine, 1, {p: p for p in everyone}) if mine == INIT_PID_NS else None
     out: list[Tmpfs] = []
