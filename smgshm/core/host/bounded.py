@@ -103,8 +103,9 @@ def within(seconds: float) -> Iterator[None]:
 
 def _hand_off(whats: list[str], job: Callable[[list[Any], list[float]], None]) -> list[tuple[bool, Any]]:
     """Run ``job(box, started)`` on this thread's worker: it appends to ``box`` an answer per read of ``whats``, in
-    turn, and sets ``started[0]`` (monotonic) as it begins each. Each read is waited for at most ``READ_S`` (and
-    not past the run's deadline): one that does not answer in time raises ``StuckReadError`` naming it."""
+    turn, and sets ``started[0]`` (monotonic) as it begins each, or stops once ``started[1]`` is set (its caller
+    left it). Each read is waited for at most ``READ_S`` (and not past the run's deadline): one that does not
+    answer in time raises ``StuckReadError`` naming it."""
     deadline = getattr(_local, "deadline", None)
     now = time.monotonic()
     if deadline is not None and deadline <= now:
@@ -119,7 +120,7 @@ def _hand_off(whats: list[str], job: Callable[[list[Any], list[float]], None]) -
     if worker is None:
         worker = _local.worker = _Worker()
     box: list[tuple[bool, Any]] = []
-    started = [now]
+    started = [now, 0.0]
     done = threading.Lock()
     done.acquire()
     worker.jobs.put((lambda: job(box, started), box, done))
@@ -135,6 +136,7 @@ def _hand_off(whats: list[str], job: Callable[[list[Any], list[float]], None]) -
                 continue  # the read it waited for answered, and the next began since
             what = whats[min(len(box), len(whats) - 1)]
             worker.abandoned, worker.what = True, what
+            started[1] = 1.0  # the reads after it are not made: the worker ends once this one answers
             _stuck.add(worker)
             _local.worker = None
             raise StuckReadError(what, until - started[0])
@@ -160,6 +162,8 @@ def bounded_calls(calls: Sequence[tuple[str, Callable[[], Any]]]) -> list[Any]:
 
     def job(box: list[Any], started: list[float]) -> None:
         for _what, fn in calls:
+            if started[1]:
+                return  # left: what it was waiting for stuck
             started[0] = time.monotonic()
             try:
                 box.append((True, fn()))
