@@ -8,10 +8,9 @@ import sys
 from collections.abc import Iterator, MutableMapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich.console import Console
 from rich.text import Text
 
 from smgshm import __version__
@@ -19,6 +18,9 @@ from smgshm.cli import jsonout, signals
 from smgshm.cli.app import App
 from smgshm.cli.exitcodes import ExitCode, for_outcome
 from smgshm.core.errors import SmgshmError
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 class CliError(click.ClickException):
@@ -76,6 +78,8 @@ def _err_console(app: App | None) -> Console:
     """Where errors are said: the invocation's stderr console, or (before it exists) a plain one."""
     if app is not None:
         return app.err_console
+    from rich.console import Console  # (an error's: a run that ends well never loads it)
+
     return Console(file=sys.stderr, no_color=True, highlight=False, soft_wrap=True)
 
 

@@ -7,19 +7,30 @@ import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
 from rich.text import Text
 
 from smgshm.cli.exitcodes import ExitCode
 
+if TYPE_CHECKING:
+    from rich.console import Console
 
-class _Console(Console):
-    def on_broken_pipe(self) -> None:
-        # rich's own answer is exit 1 (our "operation failed") with stdout sent to /dev/null even when
-        # stderr was the closed stream: the root group decides instead, once for every command.
-        raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
+
+@cache
+def _console_class() -> type[Console]:
+    """rich's Console, loaded when a console is first used: a --json run that says nothing on either stream never
+    loads it (rich.console is some 10 ms of start-up beyond the rich.text every run loads)."""
+    from rich.console import Console
+
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            # rich's own answer is exit 1 (our "operation failed") with stdout sent to /dev/null even when
+            # stderr was the closed stream: the root group decides instead, once for every command.
+            raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
+
+    return _Console
 
 
 @dataclass
@@ -34,23 +45,32 @@ class App:
     said: bool = False  # the one JSON document or NPD line is written (one output channel: never a second)
     # A document streamed and not yet whole (gc's listing): given why the run failed, it closes it (ok false).
     close_doc: Callable[[str], None] | None = field(default=None, repr=False)
-    console: Console = field(init=False)
-    err_console: Console = field(init=False)
+    # stdout's and stderr's, made when first used (``console``, ``err_console``) on the streams of that moment
+    _made: tuple[Console, Console] | None = field(default=None, init=False, repr=False)
 
-    def __post_init__(self) -> None:
-        self._consoles()
+    @property
+    def console(self) -> Console:
+        return self._consoles()[0]
 
-    def _consoles(self) -> None:
-        plain = self.no_color or bool(os.environ.get("NO_COLOR"))
-        # Each stream decides its own colour from its own isatty (rich does that per file).
-        self.console = _Console(file=sys.stdout, no_color=plain, highlight=False, soft_wrap=True)
-        self.err_console = _Console(file=sys.stderr, no_color=plain, highlight=False, soft_wrap=True)
+    @property
+    def err_console(self) -> Console:
+        return self._consoles()[1]
+
+    def _consoles(self) -> tuple[Console, Console]:
+        if self._made is None:
+            plain, cls = self.no_color or bool(os.environ.get("NO_COLOR")), _console_class()
+            # Each stream decides its own colour from its own isatty (rich does that per file).
+            self._made = (
+                cls(file=sys.stdout, no_color=plain, highlight=False, soft_wrap=True),
+                cls(file=sys.stderr, no_color=plain, highlight=False, soft_wrap=True),
+            )
+        return self._made
 
     def set_flag(self, name: str) -> None:
         """A root flag given after the subcommand (``smgshm gc --check --json``): same effect as before it."""
         setattr(self, name, True)
         if name == "no_color":
-            self._consoles()
+            self._made = None  # made again, without colour
 
     def warn(self, message: str) -> None:
         """A warning: kept for the JSON document and always said on stderr (unless --quiet)."""

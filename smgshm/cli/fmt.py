@@ -27,8 +27,12 @@ class Consoles(Protocol):
     """What the printing helpers need of the invocation (``cli.app.App`` is one): no import of it, no circle."""
 
     quiet: bool
-    console: Console
-    err_console: Console
+
+    @property
+    def console(self) -> Console: ...
+
+    @property
+    def err_console(self) -> Console: ...
 
 
 def display(name: str) -> str:

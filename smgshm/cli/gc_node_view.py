@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
@@ -37,9 +38,32 @@ class Block:
     """One tmpfs's scan, its entries as listed, what the rule chose there, and what reaping it did."""
 
     scan: TmpfsScan
-    segments: list[SegmentInfo]
+    segments: list[SegmentInfo]  # every entry listed; for the summary, only those it may show (``_Shown``)
+    listed: int  # how many entries were listed
     choice: Choice
     done: ReapReport
+
+
+class _Shown:
+    """What the summary (no --all) may show of one tmpfs's entries, as they are listed: the first NOTABLE, and
+    the first NOTABLE not in flight; and their count. A node of 100,000 entries keeps 40, not all of them."""
+
+    def __init__(self) -> None:
+        self.first: list[SegmentInfo] = []
+        self.notable: list[SegmentInfo] = []
+        self.count = 0
+
+    def add(self, seg: SegmentInfo, _row: int) -> None:
+        self.count += 1
+        if len(self.first) < gc_view.NOTABLE:
+            self.first.append(seg)
+        if len(self.notable) < gc_view.NOTABLE and seg.state._value_ != "in_flight":
+            self.notable.append(seg)
+
+    @property
+    def rows(self) -> list[SegmentInfo]:
+        """Every entry when they are few, else the first not in flight (as the summary shows them)."""
+        return self.first if self.count <= gc_view.NOTABLE else self.notable
 
 
 def run(
@@ -74,14 +98,15 @@ def run(
         back = sum(r.restored for t in node.tmpfs if t.unread is None for r in restore(t.place.path))
         if back and not npd:
             app.info(f"put back under their names {back} entries a killed gc had set aside")
-    stream, listed, listing = _listings(app, node, rule, npd)
+    summary = not (app.json or raw or all_rows or npd)
+    stream, listed, listing = _listings(app, node, rule, npd, summary)
 
     def confirm(chosen: Sequence[tuple[TmpfsScan, SegmentInfo]]) -> bool:  # the question names each one's pod
         pods = [_whose(scan.tmpfs) for scan, _ in chosen]
         return gc_view.confirm_delete(app, [seg for _, seg in chosen], yes, all_rows, pods)
 
     done = gcrun.run(tmpfs_scans(node, opts), rule, listing, confirm, on_part=stream.part_done if stream else None)
-    blocks = [Block(p.scan, listed[id(p.scan)], p.choice, p.report) for p in done.parts]
+    blocks = [Block(p.scan, *listed[id(p.scan)], p.choice, p.report) for p in done.parts]
     code = _check_code(done, blocks, node.unseen) if check else ExitCode.OK
     _warn(app, node.unseen, blocks, npd)
     if code == ExitCode.UNDETERMINED and (app.json or raw) and not node.unseen:  # (people read it in the headline)
@@ -112,12 +137,28 @@ def run(
     return code
 
 
+class _Listed:
+    """Each tmpfs's entries, by its scan's id, kept for the end: all of them, or what the summary shows."""
+
+    def __init__(self) -> None:
+        self.every: dict[int, list[SegmentInfo]] = {}
+        self.shown: dict[int, _Shown] = {}
+
+    def __getitem__(self, scan_id: int) -> tuple[list[SegmentInfo], int]:
+        """(the entries kept, how many were listed)."""
+        if scan_id in self.shown:
+            return self.shown[scan_id].rows, self.shown[scan_id].count
+        kept = self.every.get(scan_id, [])
+        return kept, len(kept)
+
+
 def _listings(
-    app: App, node: NodeLook, rule: ReapRule | None, npd: bool
-) -> tuple[NodeJsonListing | None, dict[int, list[SegmentInfo]], Callable[[TmpfsScan], gcrun.OnEntry]]:
+    app: App, node: NodeLook, rule: ReapRule | None, npd: bool, summary: bool
+) -> tuple[NodeJsonListing | None, _Listed, Callable[[TmpfsScan], gcrun.OnEntry]]:
     """Where each tmpfs's entries go as they are listed: a --json listing (no --delete) writes them as it goes
-    and keeps none (gc_node_json_view.py); otherwise each tmpfs's are kept, by its scan's id, for the end."""
-    listed: dict[int, list[SegmentInfo]] = {}
+    and keeps none (gc_node_json_view.py); the ``summary`` keeps what it may show; otherwise each tmpfs's are
+    kept, by its scan's id, for the end."""
+    listed = _Listed()
     stream = None
     if app.json and rule is None and not npd:
         from smgshm.cli.gc_node_json_view import NodeJsonListing
@@ -125,9 +166,13 @@ def _listings(
         stream = NodeJsonListing(app, node)
 
     def listing(scan: TmpfsScan) -> gcrun.OnEntry:
-        segments = listed[id(scan)] = []
+        segments = listed.every[id(scan)] = []
         if stream is not None:
             return stream.listing(scan)
+        if summary:
+            del listed.every[id(scan)]
+            shown = listed.shown[id(scan)] = _Shown()
+            return shown.add
         return lambda seg, _row: segments.append(seg)
 
     return stream, listed, listing
@@ -300,6 +345,13 @@ def _human(
         command(app.err_console, argv, 6)
 
 
+def _shown_rows(segments: list[SegmentInfo]) -> list[SegmentInfo]:
+    """``_Shown.rows`` of entries all kept (the summary's are already)."""
+    if len(segments) <= gc_view.NOTABLE:
+        return segments
+    return list(islice((s for s in segments if s.state._value_ != "in_flight"), gc_view.NOTABLE))
+
+
 def _block_lines(b: Block, all_rows: bool, cols: int = 80) -> list[str]:
     t, scan, done = b.scan.tmpfs, b.scan, b.done
     if done is None:
@@ -333,11 +385,7 @@ def _block_lines(b: Block, all_rows: bool, cols: int = 80) -> list[str]:
         f"{display(f)} {n} ({human_size(scan.others.nbytes[f])})" for f, n in sorted(scan.others.counts.items())
     )
     lines.append(fill(f"  other families: {fams or 'none'}", cols, 4) + "\n")
-    rows = (
-        b.segments
-        if all_rows or len(b.segments) <= gc_view.NOTABLE
-        else [s for s in b.segments if s.state.value != "in_flight"][: gc_view.NOTABLE]
-    )
+    rows = b.segments if all_rows else _shown_rows(b.segments)  # (the summary kept those only: ``_Shown``)
     if rows:
         gone = {d.ino for d in freed}
         lines.append("  " + gc_view.HEADER)
@@ -346,8 +394,8 @@ def _block_lines(b: Block, all_rows: bool, cols: int = 80) -> list[str]:
             # gc's own row (one format for both views), indented: the name on its own line when it does not fit.
             for text in (gc_view.fit_row(gc_view._row(seg, was), cols - 2), gc_view.why_line(seg.reason, cols - 2)):
                 lines.extend("  " + ln + "\n" for ln in text.splitlines())
-        if len(rows) < len(b.segments):
-            lines.append(f"  ... {len(b.segments) - len(rows)} more (--all lists every entry)\n")
+        if len(rows) < b.listed:
+            lines.append(f"  ... {b.listed - len(rows)} more (--all lists every entry)\n")
     for d in done.deleted:
         if not d.deleted:
             lines.append(fill(f"  kept {display(d.name)}: {display(d.reason)}", cols, 4) + "\n")

@@ -141,6 +141,8 @@ shm_dir_option = click.option(
 
 
 def _state_dirs(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[tuple[str, ...], ...]:
+    if not value:
+        return ()  # (the node layout's module loads only when a state dir is given)
     from smgshm.core.node.layout import state_dir_parts
 
     try:

@@ -209,6 +209,36 @@ def test_a_read_that_blocks_is_cut_at_its_bound_and_not_waited_for_again(
     assert not any(t.name == "smgshm-bounded-read" and not t.daemon for t in threading.enumerate())
 
 
+def test_a_batch_of_reads_is_bounded_read_by_read_and_names_the_one_that_blocks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One hand-off for a process's reads (bounded_calls): the answers in turn, an OSError as an answer; a read
+    that blocks is cut at the bound on its own (not the batch's sum), named, and the reads after it are not made."""
+    from functools import partial
+
+    from smgshm.core.host import bounded
+
+    monkeypatch.setattr(bounded, "READ_S", 0.5)
+    fifo, made = tmp_path / "fifo", []
+    os.mkfifo(fifo)
+    got = bounded.bounded_calls([("status", partial(os.stat, "/proc/self/status")), ("gone", partial(os.stat, "/nx"))])
+    assert got[0].st_size == 0
+    assert isinstance(got[1], FileNotFoundError)
+    try:
+        slow = [(f"/proc/self/stat {i}", partial(time.sleep, 0.2)) for i in range(4)]  # 0.8 s in all, 0.2 s each
+        assert bounded.bounded_calls(slow) == [None] * 4  # a bound on the batch's sum would have cut it
+        calls = [*slow[:1], (str(fifo), partial(open, str(fifo), "rb")), ("after", partial(made.append, 1))]
+        with pytest.raises(bounded.StuckReadError) as err:
+            bounded.bounded_calls(calls)
+        assert str(fifo) in str(err.value)
+        assert "did not answer within 0.5 s" in str(err.value)
+    finally:
+        w = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)  # the stuck open gets its writer and ends
+        os.close(w)
+    wait_for(lambda: bounded.stuck_now() == 0 or None, what="the stuck worker to end")
+    assert made == [], "a read after the one that stuck was made"
+
+
 def test_a_forked_child_reads_with_workers_of_its_own() -> None:
     """Threads do not survive fork(2): a child whose parent had a worker (or one stuck) reads at once."""
     from smgshm.core.host import bounded

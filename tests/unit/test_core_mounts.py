@@ -130,3 +130,20 @@ def test_the_queries_on_a_table() -> None:
 
 # ---------------------------------------------------------------------------------------------
 # real mounts at hostile names
+
+
+def test_a_table_without_escapes_reads_as_each_line_alone() -> None:
+    """A table with no escape is decoded whole and split (the fast form): it must read as each line read alone
+    does, whatever bytes its fields hold (not UTF-8, a carriage return, another script's digits, a stray "-")."""
+    from smgshm.core.host import mounts
+
+    rng = random.Random(7)  # noqa: S311 - a fixed seed: the same tables every run
+    pieces = [b"1", b"0", b" ", b"-", b"/", b":", b"\xc3", b"\xa9", b"\xff", b"\r", b"\n", b"\xd9\xa3", b"tmpfs"]
+    lines = [GOOD, b"1 0 0:27 / /x rw shared:1 master:2 - tmpfs t rw", b"", b"junk"]
+    for _ in range(3000):
+        table = bytearray(b"\n".join(rng.sample(lines, 2)))
+        for _ in range(rng.randint(0, 8)):
+            at = rng.randint(0, len(table))
+            table[at:at] = rng.choice(pieces)
+        one_by_one = [m for ln in bytes(table).split(b"\n") if ln and (m := mounts._parse_line(ln)) is not None]
+        assert parse_mounts(bytes(table)) == one_by_one, bytes(table)

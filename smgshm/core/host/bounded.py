@@ -24,7 +24,8 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -46,7 +47,9 @@ class _Worker:
     def __init__(self) -> None:
         self.what = ""  # the read it was left to
         self.abandoned = False  # left to a read that did not answer: it ends once that read does
-        self.jobs: queue.SimpleQueue[tuple[Callable[[], Any], list[Any], threading.Event]] = queue.SimpleQueue()
+        # A job: the call, the box its answers go to, and a lock its caller holds, which the worker releases when
+        # done (a Lock, not an Event: released by another thread all the same, and a tenth of the cost a hand-off).
+        self.jobs: queue.SimpleQueue[tuple[Callable[[], Any], list[Any], threading.Lock]] = queue.SimpleQueue()
         self.thread = threading.Thread(target=self._run, name="smgshm-bounded-read", daemon=True)
         self.thread.start()
 
@@ -54,10 +57,10 @@ class _Worker:
         while True:
             fn, box, done = self.jobs.get()
             try:
-                box.append((True, fn()))
+                fn()
             except BaseException as err:  # handed back to the caller, who raises it
                 box.append((False, err))
-            done.set()
+            done.release()
             with _lock:
                 if self.abandoned:
                     _stuck.discard(self)
@@ -98,35 +101,87 @@ def within(seconds: float) -> Iterator[None]:
         _local.deadline = outer
 
 
-def bounded(what: str, fn: Callable[..., T], *args: Any) -> T:
-    """``fn(*args)`` done by this thread's worker, waited for at most ``READ_S`` (and not past the run's
-    deadline); its exception raised here. ``what`` names the read in the error: ``/proc/12/fd/3``."""
+def _hand_off(whats: list[str], job: Callable[[list[Any], list[float]], None]) -> list[tuple[bool, Any]]:
+    """Run ``job(box, started)`` on this thread's worker: it appends to ``box`` an answer per read of ``whats``, in
+    turn, and sets ``started[0]`` (monotonic) as it begins each, or stops once ``started[1]`` is set (its caller
+    left it). Each read is waited for at most ``READ_S`` (and not past the run's deadline): one that does not
+    answer in time raises ``StuckReadError`` naming it."""
     deadline = getattr(_local, "deadline", None)
-    wait = READ_S if deadline is None else min(READ_S, deadline - time.monotonic())
-    if wait <= 0:
-        raise StuckReadError(what, 0, "was not read: the run's time for reads was spent")
+    now = time.monotonic()
+    if deadline is not None and deadline <= now:
+        raise StuckReadError(whats[0], 0, "was not read: the run's time for reads was spent")
     with _lock:
-        if any(w.what == what for w in _stuck):  # a scrape after a scrape: it would stick again
-            raise StuckReadError(what, 0, "was not read: an earlier read of it is stuck still")
+        for w in _stuck:  # a scrape after a scrape: it would stick again
+            if w.what in whats:
+                raise StuckReadError(w.what, 0, "was not read: an earlier read of it is stuck still")
         worker: _Worker | None = getattr(_local, "worker", None)
         if worker is None and len(_stuck) >= MAX_STUCK:
-            raise StuckReadError(what, 0, f"was not read: {len(_stuck)} earlier reads are stuck still")
+            raise StuckReadError(whats[0], 0, f"was not read: {len(_stuck)} earlier reads are stuck still")
     if worker is None:
         worker = _local.worker = _Worker()
     box: list[tuple[bool, Any]] = []
-    done = threading.Event()
-    worker.jobs.put((lambda: fn(*args), box, done))
-    if not done.wait(wait):
+    started = [now, 0.0]
+    done = threading.Lock()
+    done.acquire()
+    worker.jobs.put((lambda: job(box, started), box, done))
+    while True:
+        until = started[0] + READ_S if deadline is None else min(started[0] + READ_S, deadline)
+        if done.acquire(timeout=max(0.0, until - time.monotonic())):
+            return box
         with _lock:
-            if not done.is_set():  # else it answered just now: the worker carries on
-                worker.abandoned, worker.what = True, what
-                _stuck.add(worker)
-                _local.worker = None
-                raise StuckReadError(what, wait)
-    ok, value = box[0]
+            now = time.monotonic()
+            if done.acquire(blocking=False):  # it answered just now: the worker carries on
+                return box
+            if now < started[0] + READ_S and (deadline is None or now < deadline):
+                continue  # the read it waited for answered, and the next began since
+            what = whats[min(len(box), len(whats) - 1)]
+            worker.abandoned, worker.what = True, what
+            started[1] = 1.0  # the reads after it are not made: the worker ends once this one answers
+            _stuck.add(worker)
+            _local.worker = None
+            raise StuckReadError(what, until - started[0])
+
+
+def bounded(what: str, fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` done by this thread's worker, waited for at most ``READ_S`` (and not past the run's
+    deadline); its exception raised here. ``what`` names the read in the error: ``/proc/12/fd/3``."""
+
+    def job(box: list[Any], started: list[float]) -> None:
+        box.append((True, fn(*args)))
+
+    ((ok, value),) = _hand_off([what], job)
     if not ok:
         raise value
     return value  # type: ignore[no-any-return]
 
 
-__all__ = ["MAX_STUCK", "READ_S", "StuckReadError", "bounded", "stuck_now", "within"]
+def bounded_calls(calls: Sequence[tuple[str, Callable[[], Any]]]) -> list[Any]:
+    """Each ``(what, fn)`` of ``calls`` run in turn in ONE hand-off to this thread's worker (one process's reads:
+    one hand-off, not one a read), each read bounded as ``bounded``'s is; the answer of each, or its OSError.
+    StuckReadError names the read that did not answer (those after it are not made)."""
+
+    def job(box: list[Any], started: list[float]) -> None:
+        for _what, fn in calls:
+            if started[1]:
+                return  # left: what it was waiting for stuck
+            started[0] = time.monotonic()
+            try:
+                box.append((True, fn()))
+            except OSError as err:
+                box.append((True, err))
+
+    if not calls:
+        return []
+    out = _hand_off([what for what, _fn in calls], job)
+    for ok, value in out:
+        if not ok:
+            raise value  # not an OSError: a bug's, raised as it was
+    return [value for _ok, value in out]
+
+
+def bounded_each(paths: Sequence[str], fn: Callable[[str], T]) -> list[T | OSError]:
+    """``fn(path)`` for each of ``paths`` (a process's fds), in one hand-off: ``bounded_calls``."""
+    return bounded_calls([(path, partial(fn, path)) for path in paths])
+
+
+__all__ = ["MAX_STUCK", "READ_S", "StuckReadError", "bounded", "bounded_calls", "bounded_each", "stuck_now", "within"]

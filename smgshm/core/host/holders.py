@@ -19,9 +19,10 @@ import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import partial
 
 from smgshm.core.closed import Closed
-from smgshm.core.host.bounded import StuckReadError, bounded
+from smgshm.core.host.bounded import StuckReadError, bounded, bounded_calls
 from smgshm.core.host.mounts import mount_aliases
 from smgshm.core.host.proc import comm, live_pids, thread_views
 
@@ -40,11 +41,6 @@ class Holder:
     pid: int
     comm: str
     how: How
-
-
-def _mapped(pid: int, devtag: bytes, dev: int) -> set[Key]:
-    """Inodes of ``dev`` mapped by ``pid``; the fd may be long closed (a map outlives it)."""
-    return _mapped_in(_maps(pid), devtag, dev)
 
 
 def _maps(pid: int, base: str | None = None) -> bytes:
@@ -78,30 +74,51 @@ def _mapped_in(data: bytes, devtag: bytes, dev: int) -> set[Key]:
     return out
 
 
-def _opened(base: str, dev: int, names: frozenset[str] | None) -> set[Key] | None:
-    """Inodes of ``dev`` open in the fd table at ``base`` (/proc/P or /proc/P/task/T; None when
-    its fds cannot be read: gone or not ours)."""
-    out: set[Key] = set()
+def _process_reads(
+    pid: int, names: frozenset[str] | None = None, maps: dict[int, bytes] | None = None
+) -> tuple[list[os.stat_result], bytes]:
+    """What ``pid`` holds: the stat of each fd of its fd tables (the leader's, and its threads' own) that names a
+    path (one of ``names``, when given), and its maps (a live thread's when the leader's read empty: a zombie
+    leader). The reads that may stall (each fd's filesystem's getattr; the maps, its mmap_lock) in ONE hand-off
+    (host/bounded.py): StuckReadError when one does not answer. ``maps`` keeps the leader's maps as read."""
+    base = f"/proc/{pid}"
+    paths = _fd_paths(base, names)
+    for view in thread_views(pid)[0]:
+        paths += _fd_paths(view, names)
+    got = bounded_calls([*((p, partial(os.stat, p)) for p in paths), (f"{base}/maps", partial(_read, f"{base}/maps"))])
+    data = got.pop()
+    if isinstance(data, OSError):
+        data = b""  # gone, or not ours: nothing mapped that we can see
+    else:
+        if maps is not None:
+            maps[pid] = data  # the leader's, as read (empty too: the node's hidden bytes read the leader's)
+        if not data:  # a kernel thread, or a zombie leader: then a live thread's (``_maps``)
+            other = thread_views(pid)[1]
+            data = _maps(pid, other) if other else b""
+    return [st for st in got if not isinstance(st, OSError)], data
+
+
+def _fd_paths(base: str, names: frozenset[str] | None = None) -> list[str]:
+    """The fds of the fd table at ``base`` (/proc/P or /proc/P/task/T; none when its fds cannot be read: gone
+    or not ours) whose links name a path: socket:, pipe:, anon_inode: never live on a tmpfs; with ``names``, a
+    path whose last component is one of them (a single-link file's fd shows its one dentry's name)."""
+    paths: list[str] = []
     try:
         fds = os.scandir(f"{base}/fd")
     except OSError:
-        return None
+        return paths
     with fds:
         for fd in fds:
             try:
                 link = os.readlink(fd.path)
-                if not link.startswith("/"):
-                    continue  # socket:, pipe:, anon_inode: never live on a tmpfs
-                if names is not None and link.removesuffix(" (deleted)").rpartition("/")[2] not in names:
-                    continue
-                st = bounded(fd.path, os.stat, fd.path)  # the magic link: the very inode, whatever its path
-            except StuckReadError:
-                raise  # its filesystem stalls: this process's holds cannot be told (the caller says so)
             except OSError:
                 continue
-            if st.st_dev == dev:
-                out.add((dev, st.st_ino))
-    return out
+            if not link.startswith("/"):
+                continue
+            if names is not None and link.removesuffix(" (deleted)").rpartition("/")[2] not in names:
+                continue
+            paths.append(fd.path)
+    return paths
 
 
 def holder_index(
@@ -129,14 +146,13 @@ def holder_index(
     found: dict[Key, list[Holder]] = {}
     for pid in live_pids() if pids is None else pids:
         try:
-            hits = [(key, How.FD) for key in _opened(f"/proc/{pid}", dev, wanted) or ()]
-            for base in thread_views(pid)[0]:
-                hits += [(key, How.FD) for key in _opened(base, dev, wanted) or () if (key, How.FD) not in hits]
-            hits += [(key, How.MAP) for key in _mapped(pid, devtag, dev)]
+            stats, data = _process_reads(pid, wanted)
         except StuckReadError as err:
             if stuck is not None:
                 stuck[pid] = err.strerror or str(err)
             continue
+        hits = [(key, How.FD) for key in {(dev, st.st_ino) for st in stats if st.st_dev == dev}]
+        hits += [(key, How.MAP) for key in _mapped_in(data, devtag, dev)]
         if hits:
             name = comm(pid)
             for key, how in hits:
@@ -149,10 +165,15 @@ _MAPS_DEV = re.compile(rb"^[0-9a-f]+-[0-9a-f]+ \S+ [0-9a-f]+ ([0-9a-f]+:[0-9a-f]
 
 
 def holder_index_devs(
-    devs: Iterable[int], pids: Iterable[int] | None = None, stuck: dict[int, str] | None = None
+    devs: Iterable[int],
+    pids: Iterable[int] | None = None,
+    stuck: dict[int, str] | None = None,
+    maps: dict[int, bytes] | None = None,
 ) -> dict[Key, list[Holder]]:
     """``holder_index`` for several devices in ONE walk of /proc (a node's tmpfs: one walk, not one
-    per tmpfs, whose cost grows with the processes times the tmpfs). The same reads and rules."""
+    per tmpfs, whose cost grows with the processes times the tmpfs). The same reads and rules; a process's
+    reads that may stall (its fds' getattr, its maps) in one hand-off (host/bounded.py). ``maps``, when
+    given, keeps each process's maps as read (the node's hidden bytes read them again otherwise)."""
     want = set(devs)
     bare = {f"{os.major(d):02x}:{os.minor(d):02x}".encode(): d for d in want}  # as maps spells a device
     found: dict[Key, list[Holder]] = {}
@@ -160,14 +181,12 @@ def holder_index_devs(
         return found
     for pid in live_pids() if pids is None else pids:
         try:
-            keys = _opened_any(f"/proc/{pid}", want) or set()
-            for base in thread_views(pid)[0]:
-                keys |= _opened_any(base, want) or set()
-            data = _maps(pid)  # read once for every device; parsed for those it names only
+            stats, data = _process_reads(pid, None, maps)  # the maps read once for every device
         except StuckReadError as err:
             if stuck is not None:
                 stuck[pid] = err.strerror or str(err)
             continue
+        keys = {(st.st_dev, st.st_ino) for st in stats if st.st_dev in want}
         hits = [(key, How.FD) for key in keys]
         mapped: set[Key] = set()
         for field in set(_MAPS_DEV.findall(data)) & bare.keys() if data else ():
@@ -178,28 +197,6 @@ def holder_index_devs(
             for key, how in hits:
                 found.setdefault(key, []).append(Holder(pid, name, how))
     return found
-
-
-def _opened_any(base: str, devs: set[int]) -> set[Key] | None:
-    """``_opened`` for any of ``devs``, all names."""
-    out: set[Key] = set()
-    try:
-        fds = os.scandir(f"{base}/fd")
-    except OSError:
-        return None
-    with fds:
-        for fd in fds:
-            try:
-                if not os.readlink(fd.path).startswith("/"):
-                    continue  # socket:, pipe:, anon_inode: never live on a tmpfs
-                st = bounded(fd.path, os.stat, fd.path)  # its filesystem's getattr: it may stall
-            except StuckReadError:
-                raise
-            except OSError:
-                continue
-            if st.st_dev in devs:
-                out.add((st.st_dev, st.st_ino))
-    return out
 
 
 __all__ = ["Holder", "Key", "holder_index", "holder_index_devs"]

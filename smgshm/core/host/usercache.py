@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import secrets
 import stat
 import time
 from collections.abc import Iterator
@@ -119,7 +118,7 @@ def write_private(name: str, data: bytes, directory: str | None = None) -> bool:
     dfd = _open_dir(directory or cache_dir(), create=True)
     if dfd is None:
         return False
-    tmp = f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    tmp = f".{name}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dfd)
         try:

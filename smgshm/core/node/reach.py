@@ -56,10 +56,12 @@ import contextlib
 import errno
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
+from typing import cast
 
-from smgshm.core.host.bounded import bounded
+from smgshm.core.host.bounded import bounded_calls, bounded_each
 from smgshm.core.host.dirhandle import dir_mount, handle_ways
 from smgshm.core.host.holders import Holder
 from smgshm.core.host.mounts import Mount, read_mounts
@@ -209,27 +211,37 @@ class _Walk:
         reaches cannot be told from here: a link resolves in its root, not this one's). FileNotFoundError
         when the thread is gone (or a zombie leader)."""
         mntns = os.readlink(f"{base}/ns/mnt")
+        host = mntns in self.host_mnt
         linked = False
-        try:
-            dev: int | None = bounded(f"{base}/root/dev/shm", _shm_dev, base)  # through its root: it may stall
-        except FileNotFoundError:
+        # Its /dev/shm through its root, and (outside the host's mount namespace) its cwd's and root's filesystems'
+        # getattr: each may stall. One hand-off for the three.
+        reads: list[tuple[str, Callable[[], object]]] = [(f"{base}/root/dev/shm", partial(_shm_dev, base))]
+        if not host:
+            reads += [(f"{base}/{what}", partial(os.stat, f"{base}/{what}")) for what in ("cwd", "root")]
+        got = bounded_calls(reads)
+        dev: int | None = None
+        if isinstance(got[0], FileNotFoundError):
             if not os.path.exists(f"{base}/root"):
-                raise
-            dev = None  # a root with no /dev/shm
-        except OSError as err:
-            if err.errno not in (errno.ELOOP, errno.ENOTDIR):
-                raise
-            dev, linked = None, True
+                raise got[0]
+            # a root with no /dev/shm
+        elif isinstance(got[0], OSError):
+            if got[0].errno not in (errno.ELOOP, errno.ENOTDIR):
+                raise got[0]
+            linked = True
+        else:
+            dev = cast(int, got[0])
         if dev in self.devs:
             _route(routes, maybe, dev, "its /dev/shm")
-        if mntns in self.host_mnt:
+        if host:
             return linked  # the host's: only its /dev/shm (the module says why)
         own.add(mntns)
         for d, (how, hostlike) in self._mounted(base, mntns).items():
             _route(routes, maybe, d, how, hostlike)
         whose = "its" if base.count("/") == 2 else f"its thread {base.rpartition('/')[2]}'s"
-        for what in ("cwd", "root"):
-            st = bounded(f"{base}/{what}", os.stat, f"{base}/{what}")  # its filesystem's getattr: it may stall
+        for what, st in zip(("cwd", "root"), got[1:], strict=True):
+            if isinstance(st, OSError):
+                raise st
+            st = cast(os.stat_result, st)
             if st.st_dev in self.devs:
                 _route(routes, maybe, st.st_dev, f"{whose} {what}")
             else:
@@ -253,16 +265,22 @@ class _Walk:
                 fds = os.scandir(f"{base}/fd")
             except FileNotFoundError:
                 continue  # the thread has exited
+            paths: list[tuple[str, str]] = []
             with fds:
                 for fd in fds:
                     try:
-                        if not os.readlink(fd.path).startswith("/"):
-                            continue  # socket:, pipe:, anon_inode: no dir
-                        st = bounded(fd.path, os.stat, fd.path)  # its filesystem's getattr: it may stall
+                        if os.readlink(fd.path).startswith("/"):  # not socket:, pipe:, anon_inode: no dir
+                            paths.append((fd.path, fd.name))
                     except FileNotFoundError:
                         continue  # closed mid-walk
-                    if st.st_dev not in self.devs:  # one on a tmpfs is the holders' (an open fd)
-                        self._dir(fd.path, f"{base}/fdinfo/{fd.name}", st, f"{whose} open fd {fd.name}", dirs)
+            # Each its filesystem's getattr, which may stall: one hand-off for all of them.
+            for (path, name), st in zip(paths, bounded_each([p for p, _ in paths], os.stat), strict=True):
+                if isinstance(st, FileNotFoundError):
+                    continue  # closed mid-walk
+                if isinstance(st, OSError):
+                    raise st
+                if st.st_dev not in self.devs:  # one on a tmpfs is the holders' (an open fd)
+                    self._dir(path, f"{base}/fdinfo/{name}", st, f"{whose} open fd {name}", dirs)
 
     def _unread(self, pid: int, cgroup: bytes | None) -> None:
         uid = uid_of(pid)

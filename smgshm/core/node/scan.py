@@ -8,6 +8,7 @@ the pod judge in place of the host's, so gc's listing, reaping and tallies apply
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import time
@@ -30,7 +31,7 @@ from smgshm.core.node.pods import PodName, pod_names_at
 from smgshm.core.node.reach import reachers
 from smgshm.core.node.sight import Unseen, host_mnt_unseen, unseen
 from smgshm.core.node.volumes import Hidden, PidSpace, ShmUser, hidden_bytes, pid_spaces, pidns_of_self
-from smgshm.core.segments.judge import Judge, ScanOptions, SegmentInfo, Tally
+from smgshm.core.segments.judge import Judge, ListedEntry, ScanOptions, SegmentInfo, Tally
 from smgshm.core.segments.scan import Scan
 from smgshm.core.segments.sightings import Sightings
 
@@ -96,8 +97,9 @@ def look(root: str, pids: Iterable[int] | None = None, state_dirs: Sequence[tupl
     every = [*places, *(p for p in unread_places if p.dev in why_unread)]  # a mount at any is the host's (reach.py)
     places = list(by_dev.values())
     stuck: dict[int, str] = {}  # processes one of whose reads stuck (bounded.py): unread, so in doubt, never a hang
+    maps: dict[int, bytes] = {}  # each process's maps as the holder walk read them: the hidden bytes' too
     with within(LOOK_S):
-        holders = holder_index_devs([p.dev for p in places], everyone, stuck)  # fds and maps: a route, gc's holders
+        holders = holder_index_devs([p.dev for p in places], everyone, stuck, maps)  # fds, maps: a route, gc's holders
         seen = reachers(every, where, everyone, holders, stuck)  # the one rule: who reaches each tmpfs (reach.py)
     # Pod names for the pods seen only (the log dirs are streamed, not kept): the places' and the reachers' uids.
     wanted = {p.pod_uid for p in places} | {u.pod_uid for us in seen.by_dev.values() for u in us}
@@ -106,7 +108,8 @@ def look(root: str, pids: Iterable[int] | None = None, state_dirs: Sequence[tupl
     depth = {u.pidns: u.depth for p in places for u in seen.by_dev.get(p.dev, ())}
     spaces = pid_spaces(depth, everyone)
     with within(LOOK_S):
-        hidden = hidden_bytes([p.dev for p in places], everyone)
+        hidden = hidden_bytes([p.dev for p in places], everyone, maps)
+    del maps
     mine = pidns_of_self()
     host = PidSpace(mine, 1, {p: p for p in everyone}) if mine == INIT_PID_NS else None
     out: list[Tmpfs] = []
@@ -210,20 +213,14 @@ class TmpfsScan(Scan):
         )
         return trust, judge
 
-    def _entries(self) -> Iterator[os.DirEntry[str]]:
-        others, prefix = self.others, SMG_FAMILY_PREFIX
-        for entry in self._dir:
-            if entry.name.startswith(prefix):
-                yield entry
-                continue
-            try:
-                others.add(entry.name, entry.stat(follow_symlinks=False).st_blocks * 512)
-            except OSError:
-                continue  # gone since the listing
+    def _other(self, entry: ListedEntry) -> None:
+        """Count an entry outside SMG's names by its family."""
+        with contextlib.suppress(OSError):  # gone since the listing
+            self.others.add(entry.name, entry.stat(follow_symlinks=False).st_blocks * 512)
 
     def __iter__(self) -> Iterator[SegmentInfo]:
         try:
-            yield from self.judge.each(self._entries(), self.tally, self.progress)
+            yield from self.judge.each(self._dir, self.tally, self.progress, SMG_FAMILY_PREFIX, self._other)
         finally:
             self.close()
         self.sightings.save()  # as gc's Scan: a whole listing records what it saw, the next scan's proofs

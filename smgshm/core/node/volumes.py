@@ -137,14 +137,21 @@ def _read_maps(pid: int) -> bytes:
         return f.read(MAX_MAPS_BYTES + 1)
 
 
-def hidden_bytes(devs: Iterable[int], pids: Iterable[int] | None = None) -> dict[int, Hidden]:
-    """Per device of ``devs``: the bytes of unlinked files still mapped there, from every /proc/P/maps."""
+def hidden_bytes(
+    devs: Iterable[int], pids: Iterable[int] | None = None, maps: dict[int, bytes] | None = None
+) -> dict[int, Hidden]:
+    """Per device of ``devs``: the bytes of unlinked files still mapped there, from every /proc/P/maps (those in
+    ``maps`` as read already: the holder walk's of this look, host/holders.py)."""
     tags = {f"{os.major(d):02x}:{os.minor(d):02x}".encode(): d for d in devs}
     spans: dict[tuple[int, int], list[tuple[int, int]]] = {}
     complete = True
     for pid in live_pids() if pids is None else pids:
         try:
-            data = bounded(f"/proc/{pid}/maps", _read_maps, pid)  # its mmap_lock, which a stuck fault holds
+            data = (  # its mmap_lock, which a stuck fault holds
+                maps[pid][: MAX_MAPS_BYTES + 1]
+                if maps is not None and pid in maps
+                else bounded(f"/proc/{pid}/maps", _read_maps, pid)
+            )
         except StuckReadError:
             complete = False  # what it maps cannot be told: a lower bound still, said incomplete
             continue

@@ -20,6 +20,7 @@ only SIGKILL leaves a batch aside.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import copy
 import errno
@@ -254,9 +255,8 @@ def choose(
     chosen: list[SegmentInfo] = []
     refused: list[Deletion] = []
     rows: dict[int, int] = {}
-    if rule is None:
-        for row, seg in enumerate(entries):
-            on_entry(seg, row)
+    if rule is None:  # the loop in C (map, drained by a deque of none): a listing may hold a million
+        collections.deque(map(on_entry, entries, itertools.count()), maxlen=0)
         return Choice(chosen, refused, rows)
     want = reapable(rule.states)
     for row, seg in enumerate(entries):

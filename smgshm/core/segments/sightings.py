@@ -85,9 +85,13 @@ def refused(directory: str | None = None) -> str:
     return "" if why is None else f"{directory}: {why}"
 
 
+# A name's bytes as os.fsencode makes them, without its call per name (the judge inlines name_sum).
+FS_ENCODING, FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
+
+
 def name_sum(name: str) -> int:
-    """The checksum of a name a sighting keeps (CRC-32 of its bytes)."""
-    return zlib.crc32(os.fsencode(name))
+    """The checksum of a name a sighting keeps (CRC-32 of its bytes, os.fsencode's)."""
+    return zlib.crc32(name.encode(FS_ENCODING, FS_ERRORS))
 
 
 def _dir_witness(path: str) -> tuple[int, int] | None:
@@ -400,6 +404,8 @@ class Sightings:
 
 
 __all__ = [
+    "FS_ENCODING",
+    "FS_ERRORS",
     "MAX_BYTES",
     "MAX_RECORDS",
     "ROOT_STORE_DIR",
