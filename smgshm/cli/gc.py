@@ -47,7 +47,10 @@ if TYPE_CHECKING:
 @click.option(
     "--all-users",
     is_flag=True,
-    help="Also delete other users' segments: as root, or with CAP_FOWNER (the node image's smgshm-reclaim).",
+    help=(
+        "Also delete other users' segments: as root, or with CAP_FOWNER and CAP_SYS_PTRACE "
+        "(the node image's smgshm-reclaim)."
+    ),
 )
 @click.option("-y", "--yes", is_flag=True, help="Do not ask before deleting (a non-TTY run never asks).")
 @click.option(

@@ -237,6 +237,7 @@ def _exec(command: tuple[str, ...]) -> NoReturn:
     try:
         os.execvp(command[0], command)  # noqa: S606 - the operator's own command line, as given, no shell
     except OSError as err:
+        signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # a closed stderr must not kill it: the exit code stands
         code = ExitCode.NOT_FOUND if err.errno == errno.ENOENT else ExitCode.CANNOT_EXEC
         name = errno.errorcode.get(err.errno or 0, "?")
         with contextlib.suppress(OSError):  # a closed stderr keeps the exit code

@@ -4,7 +4,6 @@ file, or not what smgshm writes, reads as empty (root: mount -t tmpfs, chown, se
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import shutil
@@ -77,7 +76,7 @@ def test_another_mount_id_on_the_same_st_dev_does_not_inherit(
         record_tensor_seen("smgshm e2e", 1 << 20, d)
         assert _nbytes(d) == [1 << 20]
         dev = os.stat(d).st_dev
-        renumbered = [dataclasses.replace(m, mount_id=m.mount_id + 1000) if m.dev == dev else m for m in read_mounts()]
+        renumbered = [m._replace(mount_id=m.mount_id + 1000) if m.dev == dev else m for m in read_mounts()]
         monkeypatch.setattr(place, "read_mounts", lambda *_path: renumbered)  # the table the key reads
         assert _nbytes(d) == []
 

@@ -42,6 +42,7 @@ def uid_of(pid: int) -> int | None:
 
 
 CAP_FOWNER = 3  # linux/capability.h
+CAP_SYS_PTRACE = 19
 
 
 def has_effective_cap(cap: int) -> bool:

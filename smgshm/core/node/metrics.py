@@ -73,7 +73,8 @@ METRICS: dict[str, tuple[str, tuple[str, ...], str, str]] = {
         (*VOLUME, "reason"),
         ALWAYS,
         "1 for a tmpfs still mounted that the last scan could not list, with why (permission: this process may "
-        "not list its dir; changed: another mount or none at its path since the look; error: any other); no "
+        "not list its dir; changed: another mount or none at its path since the look; stalled: a read did not "
+        "answer in time; error: any other); no "
         "series for one scanned",
     ),
     "volumes": ("gauge", ("kind",), ALWAYS, "tmpfs followed on the node, by kind"),

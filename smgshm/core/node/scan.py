@@ -86,16 +86,7 @@ def look(root: str, pids: Iterable[int] | None = None, state_dirs: Sequence[tupl
         unread_places = node.unread_places()  # below a dir not read in time: unknown, each for itself
         blind = unseen(where, node.found, node.missing, pidns_of_self(), state_dirs, node.unreadable, node.unread)
         why_unread = {p.dev: _why_unread(p, node.unread, where) for p in unread_places}
-    by_dev: dict[int, Place] = {}
-    for p in places:
-        by_dev.setdefault(p.dev, p)  # one tmpfs, one block (its first place)
-    for p in unread_places:
-        if p.dev in by_dev:
-            why_unread.pop(p.dev)  # read at another of its places: judged there
-        else:
-            by_dev[p.dev] = p
-    every = [*places, *(p for p in unread_places if p.dev in why_unread)]  # a mount at any is the host's (reach.py)
-    places = list(by_dev.values())
+    places, every = blocks(places, unread_places, why_unread)
     stuck: dict[int, str] = {}  # processes one of whose reads stuck (bounded.py): unread, so in doubt, never a hang
     maps: dict[int, bytes] = {}  # each process's maps as the holder walk read them: the hidden bytes' too
     with within(LOOK_S):
@@ -137,6 +128,26 @@ def look(root: str, pids: Iterable[int] | None = None, state_dirs: Sequence[tupl
     if seen.host_mnt:
         blind.append(host_mnt_unseen(seen.host_mnt))
     return NodeLook(where, out, known, holders, blind)
+
+
+def blocks(
+    places: Sequence[Place], unread_places: Sequence[Place], why_unread: dict[int, str]
+) -> tuple[list[Place], list[Place]]:
+    """(one place per tmpfs, the block it is reported as; every place of every tmpfs, for reach.py: a mount
+    at any of them is the host's). A tmpfs read at some place is judged there, and ``why_unread`` (dev ->
+    why) loses it; one only under dirs not read keeps its reason, however many unread places (mount ids:
+    a mount propagated twice) it has."""
+    by_dev: dict[int, Place] = {}
+    for p in places:
+        by_dev.setdefault(p.dev, p)  # one tmpfs, one block (its first place)
+    read = set(by_dev)  # the tmpfs seen at a place that was read (an unread one's copies do not count)
+    for p in unread_places:
+        if p.dev in read:
+            why_unread.pop(p.dev, None)  # read at another of its places: judged there
+        else:
+            by_dev.setdefault(p.dev, p)
+    every = [*places, *(p for p in unread_places if p.dev in why_unread)]
+    return list(by_dev.values()), every
 
 
 def _why_unread(p: Place, unread: Sequence[tuple[tuple[str, ...], str]], root: str) -> str:

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 from smgshm.core.host.holders import Holder, holder_index
 from smgshm.core.host.mounts import mount_points
-from smgshm.core.host.proc import CAP_FOWNER, has_effective_cap
+from smgshm.core.host.proc import CAP_FOWNER, CAP_SYS_PTRACE, has_effective_cap
 from smgshm.core.names import in_family
 from smgshm.core.segments.asides import rename_noreplace, this_gc_aside
 from smgshm.core.segments.judge import SegmentInfo, State, Tally
@@ -69,7 +69,7 @@ def keep_reason(
     written it under its own pid). For those it reads the wall-clock age (mtime): a step of the clock only
     reaps one a little sooner or later. Another user's segment goes only with ``all_users`` and the power
     to unlink it in a sticky dir (a pod's memory emptyDir and the runtime's sandbox shm are 1777): root,
-    or ``fowner``, CAP_FOWNER held (the node image's reclaim entrypoint, uid 65532)."""
+    or ``fowner``, CAP_FOWNER held with CAP_SYS_PTRACE (the node image's reclaim entrypoint, uid 65532)."""
     if not in_family(seg.name):
         return NOT_SMG_NAME, "not an SMG name"
     if seg.state is State.LEAKED and seg.proven_dead:
@@ -225,7 +225,9 @@ class ReapRule:
     min_age_s: float
     all_users: bool = False
     uid: int = field(default_factory=os.getuid)
-    fowner: bool = field(default_factory=lambda: has_effective_cap(CAP_FOWNER))
+    # FOWNER unlinks another uid's file, but only SYS_PTRACE reads another uid's fds and maps: without it a
+    # live holder of that file is invisible (its fd table reads empty), so FOWNER alone takes nothing of theirs.
+    fowner: bool = field(default_factory=lambda: has_effective_cap(CAP_FOWNER) and has_effective_cap(CAP_SYS_PTRACE))
 
     @classmethod
     def of(cls, *, include_stale: bool, min_age_s: float, all_users: bool) -> ReapRule:
