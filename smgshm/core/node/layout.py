@@ -120,9 +120,20 @@ def each_dir(fd: int, what: str = "") -> Iterator[str]:
     """The names of the entries of the dir at ``fd`` that are dirs (not links), as the kernel lists them:
     streamed, never held (a dir of millions costs a batch of names, not a list); each batch a bounded read
     (``StuckReadError`` when it does not answer in time; ``what``: the dir's path, for the message)."""
-    with os.scandir(fd) as it:
+    it = os.scandir(fd)  # on a dup of fd
+    stuck = False
+    try:
         while (batch := bounded(what or f"the dir at fd {fd}", _dirs_of, it, _BATCH)) is not None:
             yield from batch
+    except StuckReadError:
+        # Never closed here: the worker left to the read is still in readdir(), and a close (rewinddir, then
+        # closedir) waits on the lock it holds, for as long as the read stalls. The worker's job keeps a
+        # reference: the listing is closed by whichever lets go last, after the read answers, if ever.
+        stuck = True
+        raise
+    finally:
+        if not stuck:
+            it.close()
 
 
 _THROUGH_ROOT = re.compile(r"^/proc/([0-9]+)/root(?:/|$)")
