@@ -2,13 +2,15 @@
 # Check deploy/'s Kubernetes objects, alerts and dashboard, offline and without root (no cluster, no
 # image): each overlay rendered by `kubectl kustomize`, as shipped and with its opt-in components on;
 # every object validated by `kubernetes-validate --strict` for Kubernetes 1.29.0 and the newest
-# version it carries (the Operator's PodMonitor and PrometheusRule have no schema there: it warns and
-# passes them); `promtool check rules` and `promtool test rules` on deploy/alerts; every dashboard
-# query through `promtool check rules`; the PrometheusRule fresh from its rules file.
+# version it carries, and the Operator's PodMonitor and PrometheusRule (no schema there: it warns and
+# passes them) strictly against the Operator's own CRD schemas, vendored in deploy/schemas;
+# `promtool check rules` and `promtool test rules` on deploy/alerts; every dashboard query through
+# `promtool check rules`; the PrometheusRule fresh from its rules file.
 #
 # Usage: deploy/check-manifests.sh
-# Needs kubectl, kubernetes-validate (PYTHON's, or on PATH) and promtool; a check whose tool is
-# missing prints SKIP with the reason. Prints PASS/FAIL per check; exits 1 on any FAIL, 2 on bad usage.
+# Needs kubectl, kubernetes-validate (PYTHON's, or on PATH; it brings the jsonschema and PyYAML the
+# CRD check uses) and promtool; a check whose tool is missing prints SKIP with the reason. Prints
+# PASS/FAIL per check; exits 1 on any FAIL, 2 on bad usage.
 # tests/integration/test_deploy_kustomize.py and test_deploy_alerts.py make the same checks (and more).
 set -euo pipefail
 
@@ -16,7 +18,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 py=${PYTHON:-python3}
 if [ $# -gt 0 ]; then
     case $1 in
-        -h | --help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h | --help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "check-manifests: unknown argument: $1" >&2; exit 2 ;;
     esac
 fi
@@ -66,6 +68,11 @@ for overlay in containerd k3s-rke2 cri-o; do
         for version in 1.29.0 "$newest"; do
             rc=0; "$validator" --strict --quiet -k "$version" "$out" >"$work/err" 2>&1 || rc=$?
             verdict "$overlay ($variant) validates strictly for $version" "$rc" "$(grep -m 3 ERROR "$work/err" || true)"
+            # The Operator's kinds, which kubernetes-validate passes unchecked: against the Operator's
+            # own CRD schemas (deploy/schemas), metadata as this version's ObjectMeta.
+            rc=0; "$py" "$here/schemas/operator_crds.py" check -k "$version" "$out" >"$work/err" 2>&1 || rc=$?
+            verdict "$overlay ($variant) PodMonitor and PrometheusRule validate strictly against the Operator's CRDs for $version" \
+                "$rc" "$(grep -m 3 ERROR "$work/err" || tail -n 3 "$work/err")"
         done
     done
 done

@@ -16,9 +16,9 @@ from tests.support.deploy import DEPLOY
 SCRIPT = DEPLOY / "check-manifests.sh"
 
 
-def _run(env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def _run(env: dict[str, str] | None = None, script: Path = SCRIPT) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        ["bash", str(SCRIPT)],
+        ["bash", str(script)],
         capture_output=True,
         text=True,
         timeout=600,
@@ -47,7 +47,9 @@ def test_every_check_passes_here() -> None:
     (last,) = [ln for ln in got.stdout.splitlines() if ln.endswith("checks passed")]
     passed, total = last.split()[0].split("/")
     assert passed == total
-    assert int(total) >= 22
+    assert int(total) >= 34
+    operators = [ln for ln in got.stdout.splitlines() if "validate strictly against the Operator's CRDs" in ln]
+    assert len(operators) == 12, got.stdout  # 3 overlays x (shipped, opt-ins) x (1.29.0, newest)
 
 
 @pytest.mark.slow
@@ -61,3 +63,26 @@ def test_a_failing_tool_is_a_fail_and_exit_1(tmp_path: Path) -> None:
     got = _run({"PATH": f"{tmp_path}{os.pathsep}{os.environ['PATH']}"})
     assert got.returncode == 1, got.stdout + got.stderr
     assert "FAIL promtool test rules: every alert firing and not firing" in got.stdout
+
+
+@pytest.mark.slow
+def test_a_misspelt_podmonitor_field_fails_each_overlays_operator_check(tmp_path: Path) -> None:
+    """A copy of deploy/ whose PodMonitor has `podMetricsEndpoint`: kubernetes-validate passes it (no
+    schema), the Operator's CRD schema does not, on every overlay."""
+    if shutil.which("kubectl") is None:
+        pytest.skip("kubectl is not installed")
+    pytest.importorskip("kubernetes_validate", reason="pip install kubernetes-validate (the test extra)")
+    copy = tmp_path / "deploy"
+    shutil.copytree(DEPLOY, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    pm = copy / "k8s" / "podmonitor.yaml"
+    text = pm.read_text()
+    assert text.count("podMetricsEndpoints:") == 1
+    pm.write_text(text.replace("podMetricsEndpoints:", "podMetricsEndpoint:"))
+    got = _run(script=copy / "check-manifests.sh")
+    assert got.returncode == 1, got.stdout + got.stderr
+    lines = got.stdout.splitlines()
+    failed = [ln for ln in lines if ln.startswith("FAIL ")]
+    assert len(failed) == 12, got.stdout
+    assert all("validate strictly against the Operator's CRDs" in ln for ln in failed), failed
+    assert all("'podMetricsEndpoint' was unexpected" in ln for ln in failed), failed
+    assert any(ln.startswith("PASS containerd (shipped) validates strictly for 1.29.0") for ln in lines)
