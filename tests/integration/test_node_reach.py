@@ -166,6 +166,7 @@ def test_a_dir_handle_into_the_hosts_mount_namespace_judges_and_is_never_deleted
     assert len(b["pid_namespaces"]) == 2, b["pid_namespaces"]  # pod B's pid 1 and the producer's
     (seg,) = [s for s in b["segments"] if s["name"] == name]
     assert seg["state"] == "unknown", seg  # alive in the producer's namespace, absent in B's: kept
+    assert "a dir on a detached mount" in seg["reason"], seg  # its namespace may not reach B: judged weakly
     assert b["deleted"] == []
 
 
@@ -309,6 +310,7 @@ def test_a_dir_handle_on_a_detached_mount_judges_every_tmpfs_and_is_never_delete
     assert producer_ns in b["pid_namespaces"], b["pid_namespaces"]
     (seg,) = [s for s in b["segments"] if s["name"] == name]
     assert seg["state"] == "unknown", seg  # alive in the producer's namespace, absent in B's: kept
+    assert "a dir on a detached mount" in seg["reason"], seg  # its namespace may not reach B: judged weakly
     assert "leaked" not in json.dumps(seg)
     assert b["deleted"] == []
     assert producer_ns in blocks(doc)[POD_A[2]]["pid_namespaces"]  # what it reaches cannot be told: every tmpfs

@@ -34,8 +34,8 @@ _NEVER = Bounds(math.inf, -math.inf, -1)  # reuse_bounds' shape for "cannot be t
 def weak_route(host_mnt: str) -> str:
     """How a weak namespace reaches a tmpfs (the module), and why that cannot be told apart from the host's."""
     said = (
-        "through a mount at its node path under another prefix, a view of the host's / (the host's own "
-        "mount, or a way in: which cannot be told)"
+        "by ways that may not reach it: a mount at its node path under another prefix, a view of the host's / "
+        "(the host's own mount, or a way in: which cannot be told), or a dir on a detached mount"
     )
     return f"{said}; the host's mount namespace is not known ({host_mnt})" if host_mnt else said
 

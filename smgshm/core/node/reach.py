@@ -23,7 +23,8 @@ the rule assumes, and why:
   host process, and reaches every tmpfs mounted there, its own place included. A handle on a mount in no
   table this process can read (detached: ``umount -l``, ``open_tree``) may lead anywhere: what lies under
   it cannot be told from here, so it counts as a route to every tmpfs, and its holder's pid namespace
-  judges each (host/pidtrust.py, by the same rule, calls it doubt: host/dirhandle.py's ``handle_ways``).
+  judges each, weakly as below (it may not reach it: a pid alive only there is unknown, never alive);
+  host/pidtrust.py, by the same rule, calls it doubt (host/dirhandle.py's ``handle_ways``).
 - **A view of the host's / is the host's mount, or a way in: it cannot be told.** A process of another
   mount namespace with the tmpfs mounted at its own place under some prefix
   (``<prefix>/var/lib/kubelet/pods/...``, the place as a view of the host's / names it: a node agent's
@@ -385,7 +386,8 @@ class _Walk:
                             "(detached: umount -l, open_tree): what it reaches cannot be told, so it may reach "
                             "this tmpfs"
                         )
-                        self.out.by_dev.setdefault(dev, []).append(user._replace(how=why))
+                        # May reach it, or not: its pid namespace judges weakly (a pid alive only there is unknown).
+                        self.out.by_dev.setdefault(dev, []).append(user._replace(how=why, maybe_host=True))
                     continue
                 ns, points = way
                 if ns in own:

@@ -36,7 +36,9 @@ class ShmUser(NamedTuple):
     uid: int
     pod_uid: str | None
     how: str = "its /dev/shm"  # how it reaches the tmpfs (core/node/reach.py): a mount at P, its cwd, ...
-    maybe_host: bool = False  # its only way is a view of the host's /: the host's own mount, or a way in (reach.py)
+    # Its only way may not be one: a view of the host's / (the host's own mount, or a way in), a dir on a detached
+    # mount; its pid namespace judges weakly (reach.py)
+    maybe_host: bool = False
 
 
 @dataclass
