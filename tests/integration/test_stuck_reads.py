@@ -5,6 +5,7 @@ exporter without bound; a blocked read (a FIFO with no writer) is cut at its bou
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -207,6 +208,38 @@ def test_a_read_that_blocks_is_cut_at_its_bound_and_not_waited_for_again(
         os.close(w)
     wait_for(lambda: bounded.stuck_now() == 0 or None, what="the stuck worker to end")
     assert not any(t.name == "smgshm-bounded-read" and not t.daemon for t in threading.enumerate())
+
+
+def test_an_fd_opened_after_its_caller_left_is_closed_not_leaked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An open that stalls, then answers after its caller left (a FIFO's writer comes late): the fd it gives
+    is handed to ``late`` (os.close for the node layout's opens), never left open in a long-running exporter."""
+    from smgshm.core.host import bounded
+
+    monkeypatch.setattr(bounded, "READ_S", 0.3)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    given: list[int] = []
+
+    def close(fd: int) -> None:
+        given.append(fd)
+        os.close(fd)
+
+    with pytest.raises(bounded.StuckReadError):
+        bounded.bounded(str(fifo), os.open, str(fifo), os.O_RDONLY | os.O_CLOEXEC, late=close)
+    w = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)  # the stuck open gets its writer and answers, late
+    try:
+        wait_for(lambda: given or None, what="the late fd to be let go")
+    finally:
+        os.close(w)
+    wait_for(lambda: bounded.stuck_now() == 0 or None, what="the stuck worker to end")
+    assert len(given) == 1
+    open_now = []
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            open_now.append(os.readlink(f"/proc/self/fd/{fd}"))
+    assert str(fifo) not in open_now  # the late fd was closed (and the writer's too)
 
 
 def test_a_batch_of_reads_is_bounded_read_by_read_and_names_the_one_that_blocks(

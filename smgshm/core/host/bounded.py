@@ -132,6 +132,8 @@ def _hand_off(whats: list[str], job: Callable[[list[Any], list[float]], None]) -
             now = time.monotonic()
             if done.acquire(blocking=False):  # it answered just now: the worker carries on
                 return box
+            if len(box) >= len(whats):  # every read answered; the worker is only yet to say so
+                break
             if now < started[0] + READ_S and (deadline is None or now < deadline):
                 continue  # the read it waited for answered, and the next began since
             what = whats[min(len(box), len(whats) - 1)]
@@ -140,14 +142,24 @@ def _hand_off(whats: list[str], job: Callable[[list[Any], list[float]], None]) -
             _stuck.add(worker)
             _local.worker = None
             raise StuckReadError(what, until - started[0])
+    done.acquire()  # released at once: the job has returned (its last answer given)
+    return box
 
 
-def bounded(what: str, fn: Callable[..., T], *args: Any) -> T:
+def bounded(what: str, fn: Callable[..., T], *args: Any, late: Callable[[T], object] | None = None) -> T:
     """``fn(*args)`` done by this thread's worker, waited for at most ``READ_S`` (and not past the run's
-    deadline); its exception raised here. ``what`` names the read in the error: ``/proc/12/fd/3``."""
+    deadline); its exception raised here. ``what`` names the read in the error: ``/proc/12/fd/3``.
+    ``late(answer)``: what becomes of an answer that comes after its caller left (an fd opened: closed),
+    never handed to anyone else."""
 
     def job(box: list[Any], started: list[float]) -> None:
-        box.append((True, fn(*args)))
+        value = fn(*args)
+        with _lock:  # the caller leaves under it: so an answer is either taken, or left and let go here
+            if not started[1]:
+                box.append((True, value))
+                return
+        if late is not None:
+            late(value)
 
     ((ok, value),) = _hand_off([what], job)
     if not ok:

@@ -95,7 +95,8 @@ def open_dir(parent: int, names: tuple[str, ...], what: str = "") -> int:
     fd = os.dup(parent)
     try:
         for name in names:
-            nxt = bounded(what or "/".join(names), _open_at, fd, name)  # through its filesystem: it may stall
+            # Through its filesystem: it may stall; an fd that comes after we left is closed, not leaked.
+            nxt = bounded(what or "/".join(names), _open_at, fd, name, late=os.close)
             os.close(fd)
             fd = nxt
     except BaseException:
@@ -198,7 +199,7 @@ class NodeRoot:
         """(st_dev, mount id) when a tmpfs is mounted right at ``name`` in the dir at ``parent``; StuckReadError
         when its open or stat does not answer in time."""
         try:  # O_PATH: a tmpfs this process may not list is still found (and reported unscanned, not unseen)
-            fd = bounded(what or name, _open_path_at, parent, name)  # through its filesystem: it may stall
+            fd = bounded(what or name, _open_path_at, parent, name, late=os.close)  # it may stall (late: closed)
         except StuckReadError:
             raise
         except OSError:
