@@ -174,3 +174,36 @@ def test_a_view_without_the_hosts_pid_namespace_is_unknown_and_says_hostpid(tmp_
     r = run("-q", "watch", "--node", "--node-root", str(root), "--count", "1")
     assert "warning: node view unknown (host_pid): smgshm runs outside the host's pid namespace" in r.stderr
     assert "hostPID: true" in r.stderr
+
+
+@needs_root_and_unshare
+@pytest.mark.parametrize(
+    ("box_dir", "shm"),
+    [
+        ("run/containerd/io.containerd.grpc.v1.cri/sandboxes/5b5b", "shm"),
+        ("run/containers/storage/overlay-containers/5c5c", "userdata/shm"),
+    ],
+    ids=["containerd", "cri-o"],
+)
+def test_a_sandbox_dir_it_may_not_list_is_said_not_skipped(tmp_path: Path, box_dir: str, shm: str) -> None:
+    """A runtime's sandbox dir (another uid's, 0700) that this process may not list (no DAC capability:
+    root with them cut from its bounding set) hides the sandbox's /dev/shm: the view says so (unseen
+    `unreadable`, naming the dir) instead of leaving the tmpfs out unsaid."""
+    root = tmp_path / "node"
+    box = root / box_dir
+    with mounted_tmpfs(box / shm, "1m"):
+        os.chown(box, 1000, 1000)
+        os.chmod(box, 0o700)
+        argv = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--inh-caps=-all"]
+        r = subprocess.run(
+            [*argv, *smgshm_argv("--json", "gc", "--node", "--node-root", str(root))],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+            cwd="/",
+        )
+    doc = json.loads(r.stdout)
+    (u,) = [u for u in doc["result"]["unseen"] if u["reason"] == "unreadable"]
+    assert box_dir in u["message"], u
+    assert doc["result"]["tmpfs"] == []

@@ -350,6 +350,9 @@ class NodeRoot:
         except StuckReadError as err:
             self._stuck(runroot, err)
             return
+        except PermissionError:  # there, but not ours to list: said, never taken for "no CRI-O here"
+            self.unreadable.append("/".join(runroot))
+            return
         except OSError:
             return
         try:
@@ -360,6 +363,9 @@ class NodeRoot:
                     boxes = open_dir(top, (driver,), self.join(*runroot, driver))
                 except StuckReadError as err:
                     self._stuck((*runroot, driver), err)
+                    continue
+                except PermissionError:
+                    self.unreadable.append("/".join((*runroot, driver)))
                     continue
                 except OSError:
                     continue
@@ -378,6 +384,9 @@ class NodeRoot:
                 fd = open_dir(boxes, (box, *below[:-1]), self.join(*where, box, *below[:-1]))
             except StuckReadError as err:
                 self._stuck((*where, box), err)
+                continue
+            except PermissionError:  # a sandbox's dir not ours to list: its shm cannot be seen, said
+                self.unreadable.append("/".join((*where, box)))
                 continue
             except OSError:
                 continue
