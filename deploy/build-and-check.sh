@@ -448,14 +448,30 @@ exporter=(--network=none --pid=host --read-only --user 65532:65532 --cap-drop AL
 rc=0; doc=$("${run[@]}" "${exporter[@]}" "$image" --json gc --node --node-root /host) || rc=$?
 summary=$(field '" ".join("%s/%s:%s:%s" % (t["namespace"], t["pod"], t["kind"], ",".join(s["state"] for s in t["segments"]))
     for t in sorted(d["result"]["tmpfs"], key=lambda t: t["path"]))' <<<"$doc")
-want="None/None:sandbox_shm: team-a/engine-0:empty_dir:leaked team-b/gateway-0:empty_dir:in_flight"
-verdict "gc --node (exporter's privileges): each pod named, dead producer leaked, live one kept" \
-    "$([ "$rc:$summary" = "0:$want" ] && echo 0 || echo 1)" "exit $rc: $summary"
-trusted=$(field 'sorted(str(t["liveness_trusted"]) for t in d["result"]["tmpfs"] if t["pod_uid"])' <<<"$doc")
-verdict "gc --node: each pod judged in its own pid namespace" \
-    "$([ "$trusted" = "['True', 'True']" ] && echo 0 || echo 1)" "liveness trusted: $trusted"
+# Where this host's pid 1 cannot be read (some VMs refuse even root), a container cannot tell the host's
+# mount namespace: the host's own processes, which reach every pod's tmpfs at the kubelet's path, judge it
+# only weakly, so pod A's dead producer (its pid alive on the host) is rightly unknown, never leaked
+# (README: Fleet). Those verdicts cannot be had here: said as SKIP; what must hold anyway is checked.
+blind=$(field '" ".join(u["message"] for u in d["result"]["unseen"] if u["reason"] == "host_mnt")' <<<"$doc")
+if [ -n "$blind" ]; then
+    echo "SKIP  gc --node's leaked verdicts (the host's mount namespace cannot be told here: $blind)"
+    want="None/None:sandbox_shm: team-a/engine-0:empty_dir:unknown team-b/gateway-0:empty_dir:in_flight"
+    verdict "gc --node (exporter's privileges), host mount namespace unknown: dead producer unknown, live one kept" \
+        "$([ "$rc:$summary" = "0:$want" ] && echo 0 || echo 1)" "exit $rc: $summary"
+else
+    want="None/None:sandbox_shm: team-a/engine-0:empty_dir:leaked team-b/gateway-0:empty_dir:in_flight"
+    verdict "gc --node (exporter's privileges): each pod named, dead producer leaked, live one kept" \
+        "$([ "$rc:$summary" = "0:$want" ] && echo 0 || echo 1)" "exit $rc: $summary"
+    trusted=$(field 'sorted(str(t["liveness_trusted"]) for t in d["result"]["tmpfs"] if t["pod_uid"])' <<<"$doc")
+    verdict "gc --node: each pod judged in its own pid namespace" \
+        "$([ "$trusted" = "['True', 'True']" ] && echo 0 || echo 1)" "liveness trusted: $trusted"
+fi
 rc=0; "${run[@]}" "${exporter[@]}" "$image" -q gc --node --node-root /host --check >/dev/null || rc=$?
-verdict "gc --node --check: a leak is exit 3" "$([ "$rc" = 3 ] && echo 0 || echo 1)" "exit $rc"
+if [ -n "$blind" ]; then  # no leak found, the view unknown: 6 (NPD Unknown), never 0
+    verdict "gc --node --check, host mount namespace unknown: exit 6" "$([ "$rc" = 6 ] && echo 0 || echo 1)" "exit $rc"
+else
+    verdict "gc --node --check: a leak is exit 3" "$([ "$rc" = 3 ] && echo 0 || echo 1)" "exit $rc"
+fi
 
 # Without SYS_PTRACE (podman's default capabilities lack it) nothing can be judged: all unknown.
 doc=$("${run[@]}" --network=none --pid=host --read-only --user 0 -v "$root:/host:ro,rslave" "$image" \
@@ -474,10 +490,15 @@ rc=0; doc=$("${run[@]}" --network=none --pid=host --read-only --user 65532:65532
     --json gc --node --node-root /host --delete --yes --min-age 0s --all-users) || rc=$?
 left_a=$(find "$root/var/lib/kubelet/pods/$uid_a/volumes/kubernetes.io~empty-dir/dshm" -name 'smg-*' | wc -l)
 left_b=$(find "$root/var/lib/kubelet/pods/$uid_b/volumes/kubernetes.io~empty-dir/dshm" -name 'smg-*' | wc -l)
-verdict "gc --node --delete: the leaked segment is gone from the host, the live one stays" \
-    "$([ "$rc:$left_a:$left_b" = 0:0:1 ] && echo 0 || echo 1)" "exit $rc; left: pod A $left_a, pod B $left_b"
-rc=0; "${run[@]}" "${exporter[@]}" "$image" -q gc --node --node-root /host --check >/dev/null || rc=$?
-verdict "gc --node --check after the reclaim: exit 0" "$([ "$rc" = 0 ] && echo 0 || echo 1)" "exit $rc"
+if [ -n "$blind" ]; then  # an unknown verdict deletes nothing: both stay
+    verdict "gc --node --delete, host mount namespace unknown: nothing unknown deleted, the live one stays" \
+        "$([ "$rc:$left_a:$left_b" = 0:1:1 ] && echo 0 || echo 1)" "exit $rc; left: pod A $left_a, pod B $left_b"
+else
+    verdict "gc --node --delete: the leaked segment is gone from the host, the live one stays" \
+        "$([ "$rc:$left_a:$left_b" = 0:0:1 ] && echo 0 || echo 1)" "exit $rc; left: pod A $left_a, pod B $left_b"
+    rc=0; "${run[@]}" "${exporter[@]}" "$image" -q gc --node --node-root /host --check >/dev/null || rc=$?
+    verdict "gc --node --check after the reclaim: exit 0" "$([ "$rc" = 0 ] && echo 0 || echo 1)" "exit $rc"
+fi
 
 # --- 5. preflight in a container sharing a pod's tmpfs at /dev/shm ---------------------------
 # As the gateway Deployment's init container runs it (deploy/k8s/gateway-preflight.yaml): the

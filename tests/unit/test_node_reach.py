@@ -36,13 +36,13 @@ def test_a_container_of_the_sandbox_or_a_name_alone_is_no_proof() -> None:
 def test_an_unread_process_doubts_only_its_own_pods_tmpfs() -> None:
     reach = Reach(
         unread=[
-            Unread(1, 0, "", "pid:[host]"),  # a process of no pod (this VM's own pid 1)
+            Unread(1, 0, "", "pid:[host]"),  # a process of no pod: the host's, or a container of another kind
             Unread(50, 1000, OTHER_POD, None),  # another pod's
             Unread(60, 2000, POD, None),  # this pod's
             Unread(70, 3000, None, None),  # its cgroup could not be read either: any pod's
         ]
     )
-    assert [u.pid for u in reach.doubtful(POD, [])] == [60, 70]
+    assert [u.pid for u in reach.doubtful(POD, [])] == [1, 60, 70]  # never another pod's
     # a tmpfs whose pod is not known (a sandbox whose pause was not seen): every unread process
     assert [u.pid for u in reach.doubtful(None, [])] == [1, 50, 60, 70]
     # one whose pid namespace judges there already adds nothing: its pids are counted

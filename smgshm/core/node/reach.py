@@ -43,8 +43,10 @@ the rule assumes, and why:
   namespace's, an LSM's) may reach any tmpfs the runtime gave its pod: the runtime mounts a pod's tmpfs
   (an emptyDir, the sandbox shm) into that pod's containers only, and puts each of their processes in
   the pod's cgroup, which /proc/P/cgroup shows to anyone. So it puts the segments of its uid in doubt on
-  the tmpfs of its own pod (or on every tmpfs when its cgroup cannot be read either, or the tmpfs's pod
-  is not known), and on no other: a process of no pod reaches a pod's tmpfs only as the host does.
+  the tmpfs of its own pod (or on every tmpfs when its cgroup cannot be read either, or names no pod, or
+  the tmpfs's pod is not known), and on no other. A process of no pod may be the host's, which reaches a
+  pod's tmpfs only as the host does, or a container of another kind (or a hand-made one) that mounts it:
+  whose, its mount namespace would tell, and that is what could not be read.
   Its pid namespace, when it is one already judging there, adds nothing (its pids are counted anyway).
 
 No process reaching a tmpfs is a judgement too, not a shrug: its names were written by processes that
@@ -66,7 +68,8 @@ from smgshm.core.host.bounded import bounded_calls, bounded_each
 from smgshm.core.host.dirhandle import dir_mount, handle_ways
 from smgshm.core.host.holders import Holder
 from smgshm.core.host.mounts import Mount, read_mounts
-from smgshm.core.host.proc import ns_pids, thread_views, uid_of
+from smgshm.core.host.pidtrust import INIT_PID_NS
+from smgshm.core.host.proc import is_kernel_thread, ns_pids, thread_views, uid_of
 from smgshm.core.node.layout import Place
 from smgshm.core.node.pods import MAX_CGROUP_BYTES, pod_uid_in
 from smgshm.core.node.volumes import ShmUser, Unread, pidns_of_self
@@ -103,9 +106,13 @@ class Reach:
 
     def doubtful(self, pod_uid: str | None, judged_in: Iterable[str]) -> list[Unread]:
         """The unread processes that put a tmpfs's names in doubt (the module says which): of its pod
-        ``pod_uid`` (or of a pod not known, or with no cgroup read); none whose pid namespace judges there."""
+        ``pod_uid``, of no pod (a process outside every pod, whose mount namespace could not be read, may be
+        a container of another kind as well as the host's), or with no cgroup read; none whose pid namespace
+        judges there."""
         known = set(judged_in)
-        return [u for u in self.unread if u.pidns not in known and (pod_uid is None or u.pod_uid in (None, pod_uid))]
+        return [
+            u for u in self.unread if u.pidns not in known and (pod_uid is None or u.pod_uid in (None, "", pod_uid))
+        ]
 
 
 def _bases(pid: int) -> list[str]:
@@ -296,6 +303,10 @@ class _Walk:
         except OSError:
             pidns = self.mine if depth == 1 else None  # one level deep is this namespace; deeper cannot be placed
         pod = None if cgroup is None else (pod_uid_in(cgroup) or "")
+        if pod == "" and ((pid == 1 and pidns == INIT_PID_NS) or is_kernel_thread(pid)):
+            # The host's init is in the host's mount namespace by definition (it is the one that names it);
+            # a kernel thread has no files and no /dev/shm: neither writes through a pod's tmpfs.
+            return
         self.out.unread.append(Unread(pid, uid, pod, pidns))
 
     def visit(self, pid: int, stuck: bool = False) -> None:
