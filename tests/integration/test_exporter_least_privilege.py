@@ -43,6 +43,7 @@ from tests.conftest import run_cli
 from tests.support.cri.containerd import Containerd, missing_binaries, running_containerd
 from tests.support.cri.image import IMAGE
 from tests.support.cri.kubelet import Container, HostMount, Kubelet, Pod, Security
+from tests.support.node import PID1_UNREADABLE
 
 _MISSING = missing_binaries()
 
@@ -60,18 +61,6 @@ pytestmark = [
 ]
 
 
-def _pid1_unreadable() -> bool:
-    """This VM's own pid 1 lives outside our user namespace: even root cannot read its root (EACCES)."""
-    try:
-        os.readlink("/proc/1/root")
-    except PermissionError:
-        return True
-    except OSError:
-        return False
-    return False
-
-
-PID1_UNREADABLE = _pid1_unreadable()
 NONROOT = 65532  # the image's smgshm user (deploy/Containerfile)
 PRODUCER = 1000  # the pods' engines: another uid, 0600 segments
 CAPS = ("SYS_PTRACE", "DAC_READ_SEARCH")  # what the node view needs, as measured below

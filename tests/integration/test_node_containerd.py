@@ -23,22 +23,10 @@ import pytest
 from tests.conftest import run_cli
 from tests.support.cri.containerd import missing_binaries, running_containerd
 from tests.support.cri.kubelet import Container, Kubelet, Pod
+from tests.support.node import PID1_UNREADABLE
 
 _MISSING = missing_binaries()
 
-
-def _pid1_unreadable() -> bool:
-    """This VM's own pid 1 lives outside our user namespace: even root cannot read its root (EACCES)."""
-    try:
-        os.readlink("/proc/1/root")
-    except PermissionError:
-        return True
-    except OSError:
-        return False
-    return False
-
-
-PID1_UNREADABLE = _pid1_unreadable()
 
 pytestmark = [
     pytest.mark.containers,
@@ -151,7 +139,7 @@ def test_sandbox_shm_live_gateway_in_flight_and_dead_child_leaked(pods: Node) ->
     pod = pods.kubelet.run_pod("team-a", "gateway-0")
     started(pods, pod, "gateway", "w /dev/shm $$ 0; " + DEAD_CHILD)
     t = block(gc_node(pods.root), pod, "sandbox_shm")
-    if PID1_UNREADABLE:  # it cannot be read, but its cgroup names no pod: no doubt on this pod's tmpfs
+    if PID1_UNREADABLE:  # it cannot be read, but it is the host's init: no doubt on this pod's tmpfs
         assert "could not be read" not in t["liveness_note"], t["liveness_note"]
     assert len(t["pid_namespaces"]) == 1  # the gateway container's; pause's is none (its cgroup leaf proves it)
     segs = by_pid(t)

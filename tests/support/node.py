@@ -151,3 +151,17 @@ def in_pod_cgroup(pid: int, pod_uid: str, top_name: str) -> Iterator[None]:
         for d in (leaf, leaf.parent, top):
             with contextlib.suppress(OSError):
                 d.rmdir()
+
+
+def _pid1_unreadable() -> bool:
+    """This VM's own pid 1 lives outside our user namespace: even root cannot read its root (EACCES)."""
+    try:
+        os.readlink("/proc/1/root")
+    except PermissionError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
+PID1_UNREADABLE = _pid1_unreadable()
