@@ -134,26 +134,12 @@ def test_a_dir_handle_into_the_hosts_mount_namespace_judges_and_is_never_deleted
     namespace judges the tmpfs too, so its segment is unknown (its writer lives there), never deleted."""
     root = node["root"]
     tmpfs = dshm(Path(root), POD_B[2])
-    dev = os.stat(tmpfs).st_dev
     reg = Children()
     etc = os.open("/etc", os.O_RDONLY | os.O_DIRECTORY)  # a dir of this (the host's) mount namespace
     try:
-        # The first unshare stays in the host's mount namespace (a runtime's shim); the second, pid 1 of
-        # the new pid namespace, makes the mount namespace.
-        script = 'mount -t proc proc /proc && exec "$1" -c "$2" "$0" "$3"'
-        argv = ["unshare", "--pid", "--fork", "unshare", "--mount", "--propagation", "private", "sh", "-c", script]
-        p = reg.spawn([*argv, str(tmpfs), sys.executable, ESCAPE, str(etc)], stdin=subprocess.PIPE, pass_fds=(etc,))
+        inner, name, _writer = _hidden_writer(reg, tmpfs, ESCAPE, str(etc), pass_fds=(etc,))
         os.close(etc)
         etc = -1
-        assert p.stdout is not None
-        line = p.stdout.readline().split()
-        assert len(line) == 2, (line, p.stderr.read() if p.poll() is not None and p.stderr else "")
-        inner, name = int(line[0]), line[1]
-        assert (tmpfs / name).exists(), "it wrote into pod B's tmpfs through the inherited fd"
-        writer = wait_for(lambda: _host_pid_of(p.pid, inner), what="the writer's pid here")
-        assert mount_of(read_mounts(f"/proc/{writer}/mountinfo"), dev) is None, "its table shows no tmpfs"
-        for what in ("cwd", "root", "root/dev/shm"):
-            assert os.stat(f"/proc/{writer}/{what}").st_dev != dev
         doc = run_cli("--json", "gc", "--node", "--node-root", root, "--delete", "--min-age", "0", "--yes").json
         assert (tmpfs / name).exists(), "a live producer's segment was deleted"
     finally:
@@ -167,6 +153,30 @@ def test_a_dir_handle_into_the_hosts_mount_namespace_judges_and_is_never_deleted
     (seg,) = [s for s in b["segments"] if s["name"] == name]
     assert seg["state"] == "unknown", seg  # alive in the producer's namespace, absent in B's: kept
     assert b["deleted"] == []
+
+
+def _hidden_writer(
+    reg: Children, tmpfs: Path, code: str, *args: str, pass_fds: tuple[int, ...] = ()
+) -> tuple[int, str, int]:
+    """A producer in a pid and mount namespace of its own (``code`` run by Python there, with ``args``) that
+    writes a segment into ``tmpfs`` by a way its mount table, /dev/shm, cwd and root do not show (asserted):
+    (its pid there, the segment's name, its pid here)."""
+    dev = os.stat(tmpfs).st_dev
+    # The first unshare stays in the host's mount namespace (a runtime's shim); the second, pid 1 of the new
+    # pid namespace, makes the mount namespace.
+    script = 'mount -t proc proc /proc && exec "$1" -c "$2" "$0" "$3"'
+    argv = ["unshare", "--pid", "--fork", "unshare", "--mount", "--propagation", "private", "sh", "-c", script]
+    p = reg.spawn([*argv, str(tmpfs), sys.executable, code, *args], stdin=subprocess.PIPE, pass_fds=pass_fds)
+    assert p.stdout is not None
+    line = p.stdout.readline().split()
+    assert len(line) == 2, (line, p.stderr.read() if p.poll() is not None and p.stderr else "")
+    inner, name = int(line[0]), line[1]
+    assert (tmpfs / name).exists(), "it wrote into the tmpfs"
+    writer = wait_for(lambda: _host_pid_of(p.pid, inner), what="the writer's pid here")
+    assert mount_of(read_mounts(f"/proc/{writer}/mountinfo"), dev) is None, "its table shows no tmpfs"
+    for what in ("cwd", "root", "root/dev/shm"):
+        assert os.stat(f"/proc/{writer}/{what}").st_dev != dev
+    return inner, name, writer
 
 
 def _host_pid_of(top: int, inner: int) -> int | None:
@@ -291,21 +301,9 @@ def test_a_dir_handle_on_a_detached_mount_judges_every_tmpfs_and_is_never_delete
     and gc --node --delete keeps it (it was called leaked and deleted)."""
     root = node["root"]
     tmpfs = dshm(Path(root), POD_B[2])
-    dev = os.stat(tmpfs).st_dev
     reg = Children()
     try:
-        script = 'mount -t proc proc /proc && exec "$1" -c "$2" "$0"'
-        argv = ["unshare", "--pid", "--fork", "unshare", "--mount", "--propagation", "private", "sh", "-c", script]
-        p = reg.spawn([*argv, str(tmpfs), sys.executable, DETACHED], stdin=subprocess.PIPE)
-        assert p.stdout is not None
-        line = p.stdout.readline().split()
-        assert len(line) == 2, (line, p.stderr.read() if p.poll() is not None and p.stderr else "")
-        inner, name = int(line[0]), line[1]
-        assert (tmpfs / name).exists(), "it wrote into pod B's tmpfs through the detached tree"
-        writer = wait_for(lambda: _host_pid_of(p.pid, inner), what="the writer's pid here")
-        assert mount_of(read_mounts(f"/proc/{writer}/mountinfo"), dev) is None, "its table shows no tmpfs"
-        for what in ("cwd", "root", "root/dev/shm"):
-            assert os.stat(f"/proc/{writer}/{what}").st_dev != dev
+        inner, name, writer = _hidden_writer(reg, tmpfs, DETACHED)
         producer_ns = os.readlink(f"/proc/{writer}/ns/pid")
         doc = run_cli("--json", "gc", "--node", "--node-root", root, "--delete", "--min-age", "0", "--yes").json
         assert (tmpfs / name).exists(), "a live producer's segment was deleted"
