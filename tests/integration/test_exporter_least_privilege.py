@@ -40,24 +40,14 @@ import pytest
 import yaml
 
 from tests.conftest import run_cli
-from tests.support.cri.containerd import Containerd, missing_binaries, running_containerd
+from tests.support.cri.containerd import Containerd, containerd_marks, running_containerd
 from tests.support.cri.image import IMAGE
 from tests.support.cri.kubelet import Container, HostMount, Kubelet, Pod, Security
 from tests.support.node import PID1_UNREADABLE
 
-_MISSING = missing_binaries()
-
 pytestmark = [
-    pytest.mark.containers,
-    pytest.mark.slow,
     pytest.mark.root,
-    pytest.mark.trust,  # judges liveness trusted: never beside a test that makes pid namespaces
-    pytest.mark.skipif(os.geteuid() != 0, reason="needs root: runs containerd, mounts tmpfs, sets file capabilities"),
-    pytest.mark.skipif(
-        bool(_MISSING),
-        reason=f"no {', '.join(_MISSING)} here: ./scripts/containers installs Debian's containerd, runc "
-        "and busybox-static and runs these tests",
-    ),
+    *containerd_marks("runs containerd, mounts tmpfs, sets file capabilities"),
 ]
 
 

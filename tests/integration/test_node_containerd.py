@@ -21,24 +21,11 @@ from typing import Any
 import pytest
 
 from tests.conftest import run_cli
-from tests.support.cri.containerd import missing_binaries, running_containerd
+from tests.support.cri.containerd import containerd_marks, running_containerd
 from tests.support.cri.kubelet import Container, Kubelet, Pod
 from tests.support.node import PID1_UNREADABLE
 
-_MISSING = missing_binaries()
-
-
-pytestmark = [
-    pytest.mark.containers,
-    pytest.mark.slow,
-    pytest.mark.trust,  # judges liveness trusted: never beside a test that makes pid namespaces
-    pytest.mark.skipif(os.geteuid() != 0, reason="needs root: runs containerd, mounts tmpfs, makes cgroups"),
-    pytest.mark.skipif(
-        bool(_MISSING),
-        reason=f"no {', '.join(_MISSING)} here: ./scripts/containers installs Debian's containerd, runc "
-        "and busybox-static and runs these tests",
-    ),
-]
+pytestmark = containerd_marks("runs containerd, mounts tmpfs, makes cgroups")
 
 # The busybox shell's part of every container: w DIR PID SEQ writes one 4 KiB file named as SMG's gateway
 # names a segment, smg-tokenspeed-<pid>-<nanos>-<seq>, its pid the writer's in its own pid namespace.

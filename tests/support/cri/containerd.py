@@ -22,6 +22,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import _unmount_under
 from tests.support.cri.image import BUSYBOX, IMAGE, write_layout_tar
 
@@ -101,6 +103,24 @@ def missing_binaries() -> list[str]:
     busybox-static)."""
     missing = [b for b in BINARIES if shutil.which(b) is None]
     return missing + ([] if _static_elf(BUSYBOX) else ["a static /bin/busybox (busybox-static)"])
+
+
+def containerd_marks(needs_root_for: str) -> list[pytest.MarkDecorator]:
+    """A containerd test module's marks: containers, slow, trust (its verdicts need liveness trusted: never
+    beside a test that makes pid namespaces), and skipped, saying why, without root (``needs_root_for``)
+    or Debian's packages."""
+    missing = missing_binaries()
+    return [
+        pytest.mark.containers,
+        pytest.mark.slow,
+        pytest.mark.trust,
+        pytest.mark.skipif(os.geteuid() != 0, reason=f"needs root: {needs_root_for}"),
+        pytest.mark.skipif(
+            bool(missing),
+            reason=f"no {', '.join(missing)} here: ./scripts/containers installs Debian's containerd, runc "
+            "and busybox-static and runs these tests",
+        ),
+    ]
 
 
 @dataclass
