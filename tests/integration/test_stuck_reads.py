@@ -104,6 +104,21 @@ def test_a_stalled_handle_in_this_pid_namespace_makes_gc_untrusted_not_hung(chil
         kill_and_reap(keeper)
 
 
+def _pod_a_gone_and_a_stalled_keeper(
+    children: Children, pods: dict[str, subprocess.Popen[str]], mnt: str
+) -> subprocess.Popen[str]:
+    """Pod A's pid 1 stopped (its tmpfs reached by no one), then a process holding a handle on the stalled
+    FUSE mount ``mnt``, ready (the caller puts it in pod A's cgroup)."""
+    pod = pods[POD_A[2]]
+    assert pod.stdin is not None
+    pod.stdin.close()
+    wait_for(lambda: pod.poll() is not None, what="pod A's pid 1 to exit")
+    keeper = children.spawn(keeper_argv(mnt), stdin=subprocess.PIPE)
+    assert keeper.stdout is not None
+    assert keeper.stdout.readline().strip() == "ready"
+    return keeper
+
+
 @needs_fuse
 @needs_root_and_unshare
 @pytest.mark.skipif(not os.path.isdir("/sys/fs/cgroup/pids"), reason="needs the cgroup v1 pids hierarchy")
@@ -118,13 +133,7 @@ def test_gc_node_with_a_stalled_process_in_a_pod_ends_and_keeps_that_pods_names_
     with laid_out(root, [(POD_A, "16m", "dead")]) as pods, stalled_fuse(tmp_path / "stall") as mnt:
         tmpfs = dshm(root, POD_A[2])
         (name,) = [n for n in os.listdir(tmpfs) if n.startswith("smg-")]
-        pod = pods[POD_A[2]]
-        assert pod.stdin is not None
-        pod.stdin.close()
-        wait_for(lambda: pod.poll() is not None, what="pod A's pid 1 to exit")
-        keeper = children.spawn(keeper_argv(mnt), stdin=subprocess.PIPE)
-        assert keeper.stdout is not None
-        assert keeper.stdout.readline().strip() == "ready"
+        keeper = _pod_a_gone_and_a_stalled_keeper(children, pods, mnt)
         with in_pod_cgroup(keeper.pid, POD_A[2], "smgshm-test-stuck-kubepods"):
             argv = smgshm_argv("--json", "gc", "--node", "--node-root", str(root), "--delete", "--min-age", "0")
             r = _run([*argv, "--yes"], timeout=120)
@@ -153,13 +162,7 @@ def test_the_node_exporter_answers_with_a_stalled_process_in_a_pod_and_says_its_
 
     root = tmp_path / "node"
     with laid_out(root, [(POD_A, "16m", "dead")]) as pods, stalled_fuse(tmp_path / "stall") as mnt:
-        pod = pods[POD_A[2]]
-        assert pod.stdin is not None
-        pod.stdin.close()
-        wait_for(lambda: pod.poll() is not None, what="pod A's pid 1 to exit")
-        keeper = children.spawn(keeper_argv(mnt), stdin=subprocess.PIPE)
-        assert keeper.stdout is not None
-        assert keeper.stdout.readline().strip() == "ready"
+        keeper = _pod_a_gone_and_a_stalled_keeper(children, pods, mnt)
         with in_pod_cgroup(keeper.pid, POD_A[2], "smgshm-test-stuck-kubepods"):
             argv = smgshm_argv("watch", "--node", "--node-root", str(root), "--serve-metrics", "127.0.0.1:0")
             e = children.spawn([*argv, "--rescan-every", "60s", "--interval", "0.2"], env=ENV, cwd="/")
