@@ -45,13 +45,14 @@ CAP_FOWNER = 3  # linux/capability.h
 CAP_SYS_PTRACE = 19
 
 
-def has_effective_cap(cap: int) -> bool:
-    """Whether this process holds capability ``cap`` in its effective set (/proc/self/status CapEff)."""
+def has_effective_cap(*caps: int) -> bool:
+    """Whether this process holds every capability of ``caps`` in its effective set (/proc/self/status CapEff)."""
     try:
         with open("/proc/self/status", encoding="ascii") as f:
             for line in f:
                 if line.startswith("CapEff:"):
-                    return bool(int(line.split()[1], 16) >> cap & 1)
+                    eff = int(line.split()[1], 16)
+                    return all(eff >> cap & 1 for cap in caps)
     except (OSError, ValueError, IndexError):
         pass
     return False

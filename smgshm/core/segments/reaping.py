@@ -227,7 +227,7 @@ class ReapRule:
     uid: int = field(default_factory=os.getuid)
     # FOWNER unlinks another uid's file, but only SYS_PTRACE reads another uid's fds and maps: without it a
     # live holder of that file is invisible (its fd table reads empty), so FOWNER alone takes nothing of theirs.
-    fowner: bool = field(default_factory=lambda: has_effective_cap(CAP_FOWNER) and has_effective_cap(CAP_SYS_PTRACE))
+    fowner: bool = field(default_factory=lambda: has_effective_cap(CAP_FOWNER, CAP_SYS_PTRACE))
 
     @classmethod
     def of(cls, *, include_stale: bool, min_age_s: float, all_users: bool) -> ReapRule:
