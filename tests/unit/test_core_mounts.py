@@ -18,9 +18,11 @@ from smgshm.core.host.mounts import (
     Mount,
     mount_holding,
     mount_of,
+    namespace_tables,
     nsfs_mounts,
     parse_mounts,
 )
+from smgshm.core.host.proc import mount_ns
 
 # ---------------------------------------------------------------------------------------------
 # hand-written lines
@@ -147,3 +149,15 @@ def test_a_table_without_escapes_reads_as_each_line_alone() -> None:
             table[at:at] = rng.choice(pieces)
         one_by_one = [m for ln in bytes(table).split(b"\n") if ln and (m := mounts._parse_line(ln)) is not None]
         assert parse_mounts(bytes(table)) == one_by_one, bytes(table)
+
+
+def test_a_table_read_already_is_taken_as_it_is() -> None:
+    # The node view's look read every namespace's table; its scans' mount points take those, not a second read.
+    ns = mount_ns(os.getpid())
+    assert ns is not None
+    given = parse_mounts(b"40 1 0:50 / /somewhere rw - tmpfs tmpfs rw\n")
+    ((got_ns, pid, table),) = namespace_tables([os.getpid()], set(), {ns[0]: given})
+    assert (got_ns, pid, table) == (ns[0], os.getpid(), given)
+    ((_, _, own),) = namespace_tables([os.getpid()], set())  # not given: read from /proc
+    assert own
+    assert own != given

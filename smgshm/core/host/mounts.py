@@ -21,7 +21,7 @@ import contextlib
 import os
 import re
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import NamedTuple
 
 from smgshm.core.host.proc import live_pids, mount_ns, statx
@@ -196,16 +196,19 @@ def unique_mount_id(path: str) -> int | None:
     return int.from_bytes(got[1][144:152], sys.byteorder)  # stx_mnt_id
 
 
-def namespace_tables(pids: Iterable[int], seen: set[str]) -> Iterator[tuple[str, int, list[Mount]]]:
+def namespace_tables(
+    pids: Iterable[int], seen: set[str], read: Mapping[str, list[Mount]] | None = None
+) -> Iterator[tuple[str, int, list[Mount]]]:
     """(mount namespace, a pid in it, its mount table) for each mount namespace of ``pids`` not in
     ``seen`` (which gains each), every table read once. A table that cannot be read (its process
-    exited, or is not ours to look at) is left out, and another pid of that namespace tried."""
+    exited, or is not ours to look at) is left out, and another pid of that namespace tried. ``read``:
+    tables read already (mount namespace -> table), taken as they are (the node view's look read them)."""
     for pid in pids:
         ns = mount_ns(pid)
         if ns is None or ns[0] in seen:
             continue
         try:
-            mounts = read_mounts(ns[1])
+            mounts = read[ns[0]] if read is not None and ns[0] in read else read_mounts(ns[1])
         except OSError:
             continue
         seen.add(ns[0])
@@ -243,9 +246,12 @@ def mount_points(dir_path: str, pids: Iterable[int] | None = None) -> dict[str, 
     return mount_points_of([dir_path], pids)[dir_path]
 
 
-def mount_points_of(dirs: Iterable[str], pids: Iterable[int] | None = None) -> dict[str, dict[str, str]]:
+def mount_points_of(
+    dirs: Iterable[str], pids: Iterable[int] | None = None, read: Mapping[str, list[Mount]] | None = None
+) -> dict[str, dict[str, str]]:
     """``mount_points`` of each of ``dirs``, every namespace's table read once for all of them (a
-    node's tmpfs: one read per namespace, not one per namespace and tmpfs)."""
+    node's tmpfs: one read per namespace, not one per namespace and tmpfs); ``read``: tables read
+    already, by mount namespace (``namespace_tables``)."""
     real = {d: os.path.realpath(d) for d in dirs}
     out: dict[str, dict[str, str]] = {d: {} for d in real}
     try:
@@ -265,7 +271,7 @@ def mount_points_of(dirs: Iterable[str], pids: Iterable[int] | None = None) -> d
             wanted.setdefault(dev, []).append((d, os.path.normpath(os.path.join(here.root, _rel(r, here.point) or ""))))
     if not wanted:
         return out
-    for ns, pid, theirs in namespace_tables(live_pids() if pids is None else pids, {mine}):
+    for ns, pid, theirs in namespace_tables(live_pids() if pids is None else pids, {mine}, read):
         by_id = {m.mount_id: m for m in theirs}
         for m in theirs:
             up = by_id.get(m.parent_id)

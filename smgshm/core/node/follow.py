@@ -244,7 +244,7 @@ class NodeWatch:
         holders = node.holders  # the look's own walk (its reach rule read the fds and maps already)
         if holders is None:
             holders = holder_index_devs(vol.tmpfs.place.dev for vol in fresh.values())
-        mounted = mount_points_of(vol.tmpfs.place.path for vol in fresh.values())
+        mounted = mount_points_of((vol.tmpfs.place.path for vol in fresh.values()), read=node.tables)
         unread = unfollowed + len(node.tmpfs) - len(readable)  # for NPD: tmpfs not judged (gc --node's are all)
         notes: list[str] = []
         failed = 0

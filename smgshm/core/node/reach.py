@@ -103,6 +103,7 @@ class Reach:
     sandbox_pod: dict[str, str] = field(default_factory=dict)  # sandbox id -> pod uid, proven by its pause
     pause: dict[int, str] = field(default_factory=dict)  # pid -> the sandbox it is the infra container of
     host_mnt: str = ""  # what could not be read of the host's mount namespace, when a reach depended on it
+    tables: dict[str, list[Mount]] = field(default_factory=dict)  # the mount tables read (namespace -> table)
 
     def doubtful(self, pod_uid: str | None, judged_in: Iterable[str]) -> list[Unread]:
         """The unread processes that put a tmpfs's names in doubt (the module says which): of its pod
@@ -439,6 +440,7 @@ def reachers(
     for pid in everyone:
         walk.visit(pid, pid in unsure)
     walk.handles(everyone)
+    walk.out.tables = walk.tables
     return walk.out
 
 

@@ -21,7 +21,7 @@ from smgshm.core.host import clock
 from smgshm.core.host.bounded import StuckReadError, within
 from smgshm.core.host.clock import WallClock
 from smgshm.core.host.holders import Holder, holder_index, holder_index_devs
-from smgshm.core.host.mounts import mount_points_of
+from smgshm.core.host.mounts import Mount, mount_points_of
 from smgshm.core.host.pidtrust import INIT_PID_NS, Trust
 from smgshm.core.host.proc import fd_mount_id, live_pids
 from smgshm.core.names import SMG_FAMILY_PREFIX
@@ -70,6 +70,8 @@ class NodeLook:
     pods_known: int  # pod log dirs read
     holders: dict[tuple[int, int], list[Holder]] | None = None  # every tmpfs's, from the look's one walk
     unseen: list[Unseen] = field(default_factory=list)  # what it could not see (sight.py): the node is unknown
+    # The mount tables its walk read (namespace -> table): the scans' mount points need not read them again
+    tables: dict[str, list[Mount]] = field(default_factory=dict)
 
 
 LOOK_S = 30.0  # the reads of a look's walk of /proc that can stall, in all (host/bounded.py)
@@ -127,7 +129,7 @@ def look(root: str, pids: Iterable[int] | None = None, state_dirs: Sequence[tupl
         )
     if seen.host_mnt:
         blind.append(host_mnt_unseen(seen.host_mnt))
-    return NodeLook(where, out, known, holders, blind)
+    return NodeLook(where, out, known, holders, blind, seen.tables)
 
 
 def blocks(
@@ -311,9 +313,10 @@ def gone(place: Place) -> bool:
 def tmpfs_scans(node: NodeLook, opts: ScanOptions) -> Iterator[TmpfsScan]:
     """gc's scan of each tmpfs of ``node`` in turn, each judged in its pod's pid namespaces (gc --node). One
     that cannot be scanned (gone since the look, unreadable) is an ``Unscanned``: the others are judged."""
-    # One walk of /proc and one read of every mount namespace's table, for every tmpfs at once.
+    # One walk of /proc and one read of every mount namespace's table (the look's), for every tmpfs at once.
     holders = node.holders if node.holders is not None else holder_index_devs(t.place.dev for t in node.tmpfs)
-    mounted = mount_points_of(t.place.path for t in node.tmpfs if t.unread is None)  # an unread path may stall
+    readable = (t.place.path for t in node.tmpfs if t.unread is None)  # an unread path may stall
+    mounted = mount_points_of(readable, read=node.tables)
     for tmpfs in node.tmpfs:
         try:
             scan: TmpfsScan = TmpfsScan(tmpfs, opts, holders=holders, mounted=mounted.get(tmpfs.place.path, {}))
