@@ -12,6 +12,7 @@ A crowded shm dir has a million entries and a stranger chooses every name, so:
 
 from __future__ import annotations
 
+import functools
 import heapq
 import sys
 import time
@@ -165,6 +166,7 @@ def fit_row(line: str, cols: int) -> str:
     return line[:at].rstrip() + "\n  " + line[at:]
 
 
+@functools.lru_cache(maxsize=1024)  # a crowded dir repeats a handful of reasons: each wrapped once
 def why_line(reason: str, cols: int) -> str:
     return fill(f"{'':10}why: {display(reason)}", cols, 15) + "\n"
 

@@ -299,6 +299,8 @@ class Judge:
                 tally.bytes_by_kind,
             )
         seen = 0
+        last_key, bounds = -1, None  # the pid whose bounds were looked up last, and them
+        dead_pid, dead_kind, dead = -1, "", ""  # the last dead producer's sentence
         for entry in entries:
             name = entry.name
             if not name.startswith(family):
@@ -319,11 +321,12 @@ class Judge:
                 if pid >= pid_limit:
                     pid = None
             dev, ino, nlink, mtime, mode, uid = st.st_dev, st.st_ino, st.st_nlink, st.st_mtime, st.st_mode, st.st_uid
-            ftype = FileType.REGULAR if mode & _IFMT == _IFREG else _TYPES.get(mode & _IFMT, FileType.OTHER)
+            regular = mode & _IFMT == _IFREG  # a bool: a str enum's == is a call
+            ftype = FileType.REGULAR if regular else _TYPES.get(mode & _IFMT, FileType.OTHER)
             age = now - mtime
             # Its sighting (a row of the store): every regular entry with a pid is recorded, the leaked too.
             row, seen_s, sight, proven_dead = None, None, None, False
-            if pid is not None and ftype == "regular" and dev == dir_dev:
+            if pid is not None and regular and dev == dir_dev:
                 row = index.get(ino) if index else None
                 if row is not None and s_ctimes[row] == st.st_ctime_ns and s_uids[row] == uid:
                     keep_append(row)
@@ -335,7 +338,7 @@ class Judge:
             else:
                 held = tuple(holders.get((dev, ino), ())) if holders else ()
             if (
-                ftype != "regular"
+                not regular
                 or held
                 or pid is None
                 or (dev != dir_dev and dir_dev is not None)
@@ -345,7 +348,9 @@ class Judge:
             else:  # a regular file on this filesystem nobody holds, with a producer pid: the pid decides
                 # a kind judged apart (own_kinds: the node view's own names) has its own key, past every pid
                 key = pid + pid_limit if own_kinds and kind in own_kinds else pid
-                bounds = starts[key] if key in starts else starts.setdefault(key, self.bounds(key))
+                if key != last_key:
+                    last_key = key
+                    bounds = starts[key] if key in starts else starts.setdefault(key, self.bounds(key))
                 proven = False  # reuse proven on the boot clock
                 if row is not None:
                     # Sightings.first_seen, inline: its sighting if of this very name (its checksum), else None.
@@ -379,8 +384,11 @@ class Judge:
                     if proven and bounds is not None and sight is not None:  # (as proven implies)
                         state, reason = State.LEAKED, self._reused_reason(kind, pid, bounds, sight)
                     else:  # Each sentence is made once per pid: a crowded dir repeats a handful of pids.
-                        state, dead = State.LEAKED, said.get(("dead", pid, kind))
-                        reason = self._dead_reason(kind, pid) if dead is None else dead
+                        state = State.LEAKED
+                        if pid != dead_pid or kind is not dead_kind:
+                            dead_pid, dead_kind, got = pid, kind, said.get(("dead", pid, kind))
+                            dead = self._dead_reason(kind, pid) if got is None else got
+                        reason = dead
                     # By a trusted pid, and there before the look that trusted it: no age needed.
                     proven_dead = judge_pid and sight is not None and sight < looked
                 elif seen_s is not None and seen_s >= stale_after:
@@ -400,7 +408,7 @@ class Judge:
                     if young is None:
                         young = said["young", pid, ""] = f"producer pid {pid} lives and the segment is young"
                     reason = young
-            if nlink > 1 and ftype == "regular":
+            if nlink > 1 and regular:
                 reason += f"; it has {nlink} links: unlinking this name frees nothing"
             # tuple.__new__: the NamedTuple's own __new__ is a Python function, a third of the cost again.
             nbytes = st.st_blocks * 512
