@@ -82,12 +82,14 @@ def run(
 ) -> int:
     """Look at the node, then the shared gc run over its tmpfs (core/segments/gcrun.py), then show it all."""
     from smgshm.core.node.scan import tmpfs_scans
-    from smgshm.core.segments import gcrun, textfile
+    from smgshm.core.segments import gcrun
 
     for stream in (sys.stdout, sys.stderr):  # any locale: what it cannot encode comes out escaped
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")
     if prometheus_file:
+        from smgshm.core.segments import textfile  # (its imports: only a run that writes one pays them)
+
         textfile.check_writable(prometheus_file)  # exit 5 before anything is scanned or deleted
     started = time.time()
     node = _look(root, prometheus_file, started, state_dirs)

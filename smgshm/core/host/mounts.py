@@ -260,12 +260,17 @@ def mount_points_of(
     except OSError:
         return out
     wanted: dict[int, list[tuple[str, str]]] = {}  # a dir's device -> (the dir, the dir in its filesystem)
+    below: dict[str, list[str]] = {}  # a dir -> the names in it something is mounted on (here), in one pass
+    for m in ours:
+        parent, name = os.path.split(m.point)
+        if name:
+            below.setdefault(parent, []).append(name)
     for d, r in real.items():
         try:
             dev = os.stat(r).st_dev
         except OSError:
             continue
-        out[d] = {os.path.basename(m.point): "" for m in ours if os.path.dirname(m.point) == r and m.point != r}
+        out[d] = dict.fromkeys(below.get(r, ()), "")
         here = mount_holding(ours, r, dev)
         if here is not None:
             wanted.setdefault(dev, []).append((d, os.path.normpath(os.path.join(here.root, _rel(r, here.point) or ""))))

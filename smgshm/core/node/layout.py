@@ -80,23 +80,12 @@ def state_dir_parts(text: str) -> tuple[str, ...]:
     return parts
 
 
-def _open_at(parent: int, name: str) -> int:
-    return os.open(name, _DIR, dir_fd=parent)
-
-
-def _open_path_at(parent: int, name: str) -> int:
-    return os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
-
-
-def open_dir(parent: int, names: tuple[str, ...], what: str = "") -> int:
-    """The dir at ``names`` below the dir open at ``parent``, one component at a time, never
-    following a symlink (ELOOP/ENOTDIR then); OSError when it is not there, ``StuckReadError`` (an
-    OSError) when an open does not answer in time (``what``: the path, for the message)."""
+def _open_chain(parent: int, names: tuple[str, ...]) -> int:
+    """The dir at ``names`` below ``parent``, opened one component at a time (each fd but the last closed)."""
     fd = os.dup(parent)
     try:
         for name in names:
-            # Through its filesystem: it may stall; an fd that comes after we left is closed, not leaked.
-            nxt = bounded(what or "/".join(names), _open_at, fd, name, late=os.close)
+            nxt = os.open(name, _DIR, dir_fd=fd)
             os.close(fd)
             fd = nxt
     except BaseException:
@@ -105,16 +94,35 @@ def open_dir(parent: int, names: tuple[str, ...], what: str = "") -> int:
     return fd
 
 
-def _dirs_of(it: Iterator[os.DirEntry[str]], n: int) -> list[str] | None:
-    """Up to ``n`` more names of dirs (not links) from the listing ``it``; None at its end."""
+def _path_stat(parent: int, name: str) -> tuple[int, os.stat_result]:
+    """``name`` in ``parent`` opened O_PATH (a dir, never a link followed), and its fstat."""
+    fd = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+    try:
+        return fd, os.fstat(fd)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def open_dir(parent: int, names: tuple[str, ...], what: str = "") -> int:
+    """The dir at ``names`` below the dir open at ``parent``, one component at a time, never
+    following a symlink (ELOOP/ENOTDIR then); OSError when it is not there, ``StuckReadError`` (an
+    OSError) when the opens do not answer in time (``what``: the path, for the message). Through
+    their filesystems: each may stall, so the chain is one bounded read (one hand-off, not one per
+    component), and an fd that comes after we left is closed, not leaked."""
+    return bounded(what or "/".join(names), _open_chain, parent, names, late=os.close)
+
+
+def _dirs_of(it: Iterator[os.DirEntry[str]], n: int) -> tuple[list[str], bool]:
+    """Up to ``n`` more names of dirs (not links) from the listing ``it``, and whether it has ended."""
     out: list[str] = []
     for entry in it:
         with contextlib.suppress(OSError):
             if entry.is_dir(follow_symlinks=False):
                 out.append(entry.name)
         if len(out) >= n:
-            return out
-    return out or None
+            return out, False
+    return out, True
 
 
 def each_dir(fd: int, what: str = "") -> Iterator[str]:
@@ -122,9 +130,10 @@ def each_dir(fd: int, what: str = "") -> Iterator[str]:
     streamed, never held (a dir of millions costs a batch of names, not a list); each batch a bounded read
     (``StuckReadError`` when it does not answer in time; ``what``: the dir's path, for the message)."""
     it = os.scandir(fd)  # on a dup of fd
-    stuck = False
+    stuck, ended = False, False
     try:
-        while (batch := bounded(what or f"the dir at fd {fd}", _dirs_of, it, _BATCH)) is not None:
+        while not ended:  # a batch that ends the listing is the last hand-off (a pod's dir: one, not two)
+            batch, ended = bounded(what or f"the dir at fd {fd}", _dirs_of, it, _BATCH)
             yield from batch
     except StuckReadError:
         # Never closed here: the worker left to the read is still in readdir(), and a close (rewinddir, then
@@ -199,7 +208,8 @@ class NodeRoot:
         """(st_dev, mount id) when a tmpfs is mounted right at ``name`` in the dir at ``parent``; StuckReadError
         when its open or stat does not answer in time."""
         try:  # O_PATH: a tmpfs this process may not list is still found (and reported unscanned, not unseen)
-            fd = bounded(what or name, _open_path_at, parent, name, late=os.close)  # it may stall (late: closed)
+            # The open and the fstat may each stall: one bounded read (late: an fd that comes after we left, closed).
+            fd, st = bounded(what or name, _path_stat, parent, name, late=lambda got: os.close(got[0]))
         except StuckReadError:
             raise
         except OSError:
@@ -208,7 +218,7 @@ class NodeRoot:
             mid, up = fd_mount_id(fd), fd_mount_id(parent)
             m = self.mounts.get(mid) if mid is not None else None
             # A mount of its own (not the parent dir's), a tmpfs per the mount table, the very device.
-            if m is None or mid == up or m.fstype != "tmpfs" or m.dev != bounded(what or name, os.fstat, fd).st_dev:
+            if m is None or mid == up or m.fstype != "tmpfs" or m.dev != st.st_dev:
                 return None
             return m.dev, m.mount_id
         except StuckReadError:

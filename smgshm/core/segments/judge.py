@@ -562,6 +562,14 @@ class Tally:
         produced = sum(self.counts_by_kind[k] for k in PRODUCED_KINDS)
         return produced > 0 and self.counts["unknown"] == self.total
 
+    def copy(self) -> Tally:
+        """Another tally of the same figures (its dicts its own)."""
+        out = Tally.__new__(Tally)
+        out.counts, out.bytes_by_state = dict(self.counts), dict(self.bytes_by_state)
+        out.counts_by_kind, out.bytes_by_kind = dict(self.counts_by_kind), dict(self.bytes_by_kind)
+        out.reclaimable_bytes, out.total = self.reclaimable_bytes, self.total
+        return out
+
     def remove(self, seg: SegmentInfo) -> None:
         st, n = seg.state._value_, seg.allocated_bytes
         self.counts[st] -= 1

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import copy
 import errno
 import itertools
 import os
@@ -298,7 +297,7 @@ class ReapReport:
 
 def reap_choice(scan: Scan, choice: Choice, on_action: Callable[[Deletion], None] | None = None) -> ReapReport:
     """Reap what ``choose`` picked from ``scan`` (``reap``), then count again what remains."""
-    before, after = scan.tally, copy.deepcopy(scan.tally)
+    before, after = scan.tally, scan.tally.copy()
     deleted = list(choice.refused)
     if choice.chosen:
         by_ino = {s.ino: s for s in choice.chosen}
