@@ -10,7 +10,7 @@ import os
 import time
 
 from smgshm.core.host.pidtrust import Trust
-from smgshm.core.segments.judge import Judge, ScanOptions, SegmentInfo, State
+from smgshm.core.segments.judge import Judge, ScanOptions, SegmentInfo, State, Tally
 from smgshm.core.segments.sightings import Sightings
 from tests.conftest import make_file
 
@@ -56,3 +56,45 @@ def test_interleaved_pids_and_kinds_are_each_judged_as_alone(tmpfs_dir: str) -> 
     assert f"pid {DEAD_B} is dead" in by_name[f"smg-tokenspeed-{DEAD_B}-{now}-2"].reason
     assert "gateway with pid" in by_name[f"smg-tokenspeed-probe-{DEAD_A}"].reason  # the probe's own sentence
     assert "gateway with pid" not in by_name[f"smg-tokenspeed-{DEAD_A}-{now}-2"].reason
+
+
+def _tallied(segs: list[SegmentInfo]) -> Tally:
+    t = Tally()
+    for s in segs:
+        t.add(s)
+    return t
+
+
+def _figures(t: Tally) -> tuple[object, ...]:
+    return t.counts, t.bytes_by_state, t.counts_by_kind, t.bytes_by_kind, t.reclaimable_bytes, t.total
+
+
+def test_the_streamed_tally_is_each_entrys_added(tmpfs_dir: str) -> None:
+    # Runs of one state and kind, broken by others; a leaked entry with a second link frees nothing.
+    now = time.time_ns()
+    names = [f"smg-tokenspeed-{DEAD_A}-{now}-{i}" for i in range(4)]
+    names += [f"smg-tokenspeed-{os.getpid()}-{now}-{i}" for i in range(2)]
+    names += ["smg-no-pid-here", f"smg-tokenspeed-{DEAD_B}-{now}-0", f"smg-tokenspeed-probe-{DEAD_B}"]
+    for i, name in enumerate(names):
+        with open(os.path.join(tmpfs_dir, name), "wb") as f:
+            f.write(b"x" * 4096 * (i + 1))
+    os.link(os.path.join(tmpfs_dir, names[1]), os.path.join(tmpfs_dir, "second-link"))
+    entries = [_Entry(tmpfs_dir, n) for n in names]
+    tally = Tally()
+    segs = list(_judge(tmpfs_dir).each(entries, tally))
+    assert {s.state for s in segs} >= {State.LEAKED, State.IN_FLIGHT, State.UNKNOWN}
+    assert _figures(tally) == _figures(_tallied(segs))
+    assert 0 < tally.reclaimable_bytes < tally.bytes_by_state["leaked"]  # the linked one is not reclaimable
+
+
+def test_a_listing_left_midway_has_tallied_what_it_gave(tmpfs_dir: str) -> None:
+    now = time.time_ns()
+    names = [f"smg-tokenspeed-{DEAD_A}-{now}-{i}" for i in range(6)]
+    for name in names:
+        make_file(tmpfs_dir, name)
+    tally = Tally()
+    listing = _judge(tmpfs_dir).each([_Entry(tmpfs_dir, n) for n in names], tally)
+    given = [next(listing) for _ in range(4)]
+    listing.close()  # as a consumer that stopped (an error, Ctrl-C) leaves it
+    assert tally.total == 4
+    assert _figures(tally) == _figures(_tallied(given))

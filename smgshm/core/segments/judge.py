@@ -290,163 +290,175 @@ class Judge:
         judge_pid = not self.opts.assume_dead
         trusted, doubt, stale_after = self.trust.trusted, self.trust.doubt_uids, self.opts.stale_after_s
         looked = self.trust.since_ns  # a sighting before it proves the segment older than the trust's look
-        own_kinds = self.own_kinds
-        if tally is not None:  # Tally.add, inline: a call per entry is a tenth of this loop
-            t_counts, t_bytes, t_kcounts, t_kbytes = (
-                tally.counts,
-                tally.bytes_by_state,
-                tally.counts_by_kind,
-                tally.bytes_by_kind,
-            )
+        # A kind judged apart (own_kinds: the node view's own names) has its pid keyed past every pid: per group.
+        groups = {g: (kind, p, t, pid_limit if kind in self.own_kinds else 0) for g, (kind, p, t) in by_group.items()}
+        untrusted, doubting = judge_pid and not trusted, judge_pid and bool(doubt)
+        regular_type = FileType.REGULAR
         seen = 0
         last_key, bounds = -1, None  # the pid whose bounds were looked up last, and them
         dead_pid, dead_kind, dead = -1, "", ""  # the last dead producer's sentence
-        for entry in entries:
-            name = entry.name
-            if not name.startswith(family):
-                if other is not None:
-                    other(entry)
-                continue
-            try:
-                st = entry.stat(follow_symlinks=False)  # on a dir listed by fd: fstatat(fd, name, NOFOLLOW)
-            except FileNotFoundError:
-                continue  # unlinked since the listing: nothing to report
-            # parse_name, inline from the grammar's fast form (the nanos are read only when needed).
-            m = fullmatch(name)
-            if m is None:
-                kind, pid, t = unmatched_kind(name), None, 0
-            else:
-                kind, p, t = by_group[m.lastindex]
-                pid = int(m[p])
-                if pid >= pid_limit:
-                    pid = None
-            dev, ino, nlink, mtime, mode, uid = st.st_dev, st.st_ino, st.st_nlink, st.st_mtime, st.st_mode, st.st_uid
-            regular = mode & _IFMT == _IFREG  # a bool: a str enum's == is a call
-            ftype = FileType.REGULAR if regular else _TYPES.get(mode & _IFMT, FileType.OTHER)
-            age = now - mtime
-            # Its sighting (a row of the store): every regular entry with a pid is recorded, the leaked too.
-            row, seen_s, sight, proven_dead = None, None, None, False
-            if pid is not None and regular and dev == dir_dev:
-                row = index.get(ino) if index else None
-                if row is not None and s_ctimes[row] == st.st_ctime_ns and s_uids[row] == uid:
-                    keep_append(row)
-                else:  # first seen now, or the inode is another entry's now (another owner, a rename, a write)
-                    row = None
-                    new_append((ino, uid, st.st_ctime_ns, name))
-            if dev == dir_dev:
-                held = held_here.get(ino, ()) if held_here else ()
-            else:
-                held = tuple(holders.get((dev, ino), ())) if holders else ()
-            if (
-                not regular
-                or held
-                or pid is None
-                or (dev != dir_dev and dir_dev is not None)
-                or (mounted and name in mounted)
-            ):
-                state, reason, alive = self._not_by_pid(name, dev, kind, ftype, held)
-            else:  # a regular file on this filesystem nobody holds, with a producer pid: the pid decides
-                # a kind judged apart (own_kinds: the node view's own names) has its own key, past every pid
-                key = pid + pid_limit if own_kinds and kind in own_kinds else pid
-                if key != last_key:
-                    last_key = key
-                    bounds = starts[key] if key in starts else starts.setdefault(key, self.bounds(key))
-                proven = False  # reuse proven on the boot clock
-                if row is not None:
-                    # Sightings.first_seen, inline: its sighting if of this very name (its checksum), else None.
-                    sight = s_seen[row] if s_sums[row] == crc32(name.encode(enc, errs)) else None  # boot clock, ns
-                    if sight is None:  # the same inode and ctime, another name: another entry
-                        keep.pop()
+        # The tally by runs of one state and kind (a crowded dir's entries come alike), each added as it ends and
+        # the last once the listing ends or is left (``finally``): Tally.add per entry was a tenth of this loop.
+        r_state: State | None = None
+        r_kind: Kind = "other"
+        r_n, r_bytes, r_multi = 0, 0, 0  # r_multi: the bytes of entries with other links than this one
+        try:
+            for entry in entries:
+                name = entry.name
+                if not name.startswith(family):
+                    if other is not None:
+                        other(entry)
+                    continue
+                try:
+                    st = entry.stat(follow_symlinks=False)  # on a dir listed by fd: fstatat(fd, name, NOFOLLOW)
+                except FileNotFoundError:
+                    continue  # unlinked since the listing: nothing to report
+                # parse_name, inline from the grammar's fast form (the nanos are read only when needed).
+                m = fullmatch(name)
+                if m is None:
+                    kind, pid, t, apart = unmatched_kind(name), None, 0, 0
+                else:
+                    kind, p, t, apart = groups[m.lastindex]
+                    pid = int(m[p])
+                    if pid >= pid_limit:
+                        pid = None
+                dev, ino, nlink, mtime, mode, uid = (
+                    st.st_dev,
+                    st.st_ino,
+                    st.st_nlink,
+                    st.st_mtime,
+                    st.st_mode,
+                    st.st_uid,
+                )
+                regular = mode & _IFMT == _IFREG  # a bool: a str enum's == is a call
+                ftype = regular_type if regular else _TYPES.get(mode & _IFMT, FileType.OTHER)
+                age = now - mtime
+                # Its sighting (a row of the store): every regular entry with a pid is recorded, the leaked too.
+                row, seen_s, sight, proven_dead = None, None, None, False
+                if pid is not None and regular and dev == dir_dev:
+                    row = index.get(ino) if index else None
+                    if row is not None and s_ctimes[row] == st.st_ctime_ns and s_uids[row] == uid:
+                        keep_append(row)
+                    else:  # first seen now, or the inode is another entry's now (another owner, a rename, a write)
+                        row = None
                         new_append((ino, uid, st.st_ctime_ns, name))
-                if bounds is None:
-                    alive = False  # no process has that pid: whenever the segment was written
+                if dev == dir_dev:
+                    held = held_here.get(ino, ()) if held_here else ()
                 else:
-                    # The later of the name's time and mtime: a forged or skewed name can only make gc keep more.
-                    nanos = int(m[t]) if t and m is not None else 0  # t is 0 where no name matched
-                    written = mtime if not nanos or nanos / 1e9 < mtime else nanos / 1e9
-                    # By the wall clock: written before the process holding the pid started, or near it.
-                    alive = True if written >= bounds[0] else False if written < bounds[1] else None
-                    seen_s = 0.0 if sight is None else (boot_now - sight) / 1e9
-                    # The producer existed before its segment: a process that started after smgshm saw it is not it.
-                    proven = sight is not None and bounds[2] > sight
-                    if proven:
-                        alive = False
-                    elif alive is False:
-                        alive = None  # reused by the wall clock only: a step can fake it
-                if judge_pid and not trusted:
-                    state, reason, alive = State.UNKNOWN, "producer liveness cannot be trusted here", alive or None
-                elif judge_pid and uid in doubt:
-                    state, reason = State.UNKNOWN, f"the pid namespaces of uid {uid}'s processes cannot be read"
-                    alive = alive or None
-                elif alive is None and bounds is not None:  # (alive is None only where bounds is not)
-                    state, reason = State.UNKNOWN, self._clock_reason(pid, bounds, written)
-                elif not alive:
-                    if proven and bounds is not None and sight is not None:  # (as proven implies)
-                        state, reason = State.LEAKED, self._reused_reason(kind, pid, bounds, sight)
-                    else:  # Each sentence is made once per pid: a crowded dir repeats a handful of pids.
-                        state = State.LEAKED
-                        if pid != dead_pid or kind is not dead_kind:
-                            dead_pid, dead_kind, got = pid, kind, said.get(("dead", pid, kind))
-                            dead = self._dead_reason(kind, pid) if got is None else got
-                        reason = dead
-                    # By a trusted pid, and there before the look that trusted it: no age needed.
-                    proven_dead = judge_pid and sight is not None and sight < looked
-                elif seen_s is not None and seen_s >= stale_after:
-                    state = State.STALE
-                    reason = f"producer pid {pid} lives, but smgshm has seen the segment for {seen_s:.0f} s"
-                elif age >= stale_after:
-                    state, reason = (
-                        State.UNKNOWN,
-                        (
-                            f"producer pid {pid} lives; the segment is {age:.0f} s old by the wall clock, which can be "
-                            f"stepped, but smgshm first saw it only {seen_s:.0f} s ago: stale, and reapable, once seen "
-                            f"for {stale_after:.0f} s"
-                        ),
-                    )
+                    held = tuple(holders.get((dev, ino), ())) if holders else ()
+                if (
+                    not regular
+                    or held
+                    or pid is None
+                    or (dev != dir_dev and dir_dev is not None)
+                    or (mounted and name in mounted)
+                ):
+                    state, reason, alive = self._not_by_pid(name, dev, kind, ftype, held)
+                else:  # a regular file on this filesystem nobody holds, with a producer pid: the pid decides
+                    key = pid + apart  # (a kind judged apart: past every pid)
+                    if key != last_key:
+                        last_key = key
+                        bounds = starts[key] if key in starts else starts.setdefault(key, self.bounds(key))
+                    proven = False  # reuse proven on the boot clock
+                    if row is not None:
+                        # Sightings.first_seen, inline: its sighting if of this very name (its checksum), else None.
+                        sight = s_seen[row] if s_sums[row] == crc32(name.encode(enc, errs)) else None  # boot clock, ns
+                        if sight is None:  # the same inode and ctime, another name: another entry
+                            keep.pop()
+                            new_append((ino, uid, st.st_ctime_ns, name))
+                    if bounds is None:
+                        alive = False  # no process has that pid: whenever the segment was written
+                    else:
+                        # The later of the name's time and mtime: a forged or skewed name can only make gc keep more.
+                        nanos = int(m[t]) if t and m is not None else 0  # t is 0 where no name matched
+                        written = mtime if not nanos or nanos / 1e9 < mtime else nanos / 1e9
+                        # By the wall clock: written before the process holding the pid started, or near it.
+                        alive = True if written >= bounds[0] else False if written < bounds[1] else None
+                        seen_s = 0.0 if sight is None else (boot_now - sight) / 1e9
+                        # The producer existed before its segment: a process that started after smgshm saw it is not it.
+                        proven = sight is not None and bounds[2] > sight
+                        if proven:
+                            alive = False
+                        elif alive is False:
+                            alive = None  # reused by the wall clock only: a step can fake it
+                    if untrusted:
+                        state, reason, alive = State.UNKNOWN, "producer liveness cannot be trusted here", alive or None
+                    elif doubting and uid in doubt:
+                        state, reason = State.UNKNOWN, f"the pid namespaces of uid {uid}'s processes cannot be read"
+                        alive = alive or None
+                    elif alive is None and bounds is not None:  # (alive is None only where bounds is not)
+                        state, reason = State.UNKNOWN, self._clock_reason(pid, bounds, written)
+                    elif not alive:
+                        if proven and bounds is not None and sight is not None:  # (as proven implies)
+                            state, reason = State.LEAKED, self._reused_reason(kind, pid, bounds, sight)
+                        else:  # Each sentence is made once per pid: a crowded dir repeats a handful of pids.
+                            state = State.LEAKED
+                            if pid != dead_pid or kind is not dead_kind:
+                                dead_pid, dead_kind, got = pid, kind, said.get(("dead", pid, kind))
+                                dead = self._dead_reason(kind, pid) if got is None else got
+                            reason = dead
+                        # By a trusted pid, and there before the look that trusted it: no age needed.
+                        proven_dead = judge_pid and sight is not None and sight < looked
+                    elif seen_s is not None and seen_s >= stale_after:
+                        state = State.STALE
+                        reason = f"producer pid {pid} lives, but smgshm has seen the segment for {seen_s:.0f} s"
+                    elif age >= stale_after:
+                        state, reason = (
+                            State.UNKNOWN,
+                            (
+                                f"producer pid {pid} lives; the segment is {age:.0f} s old by the wall clock, "
+                                f"which can be stepped, but smgshm first saw it only {seen_s:.0f} s ago: stale, and "
+                                f"reapable, once seen for {stale_after:.0f} s"
+                            ),
+                        )
+                    else:
+                        state, young = State.IN_FLIGHT, said.get(("young", pid, ""))
+                        if young is None:
+                            young = said["young", pid, ""] = f"producer pid {pid} lives and the segment is young"
+                        reason = young
+                if nlink > 1 and regular:
+                    reason += f"; it has {nlink} links: unlinking this name frees nothing"
+                # tuple.__new__: the NamedTuple's own __new__ is a Python function, a third of the cost again.
+                nbytes = st.st_blocks * 512
+                seg = _new(
+                    SegmentInfo,
+                    (
+                        name,
+                        kind,
+                        ftype,
+                        st.st_size,
+                        nbytes,
+                        age if age > 0.0 else 0.0,
+                        uid,
+                        pid,
+                        alive,
+                        held,
+                        state,
+                        reason,
+                        ino,
+                        nlink,
+                        dev,
+                        seen_s,
+                        proven_dead,
+                    ),
+                )
+                if state is r_state and kind is r_kind:
+                    r_n += 1
+                    r_bytes += nbytes
+                    if nlink > 1:
+                        r_multi += nbytes
                 else:
-                    state, young = State.IN_FLIGHT, said.get(("young", pid, ""))
-                    if young is None:
-                        young = said["young", pid, ""] = f"producer pid {pid} lives and the segment is young"
-                    reason = young
-            if nlink > 1 and regular:
-                reason += f"; it has {nlink} links: unlinking this name frees nothing"
-            # tuple.__new__: the NamedTuple's own __new__ is a Python function, a third of the cost again.
-            nbytes = st.st_blocks * 512
-            seg = _new(
-                SegmentInfo,
-                (
-                    name,
-                    kind,
-                    ftype,
-                    st.st_size,
-                    nbytes,
-                    age if age > 0.0 else 0.0,
-                    uid,
-                    pid,
-                    alive,
-                    held,
-                    state,
-                    reason,
-                    ino,
-                    nlink,
-                    dev,
-                    seen_s,
-                    proven_dead,
-                ),
-            )
-            if tally is not None:
-                sv = state._value_
-                t_counts[sv] += 1
-                t_bytes[sv] += nbytes
-                t_kcounts[kind] += 1
-                t_kbytes[kind] += nbytes
-                tally.total += 1
-                if sv == "leaked" and nlink <= 1:
-                    tally.reclaimable_bytes += nbytes
-            yield seg
-            seen += 1
-            if progress and not seen & 1023:
-                progress(seen)
+                    if r_n and tally is not None:
+                        tally.add_run(r_state, r_kind, r_n, r_bytes, r_multi)
+                    r_state, r_kind, r_n, r_bytes, r_multi = state, kind, 1, nbytes, nbytes if nlink > 1 else 0
+                yield seg
+                if progress is not None:
+                    seen += 1
+                    if not seen & 1023:
+                        progress(seen)
+        finally:
+            if r_n and tally is not None:
+                tally.add_run(r_state, r_kind, r_n, r_bytes, r_multi)
 
     def bounds(self, pid: int) -> Bounds | None:
         """``reuse_bounds`` of the producer pid a name carries, asked once per pid: here the pid is one
@@ -561,6 +573,20 @@ class Tally:
         producer's, and alone judge nothing either way."""
         produced = sum(self.counts_by_kind[k] for k in PRODUCED_KINDS)
         return produced > 0 and self.counts["unknown"] == self.total
+
+    def add_run(self, state: State | None, kind: Kind, n: int, nbytes: int, multi_link_bytes: int) -> None:
+        """``n`` entries of one ``state`` and ``kind``, of ``nbytes`` in all, ``multi_link_bytes`` of them with other
+        links (unlinking those frees nothing: not reclaimable). Judge.each's tally, a run at a time."""
+        if state is None:
+            return
+        sv = state._value_
+        self.counts[sv] += n
+        self.bytes_by_state[sv] += nbytes
+        self.counts_by_kind[kind] += n
+        self.bytes_by_kind[kind] += nbytes
+        self.total += n
+        if sv == "leaked":
+            self.reclaimable_bytes += nbytes - multi_link_bytes
 
     def copy(self) -> Tally:
         """Another tally of the same figures (its dicts its own)."""
