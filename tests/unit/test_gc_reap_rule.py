@@ -127,3 +127,17 @@ def test_doctors_leak_fix_says_when_gc_reaps_what_this_scan_could_not_record() -
     (later,) = leak_checks(counts, [leaked], 4096, lambda *a: ["smgshm", "gc", *a], wait_s=540.0)
     assert "the youngest in 9 min, with:" in later.fix
     assert later.fix_cmd == cmd
+
+
+def test_doctors_leaks_check_of_look_alikes_alone_is_inconclusive_never_ok() -> None:
+    """Names in SMG's family without a pid (``smg-foo``, ``smg-tokenspeed-12x``) are all unknown: doctor's leaks
+    check judged nothing, as gc --check says (exit 6), never ok."""
+    why = "the name carries no producer pid"
+    looks = [
+        SegmentInfo(n, "other", "regular", 0, 0, 1.0, 0, None, None, (), State.UNKNOWN, why)
+        for n in ("smg-foo", "smg-tokenspeed-12x")
+    ]
+    counts = {s.value: 0 for s in State} | {"unknown": 2}
+    (check,) = leak_checks(counts, looks, 0, lambda *a: ["smgshm", "gc", *a])
+    assert check.status.value == "unknown", check
+    assert "none could be judged: the name carries no producer pid" in check.summary

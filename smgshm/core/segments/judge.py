@@ -520,9 +520,6 @@ class Judge:
         return State.UNKNOWN, "the name carries no producer pid", None
 
 
-PRODUCED_KINDS: tuple[Kind, ...] = ("gateway", "gateway_probe", "smgshm", "smgshm_probe")  # names carrying a pid
-
-
 class Tally:
     """Counts and bytes per state and per kind; reclaimable bytes (leaked, single-link)."""
 
@@ -547,12 +544,12 @@ class Tally:
 
     @property
     def judged_nothing(self) -> bool:
-        """Every entry is unknown, and one at least is named as SMG names what it writes (a kind that carries a
-        producer pid): a check of them judged nothing, so it is inconclusive, never passed. An empty dir is
-        judged (nothing there is nothing leaked); look-alikes and gc's set-asides carry no pid, are no
-        producer's, and alone judge nothing either way."""
-        produced = sum(self.counts_by_kind[k] for k in PRODUCED_KINDS)
-        return produced > 0 and self.counts["unknown"] == self.total
+        """Every entry is unknown, and one at least is an SMG name (a producer's, or a look-alike: a name without
+        a pid): a check of them judged nothing, so it is inconclusive, never passed. An empty dir is judged
+        (nothing there is nothing leaked); gc's own set-asides are no SMG segment and alone judge nothing either
+        way."""
+        smg = self.total - self.counts_by_kind["gc_aside"]
+        return smg > 0 and self.counts["unknown"] == self.total
 
     def remove(self, seg: SegmentInfo) -> None:
         st, n = seg.state._value_, seg.allocated_bytes
