@@ -55,8 +55,10 @@ def test_a_dead_producers_segment_seen_before_the_look_is_reaped_at_any_age(tmpf
     assert _keep(seg) is None, "a proven-dead segment waited for --min-age"
 
 
-def test_a_segment_first_seen_after_the_look_keeps_min_age_and_says_when_it_is_reclaimable(tmpfs_dir: str) -> None:
-    """A process that joined another pid namespace after the look may have written it under its own pid."""
+def test_a_segment_first_seen_after_the_look_keeps_min_age_and_says_the_next_run_reaps_it(tmpfs_dir: str) -> None:
+    """A process that joined another pid namespace after the look may have written it under its own pid: kept,
+    and the reason says what is true of it, that the next run (whose look follows this sighting) reaps it at
+    once, not that it waits for --min-age; under --assume-dead, which proves nothing, --min-age is the wait."""
     name = f"smg-tokenspeed-{DEAD}-{time.time_ns()}-0"
     make_file(tmpfs_dir, name, age_s=60)
     before = clock.boot_clock_ns()  # the look began before smgshm first saw it
@@ -66,6 +68,11 @@ def test_a_segment_first_seen_after_the_look_keeps_min_age_and_says_when_it_is_r
     why = _keep(seg)
     assert why is not None
     assert why[0] == TOO_YOUNG
+    assert "first saw it after its pid check: the next run, whose check follows this run's stored sighting, " in why[1]
+    assert "reaps it at once" in why[1]
+    assert "younger than --min-age" not in why[1]
+    why = keep_reason(seg, uid=os.getuid(), all_users=False, min_age_s=MIN_AGE_S, assume_dead=True)
+    assert why is not None
     # The age is the file's mtime's, read when judged: a second or two more on a loaded machine.
     assert re.search(r"younger than --min-age \(6[0-2] s < 600 s\): reclaimable in (9 min|8 min 5\d s)", why[1]), why[1]
 
