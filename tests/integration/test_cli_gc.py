@@ -780,7 +780,7 @@ def test_a_file_bind_mounted_over_a_segment_name_is_a_hazard_never_touched(
     """A bind mount over a segment name: its inode is the mounted file's (another filesystem's, or
     this one's if bound from inside it, then with the same st_dev). unlink says EBUSY; gc must not
     call it leaked nor count it reclaimable."""
-    from smgshm.core.host.mounts import mounted_names
+    from smgshm.core.host.mountpoints import mounted_names
     from tests.conftest import mounted_tmpfs
 
     with mounted_tmpfs(tmp_path / "shm", "4m") as d:

@@ -18,7 +18,6 @@ stays sound. A line that does not read as a mount (a garbled or truncated one) i
 from __future__ import annotations
 
 import contextlib
-import itertools
 import os
 import re
 import sys
@@ -164,7 +163,7 @@ def nsfs_mounts(mounts: Iterable[Mount]) -> list[Mount]:
     return [m for m in mounts if m.fstype == "nsfs" and m.root.startswith("mnt:[")]
 
 
-def _rel(path: str, top: str) -> str | None:
+def below(path: str, top: str) -> str | None:
     """``path`` relative to ``top`` ("" for itself), None when it is not at or below it."""
     if path == top:
         return ""
@@ -178,7 +177,7 @@ def mount_holding(mounts: Iterable[Mount], path: str, dev: int | None = None) ->
     as the table's owner sees it."""
     best: Mount | None = None
     for m in mounts:
-        under = (dev is None or m.dev == dev) and _rel(path, m.point) is not None
+        under = (dev is None or m.dev == dev) and below(path, m.point) is not None
         if under and (best is None or len(m.point) >= len(best.point)):
             best = m
     return best
@@ -236,97 +235,13 @@ def mount_aliases(dev: int, pids: Iterable[int] | None = None) -> frozenset[str]
     return frozenset(out)
 
 
-def mount_points(dir_path: str, pids: Iterable[int] | None = None) -> dict[str, str]:
-    """Names directly in ``dir_path`` that something is mounted on, in this mount namespace ("")
-    or in another one (which, and a pid in it). A bind-mounted file shares the dir's st_dev when
-    it comes from the same filesystem, and one mounted in another namespace shows nothing here
-    at all; unlinking or renaming the name here would detach that namespace's mount (Linux does
-    not refuse it with EBUSY: only this namespace's mounts count), so it is never touched.
-
-    ``dir_path`` is the dir the kernel finds: through /proc/PID/root, PID's (``place_of``), whose
-    namespace's table is read whether or not ``pids`` has a process in it. Reads each process's
-    mount namespace (one readlink each) and each namespace's table once."""
-    return mount_points_of([dir_path], pids)[dir_path]
-
-
-def _mounted_in(table: list[Mount], wanted: Mapping[int, list[tuple[str, str]]]) -> Iterator[tuple[str, str]]:
-    """(dir, name) for each mount in ``table`` over a name directly in a ``wanted`` dir (device ->
-    (the dir, the dir in its filesystem)), whichever mount of that filesystem it is reached by."""
-    by_id = {m.mount_id: m for m in table}
-    for m in table:
-        up = by_id.get(m.parent_id)
-        if up is None or up.dev not in wanted or (rel := _rel(m.point, up.point)) is None:
-            continue
-        at = os.path.normpath(os.path.join(up.root, rel))
-        for d, inside in wanted[up.dev]:
-            if at != inside and os.path.dirname(at) == inside:
-                yield d, os.path.basename(at)
-
-
-def mount_points_of(
-    dirs: Iterable[str], pids: Iterable[int] | None = None, read: Mapping[str, list[Mount]] | None = None
-) -> dict[str, dict[str, str]]:
-    """``mount_points`` of each of ``dirs``, every namespace's table read once for all of them (a
-    node's tmpfs: one read per namespace, not one per namespace and tmpfs); ``read``: tables read
-    already, by mount namespace (``namespace_tables``)."""
-    from smgshm.core.host.place import place_of  # place.py reads tables with this module's parser
-
-    out: dict[str, dict[str, str]] = {d: {} for d in dirs}
-    try:
-        ours = read_mounts()
-        mine = os.readlink("/proc/self/ns/mnt")
-    except OSError:
-        return out
-
-    def table_of(pid: int | None) -> list[Mount]:
-        ns = None if pid is None or read is None else mount_ns(pid)
-        if ns is not None and read is not None and ns[0] in read:
-            return read[ns[0]]
-        return ours if pid is None else read_mounts(f"/proc/{pid}/mountinfo")
-
-    wanted: dict[int, list[tuple[str, str]]] = {}  # a dir's device -> (the dir, the dir in its filesystem)
-    holding: list[int] = []  # a process of each namespace that holds a dir through /proc/PID/root
-    for d in out:
-        try:
-            # The dir's own mount, in the table of the namespace that holds it: never a path resolved as text,
-            # which takes /proc/PID/root/dev/shm for this namespace's /dev/shm.
-            place = place_of(d, table_of)
-        except OSError:
-            continue
-        if place.pid is None:
-            p = place.path
-            out[d] = {os.path.basename(m.point): "" for m in ours if os.path.dirname(m.point) == p and m.point != p}
-        else:
-            holding.append(place.pid)
-        if place.mount is not None:
-            inside = os.path.join(place.mount.root, _rel(place.path, place.mount.point) or "")
-            wanted.setdefault(place.dev, []).append((d, os.path.normpath(inside)))
-    if not wanted:
-        return out
-    # This namespace's mounts over those names, reached by any mount of their filesystem: unlink gets EBUSY here.
-    for d, name in _mounted_in(ours, wanted):
-        out[d].setdefault(name, "")
-    live = live_pids() if pids is None else pids
-    for ns, pid, theirs in namespace_tables(itertools.chain(holding, live), {mine}, read):
-        for d, name in _mounted_in(theirs, wanted):
-            out[d].setdefault(name, f"mount namespace {ns}, e.g. pid {pid}")
-    return out
-
-
-def mounted_names(dir_path: str) -> frozenset[str]:
-    """Names directly in ``dir_path`` that something is mounted on, per this process's mount table."""
-    return frozenset(n for n, where in mount_points(dir_path, pids=()).items() if not where)
-
-
 __all__ = [
     "SELF_MOUNTINFO",
     "Mount",
+    "below",
     "mount_aliases",
     "mount_holding",
     "mount_of",
-    "mount_points",
-    "mount_points_of",
-    "mounted_names",
     "namespace_tables",
     "nsfs_mounts",
     "parse_mounts",

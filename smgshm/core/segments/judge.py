@@ -35,7 +35,7 @@ from smgshm.core.closed import Closed
 from smgshm.core.host import clock
 from smgshm.core.host.clock import WallClock
 from smgshm.core.host.holders import Holder
-from smgshm.core.host.mounts import mount_points
+from smgshm.core.host.mountpoints import mount_points
 from smgshm.core.host.pidtrust import Trust
 from smgshm.core.names import (
     KINDS,

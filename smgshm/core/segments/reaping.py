@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from smgshm.core.host.holders import Holder, holder_index
-from smgshm.core.host.mounts import mount_points
+from smgshm.core.host.mountpoints import mount_points
 from smgshm.core.host.proc import CAP_FOWNER, CAP_SYS_PTRACE, has_effective_cap
 from smgshm.core.names import in_family
 from smgshm.core.segments.asides import rename_noreplace, this_gc_aside
