@@ -732,7 +732,7 @@ def build() -> dict[str, dict[str, Any]]:
     w = "watch-jsonl.schema.json"
     event = _obj(
         {
-            "type": {"enum": [events.OVERFLOW, events.RESCANNED, events.DIR_GONE]},
+            "type": {"enum": [k.value for k in events.OF_THE_WATCH]},
             "schema_version": {"$ref": f"{COMMON}#/$defs/schema_version"},
             "t_unix_ns": _s("integer", _unit("t_unix_ns")),
             "detail": _s("string"),

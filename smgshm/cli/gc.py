@@ -217,7 +217,7 @@ def gc(
     if raw and app.json:
         raise click.UsageError("--raw and --json are two outputs: pick one")
     if npd:
-        click.get_current_context().exit(_npd(opts, _rule(delete, include_stale, min_age, all_users)))
+        click.get_current_context().exit(_npd(opts, _rule(delete, include_stale, min_age, all_users, opts.assume_dead)))
     code = run(
         app,
         opts,
@@ -260,7 +260,7 @@ def run(
         listing, done = _scan_and_reap(
             app,
             opts,
-            _rule(delete, include_stale, min_age, all_users),
+            _rule(delete, include_stale, min_age, all_users, opts.assume_dead),
             yes=yes,
             all_rows=all_rows,
             raw=raw,
@@ -300,11 +300,15 @@ def run(
     return code
 
 
-def _rule(delete: bool, include_stale: bool, min_age: float, all_users: bool) -> ReapRule | None:
+def _rule(
+    delete: bool, include_stale: bool, min_age: float, all_users: bool, assume_dead: bool = False
+) -> ReapRule | None:
     """gc's reap rule (None without --delete: a listing)."""
     from smgshm.core.segments.reaping import ReapRule
 
-    return ReapRule.of(include_stale=include_stale, min_age_s=min_age, all_users=all_users) if delete else None
+    if not delete:
+        return None
+    return ReapRule.of(include_stale=include_stale, min_age_s=min_age, all_users=all_users, assume_dead=assume_dead)
 
 
 def _scan_and_reap(

@@ -190,8 +190,9 @@ CATALOGUE: dict[Cause, Entry] = {
         _on_dir("doctor", look=True),
     ),
     Cause.SHM_PERMISSION: Entry(
-        "this host cannot create a 0600 segment in the shm dir (permission)",
-        "give the gateway's uid write access to the shm dir (mode 1777 on /dev/shm); doctor checks it",
+        "this host cannot create a 0600 segment in the shm dir (permission, or a read-only mount)",
+        "give the gateway's uid write access to the shm dir (mounted read-write, mode 1777, as /dev/shm and a memory "
+        "emptyDir are); doctor checks it",
         _on_dir("doctor", look=True),
     ),
     Cause.GATEWAY_PROBE_FAILED: Entry(

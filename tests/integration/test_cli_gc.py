@@ -540,6 +540,20 @@ def test_check_exit_codes(children: Children, tmp_dir: str) -> None:
     assert gc(tmp_dir, "--check")["result"]["segments"] == []
 
 
+def test_check_of_look_alikes_alone_is_inconclusive_never_passed(tmp_dir: str) -> None:
+    """SMG-family names without a pid are unknown whoever looks: a --check of only them judged nothing, so it
+    exits 6 (2 under --npd), never "check passed"."""
+    for n in ("smg-foo", "smg-tokenspeed-12x"):
+        make_file(tmp_dir, n)
+    doc = gc(tmp_dir, "--check", exit=6)
+    assert doc["result"]["counts"]["unknown"] == 2
+    assert [w for w in doc["warnings"] if w.startswith("check inconclusive: all 2 SMG segment(s) unknown")]
+    text = run_cli("gc", "--shm-dir", tmp_dir, *JUDGE, "--check", exit=6).stdout
+    assert text.startswith("check inconclusive: 2 SMG segment(s)"), text
+    assert "check passed" not in text
+    assert run_cli("gc", "--shm-dir", tmp_dir, *JUDGE, "--check", "--npd", exit=2).stdout.startswith("gc: 2 unknown")
+
+
 @pytest.mark.slow
 @pytest.mark.pidns
 @needs_unshare
@@ -766,7 +780,7 @@ def test_a_file_bind_mounted_over_a_segment_name_is_a_hazard_never_touched(
     """A bind mount over a segment name: its inode is the mounted file's (another filesystem's, or
     this one's if bound from inside it, then with the same st_dev). unlink says EBUSY; gc must not
     call it leaked nor count it reclaimable."""
-    from smgshm.core.host.mounts import mounted_names
+    from smgshm.core.host.mountpoints import mounted_names
     from tests.conftest import mounted_tmpfs
 
     with mounted_tmpfs(tmp_path / "shm", "4m") as d:

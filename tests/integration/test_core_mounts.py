@@ -22,10 +22,10 @@ import pytest
 
 from smgshm.core.host.holders import holder_index
 from smgshm.core.host.identity import read_host_identity
+from smgshm.core.host.mountpoints import mount_points
 from smgshm.core.host.mounts import (
     mount_aliases,
     mount_of,
-    mount_points,
     parse_mounts,
     read_mounts,
 )
@@ -59,7 +59,7 @@ MOUNTER = r"""
 import ctypes, json, os, sys
 from smgshm.core.client.whatif import _mount_options
 from smgshm.core.host.identity import read_host_identity
-from smgshm.core.host.mounts import mounted_names
+from smgshm.core.host.mountpoints import mounted_names
 libc = ctypes.CDLL(None, use_errno=True)
 libc.mount.argtypes = [ctypes.c_char_p] * 3 + [ctypes.c_ulong, ctypes.c_char_p]
 d, held, victim = os.fsencode(sys.argv[1]), bytes.fromhex(sys.argv[3]), bytes.fromhex(sys.argv[4])

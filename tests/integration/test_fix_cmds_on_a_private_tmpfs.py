@@ -172,3 +172,32 @@ def test_every_fix_doctor_prints_changes_its_tmpfs_and_nothing_else(children: Ch
     _run(fixes["page size"])
     assert "huge=within_size" in _mount(pid)[1].split(",")
     assert _host(host_names) == host
+
+
+def test_a_bind_mount_over_a_name_in_the_tmpfs_namespace_is_a_hazard_gc_never_detaches(children: Children) -> None:
+    """A regular file bind-mounted over an SMG name inside the tmpfs's own mount namespace, reached here
+    through /proc/PID/root: that namespace's table shows the mount (this one's never does), so gc judges it
+    a hazard and ``gc --delete --yes`` leaves the mount attached (a rename or unlink from here would detach it)."""
+    pid = _holder(children)
+    d = f"/proc/{pid}/root/dev/shm"
+    name = f"smg-tokenspeed-{dead_pid(children)}-{time.time_ns()}-0"
+    make_file(d, "src", size=4 * KIB)
+    make_file(d, name, size=0, age_s=3600)  # a dead producer's, an hour old: leaked, were it not mounted on
+    inner = f"{HOST_SHM}/{name}"
+    subprocess.run(
+        ["nsenter", "-t", str(pid), "-m", "--", "mount", "--bind", f"{HOST_SHM}/src", inner],
+        check=True,
+        timeout=60,
+        capture_output=True,
+    )
+
+    def attached() -> bool:
+        return any(m.point == inner for m in read_mounts(f"/proc/{pid}/mountinfo"))
+
+    assert attached()
+    listed = run_cli("--json", "gc", "--shm-dir", d).json["result"]["segments"]
+    assert {s["name"]: s["state"] for s in listed} == {name: "hazard"}
+    out = run_cli("--json", "gc", "--delete", "--yes", "--min-age", "0", "--shm-dir", d).json["result"]
+    assert [x for x in out["deleted"] if x["deleted"]] == []
+    assert attached()
+    assert os.path.lexists(os.path.join(d, name))

@@ -518,7 +518,8 @@ def test_choose_streams_every_entry_and_reap_choice_counts_what_remains(children
     assert sorted(n for n, _ in seen) == sorted([old, young])
     assert sorted(r for _, r in seen) == [0, 1]
     scan = Scan(opts)
-    choice = choose(scan, ReapRule.of(include_stale=False, min_age_s=600, all_users=False), lambda seg, row: None)
+    rule = ReapRule.of(include_stale=False, min_age_s=600, all_users=False, assume_dead=True)  # as the scan
+    choice = choose(scan, rule, lambda seg, row: None)
     assert [seg.name for seg in choice.chosen] == [old]
     assert [(x.name, x.deleted) for x in choice.refused] == [(young, False)]
     assert "younger than --min-age" in choice.refused[0].reason

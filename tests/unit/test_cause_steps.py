@@ -172,3 +172,74 @@ def test_doctors_namespace_id_check_gives_the_catalogues_fix_and_ns_for_its_dir(
         c = check_namespace_id(ident, SHM_DIR)
         assert c.cause is Cause.LOCAL_ID_UNREADABLE
         assert (c.fix, c.fix_cmd) == (CATALOGUE[Cause.LOCAL_ID_UNREADABLE].fix, ["smgshm", "ns", "--shm-dir", SHM_DIR])
+
+
+# The doctor checks that still give a cause a fix text of their own (by module and function), and why: shrink
+# this, never grow it. A check's fix is the catalogue's when it is none, or a Found's or an Entry's ``.fix``.
+OWN_CHECK_FIX: dict[tuple[str, str], str] = {
+    ("doctor/e2e.py", "check_e2e"): "the catalogue's fix followed by the e2e command and gateway log that show it",
+    ("doctor/leaks.py", "leak_checks"): "says when gc's command reaps the leaked, and why a stranded one never goes",
+    ("doctor/workers.py", "probe_file_checks"): "names the gc command and the pid a leftover probe file waits for",
+    ("doctor/workers.py", "check_send"): "the send error's own hint, which says what it ran out of",
+    ("doctor/hostchecks.py", "check_capacity"): "per place (FixPlace): a pod's spec, or a remount, sized to the need",
+}
+
+
+def _checks_with_a_cause(tree: ast.AST) -> list[tuple[str, ast.Call]]:
+    """(innermost enclosing function, call) of each ``Check(..., cause=...)`` in ``tree``."""
+    out: list[tuple[str, ast.Call]] = []
+
+    def visit(node: ast.AST, fn: str) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            fn = node.name
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "Check"
+            and any(k.arg == "cause" for k in node.keywords)
+        ):
+            out.append((fn, node))
+        for child in ast.iter_child_nodes(node):
+            visit(child, fn)
+
+    visit(tree, "")
+    return out
+
+
+def _catalogues_fix(fix: ast.expr | None) -> bool:
+    """None, "", or a Found's or an Entry's ``.fix`` (``CATALOGUE[cause].fix``, ``info.fix``)."""
+    if fix is None or (isinstance(fix, ast.Constant) and fix.value == ""):
+        return True
+    return isinstance(fix, ast.Attribute) and fix.attr == "fix"
+
+
+def test_a_check_with_a_cause_gets_the_catalogues_fix_but_where_a_reason_is_listed() -> None:
+    """doctor --node's writable check named shm_permission with fix texts of its own (one cause, two shapes);
+    a Check(cause=..., fix=...) is held to the catalogue's text as found() is."""
+    seen = set()
+    for path in CORE.rglob("*.py"):
+        for fn, call in _checks_with_a_cause(ast.parse(path.read_text(encoding="utf-8"))):
+            fix = call.args[3] if len(call.args) > 3 else next((k.value for k in call.keywords if k.arg == "fix"), None)
+            if _catalogues_fix(fix):
+                continue
+            where = (str(path.relative_to(CORE)), fn)
+            assert where in OWN_CHECK_FIX, f"{where}, line {call.lineno}: a fix of its own for a cause"
+            seen.add(where)
+    assert seen == set(OWN_CHECK_FIX), f"listed but gone: {set(OWN_CHECK_FIX) - seen}"
+
+
+def test_doctor_nodes_writable_check_gives_the_catalogues_fix(tmp_path: Path) -> None:
+    """Read-only, or a uid that may not create files: shm_permission, with the catalogue's one fix for it."""
+    from smgshm.core.host.identity import HostIdentity
+    from smgshm.core.node.doctor import _writable
+    from smgshm.core.node.volumes import ShmUser
+
+    d = str(tmp_path)  # only stat'ed: its mode and owner
+    tmp_path.chmod(0o755)  # its owner's alone to write
+    big = 1 << 30
+    for options in ("ro,nosuid", "rw"):
+        ident = HostIdentity("", "", 0, d, 0, 0, 1, "", "h", big, big, "tmpfs", options)
+        users = (ShmUser(1, "pid:[1]", 1, 4_000_000, None),) if options == "rw" else ()
+        c = _writable(d, ident, users)
+        assert c.cause is Cause.SHM_PERMISSION, c
+        assert (c.fix, c.fix_cmd) == (CATALOGUE[Cause.SHM_PERMISSION].fix, None)

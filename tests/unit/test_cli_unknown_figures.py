@@ -117,3 +117,21 @@ def test_a_gc_row_whose_name_carries_no_pid_says_so() -> None:
     cells = gc_view._row(seg).split()
     assert cells[-3:-1] == ["no", "pid"], cells
     assert gc_view.raw_row(seg).split()[4] == "-"
+
+
+def test_watch_orphans_say_sizes_as_sizes_and_an_unknown_size_as_unknown() -> None:
+    """watch's orphan summary gives sizes in units, never raw bytes, and a size it never read as unknown,
+    never as 0."""
+    from smgshm.core.watch.figures import Orphan
+    from smgshm.core.watch.orphans import orphans_cause
+
+    def leaked(*sizes: int | None) -> str:
+        orphans = [Orphan(f"smg-x{i}", "gateway", 42, False, "leaked", "", n, 60.0, 0) for i, n in enumerate(sizes)]
+        cause = orphans_cause(orphans, "/dev/shm")
+        assert cause is not None
+        return cause.message
+
+    assert "1 orphan(s) leaked by a dead producer (2.9 KiB)" in leaked(3000)
+    assert "(size unknown)" in leaked(None)
+    assert "(at least 2.9 KiB: 1 size unknown)" in leaked(3000, None)
+    assert "bytes" not in leaked(3000) + leaked(None)

@@ -160,7 +160,7 @@ def test_orphans_name_leaked_or_stranded() -> None:
     stranded = orphans_cause([orphan("stale", True), orphan("held", True)], "/dev/shm")
     assert stranded is not None
     assert stranded.code == "segments_stranded"
-    assert "1 orphan(s) stranded by live producer pid(s) 42 (1000 bytes)" in stranded.message
+    assert "1 orphan(s) stranded by live producer pid(s) 42 (1000 B)" in stranded.message
     assert orphans_cause([orphan("held", True), orphan("unjudged", None)], "/dev/shm") is None
 
 

@@ -55,8 +55,10 @@ def test_a_dead_producers_segment_seen_before_the_look_is_reaped_at_any_age(tmpf
     assert _keep(seg) is None, "a proven-dead segment waited for --min-age"
 
 
-def test_a_segment_first_seen_after_the_look_keeps_min_age_and_says_when_it_is_reclaimable(tmpfs_dir: str) -> None:
-    """A process that joined another pid namespace after the look may have written it under its own pid."""
+def test_a_segment_first_seen_after_the_look_keeps_min_age_and_says_the_next_run_reaps_it(tmpfs_dir: str) -> None:
+    """A process that joined another pid namespace after the look may have written it under its own pid: kept,
+    and the reason says what is true of it, that the next run (whose look follows this sighting) reaps it at
+    once, not that it waits for --min-age; under --assume-dead, which proves nothing, --min-age is the wait."""
     name = f"smg-tokenspeed-{DEAD}-{time.time_ns()}-0"
     make_file(tmpfs_dir, name, age_s=60)
     before = clock.boot_clock_ns()  # the look began before smgshm first saw it
@@ -66,6 +68,11 @@ def test_a_segment_first_seen_after_the_look_keeps_min_age_and_says_when_it_is_r
     why = _keep(seg)
     assert why is not None
     assert why[0] == TOO_YOUNG
+    assert "first saw it after its pid check: the next run, whose check follows this run's stored sighting, " in why[1]
+    assert "reaps it at once" in why[1]
+    assert "younger than --min-age" not in why[1]
+    why = keep_reason(seg, uid=os.getuid(), all_users=False, min_age_s=MIN_AGE_S, assume_dead=True)
+    assert why is not None
     # The age is the file's mtime's, read when judged: a second or two more on a loaded machine.
     assert re.search(r"younger than --min-age \(6[0-2] s < 600 s\): reclaimable in (9 min|8 min 5\d s)", why[1]), why[1]
 
@@ -127,3 +134,17 @@ def test_doctors_leak_fix_says_when_gc_reaps_what_this_scan_could_not_record() -
     (later,) = leak_checks(counts, [leaked], 4096, lambda *a: ["smgshm", "gc", *a], wait_s=540.0)
     assert "the youngest in 9 min, with:" in later.fix
     assert later.fix_cmd == cmd
+
+
+def test_doctors_leaks_check_of_look_alikes_alone_is_inconclusive_never_ok() -> None:
+    """Names in SMG's family without a pid (``smg-foo``, ``smg-tokenspeed-12x``) are all unknown: doctor's leaks
+    check judged nothing, as gc --check says (exit 6), never ok."""
+    why = "the name carries no producer pid"
+    looks = [
+        SegmentInfo(n, "other", "regular", 0, 0, 1.0, 0, None, None, (), State.UNKNOWN, why)
+        for n in ("smg-foo", "smg-tokenspeed-12x")
+    ]
+    counts = {s.value: 0 for s in State} | {"unknown": 2}
+    (check,) = leak_checks(counts, looks, 0, lambda *a: ["smgshm", "gc", *a])
+    assert check.status.value == "unknown", check
+    assert "none could be judged: the name carries no producer pid" in check.summary

@@ -179,9 +179,10 @@ def test_the_checks_outcome(tmp_path: Path, tmpfs: list[list[State]], outcome: O
     assert run.before.total == sum(map(len, tmpfs))
 
 
-def test_look_alikes_alone_judge_nothing_either_way() -> None:
-    """Names in SMG's family that carry no producer pid (look-alikes, gc's set-asides) are no producer's: alone
-    they make no check inconclusive; beside a producer's name all unknown, the check still judged nothing."""
+def test_every_smg_name_unknown_judges_nothing_look_alikes_too_but_not_gcs_own_set_asides() -> None:
+    """A check where every entry is unknown, one at least an SMG name (a producer's, or a look-alike: a name
+    without a pid), judged nothing: inconclusive, never passed (README: exit 6). An empty dir is judged, and
+    gc's own set-asides are not SMG segments: alone they neither make nor spoil a verdict."""
     from smgshm.core.names import Kind
     from smgshm.core.segments.judge import Tally
 
@@ -194,6 +195,8 @@ def test_look_alikes_alone_judge_nothing_either_way() -> None:
         return t
 
     assert not Tally().judged_nothing  # an empty dir is judged
-    assert not tally("other", "gc_aside").judged_nothing
+    assert not tally("gc_aside").judged_nothing
+    assert tally("other").judged_nothing  # smg-foo, smg-tokenspeed-12x: names without a pid
+    assert tally("other", "gc_aside").judged_nothing
     assert tally("gateway").judged_nothing
     assert tally("gateway", "other").judged_nothing

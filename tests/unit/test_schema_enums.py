@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 from pathlib import Path
 from typing import Any
@@ -113,19 +114,61 @@ def _closed_sets() -> dict[str, set[str]]:
     return sets
 
 
-def test_the_schema_generator_writes_no_closed_set_out_by_hand() -> None:
-    """A list of two or more literal strings in schemas/generate.py that are values of one of the core's
-    closed sets is a second copy of that set (the generator read Orphan's states, holders' how, a node
-    tmpfs's kind and a node verdict from lists of its own): it reads the enum instead."""
-    import ast
+def _imported_names(tree: ast.AST) -> dict[str, object]:
+    """What each name the generator imports from smgshm stands for (a module, a constant)."""
+    import importlib
 
+    out: dict[str, object] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("smgshm"):
+            base = importlib.import_module(node.module)
+            for alias in node.names:
+                got = getattr(base, alias.name, None)
+                out[alias.asname or alias.name] = (
+                    got if got is not None else importlib.import_module(f"{node.module}.{alias.name}")
+                )
+    return out
+
+
+def _word(e: ast.expr, names: dict[str, object]) -> object:
+    """The string an element of a list stands for: a literal, or a constant named from an import
+    (``events.OVERFLOW``), each member of a closed set written out as surely as its value."""
+    if isinstance(e, ast.Constant):
+        return e.value
+    if isinstance(e, ast.Name):
+        return names.get(e.id)
+    if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and e.value.id in names:
+        return getattr(names[e.value.id], e.attr, None)
+    return None
+
+
+def test_the_schema_generator_writes_no_closed_set_out_by_hand() -> None:
+    """A list of two or more strings in schemas/generate.py (literals, or constants it imports) that are values
+    of one of the core's closed sets is a second copy of that set (the generator read Orphan's states, holders'
+    how, a node tmpfs's kind and a node verdict from lists of its own): it reads the enum instead."""
     sets = _closed_sets()
-    for node in ast.walk(ast.parse(GENERATOR.read_text(encoding="utf-8"))):
+    tree = ast.parse(GENERATOR.read_text(encoding="utf-8"))
+    names = _imported_names(tree)
+    for node in ast.walk(tree):
         if not isinstance(node, (ast.List, ast.Tuple, ast.Set)):
             continue
-        words = [e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+        words = [w for e in node.elts if isinstance(w := _word(e, names), str)]
         if len(words) < 2:
             continue
         for name, values in sets.items():
             shared = values & set(words)
             assert len(shared) < 2, f"generate.py line {node.lineno}: {sorted(shared)} written out, read {name}"
+
+
+def test_watchs_event_kinds_are_a_closed_set_the_schema_reads() -> None:
+    """watch's event kinds were plain strings, and the generator listed the watch's own three by hand: they are
+    an enum now, and the watch --jsonl records of the watch itself take their type from it."""
+    from smgshm.core.watch import events
+
+    kinds = [events.CREATED, events.OPENED, events.CLOSED, events.CLOSED_NOWRITE, events.REMOVED]
+    kinds += [events.OVERFLOW, events.RESCANNED, events.DIR_GONE]
+    assert all(isinstance(k, events.EventKind) for k in kinds)
+    assert set(kinds) == set(events.EventKind)
+    records = _at("watch-jsonl.schema.json", "oneOf")
+    own = [r["properties"]["type"]["enum"] for r in records if "enum" in r["properties"]["type"]]
+    assert own == [[k.value for k in events.OF_THE_WATCH]]

@@ -163,7 +163,7 @@ def nsfs_mounts(mounts: Iterable[Mount]) -> list[Mount]:
     return [m for m in mounts if m.fstype == "nsfs" and m.root.startswith("mnt:[")]
 
 
-def _rel(path: str, top: str) -> str | None:
+def below(path: str, top: str) -> str | None:
     """``path`` relative to ``top`` ("" for itself), None when it is not at or below it."""
     if path == top:
         return ""
@@ -177,7 +177,7 @@ def mount_holding(mounts: Iterable[Mount], path: str, dev: int | None = None) ->
     as the table's owner sees it."""
     best: Mount | None = None
     for m in mounts:
-        under = (dev is None or m.dev == dev) and _rel(path, m.point) is not None
+        under = (dev is None or m.dev == dev) and below(path, m.point) is not None
         if under and (best is None or len(m.point) >= len(best.point)):
             best = m
     return best
@@ -235,74 +235,13 @@ def mount_aliases(dev: int, pids: Iterable[int] | None = None) -> frozenset[str]
     return frozenset(out)
 
 
-def mount_points(dir_path: str, pids: Iterable[int] | None = None) -> dict[str, str]:
-    """Names directly in ``dir_path`` that something is mounted on, in this mount namespace ("")
-    or in another one (which, and a pid in it). A bind-mounted file shares the dir's st_dev when
-    it comes from the same filesystem, and one mounted in another namespace shows nothing here
-    at all; unlinking or renaming the name here would detach that namespace's mount (Linux does
-    not refuse it with EBUSY: only this namespace's mounts count), so it is never touched.
-
-    Reads each process's mount namespace (one readlink each) and each namespace's table once."""
-    return mount_points_of([dir_path], pids)[dir_path]
-
-
-def mount_points_of(
-    dirs: Iterable[str], pids: Iterable[int] | None = None, read: Mapping[str, list[Mount]] | None = None
-) -> dict[str, dict[str, str]]:
-    """``mount_points`` of each of ``dirs``, every namespace's table read once for all of them (a
-    node's tmpfs: one read per namespace, not one per namespace and tmpfs); ``read``: tables read
-    already, by mount namespace (``namespace_tables``)."""
-    real = {d: os.path.realpath(d) for d in dirs}
-    out: dict[str, dict[str, str]] = {d: {} for d in real}
-    try:
-        ours = read_mounts()
-        mine = os.readlink("/proc/self/ns/mnt")
-    except OSError:
-        return out
-    wanted: dict[int, list[tuple[str, str]]] = {}  # a dir's device -> (the dir, the dir in its filesystem)
-    below: dict[str, list[str]] = {}  # a dir -> the names in it something is mounted on (here), in one pass
-    for m in ours:
-        parent, name = os.path.split(m.point)
-        if name:
-            below.setdefault(parent, []).append(name)
-    for d, r in real.items():
-        try:
-            dev = os.stat(r).st_dev
-        except OSError:
-            continue
-        out[d] = dict.fromkeys(below.get(r, ()), "")
-        here = mount_holding(ours, r, dev)
-        if here is not None:
-            wanted.setdefault(dev, []).append((d, os.path.normpath(os.path.join(here.root, _rel(r, here.point) or ""))))
-    if not wanted:
-        return out
-    for ns, pid, theirs in namespace_tables(live_pids() if pids is None else pids, {mine}, read):
-        by_id = {m.mount_id: m for m in theirs}
-        for m in theirs:
-            up = by_id.get(m.parent_id)
-            if up is None or up.dev not in wanted or (rel := _rel(m.point, up.point)) is None:
-                continue
-            at = os.path.normpath(os.path.join(up.root, rel))
-            for d, inside in wanted[up.dev]:
-                if at != inside and os.path.dirname(at) == inside:
-                    out[d].setdefault(os.path.basename(at), f"mount namespace {ns}, e.g. pid {pid}")
-    return out
-
-
-def mounted_names(dir_path: str) -> frozenset[str]:
-    """Names directly in ``dir_path`` that something is mounted on, per this process's mount table."""
-    return frozenset(n for n, where in mount_points(dir_path, pids=()).items() if not where)
-
-
 __all__ = [
     "SELF_MOUNTINFO",
     "Mount",
+    "below",
     "mount_aliases",
     "mount_holding",
     "mount_of",
-    "mount_points",
-    "mount_points_of",
-    "mounted_names",
     "namespace_tables",
     "nsfs_mounts",
     "parse_mounts",

@@ -34,7 +34,7 @@ a handle) and keeps nothing of it now; an fd kept only where no fd table shows i
 in a unix socket's queue, registered with io_uring); mounts outside a chrooted process's root,
 which its mountinfo leaves out; and anything that starts after the look (a new container, a join),
 whose segments no sighting from before the look (``Trust.since_ns``) can cover, so ``--min-age``
-keeps them. Names mounted on in any mount namespace are listed by ``mounts.mount_points``.
+keeps them. Names mounted on in any mount namespace are listed by ``mountpoints.mount_points``.
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from smgshm.core.host.mounts import Mount, mount_holding, read_mounts
@@ -44,16 +45,25 @@ def _same_view(pid: int) -> bool:
         return False
 
 
-def place_of(shm_dir: str) -> Place:
+# A process's mount table (None: this process's own); OSError when it cannot be read.
+TableOf = Callable[[int | None], list[Mount]]
+
+
+def _read_table(pid: int | None) -> list[Mount]:
+    return read_mounts() if pid is None else read_mounts(f"/proc/{pid}/mountinfo")
+
+
+def place_of(shm_dir: str, table_of: TableOf = _read_table) -> Place:
     """Where ``shm_dir`` is mounted; OSError when it cannot be stat'ed (the mount is None when its
-    table cannot be read, or no mount of its device holds it there)."""
+    table cannot be read, or no mount of its device holds it there). ``table_of``: where the tables
+    come from (read already, by a caller that places many dirs)."""
     given = os.path.abspath(shm_dir)  # lexically: ".." and "//" only, no link followed
     dev = os.stat(given).st_dev  # the kernel follows /proc/PID/root into PID's root
     m = _THROUGH_ROOT.match(given)
     if m is not None and not _same_view(int(m.group(1))):
         pid, inner = int(m.group(1)), m.group(2) or "/"
         try:
-            mounts = read_mounts(f"/proc/{pid}/mountinfo")  # mount points relative to PID's root
+            mounts = table_of(pid)  # mount points relative to PID's root
         except OSError:
             return Place(pid, inner, dev, None)
         # A symlink inside PID's root cannot be resolved from here (an absolute one would land in
@@ -61,7 +71,7 @@ def place_of(shm_dir: str) -> Place:
         return Place(pid, inner, dev, mount_holding(mounts, inner, dev))
     real = os.path.realpath(given)  # this namespace's own path: resolving it is what mount(8) does too
     try:
-        mounts = read_mounts()
+        mounts = table_of(None)
     except OSError:
         return Place(None, real, dev, None)
     return Place(None, real, dev, mount_holding(mounts, real, dev))

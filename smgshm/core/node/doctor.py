@@ -25,8 +25,8 @@ import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from smgshm.core.causes import CATALOGUE, write_failure
-from smgshm.core.doctor.check import Check
+from smgshm.core.causes import write_failure
+from smgshm.core.doctor.check import Check, cause_check
 from smgshm.core.doctor.hostchecks import FixPlace, check_capacity
 from smgshm.core.doctor.identity import check_namespace_id
 from smgshm.core.doctor.leaks import STRANDED_AFTER_S, leak_checks, reap_wait
@@ -231,14 +231,14 @@ def _writable(path: str, ident: HostIdentity, users: tuple[ShmUser, ...]) -> Che
     if ro or denied or free < page:
         cause = write_failure(page, total, free, False if ro or denied else None)
         if ro:
-            why, fix = "it is mounted read-only", "mount it read-write (a memory emptyDir is)"
+            why = "it is mounted read-only"
         elif denied:
             why = f"uid(s) {', '.join(map(str, denied))} of its processes may not create files in it ({mode})"
-            fix = "mode 1777 lets every uid of the pod write (a memory emptyDir is)"
         else:
-            why, fix = f"{human_size(free)} free, less than a page", CATALOGUE[cause].fix
-        return Check(
-            "writable", Status.FAIL, f"a gateway's probe file cannot be created: {why}", fix, Outcome.HOST, cause=cause
+            why = f"{human_size(free)} free, less than a page"
+        # The catalogue's fix, and no command: its path here is under --node-root, not as the node sees it.
+        return cause_check(
+            "writable", Status.FAIL, f"a gateway's probe file cannot be created: {why}", cause, Outcome.HOST
         )
     maybe = sorted({u.uid for u in users if _may_write(st, u.uid) is None})
     if maybe:

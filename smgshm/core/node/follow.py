@@ -36,7 +36,7 @@ from typing import Any
 
 from smgshm.core.errors import HostError, SmgshmError
 from smgshm.core.host.holders import holder_index_devs
-from smgshm.core.host.mounts import mount_points_of
+from smgshm.core.host.mountpoints import mount_points_of
 from smgshm.core.names import SMG_FAMILY_PREFIX
 from smgshm.core.node import npdfile
 from smgshm.core.node.judge import PodJudge

@@ -21,7 +21,8 @@ from smgshm.core.host import clock
 from smgshm.core.host.bounded import StuckReadError, within
 from smgshm.core.host.clock import WallClock
 from smgshm.core.host.holders import Holder, holder_index, holder_index_devs
-from smgshm.core.host.mounts import Mount, mount_points_of
+from smgshm.core.host.mountpoints import mount_points_of
+from smgshm.core.host.mounts import Mount
 from smgshm.core.host.pidtrust import INIT_PID_NS, Trust
 from smgshm.core.host.proc import fd_mount_id, live_pids
 from smgshm.core.names import SMG_FAMILY_PREFIX

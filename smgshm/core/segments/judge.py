@@ -35,7 +35,7 @@ from smgshm.core.closed import Closed
 from smgshm.core.host import clock
 from smgshm.core.host.clock import WallClock
 from smgshm.core.host.holders import Holder
-from smgshm.core.host.mounts import mount_points
+from smgshm.core.host.mountpoints import mount_points
 from smgshm.core.host.pidtrust import Trust
 from smgshm.core.names import (
     KINDS,
@@ -540,9 +540,6 @@ class Judge:
         return State.UNKNOWN, "the name carries no producer pid", None
 
 
-PRODUCED_KINDS: tuple[Kind, ...] = ("gateway", "gateway_probe", "smgshm", "smgshm_probe")  # names carrying a pid
-
-
 class Tally:
     """Counts and bytes per state and per kind; reclaimable bytes (leaked, single-link)."""
 
@@ -567,12 +564,12 @@ class Tally:
 
     @property
     def judged_nothing(self) -> bool:
-        """Every entry is unknown, and one at least is named as SMG names what it writes (a kind that carries a
-        producer pid): a check of them judged nothing, so it is inconclusive, never passed. An empty dir is
-        judged (nothing there is nothing leaked); look-alikes and gc's set-asides carry no pid, are no
-        producer's, and alone judge nothing either way."""
-        produced = sum(self.counts_by_kind[k] for k in PRODUCED_KINDS)
-        return produced > 0 and self.counts["unknown"] == self.total
+        """Every entry is unknown, and one at least is an SMG name (a producer's, or a look-alike: a name without
+        a pid): a check of them judged nothing, so it is inconclusive, never passed. An empty dir is judged
+        (nothing there is nothing leaked); gc's own set-asides are no SMG segment and alone judge nothing either
+        way."""
+        smg = self.total - self.counts_by_kind["gc_aside"]
+        return smg > 0 and self.counts["unknown"] == self.total
 
     def add_run(self, state: State | None, kind: Kind, n: int, nbytes: int, multi_link_bytes: int) -> None:
         """``n`` entries of one ``state`` and ``kind``, of ``nbytes`` in all, ``multi_link_bytes`` of them with other

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from smgshm.core.host.holders import Holder, holder_index
-from smgshm.core.host.mounts import mount_points
+from smgshm.core.host.mountpoints import mount_points
 from smgshm.core.host.proc import CAP_FOWNER, CAP_SYS_PTRACE, has_effective_cap
 from smgshm.core.names import in_family
 from smgshm.core.segments.asides import rename_noreplace, this_gc_aside
@@ -55,7 +55,7 @@ def _renameat2(dfd: int, src: str, dst: str) -> None:
 
 
 def keep_reason(
-    seg: SegmentInfo, *, uid: int, all_users: bool, min_age_s: float, fowner: bool = False
+    seg: SegmentInfo, *, uid: int, all_users: bool, min_age_s: float, fowner: bool = False, assume_dead: bool = False
 ) -> tuple[str, str] | None:
     """Why a chosen segment is kept before anything is tried, (class, sentence); None: it may be deleted.
 
@@ -68,7 +68,9 @@ def keep_reason(
     written it under its own pid). For those it reads the wall-clock age (mtime): a step of the clock only
     reaps one a little sooner or later. Another user's segment goes only with ``all_users`` and the power
     to unlink it in a sticky dir (a pod's memory emptyDir and the runtime's sandbox shm are 1777): root,
-    or ``fowner``, CAP_FOWNER held with CAP_SYS_PTRACE (the node image's reclaim entrypoint, uid 65532)."""
+    or ``fowner``, CAP_FOWNER held with CAP_SYS_PTRACE (the node image's reclaim entrypoint, uid 65532).
+    A leaked one judged by pid (not ``assume_dead``) and kept only as first seen after the look is said so:
+    the next run, whose look follows this run's stored sighting, proves it dead and takes it at once."""
     if not in_family(seg.name):
         return NOT_SMG_NAME, "not an SMG name"
     if seg.state is State.LEAKED and seg.proven_dead:
@@ -78,6 +80,11 @@ def keep_reason(
             return TOO_YOUNG, f"seen for less than --min-age ({seg.seen_s:.0f} s < {min_age_s:.0f} s, boot clock)"
     elif seg.age_s < min_age_s:
         wait = human_duration(max(0.0, min_age_s - seg.age_s))
+        if seg.state is State.LEAKED and not assume_dead:
+            return TOO_YOUNG, (
+                "its producer is dead, but this run first saw it after its pid check: the next run, whose check "
+                f"follows this run's stored sighting, reaps it at once (were none stored, --min-age would, in {wait})"
+            )
         return TOO_YOUNG, f"younger than --min-age ({seg.age_s:.0f} s < {min_age_s:.0f} s): reclaimable in {wait}"
     if seg.uid != uid and not (all_users and (uid == 0 or fowner)):
         return OTHER_USER, (
@@ -227,16 +234,25 @@ class ReapRule:
     # FOWNER unlinks another uid's file, but only SYS_PTRACE reads another uid's fds and maps: without it a
     # live holder of that file is invisible (its fd table reads empty), so FOWNER alone takes nothing of theirs.
     fowner: bool = field(default_factory=lambda: has_effective_cap(CAP_FOWNER, CAP_SYS_PTRACE))
+    assume_dead: bool = False  # the scans' --assume-dead: their leaked verdicts prove nothing, at any run
 
     @classmethod
-    def of(cls, *, include_stale: bool, min_age_s: float, all_users: bool) -> ReapRule:
+    def of(cls, *, include_stale: bool, min_age_s: float, all_users: bool, assume_dead: bool = False) -> ReapRule:
         """gc's rule: the leaked, and with ``include_stale`` the stale too."""
-        return cls(frozenset({State.LEAKED, State.STALE} if include_stale else {State.LEAKED}), min_age_s, all_users)
+        states = frozenset({State.LEAKED, State.STALE} if include_stale else {State.LEAKED})
+        return cls(states, min_age_s, all_users, assume_dead=assume_dead)
 
     def keep(self, seg: SegmentInfo) -> tuple[str, str] | None:
         """Why a reapable ``seg`` is kept before anything is tried, (class, sentence); None: it may go.
         gc's rule is ``keep_reason``'s; preflight's own proof overrides this (core/node/preflight.py)."""
-        return keep_reason(seg, uid=self.uid, all_users=self.all_users, min_age_s=self.min_age_s, fowner=self.fowner)
+        return keep_reason(
+            seg,
+            uid=self.uid,
+            all_users=self.all_users,
+            min_age_s=self.min_age_s,
+            fowner=self.fowner,
+            assume_dead=self.assume_dead,
+        )
 
 
 @dataclass(frozen=True)

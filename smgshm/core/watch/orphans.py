@@ -20,7 +20,7 @@ from smgshm.core.segments.judge import ScanOptions, SegmentInfo, State
 from smgshm.core.segments.reaping import DEFAULT_MIN_AGE_S
 from smgshm.core.segments.scan import judge_entry
 from smgshm.core.segments.sightings import Sightings
-from smgshm.core.units import human_duration
+from smgshm.core.units import human_duration, human_size
 from smgshm.core.watch.figures import Orphan, Unseen, WatchOptions
 from smgshm.core.watch.follow import SegmentLife, SegmentTracker
 
@@ -149,4 +149,10 @@ def orphans_cause(orphans: list[Orphan], shm_dir: str, assume_dead: bool = False
 
 
 def _bytes(orphans: list[Orphan]) -> str:
-    return f"{sum(o.nbytes or 0 for o in orphans)} bytes"
+    """Their size in units; a size never read is unknown, never 0 (what is known is then a floor)."""
+    known = [o.nbytes for o in orphans if o.nbytes is not None]
+    if not known:
+        return "size unknown"
+    unknown = len(orphans) - len(known)
+    total = human_size(sum(known))
+    return f"at least {total}: {unknown} size unknown" if unknown else total

@@ -21,6 +21,7 @@ from smgshm.core.errors import SmgshmError
 from smgshm.core.gateway.metrics import MM_FAMILIES, MetricsSnapshot, scrape
 from smgshm.core.gateway.rates import GatewayRates, failed_rates, gateway_rates
 from smgshm.core.stats import StreamingQuantiles
+from smgshm.core.watch.events import OF_THE_WATCH
 from smgshm.core.watch.figures import (
     IntervalStats,
     Orphan,
@@ -109,7 +110,7 @@ class WatchSession:
             return
         if self.on_event is not None:
             for e in events:
-                if e.kind in ("overflow", "rescanned", "dir_gone"):
+                if e.kind in OF_THE_WATCH:
                     self.on_event(e)
         lives = self.tracker.feed(events)
         self.witness.feed(events, self.watcher.closed_stats)
