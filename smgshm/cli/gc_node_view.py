@@ -52,13 +52,16 @@ class _Shown:
         self.first: list[SegmentInfo] = []
         self.notable: list[SegmentInfo] = []
         self.count = 0
+        self.open = True  # until NOTABLE notable ones are kept (the first NOTABLE are, by then): then it only counts
 
-    def add(self, seg: SegmentInfo, _row: int) -> None:
-        self.count += 1
-        if len(self.first) < gc_view.NOTABLE:
-            self.first.append(seg)
-        if len(self.notable) < gc_view.NOTABLE and seg.state._value_ != "in_flight":
-            self.notable.append(seg)
+    def add(self, seg: SegmentInfo, row: int) -> None:
+        self.count = row + 1  # (rows count from 0)
+        if self.open:
+            if len(self.first) < gc_view.NOTABLE:
+                self.first.append(seg)
+            if seg.state._value_ != "in_flight":
+                self.notable.append(seg)
+                self.open = len(self.notable) < gc_view.NOTABLE
 
     @property
     def rows(self) -> list[SegmentInfo]:
@@ -216,13 +219,14 @@ def _unjudged(blocks: list[Block]) -> str:
 def _look(root: str, prometheus_file: str | None, started: float, state_dirs: Sequence[tuple[str, ...]]) -> NodeLook:
     """The node under ``root``; when it cannot be looked at, the textfile says so before the error goes on."""
     from smgshm.core.errors import SmgshmError
-    from smgshm.core.node import metrics
     from smgshm.core.node.scan import look
 
     try:
         return look(root, state_dirs=state_dirs)
     except SmgshmError:
         if prometheus_file:  # the run failed: its time and the error, no figures (zeros would lie)
+            from smgshm.core.node import metrics
+
             health = metrics.Health(time.time(), time.time() - started, 1)
             metrics.write_textfile(prometheus_file, [], health)
         raise

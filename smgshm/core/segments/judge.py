@@ -322,27 +322,26 @@ class Judge:
                     pid = int(m[p])
                     if pid >= pid_limit:
                         pid = None
-                dev, ino, nlink, mtime, mode, uid = (
-                    st.st_dev,
-                    st.st_ino,
-                    st.st_nlink,
-                    st.st_mtime,
-                    st.st_mode,
-                    st.st_uid,
-                )
+                dev = st.st_dev  # (one field at a time: a tuple of six built and unpacked costs more)
+                ino = st.st_ino
+                nlink = st.st_nlink
+                mtime = st.st_mtime
+                mode = st.st_mode
+                uid = st.st_uid
+                here = dev == dir_dev  # on the dir's own filesystem (not a mount point)
                 regular = mode & _IFMT == _IFREG  # a bool: a str enum's == is a call
                 ftype = regular_type if regular else _TYPES.get(mode & _IFMT, FileType.OTHER)
                 age = now - mtime
                 # Its sighting (a row of the store): every regular entry with a pid is recorded, the leaked too.
                 row, seen_s, sight, proven_dead = None, None, None, False
-                if pid is not None and regular and dev == dir_dev:
+                if pid is not None and regular and here:
                     row = index.get(ino) if index else None
                     if row is not None and s_ctimes[row] == st.st_ctime_ns and s_uids[row] == uid:
                         keep_append(row)
                     else:  # first seen now, or the inode is another entry's now (another owner, a rename, a write)
                         row = None
                         new_append((ino, uid, st.st_ctime_ns, name))
-                if dev == dir_dev:
+                if here:
                     held = held_here.get(ino, ()) if held_here else ()
                 else:
                     held = tuple(holders.get((dev, ino), ())) if holders else ()
@@ -350,7 +349,7 @@ class Judge:
                     not regular
                     or held
                     or pid is None
-                    or (dev != dir_dev and dir_dev is not None)
+                    or (not here and dir_dev is not None)
                     or (mounted and name in mounted)
                 ):
                     state, reason, alive = self._not_by_pid(name, dev, kind, ftype, held)
