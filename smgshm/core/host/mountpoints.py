@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator, Mapping
 
 from smgshm.core.host.mounts import Mount, below, namespace_tables, read_mounts
 from smgshm.core.host.place import place_of
-from smgshm.core.host.proc import live_pids, mount_ns
+from smgshm.core.host.proc import live_pids
 
 
 def mount_points(dir_path: str, pids: Iterable[int] | None = None) -> dict[str, str]:
@@ -57,11 +57,16 @@ def mount_points_of(
     except OSError:
         return out
 
+    theirs_of: dict[int, list[Mount]] = {}
+
     def table_of(pid: int | None) -> list[Mount]:
-        ns = None if pid is None or read is None else mount_ns(pid)
-        if ns is not None and read is not None and ns[0] in read:
-            return read[ns[0]]
-        return ours if pid is None else read_mounts(f"/proc/{pid}/mountinfo")
+        """PID's own table, read once (not ``read``'s for its namespace: mountinfo's paths are relative to the
+        root of the process read, and PID's root may be another's than the one a walk read it through)."""
+        if pid is None:
+            return ours
+        if pid not in theirs_of:
+            theirs_of[pid] = read_mounts(f"/proc/{pid}/mountinfo")
+        return theirs_of[pid]
 
     wanted: dict[int, list[tuple[str, str]]] = {}  # a dir's device -> (the dir, the dir in its filesystem)
     holding: list[int] = []  # a process of each namespace that holds a dir through /proc/PID/root
