@@ -184,14 +184,12 @@ def test_every_smg_name_unknown_judges_nothing_look_alikes_too_but_not_gcs_own_s
     without a pid), judged nothing: inconclusive, never passed (README: exit 6). An empty dir is judged, and
     gc's own set-asides are not SMG segments: alone they neither make nor spoil a verdict."""
     from smgshm.core.names import Kind
-    from smgshm.core.segments.judge import Tally
+    from smgshm.core.segments.judge import State, Tally
 
-    def tally(*kinds: Kind) -> Tally:
+    def tally(*kinds: Kind, state: State = State.UNKNOWN) -> Tally:
         t = Tally()
         for k in kinds:
-            t.counts["unknown"] += 1
-            t.counts_by_kind[k] += 1
-            t.total += 1
+            t.add_run(state, k, 1, 4096, 0)
         return t
 
     assert not Tally().judged_nothing  # an empty dir is judged
@@ -200,3 +198,10 @@ def test_every_smg_name_unknown_judges_nothing_look_alikes_too_but_not_gcs_own_s
     assert tally("other", "gc_aside").judged_nothing
     assert tally("gateway").judged_nothing
     assert tally("gateway", "other").judged_nothing
+    # Another gc's set-aside batch in flight beside look-alikes makes no pass of them.
+    beside = tally("other")
+    beside.add_run(State.IN_FLIGHT, "gc_aside", 3, 3 * 4096, 0)
+    assert beside.judged_nothing
+    beside.add_run(State.LEAKED, "gateway", 1, 4096, 0)  # one SMG segment judged: a verdict
+    assert not beside.judged_nothing
+    assert not beside.copy().judged_nothing

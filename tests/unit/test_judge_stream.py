@@ -66,7 +66,7 @@ def _tallied(segs: list[SegmentInfo]) -> Tally:
 
 
 def _figures(t: Tally) -> tuple[object, ...]:
-    return t.counts, t.bytes_by_state, t.counts_by_kind, t.bytes_by_kind, t.reclaimable_bytes, t.total
+    return t.counts, t.bytes_by_state, t.counts_by_kind, t.bytes_by_kind, t.reclaimable_bytes, t.total, t.judged
 
 
 def test_the_streamed_tally_is_each_entrys_added(tmpfs_dir: str) -> None:

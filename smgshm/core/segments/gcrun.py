@@ -80,6 +80,7 @@ def _sum(tallies: Iterable[Tally]) -> Tally:
             total.bytes_by_kind[kind] += t.bytes_by_kind[kind]
         total.reclaimable_bytes += t.reclaimable_bytes
         total.total += t.total
+        total.judged += t.judged
     return total
 
 

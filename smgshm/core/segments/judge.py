@@ -549,6 +549,7 @@ class Tally:
         self.bytes_by_kind = {k: 0 for k in KINDS}
         self.reclaimable_bytes = 0
         self.total = 0
+        self.judged = 0  # SMG entries (not gc's set-asides) judged other than unknown
 
     def add(self, seg: SegmentInfo) -> None:
         # Judge.each does the same inline. _value_, not .value: Enum.value is a descriptor call.
@@ -558,6 +559,8 @@ class Tally:
         self.counts_by_kind[seg.kind] += 1
         self.bytes_by_kind[seg.kind] += n
         self.total += 1
+        if st != "unknown" and seg.kind != "gc_aside":
+            self.judged += 1
         if st == "leaked":
             self.reclaimable_bytes += n if seg.nlink <= 1 else 0
 
@@ -566,9 +569,9 @@ class Tally:
         """Every entry is unknown, and one at least is an SMG name (a producer's, or a look-alike: a name without
         a pid): a check of them judged nothing, so it is inconclusive, never passed. An empty dir is judged
         (nothing there is nothing leaked); gc's own set-asides are no SMG segment and alone judge nothing either
-        way."""
+        way: another gc's set-aside batch in flight beside them makes no pass of them either."""
         smg = self.total - self.counts_by_kind["gc_aside"]
-        return smg > 0 and self.counts["unknown"] == self.total
+        return smg > 0 and self.judged == 0
 
     def add_run(self, state: State | None, kind: Kind, n: int, nbytes: int, multi_link_bytes: int) -> None:
         """``n`` entries of one ``state`` and ``kind``, of ``nbytes`` in all, ``multi_link_bytes`` of them with other
@@ -581,6 +584,8 @@ class Tally:
         self.counts_by_kind[kind] += n
         self.bytes_by_kind[kind] += nbytes
         self.total += n
+        if sv != "unknown" and kind != "gc_aside":
+            self.judged += n
         if sv == "leaked":
             self.reclaimable_bytes += nbytes - multi_link_bytes
 
@@ -589,7 +594,7 @@ class Tally:
         out = Tally.__new__(Tally)
         out.counts, out.bytes_by_state = dict(self.counts), dict(self.bytes_by_state)
         out.counts_by_kind, out.bytes_by_kind = dict(self.counts_by_kind), dict(self.bytes_by_kind)
-        out.reclaimable_bytes, out.total = self.reclaimable_bytes, self.total
+        out.reclaimable_bytes, out.total, out.judged = self.reclaimable_bytes, self.total, self.judged
         return out
 
     def remove(self, seg: SegmentInfo) -> None:
@@ -599,6 +604,8 @@ class Tally:
         self.counts_by_kind[seg.kind] -= 1
         self.bytes_by_kind[seg.kind] -= n
         self.total -= 1
+        if st != "unknown" and seg.kind != "gc_aside":
+            self.judged -= 1
         if st == "leaked":
             self.reclaimable_bytes -= n if seg.nlink <= 1 else 0
 
