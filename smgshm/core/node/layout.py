@@ -133,7 +133,9 @@ def _pod_volumes(pods: int, uid: str) -> _PodVolumes:
     try:
         step()
         with os.scandir(fd) as it:
-            names, ended = _dirs_of(it, _MAX_VOLUMES)
+            names, _end = _dirs_of(it, _MAX_VOLUMES + 1)  # one more than the bound: is there more?
+        whole = len(names) <= _MAX_VOLUMES
+        del names[_MAX_VOLUMES:]
         for name in names:
             step()
             try:
@@ -143,7 +145,7 @@ def _pod_volumes(pods: int, uid: str) -> _PodVolumes:
     except BaseException:
         _PodVolumes(fd, out, False).let_go()
         raise
-    return _PodVolumes(fd, out, ended)
+    return _PodVolumes(fd, out, whole)
 
 
 def _let_go(got: object) -> None:
