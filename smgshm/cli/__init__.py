@@ -7,7 +7,6 @@ import os
 import sys
 from collections.abc import Iterator, MutableMapping
 from contextlib import contextmanager
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -324,13 +323,15 @@ def _npd_unknown(app: App, message: str) -> None:
         raise click.exceptions.Exit(npd_emit(NpdStatus.UNKNOWN, message))
 
 
-# The generated pages ship inside the package (editable and wheel installs alike), as man1/ under this.
-MAN_PATH = Path(__file__).resolve().parent.parent / "man"
+def man_path() -> str:
+    """The generated pages ship inside the package (editable and wheel installs alike), as man1/ under this.
+    (os.path, not pathlib: importing pathlib was a tenth of a gc run's start-up.)"""
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(__file__))), "man")
 
 
 def _print_man_path(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
     if value and not ctx.resilient_parsing:
-        click.echo(str(MAN_PATH))
+        click.echo(man_path())
         ctx.exit()
 
 

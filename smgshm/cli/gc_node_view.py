@@ -48,14 +48,18 @@ class _Shown:
     """What the summary (no --all) may show of one tmpfs's entries, as they are listed: the first NOTABLE, and
     the first NOTABLE not in flight; and their count. A node of 100,000 entries keeps 40, not all of them."""
 
-    def __init__(self) -> None:
+    def __init__(self, scan: TmpfsScan) -> None:
+        self.scan = scan
         self.first: list[SegmentInfo] = []
         self.notable: list[SegmentInfo] = []
-        self.count = 0
-        self.open = True  # until NOTABLE notable ones are kept (the first NOTABLE are, by then): then it only counts
+        self.open = True  # until NOTABLE notable ones are kept (the first NOTABLE are, by then): then it does nothing
 
-    def add(self, seg: SegmentInfo, row: int) -> None:
-        self.count = row + 1  # (rows count from 0)
+    @property
+    def count(self) -> int:
+        """How many were listed: the scan's tally counts each one it hands on."""
+        return self.scan.tally.total
+
+    def add(self, seg: SegmentInfo, _row: int) -> None:
         if self.open:
             if len(self.first) < gc_view.NOTABLE:
                 self.first.append(seg)
@@ -176,7 +180,7 @@ def _listings(
             return stream.listing(scan)
         if summary:
             del listed.every[id(scan)]
-            shown = listed.shown[id(scan)] = _Shown()
+            shown = listed.shown[id(scan)] = _Shown(scan)
             return shown.add
         return lambda seg, _row: segments.append(seg)
 

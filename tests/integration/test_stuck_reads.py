@@ -275,6 +275,79 @@ def test_a_batch_of_reads_is_bounded_read_by_read_and_names_the_one_that_blocks(
     assert made == [], "a read after the one that stuck was made"
 
 
+def test_a_read_of_several_steps_is_bounded_step_by_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A chain of opens (a pod's volumes) is one read of several steps: each is bounded on its own (step), so a
+    slow filesystem that answers each in time is read, and one step that blocks is still cut at the bound."""
+    from smgshm.core.host import bounded
+
+    monkeypatch.setattr(bounded, "READ_S", 0.5)
+
+    def steps(each_s: float, n: int) -> int:
+        for _ in range(n):
+            bounded.step()
+            time.sleep(each_s)
+        return n
+
+    assert bounded.bounded("four slow steps", steps, 0.2, 4) == 4  # 0.8 s in all: a bound on the sum would cut it
+    assert bounded.bounded_groups([[("four slow steps", lambda: steps(0.2, 4))]]) == [[4]]
+    t0 = time.monotonic()
+    with pytest.raises(bounded.StuckReadError):
+        bounded.bounded("a step that blocks", steps, 1.5, 1)
+    assert time.monotonic() - t0 < 1.4
+    wait_for(lambda: bounded.stuck_now() == 0 or None, what="the stuck worker to end")
+
+
+def test_groups_share_a_hand_off_and_a_group_that_blocks_fails_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """bounded_groups: many processes' reads in one hand-off; a read that blocks fails its own group (its later
+    reads not made), the groups before and after it are answered, an fd that comes late is let go, and a group
+    whose read is still stuck from before fails at once while the others are read."""
+    from functools import partial
+
+    from smgshm.core.host import bounded
+
+    monkeypatch.setattr(bounded, "READ_S", 0.5)
+    fifo, made, given = tmp_path / "fifo", [], []
+    os.mkfifo(fifo)
+
+    def let_go(fd: int) -> None:
+        given.append(fd)
+        os.close(fd)
+
+    status = ("status", partial(os.stat, "/proc/self/status"))
+    blocks = (str(fifo), partial(os.open, str(fifo), os.O_RDONLY | os.O_CLOEXEC))
+    groups = [[status], [status, blocks, ("after", partial(made.append, 1))], [("gone", partial(os.stat, "/nx"))], []]
+    w = -1
+    try:
+        first, stuck, gone, empty = bounded.bounded_groups(groups, late=let_go)
+        assert isinstance(first, list)
+        assert first[0].st_size == 0
+        assert isinstance(stuck, bounded.StuckReadError)
+        assert str(fifo) in str(stuck)
+        assert isinstance(gone, list)
+        assert isinstance(gone[0], FileNotFoundError)  # an OSError is an answer, as bounded_calls gives it
+        assert empty == []
+        assert made == [], "a read after the one that stuck was made"
+        # Its worker still stuck on the FIFO: a group that reads it again fails at once, the others are read.
+        t0 = time.monotonic()
+        again, other = bounded.bounded_groups([[blocks], [status]])
+        assert isinstance(again, bounded.StuckReadError)
+        assert "stuck still" in str(again)
+        assert isinstance(other, list)
+        assert time.monotonic() - t0 < bounded.READ_S
+        with bounded.within(0.0):  # the run's time spent: every group refused
+            assert all(isinstance(g, bounded.StuckReadError) for g in bounded.bounded_groups([[status], [status]]))
+        w = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)  # the stuck open gets its writer and answers, late
+        wait_for(lambda: given or None, what="the late fd to be let go")
+    finally:
+        if w < 0:
+            w = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        os.close(w)
+    wait_for(lambda: bounded.stuck_now() == 0 or None, what="the stuck worker to end")
+    assert len(given) == 1
+
+
 def test_a_forked_child_reads_with_workers_of_its_own() -> None:
     """Threads do not survive fork(2): a child whose parent had a worker (or one stuck) reads at once."""
     from smgshm.core.host import bounded

@@ -38,7 +38,11 @@ class StuckReadError(TimeoutError):
     """A read that did not answer within its bound (``what``: which one, as a phrase)."""
 
     def __init__(self, what: str, waited_s: float, why: str = "") -> None:
-        self.what, self.waited_s = what, waited_s
+        self.what, self.waited_s, self.why = what, waited_s, why
+        # Of a hand-off of several reads: the answers before the read it names, and that read's index; None when
+        # it holds for every read of the hand-off (none was made: the run's time spent, too many stuck).
+        self.answers: list[tuple[bool, Any]] = []
+        self.at: int | None = None
         said = why or f"did not answer within {waited_s:g} s"
         super().__init__(errno.ETIMEDOUT, f"{what} {said} (a stalled FUSE or network filesystem, or a process stuck)")
 
@@ -70,6 +74,15 @@ class _Worker:
 _lock = threading.Lock()
 _stuck: set[_Worker] = set()  # workers left to a read that did not answer
 _local = threading.local()  # this thread's worker and run deadline
+_reading = threading.local()  # in a worker: the clock of the read under way (``step``)
+
+
+def step() -> None:
+    """Called by a read that is several in turn (a chain of opens, a pod's volumes) as the next begins: each is
+    bounded on its own, as separate reads are, not their sum. Outside a worker's read: nothing."""
+    started = getattr(_reading, "started", None)
+    if started is not None:
+        started[0] = time.monotonic()
 
 
 def _forked() -> None:
@@ -113,7 +126,9 @@ def _hand_off(whats: list[str], job: Callable[[list[Any], list[float]], None]) -
     with _lock:
         for w in _stuck:  # a scrape after a scrape: it would stick again
             if w.what in whats:
-                raise StuckReadError(w.what, 0, "was not read: an earlier read of it is stuck still")
+                err = StuckReadError(w.what, 0, "was not read: an earlier read of it is stuck still")
+                err.at = whats.index(w.what)
+                raise err
         worker: _Worker | None = getattr(_local, "worker", None)
         if worker is None and len(_stuck) >= MAX_STUCK:
             raise StuckReadError(whats[0], 0, f"was not read: {len(_stuck)} earlier reads are stuck still")
@@ -136,12 +151,15 @@ def _hand_off(whats: list[str], job: Callable[[list[Any], list[float]], None]) -
                 break
             if now < started[0] + READ_S and (deadline is None or now < deadline):
                 continue  # the read it waited for answered, and the next began since
-            what = whats[min(len(box), len(whats) - 1)]
+            at = min(len(box), len(whats) - 1)
+            what = whats[at]
             worker.abandoned, worker.what = True, what
             started[1] = 1.0  # the reads after it are not made: the worker ends once this one answers
             _stuck.add(worker)
             _local.worker = None
-            raise StuckReadError(what, until - started[0])
+            err = StuckReadError(what, until - started[0])
+            err.answers, err.at = box[:at], at
+            raise err
     done.acquire()  # released at once: the job has returned (its last answer given)
     return box
 
@@ -153,6 +171,7 @@ def bounded(what: str, fn: Callable[..., T], *args: Any, late: Callable[[T], obj
     never handed to anyone else."""
 
     def job(box: list[Any], started: list[float]) -> None:
+        _reading.started = started
         value = fn(*args)
         with _lock:  # the caller leaves under it: so an answer is either taken, or left and let go here
             if not started[1]:
@@ -177,6 +196,7 @@ def bounded_calls(calls: Sequence[tuple[str, Callable[[], Any]]]) -> list[Any]:
             if started[1]:
                 return  # left: what it was waiting for stuck
             started[0] = time.monotonic()
+            _reading.started = started
             try:
                 box.append((True, fn()))
             except OSError as err:
@@ -191,9 +211,84 @@ def bounded_calls(calls: Sequence[tuple[str, Callable[[], Any]]]) -> list[Any]:
     return [value for _ok, value in out]
 
 
+Group = Sequence[tuple[str, Callable[[], Any]]]
+_Read = tuple[int, str, Callable[[], Any]]  # (its group, what it reads, the read)
+
+
+def _reads_job(reads: list[_Read], late: Callable[[Any], object] | None) -> Callable[[list[Any], list[float]], None]:
+    """The worker's job for ``reads``, made in turn until its caller leaves: each answer (or OSError) into the
+    box, or, once the caller has left, to ``late`` (an OSError to no one)."""
+
+    def job(box: list[Any], started: list[float]) -> None:
+        for _i, _what, fn in reads:
+            if started[1]:
+                return
+            started[0] = time.monotonic()
+            _reading.started = started
+            try:
+                value = fn()
+            except OSError as err:
+                value = err
+            with _lock:  # the caller leaves under it: so an answer is either taken, or left and let go here
+                if not started[1]:
+                    box.append((True, value))
+                    continue
+            if late is not None and not isinstance(value, OSError):
+                late(value)
+            return
+
+    return job
+
+
+def bounded_groups(groups: Sequence[Group], late: Callable[[Any], object] | None = None) -> list[list[Any] | OSError]:
+    """``bounded_calls`` of each of ``groups`` (one process's reads, say), many groups in ONE hand-off (a walk
+    of /proc: one hand-off for its processes, not one each: each is a round trip of threads). Each group's
+    answers (each read's, or its OSError), or the ``StuckReadError`` of its read that did not answer in time:
+    that group's later reads are not made, and the groups after it go on in a fresh hand-off, each read still
+    bounded as ``bounded``'s is. ``late(answer)``: what becomes of an answer that comes after its caller left
+    (an fd opened: closed)."""
+    out: list[list[Any] | OSError] = [[] for _ in groups]
+    pending = [i for i, g in enumerate(groups) if g]
+    while pending:
+        reads = [(i, what, fn) for i in pending for what, fn in groups[i]]
+        try:
+            answers, failed, refused = _hand_off([what for _i, what, _fn in reads], _reads_job(reads, late)), None, None
+        except StuckReadError as err:
+            answers, failed, refused = err.answers, err, (None if err.at is None else reads[err.at][0])
+        got: dict[int, list[Any]] = {i: [] for i in pending}
+        for (i, _what, _fn), (ok, value) in zip(reads, answers, strict=False):
+            if not ok:
+                raise value  # not an OSError: a bug's, raised as it was
+            got[i].append(value)
+        left = []
+        for i in pending:
+            if len(got[i]) == len(groups[i]):
+                out[i] = got[i]
+            elif failed is not None and refused == i:
+                out[i] = failed  # the group of the read that stuck
+            elif failed is not None and refused is None:  # none could be read (the run's time spent): each says so
+                out[i] = StuckReadError(groups[i][0][0], failed.waited_s, failed.why)
+            else:
+                left.append(i)  # not reached in this hand-off: the next one makes its reads
+        pending = left
+    return out
+
+
 def bounded_each(paths: Sequence[str], fn: Callable[[str], T]) -> list[T | OSError]:
     """``fn(path)`` for each of ``paths`` (a process's fds), in one hand-off: ``bounded_calls``."""
     return bounded_calls([(path, partial(fn, path)) for path in paths])
 
 
-__all__ = ["MAX_STUCK", "READ_S", "StuckReadError", "bounded", "bounded_calls", "bounded_each", "stuck_now", "within"]
+__all__ = [
+    "MAX_STUCK",
+    "READ_S",
+    "Group",
+    "StuckReadError",
+    "bounded",
+    "bounded_calls",
+    "bounded_each",
+    "bounded_groups",
+    "step",
+    "stuck_now",
+    "within",
+]

@@ -57,9 +57,26 @@ def boot_clock_ns() -> int:
     return time.clock_gettime_ns(time.CLOCK_BOOTTIME)
 
 
+_clock_id: list[str] = []  # read once: a process's boot and time namespace are its own for life
+
+
+def _forgotten() -> None:
+    _clock_id.clear()  # a child forked after its parent unshared a time namespace is in that one
+
+
+os.register_at_fork(after_in_child=_forgotten)
+
+
 def boot_clock_id() -> str | None:
     """Which boot clock ``boot_clock_ns`` reads: this boot's id and this process's time namespace (whose
-    offsets shift it); None when either cannot be read. Times read under another id mean nothing here."""
+    offsets shift it); None when either cannot be read. Times read under another id mean nothing here.
+    Read once per process (a node's run asks it for every tmpfs): neither changes for a process."""
+    if not _clock_id and (read := _read_clock_id()) is not None:  # (one not read is asked again)
+        _clock_id.append(read)
+    return _clock_id[0] if _clock_id else None
+
+
+def _read_clock_id() -> str | None:
     try:
         with open(BOOT_ID_PATH, "rb") as f:
             boot = f.read(64).strip()

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
 
 from smgshm.core.closed import Closed
-from smgshm.core.host.bounded import StuckReadError, bounded, bounded_calls
+from smgshm.core.host.bounded import StuckReadError, bounded, bounded_calls, bounded_groups
 from smgshm.core.host.mounts import mount_aliases
 from smgshm.core.host.proc import comm, live_pids, thread_views
 
@@ -74,20 +74,22 @@ def _mapped_in(data: bytes, devtag: bytes, dev: int) -> set[Key]:
     return out
 
 
-def _process_reads(
-    pid: int, names: frozenset[str] | None = None, maps: dict[int, bytes] | None = None
-) -> tuple[list[os.stat_result], bytes]:
-    """What ``pid`` holds: the stat of each fd of its fd tables (the leader's, and its threads' own) that names a
-    path (one of ``names``, when given), and its maps (a live thread's when the leader's read empty: a zombie
-    leader). The reads that may stall (each fd's filesystem's getattr; the maps, its mmap_lock) in ONE hand-off
-    (host/bounded.py): StuckReadError when one does not answer. ``maps`` keeps the leader's maps as read."""
+def _reads_of(pid: int, names: frozenset[str] | None = None) -> list[tuple[str, Callable[[], object]]]:
+    """The reads of ``pid``'s holds that may stall, in turn: the stat of each fd of its fd tables (the leader's,
+    and its threads' own) that names a path (one of ``names``, when given), then its maps (its mmap_lock).
+    Naming the fds is procfs's own (its links): done here, inline."""
     base = f"/proc/{pid}"
     paths = _fd_paths(base, names)
     for view in thread_views(pid)[0]:
         paths += _fd_paths(view, names)
-    got = bounded_calls([*((p, partial(os.stat, p)) for p in paths), (f"{base}/maps", partial(_read, f"{base}/maps"))])
+    return [*((p, partial(os.stat, p)) for p in paths), (f"{base}/maps", partial(_read, f"{base}/maps"))]
+
+
+def _taken(pid: int, got: list[object], maps: dict[int, bytes] | None) -> tuple[list[os.stat_result], bytes]:
+    """``_reads_of``'s answers as what ``pid`` holds: the stats of its fds, and its maps (a live thread's when the
+    leader's read empty: a zombie leader); ``maps`` keeps the leader's as read."""
     data = got.pop()
-    if isinstance(data, OSError):
+    if not isinstance(data, bytes):
         data = b""  # gone, or not ours: nothing mapped that we can see
     else:
         if maps is not None:
@@ -95,7 +97,15 @@ def _process_reads(
         if not data:  # a kernel thread, or a zombie leader: then a live thread's (``_maps``)
             other = thread_views(pid)[1]
             data = _maps(pid, other) if other else b""
-    return [st for st in got if not isinstance(st, OSError)], data
+    return [st for st in got if isinstance(st, os.stat_result)], data
+
+
+def _process_reads(
+    pid: int, names: frozenset[str] | None = None, maps: dict[int, bytes] | None = None
+) -> tuple[list[os.stat_result], bytes]:
+    """What ``pid`` holds (``_reads_of``, ``_taken``), its reads that may stall in ONE hand-off (host/bounded.py):
+    StuckReadError when one does not answer. ``maps`` keeps the leader's maps as read."""
+    return _taken(pid, bounded_calls(_reads_of(pid, names)), maps)
 
 
 def _fd_paths(base: str, names: frozenset[str] | None = None) -> list[str]:
@@ -160,6 +170,8 @@ def holder_index(
     return found
 
 
+_CHUNK = 256  # processes whose reads share a hand-off (host/bounded.py): a node's, in a few
+
 # A maps line's device field (its 4th): one pass in C finds which devices a process maps at all.
 _MAPS_DEV = re.compile(rb"^[0-9a-f]+-[0-9a-f]+ \S+ [0-9a-f]+ ([0-9a-f]+:[0-9a-f]+) ", re.MULTILINE)
 
@@ -171,31 +183,38 @@ def holder_index_devs(
     maps: dict[int, bytes] | None = None,
 ) -> dict[Key, list[Holder]]:
     """``holder_index`` for several devices in ONE walk of /proc (a node's tmpfs: one walk, not one
-    per tmpfs, whose cost grows with the processes times the tmpfs). The same reads and rules; a process's
-    reads that may stall (its fds' getattr, its maps) in one hand-off (host/bounded.py). ``maps``, when
+    per tmpfs, whose cost grows with the processes times the tmpfs). The same reads and rules; the reads that
+    may stall (fds' getattr, maps) of many processes in one hand-off (host/bounded.py), a process whose read
+    sticks put in ``stuck``. ``maps``, when
     given, keeps each process's maps as read (the node's hidden bytes read them again otherwise)."""
     want = set(devs)
     bare = {f"{os.major(d):02x}:{os.minor(d):02x}".encode(): d for d in want}  # as maps spells a device
     found: dict[Key, list[Holder]] = {}
     if not want:
         return found
-    for pid in live_pids() if pids is None else pids:
-        try:
-            stats, data = _process_reads(pid, None, maps)  # the maps read once for every device
-        except StuckReadError as err:
-            if stuck is not None:
-                stuck[pid] = err.strerror or str(err)
-            continue
-        keys = {(st.st_dev, st.st_ino) for st in stats if st.st_dev in want}
-        hits = [(key, How.FD) for key in keys]
-        mapped: set[Key] = set()
-        for field in set(_MAPS_DEV.findall(data)) & bare.keys() if data else ():
-            mapped |= _mapped_in(data, b" " + field + b" ", bare[field])
-        hits += [(key, How.MAP) for key in mapped]
-        if hits:
-            name = comm(pid)
-            for key, how in hits:
-                found.setdefault(key, []).append(Holder(pid, name, how))
+    everyone = list(live_pids() if pids is None else pids)
+    for at in range(0, len(everyone), _CHUNK):
+        chunk = everyone[at : at + _CHUNK]
+        # Many processes' reads in one hand-off (each a round trip of threads); one that sticks fails its own.
+        for pid, got in zip(chunk, bounded_groups([_reads_of(pid) for pid in chunk]), strict=True):
+            try:
+                if isinstance(got, OSError):
+                    raise got
+                stats, data = _taken(pid, got, maps)  # the maps read once for every device
+            except StuckReadError as err:
+                if stuck is not None:
+                    stuck[pid] = err.strerror or str(err)
+                continue
+            keys = {(st.st_dev, st.st_ino) for st in stats if st.st_dev in want}
+            hits = [(key, How.FD) for key in keys]
+            mapped: set[Key] = set()
+            for field in set(_MAPS_DEV.findall(data)) & bare.keys() if data else ():
+                mapped |= _mapped_in(data, b" " + field + b" ", bare[field])
+            hits += [(key, How.MAP) for key in mapped]
+            if hits:
+                name = comm(pid)
+                for key, how in hits:
+                    found.setdefault(key, []).append(Holder(pid, name, how))
     return found
 
 

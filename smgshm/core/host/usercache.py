@@ -18,6 +18,7 @@ from collections.abc import Iterator
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
+_CHUNK = 1 << 16  # read past what fstat said, a chunk at a time
 
 
 def cache_dir() -> str:
@@ -100,12 +101,16 @@ def read_private(name: str, max_bytes: int, directory: str | None = None) -> byt
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or not _private(st) or st.st_size > max_bytes:
             return None
-        chunks, left = [], max_bytes + 1
-        while left > 0 and (chunk := os.read(fd, left)):
+        # What fstat said, and a chunk more for a file grown since: never a buffer of ``max_bytes`` a read (os.read
+        # allocates what it is asked for: 48 MiB for a sightings store of a few KiB, twice a read).
+        chunks, total = [], 0
+        while total <= max_bytes:
+            chunk = os.read(fd, min(max_bytes + 1 - total, max(st.st_size - total, 0) + _CHUNK))
+            if not chunk:
+                break
             chunks.append(chunk)
-            left -= len(chunk)
-        data = b"".join(chunks)
-        return data if len(data) <= max_bytes else None
+            total += len(chunk)
+        return b"".join(chunks) if total <= max_bytes else None
     except OSError:
         return None
     finally:

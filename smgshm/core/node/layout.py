@@ -31,10 +31,11 @@ import os
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 from smgshm.core.closed import Closed
 from smgshm.core.errors import HostError
-from smgshm.core.host.bounded import StuckReadError, bounded
+from smgshm.core.host.bounded import StuckReadError, bounded, bounded_groups, step
 from smgshm.core.host.mounts import Mount, read_mounts
 from smgshm.core.host.proc import fd_mount_id
 
@@ -49,6 +50,8 @@ POD_LOGS = ("var", "log", "pods")
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 LAYOUT_S = 10.0  # a look's opens and listings under the node root, in all (host/bounded.py's ``within``)
 _BATCH = 512  # dir entries read per bounded read: a listing streams, each step bounded
+_PODS_AT_ONCE = 64  # pods whose volumes are read in one hand-off (each read bounded alone; their fds open meanwhile)
+_MAX_VOLUMES = 4096  # a pod's emptyDir volume dirs read at most: beyond, the pod is reported not read (unknown)
 
 
 class TmpfsKind(Closed):
@@ -85,6 +88,7 @@ def _open_chain(parent: int, names: tuple[str, ...]) -> int:
     fd = os.dup(parent)
     try:
         for name in names:
+            step()  # each open bounded on its own (host/bounded.py)
             nxt = os.open(name, _DIR, dir_fd=fd)
             os.close(fd)
             fd = nxt
@@ -98,10 +102,56 @@ def _path_stat(parent: int, name: str) -> tuple[int, os.stat_result]:
     """``name`` in ``parent`` opened O_PATH (a dir, never a link followed), and its fstat."""
     fd = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
     try:
+        step()
         return fd, os.fstat(fd)
     except BaseException:
         os.close(fd)
         raise
+
+
+@dataclass
+class _PodVolumes:
+    """A pod's emptyDir volumes as one read found them (``_pod_volumes``)."""
+
+    fd: int  # its volumes dir (kubernetes.io~empty-dir), open
+    vols: list[tuple[str, tuple[int, os.stat_result] | OSError]]  # each volume dir: opened O_PATH and fstat'ed
+    whole: bool  # every one listed (False: more than _MAX_VOLUMES)
+
+    def let_go(self) -> None:
+        for _name, got in self.vols:
+            if isinstance(got, tuple):
+                os.close(got[0])
+        os.close(self.fd)
+
+
+def _pod_volumes(pods: int, uid: str) -> _PodVolumes:
+    """The emptyDir volumes of the pod ``uid`` in the pods dir ``pods``, in one go: its volumes dir opened (never
+    through a link) and listed, each volume dir opened O_PATH with its fstat. OSError when the volumes dir
+    cannot be opened or listed. Every read is through the pod's filesystems: the caller bounds them as one."""
+    fd = _open_chain(pods, (uid, *EMPTY_DIRS))
+    out: list[tuple[str, tuple[int, os.stat_result] | OSError]] = []
+    try:
+        step()
+        with os.scandir(fd) as it:
+            names, _end = _dirs_of(it, _MAX_VOLUMES + 1)  # one more than the bound: is there more?
+        whole = len(names) <= _MAX_VOLUMES
+        del names[_MAX_VOLUMES:]
+        for name in names:
+            step()
+            try:
+                out.append((name, _path_stat(fd, name)))
+            except OSError as err:
+                out.append((name, err))
+    except BaseException:
+        _PodVolumes(fd, out, False).let_go()
+        raise
+    return _PodVolumes(fd, out, whole)
+
+
+def _let_go(got: object) -> None:
+    """What a bounded read of ``_pod_volumes`` gave after its caller left: its fds closed."""
+    if isinstance(got, _PodVolumes):
+        got.let_go()
 
 
 def open_dir(parent: int, names: tuple[str, ...], what: str = "") -> int:
@@ -215,18 +265,22 @@ class NodeRoot:
         except OSError:
             return None
         try:
-            mid, up = fd_mount_id(fd), fd_mount_id(parent)
-            m = self.mounts.get(mid) if mid is not None else None
-            # A mount of its own (not the parent dir's), a tmpfs per the mount table, the very device.
-            if m is None or mid == up or m.fstype != "tmpfs" or m.dev != st.st_dev:
-                return None
-            return m.dev, m.mount_id
-        except StuckReadError:
-            raise
-        except OSError:
-            return None
+            return self._tmpfs_of(parent, fd, st)
         finally:
             os.close(fd)
+
+    def _tmpfs_of(self, parent: int, fd: int, st: os.stat_result) -> tuple[int, int] | None:
+        """(st_dev, mount id) when the dir open at ``fd`` (O_PATH, fstat'ed as ``st``) in the dir at ``parent`` is
+        a tmpfs mounted right there: a mount of its own (not the parent dir's), a tmpfs per the mount table, the
+        very device. Its fdinfo is procfs's own: read inline."""
+        try:
+            mid, up = fd_mount_id(fd), fd_mount_id(parent)
+        except OSError:
+            return None
+        m = self.mounts.get(mid) if mid is not None else None
+        if m is None or mid == up or m.fstype != "tmpfs" or m.dev != st.st_dev:
+            return None
+        return m.dev, m.mount_id
 
     def places(self) -> Iterator[Place]:
         """Every tmpfs where a pod's or the host's /dev/shm lives: emptyDirs, sandboxes' shm (containerd's
@@ -310,32 +364,43 @@ class NodeRoot:
         if (pods := self._opened(KUBELET_PODS)) is None:
             return
         try:
-            for uid in self._listed(pods, KUBELET_PODS):
-                where = (*KUBELET_PODS, uid, *EMPTY_DIRS)
-                try:
-                    vols = open_dir(pods, (uid, *EMPTY_DIRS), self.join(*where))
-                except StuckReadError as err:
-                    self._stuck((*KUBELET_PODS, uid), err)
-                    continue
-                except PermissionError:  # each pod's dir is 0750 root too
-                    self.unreadable.append("/".join((*KUBELET_PODS, uid)))
-                    continue
-                except OSError:
-                    continue  # a pod without emptyDirs
-                try:
-                    for vol in self._listed(vols, where):
-                        path = self.join(*where, vol)
-                        try:
-                            got = self.tmpfs_at(vols, vol, path)
-                        except StuckReadError as err:
-                            self._stuck((*where, vol), err)
-                            continue
-                        if got is not None:
-                            yield Place(TmpfsKind.EMPTY_DIR, path, uid, vol, *got)
-                finally:
-                    os.close(vols)
+            uids: list[str] = []
+            for uid in self._listed(pods, KUBELET_PODS):  # streamed: read _PODS_AT_ONCE at a time
+                uids.append(uid)
+                if len(uids) == _PODS_AT_ONCE:
+                    yield from self._pods_volumes(pods, uids)
+                    uids = []
+            yield from self._pods_volumes(pods, uids)
         finally:
             os.close(pods)
+
+    def _pods_volumes(self, pods: int, uids: list[str]) -> Iterator[Place]:
+        """The emptyDir tmpfs of each pod of ``uids``: each pod's volumes read as one bounded read
+        (``_pod_volumes``), many pods' in one hand-off (host/bounded.py). A pod whose read does not answer in
+        time is noted not read (its tmpfs, from the mount table, unknown); one not ours to list, unreadable."""
+        where = [(*KUBELET_PODS, uid, *EMPTY_DIRS) for uid in uids]
+        reads = [[(self.join(*w), partial(_pod_volumes, pods, uid))] for w, uid in zip(where, uids, strict=True)]
+        got = bounded_groups(reads, _let_go)
+        read = [g[0] for g in got if isinstance(g, list) and isinstance(g[0], _PodVolumes)]
+        try:
+            for uid, w, g in zip(uids, where, got, strict=True):
+                if isinstance(g, OSError):  # its read stuck, or the run's time for reads was spent
+                    self.unread.append(((*KUBELET_PODS, uid), g.strerror or str(g)))
+                    continue
+                (answer,) = g
+                if isinstance(answer, PermissionError):  # each pod's dir is 0750 root too
+                    self.unreadable.append("/".join((*KUBELET_PODS, uid)))
+                    continue
+                if not isinstance(answer, _PodVolumes):
+                    continue  # a pod without emptyDirs
+                if not answer.whole:
+                    self.unread.append((w, f"more than {_MAX_VOLUMES} dirs: not read"))
+                for vol, opened in answer.vols:
+                    if isinstance(opened, tuple) and (at := self._tmpfs_of(answer.fd, *opened)) is not None:
+                        yield Place(TmpfsKind.EMPTY_DIR, self.join(*w, vol), uid, vol, *at)
+        finally:
+            for answer in read:
+                answer.let_go()
 
     def _listed(self, fd: int, names: tuple[str, ...]) -> Iterator[str]:
         """``each_dir`` of the dir at ``names``; a listing that does not answer in time ends here, noted."""

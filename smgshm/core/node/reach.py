@@ -64,7 +64,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import cast
 
-from smgshm.core.host.bounded import bounded_calls, bounded_each
+from smgshm.core.host.bounded import bounded_calls, bounded_each, bounded_groups
 from smgshm.core.host.dirhandle import dir_mount, handle_ways
 from smgshm.core.host.holders import Holder
 from smgshm.core.host.mounts import Mount, read_mounts
@@ -189,6 +189,44 @@ class _Walk:
             self.host_unknown = f"/proc/1/ns/mnt: {err.strerror or err}"
         self.mine = pidns_of_self()
         self.out = Reach()
+        # Each thread's routes read ahead for many processes at once (``read_ahead``): base -> (its mount
+        # namespace, the answers of ``_route_reads``, or the error of the one that stuck)
+        self.ahead: dict[str, tuple[str, list[object] | OSError]] = {}
+        self.cgroups: dict[int, bytes | None] = {}  # pid -> its cgroup, as read ahead
+        # pid -> each fd table's dir, its fds that name a path, and their stats (or the error of one that stuck)
+        self.fds_ahead: dict[int, list[tuple[str, list[tuple[str, str]], list[object] | OSError]]] = {}
+
+    def _route_reads(self, base: str, host: bool) -> list[tuple[str, Callable[[], object]]]:
+        """The reads of a thread's routes that may stall: its /dev/shm through its root, and (outside the host's
+        mount namespace) its cwd's and root's filesystems' getattr."""
+        reads: list[tuple[str, Callable[[], object]]] = [(f"{base}/root/dev/shm", partial(_shm_dev, base))]
+        if not host:
+            reads += [(f"{base}/{what}", partial(os.stat, f"{base}/{what}")) for what in ("cwd", "root")]
+        return reads
+
+    def read_ahead(self, pids: Iterable[int]) -> None:
+        """The routes reads of every thread of ``pids`` (not a sandbox's pause: ``visit`` reads nothing of it) in
+        few hand-offs (host/bounded.py), each a round trip of threads; a thread's that sticks fails alone."""
+        bases: list[tuple[str, str]] = []
+        tables: list[tuple[int, str, list[tuple[str, str]]]] = []  # outside the host's mount namespace: fd tables
+        for pid in pids:
+            cgroup = self.cgroups[pid] = _read_cgroup(pid)
+            if cgroup is not None and self.sandboxes and sandbox_of(cgroup, self.sandboxes) is not None:
+                continue
+            outside = False
+            for base in _bases(pid):
+                with contextlib.suppress(OSError):  # gone, or not ours: ``visit`` reads it again and says so
+                    mntns = os.readlink(f"{base}/ns/mnt")
+                    bases.append((base, mntns))
+                    outside = outside or mntns not in self.host_mnt
+            if outside:  # its dir handles may lead into another's (``_fd_dirs``)
+                with contextlib.suppress(OSError):
+                    tables += [(pid, base, paths) for base, paths in self._fd_paths(pid)]
+        got = bounded_groups([self._route_reads(base, mntns in self.host_mnt) for base, mntns in bases])
+        self.ahead = {base: (mntns, answers) for (base, mntns), answers in zip(bases, got, strict=True)}
+        stats = bounded_groups([[(path, partial(os.stat, path)) for path, _ in paths] for _, _, paths in tables])
+        for (pid, base, paths), answers in zip(tables, stats, strict=True):
+            self.fds_ahead.setdefault(pid, []).append((base, paths, answers))
 
     def _hostlike(self, dev: int, point: str) -> bool:
         """Whether a mount of ``dev`` at ``point`` is a view of the host's /: its place under the node root,
@@ -219,15 +257,17 @@ class _Walk:
         be the host's own (the module). Whether its /dev/shm is a link (which tmpfs that
         reaches cannot be told from here: a link resolves in its root, not this one's). FileNotFoundError
         when the thread is gone (or a zombie leader)."""
-        mntns = os.readlink(f"{base}/ns/mnt")
-        host = mntns in self.host_mnt
+        ahead = self.ahead.pop(base, None)
+        if ahead is not None:  # read ahead with many processes' (``read_ahead``)
+            mntns, answers = ahead
+            if isinstance(answers, OSError):
+                raise answers  # a read that stuck: the process is unread (``visit``)
+            host, got = mntns in self.host_mnt, answers
+        else:  # a thread begun since: its reads, each may stall, in one hand-off
+            mntns = os.readlink(f"{base}/ns/mnt")
+            host = mntns in self.host_mnt
+            got = bounded_calls(self._route_reads(base, host))
         linked = False
-        # Its /dev/shm through its root, and (outside the host's mount namespace) its cwd's and root's filesystems'
-        # getattr: each may stall. One hand-off for the three.
-        reads: list[tuple[str, Callable[[], object]]] = [(f"{base}/root/dev/shm", partial(_shm_dev, base))]
-        if not host:
-            reads += [(f"{base}/{what}", partial(os.stat, f"{base}/{what}")) for what in ("cwd", "root")]
-        got = bounded_calls(reads)
         dev: int | None = None
         if isinstance(got[0], FileNotFoundError):
             if not os.path.exists(f"{base}/root"):
@@ -266,10 +306,12 @@ class _Walk:
         if mid is not None:
             dirs.setdefault(mid, how)
 
-    def _fd_dirs(self, pid: int, dirs: dict[int, str]) -> None:
-        """Note the mounts the open dir fds of ``pid`` are on (each fd table: a thread may have its own)."""
+    @staticmethod
+    def _fd_paths(pid: int) -> list[tuple[str, list[tuple[str, str]]]]:
+        """Each fd table of ``pid`` (a thread may have its own): its dir, and its fds that name a path (socket:,
+        pipe:, anon_inode: are no dir), each (its /proc path, its number). procfs's own reads: inline."""
+        out: list[tuple[str, list[tuple[str, str]]]] = []
         for base in (f"/proc/{pid}", *thread_views(pid)[0]):
-            whose = "its" if base.count("/") == 2 else f"its thread {base.rpartition('/')[2]}'s"
             try:
                 fds = os.scandir(f"{base}/fd")
             except FileNotFoundError:
@@ -278,16 +320,28 @@ class _Walk:
             with fds:
                 for fd in fds:
                     try:
-                        if os.readlink(fd.path).startswith("/"):  # not socket:, pipe:, anon_inode: no dir
+                        if os.readlink(fd.path).startswith("/"):
                             paths.append((fd.path, fd.name))
                     except FileNotFoundError:
                         continue  # closed mid-walk
-            # Each its filesystem's getattr, which may stall: one hand-off for all of them.
-            for (path, name), st in zip(paths, bounded_each([p for p, _ in paths], os.stat), strict=True):
+            out.append((base, paths))
+        return out
+
+    def _fd_dirs(self, pid: int, dirs: dict[int, str]) -> None:
+        """Note the mounts the open dir fds of ``pid`` are on (each fd table: a thread may have its own)."""
+        ahead = self.fds_ahead.pop(pid, None)
+        if ahead is None:  # not read ahead: each its filesystem's getattr, which may stall, in one hand-off
+            ahead = [(base, paths, bounded_each([p for p, _ in paths], os.stat)) for base, paths in self._fd_paths(pid)]
+        for base, paths, stats in ahead:
+            if isinstance(stats, OSError):
+                raise stats  # a read that stuck: the process is unread (``visit``)
+            whose = "its" if base.count("/") == 2 else f"its thread {base.rpartition('/')[2]}'s"
+            for (path, name), st in zip(paths, stats, strict=True):
                 if isinstance(st, FileNotFoundError):
                     continue  # closed mid-walk
                 if isinstance(st, OSError):
                     raise st
+                st = cast(os.stat_result, st)
                 if st.st_dev not in self.devs:  # one on a tmpfs is the holders' (an open fd)
                     self._dir(path, f"{base}/fdinfo/{name}", st, f"{whose} open fd {name}", dirs)
 
@@ -311,7 +365,7 @@ class _Walk:
         self.out.unread.append(Unread(pid, uid, pod, pidns))
 
     def visit(self, pid: int, stuck: bool = False) -> None:
-        cgroup = _read_cgroup(pid)
+        cgroup = self.cgroups.pop(pid) if pid in self.cgroups else _read_cgroup(pid)
         if cgroup is not None and self.sandboxes and (sid := sandbox_of(cgroup, self.sandboxes)) is not None:
             self.out.pause[pid] = sid  # no producer: never a reacher, never a doubt
             if (pod := pod_uid_in(cgroup)) is not None:
@@ -437,6 +491,7 @@ def reachers(
     walk = _Walk(places, root, holders)
     unsure = set(stuck)
     everyone = list(pids)
+    walk.read_ahead(p for p in everyone if p not in unsure)  # (one whose read stuck: unread, never read again)
     for pid in everyone:
         walk.visit(pid, pid in unsure)
     walk.handles(everyone)

@@ -233,11 +233,8 @@ class TmpfsScan(Scan):
             self.others.add(entry.name, entry.stat(follow_symlinks=False).st_blocks * 512)
 
     def __iter__(self) -> Iterator[SegmentInfo]:
-        try:
-            yield from self.judge.each(self._dir, self.tally, self.progress, SMG_FAMILY_PREFIX, self._other)
-        finally:
-            self.close()
-        self.sightings.save()  # as gc's Scan: a whole listing records what it saw, the next scan's proofs
+        # As gc's Scan: the judge's generator itself, closing the dir and storing a whole listing's sightings.
+        return self.judge.each(self._dir, self.tally, self.progress, SMG_FAMILY_PREFIX, self._other, self._ended)
 
 
 class TmpfsChangedError(HostError):

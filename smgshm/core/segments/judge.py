@@ -274,11 +274,13 @@ class Judge:
         progress: Callable[[int], None] | None = None,
         family: str = SMG_FAMILY_PREFIX,
         other: Callable[[ListedEntry], None] | None = None,
+        on_end: Callable[[bool], None] | None = None,
     ) -> Iterator[SegmentInfo]:
         """Judge each entry (an ``os.DirEntry`` of the dir, or alike) whose name starts with ``family``,
         adding it to ``tally``; ``progress(n)`` every 1024 entries; ``other(entry)`` for each of the rest
         (the node view counts them: here, not in a generator between, which was a tenth of this loop's
-        cost). One loop with everything in
+        cost); ``on_end(whole)`` once the listing ends (whole: it was listed to its end) or is left. One loop
+        with everything in
         locals and no call per entry but the lstat: a crowded dir has a million entries, and a
         Python call costs as much as a third of the lstat."""
         now, dir_dev, holders, held_here, mounted = self.now, self.dir_dev, self.holders, self.held_here, self.mounted
@@ -302,6 +304,7 @@ class Judge:
         r_state: State | None = None
         r_kind: Kind = "other"
         r_n, r_bytes, r_multi = 0, 0, 0  # r_multi: the bytes of entries with other links than this one
+        whole = False
         try:
             for entry in entries:
                 name = entry.name
@@ -455,9 +458,12 @@ class Judge:
                     seen += 1
                     if not seen & 1023:
                         progress(seen)
+            whole = True
         finally:
             if r_n and tally is not None:
                 tally.add_run(r_state, r_kind, r_n, r_bytes, r_multi)
+            if on_end is not None:
+                on_end(whole)
 
     def bounds(self, pid: int) -> Bounds | None:
         """``reuse_bounds`` of the producer pid a name carries, asked once per pid: here the pid is one

@@ -120,12 +120,15 @@ class Scan:
         self.close()
 
     def __iter__(self) -> Iterator[SegmentInfo]:
-        try:
-            yield from self.judge.each(self._dir, self.tally, self.progress)
-        finally:
-            self.close()
-        # Only a whole listing may drop the sightings of what it did not see: a partial one keeps the store.
-        self.sightings.save()
+        # The judge's own generator, none between (a hop per entry of a million): it calls _ended as it ends.
+        return self.judge.each(self._dir, self.tally, self.progress, on_end=self._ended)
+
+    def _ended(self, whole: bool) -> None:
+        """The listing has ended (``whole``: to its end) or been left: the dir closed; only a whole listing may
+        drop the sightings of what it did not see, so a partial one keeps the store as it was."""
+        self.close()
+        if whole:
+            self.sightings.save()
 
     def report(self, segments: list[SegmentInfo]) -> GcReport:
         t = self.tally
