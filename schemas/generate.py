@@ -48,6 +48,7 @@ from smgshm.core.host.holders import How
 from smgshm.core.names import KINDS
 from smgshm.core.node.doctor import VERDICTS
 from smgshm.core.node.layout import TmpfsKind
+from smgshm.core.node.scan import ScanFailure
 from smgshm.core.node.sight import Blind
 from smgshm.core.outcomes import Outcome, Status
 from smgshm.core.segments.judge import FileType, State
@@ -490,6 +491,10 @@ def gc_defs(b: Builder) -> dict[str, Any]:
                 "items": _obj({"family": _s("string"), "count": _s("integer"), "nbytes": _s("integer")}),
             },
             "scan_error": _s(["string", "null"], "why it could not be scanned (gone since the look, unreadable)"),
+            "scan_failure": {
+                "enum": [*(f.value for f in ScanFailure), None],
+                "description": "its cause code: the exporter's smgshm_node_volume_scan_failure reason (null: scanned)",
+            },
             "gone": _s("boolean", "no longer mounted there: gone since the look (its pod deleted)"),
             **tmpfs_props,
         },

@@ -71,6 +71,7 @@ def tail(scan: TmpfsScan, done: ReapReport) -> dict[str, Any]:
         "scan_ms": float(scan.scan_ms),
         "sightings_stored": scan.sightings.stored,
         "scan_error": None if scan.error is None else display(scan.error),
+        "scan_failure": None if scan.failure is None else scan.failure.value,
         "gone": scan.gone,
     }
 
@@ -157,6 +158,7 @@ class NodeJsonListing:
                 "scan_ms": float(scan.scan_ms),
                 "sightings_stored": False,
                 "scan_error": None,
+                "scan_failure": None,
                 "gone": False,
             }
             self._write(b"]," + _inner(rest) + b"}")

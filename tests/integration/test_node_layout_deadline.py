@@ -108,6 +108,7 @@ def test_the_layout_reads_have_one_deadline_and_what_comes_after_is_unknown_not_
     assert box["segments"] == []
     assert box["deleted"] == []
     assert box["scan_error"].startswith("not scanned: "), box["scan_error"]
+    assert box["scan_failure"] == "stalled"
     assert "io.containerd.grpc.v1.cri/sandboxes was not read in time" in box["scan_error"], box["scan_error"]
     assert "the run's time for reads was spent" in box["scan_error"], box["scan_error"]
     # The exporter's series for it (the same in gc --node --prometheus): not scanned, because a read stalled.

@@ -359,10 +359,11 @@ def test_a_tmpfs_that_vanishes_mid_run_is_reported_alone_and_the_others_judged(
             subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(b_dir)], check=True, timeout=30)
     blocks = pod_blocks(doc)
     a, b = blocks[POD_A[2]], blocks[POD_B[2]]
-    assert a["scan_error"] is None
+    assert (a["scan_error"], a["scan_failure"]) == (None, None)
     assert [s["state"] for s in a["segments"]] == ["leaked"]
     assert b["gone"] is True
     assert "changed since the node was looked at" in b["scan_error"], b["scan_error"]
+    assert b["scan_failure"] == "changed"  # the cause code, as the exporter's reason label
     assert b["segments"] == []
     assert npd.startswith("gc: 1 leaked"), npd
     assert "gone since the look (unmounted)" in text

@@ -200,6 +200,7 @@ class TmpfsScan(Scan):
         self.tmpfs = tmpfs
         self.others = Others()
         self.error: str | None = None  # why it could not be scanned (Unscanned's)
+        self.failure: ScanFailure | None = None  # and its cause code (Unscanned's)
         self.gone = False  # not mounted there any more (Unscanned's)
         self._holders, self._mounted = holders, mounted
         if tmpfs.unread is not None:  # its path may stall: never opened (HostError, so Unscanned, unknown)
@@ -282,7 +283,7 @@ class Unscanned(TmpfsScan):
         self.tally = Tally()
         self.error = str(error)
         # Not read at the look (a dir above it stalled, or the run's time for reads was spent): stalled.
-        self.failure = ScanFailure.STALLED if tmpfs.unread is not None else failure_of(error)
+        self.failure: ScanFailure = ScanFailure.STALLED if tmpfs.unread is not None else failure_of(error)
         self.gone = tmpfs.unread is None and gone(tmpfs.place)  # an unread one's path is not touched
         self.trust = Trust(False, f"not scanned: {self.error}")
         self.sightings = Sightings(tmpfs.place.path, None)  # nothing read or stored (no dir identified)
