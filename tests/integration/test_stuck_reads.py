@@ -348,6 +348,47 @@ def test_groups_share_a_hand_off_and_a_group_that_blocks_fails_alone(
     assert len(given) == 1
 
 
+def test_a_stalled_process_with_many_threads_costs_one_stuck_read_and_others_are_read(
+    children: Children, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The node view reads many processes' routes in one hand-off, one group per process, all its threads'
+    reads: a process whose every thread's /dev/shm does not answer (its root on a FUSE mount that stalled) is
+    one stuck read and unread; the workers it leaves are one, not one a thread, so the next process is read."""
+    from smgshm.core.host import bounded
+    from smgshm.core.node import reach
+
+    monkeypatch.setattr(bounded, "READ_S", 0.5)
+    code = (
+        "import threading, time\n"
+        "for _ in range(12):\n"
+        "    threading.Thread(target=time.sleep, args=(600,), daemon=True).start()\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(600)"
+    )
+    many = children.spawn([sys.executable, "-c", code])
+    other = children.spawn(["sleep", "600"])
+    assert many.stdout is not None
+    assert many.stdout.readline().strip() == "ready"
+    release = threading.Event()
+    real = reach._shm_dev
+
+    def stalls(base: str) -> int:
+        if base.startswith(f"/proc/{many.pid}/"):
+            release.wait(60)  # as an open through a root that stopped answering
+        return real(base)
+
+    monkeypatch.setattr(reach, "_shm_dev", stalls)
+    before = bounded.stuck_now()
+    try:
+        with bounded.within(30):
+            seen = reach.reachers([], "/", [many.pid, other.pid], {}, ())
+        assert bounded.stuck_now() - before == 1, "a worker left per thread: the next processes would go unread"
+        assert [u.pid for u in seen.unread] == [many.pid]
+    finally:
+        release.set()
+    wait_for(lambda: bounded.stuck_now() == before or None, what="the stuck worker to end")
+
+
 def test_a_forked_child_reads_with_workers_of_its_own() -> None:
     """Threads do not survive fork(2): a child whose parent had a worker (or one stuck) reads at once."""
     from smgshm.core.host import bounded

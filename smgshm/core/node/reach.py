@@ -205,28 +205,47 @@ class _Walk:
         return reads
 
     def read_ahead(self, pids: Iterable[int]) -> None:
-        """The routes reads of every thread of ``pids`` (not a sandbox's pause: ``visit`` reads nothing of it) in
-        few hand-offs (host/bounded.py), each a round trip of threads; a thread's that sticks fails alone."""
-        bases: list[tuple[str, str]] = []
-        tables: list[tuple[int, str, list[tuple[str, str]]]] = []  # outside the host's mount namespace: fd tables
+        """The routes reads of every thread of ``pids`` (not a sandbox's pause: ``visit`` reads nothing of it), then
+        the dir handles' stats of those outside the host's mount namespace whose routes answered, in few hand-offs
+        (host/bounded.py): each a round trip of threads. One group per process, all its threads' reads: a process
+        whose read sticks costs one stuck read and is unread, as ``visit``'s own reads made it."""
+        procs: list[tuple[int, list[tuple[str, str, int]]]] = []  # pid, each thread's (base, mount namespace, reads)
+        groups: list[list[tuple[str, Callable[[], object]]]] = []
         for pid in pids:
             cgroup = self.cgroups[pid] = _read_cgroup(pid)
             if cgroup is not None and self.sandboxes and sandbox_of(cgroup, self.sandboxes) is not None:
                 continue
-            outside = False
+            bases: list[tuple[str, str, int]] = []
+            reads: list[tuple[str, Callable[[], object]]] = []
             for base in _bases(pid):
                 with contextlib.suppress(OSError):  # gone, or not ours: ``visit`` reads it again and says so
                     mntns = os.readlink(f"{base}/ns/mnt")
-                    bases.append((base, mntns))
-                    outside = outside or mntns not in self.host_mnt
-            if outside:  # its dir handles may lead into another's (``_fd_dirs``)
-                with contextlib.suppress(OSError):
-                    tables += [(pid, base, paths) for base, paths in self._fd_paths(pid)]
-        got = bounded_groups([self._route_reads(base, mntns in self.host_mnt) for base, mntns in bases])
-        self.ahead = {base: (mntns, answers) for (base, mntns), answers in zip(bases, got, strict=True)}
-        stats = bounded_groups([[(path, partial(os.stat, path)) for path, _ in paths] for _, _, paths in tables])
-        for (pid, base, paths), answers in zip(tables, stats, strict=True):
-            self.fds_ahead.setdefault(pid, []).append((base, paths, answers))
+                    mine = self._route_reads(base, mntns in self.host_mnt)
+                    bases.append((base, mntns, len(mine)))
+                    reads += mine
+            if bases:
+                procs.append((pid, bases))
+                groups.append(reads)
+        outside: list[int] = []  # answered, and outside the host's mount namespace: its dir handles matter
+        for (pid, bases), got in zip(procs, bounded_groups(groups), strict=True):
+            at = 0
+            for base, mntns, n in bases:
+                self.ahead[base] = (mntns, got if isinstance(got, OSError) else got[at : at + n])
+                at += n
+            if not isinstance(got, OSError) and any(mntns not in self.host_mnt for _b, mntns, _n in bases):
+                outside.append(pid)
+        tables: list[tuple[int, list[tuple[str, list[tuple[str, str]]]]]] = []
+        for pid in outside:
+            with contextlib.suppress(OSError):
+                tables.append((pid, self._fd_paths(pid)))
+        stats = bounded_groups(
+            [[(path, partial(os.stat, path)) for _base, paths in fds for path, _ in paths] for _pid, fds in tables]
+        )
+        for (pid, fds), got in zip(tables, stats, strict=True):
+            at, kept = 0, self.fds_ahead.setdefault(pid, [])
+            for base, paths in fds:
+                kept.append((base, paths, got if isinstance(got, OSError) else got[at : at + len(paths)]))
+                at += len(paths)
 
     def _hostlike(self, dev: int, point: str) -> bool:
         """Whether a mount of ``dev`` at ``point`` is a view of the host's /: its place under the node root,
@@ -258,14 +277,13 @@ class _Walk:
         reaches cannot be told from here: a link resolves in its root, not this one's). FileNotFoundError
         when the thread is gone (or a zombie leader)."""
         ahead = self.ahead.pop(base, None)
-        if ahead is not None:  # read ahead with many processes' (``read_ahead``)
-            mntns, answers = ahead
-            if isinstance(answers, OSError):
-                raise answers  # a read that stuck: the process is unread (``visit``)
-            host, got = mntns in self.host_mnt, answers
-        else:  # a thread begun since: its reads, each may stall, in one hand-off
-            mntns = os.readlink(f"{base}/ns/mnt")
-            host = mntns in self.host_mnt
+        mntns = os.readlink(f"{base}/ns/mnt")  # (again: a thread that joined another namespace since is read again)
+        host = mntns in self.host_mnt
+        if ahead is not None and ahead[0] == mntns:  # read ahead with many processes' (``read_ahead``)
+            if isinstance(ahead[1], OSError):
+                raise ahead[1]  # a read that stuck: the process is unread (``visit``)
+            got = ahead[1]
+        else:  # a thread begun since, or moved: its reads, each may stall, in one hand-off
             got = bounded_calls(self._route_reads(base, host))
         linked = False
         dev: int | None = None
