@@ -3,6 +3,8 @@ than the bound is reported not read (the view unknown for it), never silently cu
 
 from __future__ import annotations
 
+import os
+import resource
 from pathlib import Path
 
 import pytest
@@ -23,3 +25,31 @@ def test_a_pod_with_more_volume_dirs_than_the_bound_is_not_read_and_said(
         assert list(node.places()) == []  # no tmpfs mounted here: nothing found, nothing wrongly found
         unread = {"/".join(names): why for names, why in node.unread}
     assert unread == {"/".join((*KUBELET_PODS, "pod-many", *EMPTY_DIRS)): "more than 3 dirs: not read"}
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_many_pods_volumes_are_read_within_a_tight_fd_limit_and_a_failed_read_is_said(tmp_path: Path) -> None:
+    """64 pods' volumes in one hand-off hold no fd: read whole within a limit of a few fds more than open now;
+    with no fd left at all, each pod's read fails and is said (not read), never taken for a pod without volumes."""
+    pods = tmp_path.joinpath(*KUBELET_PODS)
+    for p in range(64):
+        for v in range(20):
+            pods.joinpath(f"pod-{p}", *EMPTY_DIRS, f"vol-{v}").mkdir(parents=True)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    for extra, failing in ((12, False), (0, True)):
+        with NodeRoot(str(tmp_path)) as node:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (_open_fds() + extra, hard))
+            try:
+                assert list(node.places()) == []  # no tmpfs here: nothing found
+            finally:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+            unread = [("/".join(names), why) for names, why in node.unread]
+        if not failing:
+            assert unread == []
+            assert node.unreadable == []
+        else:
+            assert unread, "pods whose read failed were taken for pods without volumes"
+            assert all("Too many open files" in why for _, why in unread), unread

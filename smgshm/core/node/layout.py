@@ -27,6 +27,7 @@ reported ``unknown`` for itself (core/node/scan.py's ``Unscanned``), the node's 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 from collections.abc import Iterable, Iterator, Sequence
@@ -111,47 +112,49 @@ def _path_stat(parent: int, name: str) -> tuple[int, os.stat_result]:
 
 @dataclass
 class _PodVolumes:
-    """A pod's emptyDir volumes as one read found them (``_pod_volumes``)."""
+    """A pod's emptyDir volumes as one read found them (``_pod_volumes``): no fd kept, so that many pods' reads
+    in one hand-off hold none (a node of many pods, each of many volumes, within any fd limit)."""
 
-    fd: int  # its volumes dir (kubernetes.io~empty-dir), open
-    vols: list[tuple[str, tuple[int, os.stat_result] | OSError]]  # each volume dir: opened O_PATH and fstat'ed
+    mount_id: int | None  # its volumes dir's (kubernetes.io~empty-dir) mount
+    vols: list[tuple[str, tuple[int | None, os.stat_result] | OSError]]  # each volume dir: its mount, its fstat
     whole: bool  # every one listed (False: more than _MAX_VOLUMES)
-
-    def let_go(self) -> None:
-        for _name, got in self.vols:
-            if isinstance(got, tuple):
-                os.close(got[0])
-        os.close(self.fd)
 
 
 def _pod_volumes(pods: int, uid: str) -> _PodVolumes:
     """The emptyDir volumes of the pod ``uid`` in the pods dir ``pods``, in one go: its volumes dir opened (never
-    through a link) and listed, each volume dir opened O_PATH with its fstat. OSError when the volumes dir
-    cannot be opened or listed. Every read is through the pod's filesystems: the caller bounds them as one."""
+    through a link) and listed, each volume dir opened O_PATH for its fstat and mount, and closed. OSError when the
+    volumes dir cannot be opened or listed. Every read is through the pod's filesystems: the caller bounds them
+    as one read of several steps (``step``: each bounded on its own)."""
     fd = _open_chain(pods, (uid, *EMPTY_DIRS))
-    out: list[tuple[str, tuple[int, os.stat_result] | OSError]] = []
+    out: list[tuple[str, tuple[int | None, os.stat_result] | OSError]] = []
     try:
         step()
         with os.scandir(fd) as it:
             names, _end = _dirs_of(it, _MAX_VOLUMES + 1)  # one more than the bound: is there more?
         whole = len(names) <= _MAX_VOLUMES
         del names[_MAX_VOLUMES:]
+        up = fd_mount_id(fd)  # (procfs's own: fdinfo)
         for name in names:
             step()
             try:
-                out.append((name, _path_stat(fd, name)))
+                vol, st = _path_stat(fd, name)
             except OSError as err:
                 out.append((name, err))
-    except BaseException:
-        _PodVolumes(fd, out, False).let_go()
-        raise
-    return _PodVolumes(fd, out, whole)
+                continue
+            try:
+                out.append((name, (fd_mount_id(vol), st)))
+            except OSError as err:
+                out.append((name, err))
+            finally:
+                os.close(vol)
+    finally:
+        os.close(fd)
+    return _PodVolumes(up, out, whole)
 
 
-def _let_go(got: object) -> None:
-    """What a bounded read of ``_pod_volumes`` gave after its caller left: its fds closed."""
-    if isinstance(got, _PodVolumes):
-        got.let_go()
+def _not_there(err: OSError) -> bool:
+    """An error that says the dir is not there as a dir: gone, not a dir, or a link (never followed)."""
+    return isinstance(err, (FileNotFoundError, NotADirectoryError)) or err.errno == errno.ELOOP
 
 
 def open_dir(parent: int, names: tuple[str, ...], what: str = "") -> int:
@@ -265,18 +268,17 @@ class NodeRoot:
         except OSError:
             return None
         try:
-            return self._tmpfs_of(parent, fd, st)
-        finally:
-            os.close(fd)
-
-    def _tmpfs_of(self, parent: int, fd: int, st: os.stat_result) -> tuple[int, int] | None:
-        """(st_dev, mount id) when the dir open at ``fd`` (O_PATH, fstat'ed as ``st``) in the dir at ``parent`` is
-        a tmpfs mounted right there: a mount of its own (not the parent dir's), a tmpfs per the mount table, the
-        very device. Its fdinfo is procfs's own: read inline."""
-        try:
-            mid, up = fd_mount_id(fd), fd_mount_id(parent)
+            mid, up = fd_mount_id(fd), fd_mount_id(parent)  # (procfs's own: fdinfo, read inline)
         except OSError:
             return None
+        finally:
+            os.close(fd)
+        return self._tmpfs_mounted(mid, up, st)
+
+    def _tmpfs_mounted(self, mid: int | None, up: int | None, st: os.stat_result) -> tuple[int, int] | None:
+        """(st_dev, mount id) when a dir on mount ``mid`` (fstat'ed as ``st``) in a dir on mount ``up`` is a tmpfs
+        mounted right there: a mount of its own (not the parent dir's), a tmpfs per the mount table, the very
+        device."""
         m = self.mounts.get(mid) if mid is not None else None
         if m is None or mid == up or m.fstype != "tmpfs" or m.dev != st.st_dev:
             return None
@@ -377,30 +379,28 @@ class NodeRoot:
     def _pods_volumes(self, pods: int, uids: list[str]) -> Iterator[Place]:
         """The emptyDir tmpfs of each pod of ``uids``: each pod's volumes read as one bounded read
         (``_pod_volumes``), many pods' in one hand-off (host/bounded.py). A pod whose read does not answer in
-        time is noted not read (its tmpfs, from the mount table, unknown); one not ours to list, unreadable."""
+        time, or fails otherwise than by its volumes dir not being there, is noted not read (its tmpfs, from the
+        mount table, unknown), never skipped; one not ours to list, unreadable."""
         where = [(*KUBELET_PODS, uid, *EMPTY_DIRS) for uid in uids]
         reads = [[(self.join(*w), partial(_pod_volumes, pods, uid))] for w, uid in zip(where, uids, strict=True)]
-        got = bounded_groups(reads, _let_go)
-        read = [g[0] for g in got if isinstance(g, list) and isinstance(g[0], _PodVolumes)]
-        try:
-            for uid, w, g in zip(uids, where, got, strict=True):
-                if isinstance(g, OSError):  # its read stuck, or the run's time for reads was spent
-                    self.unread.append(((*KUBELET_PODS, uid), g.strerror or str(g)))
+        for uid, w, got in zip(uids, where, bounded_groups(reads), strict=True):
+            answer = got if isinstance(got, OSError) else got[0]  # (a read that stuck, or the run's time spent)
+            if isinstance(answer, PermissionError):  # each pod's dir is 0750 root too
+                self.unreadable.append("/".join((*KUBELET_PODS, uid)))
+                continue
+            if isinstance(answer, OSError):
+                if not _not_there(answer):  # a pod without emptyDirs is no failure; anything else is
+                    self.unread.append(((*KUBELET_PODS, uid), answer.strerror or str(answer)))
+                continue
+            if not answer.whole:
+                self.unread.append((w, f"more than {_MAX_VOLUMES} dirs: not read"))
+            for vol, opened in answer.vols:
+                if isinstance(opened, OSError):
+                    if not _not_there(opened):
+                        self.unread.append(((*w, vol), opened.strerror or str(opened)))
                     continue
-                (answer,) = g
-                if isinstance(answer, PermissionError):  # each pod's dir is 0750 root too
-                    self.unreadable.append("/".join((*KUBELET_PODS, uid)))
-                    continue
-                if not isinstance(answer, _PodVolumes):
-                    continue  # a pod without emptyDirs
-                if not answer.whole:
-                    self.unread.append((w, f"more than {_MAX_VOLUMES} dirs: not read"))
-                for vol, opened in answer.vols:
-                    if isinstance(opened, tuple) and (at := self._tmpfs_of(answer.fd, *opened)) is not None:
-                        yield Place(TmpfsKind.EMPTY_DIR, self.join(*w, vol), uid, vol, *at)
-        finally:
-            for answer in read:
-                answer.let_go()
+                if (at := self._tmpfs_mounted(opened[0], answer.mount_id, opened[1])) is not None:
+                    yield Place(TmpfsKind.EMPTY_DIR, self.join(*w, vol), uid, vol, *at)
 
     def _listed(self, fd: int, names: tuple[str, ...]) -> Iterator[str]:
         """``each_dir`` of the dir at ``names``; a listing that does not answer in time ends here, noted."""
