@@ -215,44 +215,42 @@ Group = Sequence[tuple[str, Callable[[], Any]]]
 _Read = tuple[int, str, Callable[[], Any]]  # (its group, what it reads, the read)
 
 
-def _reads_job(reads: list[_Read], late: Callable[[Any], object] | None) -> Callable[[list[Any], list[float]], None]:
+def _reads_job(reads: list[_Read]) -> Callable[[list[Any], list[float]], None]:
     """The worker's job for ``reads``, made in turn until its caller leaves: each answer (or OSError) into the
-    box, or, once the caller has left, to ``late`` (an OSError to no one)."""
+    box; one that comes after its caller left is let go (so no read of a group may give what must be closed)."""
 
     def job(box: list[Any], started: list[float]) -> None:
+        _reading.started = started
+        started[0] = time.monotonic()
         for _i, _what, fn in reads:
             if started[1]:
                 return
-            started[0] = time.monotonic()
-            _reading.started = started
             try:
                 value = fn()
             except OSError as err:
                 value = err
-            with _lock:  # the caller leaves under it: so an answer is either taken, or left and let go here
-                if not started[1]:
-                    box.append((True, value))
-                    continue
-            if late is not None and not isinstance(value, OSError):
-                late(value)
-            return
+            with _lock:  # the caller leaves under it: an answer is taken, and the next read's clock set, at once
+                if started[1]:
+                    return
+                box.append((True, value))
+                started[0] = time.monotonic()
 
     return job
 
 
-def bounded_groups(groups: Sequence[Group], late: Callable[[Any], object] | None = None) -> list[list[Any] | OSError]:
+def bounded_groups(groups: Sequence[Group]) -> list[list[Any] | OSError]:
     """``bounded_calls`` of each of ``groups`` (one process's reads, say), many groups in ONE hand-off (a walk
     of /proc: one hand-off for its processes, not one each: each is a round trip of threads). Each group's
     answers (each read's, or its OSError), or the ``StuckReadError`` of its read that did not answer in time:
     that group's later reads are not made, and the groups after it go on in a fresh hand-off, each read still
-    bounded as ``bounded``'s is. ``late(answer)``: what becomes of an answer that comes after its caller left
-    (an fd opened: closed)."""
+    bounded as ``bounded``'s is. No read may give what must be closed (an fd): one answering after its caller
+    left is let go."""
     out: list[list[Any] | OSError] = [[] for _ in groups]
     pending = [i for i, g in enumerate(groups) if g]
     while pending:
         reads = [(i, what, fn) for i in pending for what, fn in groups[i]]
         try:
-            answers, failed, refused = _hand_off([what for _i, what, _fn in reads], _reads_job(reads, late)), None, None
+            answers, failed, refused = _hand_off([what for _i, what, _fn in reads], _reads_job(reads)), None, None
         except StuckReadError as err:
             answers, failed, refused = err.answers, err, (None if err.at is None else reads[err.at][0])
         got: dict[int, list[Any]] = {i: [] for i in pending}
