@@ -53,3 +53,18 @@ def test_many_pods_volumes_are_read_within_a_tight_fd_limit_and_a_failed_read_is
         else:
             assert unread, "pods whose read failed were taken for pods without volumes"
             assert all("Too many open files" in why for _, why in unread), unread
+
+
+def test_a_pod_whose_mounts_cannot_be_told_is_said_not_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """procfs failing to say an fd's mount (fdinfo unreadable) is no pod without volumes: it is said, not read."""
+
+    def fails(_fd: int) -> int:
+        raise FileNotFoundError(2, "No such file or directory")
+
+    monkeypatch.setattr(layout, "fd_mount_id", fails)
+    tmp_path.joinpath(*KUBELET_PODS, "pod-a", *EMPTY_DIRS, "vol").mkdir(parents=True)
+    with NodeRoot(str(tmp_path)) as node:
+        assert list(node.places()) == []
+        unread = {"/".join(names): why for names, why in node.unread}
+    assert list(unread) == ["/".join((*KUBELET_PODS, "pod-a"))], unread
+    assert "fdinfo" in unread["/".join((*KUBELET_PODS, "pod-a"))]

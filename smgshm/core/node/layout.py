@@ -51,7 +51,7 @@ POD_LOGS = ("var", "log", "pods")
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 LAYOUT_S = 10.0  # a look's opens and listings under the node root, in all (host/bounded.py's ``within``)
 _BATCH = 512  # dir entries read per bounded read: a listing streams, each step bounded
-_PODS_AT_ONCE = 64  # pods whose volumes are read in one hand-off (each read bounded alone; their fds open meanwhile)
+_PODS_AT_ONCE = 64  # pods whose volumes are read in one hand-off (each read bounded alone)
 _MAX_VOLUMES = 4096  # a pod's emptyDir volume dirs read at most: beyond, the pod is reported not read (unknown)
 
 
@@ -115,8 +115,8 @@ class _PodVolumes:
     """A pod's emptyDir volumes as one read found them (``_pod_volumes``): no fd kept, so that many pods' reads
     in one hand-off hold none (a node of many pods, each of many volumes, within any fd limit)."""
 
-    mount_id: int | None  # its volumes dir's (kubernetes.io~empty-dir) mount
-    vols: list[tuple[str, tuple[int | None, os.stat_result] | OSError]]  # each volume dir: its mount, its fstat
+    mount_id: int  # its volumes dir's (kubernetes.io~empty-dir) mount
+    vols: list[tuple[str, tuple[int, os.stat_result] | OSError]]  # each volume dir: its mount, its fstat
     whole: bool  # every one listed (False: more than _MAX_VOLUMES)
 
 
@@ -126,14 +126,14 @@ def _pod_volumes(pods: int, uid: str) -> _PodVolumes:
     volumes dir cannot be opened or listed. Every read is through the pod's filesystems: the caller bounds them
     as one read of several steps (``step``: each bounded on its own)."""
     fd = _open_chain(pods, (uid, *EMPTY_DIRS))
-    out: list[tuple[str, tuple[int | None, os.stat_result] | OSError]] = []
+    out: list[tuple[str, tuple[int, os.stat_result] | OSError]] = []
     try:
         step()
         with os.scandir(fd) as it:
             names, _end = _dirs_of(it, _MAX_VOLUMES + 1)  # one more than the bound: is there more?
         whole = len(names) <= _MAX_VOLUMES
         del names[_MAX_VOLUMES:]
-        up = fd_mount_id(fd)  # (procfs's own: fdinfo)
+        up = _mount_of(fd)
         for name in names:
             step()
             try:
@@ -142,7 +142,7 @@ def _pod_volumes(pods: int, uid: str) -> _PodVolumes:
                 out.append((name, err))
                 continue
             try:
-                out.append((name, (fd_mount_id(vol), st)))
+                out.append((name, (_mount_of(vol), st)))
             except OSError as err:
                 out.append((name, err))
             finally:
@@ -150,6 +150,18 @@ def _pod_volumes(pods: int, uid: str) -> _PodVolumes:
     finally:
         os.close(fd)
     return _PodVolumes(up, out, whole)
+
+
+def _mount_of(fd: int) -> int:
+    """The mount ``fd`` is open on, by procfs's own fdinfo; EIO when it cannot be told (a procfs that fails is
+    no dir that is not there: the pod is said not read, never skipped)."""
+    try:
+        mid = fd_mount_id(fd)
+    except OSError as err:
+        raise OSError(errno.EIO, f"fdinfo of its fd: {err.strerror or err}") from err
+    if mid is None:
+        raise OSError(errno.EIO, "fdinfo of its fd says no mount id")
+    return mid
 
 
 def _not_there(err: OSError) -> bool:
