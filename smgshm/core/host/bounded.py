@@ -190,21 +190,9 @@ def bounded_calls(calls: Sequence[tuple[str, Callable[[], Any]]]) -> list[Any]:
     """Each ``(what, fn)`` of ``calls`` run in turn in ONE hand-off to this thread's worker (one process's reads:
     one hand-off, not one a read), each read bounded as ``bounded``'s is; the answer of each, or its OSError.
     StuckReadError names the read that did not answer (those after it are not made)."""
-
-    def job(box: list[Any], started: list[float]) -> None:
-        for _what, fn in calls:
-            if started[1]:
-                return  # left: what it was waiting for stuck
-            started[0] = time.monotonic()
-            _reading.started = started
-            try:
-                box.append((True, fn()))
-            except OSError as err:
-                box.append((True, err))
-
     if not calls:
         return []
-    out = _hand_off([what for what, _fn in calls], job)
+    out = _hand_off([what for what, _fn in calls], _reads_job([(0, what, fn) for what, fn in calls]))
     for ok, value in out:
         if not ok:
             raise value  # not an OSError: a bug's, raised as it was
