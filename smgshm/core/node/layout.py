@@ -369,7 +369,10 @@ class NodeRoot:
         except PermissionError:  # there, but not ours to list (the kubelet's pods dir is 0750 root)
             self.unreadable.append("/".join(names))
             return None
-        except OSError:
+        except OSError as err:
+            if not _not_there(err):  # (EMFILE, EIO: there, maybe, but not read: unread, never taken for missing)
+                self.found.append("/".join(names))
+                self.unread.append((names, err.strerror or str(err)))
             return None
         self.found.append("/".join(names))
         return fd
@@ -415,11 +418,12 @@ class NodeRoot:
                     yield Place(TmpfsKind.EMPTY_DIR, self.join(*w, vol), uid, vol, *at)
 
     def _listed(self, fd: int, names: tuple[str, ...]) -> Iterator[str]:
-        """``each_dir`` of the dir at ``names``; a listing that does not answer in time ends here, noted."""
+        """``each_dir`` of the dir at ``names``; a listing that does not answer in time, or fails (EMFILE, EIO),
+        ends here, noted as not read: what is below it is unknown, never taken for nothing."""
         try:
             yield from each_dir(fd, self.join(*names))
-        except StuckReadError as err:
-            self._stuck(names, err)
+        except OSError as err:  # (StuckReadError is one)
+            self.unread.append((names, err.strerror or str(err)))
 
     def _cri_sandboxes(self, state: tuple[str, ...]) -> Iterator[Place]:
         """containerd's CRI plugin: ``<state>/io.containerd.grpc.v1.cri/sandboxes/<id>/shm``."""
