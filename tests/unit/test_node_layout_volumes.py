@@ -27,8 +27,13 @@ def test_a_pod_with_more_volume_dirs_than_the_bound_is_not_read_and_said(
     assert unread == {"/".join((*KUBELET_PODS, "pod-many", *EMPTY_DIRS)): "more than 3 dirs: not read"}
 
 
-def _open_fds() -> int:
-    return len(os.listdir("/proc/self/fd"))
+def _limit_leaving(free: int) -> int:
+    """An fd limit under which exactly ``free`` more fds can be opened now: the limit bounds fd numbers, and an
+    open takes the lowest free number, which may lie in a hole below the count of those open."""
+    taken = {int(fd) for fd in os.listdir("/proc/self/fd")}
+    numbers = (n for n in range(1 << 20) if n not in taken)
+    below = [next(numbers) for _ in range(free + 1)]  # the first free+1 free numbers
+    return below[-1]  # the last of them is not below it: exactly ``free`` are
 
 
 def test_many_pods_volumes_are_read_within_a_tight_fd_limit_and_a_failed_read_is_said(tmp_path: Path) -> None:
@@ -41,7 +46,7 @@ def test_many_pods_volumes_are_read_within_a_tight_fd_limit_and_a_failed_read_is
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     for extra, failing in ((12, False), (0, True)):
         with NodeRoot(str(tmp_path)) as node:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (_open_fds() + extra, hard))
+            resource.setrlimit(resource.RLIMIT_NOFILE, (_limit_leaving(extra), hard))
             try:
                 assert list(node.places()) == []  # no tmpfs here: nothing found
             finally:
