@@ -24,6 +24,7 @@ from smgshm import __version__
 from smgshm.cli import cli
 from tests.conftest import run_cli
 from tests.support.deploy import DEPLOY, K8S, _all_docs, _manifests, _node_requirements
+from tests.support.scripts import load_script
 
 IMAGE = re.compile(r"(^|/)smgshm-node:")
 
@@ -328,13 +329,7 @@ def test_the_lock_parser_refuses_an_unhashed_pin(tmp_path: Path, monkeypatch: py
 
 
 def test_the_sbom_gets_one_component_per_installed_debian_package_with_its_purl() -> None:
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("sbom_debian", DEPLOY / "sbom_debian.py")
-    assert spec is not None
-    assert spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_script("sbom_debian", DEPLOY / "sbom_debian.py")
     dpkg = (
         "ii \tzlib1g\t1:1.2.13.dfsg-1\tamd64\tzlib\n"
         "ii \tbash\t5.2.15-2+b7\tamd64\tbash\n"

@@ -3,7 +3,6 @@ every alert has its tests and its runbook. promtool itself runs in tests/integra
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 from types import ModuleType
@@ -15,6 +14,7 @@ from smgshm.core.node import metrics as node_metrics
 from smgshm.core.segments import textfile
 from smgshm.core.watch import export as watch_metrics
 from tests.support.deploy import DEPLOY
+from tests.support.scripts import load_script
 
 ALERTS = DEPLOY / "alerts"
 DASHBOARD = DEPLOY / "components" / "grafana-dashboard" / "smgshm-node.json"
@@ -31,12 +31,7 @@ FOREIGN = {
 
 
 def _generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("deploy_alerts_generate", ALERTS / "generate.py")
-    assert spec is not None
-    assert spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("deploy_alerts_generate", ALERTS / "generate.py")
 
 
 def _alerts() -> list[dict[str, Any]]:

@@ -6,7 +6,6 @@ and a duplicate list-map key fail. The rendered overlays: tests/integration/test
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 import subprocess
 import sys
@@ -18,18 +17,14 @@ import pytest
 import yaml
 
 from tests.support.deploy import DEPLOY, K8S
+from tests.support.scripts import load_script
 
 SCHEMAS = DEPLOY / "schemas"
 CHECKER = SCHEMAS / "operator_crds.py"
 
 
 def _checker() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("deploy_operator_crds", CHECKER)
-    assert spec is not None
-    assert spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("deploy_operator_crds", CHECKER)
 
 
 def _shipped(kind: str) -> dict[str, Any]:

@@ -11,17 +11,11 @@ import pytest
 
 from tests.conftest import run_cli
 from tests.support.docs import MAN1, PAGES, ROOT, _page_command
+from tests.support.scripts import load_script
 
 
 def _generator():  # type: ignore[no-untyped-def]
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("man_generate", ROOT / "man" / "generate.py")
-    assert spec is not None
-    assert spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("man_generate", ROOT / "man" / "generate.py")
 
 
 def test_man_pages_are_fresh(tmp_path: Path) -> None:

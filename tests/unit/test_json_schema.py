@@ -17,6 +17,7 @@ import pytest
 from tests.conftest import run_cli
 from tests.support.json_schema import _check_envelope
 from tests.support.schema_check import RECEIPTS, SCHEMAS, STREAMS, schema_file, validate_document
+from tests.support.scripts import load_script
 
 NS_KEYS = {
     "namespace_id",
@@ -170,14 +171,7 @@ def test_every_command_a_person_can_run_is_in_commands() -> None:
 
 
 def _generator() -> Any:
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("schemas_generate", SCHEMAS / "generate.py")
-    assert spec is not None
-    assert spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("schemas_generate", SCHEMAS / "generate.py")
 
 
 def _schemas() -> dict[str, dict[str, Any]]:
