@@ -227,15 +227,17 @@ build() {  # ARCH BASE TAG: buildah with no network; every date in the image is 
         --build-arg SOURCE="$source_url" -f "$ctx/Containerfile" -t "$3" "$ctx" >"$work/build-$1.log" 2>&1 ||
         { tail -n 30 "$work/build-$1.log" >&2; die "buildah bud ($1) failed"; }
 }
+rebuild() {  # ARCH BASE TAG: build, then remove the image it replaced under that tag (a rebuild's leftover)
+    local previous
+    previous=$(podman image inspect --format '{{.Id}}' "$3" 2>/dev/null || true)
+    build "$1" "$2" "$3"
+    if [ -n "$previous" ] && [ "$previous" != "$(podman image inspect --format '{{.Id}}' "$3")" ]; then
+        podman rmi "$previous" >/dev/null 2>&1 || true
+    fi
+}
 context amd64 "$base_image"
 echo "image: $image (revision $revision, SOURCE_DATE_EPOCH $sde = $created)"
-previous=$(podman image inspect --format '{{.Id}}' "$image" 2>/dev/null || true)
-build amd64 "$base_image" "$image"
-
-# The image this run replaced under the same tag, now untagged: removed, as a rebuild's leftover.
-if [ -n "$previous" ] && [ "$previous" != "$(podman image inspect --format '{{.Id}}' "$image")" ]; then
-    podman rmi "$previous" >/dev/null 2>&1 || true
-fi
+rebuild amd64 "$base_image" "$image"
 size=$(podman image inspect --format '{{.Size}}' "$image")
 verdict "image size under 300 MB" "$([ "$size" -lt 300000000 ] && echo 0 || echo 1)" \
     "$((size / 1000000)) MB; base $(($(podman image inspect --format '{{.Size}}' "$base_image") / 1000000)) MB"
@@ -351,11 +353,7 @@ else
     if base_stale "$base_arm64"; then build_base arm64 "$base_arm64"; fi
     context arm64 "$base_arm64"
     echo "image: $image_arm64 (through qemu-user-static)"
-    previous=$(podman image inspect --format '{{.Id}}' "$image_arm64" 2>/dev/null || true)
-    build arm64 "$base_arm64" "$image_arm64"
-    if [ -n "$previous" ] && [ "$previous" != "$(podman image inspect --format '{{.Id}}' "$image_arm64")" ]; then
-        podman rmi "$previous" >/dev/null 2>&1 || true
-    fi
+    rebuild arm64 "$base_arm64" "$image_arm64"
     "${run[@]}" --network=none --arch arm64 --entrypoint cat "$image_arm64" /usr/share/doc/smgshm/sbom.cdx.json \
         >"$sbom_dir/smgshm-node-$version-arm64.cdx.json"
     arch=$(podman image inspect --format '{{.Architecture}}' "$image_arm64")
