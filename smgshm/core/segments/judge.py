@@ -558,17 +558,7 @@ class Tally:
         self.judged = 0  # SMG entries (not gc's set-asides) judged other than unknown
 
     def add(self, seg: SegmentInfo) -> None:
-        # Judge.each does the same inline. _value_, not .value: Enum.value is a descriptor call.
-        st, n = seg.state._value_, seg.allocated_bytes
-        self.counts[st] += 1
-        self.bytes_by_state[st] += n
-        self.counts_by_kind[seg.kind] += 1
-        self.bytes_by_kind[seg.kind] += n
-        self.total += 1
-        if st != "unknown" and seg.kind != "gc_aside":
-            self.judged += 1
-        if st == "leaked":
-            self.reclaimable_bytes += n if seg.nlink <= 1 else 0
+        self.add_run(seg.state, seg.kind, 1, seg.allocated_bytes, seg.allocated_bytes if seg.nlink > 1 else 0)
 
     @property
     def judged_nothing(self) -> bool:
@@ -581,7 +571,8 @@ class Tally:
 
     def add_run(self, state: State | None, kind: Kind, n: int, nbytes: int, multi_link_bytes: int) -> None:
         """``n`` entries of one ``state`` and ``kind``, of ``nbytes`` in all, ``multi_link_bytes`` of them with other
-        links (unlinking those frees nothing: not reclaimable). Judge.each's tally, a run at a time."""
+        links (unlinking those frees nothing: not reclaimable). Judge.each's tally, a run at a time; the one rule
+        of a tally's figures (``add`` and ``remove`` are runs of one)."""
         if state is None:
             return
         sv = state._value_
@@ -604,16 +595,8 @@ class Tally:
         return out
 
     def remove(self, seg: SegmentInfo) -> None:
-        st, n = seg.state._value_, seg.allocated_bytes
-        self.counts[st] -= 1
-        self.bytes_by_state[st] -= n
-        self.counts_by_kind[seg.kind] -= 1
-        self.bytes_by_kind[seg.kind] -= n
-        self.total -= 1
-        if st != "unknown" and seg.kind != "gc_aside":
-            self.judged -= 1
-        if st == "leaked":
-            self.reclaimable_bytes -= n if seg.nlink <= 1 else 0
+        """``add``'s undoing (what gc deleted): a run of minus one."""
+        self.add_run(seg.state, seg.kind, -1, -seg.allocated_bytes, -seg.allocated_bytes if seg.nlink > 1 else 0)
 
 
 __all__ = [
